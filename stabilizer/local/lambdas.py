@@ -1,0 +1,144 @@
+"""Route the interpreter's Lambda invocations to the project's handler functions, in process.
+
+moto's Step Functions interpreter invokes a Lambda task through a boto3 Lambda client; under
+``mock_aws`` that request reaches moto's Lambda backend, which would run the function in Docker.
+This module is the one seam that replaces that: ``LambdaBackend.invoke`` is wrapped so that the
+ARNs (or names) registered here call a Python handler directly, the way the Lambda runtime
+would: the JSON event in, the JSON result out, a raised exception reported as a function error
+``{"errorType": <class name>, "errorMessage": ...}`` so that Retry and Catch match by name.
+
+It must not know what the handlers do, and it leaves every other function to moto.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import traceback
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from unittest import mock
+
+Handler = Callable[[dict[str, Any], Any], Any]
+
+
+@dataclass(frozen=True)
+class LambdaContext:
+    """The attributes of the Lambda runtime's context object that handlers and Powertools read."""
+
+    function_name: str
+    invoked_function_arn: str
+    memory_limit_in_mb: int = 512
+    function_version: str = "$LATEST"
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    log_group_name: str = ""
+    log_stream_name: str = ""
+
+    def get_remaining_time_in_millis(self) -> int:
+        # The local engine imposes no Lambda timeout; report the deployed one (15 minutes).
+        return 900_000
+
+
+@dataclass
+class Invocation:
+    """One call of a registered function, kept for tests and the run report."""
+
+    function_name: str
+    event: Any
+    result: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+    seconds: float = 0.0
+
+
+def function_name_of(name_or_arn: str) -> str:
+    """``arn:aws:lambda:r:a:function:name[:qualifier]`` or ``name`` -> ``name``."""
+    if name_or_arn.startswith("arn:"):
+        parts = name_or_arn.split(":")
+        return parts[6]
+    return name_or_arn
+
+
+class LocalLambdas:
+    """A registry of in-process functions served in place of moto's Docker-backed Lambda."""
+
+    def __init__(self, region: str, account: str) -> None:
+        self.region = region
+        self.account = account
+        self._handlers: dict[str, Handler] = {}
+        self.invocations: list[Invocation] = []
+        self._lock = threading.Lock()
+
+    def arn(self, name: str) -> str:
+        return f"arn:aws:lambda:{self.region}:{self.account}:function:{name}"
+
+    def register(self, name: str, handler: Handler) -> str:
+        """Serve ``name`` with ``handler``; returns the function ARN to put in the definition."""
+        self._handlers[name] = handler
+        return self.arn(name)
+
+    def serves(self, name_or_arn: str) -> bool:
+        return function_name_of(name_or_arn) in self._handlers
+
+    def invoke(self, name_or_arn: str, event: Any) -> tuple[bytes, str | None]:
+        """Run the handler; returns the response payload and the function error, if any."""
+        import time
+
+        name = function_name_of(name_or_arn)
+        handler = self._handlers[name]
+        context = LambdaContext(function_name=name, invoked_function_arn=self.arn(name))
+        record = Invocation(function_name=name, event=event)
+        started = time.monotonic()
+        try:
+            result = handler(event, context)
+            payload = json.dumps(result).encode()
+            record.result = result
+            error = None
+        except Exception as exc:  # every failure is reported, as the Lambda runtime does
+            record.error_type = type(exc).__name__
+            record.error_message = str(exc)
+            payload = json.dumps(
+                {
+                    "errorType": type(exc).__name__,
+                    "errorMessage": str(exc),
+                    "stackTrace": traceback.format_exception(exc)[-5:],
+                }
+            ).encode()
+            error = "Unhandled"
+        record.seconds = time.monotonic() - started
+        with self._lock:
+            self.invocations.append(record)
+        return payload, error
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[LocalLambdas]:
+        """Patch moto's Lambda backend so the registered functions are served here."""
+        from moto.awslambda.models import LambdaBackend
+
+        original = LambdaBackend.invoke
+        registry = self
+
+        def invoke(  # noqa: PLR0917 the signature of moto's LambdaBackend.invoke
+            backend: Any,
+            function_name: str,
+            qualifier: str | None,
+            body: Any,
+            headers: Any,
+            response_headers: dict[str, str],
+        ) -> str | bytes | None:
+            if not registry.serves(function_name):
+                return original(backend, function_name, qualifier, body, headers, response_headers)
+            if isinstance(body, bytes):
+                body = body.decode()
+            event = json.loads(body) if body else {}
+            payload, error = registry.invoke(function_name, event)
+            if error:
+                response_headers["x-amz-function-error"] = error
+            response_headers["Content-Length"] = str(len(payload))
+            return payload
+
+        with mock.patch.object(LambdaBackend, "invoke", invoke):
+            yield self

@@ -1,0 +1,113 @@
+"""Move files between the local S3 and real disk, the way SageMaker does for a training job.
+
+The training subprocess sees files, never S3: channels are downloaded into the job directory
+before it starts, and its checkpoint directory is uploaded while it runs. This module holds
+those copies and nothing else; it works against any S3 client (moto's in local mode).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/key/prefix`` -> ``("bucket", "key/prefix")``; raises ValueError otherwise."""
+    if not uri.startswith("s3://"):
+        raise ValueError(f"expected an s3:// URI, got {uri!r}")
+    bucket, _, key = uri[len("s3://") :].partition("/")
+    if not bucket:
+        raise ValueError(f"expected an s3:// URI with a bucket, got {uri!r}")
+    return bucket, key
+
+
+def join_uri(uri: str, *parts: str) -> str:
+    return "/".join([uri.rstrip("/"), *(p.strip("/") for p in parts)])
+
+
+def download_prefix(s3: Any, uri: str, dest: Path) -> int:
+    """Copy every object under ``uri`` into ``dest`` (keys relative to the prefix); returns the count.
+
+    A URI naming a single object (not ending in ``/``) that matches a key exactly downloads that
+    object into ``dest`` under its base name, as SageMaker's S3Prefix channels do.
+    """
+    bucket, prefix = parse_s3_uri(uri)
+    dest.mkdir(parents=True, exist_ok=True)
+    count = 0
+    paginator = s3.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            key = obj["Key"]
+            if key.endswith("/"):
+                continue
+            relative = key[len(prefix) :].lstrip("/") if key != prefix else Path(key).name
+            target = dest / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            s3.download_file(bucket, key, str(target))
+            count += 1
+    return count
+
+
+@dataclass
+class DirectorySync:
+    """Upload a directory to an S3 prefix, sending only files that changed since the last call.
+
+    SageMaker syncs ``/opt/ml/checkpoints`` continuously; calling ``sync()`` on each describe and
+    at the end of the job gives the monitor the same view one poll later at most.
+    """
+
+    s3: Any
+    local: Path
+    uri: str
+    _seen: dict[str, tuple[int, int]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def sync(self) -> int:
+        """Upload new or changed files; returns how many were uploaded."""
+        if not self.local.is_dir():
+            return 0
+        bucket, prefix = parse_s3_uri(self.uri)
+        uploaded = 0
+        with self._lock:
+            for root, _dirs, files in os.walk(self.local):
+                for name in files:
+                    # Files being written through a temporary name are picked up once renamed.
+                    if name.endswith((".tmp", ".partial")) or name.startswith("."):
+                        continue
+                    path = Path(root) / name
+                    try:
+                        stat = path.stat()
+                    except FileNotFoundError:
+                        continue
+                    relative = path.relative_to(self.local).as_posix()
+                    signature = (stat.st_size, stat.st_mtime_ns)
+                    if self._seen.get(relative) == signature:
+                        continue
+                    key = f"{prefix.rstrip('/')}/{relative}" if prefix else relative
+                    try:
+                        self.s3.upload_file(str(path), bucket, key)
+                    except FileNotFoundError:
+                        continue
+                    self._seen[relative] = signature
+                    uploaded += 1
+        return uploaded
+
+
+def source_archive(directory: Path) -> bytes:
+    """``sourcedir.tar.gz`` of a SageMaker source directory, as the SDK packages it (no caches)."""
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for path in sorted(Path(directory).rglob("*")):
+            relative = path.relative_to(directory)
+            if any(part in {"__pycache__", ".pytest_cache"} for part in relative.parts):
+                continue
+            if path.suffix == ".pyc":
+                continue
+            archive.add(path, arcname=relative.as_posix(), recursive=False)
+    return buffer.getvalue()

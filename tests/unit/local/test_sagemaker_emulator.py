@@ -1,0 +1,275 @@
+"""The local SageMaker emulator, driven through a real boto3 SageMaker client under mock_aws.
+
+Each job is a real subprocess of a small stand-in training script; the assertions are on what
+a caller of the SageMaker API sees: statuses, secondary statuses, failure reasons, S3 uploads.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from stabilizer.local.sagemaker import LocalSageMaker, decode_hyperparameters, to_cmd_args
+
+BUCKET = "stabilizer-test"  # the conftest's bucket
+ROLE = "arn:aws:iam::123456789012:role/stabilizer-sagemaker"
+
+
+def request(staged: dict[str, str], name: str, **hyperparameters: str) -> dict[str, Any]:
+    return {
+        "TrainingJobName": name,
+        "AlgorithmSpecification": {
+            "TrainingImage": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5-cpu-py311",
+            "TrainingInputMode": "File",
+            "MetricDefinitions": [{"Name": "loss", "Regex": r"\bloss=([0-9.]+)"}],
+        },
+        "HyperParameters": {
+            "sagemaker_program": json.dumps("train.py"),
+            "sagemaker_submit_directory": json.dumps(staged["source"]),
+            **hyperparameters,
+        },
+        "RoleArn": ROLE,
+        "InputDataConfig": [
+            {
+                "ChannelName": "train",
+                "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": staged["train"]}},
+            }
+        ],
+        "OutputDataConfig": {"S3OutputPath": staged["output"]},
+        "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 10},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 60},
+        "CheckpointConfig": {"S3Uri": staged["checkpoints"]},
+    }
+
+
+@pytest.fixture
+def sagemaker(tmp_path: Path, s3: Any) -> Any:
+    emulator = LocalSageMaker(tmp_path / "jobs", s3, stop_grace_seconds=5)
+    with emulator.installed():
+        yield boto3.client("sagemaker", region_name="us-east-1"), emulator
+    emulator.stop_all()
+    emulator.wait_all(timeout=10)
+
+
+def wait_for(client: Any, name: str, statuses: set[str], timeout: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        described = client.describe_training_job(TrainingJobName=name)
+        if described["TrainingJobStatus"] in statuses:
+            return described
+        time.sleep(0.1)
+    raise AssertionError(f"{name} did not reach {statuses}: {described['TrainingJobStatus']}")
+
+
+def keys(s3: Any, prefix: str) -> list[str]:
+    return [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])]
+
+
+def test_completed_job_runs_the_script_under_the_container_contract(sagemaker: Any, staged: Any, s3: Any):
+    client, emulator = sagemaker
+    client.create_training_job(**request(staged, "job-ok", steps="3", rules='[{"name": "ExplodingTensor"}]'))
+    described = wait_for(client, "job-ok", {"Completed", "Failed", "Stopped"})
+
+    assert described["TrainingJobStatus"] == "Completed", described.get("FailureReason")
+    assert described["SecondaryStatus"] == "Completed"
+    assert [t["Status"] for t in described["SecondaryStatusTransitions"]] == [
+        "Starting",
+        "Downloading",
+        "Training",
+        "Uploading",
+        "Completed",
+    ]
+    log = emulator.jobs["job-ok"].log_path.read_text()
+    assert "channel files: ['x.npy', 'y.npy']" in log
+    # The toolkit passes decoded values: a JSON list reaches argv as its Python repr, SM_HPS as JSON.
+    assert "\"--rules\", \"[{'name': 'ExplodingTensor'}]\"" in log
+    assert '"rules": [{"name": "ExplodingTensor"}]' in log
+    assert "sagemaker_program" not in log.split("argv:")[1]
+    assert (
+        described["ModelArtifacts"]["S3ModelArtifacts"] == f"s3://{BUCKET}/output/job-ok/output/model.tar.gz"
+    )
+    assert "output/job-ok/output/model.tar.gz" in keys(s3, "output/")
+    checkpoints = keys(s3, "executions/e1/attempt-1/checkpoints/")
+    assert sorted(Path(k).name for k in checkpoints) == [f"checkpoint-{i}.pt" for i in range(3)]
+    assert described["FinalMetricDataList"][0]["MetricName"] == "loss"
+    assert described["FinalMetricDataList"][0]["Value"] == pytest.approx(2.3 / 3, abs=1e-3)
+    assert described["TrainingTimeInSeconds"] >= 1
+
+
+def test_rule_stop_fails_with_the_failure_file_and_findings_already_in_s3(
+    sagemaker: Any, staged: Any, s3: Any
+):
+    client, _ = sagemaker
+    client.create_training_job(**request(staged, "job-rulestop", mode="rulestop"))
+    described = wait_for(client, "job-rulestop", {"Completed", "Failed", "Stopped"})
+
+    assert described["TrainingJobStatus"] == "Failed"
+    assert described["FailureReason"] == "AlgorithmError: RuleStop: ExplodingTensor fired at step 1"
+    body = s3.get_object(Bucket=BUCKET, Key="executions/e1/attempt-1/checkpoints/findings.json")["Body"]
+    assert json.loads(body.read())["findings"][0]["rule"] == "ExplodingTensor"
+
+
+def test_crash_reports_the_reason_written_by_the_script(sagemaker: Any, staged: Any):
+    client, _ = sagemaker
+    client.create_training_job(**request(staged, "job-crash", mode="fail"))
+    described = wait_for(client, "job-crash", {"Completed", "Failed", "Stopped"})
+    assert described["TrainingJobStatus"] == "Failed"
+    assert described["FailureReason"] == "AlgorithmError: ValueError: the data is bad"
+
+
+def test_findings_reach_s3_on_the_next_describe_while_the_job_runs(sagemaker: Any, staged: Any, s3: Any):
+    client, emulator = sagemaker
+    client.create_training_job(**request(staged, "job-live", mode="hang", step_seconds="0.05"))
+    wait_for(client, "job-live", {"InProgress"})
+    job = emulator.jobs["job-live"]
+    deadline = time.monotonic() + 20
+    while not job.checkpoint_dir.joinpath("checkpoint-1.pt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (job.checkpoint_dir / "findings.json").write_text('{"version": 1, "findings": []}')
+    client.describe_training_job(TrainingJobName="job-live")
+    assert "executions/e1/attempt-1/checkpoints/findings.json" in keys(s3, "executions/")
+
+
+def test_stop_sends_sigterm_and_ends_stopped_with_a_checkpoint(sagemaker: Any, staged: Any, s3: Any):
+    client, emulator = sagemaker
+    client.create_training_job(**request(staged, "job-stop", mode="hang"))
+    job = emulator.jobs["job-stop"]
+    deadline = time.monotonic() + 20
+    while "step=2" not in (job.log_path.read_text() if job.log_path.exists() else ""):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+    client.stop_training_job(TrainingJobName="job-stop")
+    assert client.describe_training_job(TrainingJobName="job-stop")["TrainingJobStatus"] in {
+        "Stopping",
+        "Stopped",
+    }
+    described = wait_for(client, "job-stop", {"Stopped", "Failed", "Completed"})
+    assert described["TrainingJobStatus"] == "Stopped"
+    assert described["SecondaryStatus"] == "Stopped"
+    assert "stopped at step=" in job.log_path.read_text()
+    assert job.exit_code == 0
+    stopped_at = int(job.log_path.read_text().split("stopped at step=")[1].split()[0])
+    assert f"executions/e1/attempt-1/checkpoints/checkpoint-{stopped_at}.pt" in keys(s3, "executions/")
+
+    with pytest.raises(ClientError) as error:
+        client.stop_training_job(TrainingJobName="job-stop")
+    assert "in status Stopped" in str(error.value)
+
+
+def test_max_runtime_stops_the_job(sagemaker: Any, staged: Any):
+    client, _ = sagemaker
+    job_request = request(staged, "job-slow", mode="hang")
+    job_request["StoppingCondition"] = {"MaxRuntimeInSeconds": 1}
+    client.create_training_job(**job_request)
+    described = wait_for(client, "job-slow", {"Stopped", "Failed", "Completed"})
+    assert described["TrainingJobStatus"] == "Stopped"
+    assert described["SecondaryStatus"] == "MaxRuntimeExceeded"
+
+
+def test_a_script_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path: Path, staged: Any, s3: Any):
+    emulator = LocalSageMaker(tmp_path / "jobs", s3, stop_grace_seconds=0.5)
+    with emulator.installed():
+        client = boto3.client("sagemaker", region_name="us-east-1")
+        client.create_training_job(**request(staged, "job-stubborn", mode="ignore-term"))
+        job = emulator.jobs["job-stubborn"]
+        deadline = time.monotonic() + 20
+        while "step=1" not in (job.log_path.read_text() if job.log_path.exists() else ""):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        client.stop_training_job(TrainingJobName="job-stubborn")
+        described = wait_for(client, "job-stubborn", {"Stopped", "Failed", "Completed"}, timeout=10)
+    assert described["TrainingJobStatus"] == "Stopped"
+    assert job.exit_code == -9
+
+
+def test_resumes_from_checkpoints_already_under_the_checkpoint_uri(sagemaker: Any, staged: Any, s3: Any):
+    s3.put_object(Bucket=BUCKET, Key="executions/e1/attempt-1/checkpoints/checkpoint-7.pt", Body=b"{}")
+    client, emulator = sagemaker
+    client.create_training_job(**request(staged, "job-resume", steps="1"))
+    wait_for(client, "job-resume", {"Completed", "Failed", "Stopped"})
+    assert "resumed_from=8" in emulator.jobs["job-resume"].log_path.read_text()
+
+
+def test_empty_channel_fails_like_sagemaker(sagemaker: Any, staged: Any):
+    client, _ = sagemaker
+    job_request = request(staged, "job-nodata")
+    job_request["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"] = f"s3://{BUCKET}/nothing/"
+    client.create_training_job(**job_request)
+    described = wait_for(client, "job-nodata", {"Completed", "Failed", "Stopped"})
+    assert described["TrainingJobStatus"] == "Failed"
+    assert described["FailureReason"].startswith("ClientError: No S3 objects found under S3 URL")
+
+
+def test_invalid_requests_are_rejected_before_anything_runs(sagemaker: Any, staged: Any):
+    client, emulator = sagemaker
+    bad_name = request(staged, "bad_name_with_underscores")
+    with pytest.raises(ClientError) as error:
+        client.create_training_job(**bad_name)
+    assert error.value.response["Error"]["Code"] == "ValidationException"
+    assert "trainingJobName" in error.value.response["Error"]["Message"]
+    assert emulator.jobs == {}
+
+    # A request that botocore's client-side validation would not catch (the interpreter's
+    # clients turn it off): the emulator still checks it against the service model.
+    problem = emulator.create_training_job.__func__  # type: ignore[attr-defined]
+    missing_role = request(staged, "job-norole")
+    del missing_role["RoleArn"]
+    from stabilizer.local.sagemaker import SageMakerRequestError
+
+    with pytest.raises(SageMakerRequestError, match="RoleArn"):
+        problem(emulator, missing_role)
+
+    client.create_training_job(**request(staged, "job-dup", steps="1"))
+    with pytest.raises(ClientError) as error:
+        client.create_training_job(**request(staged, "job-dup", steps="1"))
+    assert error.value.response["Error"]["Code"] == "ResourceInUse"
+
+    with pytest.raises(ClientError) as error:
+        client.describe_training_job(TrainingJobName="no-such-job")
+    assert error.value.response["Error"]["Message"] == "Requested resource not found."
+
+
+def test_list_training_jobs_filters_and_sorts(sagemaker: Any, staged: Any):
+    client, _ = sagemaker
+    client.create_training_job(**request(staged, "list-a", steps="1"))
+    client.create_training_job(**request(staged, "list-b", mode="hang"))
+    wait_for(client, "list-a", {"Completed"})
+    listed = client.list_training_jobs(NameContains="list-", SortBy="Name", SortOrder="Ascending")
+    assert [j["TrainingJobName"] for j in listed["TrainingJobSummaries"]] == ["list-a", "list-b"]
+    in_progress = client.list_training_jobs(StatusEquals="InProgress")["TrainingJobSummaries"]
+    assert [j["TrainingJobName"] for j in in_progress] == ["list-b"]
+    page = client.list_training_jobs(MaxResults=1, SortBy="Name", SortOrder="Ascending")
+    assert [j["TrainingJobName"] for j in page["TrainingJobSummaries"]] == ["list-a"]
+    assert "NextToken" in page
+
+
+def test_debugger_rules_without_an_evaluator_are_reported_as_errors(sagemaker: Any, staged: Any):
+    client, _ = sagemaker
+    job_request = request(staged, "job-rules", steps="1")
+    job_request["DebugRuleConfigurations"] = [
+        {
+            "RuleConfigurationName": "ExplodingTensor",
+            "RuleEvaluatorImage": "503895931360.dkr.ecr.us-east-1.amazonaws.com/sagemaker-debugger-rules:latest",
+            "RuleParameters": {"rule_to_invoke": "ExplodingTensor"},
+        }
+    ]
+    client.create_training_job(**job_request)
+    described = wait_for(client, "job-rules", {"Completed", "Failed", "Stopped"})
+    statuses = described["DebugRuleEvaluationStatuses"]
+    assert [(s["RuleConfigurationName"], s["RuleEvaluationStatus"]) for s in statuses] == [
+        ("ExplodingTensor", "Error")
+    ]
+
+
+def test_hyperparameters_are_decoded_and_passed_as_the_toolkit_does():
+    decoded = decode_hyperparameters({"lr": "0.1", "name": "elu", "flag": "true", "rules": "[1, 2]"})
+    assert decoded == {"lr": 0.1, "name": "elu", "flag": True, "rules": [1, 2]}
+    assert to_cmd_args(decoded) == ["--flag", "True", "--lr", "0.1", "--name", "elu", "--rules", "[1, 2]"]
+    assert to_cmd_args({"capture": {"b": 1, "a": 2}}) == ["--capture", "a=2,b=1"]
