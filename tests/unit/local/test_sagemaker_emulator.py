@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 from stabilizer.local.sagemaker import LocalSageMaker, decode_hyperparameters, to_cmd_args
 
 BUCKET = "stabilizer-test"  # the conftest's bucket
+RULES_IMAGE = "503895931360.dkr.ecr.us-east-1.amazonaws.com/sagemaker-debugger-rules:latest"
 ROLE = "arn:aws:iam::123456789012:role/stabilizer-sagemaker"
 
 
@@ -256,7 +257,7 @@ def test_debugger_rules_without_an_evaluator_are_reported_as_errors(sagemaker: A
     job_request["DebugRuleConfigurations"] = [
         {
             "RuleConfigurationName": "ExplodingTensor",
-            "RuleEvaluatorImage": "503895931360.dkr.ecr.us-east-1.amazonaws.com/sagemaker-debugger-rules:latest",
+            "RuleEvaluatorImage": RULES_IMAGE,
             "RuleParameters": {"rule_to_invoke": "ExplodingTensor"},
         }
     ]
