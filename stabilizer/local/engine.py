@@ -1,0 +1,592 @@
+"""Local mode: the project's state machine and Lambda code, run on one machine with real training.
+
+The engine starts moto (``mock_aws`` with its Step Functions interpreter executing definitions),
+creates the bucket and topic the CDK app would create, uploads the packaged ``model/`` source and
+the offline data set, fills the ASL file's ``${placeholders}``, routes the two Lambda functions to
+the handler functions in ``lambdas/`` (the same code CDK deploys) and serves SageMaker training
+jobs as local subprocesses. Then it starts executions and follows them: history, notifications
+(through an SQS queue subscribed to the topic, as a person's mailbox would be), and each job's
+log for its loss and gradient norm.
+
+It must not decide anything about the workflow: every decision is made by the state machine and
+the handlers, exactly as in the cloud.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import logging
+import os
+import re
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from stabilizer.local.lambdas import LocalLambdas
+from stabilizer.local.s3files import source_archive
+from stabilizer.local.sagemaker import TERMINAL_STATUSES, LocalSageMaker, LocalTrainingJob
+from stabilizer.records import AttemptRecord, EvalPoint, MetricPoint, Notification, RunRecord, parse_log_line
+
+PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+
+
+class EngineError(Exception):
+    """The local engine cannot start (a missing part of the project, a bad definition)."""
+
+
+@dataclass(frozen=True)
+class Project:
+    """Where the parts of the project live on disk."""
+
+    root: Path
+    definition: Path
+    lambdas: Path
+    model: Path
+
+    @classmethod
+    def discover(cls, root: Path | None = None) -> Project:
+        root = Path(root) if root else Path(__file__).resolve().parents[2]
+        statemachine = root / "statemachine"
+        candidates = sorted(statemachine.glob("*.asl.json")) or sorted(statemachine.glob("*.json"))
+        if not candidates:
+            raise EngineError(f"no ASL definition (*.asl.json) found in {statemachine}")
+        if len(candidates) > 1:
+            names = ", ".join(p.name for p in candidates)
+            raise EngineError(f"more than one ASL definition in {statemachine}: {names}")
+        for part in ("lambdas", "model"):
+            if not (root / part).is_dir():
+                raise EngineError(f"the project has no {part}/ directory under {root}")
+        return cls(root=root, definition=candidates[0], lambdas=root / "lambdas", model=root / "model")
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """Deployment-level values the CDK app bakes in, with local stand-ins."""
+
+    bucket: str = "stabilizer-local"
+    topic_name: str = "stabilizer-local"
+    state_machine_name: str = "stabilizer-local"
+    train_function: str = "stabilizer-train"
+    monitor_function: str = "stabilizer-monitor"
+    job_name_prefix: str = "stabilizer"
+    instance_type: str = "ml.m5.xlarge"
+    training_image: str = (
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-cpu-py311-ubuntu22.04-sagemaker"
+    )
+    sagemaker_role: str = f"arn:aws:iam::{ACCOUNT}:role/stabilizer-sagemaker"
+    states_role: str = f"arn:aws:iam::{ACCOUNT}:role/stabilizer-states"
+    debugger_rules_enabled: bool = False
+    # SageMaker gives a stopped job 120 s after SIGTERM; the local default is the same.
+    stop_grace_seconds: float = 120.0
+
+    @property
+    def topic_arn(self) -> str:
+        return f"arn:aws:sns:{REGION}:{ACCOUNT}:{self.topic_name}"
+
+    @property
+    def source_uri(self) -> str:
+        return f"s3://{self.bucket}/source/sourcedir.tar.gz"
+
+    def data_uri(self, channel: str) -> str:
+        return f"s3://{self.bucket}/data/{channel}/"
+
+    def lambda_environment(self) -> dict[str, str]:
+        """The Lambda environment of docs/contracts.md section 4."""
+        return {
+            "BUCKET": self.bucket,
+            "TOPIC_ARN": self.topic_arn,
+            "SAGEMAKER_ROLE_ARN": self.sagemaker_role,
+            "TRAINING_IMAGE_URI": self.training_image,
+            "SOURCE_S3_URI": self.source_uri,
+            "TRAIN_DATA_S3_URI": self.data_uri("train"),
+            "TEST_DATA_S3_URI": self.data_uri("test"),
+            "JOB_NAME_PREFIX": self.job_name_prefix,
+            "DEFAULT_INSTANCE_TYPE": self.instance_type,
+            "DEBUGGER_RULES_ENABLED": "true" if self.debugger_rules_enabled else "false",
+            "POWERTOOLS_SERVICE_NAME": "stabilizer",
+            "POWERTOOLS_METRICS_NAMESPACE": "stabilizer",
+            # No X-Ray daemon on a laptop.
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "POWERTOOLS_METRICS_DISABLED": "true",
+        }
+
+
+def fill_placeholders(definition: str, values: dict[str, str]) -> str:
+    """Replace every ``${Name}``; an unknown name is an error naming it, never left in place."""
+    missing = sorted({m for m in PLACEHOLDER.findall(definition) if m not in values})
+    if missing:
+        raise EngineError(f"no local value for the definition's placeholder(s): {', '.join(missing)}")
+    return PLACEHOLDER.sub(lambda m: values[m.group(1)], definition)
+
+
+def placeholder_values(names: set[str], settings: LocalSettings, lambdas: LocalLambdas) -> dict[str, str]:
+    """Map the definition's placeholders to local resources by what their names say.
+
+    CDK's ``definition_substitutions`` names them (``TrainFunctionArn``, ``TopicArn``, ...); the
+    local engine reads the names from the file so that the two never drift apart silently.
+    """
+    values: dict[str, str] = {}
+    for name in names:
+        lowered = name.lower()
+        if "function" in lowered or "lambda" in lowered:
+            if "train" in lowered:
+                values[name] = lambdas.arn(settings.train_function)
+            elif "monitor" in lowered:
+                values[name] = lambdas.arn(settings.monitor_function)
+        elif "topic" in lowered:
+            values[name] = settings.topic_arn
+        elif "bucket" in lowered:
+            values[name] = settings.bucket
+        elif "role" in lowered and "sagemaker" in lowered:
+            values[name] = settings.sagemaker_role
+        elif "prefix" in lowered:
+            values[name] = settings.job_name_prefix
+    return values
+
+
+@dataclass
+class EngineEvent:
+    """Something the follower observed; ``kind`` says which fields are set."""
+
+    kind: str  # state | notification | job | metric | eval | finding
+    attempt: AttemptRecord | None = None
+    state: str | None = None
+    notification: Notification | None = None
+    metric: MetricPoint | None = None
+    evaluation: EvalPoint | None = None
+    detail: str | None = None
+
+
+Observer = Callable[[EngineEvent], None]
+
+
+@dataclass
+class _Tail:
+    path: Path
+    offset: int = 0
+    partial: str = ""
+
+    def lines(self) -> list[str]:
+        if not self.path.is_file():
+            return []
+        with self.path.open("rb") as handle:
+            handle.seek(self.offset)
+            chunk = handle.read()
+        self.offset += len(chunk)
+        text = self.partial + chunk.decode(errors="replace")
+        *complete, self.partial = text.split("\n")
+        return complete
+
+
+@dataclass
+class _Follow:
+    record: RunRecord
+    started: float
+    seen_events: int = 0
+    tails: dict[str, _Tail] = field(default_factory=dict)
+    job_status: dict[str, str] = field(default_factory=dict)
+    findings_mtime: dict[str, int] = field(default_factory=dict)
+
+
+class LocalEngine:
+    """Run executions of the project's state machine on this machine. Use as a context manager."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        data_dir: Path,
+        *,
+        project: Project | None = None,
+        settings: LocalSettings | None = None,
+        python: str = sys.executable,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.data_dir = Path(data_dir)
+        self.project = project or Project.discover()
+        self.settings = settings or LocalSettings()
+        self.python = python
+        self.lambdas = LocalLambdas(REGION, ACCOUNT)
+        self.sagemaker: LocalSageMaker | None = None
+        self.state_machine_arn: str | None = None
+        self._stack = contextlib.ExitStack()
+        self._queue_url: str | None = None
+        self._clients: dict[str, Any] = {}
+        self._lambda_log: io.TextIOBase | None = None
+        self.setup_seconds = 0.0
+
+    # ---------------------------------------------------------------- lifecycle
+    def __enter__(self) -> LocalEngine:
+        started = time.monotonic()
+        try:
+            self._start()
+        except BaseException:
+            self._stack.close()
+            raise
+        self.setup_seconds = time.monotonic() - started
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.sagemaker is not None:
+            self.sagemaker.stop_all()
+            self.sagemaker.wait_all(timeout=self.settings.stop_grace_seconds + 10)
+        self._stack.close()
+
+    def client(self, service: str) -> Any:
+        import boto3
+
+        if service not in self._clients:
+            self._clients[service] = boto3.client(service, region_name=REGION)
+        return self._clients[service]
+
+    def _start(self) -> None:
+        from moto import mock_aws
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        environment = {
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_REGION": REGION,
+            "AWS_ACCESS_KEY_ID": "local",
+            "AWS_SECRET_ACCESS_KEY": "local",
+            "AWS_SESSION_TOKEN": "local",
+            **self.settings.lambda_environment(),
+        }
+        self._stack.enter_context(mock.patch.dict(os.environ, environment))
+        for variable in ("AWS_PROFILE", "AWS_ENDPOINT_URL"):
+            self._stack.enter_context(_unset(variable))
+        self._stack.enter_context(mock_aws(config={"stepfunctions": {"execute_state_machine": True}}))
+        self._stack.callback(self._clients.clear)
+        self._create_resources()
+        self._lambda_log = self._stack.enter_context((self.run_dir / "lambdas.log").open("a"))
+        self._register_handlers()
+        self._stack.enter_context(self.lambdas.installed())
+        self.sagemaker = LocalSageMaker(
+            self.run_dir / "jobs",
+            self.client("s3"),
+            region=REGION,
+            account=ACCOUNT,
+            python=self.python,
+            stop_grace_seconds=self.settings.stop_grace_seconds,
+            rule_evaluator=self._rule_evaluator(),
+        )
+        self._stack.enter_context(self.sagemaker.installed())
+        self._create_state_machine()
+
+    def _create_resources(self) -> None:
+        s3 = self.client("s3")
+        s3.create_bucket(Bucket=self.settings.bucket)
+        s3.put_object(
+            Bucket=self.settings.bucket,
+            Key=self.settings.source_uri.split("/", 3)[3],
+            Body=source_archive(self.project.model),
+        )
+        for channel in ("train", "test"):
+            directory = self.data_dir / channel
+            files = sorted(directory.glob("*.npy")) if directory.is_dir() else []
+            if not files:
+                raise EngineError(
+                    f"no data for the {channel} channel: expected x.npy and y.npy in {directory}"
+                )
+            for path in files:
+                s3.upload_file(str(path), self.settings.bucket, f"data/{channel}/{path.name}")
+        sns = self.client("sns")
+        sns.create_topic(Name=self.settings.topic_name)
+        sqs = self.client("sqs")
+        self._queue_url = sqs.create_queue(QueueName=f"{self.settings.topic_name}-mailbox")["QueueUrl"]
+        queue_arn = sqs.get_queue_attributes(QueueUrl=self._queue_url, AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+        sns.subscribe(TopicArn=self.settings.topic_arn, Protocol="sqs", Endpoint=queue_arn)
+
+    def _register_handlers(self) -> None:
+        lambdas_dir = str(self.project.lambdas)
+        if lambdas_dir not in sys.path:
+            sys.path.insert(0, lambdas_dir)
+            self._stack.callback(_remove_path, lambdas_dir)
+        for function, module_name in (
+            (self.settings.train_function, "train_handler"),
+            (self.settings.monitor_function, "monitor_handler"),
+        ):
+            _forget_modules_from_elsewhere(module_name, self.project.lambdas)
+            module = importlib.import_module(module_name)
+            module_file = Path(module.__file__ or "").resolve()
+            if self.project.lambdas.resolve() not in module_file.parents:
+                raise EngineError(f"{module_name} was imported from {module_file}, not {lambdas_dir}")
+            self.lambdas.register(function, self._quiet(module.lambda_handler))
+        self._route_handler_logs()
+
+    def _quiet(self, handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        """Send what a handler prints to lambdas.log (CloudWatch's place), not the terminal."""
+        log = self._lambda_log
+
+        def invoke(event: Any, context: Any) -> Any:
+            assert log is not None
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                try:
+                    return handler(event, context)
+                finally:
+                    log.flush()
+
+        return invoke
+
+    def _route_handler_logs(self) -> None:
+        # Powertools' Logger holds the stdout of its import time; point it at lambdas.log.
+        for logger in [logging.getLogger(), *_all_loggers()]:
+            for handler in logger.handlers:
+                if isinstance(handler, logging.StreamHandler) and handler.stream in (
+                    sys.stdout,
+                    sys.stderr,
+                    sys.__stdout__,
+                    sys.__stderr__,
+                ):
+                    previous = handler.setStream(self._lambda_log)  # type: ignore[arg-type]
+                    self._stack.callback(handler.setStream, previous)
+
+    def _rule_evaluator(self) -> Any:
+        from stabilizer.local.rules import rule_evaluator_factory
+
+        return rule_evaluator_factory(self.project.model, python=self.python)
+
+    def _create_state_machine(self) -> None:
+        text = self.project.definition.read_text()
+        names = set(PLACEHOLDER.findall(text))
+        definition = fill_placeholders(text, placeholder_values(names, self.settings, self.lambdas))
+        (self.run_dir / "definition.asl.json").write_text(definition)
+        created = self.client("stepfunctions").create_state_machine(
+            name=self.settings.state_machine_name, definition=definition, roleArn=self.settings.states_role
+        )
+        self.state_machine_arn = created["stateMachineArn"]
+
+    # ---------------------------------------------------------------- executions
+    def start_execution(self, execution_input: dict[str, Any], name: str | None = None) -> str:
+        name = name or f"local-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        started = self.client("stepfunctions").start_execution(
+            stateMachineArn=self.state_machine_arn, name=name, input=json.dumps(execution_input)
+        )
+        return started["executionArn"]
+
+    def run(
+        self,
+        execution_input: dict[str, Any],
+        *,
+        name: str | None = None,
+        observer: Observer | None = None,
+        poll_seconds: float = 0.25,
+        interrupt: threading.Event | None = None,
+    ) -> RunRecord:
+        """Start an execution and follow it to its end (or until ``interrupt`` is set)."""
+        arn = self.start_execution(execution_input, name)
+        return self.follow(
+            arn, execution_input, observer=observer, poll_seconds=poll_seconds, interrupt=interrupt
+        )
+
+    def follow(
+        self,
+        arn: str,
+        execution_input: dict[str, Any],
+        *,
+        observer: Observer | None = None,
+        poll_seconds: float = 0.25,
+        interrupt: threading.Event | None = None,
+    ) -> RunRecord:
+        sfn = self.client("stepfunctions")
+        name = arn.rsplit(":", 1)[1]
+        follow = _Follow(RunRecord(execution_arn=arn, name=name, input=execution_input), time.monotonic())
+        emit = observer or (lambda event: None)
+        known_jobs = set(self.sagemaker.jobs) if self.sagemaker else set()
+        while True:
+            described = sfn.describe_execution(executionArn=arn)
+            self._poll(follow, emit, known_jobs)
+            if described["status"] != "RUNNING":
+                break
+            if interrupt is not None and interrupt.is_set():
+                follow.record.interrupted = True
+                self.stop(arn)
+                continue
+            time.sleep(poll_seconds)
+        # One more pass: the last notification and the final job state may land with the end.
+        time.sleep(min(poll_seconds, 0.2))
+        self._poll(follow, emit, known_jobs)
+        record = follow.record
+        record.status = described["status"]
+        record.error = described.get("error")
+        record.cause = described.get("cause")
+        if described.get("output"):
+            with contextlib.suppress(ValueError):
+                record.output = json.loads(described["output"])
+        record.wall_seconds = time.monotonic() - follow.started
+        return record
+
+    def stop(self, arn: str) -> list[LocalTrainingJob]:
+        """Ctrl-C: stop the execution (so nothing new launches), then its running job (SIGTERM)."""
+        sfn = self.client("stepfunctions")
+        with contextlib.suppress(Exception):
+            sfn.stop_execution(
+                executionArn=arn, error="Interrupted", cause="stopped from the command line (Ctrl-C)"
+            )
+        assert self.sagemaker is not None
+        stopped = self.sagemaker.stop_all()
+        for job in stopped:
+            job.done.wait(self.settings.stop_grace_seconds + 10)
+        return stopped
+
+    # ---------------------------------------------------------------- following
+    def _poll(self, follow: _Follow, emit: Observer, known_jobs: set[str]) -> None:
+        self._poll_history(follow, emit)
+        self._poll_jobs(follow, emit, known_jobs)
+        self._poll_notifications(follow, emit)
+
+    def _poll_history(self, follow: _Follow, emit: Observer) -> None:
+        events = self.client("stepfunctions").get_execution_history(executionArn=follow.record.execution_arn)[
+            "events"
+        ]
+        for event in events[follow.seen_events :]:
+            entered = event.get("stateEnteredEventDetails")
+            if entered and event["type"].endswith("StateEntered"):
+                follow.record.states.append(entered["name"])
+                emit(EngineEvent(kind="state", state=entered["name"], detail=event["type"]))
+            exited = event.get("stateExitedEventDetails")
+            if exited and exited.get("output"):
+                with contextlib.suppress(ValueError):
+                    payload = json.loads(exited["output"])
+                    if isinstance(payload, dict):
+                        follow.record.output = payload
+            failed = event.get("taskFailedEventDetails")
+            if failed:
+                emit(EngineEvent(kind="state", state=None, detail=f"{failed.get('error')}: task failed"))
+        follow.seen_events = len(events)
+
+    def _poll_jobs(self, follow: _Follow, emit: Observer, known_jobs: set[str]) -> None:
+        if self.sagemaker is None:
+            return
+        jobs = [job for name, job in self.sagemaker.jobs.items() if name not in known_jobs]
+        record = follow.record
+        for number, job in enumerate(jobs, start=1):
+            if len(record.attempts) < number:
+                attempt = AttemptRecord(
+                    number=number,
+                    job_name=job.name,
+                    hyperparameters=dict(job.request.get("HyperParameters", {})),
+                    checkpoint_dir=str(job.checkpoint_dir),
+                    checkpoint_uri=job.request.get("CheckpointConfig", {}).get("S3Uri"),
+                    tensor_store=str(job.checkpoint_dir / "tensors"),
+                )
+                record.attempts.append(attempt)
+                follow.tails[job.name] = _Tail(job.log_path)
+            attempt = record.attempts[number - 1]
+            for line in follow.tails[job.name].lines():
+                point = parse_log_line(line)
+                if isinstance(point, MetricPoint):
+                    attempt.metrics.append(point)
+                    emit(EngineEvent(kind="metric", attempt=attempt, metric=point))
+                elif isinstance(point, EvalPoint):
+                    attempt.evals.append(point)
+                    emit(EngineEvent(kind="eval", attempt=attempt, evaluation=point))
+            self._poll_findings(follow, emit, job, attempt)
+            with job.lock:
+                status = (job.status, job.secondary_status)
+                attempt.status, attempt.secondary_status = status
+                attempt.failure_reason = job.failure_reason
+                attempt.seconds = job.seconds
+                if job.rules is not None:
+                    attempt.rule_statuses = job.rules.statuses()
+            if follow.job_status.get(job.name) != f"{status}":
+                follow.job_status[job.name] = f"{status}"
+                emit(EngineEvent(kind="job", attempt=attempt, detail=f"{status[0]}/{status[1]}"))
+
+    def _poll_findings(
+        self, follow: _Follow, emit: Observer, job: LocalTrainingJob, attempt: AttemptRecord
+    ) -> None:
+        path = job.checkpoint_dir / "findings.json"
+        try:
+            mtime = path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return
+        if follow.findings_mtime.get(job.name) == mtime:
+            return
+        try:
+            attempt.findings = json.loads(path.read_text())
+        except ValueError:
+            return  # written by rename, so a partial read means it is being replaced; next poll
+        follow.findings_mtime[job.name] = mtime
+        emit(EngineEvent(kind="finding", attempt=attempt))
+
+    def _poll_notifications(self, follow: _Follow, emit: Observer) -> None:
+        sqs = self.client("sqs")
+        while True:
+            received = sqs.receive_message(
+                QueueUrl=self._queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+            )
+            messages = received.get("Messages", [])
+            if not messages:
+                return
+            for message in messages:
+                envelope = json.loads(message["Body"])
+                note = Notification(
+                    subject=envelope.get("Subject") or "",
+                    message=envelope.get("Message", ""),
+                    received=time.monotonic() - follow.started,
+                )
+                follow.record.notifications.append(note)
+                emit(EngineEvent(kind="notification", notification=note))
+                sqs.delete_message(QueueUrl=self._queue_url, ReceiptHandle=message["ReceiptHandle"])
+
+    # ---------------------------------------------------------------- inspection (tests, client)
+    def history(self, arn: str) -> list[dict[str, Any]]:
+        return self.client("stepfunctions").get_execution_history(executionArn=arn)["events"]
+
+    def running_jobs(self) -> list[LocalTrainingJob]:
+        return [] if self.sagemaker is None else self.sagemaker.running_jobs()
+
+
+def terminal(job: LocalTrainingJob) -> bool:
+    return job.status in TERMINAL_STATUSES
+
+
+def _all_loggers() -> Iterator[logging.Logger]:
+    for logger in list(logging.root.manager.loggerDict.values()):
+        if isinstance(logger, logging.Logger):
+            yield logger
+
+
+def _forget_modules_from_elsewhere(module_name: str, directory: Path) -> None:
+    """Drop an earlier import of ``module_name`` (and its siblings) made from another asset root."""
+    loaded = sys.modules.get(module_name)
+    loaded_file = getattr(loaded, "__file__", None)
+    if loaded is None or loaded_file is None:
+        return
+    other_root = Path(loaded_file).resolve().parent
+    if other_root == directory.resolve():
+        return
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if file and other_root in Path(file).resolve().parents:
+            del sys.modules[name]
+
+
+def _remove_path(entry: str) -> None:
+    with contextlib.suppress(ValueError):
+        sys.path.remove(entry)
+
+
+@contextlib.contextmanager
+def _unset(variable: str) -> Iterator[None]:
+    previous = os.environ.pop(variable, None)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            os.environ[variable] = previous
