@@ -1,61 +1,255 @@
-"""The `stabilizer` command.
+"""The ``stabilizer`` command.
 
-`stabilizer run --local` trains one job of the reference problem on the offline data as a local
-process under the SageMaker container contract, and prints its outcome.
+``stabilizer run --local`` runs the project's state machine and Lambda code on this machine (the
+local engine), with each training job a real process, follows the execution with a live view,
+prints each SNS message as it is published, ends with a table of the attempts, and writes a
+report (run.json, report.md, plots) in the run directory.
+
+Exit status: 0 succeeded, 2 gave up (the remediation policy ran out of remedies or budget),
+1 failed, 130 interrupted (Ctrl-C: the running job is stopped and its checkpoint kept),
+64 bad usage or input (nothing was launched).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import os
+import json
+import logging
+import signal
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from pathlib import Path
+from typing import Any, NoReturn, TextIO
 
-ROOT = Path(__file__).resolve().parents[1]
-MODEL_DIR = ROOT / "model"
+EXIT_SUCCEEDED = 0
+EXIT_FAILED = 1
+EXIT_GAVE_UP = 2
+EXIT_USAGE = 64
+EXIT_INTERRUPTED = 130
+# Local jobs start in about a second: checking every two seconds reacts to a finding quickly at
+# the cost of a few cheap monitor calls (in the cloud the default is 300 s).
+LOCAL_WAIT_SECONDS = 2
 
 
-def run_local(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir) / time.strftime("%Y%m%d-%H%M%S")
-    data_dir = Path(args.run_dir) / "data" / "digits"
-    if not (data_dir / "train" / "x.npy").exists():
-        subprocess.run([sys.executable, "data.py", "digits", "--out", str(data_dir)], cwd=MODEL_DIR, check=True)
-    env = dict(os.environ, SM_CHANNEL_TRAIN=str(data_dir / "train"), SM_CHANNEL_TEST=str(data_dir / "test"),
-               SM_MODEL_DIR=str(run_dir / "model"), STABILIZER_CHECKPOINT_DIR=str(run_dir / "checkpoints"),
-               STABILIZER_FAILURE_FILE=str(run_dir / "output" / "failure"))
-    hyperparameters = [f"--{key}={value}" for key, value in (kv.split("=", 1) for kv in args.overrides)]
-    command = [sys.executable, "train.py", "--log_every", "1", *hyperparameters]
-    print(f"training the reference problem in {run_dir}")
-    first_non_finite = None
-    with subprocess.Popen(command, cwd=MODEL_DIR, env=env, stdout=subprocess.PIPE, text=True) as process:
-        for line in process.stdout:
-            print(line, end="")
-            if first_non_finite is None and line.startswith("step="):
-                fields = dict(part.split("=", 1) for part in line.split())
-                if not math.isfinite(float(fields["grad_norm"])):
-                    first_non_finite = int(fields["step"])
-    if process.returncode != 0:
-        print(f"outcome: the job failed (exit {process.returncode}); see {run_dir / 'output' / 'failure'}")
-        return 1
-    if first_non_finite is not None:
-        print(f"outcome: gradients became non-finite at step {first_non_finite}")
-        return 2
-    print("outcome: trained with finite gradients throughout")
-    return 0
+class UsageError(Exception):
+    """Bad usage or input; reported in one line, nothing launched."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+RUN_EPILOG = """\
+examples:
+  stabilizer run --local                                  the reference problem, policy "default"
+  stabilizer run --local --policy original                the original sample's remedy ladder
+  stabilizer run --local num_epochs=1 max_steps=20        shorter runs (run_spec fields)
+  stabilizer run --local --input input.json limits.max_num_retraining=3
+
+keys: the fields of the execution input (lambdas/workflow/state.py, schemas/execution-input.schema.json):
+  policy, wait_seconds, run_spec.<field> (or just <field>), limits.<field>.
+  Values are JSON when they parse (1, 0.05, true, [..]), text otherwise (elu).
+
+exit status: 0 succeeded, 2 gave up, 1 failed, 130 interrupted, 64 bad input (nothing launched).
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="stabilizer",
+        description="Detect exploding, vanishing and stalled training runs, stop them, notify, and relaunch "
+        "them with a recipe that works.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+    run = commands.add_parser(
+        "run",
+        help="run an execution of the workflow to its end",
+        description="Start an execution of the state machine and follow it to its end: a live view of the "
+        "attempt, step, loss, gradient norm, rule status and decisions; every SNS message as it is "
+        "published; a table of attempts at the end; a report (run.json, report.md, plots/) in the run "
+        "directory. Ctrl-C stops the running training job cleanly and says where its checkpoint is.",
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument(
+        "--local",
+        action="store_true",
+        help="run on this machine: the same ASL definition and Lambda code, training jobs as local processes "
+        "(required: AWS executions are started from the console, the notebook or stabilizer.client)",
+    )
+    run.add_argument("--input", type=Path, metavar="FILE", help="a JSON file with the execution input")
+    run.add_argument(
+        "--policy", choices=["original", "default"], help="the remediation policy (default: the input's, else default)"
+    )
+    run.add_argument(
+        "--run-dir",
+        type=Path,
+        default=Path("runs"),
+        metavar="DIR",
+        help="where each run gets its directory (jobs, logs, report); default: ./runs",
+    )
+    run.add_argument(
+        "--data-dir",
+        type=Path,
+        metavar="DIR",
+        help="train/ and test/ channels (x.npy, y.npy); default: the offline digits set, prepared once in "
+        "<run-dir>/data/digits",
+    )
+    run.add_argument("--name", help="the execution name (default: local-<time>-<random>)")
+    run.add_argument(
+        "--plain", action="store_true", help="plain lines instead of the live view (automatic when not on a terminal)"
+    )
+    run.add_argument(
+        "--debugger-rules",
+        action="store_true",
+        help="also configure SageMaker Debugger built-in rules on each job (DEBUGGER_RULES_ENABLED); locally "
+        "their statuses come from the rule engine's out-of-job evaluator",
+    )
+    run.add_argument("pairs", nargs="*", metavar="key=value", help="execution input fields (see below)")
+    return parser
+
+
+def prepare_data(args: argparse.Namespace, model_dir: Path, out: TextIO) -> Path:
+    if args.data_dir is not None:
+        for channel in ("train", "test"):
+            for name in ("x.npy", "y.npy"):
+                if not (args.data_dir / channel / name).is_file():
+                    raise UsageError(f"--data-dir {args.data_dir}: missing {channel}/{name}")
+        return args.data_dir
+    data_dir = args.run_dir / "data" / "digits"
+    if not (data_dir / "test" / "y.npy").is_file():
+        out.write(f"preparing the offline data set (scikit-learn digits) in {data_dir}\n")
+        # model/data.py is the single definition of the channels; it runs as the job would run it.
+        result = subprocess.run(
+            [sys.executable, "data.py", "digits", "--out", str(data_dir.resolve())],
+            cwd=model_dir,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise UsageError(f"could not prepare the offline data: {result.stderr.strip().splitlines()[-1:]}")
+    return data_dir
+
+
+def exit_code(record: Any) -> int:
+    from stabilizer.report import outcome
+
+    return {
+        "succeeded": EXIT_SUCCEEDED,
+        "gave up": EXIT_GAVE_UP,
+        "interrupted": EXIT_INTERRUPTED,
+    }.get(outcome(record), EXIT_FAILED)
+
+
+class Interrupts:
+    """First Ctrl-C asks for a clean stop; a second one stops waiting for it."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self._previous: Any = None
+
+    def __enter__(self) -> Interrupts:
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested.is_set():
+            raise KeyboardInterrupt
+        self.requested.set()
+
+
+def run_local(args: argparse.Namespace, out: TextIO) -> int:
+    from stabilizer.inputs import build_input, workflow_state_module
+    from stabilizer.local.engine import LocalEngine, LocalSettings, Project
+
+    project = Project.discover()
+    execution_input = build_input(
+        state_module=workflow_state_module(project.lambdas),
+        input_file=args.input,
+        pairs=args.pairs,
+        policy=args.policy,
+        defaults={"wait_seconds": LOCAL_WAIT_SECONDS},
+    )
+    data_dir = prepare_data(args, project.model, out)
+    name = args.name or f"local-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+    run_dir = args.run_dir / name
+    if run_dir.exists():
+        raise UsageError(f"the run directory {run_dir} already exists; choose another --name")
+    run_dir.mkdir(parents=True)
+    # Library warnings (moto's interpreter logs every caught task failure) go to the run's log.
+    logging.basicConfig(filename=run_dir / "engine.log", level=logging.WARNING, force=True)
+    settings = LocalSettings(debugger_rules_enabled=args.debugger_rules)
+    out.write(f"execution {name}: input {json.dumps(execution_input)}\nrun directory: {run_dir}\n")
+    live = out.isatty() and not args.plain
+    with LocalEngine(run_dir, data_dir, project=project, settings=settings) as engine, Interrupts() as interrupts:
+        from stabilizer.progress import LiveProgress, PlainProgress
+
+        progress = LiveProgress(out, name) if live else PlainProgress(out)
+        with progress:
+            record = engine.run(execution_input, name=name, observer=progress, interrupt=interrupts.requested)
+    return finish(record, run_dir, out)
+
+
+def finish(record: Any, run_dir: Path, out: TextIO) -> int:
+    from stabilizer.report import outcome, table_text, timing, write_report
+
+    paths = write_report(record, run_dir)
+    out.write("\n" + table_text(record) + "\n\n")
+    t = timing(record)
+    out.write(
+        f"outcome: {outcome(record)} ({record.status}{', ' + record.error if record.error else ''}) after "
+        f"{len(record.attempts)} attempt(s), {t['wall_seconds']:.0f} s\n"
+    )
+    reason = (record.state or {}).get("reason")
+    if reason:
+        out.write(f"reason: {reason}\n")
+    if record.interrupted:
+        for attempt in record.attempts:
+            if attempt.status in ("Stopped", "Stopping"):
+                checkpoint = attempt.newest_checkpoint()
+                out.write(
+                    f"stopped {attempt.job_name} ({attempt.status}); "
+                    + (
+                        f"checkpoint: {checkpoint} (also under {attempt.checkpoint_uri} in the local S3)\n"
+                        if checkpoint
+                        else f"no checkpoint was written (checkpoint directory: {attempt.checkpoint_dir})\n"
+                    )
+                )
+    out.write(f"report: {paths['markdown']}  data: {paths['json']}  plots: {run_dir / 'plots'}\n")
+    return exit_code(record)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="stabilizer", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="run the reference problem")
-    run.add_argument("--local", action="store_true", required=True, help="run on this machine")
-    run.add_argument("--run-dir", default="runs", help="where runs, data and reports are written")
-    run.add_argument("overrides", nargs="*", metavar="key=value", help="hyperparameter overrides")
-    args = parser.parse_args(argv)
-    return run_local(args)
+    out = sys.stdout
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            if not args.local:
+                raise UsageError(
+                    "run needs --local; on AWS, start an execution from the console ({} runs the reference "
+                    "problem), from the notebook, or with stabilizer.client.AwsClient"
+                )
+            return run_local(args, out)
+    except UsageError as error:
+        sys.stderr.write(f"stabilizer: {error}\n")
+        return EXIT_USAGE
+    except Exception as error:
+        from stabilizer.inputs import InputProblemError
+        from stabilizer.local.engine import EngineError
+
+        if isinstance(error, InputProblemError | EngineError):
+            sys.stderr.write(f"stabilizer: {error}\n")
+            return EXIT_USAGE
+        raise
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -73,6 +73,11 @@ class Notification:
     subject: str
     message: str
     received: float  # seconds since the execution started
+    attributes: dict[str, str] = field(default_factory=dict)  # SNS message attributes
+
+    @property
+    def event_type(self) -> str | None:
+        return self.attributes.get("event_type")
 
     @property
     def body(self) -> Any:
@@ -136,7 +141,7 @@ class RunRecord:
     status: str = "RUNNING"
     error: str | None = None
     cause: str | None = None
-    output: dict[str, Any] | None = None  # the last state payload seen
+    state: dict[str, Any] | None = None  # the last state payload seen
     states: list[str] = field(default_factory=list)  # state names in the order they were entered
     notifications: list[Notification] = field(default_factory=list)
     attempts: list[AttemptRecord] = field(default_factory=list)

@@ -211,8 +211,8 @@ class LocalEngine:
         settings: LocalSettings | None = None,
         python: str = sys.executable,
     ) -> None:
-        self.run_dir = Path(run_dir)
-        self.data_dir = Path(data_dir)
+        self.run_dir = Path(run_dir).resolve()
+        self.data_dir = Path(data_dir).resolve()
         self.project = project or Project.discover()
         self.settings = settings or LocalSettings()
         self.python = python
@@ -297,18 +297,16 @@ class LocalEngine:
             directory = self.data_dir / channel
             files = sorted(directory.glob("*.npy")) if directory.is_dir() else []
             if not files:
-                raise EngineError(
-                    f"no data for the {channel} channel: expected x.npy and y.npy in {directory}"
-                )
+                raise EngineError(f"no data for the {channel} channel: expected x.npy and y.npy in {directory}")
             for path in files:
                 s3.upload_file(str(path), self.settings.bucket, f"data/{channel}/{path.name}")
         sns = self.client("sns")
         sns.create_topic(Name=self.settings.topic_name)
         sqs = self.client("sqs")
         self._queue_url = sqs.create_queue(QueueName=f"{self.settings.topic_name}-mailbox")["QueueUrl"]
-        queue_arn = sqs.get_queue_attributes(QueueUrl=self._queue_url, AttributeNames=["QueueArn"])[
-            "Attributes"
-        ]["QueueArn"]
+        queue_arn = sqs.get_queue_attributes(QueueUrl=self._queue_url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
         sns.subscribe(TopicArn=self.settings.topic_arn, Protocol="sqs", Endpoint=queue_arn)
 
     def _register_handlers(self) -> None:
@@ -389,9 +387,7 @@ class LocalEngine:
     ) -> RunRecord:
         """Start an execution and follow it to its end (or until ``interrupt`` is set)."""
         arn = self.start_execution(execution_input, name)
-        return self.follow(
-            arn, execution_input, observer=observer, poll_seconds=poll_seconds, interrupt=interrupt
-        )
+        return self.follow(arn, execution_input, observer=observer, poll_seconds=poll_seconds, interrupt=interrupt)
 
     def follow(
         self,
@@ -425,8 +421,7 @@ class LocalEngine:
         record.error = described.get("error")
         record.cause = described.get("cause")
         if described.get("output"):
-            with contextlib.suppress(ValueError):
-                record.output = json.loads(described["output"])
+            record.state = state_payload(described["output"]) or record.state
         record.wall_seconds = time.monotonic() - follow.started
         return record
 
@@ -434,9 +429,7 @@ class LocalEngine:
         """Ctrl-C: stop the execution (so nothing new launches), then its running job (SIGTERM)."""
         sfn = self.client("stepfunctions")
         with contextlib.suppress(Exception):
-            sfn.stop_execution(
-                executionArn=arn, error="Interrupted", cause="stopped from the command line (Ctrl-C)"
-            )
+            sfn.stop_execution(executionArn=arn, error="Interrupted", cause="stopped from the command line (Ctrl-C)")
         assert self.sagemaker is not None
         stopped = self.sagemaker.stop_all()
         for job in stopped:
@@ -450,20 +443,17 @@ class LocalEngine:
         self._poll_notifications(follow, emit)
 
     def _poll_history(self, follow: _Follow, emit: Observer) -> None:
-        events = self.client("stepfunctions").get_execution_history(executionArn=follow.record.execution_arn)[
-            "events"
-        ]
+        events = self.client("stepfunctions").get_execution_history(executionArn=follow.record.execution_arn)["events"]
         for event in events[follow.seen_events :]:
             entered = event.get("stateEnteredEventDetails")
             if entered and event["type"].endswith("StateEntered"):
                 follow.record.states.append(entered["name"])
                 emit(EngineEvent(kind="state", state=entered["name"], detail=event["type"]))
-            exited = event.get("stateExitedEventDetails")
+            exited = event.get("stateExitedEventDetails") or event.get("executionSucceededEventDetails")
             if exited and exited.get("output"):
-                with contextlib.suppress(ValueError):
-                    payload = json.loads(exited["output"])
-                    if isinstance(payload, dict):
-                        follow.record.output = payload
+                payload = state_payload(exited["output"])
+                if payload is not None:
+                    follow.record.state = payload
             failed = event.get("taskFailedEventDetails")
             if failed:
                 emit(EngineEvent(kind="state", state=None, detail=f"{failed.get('error')}: task failed"))
@@ -507,9 +497,7 @@ class LocalEngine:
                 follow.job_status[job.name] = f"{status}"
                 emit(EngineEvent(kind="job", attempt=attempt, detail=f"{status[0]}/{status[1]}"))
 
-    def _poll_findings(
-        self, follow: _Follow, emit: Observer, job: LocalTrainingJob, attempt: AttemptRecord
-    ) -> None:
+    def _poll_findings(self, follow: _Follow, emit: Observer, job: LocalTrainingJob, attempt: AttemptRecord) -> None:
         path = job.checkpoint_dir / "findings.json"
         try:
             mtime = path.stat().st_mtime_ns
@@ -527,9 +515,7 @@ class LocalEngine:
     def _poll_notifications(self, follow: _Follow, emit: Observer) -> None:
         sqs = self.client("sqs")
         while True:
-            received = sqs.receive_message(
-                QueueUrl=self._queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0
-            )
+            received = sqs.receive_message(QueueUrl=self._queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
             messages = received.get("Messages", [])
             if not messages:
                 return
@@ -539,6 +525,10 @@ class LocalEngine:
                     subject=envelope.get("Subject") or "",
                     message=envelope.get("Message", ""),
                     received=time.monotonic() - follow.started,
+                    attributes={
+                        key: str(value.get("Value", ""))
+                        for key, value in (envelope.get("MessageAttributes") or {}).items()
+                    },
                 )
                 follow.record.notifications.append(note)
                 emit(EngineEvent(kind="notification", notification=note))
@@ -554,6 +544,20 @@ class LocalEngine:
 
 def terminal(job: LocalTrainingJob) -> bool:
     return job.status in TERMINAL_STATUSES
+
+
+def state_payload(text: str) -> dict[str, Any] | None:
+    """The workflow state in a state's output: ``{"state": {...}}`` between steps, bare at the end."""
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(payload, dict):
+        return None
+    inner = payload.get("state")
+    if isinstance(inner, dict):
+        return inner
+    return payload if "attempts" in payload else None
 
 
 def _all_loggers() -> Iterator[logging.Logger]:

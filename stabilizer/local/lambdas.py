@@ -121,7 +121,7 @@ class LocalLambdas:
         original = LambdaBackend.invoke
         registry = self
 
-        def invoke(  # noqa: PLR0917 the signature of moto's LambdaBackend.invoke
+        def invoke(
             backend: Any,
             function_name: str,
             qualifier: str | None,

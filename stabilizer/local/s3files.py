@@ -96,6 +96,10 @@ class DirectorySync:
         return uploaded
 
 
+# Not part of what the container runs: caches, local data, test files (as the CDK app skips them).
+_NOT_SOURCE = frozenset({"__pycache__", ".pytest_cache", "tests", "data", ".ipynb_checkpoints"})
+
+
 def source_archive(directory: Path) -> bytes:
     """``sourcedir.tar.gz`` of a SageMaker source directory, as the SDK packages it (no caches)."""
     import io
@@ -105,7 +109,7 @@ def source_archive(directory: Path) -> bytes:
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
         for path in sorted(Path(directory).rglob("*")):
             relative = path.relative_to(directory)
-            if any(part in {"__pycache__", ".pytest_cache"} for part in relative.parts):
+            if any(part in _NOT_SOURCE for part in relative.parts):
                 continue
             if path.suffix == ".pyc":
                 continue

@@ -220,7 +220,7 @@ class LocalSageMaker:
         rule_evaluator: RuleEvaluatorFactory | None = None,
         extra_env: dict[str, str] | None = None,
     ) -> None:
-        self.root = Path(root)
+        self.root = Path(root).resolve()  # the job runs in its code directory: every path is absolute
         self.s3 = s3
         self.region = region
         self.account = account
@@ -282,9 +282,7 @@ class LocalSageMaker:
                 "LastModifiedTime": job.last_modified_time,
                 "SecondaryStatusTransitions": [dict(t) for t in job.transitions],
                 "EnableNetworkIsolation": request.get("EnableNetworkIsolation", False),
-                "EnableInterContainerTrafficEncryption": request.get(
-                    "EnableInterContainerTrafficEncryption", False
-                ),
+                "EnableInterContainerTrafficEncryption": request.get("EnableInterContainerTrafficEncryption", False),
                 "EnableManagedSpotTraining": request.get("EnableManagedSpotTraining", False),
             }
             for optional in (
@@ -583,9 +581,7 @@ class LocalSageMaker:
                 if job.stop_requested is None and elapsed > max_runtime:
                     self._request_stop(job, "MaxRuntimeExceeded", "Training job reached MaxRuntimeInSeconds")
                 stopping_since = job.stopping_monotonic
-            grace_over = (
-                stopping_since is not None and time.monotonic() - stopping_since > self.stop_grace_seconds
-            )
+            grace_over = stopping_since is not None and time.monotonic() - stopping_since > self.stop_grace_seconds
             if grace_over and killed_at is None:
                 _signal_group(job.process, signal.SIGKILL)
                 killed_at = time.monotonic()
@@ -761,7 +757,5 @@ def _final_metrics(job: LocalTrainingJob) -> list[dict[str, Any]]:
             continue
         if not math.isfinite(value):
             continue
-        metrics.append(
-            {"MetricName": definition["Name"], "Value": value, "Timestamp": job.training_end_time or now()}
-        )
+        metrics.append({"MetricName": definition["Name"], "Value": value, "Timestamp": job.training_end_time or now()})
     return metrics

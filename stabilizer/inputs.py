@@ -1,0 +1,125 @@
+"""The execution input from the command line: a JSON file, ``key=value`` pairs and ``--policy``.
+
+The input model itself (every field, its type and default) belongs to the workflow domain in
+``lambdas/workflow/state.py``; this module only assembles what the person typed into that shape
+and asks the domain to validate it, so the CLI rejects exactly what the state machine would,
+before anything is launched. Problems are raised as ``InputProblemError`` with a one-line message.
+
+Keys may be dotted (``run_spec.num_epochs=1``, ``limits.max_num_retraining=3``); a bare key is
+looked up among the top-level fields, then the run_spec fields, then the limits fields. Values
+are read as JSON when they parse (``1``, ``0.05``, ``true``, ``[...]``), else as text (``elu``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+
+class InputProblemError(Exception):
+    """The input cannot be used; the message names the problem in one line."""
+
+
+def workflow_state_module(lambdas_dir: Path) -> ModuleType:
+    """``workflow.state`` from the Lambda asset (the single definition of the execution input)."""
+    entry = str(lambdas_dir)
+    added = entry not in sys.path
+    if added:
+        sys.path.insert(0, entry)
+    try:
+        return importlib.import_module("workflow.state")
+    except ImportError as error:
+        raise InputProblemError(f"cannot load the execution input model from {lambdas_dir}: {error}") from None
+    finally:
+        if added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(entry)
+
+
+def read_input_file(path: Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise InputProblemError(f"input file not found: {path}")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise InputProblemError(
+            f"input file {path} is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}"
+        ) from None
+    except UnicodeDecodeError:
+        raise InputProblemError(f"input file {path} is not UTF-8 text") from None
+    if not isinstance(data, dict):
+        raise InputProblemError(f"input file {path} must hold a JSON object, not a {type(data).__name__}")
+    return data
+
+
+def parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _fields(model: Any) -> dict[str, Any]:
+    return dict(model.model_fields)
+
+
+def resolve_key(key: str, state_module: ModuleType) -> list[str]:
+    """The path of ``key`` in the execution input, or InputProblemError naming the known keys."""
+    top = _fields(state_module.ExecutionInput)
+    nested = {"run_spec": _fields(state_module.RunSpec), "limits": _fields(state_module.Limits)}
+    parts = key.split(".")
+    if len(parts) == 1:
+        if key in top and key not in nested:
+            return parts
+        for section, fields in nested.items():
+            if key in fields:
+                return [section, key]
+    elif len(parts) == 2 and parts[0] in nested and parts[1] in nested[parts[0]]:
+        return parts
+    known = (
+        sorted(k for k in top if k not in nested)
+        + sorted(nested["run_spec"])
+        + sorted(f"limits.{k}" for k in nested["limits"])
+    )
+    raise InputProblemError(f"unknown key {key!r}; known keys: {', '.join(known)}")
+
+
+def build_input(
+    *,
+    state_module: ModuleType,
+    input_file: Path | None = None,
+    pairs: list[str] = (),  # type: ignore[assignment]
+    policy: str | None = None,
+    defaults: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The execution input, validated by the workflow domain; raises InputProblemError otherwise."""
+    data: dict[str, Any] = read_input_file(input_file) if input_file else {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise InputProblemError(f"expected key=value, got {pair!r}")
+        path = resolve_key(key.strip(), state_module)
+        target = data
+        for part in path[:-1]:
+            section = target.setdefault(part, {})
+            if not isinstance(section, dict):
+                raise InputProblemError(f"{part}: expected a JSON object, got {type(section).__name__}")
+            target = section
+        target[path[-1]] = parse_value(text)
+    if policy is not None:
+        data["policy"] = policy
+    for key, value in (defaults or {}).items():
+        data.setdefault(key, value)
+    try:
+        state_module.parse_execution_input(data)
+    except Exception as error:  # the domain's InvalidInput names the field
+        if type(error).__name__ != "InvalidInput":
+            raise
+        raise InputProblemError(str(error)) from None
+    return data
