@@ -223,6 +223,8 @@ class LocalEngine:
         self._queue_url: str | None = None
         self._clients: dict[str, Any] = {}
         self._lambda_log: io.TextIOBase | None = None
+        self._mailbox: list[tuple[float, str, str, dict[str, str]]] = []
+        self._mailbox_lock = threading.Lock()
         self.setup_seconds = 0.0
 
     # ---------------------------------------------------------------- lifecycle
@@ -397,10 +399,13 @@ class LocalEngine:
         observer: Observer | None = None,
         poll_seconds: float = 0.25,
         interrupt: threading.Event | None = None,
+        record: RunRecord | None = None,
     ) -> RunRecord:
+        """Follow an execution to its end, filling ``record`` (a new one unless given) as it goes."""
         sfn = self.client("stepfunctions")
         name = arn.rsplit(":", 1)[1]
-        follow = _Follow(RunRecord(execution_arn=arn, name=name, input=execution_input), time.monotonic())
+        record = record or RunRecord(execution_arn=arn, name=name, input=execution_input)
+        follow = _Follow(record, time.monotonic())
         emit = observer or (lambda event: None)
         known_jobs = set(self.sagemaker.jobs) if self.sagemaker else set()
         while True:
@@ -462,8 +467,8 @@ class LocalEngine:
     def _poll_jobs(self, follow: _Follow, emit: Observer, known_jobs: set[str]) -> None:
         if self.sagemaker is None:
             return
-        jobs = [job for name, job in self.sagemaker.jobs.items() if name not in known_jobs]
         record = follow.record
+        jobs = [job for job in self.sagemaker.jobs.values() if _job_of(job, record.name, known_jobs)]
         for number, job in enumerate(jobs, start=1):
             if len(record.attempts) < number:
                 attempt = AttemptRecord(
@@ -513,26 +518,36 @@ class LocalEngine:
         emit(EngineEvent(kind="finding", attempt=attempt))
 
     def _poll_notifications(self, follow: _Follow, emit: Observer) -> None:
+        # One queue serves every execution of this engine: drain it into the mailbox, then take
+        # the messages of this execution (by the execution attribute, else by the text).
         sqs = self.client("sqs")
-        while True:
-            received = sqs.receive_message(QueueUrl=self._queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
-            messages = received.get("Messages", [])
-            if not messages:
-                return
-            for message in messages:
-                envelope = json.loads(message["Body"])
-                note = Notification(
-                    subject=envelope.get("Subject") or "",
-                    message=envelope.get("Message", ""),
-                    received=time.monotonic() - follow.started,
-                    attributes={
-                        key: str(value.get("Value", ""))
-                        for key, value in (envelope.get("MessageAttributes") or {}).items()
-                    },
-                )
-                follow.record.notifications.append(note)
-                emit(EngineEvent(kind="notification", notification=note))
-                sqs.delete_message(QueueUrl=self._queue_url, ReceiptHandle=message["ReceiptHandle"])
+        with self._mailbox_lock:
+            while True:
+                received = sqs.receive_message(QueueUrl=self._queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
+                messages = received.get("Messages", [])
+                if not messages:
+                    break
+                for message in messages:
+                    envelope = json.loads(message["Body"])
+                    self._mailbox.append(
+                        (
+                            time.monotonic(),
+                            envelope.get("Subject") or "",
+                            envelope.get("Message", ""),
+                            {
+                                key: str(value.get("Value", ""))
+                                for key, value in (envelope.get("MessageAttributes") or {}).items()
+                            },
+                        )
+                    )
+                    sqs.delete_message(QueueUrl=self._queue_url, ReceiptHandle=message["ReceiptHandle"])
+            record = follow.record
+            mine = [m for m in self._mailbox if _addressed_to(m[2], m[3], record.name, record.execution_arn)]
+            self._mailbox = [m for m in self._mailbox if m not in mine]
+        for arrived, subject, text, attributes in mine:
+            note = Notification(subject=subject, message=text, received=arrived - follow.started, attributes=attributes)
+            record.notifications.append(note)
+            emit(EngineEvent(kind="notification", notification=note))
 
     # ---------------------------------------------------------------- inspection (tests, client)
     def history(self, arn: str) -> list[dict[str, Any]]:
@@ -564,6 +579,21 @@ def _all_loggers() -> Iterator[logging.Logger]:
     for logger in list(logging.root.manager.loggerDict.values()):
         if isinstance(logger, logging.Logger):
             yield logger
+
+
+def _job_of(job: LocalTrainingJob, execution: str, known_before: set[str]) -> bool:
+    """Whether a job belongs to an execution: its checkpoints live under executions/<name>/."""
+    uri = job.request.get("CheckpointConfig", {}).get("S3Uri")
+    if uri:
+        return f"/executions/{execution}/" in uri
+    return job.name not in known_before
+
+
+def _addressed_to(text: str, attributes: dict[str, str], name: str, arn: str) -> bool:
+    execution = attributes.get("execution")
+    if execution:
+        return execution in (name, arn)
+    return arn in text or f'"{name}"' in text
 
 
 def _forget_modules_from_elsewhere(module_name: str, directory: Path) -> None:

@@ -36,9 +36,7 @@ def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-def test_rule_stop_then_relaunch_succeeds_through_the_interpreter(
-    tmp_path: Path, project: Project, data_dir: Path
-):
+def test_rule_stop_then_relaunch_succeeds_through_the_interpreter(tmp_path: Path, project: Project, data_dir: Path):
     events = []
     with LocalEngine(tmp_path / "run", data_dir, project=project) as engine:
         record = engine.run({"poll_seconds": 1}, name="exec-1", observer=events.append)

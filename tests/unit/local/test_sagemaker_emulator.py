@@ -92,9 +92,7 @@ def test_completed_job_runs_the_script_under_the_container_contract(sagemaker: A
     assert "\"--rules\", \"[{'name': 'ExplodingTensor'}]\"" in log
     assert '"rules": [{"name": "ExplodingTensor"}]' in log
     assert "sagemaker_program" not in log.split("argv:")[1]
-    assert (
-        described["ModelArtifacts"]["S3ModelArtifacts"] == f"s3://{BUCKET}/output/job-ok/output/model.tar.gz"
-    )
+    assert described["ModelArtifacts"]["S3ModelArtifacts"] == f"s3://{BUCKET}/output/job-ok/output/model.tar.gz"
     assert "output/job-ok/output/model.tar.gz" in keys(s3, "output/")
     checkpoints = keys(s3, "executions/e1/attempt-1/checkpoints/")
     assert sorted(Path(k).name for k in checkpoints) == [f"checkpoint-{i}.pt" for i in range(3)]
@@ -103,9 +101,7 @@ def test_completed_job_runs_the_script_under_the_container_contract(sagemaker: A
     assert described["TrainingTimeInSeconds"] >= 1
 
 
-def test_rule_stop_fails_with_the_failure_file_and_findings_already_in_s3(
-    sagemaker: Any, staged: Any, s3: Any
-):
+def test_rule_stop_fails_with_the_failure_file_and_findings_already_in_s3(sagemaker: Any, staged: Any, s3: Any):
     client, _ = sagemaker
     client.create_training_job(**request(staged, "job-rulestop", mode="rulestop"))
     described = wait_for(client, "job-rulestop", {"Completed", "Failed", "Stopped"})
@@ -264,9 +260,7 @@ def test_debugger_rules_without_an_evaluator_are_reported_as_errors(sagemaker: A
     client.create_training_job(**job_request)
     described = wait_for(client, "job-rules", {"Completed", "Failed", "Stopped"})
     statuses = described["DebugRuleEvaluationStatuses"]
-    assert [(s["RuleConfigurationName"], s["RuleEvaluationStatus"]) for s in statuses] == [
-        ("ExplodingTensor", "Error")
-    ]
+    assert [(s["RuleConfigurationName"], s["RuleEvaluationStatus"]) for s in statuses] == [("ExplodingTensor", "Error")]
 
 
 def test_hyperparameters_are_decoded_and_passed_as_the_toolkit_does():

@@ -1,0 +1,340 @@
+"""One client for notebooks and scripts, in front of AWS or of the local engine.
+
+Both sides answer the same questions about an execution: start one, describe it (status, the
+state payload and its attempts), its history, the notifications it sent, the findings of an
+attempt and where that attempt's tensor store is (a local directory or an ``s3://`` prefix, both
+readable by the rule engine's Trial API).
+
+- ``AwsClient`` finds the deployed stack's resources from its CloudFormation outputs
+  (``StateMachineArn``, ``BucketName``, ``TopicArn``) and uses boto3. SNS keeps no copy of what it
+  sent, so notifications come from an SQS queue subscribed to the topic (``subscribe_mailbox``
+  creates one) plus the messages the state machine publishes itself, read from the history.
+- ``LocalClient`` drives a running ``LocalEngine``.
+
+The client observes and starts executions; it never changes what the workflow decides.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from stabilizer.records import Notification, RunRecord
+
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
+
+
+@dataclass
+class ExecutionView:
+    """What an execution is doing or did."""
+
+    arn: str
+    name: str
+    status: str
+    input: dict[str, Any]
+    state: dict[str, Any] | None = None
+    error: str | None = None
+    cause: str | None = None
+    start_date: Any = None
+    stop_date: Any = None
+
+    @property
+    def attempts(self) -> list[dict[str, Any]]:
+        return list((self.state or {}).get("attempts") or [])
+
+    @property
+    def done(self) -> bool:
+        return self.status in TERMINAL
+
+
+class Client(Protocol):
+    def start(self, execution_input: dict[str, Any] | None = None, name: str | None = None) -> str: ...
+    def describe(self, execution_arn: str) -> ExecutionView: ...
+    def history(self, execution_arn: str) -> list[dict[str, Any]]: ...
+    def notifications(self, execution_arn: str) -> list[Notification]: ...
+    def findings(self, execution_arn: str, attempt: int) -> dict[str, Any] | None: ...
+    def tensor_store(self, execution_arn: str, attempt: int) -> str: ...
+    def wait(self, execution_arn: str, timeout: float = 3600, poll_seconds: float = 5) -> ExecutionView: ...
+
+
+def latest_state(events: list[dict[str, Any]], output: str | None = None) -> dict[str, Any] | None:
+    """The newest state payload in an execution's history (or its output, once it succeeded)."""
+    from stabilizer.local.engine import state_payload
+
+    if output:
+        found = state_payload(output)
+        if found is not None:
+            return found
+    for event in reversed(events):
+        details = event.get("stateExitedEventDetails") or event.get("executionSucceededEventDetails")
+        if details and details.get("output"):
+            found = state_payload(details["output"])
+            if found is not None:
+                return found
+    return None
+
+
+def published_by_state_machine(events: list[dict[str, Any]]) -> list[Notification]:
+    """The SNS messages the definition publishes itself (sns:publish tasks), from the history."""
+    notes = []
+    start = events[0]["timestamp"] if events else None
+    for event in events:
+        details = event.get("taskScheduledEventDetails")
+        if not details or details.get("resourceType") != "sns" or details.get("resource") != "publish":
+            continue
+        parameters = json.loads(details.get("parameters") or "{}")
+        message = parameters.get("Message", "")
+        received = (event["timestamp"] - start).total_seconds() if start else 0.0
+        notes.append(
+            Notification(
+                subject=parameters.get("Subject", ""),
+                message=message if isinstance(message, str) else json.dumps(message),
+                received=received,
+                attributes={"source": "state machine"},
+            )
+        )
+    return notes
+
+
+def _canonical(text: str) -> str:
+    try:
+        return json.dumps(json.loads(text), sort_keys=True)
+    except ValueError:
+        return text
+
+
+def _belongs_to(note: Notification, name: str, arn: str) -> bool:
+    execution = note.attributes.get("execution")
+    if execution:
+        return execution in (name, arn)
+    return arn in note.message or f'"{name}"' in note.message
+
+
+class _Base:
+    """What the two clients share: Step Functions and S3 reads through boto3 clients."""
+
+    sfn: Any
+    s3: Any
+    bucket: str
+    state_machine_arn: str
+
+    def start(self, execution_input: dict[str, Any] | None = None, name: str | None = None) -> str:
+        name = name or f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        started = self.sfn.start_execution(
+            stateMachineArn=self.state_machine_arn, name=name, input=json.dumps(execution_input or {})
+        )
+        return started["executionArn"]
+
+    def history(self, execution_arn: str) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"executionArn": execution_arn, "maxResults": 1000}
+        while True:
+            page = self.sfn.get_execution_history(**kwargs)
+            events += page["events"]
+            if not page.get("nextToken"):
+                return events
+            kwargs["nextToken"] = page["nextToken"]
+
+    def describe(self, execution_arn: str) -> ExecutionView:
+        described = self.sfn.describe_execution(executionArn=execution_arn)
+        output = described.get("output")
+        state = latest_state([] if output else self.history(execution_arn), output)
+        return ExecutionView(
+            arn=execution_arn,
+            name=described["name"],
+            status=described["status"],
+            input=json.loads(described.get("input") or "{}"),
+            state=state,
+            error=described.get("error"),
+            cause=described.get("cause"),
+            start_date=described.get("startDate"),
+            stop_date=described.get("stopDate"),
+        )
+
+    def attempt_prefix(self, execution_arn: str, attempt: int) -> str:
+        """``s3://<bucket>/executions/<name>/attempt-<n>`` (docs/contracts.md, S3 layout)."""
+        name = execution_arn.rsplit(":", 1)[1]
+        return f"s3://{self.bucket}/executions/{name}/attempt-{attempt}"
+
+    def findings(self, execution_arn: str, attempt: int) -> dict[str, Any] | None:
+        """The attempt's findings.json, or None when no rule fired."""
+        key = f"{self.attempt_prefix(execution_arn, attempt)}/checkpoints/findings.json".split("/", 3)[3]
+        try:
+            body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except self.s3.exceptions.NoSuchKey:
+            return None
+        return json.loads(body)
+
+    def wait(self, execution_arn: str, timeout: float = 3600, poll_seconds: float = 5) -> ExecutionView:
+        deadline = time.monotonic() + timeout
+        while True:
+            view = self.describe(execution_arn)
+            if view.done or time.monotonic() > deadline:
+                return view
+            time.sleep(poll_seconds)
+
+
+class AwsClient(_Base):
+    """The deployed stack, through boto3."""
+
+    def __init__(
+        self,
+        stack_name: str = "Stabilizer",
+        *,
+        session: Any = None,
+        region_name: str | None = None,
+        mailbox_queue_url: str | None = None,
+        cloudformation: Any = None,
+    ) -> None:
+        import boto3
+
+        self.session = session or boto3.session.Session(region_name=region_name)
+        self.cloudformation = cloudformation or self.session.client("cloudformation")
+        self.sfn = self.session.client("stepfunctions")
+        self.s3 = self.session.client("s3")
+        self.sqs = self.session.client("sqs")
+        self.stack_name = stack_name
+        outputs = self.stack_outputs(stack_name)
+        missing = [k for k in ("StateMachineArn", "BucketName", "TopicArn") if k not in outputs]
+        if missing:
+            raise LookupError(f"stack {stack_name} has no output(s) {', '.join(missing)}; is it the stabilizer stack?")
+        self.state_machine_arn = outputs["StateMachineArn"]
+        self.bucket = outputs["BucketName"]
+        self.topic_arn = outputs["TopicArn"]
+        self.mailbox_queue_url = mailbox_queue_url
+        self._mailbox: list[Notification] = []
+        self._mailbox_started = time.monotonic()
+
+    def stack_outputs(self, stack_name: str) -> dict[str, str]:
+        stacks = self.cloudformation.describe_stacks(StackName=stack_name)["Stacks"]
+        return {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
+
+    def subscribe_mailbox(self, queue_name: str | None = None) -> str:
+        """Create an SQS queue subscribed to the topic, so notifications can be read back later."""
+        name = queue_name or f"{self.stack_name}-mailbox"
+        sqs = self.sqs
+        url = sqs.create_queue(QueueName=name)["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        policy = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Service": "sns.amazonaws.com"},
+                    "Action": "sqs:SendMessage",
+                    "Resource": arn,
+                    "Condition": {"ArnEquals": {"aws:SourceArn": self.topic_arn}},
+                }
+            ],
+        }
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": json.dumps(policy)})
+        self.session.client("sns").subscribe(TopicArn=self.topic_arn, Protocol="sqs", Endpoint=arn)
+        self.mailbox_queue_url = url
+        return url
+
+    def _drain_mailbox(self) -> None:
+        if not self.mailbox_queue_url:
+            return
+        while True:
+            received = self.sqs.receive_message(
+                QueueUrl=self.mailbox_queue_url,
+                MaxNumberOfMessages=10,
+                WaitTimeSeconds=0,
+                MessageAttributeNames=["All"],
+            )
+            messages = received.get("Messages", [])
+            if not messages:
+                return
+            for message in messages:
+                envelope = json.loads(message["Body"])
+                self._mailbox.append(
+                    Notification(
+                        subject=envelope.get("Subject") or "",
+                        message=envelope.get("Message", ""),
+                        received=time.monotonic() - self._mailbox_started,
+                        attributes={
+                            k: str(v.get("Value", "")) for k, v in (envelope.get("MessageAttributes") or {}).items()
+                        },
+                    )
+                )
+                self.sqs.delete_message(QueueUrl=self.mailbox_queue_url, ReceiptHandle=message["ReceiptHandle"])
+
+    def notifications(self, execution_arn: str) -> list[Notification]:
+        self._drain_mailbox()
+        name = execution_arn.rsplit(":", 1)[1]
+        mine = [n for n in self._mailbox if _belongs_to(n, name, execution_arn)]
+        # What the state machine publishes itself is in the history; it is in the mailbox too
+        # when one is subscribed, and is then listed once.
+        seen = {(n.subject, _canonical(n.message)) for n in mine}
+        own = [
+            n
+            for n in published_by_state_machine(self.history(execution_arn))
+            if (n.subject, _canonical(n.message)) not in seen
+        ]
+        return mine + own
+
+    def tensor_store(self, execution_arn: str, attempt: int) -> str:
+        return f"{self.attempt_prefix(execution_arn, attempt)}/checkpoints/tensors/"
+
+
+@dataclass
+class _Followed:
+    record: RunRecord
+    thread: threading.Thread
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class LocalClient(_Base):
+    """A running local engine (``with LocalEngine(...) as engine: client = LocalClient(engine)``)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.sfn = engine.client("stepfunctions")
+        self.s3 = engine.client("s3")
+        self.bucket = engine.settings.bucket
+        self.state_machine_arn = engine.state_machine_arn
+        self._followed: dict[str, _Followed] = {}
+
+    def start(self, execution_input: dict[str, Any] | None = None, name: str | None = None) -> str:
+        execution_input = execution_input or {}
+        arn = self.engine.start_execution(execution_input, name)
+        record = RunRecord(execution_arn=arn, name=arn.rsplit(":", 1)[1], input=execution_input)
+
+        def follow() -> None:
+            try:
+                self.engine.follow(arn, execution_input, record=record)
+            finally:
+                self._followed[arn].done.set()
+
+        thread = threading.Thread(target=follow, name=f"follow-{record.name}", daemon=True)
+        self._followed[arn] = _Followed(record=record, thread=thread)
+        thread.start()
+        return arn
+
+    def record(self, execution_arn: str) -> RunRecord:
+        """What the engine observed of an execution started here (attempts, metrics, notifications)."""
+        return self._followed[execution_arn].record
+
+    def notifications(self, execution_arn: str) -> list[Notification]:
+        followed = self._followed.get(execution_arn)
+        return list(followed.record.notifications) if followed else []
+
+    def tensor_store(self, execution_arn: str, attempt: int) -> str:
+        view = self.describe(execution_arn)
+        numbered = {a.get("number"): a for a in view.attempts}
+        job_name = (numbered.get(attempt) or {}).get("job_name")
+        job = self.engine.sagemaker.jobs.get(job_name) if job_name else None
+        if job is None:
+            raise LookupError(f"{view.name} has no attempt {attempt}")
+        return str(Path(job.checkpoint_dir) / "tensors")
+
+    def wait(self, execution_arn: str, timeout: float = 3600, poll_seconds: float = 1) -> ExecutionView:
+        followed = self._followed.get(execution_arn)
+        if followed is not None:
+            followed.done.wait(timeout)
+        return super().wait(execution_arn, timeout=0 if followed else timeout, poll_seconds=poll_seconds)
