@@ -92,6 +92,7 @@ def check(event: dict[str, Any], deps: Collaborators, now: datetime) -> dict[str
     observation = gather(state, deps)
     result = monitor.check(state, observation, now)
     carry_out(result.effects, deps)
+    metrics.add_metric(name="Checks", unit=MetricUnit.Count, value=1)
     new = result.state
     logger.info(
         "checked training job",
@@ -124,6 +125,7 @@ def abort(event: dict[str, Any], deps: Collaborators, now: datetime) -> dict[str
         _publish(result.effects.notification, deps)
     if failures:
         raise failures[0]
+    metrics.add_metric(name="Aborts", unit=MetricUnit.Count, value=1)
     logger.info("execution aborted", reason=result.state.reason)
     return dump_state(result.state)
 

@@ -48,6 +48,7 @@ def handle(
     if action == "prepare":
         state = prepare(event.get("input"), event.get("execution"), settings)
         logger.info("execution prepared", execution=state.execution.name, policy=state.policy)
+        metrics.add_metric(name="ExecutionsPrepared", unit=MetricUnit.Count, value=1)
         return dump_state(state)
     if action == "launch":
         jobs = jobs or TrainingJobs(get_sagemaker())

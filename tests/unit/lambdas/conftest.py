@@ -16,6 +16,7 @@ from workflow.observation import FindingsDocument, Observation, observe
 from workflow.settings import TrainSettings
 from workflow.state import RunSpec, WorkflowState
 
+PROCESSING_ARN = "arn:aws:sagemaker:us-east-1:123456789012:processing-job"
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -77,9 +78,14 @@ def describe(
         "TrainingJobName": name,
         "TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{name}",
         "TrainingJobStatus": status,
-        "SecondaryStatus": secondary or {"InProgress": "Training", "Completed": "Completed",
-                                         "Failed": "Failed", "Stopping": "Stopping",
-                                         "Stopped": "Stopped"}[status],
+        "SecondaryStatus": secondary
+        or {
+            "InProgress": "Training",
+            "Completed": "Completed",
+            "Failed": "Failed",
+            "Stopping": "Stopping",
+            "Stopped": "Stopped",
+        }[status],
         "TrainingStartTime": start,
     }
     if status in ("Completed", "Failed", "Stopped"):
@@ -92,7 +98,7 @@ def describe(
         response["DebugRuleEvaluationStatuses"] = [
             {
                 "RuleConfigurationName": rule,
-                "RuleEvaluationJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:processing-job/{name}-{rule.lower()}",
+                "RuleEvaluationJobArn": f"{PROCESSING_ARN}/{name}-{rule.lower()}",
                 "RuleEvaluationStatus": rule_status,
                 "LastModifiedTime": start,
             }
@@ -102,7 +108,10 @@ def describe(
 
 
 def sentinel_findings(
-    rule: str = "ExplodingTensor", step: int = 2, phase: str = "warmup", learning_rate: float = 0.1,
+    rule: str = "ExplodingTensor",
+    step: int = 2,
+    phase: str = "warmup",
+    learning_rate: float = 0.1,
     job_action: str = "stop",
 ) -> FindingsDocument:
     doc = load_event("findings-exploding.json")
@@ -137,8 +146,10 @@ def simulate(
         state = launching.launch(state, settings, now).state
         now += timedelta(minutes=10)
         if explodes(state.run_spec):
-            obs = observe(describe(state, "Failed", failure_reason=RULE_STOP, seconds=30),
-                          findings=sentinel_findings(learning_rate=state.run_spec.warmup_learning_rate))
+            obs = observe(
+                describe(state, "Failed", failure_reason=RULE_STOP, seconds=30),
+                findings=sentinel_findings(learning_rate=state.run_spec.warmup_learning_rate),
+            )
         else:
             obs = observe(describe(state, "Completed", seconds=300))
         state = monitor.check(state, obs, now).state

@@ -92,7 +92,9 @@ def test_stopped_after_an_issue_relaunches_with_the_next_recipe(settings):
     rules = [("ExplodingTensor", "IssuesFound")]
     state = monitor.check(state, observation(state, "InProgress", rules=rules), LATER).state
     # Debugger now reports the rule as Stopped: the remembered finding still counts.
-    result = monitor.check(state, observation(state, "Stopped", rules=[("ExplodingTensor", "Stopped")]), LATER)
+    result = monitor.check(
+        state, observation(state, "Stopped", rules=[("ExplodingTensor", "Stopped")]), LATER
+    )
     assert result.state.next_action == "launch_new"
     assert result.state.run_spec.add_batch_norm == 1
     assert result.effects.notification.event_type == "relaunching"
@@ -128,7 +130,12 @@ def test_failed_with_rule_stop_and_findings_is_a_rule_stop_not_a_crash(settings)
     result = monitor.check(state, obs, LATER)
     assert result.state.next_action == "launch_new"
     finding = result.state.attempts[-1].finding
-    assert (finding.rule, finding.step, finding.phase, finding.source) == ("ExplodingTensor", 2, "warmup", "sentinel")
+    assert (finding.rule, finding.step, finding.phase, finding.source) == (
+        "ExplodingTensor",
+        2,
+        "warmup",
+        "sentinel",
+    )
     note = result.effects.notification
     assert note.event_type == "relaunching"
     assert "grad_norm_history" in note.body  # the evidence travels in the message, not the state
@@ -155,22 +162,30 @@ def test_failed_by_the_training_code_is_a_failure(settings):
 def test_failed_by_sagemaker_retries_the_same_recipe_from_the_newest_checkpoint(settings):
     state = launched(settings)
     obs = observation(
-        state, "Failed", failure_reason="InternalServerError: We encountered an internal error.",
-        checkpoint_keys=["executions/run-1/attempt-1/checkpoints/checkpoint-50.pt",
-                         "executions/run-1/attempt-1/checkpoints/checkpoint-100.pt"],
+        state,
+        "Failed",
+        failure_reason="InternalServerError: We encountered an internal error.",
+        checkpoint_keys=[
+            "executions/run-1/attempt-1/checkpoints/checkpoint-50.pt",
+            "executions/run-1/attempt-1/checkpoints/checkpoint-100.pt",
+        ],
     )
     result = monitor.check(state, obs, LATER)
     assert result.state.next_action == "launch_new"
     assert result.state.run_spec == state.run_spec
     assert result.state.resume_from.endswith("attempt-1/checkpoints/checkpoint-100.pt")
     assert _moved(state, result.state) == {
-        "num_monitor_transitions": 1, "num_retraining": 1, "num_infrastructure_retries": 1,
+        "num_monitor_transitions": 1,
+        "num_retraining": 1,
+        "num_infrastructure_retries": 1,
     }
 
 
 def test_infrastructure_retries_are_bounded(settings):
     state = launched(settings, {"limits": {"max_infrastructure_retries": 0}})
-    obs = observation(state, "Failed", failure_reason="CapacityError: Unable to provision requested ML compute")
+    obs = observation(
+        state, "Failed", failure_reason="CapacityError: Unable to provision requested ML compute"
+    )
     result = monitor.check(state, obs, LATER)
     assert result.state.outcome == "failed"
     assert "max_infrastructure_retries" in result.state.reason
@@ -178,7 +193,9 @@ def test_infrastructure_retries_are_bounded(settings):
 
 def test_unreadable_findings_file_is_reported_not_ignored(settings):
     state = launched(settings)
-    obs = observe(describe(state, "Failed", failure_reason=RULE_STOP), findings_unreadable="findings.json is not JSON")
+    obs = observe(
+        describe(state, "Failed", failure_reason=RULE_STOP), findings_unreadable="findings.json is not JSON"
+    )
     result = monitor.check(state, obs, LATER)
     assert result.state.outcome == "gave_up"
     assert "findings.json is not JSON" in result.effects.notification.body
@@ -187,7 +204,9 @@ def test_unreadable_findings_file_is_reported_not_ignored(settings):
 # --- Completed ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rules", [None, [("ExplodingTensor", "NoIssuesFound"), ("VanishingGradient", "NoIssuesFound")]])
+@pytest.mark.parametrize(
+    "rules", [None, [("ExplodingTensor", "NoIssuesFound"), ("VanishingGradient", "NoIssuesFound")]]
+)
 def test_completed_with_no_issue_succeeds(settings, rules):
     state = launched(settings)
     result = monitor.check(state, observation(state, "Completed", rules=rules), LATER)
@@ -231,7 +250,11 @@ def test_completed_with_a_rule_evaluation_error_succeeds_but_says_so(settings):
 
 def test_an_ended_attempt_stops_lingering_rule_evaluation_jobs(settings):
     state = launched(settings)
-    rules = [("ExplodingTensor", "IssuesFound"), ("VanishingGradient", "InProgress"), ("Overfit", "NoIssuesFound")]
+    rules = [
+        ("ExplodingTensor", "IssuesFound"),
+        ("VanishingGradient", "InProgress"),
+        ("Overfit", "NoIssuesFound"),
+    ]
     result = monitor.check(state, observation(state, "Failed", failure_reason=RULE_STOP, rules=rules), LATER)
     name = state.history.latest_job_name
     assert result.effects.stop_processing_jobs == (f"{name}-vanishinggradient",)
@@ -280,7 +303,9 @@ def test_check_refuses_a_state_for_another_job(settings):
 def test_check_does_not_mutate_its_input(settings):
     state = launched(settings)
     before = state.model_dump_json()
-    monitor.check(state, observation(state, "Failed", failure_reason=RULE_STOP, findings=sentinel_findings()), LATER)
+    monitor.check(
+        state, observation(state, "Failed", failure_reason=RULE_STOP, findings=sentinel_findings()), LATER
+    )
     assert state.model_dump_json() == before
 
 

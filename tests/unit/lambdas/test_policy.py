@@ -92,7 +92,9 @@ def test_default_clips_gradients_once_learning_rates_are_at_their_floor(settings
 def test_default_never_repeats_a_recipe_already_tried(settings):
     state = launched(settings)
     # Pretend the batch-norm recipe was already tried in an earlier attempt.
-    earlier = state.attempts[0].model_copy(update={"run_spec": state.run_spec.model_copy(update={"add_batch_norm": 1})})
+    earlier = state.attempts[0].model_copy(
+        update={"run_spec": state.run_spec.model_copy(update={"add_batch_norm": 1})}
+    )
     s = state.model_copy(deep=True)
     s.attempts = [earlier, state.attempts[0].model_copy(update={"number": 2})]
     plan = policy.plan(s, _finding(phase="warmup"), [])

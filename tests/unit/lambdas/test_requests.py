@@ -83,7 +83,10 @@ def test_request_carries_the_recipe_as_sdk_style_hyperparameters(settings):
         "name": "ExplodingTensor",
         "parameters": {"collection_names": "gradients", "only_nan": "False"},
     }
-    assert json.loads(decoded["capture"]) == {"losses": {"save_interval": 10}, "gradients": {"save_interval": 100}}
+    assert json.loads(decoded["capture"]) == {
+        "losses": {"save_interval": 10},
+        "gradients": {"save_interval": 100},
+    }
     assert decoded["sentinel_action"] == "stop"
 
 
@@ -92,7 +95,9 @@ def test_request_layout_follows_the_s3_contract(settings):
     base = "s3://stabilizer-bucket/executions/run-1/attempt-3"
     assert request["CheckpointConfig"] == {"S3Uri": f"{base}/checkpoints", "LocalPath": "/opt/ml/checkpoints"}
     assert request["OutputDataConfig"] == {"S3OutputPath": f"{base}/output"}
-    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in request["InputDataConfig"]}
+    channels = {
+        c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in request["InputDataConfig"]
+    }
     assert channels == {"train": settings.train_data_s3_uri, "test": settings.test_data_s3_uri}
     assert {"Key": "stabilizer:attempt", "Value": "3"} in request["Tags"]
     assert {"Key": "stabilizer:execution", "Value": "run-1"} in request["Tags"]
@@ -117,11 +122,15 @@ def test_metric_regexes_read_the_training_log_lines(settings):
 
 def test_a_resumed_attempt_gets_the_resume_channel(settings):
     state = new_state(settings).model_copy(
-        update={"resume_from": "s3://stabilizer-bucket/executions/run-1/attempt-1/checkpoints/checkpoint-450.pt"}
+        update={
+            "resume_from": "s3://stabilizer-bucket/executions/run-1/attempt-1/checkpoints/checkpoint-450.pt"
+        }
     )
     request = _request(state, settings, attempt=2)
     resume = [c for c in request["InputDataConfig"] if c["ChannelName"] == "resume"]
-    assert resume[0]["DataSource"]["S3DataSource"]["S3Uri"].endswith("attempt-1/checkpoints/checkpoint-450.pt")
+    assert resume[0]["DataSource"]["S3DataSource"]["S3Uri"].endswith(
+        "attempt-1/checkpoints/checkpoint-450.pt"
+    )
     assert_valid(request)
 
 
@@ -160,15 +169,24 @@ def test_a_prefix_that_cannot_make_valid_names_is_rejected_at_cold_start(prefix)
 
 
 def test_debugger_configuration_comes_from_the_same_rule_list(debugger_settings):
-    raw = {"run_spec": {"rules": [
-        {"name": "ExplodingTensor", "parameters": {"collection_names": "gradients", "only_nan": "False"}},
-        {"name": "LossNotDecreasing", "parameters": {"num_steps": "10", "diff_percent": "0.1"}},
-    ]}}
+    raw = {
+        "run_spec": {
+            "rules": [
+                {
+                    "name": "ExplodingTensor",
+                    "parameters": {"collection_names": "gradients", "only_nan": "False"},
+                },
+                {"name": "LossNotDecreasing", "parameters": {"num_steps": "10", "diff_percent": "0.1"}},
+            ]
+        }
+    }
     request = _request(new_state(debugger_settings, raw), debugger_settings)
     rules = request["DebugRuleConfigurations"]
     assert [r["RuleConfigurationName"] for r in rules] == ["ExplodingTensor", "LossNotDecreasing"]
     assert rules[0]["RuleParameters"] == {
-        "rule_to_invoke": "ExplodingTensor", "collection_names": "gradients", "only_nan": "False",
+        "rule_to_invoke": "ExplodingTensor",
+        "collection_names": "gradients",
+        "only_nan": "False",
     }
     image = "503895931360.dkr.ecr.us-east-1.amazonaws.com/sagemaker-debugger-rules:latest"
     assert all(r["RuleEvaluatorImage"] == image for r in rules)
@@ -183,7 +201,10 @@ def test_debugger_configuration_comes_from_the_same_rule_list(debugger_settings)
 def test_a_rule_collection_the_capture_does_not_save_is_added_to_the_hook(debugger_settings):
     raw = {"run_spec": {"capture": {"losses": {"save_steps": [0, 5, 10]}}}}
     request = _request(new_state(debugger_settings, raw), debugger_settings)
-    collections = {c["CollectionName"]: c["CollectionParameters"] for c in request["DebugHookConfig"]["CollectionConfigurations"]}
+    collections = {
+        c["CollectionName"]: c["CollectionParameters"]
+        for c in request["DebugHookConfig"]["CollectionConfigurations"]
+    }
     assert collections == {"gradients": {"save_interval": "10"}, "losses": {"save_steps": "0,5,10"}}
 
 
@@ -199,7 +220,10 @@ def test_a_rule_collection_the_capture_does_not_save_is_added_to_the_hook(debugg
     ],
 )
 def test_rule_image_per_region(region, account):
-    assert requests.rule_image(region) == f"{account}.dkr.ecr.{region}.amazonaws.com/sagemaker-debugger-rules:latest"
+    assert (
+        requests.rule_image(region)
+        == f"{account}.dkr.ecr.{region}.amazonaws.com/sagemaker-debugger-rules:latest"
+    )
 
 
 def test_rule_image_for_an_unknown_region_is_a_clear_configuration_error():
@@ -211,7 +235,10 @@ def test_rule_parameters_longer_than_256_characters_never_reach_a_request(settin
     from workflow.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="at most 256"):
-        new_state(settings, {"run_spec": {"rules": [{"name": "ExplodingTensor", "parameters": {"tensor_regex": "a" * 300}}]}})
+        new_state(
+            settings,
+            {"run_spec": {"rules": [{"name": "ExplodingTensor", "parameters": {"tensor_regex": "a" * 300}}]}},
+        )
 
 
 def test_the_validity_check_itself_catches_what_the_service_would_reject(debugger_settings):

@@ -39,16 +39,28 @@ def test_none_input_is_the_same_as_empty():
     [
         ({"learning_rate": 0.1}, "learning_rate: unknown field"),
         ({"run_spec": {"learnig_rate": 0.1}}, "run_spec.learnig_rate: unknown field"),
-        ({"run_spec": {"learning_rate": "0.1"}}, "run_spec.learning_rate: expected a valid number (got '0.1', a str)"),
-        ({"run_spec": {"num_epochs": True}}, "run_spec.num_epochs: expected a valid integer (got True, a bool)"),
+        (
+            {"run_spec": {"learning_rate": "0.1"}},
+            "run_spec.learning_rate: expected a valid number (got '0.1', a str)",
+        ),
+        (
+            {"run_spec": {"num_epochs": True}},
+            "run_spec.num_epochs: expected a valid integer (got True, a bool)",
+        ),
         ({"run_spec": {"add_batch_norm": 2}}, "run_spec.add_batch_norm: expected less than or equal to 1"),
         ({"run_spec": {"learning_rate": 0}}, "run_spec.learning_rate: expected greater than 0"),
         ({"policy": "fastest"}, "policy: expected 'original' or 'default' (got 'fastest', a str)"),
         ({"wait_seconds": 0}, "wait_seconds: expected greater than or equal to 1"),
         ({"run_spec": {"depth": 21}}, "run_spec.depth: ResNet depth must be 6n+2"),
         ({"run_spec": {"activation": "tanh"}}, "run_spec.activation: expected 'elu' or 'relu'"),
-        ({"run_spec": {"instance_type": "p3.2xlarge"}}, "run_spec.instance_type: expected a SageMaker instance type"),
-        ({"run_spec": {"rules": [{"name": "Exploding"}]}}, "run_spec.rules.0.name: expected 'ExplodingTensor'"),
+        (
+            {"run_spec": {"instance_type": "p3.2xlarge"}},
+            "run_spec.instance_type: expected a SageMaker instance type",
+        ),
+        (
+            {"run_spec": {"rules": [{"name": "Exploding"}]}},
+            "run_spec.rules.0.name: expected 'ExplodingTensor'",
+        ),
         (
             {"run_spec": {"rules": [{"name": "ExplodingTensor", "parameters": {"only_nan": False}}]}},
             "run_spec.rules.0.parameters.only_nan: expected a valid string",
@@ -58,7 +70,10 @@ def test_none_input_is_the_same_as_empty():
             "parameter 'tensor_regex' is 257 characters; at most 256 allowed",
         ),
         ({"run_spec": {"capture": {"losses": {}}}}, "give exactly one of save_interval or save_steps"),
-        ({"limits": {"max_num_retraining": -1}}, "limits.max_num_retraining: expected greater than or equal to 0"),
+        (
+            {"limits": {"max_num_retraining": -1}},
+            "limits.max_num_retraining: expected greater than or equal to 0",
+        ),
         ([], "input: expected a JSON object, got list"),
     ],
 )
@@ -97,13 +112,17 @@ def test_a_state_that_does_not_validate_is_state_corrupted(settings):
 
 def test_short_execution_id_differs_for_a_reused_name(settings):
     first = launching.prepare({}, EXECUTION, settings).execution.short_id
-    again = launching.prepare({}, {**EXECUTION, "start_time": "2025-06-01T00:00:00Z"}, settings).execution.short_id
+    again = launching.prepare(
+        {}, {**EXECUTION, "start_time": "2025-06-01T00:00:00Z"}, settings
+    ).execution.short_id
     assert first != again
 
 
 def test_schema_files_are_up_to_date():
     for name, text in schemas.documents().items():
-        assert (SCHEMAS / name).read_text() == text, f"schemas/{name} is stale: run python lambdas/workflow/schemas.py"
+        assert (SCHEMAS / name).read_text() == text, (
+            f"schemas/{name} is stale: run python lambdas/workflow/schemas.py"
+        )
 
 
 def test_example_input_file_is_valid_input():
@@ -131,8 +150,10 @@ def test_thirty_attempts_serialise_under_64_kb(settings):
         )
         state = launching.launch(state, settings, now).state
         now += timedelta(minutes=5)
-        obs = observe(describe(state, "Failed", failure_reason="AlgorithmError: RuleStop: ExplodingTensor"),
-                      findings=sentinel_findings(step=number + 2))
+        obs = observe(
+            describe(state, "Failed", failure_reason="AlgorithmError: RuleStop: ExplodingTensor"),
+            findings=sentinel_findings(step=number + 2),
+        )
         state = monitor.check(state, obs, now).state
     assert len(state.attempts) == 30
     assert all(attempt.finding and attempt.decision for attempt in state.attempts)
