@@ -230,9 +230,10 @@ def _after_end(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckRes
     """Completed, Failed or Stopped with no finding."""
     if obs.status == "Completed":
         reason = f"attempt {attempt.number} completed with no rule firing"
-        errored = obs.rules_errored()
-        if errored:
-            reason += f" (Debugger could not evaluate {', '.join(errored)}; the in-job sentinel saw nothing)"
+        unknown = obs.rules_without_verdict()
+        if unknown:
+            # Not a failure of the training run; say plainly which verdicts are missing.
+            reason += f" (Debugger gave no verdict for {', '.join(unknown)}; the in-job sentinel saw nothing)"
         return _end(s, attempt, obs, "succeeded", reason)
     if obs.status == "Failed":
         reason_text = obs.failure_reason or ""

@@ -129,8 +129,13 @@ class Observation(BaseModel):
     def rules_pending(self) -> list[str]:
         return [rule.name for rule in self.rule_statuses if rule.status == "InProgress"]
 
-    def rules_errored(self) -> list[str]:
-        return [rule.name for rule in self.rule_statuses if rule.status == "Error"]
+    def rules_without_verdict(self) -> list[str]:
+        """Rules that ended without saying whether the run was healthy."""
+        return [
+            f"{rule.name} ({rule.status})"
+            for rule in self.rule_statuses
+            if rule.status in ("Error", "Stopping", "Stopped")
+        ]
 
     def steps_consumed(self) -> int | None:
         if "train:step" in self.final_metrics:

@@ -398,3 +398,21 @@ def _full(response: dict[str, Any]) -> dict[str, Any]:
         "CreationTime": T0,
         **response,
     }
+
+
+# --- the whole loop on moto, through the real entry points and default clients ----------------
+
+
+def test_prepare_launch_check_through_lambda_handler_on_moto(cloud):
+    """Default lazily-created clients, Powertools decorators, moto's SageMaker: the shape of a run."""
+    state = train_handler.lambda_handler(load_event("train-prepare-console.json"), Context())
+    state = train_handler.lambda_handler({"action": "launch", "state": state}, Context())
+    name = state["history"]["latest_job_name"]
+    described = boto3.client("sagemaker", region_name=REGION).describe_training_job(TrainingJobName=name)
+    assert described["CheckpointConfig"]["S3Uri"] == state["attempts"][0]["checkpoint_s3_uri"]
+    # moto's training jobs complete at once and report no rule statuses.
+    state = monitor_handler.lambda_handler({"action": "check", "state": state}, Context())
+    assert state["job_status"] == "Completed"
+    assert (state["next_action"], state["outcome"]) == ("end", "succeeded")
+    events = sorted(m["MessageAttributes"]["event_type"]["Value"] for m in messages(cloud))
+    assert events == ["completed", "launched"]

@@ -240,12 +240,14 @@ def test_completed_while_a_rule_is_still_evaluating_waits_for_its_verdict(settin
     assert result.state.outcome is None
 
 
-def test_completed_with_a_rule_evaluation_error_succeeds_but_says_so(settings):
+@pytest.mark.parametrize("rule_status", ["Error", "Stopping", "Stopped"])
+def test_completed_with_a_rule_that_gave_no_verdict_succeeds_but_says_so(settings, rule_status):
     state = launched(settings)
-    rules = [("ExplodingTensor", "Error"), ("VanishingGradient", "NoIssuesFound")]
+    rules = [("ExplodingTensor", rule_status), ("VanishingGradient", "NoIssuesFound")]
     result = monitor.check(state, observation(state, "Completed", rules=rules), LATER)
     assert result.state.outcome == "succeeded"
-    assert "could not evaluate ExplodingTensor" in result.state.reason
+    assert f"no verdict for ExplodingTensor ({rule_status})" in result.state.reason
+    assert f"ExplodingTensor:{rule_status}" in result.state.rule_status
 
 
 def test_an_ended_attempt_stops_lingering_rule_evaluation_jobs(settings):
