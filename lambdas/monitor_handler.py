@@ -20,7 +20,7 @@ from workflow import monitor
 from workflow.aws import Artifacts, Notifier, TrainingJobs, get_s3, get_sagemaker, get_sns
 from workflow.errors import StateCorrupted, WorkflowError
 from workflow.monitor import Effects
-from workflow.notifications import Notification
+from workflow.notifications import Notification, clean_subject
 from workflow.observation import Observation, observe
 from workflow.settings import MonitorSettings
 from workflow.state import WorkflowState, dump_state, load_state
@@ -106,8 +106,34 @@ def check(event: dict[str, Any], deps: Collaborators, now: datetime) -> dict[str
     return dump_state(new)
 
 
+def _abort_unreadable(event: dict[str, Any], deps: Collaborators, corrupted: StateCorrupted) -> None:
+    """The state itself is broken: still stop the job it names and tell someone, then re-raise."""
+    raw = event.get("state") if isinstance(event.get("state"), dict) else {}
+    job_name = (raw.get("history") or {}).get("latest_job_name")
+    execution = str((raw.get("execution") or {}).get("name") or "unknown")
+    if isinstance(job_name, str) and job_name:
+        deps.jobs.stop(job_name)
+    caught = (event.get("error") or {}).get("Error", "Error")
+    body = (
+        f"Execution: {execution}\n\nThe state machine caught {caught} and the state payload does not "
+        f"validate, so the execution ends without its history.\nState problem: {corrupted}\n"
+        f"Training job stopped: {job_name or 'none recorded'}"
+    )
+    note = Notification(
+        "failed",
+        clean_subject(f"Failed: {caught}; state payload unreadable"),
+        body,
+        {"event_type": "failed", "execution": execution, "outcome": "failed"},
+    )
+    _publish(note, deps)
+
+
 def abort(event: dict[str, Any], deps: Collaborators, now: datetime) -> dict[str, Any]:
-    state = load_state(event.get("state"))
+    try:
+        state = load_state(event.get("state"))
+    except StateCorrupted as corrupted:
+        _abort_unreadable(event, deps, corrupted)
+        raise
     observation = None
     if state.current is not None:
         try:

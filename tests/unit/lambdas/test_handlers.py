@@ -416,3 +416,20 @@ def test_prepare_launch_check_through_lambda_handler_on_moto(cloud):
     assert (state["next_action"], state["outcome"]) == ("end", "succeeded")
     events = sorted(m["MessageAttributes"]["event_type"]["Value"] for m in messages(cloud))
     assert events == ["completed", "launched"]
+
+
+def test_abort_with_an_unreadable_state_still_stops_the_job_and_notifies(cloud):
+    client, stub = stubbed_sagemaker()
+    stub.add_response("stop_training_job", {}, {"TrainingJobName": "stabilizer-0a1b2c3d-4"})
+    deps = monitor_handler.Collaborators(jobs=aws.TrainingJobs(client))
+    event = {
+        "action": "abort",
+        "state": {"execution": {"name": "run-9"}, "history": {"latest_job_name": "stabilizer-0a1b2c3d-4"}},
+        "error": {"Error": "StateCorrupted", "Cause": "run_spec: missing"},
+    }
+    with stub, pytest.raises(StateCorrupted):
+        monitor_handler.handle(event, deps, T0)
+    stub.assert_no_pending_responses()
+    [message] = messages(cloud)
+    assert message["Subject"] == "Failed: StateCorrupted; state payload unreadable"
+    assert message["MessageAttributes"]["execution"]["Value"] == "run-9"
