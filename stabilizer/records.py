@@ -16,6 +16,8 @@ from typing import Any
 #   step=12 epoch=1 loss=2.3012 lr=0.1 grad_norm=4.52
 #   eval epoch=3 test_loss=0.61 test_accuracy=0.8111
 _PAIR = re.compile(r"(\w+)=(\S+)")
+# A notification's text is followed by this line and a JSON object (docs/contracts.md).
+DETAILS_MARKER = "Details (JSON):"
 
 
 def _number(text: str) -> float | None:
@@ -81,11 +83,19 @@ class Notification:
 
     @property
     def body(self) -> Any:
-        """The structured JSON body, or None when the message is plain text."""
+        """The structured part: the whole message when it is JSON, else the JSON object after
+        ``Details (JSON):`` (docs/contracts.md, Notifications), else None."""
         try:
             return json.loads(self.message)
         except ValueError:
-            return None
+            pass
+        _, marker, details = self.message.partition(DETAILS_MARKER)
+        if marker:
+            try:
+                return json.loads(details)
+            except ValueError:
+                return None
+        return None
 
 
 @dataclass

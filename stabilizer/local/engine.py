@@ -358,7 +358,7 @@ class LocalEngine:
     def _rule_evaluator(self) -> Any:
         from stabilizer.local.rules import rule_evaluator_factory
 
-        return rule_evaluator_factory(self.project.model, python=self.python)
+        return rule_evaluator_factory(python=self.python, region=REGION, account=ACCOUNT)
 
     def _create_state_machine(self) -> None:
         text = self.project.definition.read_text()

@@ -18,7 +18,8 @@ the SageMaker container contract (script mode, as the framework containers run i
 - when ``DebugRuleConfigurations`` are given, ``DebugRuleEvaluationStatuses`` come from an
   out-of-job rule evaluator process running beside the job.
 
-This module knows the container contract, not the training script or the workflow.
+StopProcessingJob is served for those rule-evaluation jobs. This module knows the container
+contract, not the training script or the workflow.
 """
 
 from __future__ import annotations
@@ -310,6 +311,16 @@ class LocalSageMaker:
                 response["FinalMetricDataList"] = list(job.final_metrics)
             if job.rules is not None:
                 response["DebugRuleEvaluationStatuses"] = job.rules.statuses()
+            elif request.get("DebugRuleConfigurations"):
+                # Rule jobs are pending until the training job has its data and source.
+                response["DebugRuleEvaluationStatuses"] = [
+                    {
+                        "RuleConfigurationName": rule["RuleConfigurationName"],
+                        "RuleEvaluationStatus": "InProgress",
+                        "LastModifiedTime": job.creation_time,
+                    }
+                    for rule in request["DebugRuleConfigurations"]
+                ]
         return response
 
     def stop_training_job(self, name: str) -> dict[str, Any]:
@@ -368,6 +379,20 @@ class LocalSageMaker:
         if start + size < len(jobs):
             response["NextToken"] = str(start + size)
         return response
+
+    def stop_processing_job(self, name: str) -> dict[str, Any]:
+        """StopProcessingJob for a rule-evaluation job started beside a training job."""
+        for job in self.jobs.values():
+            owns = getattr(job.rules, "owns", None)
+            if owns is not None and owns(name):
+                already = job.rules.stop_processing_job(name)  # type: ignore[union-attr]
+                if already is not None:
+                    raise SageMakerRequestError(
+                        "ValidationException",
+                        f"The request was rejected because the processing job is in status {already}.",
+                    )
+                return {}
+        raise SageMakerRequestError("ValidationException", f"Could not find processing job '{name}'.")
 
     # ---------------------------------------------------------------- conveniences for the engine
     def running_jobs(self) -> list[LocalTrainingJob]:
@@ -654,6 +679,7 @@ class LocalSageMaker:
             "describe_training_job": serve(lambda p: emulator.describe_training_job(_name(p))),
             "stop_training_job": serve(lambda p: emulator.stop_training_job(_name(p))),
             "list_training_jobs": serve(emulator.list_training_jobs),
+            "stop_processing_job": serve(lambda p: emulator.stop_processing_job(p.get("ProcessingJobName", ""))),
         }
         with contextlib.ExitStack() as stack:
             for attribute, method in patches.items():

@@ -7,6 +7,7 @@ a caller of the SageMaker API sees: statuses, secondary statuses, failure reason
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from stabilizer.local.rules import rule_evaluator_factory
 from stabilizer.local.sagemaker import LocalSageMaker, decode_hyperparameters, to_cmd_args
 
 BUCKET = "stabilizer-test"  # the conftest's bucket
@@ -261,6 +263,75 @@ def test_debugger_rules_without_an_evaluator_are_reported_as_errors(sagemaker: A
     described = wait_for(client, "job-rules", {"Completed", "Failed", "Stopped"})
     statuses = described["DebugRuleEvaluationStatuses"]
     assert [(s["RuleConfigurationName"], s["RuleEvaluationStatus"]) for s in statuses] == [("ExplodingTensor", "Error")]
+
+
+def rules_request(staged: dict[str, str], name: str, **hyperparameters: str) -> dict[str, Any]:
+    job_request = request(staged, name, **hyperparameters)
+    job_request["DebugRuleConfigurations"] = [
+        {
+            "RuleConfigurationName": "ExplodingTensor",
+            "RuleEvaluatorImage": RULES_IMAGE,
+            "RuleParameters": {"rule_to_invoke": "ExplodingTensor", "only_nan": "False"},
+        }
+    ]
+    return job_request
+
+
+@pytest.fixture
+def sagemaker_with_rules(tmp_path: Path, s3: Any) -> Any:
+    factory = rule_evaluator_factory(python=sys.executable, region="us-east-1", account="123456789012")
+    emulator = LocalSageMaker(tmp_path / "jobs", s3, stop_grace_seconds=5, rule_evaluator=factory)
+    with emulator.installed():
+        yield boto3.client("sagemaker", region_name="us-east-1"), emulator
+    emulator.stop_all()
+    emulator.wait_all(timeout=30)
+
+
+def test_rule_statuses_come_from_an_evaluator_process_per_rule(sagemaker_with_rules: Any, staged: Any):
+    client, _ = sagemaker_with_rules
+    client.create_training_job(**rules_request(staged, "job-rules-fire", mode="rulestop"))
+    deadline = time.monotonic() + 30
+    while True:
+        statuses = client.describe_training_job(TrainingJobName="job-rules-fire")["DebugRuleEvaluationStatuses"]
+        if statuses[0]["RuleEvaluationStatus"] != "InProgress" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert statuses[0]["RuleConfigurationName"] == "ExplodingTensor"
+    assert statuses[0]["RuleEvaluationStatus"] == "IssuesFound"
+    # The evaluator got the rule list entry built from the configuration, parameters included.
+    assert 'ExplodingTensor {"only_nan": "False"}' in statuses[0]["StatusDetails"]
+    assert statuses[0]["RuleEvaluationJobArn"].startswith(
+        "arn:aws:sagemaker:us-east-1:123456789012:processing-job/job-rules-fire-explodingtensor-"
+    )
+
+
+def test_stop_processing_job_stops_one_rule_evaluation(sagemaker_with_rules: Any, staged: Any):
+    client, _ = sagemaker_with_rules
+    client.create_training_job(**rules_request(staged, "job-rules-stop", mode="hang"))
+    wait_for(client, "job-rules-stop", {"InProgress"})
+    deadline = time.monotonic() + 30
+    while True:
+        first = client.describe_training_job(TrainingJobName="job-rules-stop")["DebugRuleEvaluationStatuses"][0]
+        if "RuleEvaluationJobArn" in first:
+            break
+        assert first["RuleEvaluationStatus"] == "InProgress"  # pending until the job has started
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    arn = first["RuleEvaluationJobArn"]
+    name = arn.split("/")[-1]
+    client.stop_processing_job(ProcessingJobName=name)
+    while True:
+        status = client.describe_training_job(TrainingJobName="job-rules-stop")["DebugRuleEvaluationStatuses"][0]
+        if status["RuleEvaluationStatus"] == "Stopped" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert status["RuleEvaluationStatus"] == "Stopped"
+    with pytest.raises(ClientError, match="in status Stopped"):
+        client.stop_processing_job(ProcessingJobName=name)
+    with pytest.raises(ClientError, match="Could not find processing job"):
+        client.stop_processing_job(ProcessingJobName="no-such-rule-job")
+    # The training job itself keeps running.
+    assert client.describe_training_job(TrainingJobName="job-rules-stop")["TrainingJobStatus"] == "InProgress"
 
 
 def test_hyperparameters_are_decoded_and_passed_as_the_toolkit_does():

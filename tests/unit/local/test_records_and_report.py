@@ -1,0 +1,99 @@
+"""Run records and the report: log parsing, notification bodies, explosion points, the files."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from stabilizer.records import AttemptRecord, EvalPoint, MetricPoint, Notification, RunRecord, parse_log_line
+from stabilizer.report import attempt_rows, outcome, table_text, timing, write_report
+
+
+def test_log_lines_are_read_as_the_metric_definitions_read_them():
+    point = parse_log_line("step=12 epoch=1 loss=2.3012 lr=0.1 grad_norm=4.52\n")
+    assert point == MetricPoint(step=12, loss=2.3012, grad_norm=4.52, lr=0.1, epoch=1)
+    nan = parse_log_line("step=3 epoch=0 loss=nan lr=0.1 grad_norm=inf")
+    assert isinstance(nan, MetricPoint) and math.isnan(nan.loss) and nan.grad_norm == math.inf
+    assert parse_log_line("eval epoch=3 test_loss=0.61 test_accuracy=0.8111") == EvalPoint(3, 0.61, 0.8111)
+    assert parse_log_line("resumed from checkpoint-00000050.pt at step 50") is None
+
+
+def test_notification_body_is_the_json_after_the_details_marker():
+    note = Notification("Relaunching", 'What fired:\n  rule: X\nDetails (JSON):\n{"event_type": "relaunching"}', 1.0)
+    assert note.body == {"event_type": "relaunching"}
+    assert Notification("s", '{"a": 1}', 0).body == {"a": 1}
+    assert Notification("s", "plain text", 0).body is None
+
+
+def sample_record() -> RunRecord:
+    exploded = AttemptRecord(number=1, job_name="stabilizer-aaaa0000-1", status="Failed", seconds=10.0)
+    exploded.metrics = [MetricPoint(0, 2.3, 3.1), MetricPoint(1, 85.8, 826.5), MetricPoint(2, math.nan, math.nan)]
+    recovered = AttemptRecord(number=2, job_name="stabilizer-aaaa0000-2", status="Completed", seconds=20.0)
+    recovered.metrics = [MetricPoint(s, 2.3 / (s + 1), 1.0 + s) for s in range(5)]
+    state = {
+        "policy": "default",
+        "reason": "a training job completed",
+        "attempts": [
+            {
+                "job_name": exploded.job_name,
+                "run_spec": {"warmup_learning_rate": 0.1, "learning_rate": 0.1, "add_batch_norm": 0, "grad_clip": 0},
+                "finding": {"rule": "ExplodingTensor", "step": 2},
+                "decision": {"action": "relaunch", "remedy": "add_batch_norm", "reason": "exploded in warm-up"},
+            },
+            {
+                "job_name": recovered.job_name,
+                "run_spec": {"warmup_learning_rate": 0.1, "learning_rate": 0.1, "add_batch_norm": 1, "grad_clip": 0},
+                "decision": {"action": "end", "reason": "completed"},
+            },
+        ],
+    }
+    return RunRecord(
+        execution_arn="arn:aws:states:us-east-1:123456789012:execution:m:e",
+        name="e",
+        input={},
+        status="SUCCEEDED",
+        state=state,
+        states=["ValidateInput", "LaunchTrainingJob", "TrainingSucceeded"],
+        notifications=[Notification("Relaunching", "x", 12.0, {"event_type": "relaunching"})],
+        attempts=[exploded, recovered],
+        wall_seconds=40.0,
+    )
+
+
+def test_attempt_rows_join_the_workflow_record_with_what_was_observed():
+    rows = attempt_rows(sample_record())
+    assert [(r.recipe, r.status, r.steps, r.finding) for r in rows] == [
+        ("warm-up LR 0.1, LR 0.1, no BN", "Failed", "3", "ExplodingTensor at step 2"),
+        ("warm-up LR 0.1, LR 0.1, BN", "Completed", "5", "-"),
+    ]
+    assert rows[0].decision == "add_batch_norm: exploded in warm-up"
+    assert "stabilizer-aaaa0000-2" in table_text(sample_record())
+
+
+def test_timing_and_outcome():
+    record = sample_record()
+    assert timing(record) == {
+        "wall_seconds": 40.0,
+        "job_seconds": 30.0,
+        "control_plane_seconds": 10.0,
+        "control_plane_fraction": 0.25,
+    }
+    assert outcome(record) == "succeeded"
+    record.status, record.error = "FAILED", "TrainingNotRecovered"
+    assert outcome(record) == "gave up"
+    record.error = "StateCorrupted"
+    assert outcome(record) == "failed"
+
+
+def test_report_files(tmp_path: Path):
+    paths = write_report(sample_record(), tmp_path)
+    data = json.loads(paths["json"].read_text())
+    assert data["outcome"] == "succeeded"
+    assert data["attempts"][0]["explosion"] == {"step": 2, "kind": "non-finite"}
+    assert data["attempts"][0]["metrics"][2]["loss"] == "nan"  # JSON has no NaN
+    markdown = paths["markdown"].read_text()
+    assert "| 1 | stabilizer-aaaa0000-1 | warm-up LR 0.1, LR 0.1, no BN | Failed |" in markdown
+    assert "![loss](plots/loss.png)" in markdown
+    for name in ("loss", "grad_norm"):
+        assert paths[name].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
