@@ -1,0 +1,172 @@
+"""Local mode end to end: the project's ASL definition in moto's interpreter, the project's Lambda
+handlers in process, and real training jobs of model/train.py as local processes.
+
+Small on purpose: a subset of the digits, batch 64, no warm-up epoch (so the reference network
+at LR 0.1 explodes within a few steps whatever the warm-up LR) and a short final run. The
+reference problem must explode, be stopped by the sentinel, be relaunched and end succeeded
+with batch norm, under both policies; the history and the notifications must tell the same
+story as the state payload.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from stabilizer.local.engine import LocalEngine, Project
+from stabilizer.records import RunRecord
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+# Fast but faithful: the explosion needs no warm-up epoch, and the healthy run stops after a few steps.
+SMALL_RUN = {
+    "wait_seconds": 1,
+    "run_spec": {"warmup_epochs": 0, "num_epochs": 1, "batch_size": 64, "max_steps": 6, "checkpoint_every": 2},
+}
+
+
+def parts_present() -> None:
+    missing = [p for p in ("statemachine", "lambdas/train_handler.py", "model/rule_engine") if not (ROOT / p).exists()]
+    if missing:
+        pytest.skip(f"not in this tree yet: {', '.join(missing)}")
+
+
+@pytest.fixture(scope="module")
+def small_digits(digits_channels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 512 training and 128 test examples of the offline digits channels."""
+    out = tmp_path_factory.mktemp("small-digits")
+    for channel, count in (("train", 512), ("test", 128)):
+        (out / channel).mkdir()
+        for name in ("x.npy", "y.npy"):
+            np.save(out / channel / name, np.load(digits_channels[channel] / name)[:count])
+    return out
+
+
+def run_policy(policy: str, data: Path, run_dir: Path) -> tuple[RunRecord, list[dict[str, Any]]]:
+    parts_present()
+    with LocalEngine(run_dir, data, project=Project.discover(ROOT)) as engine:
+        record = engine.run({**SMALL_RUN, "policy": policy}, name=f"e2e-{policy}")
+        history = engine.history(record.execution_arn)
+    return record, history
+
+
+def check_recovered_with_batch_norm(record: RunRecord, history: list[dict[str, Any]]) -> None:
+    state = record.state or {}
+    attempts = state["attempts"]
+    assert record.status == "SUCCEEDED", (record.error, record.cause)
+    assert state["outcome"] == "succeeded"
+    assert state["run_spec"]["add_batch_norm"] == 1
+
+    # Every attempt without batch norm exploded and was stopped (by the sentinel, exit 86, or by the
+    # monitor, which sees the findings within one poll and may stop the job first), then relaunched.
+    *failed, last = attempts
+    assert failed, "the reference problem must explode at least once"
+    for attempt in failed:
+        assert attempt["run_spec"]["add_batch_norm"] == 0
+        assert attempt["status"] in ("Failed", "Stopped")
+        if attempt["status"] == "Failed":
+            assert "RuleStop:" in attempt["failure_reason"]
+        assert attempt["finding"]["rule"] == "ExplodingTensor"
+        assert attempt["decision"]["action"] == "relaunch"
+    assert last["run_spec"]["add_batch_norm"] == 1
+    assert last["status"] == "Completed"
+
+    # What the engine observed agrees: the same jobs, the failed ones blew up, the last one stayed finite.
+    assert [a.job_name for a in record.attempts] == [a["job_name"] for a in attempts]
+    for observed in record.attempts[:-1]:
+        assert observed.explosion() is not None
+        assert observed.findings is not None
+    assert record.attempts[-1].findings is None
+
+    # The interpreter's history: validate, then one launch per attempt, each relaunch after a decision.
+    entered = [e["stateEnteredEventDetails"]["name"] for e in history if "stateEnteredEventDetails" in e]
+    assert entered[:3] == ["ValidateInput", "LaunchTrainingJob", "WaitForProgress"]
+    assert entered.count("LaunchTrainingJob") == len(attempts)
+    for index, name in enumerate(entered):
+        if name == "LaunchTrainingJob" and index > 1:
+            assert entered[index - 1] == "DecideNextStep"
+    assert entered[-1] == "TrainingSucceeded"
+    assert not {"StopJobAndNotify", "NotifyFailure", "RejectInput"} & set(entered)
+    assert history[-1]["type"] == "ExecutionSucceeded"
+
+    # One notification per decision: a relaunch per failed attempt naming its rule, then completed.
+    by_type: dict[str, list[Any]] = {}
+    for note in record.notifications:
+        assert note.attributes["execution"] == record.name
+        by_type.setdefault(note.event_type, []).append(note)
+    relaunches = by_type.get("relaunching", [])
+    assert [int(n.attributes["attempt"]) for n in relaunches] == [a["number"] for a in failed]
+    assert all(n.attributes["rule"] == "ExplodingTensor" for n in relaunches)
+    final = record.notifications[-1]
+    assert final.event_type == "completed"
+    assert final.attributes["outcome"] == "succeeded"
+    assert final.body["outcome"] == "succeeded"
+
+
+def test_default_policy_adds_batch_norm_after_the_first_explosion(small_digits: Path, tmp_path: Path):
+    record, history = run_policy("default", small_digits, tmp_path / "run")
+    check_recovered_with_batch_norm(record, history)
+    assert len(record.attempts) == 2
+
+
+def test_original_policy_halves_the_warmup_lr_five_times_then_adds_batch_norm(small_digits: Path, tmp_path: Path):
+    record, history = run_policy("original", small_digits, tmp_path / "run")
+    check_recovered_with_batch_norm(record, history)
+    warmups = [a["run_spec"]["warmup_learning_rate"] for a in record.state["attempts"]]
+    assert warmups == pytest.approx([0.1, 0.05, 0.025, 0.0125, 0.00625, 0.003125, 0.003125])
+    assert len(record.attempts) == 7
+
+
+def test_ctrl_c_stops_the_running_job_and_keeps_its_checkpoint(small_digits: Path, tmp_path: Path):
+    parts_present()
+    command = [
+        sys.executable,
+        "-m",
+        "stabilizer.cli",
+        "run",
+        "--local",
+        "--plain",
+        "--name",
+        "e2e-interrupted",
+        "--run-dir",
+        str(tmp_path),
+        "--data-dir",
+        str(small_digits),
+        "wait_seconds=1",
+        "add_batch_norm=1",
+        "num_epochs=5",
+        "batch_size=64",
+        "checkpoint_every=2",
+    ]
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ)
+    )
+    jobs = tmp_path / "e2e-interrupted" / "jobs"
+    deadline = time.monotonic() + 240
+    while not list(jobs.glob("*/checkpoints/checkpoint-*.pt")):
+        assert process.poll() is None, process.stdout.read() if process.stdout else ""
+        assert time.monotonic() < deadline, "no checkpoint was written in time"
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=180)
+
+    assert process.returncode == 130, output
+    match = re.search(r"stopped (\S+) \(Stopped\); checkpoint: (\S+)", output)
+    assert match, output
+    assert Path(match.group(2)).is_file()
+    run = json.loads((tmp_path / "e2e-interrupted" / "run.json").read_text())
+    assert run["outcome"] == "interrupted"
+    assert run["attempts"][0]["status"] == "Stopped"
+    assert run["attempts"][0]["job_name"] == match.group(1)
+    assert "stopped by SIGTERM" in next(jobs.glob("*/logs/training.log")).read_text()
