@@ -136,6 +136,11 @@ def prepare_data(args: argparse.Namespace, model_dir: Path, out: TextIO) -> Path
     return data_dir
 
 
+def project_root() -> Path:
+    """The repository this package runs from (the CLI runs the project's own parts)."""
+    return Path(__file__).resolve().parents[1]
+
+
 def exit_code(record: Any) -> int:
     from stabilizer.report import outcome
 
@@ -170,14 +175,15 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
     from stabilizer.inputs import build_input, workflow_state_module
     from stabilizer.local.engine import LocalEngine, LocalSettings, Project
 
-    project = Project.discover()
+    # The input is checked first: a wrong input is the person's to fix, whatever else is missing.
     execution_input = build_input(
-        state_module=workflow_state_module(project.lambdas),
+        state_module=workflow_state_module(project_root() / "lambdas"),
         input_file=args.input,
         pairs=args.pairs,
         policy=args.policy,
         defaults={"wait_seconds": LOCAL_WAIT_SECONDS},
     )
+    project = Project.discover(project_root())
     data_dir = prepare_data(args, project.model, out)
     name = args.name or f"local-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     run_dir = args.run_dir / name

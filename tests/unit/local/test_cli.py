@@ -1,0 +1,121 @@
+"""The command line: help for every subcommand, and bad input reported in one line with nothing
+launched (no run directory, no engine). The input model is the workflow domain's own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stabilizer.cli import EXIT_USAGE, build_parser, main
+from stabilizer.inputs import InputProblemError, build_input, workflow_state_module
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def state_module():
+    return workflow_state_module(ROOT / "lambdas")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"]])
+def test_every_command_has_help(argv: list[str], capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    assert "usage: stabilizer" in text
+    if argv[0] == "run":
+        for option in ("--local", "--input", "--policy", "--run-dir", "--data-dir", "--plain", "key=value"):
+            assert option in text
+        assert "exit status: 0 succeeded, 2 gave up, 1 failed" in text
+
+
+def run_bad(argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    runs = tmp_path / "runs"
+    code = main(["run", "--local", "--run-dir", str(runs), *argv])
+    captured = capsys.readouterr()
+    assert code == EXIT_USAGE
+    assert not runs.exists(), "nothing may be launched for bad input"
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    return lines[0]
+
+
+def test_missing_input_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    line = run_bad(["--input", str(tmp_path / "nope.json")], tmp_path, capsys)
+    assert line == f"stabilizer: input file not found: {tmp_path / 'nope.json'}"
+
+
+def test_malformed_input_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"policy": "original",\n "run_spec": {')
+    line = run_bad(["--input", str(bad)], tmp_path, capsys)
+    assert line.startswith(f"stabilizer: input file {bad} is not valid JSON: ")
+    assert "line 2 column" in line
+
+
+def test_input_file_that_is_not_an_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    bad = tmp_path / "list.json"
+    bad.write_text("[1, 2]")
+    assert "must hold a JSON object, not a list" in run_bad(["--input", str(bad)], tmp_path, capsys)
+
+
+def test_unknown_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    line = run_bad(["num_epoch=1"], tmp_path, capsys)
+    assert line.startswith("stabilizer: unknown key 'num_epoch'; known keys: ")
+    assert "num_epochs" in line
+
+
+def test_wrong_type_names_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    line = run_bad(["num_epochs=three"], tmp_path, capsys)
+    assert line.startswith("stabilizer: run_spec.num_epochs: ")
+    assert "'three'" in line
+
+
+def test_out_of_range_value_names_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    assert run_bad(["add_batch_norm=2"], tmp_path, capsys).startswith("stabilizer: run_spec.add_batch_norm: ")
+
+
+def test_unknown_field_in_the_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    bad = tmp_path / "extra.json"
+    bad.write_text(json.dumps({"run_spec": {"learning_rat": 0.1}}))
+    line = run_bad(["--input", str(bad)], tmp_path, capsys)
+    assert line.startswith("stabilizer: run_spec.learning_rat: unknown field")
+
+
+def test_not_a_pair(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    assert run_bad(["num_epochs"], tmp_path, capsys) == "stabilizer: expected key=value, got 'num_epochs'"
+
+
+def test_run_without_local_is_explained(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    assert main(["run"]) == EXIT_USAGE
+    assert "run needs --local" in capsys.readouterr().err
+
+
+def test_bad_option_exits_with_the_usage_status(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["run", "--policy", "clever"])
+    assert exit_.value.code == EXIT_USAGE
+    assert "invalid choice: 'clever'" in capsys.readouterr().err
+
+
+def test_pairs_file_and_policy_combine_into_the_execution_input(tmp_path: Path, state_module):
+    given = tmp_path / "input.json"
+    given.write_text(json.dumps({"policy": "default", "run_spec": {"num_epochs": 2}}))
+    built = build_input(
+        state_module=state_module,
+        input_file=given,
+        pairs=["learning_rate=0.05", "limits.max_num_retraining=3", "activation=relu", "wait_seconds=5"],
+        policy="original",
+        defaults={"wait_seconds": 2},
+    )
+    assert built == {
+        "policy": "original",
+        "wait_seconds": 5,
+        "run_spec": {"num_epochs": 2, "learning_rate": 0.05, "activation": "relu"},
+        "limits": {"max_num_retraining": 3},
+    }
+    with pytest.raises(InputProblemError, match=r"unknown key 'limits\.nope'"):
+        build_input(state_module=state_module, pairs=["limits.nope=1"])
