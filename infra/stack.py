@@ -363,7 +363,7 @@ class StabilizerStack(Stack):
             ],
         )
         policy.attach_to_role(role)
-        self._acknowledge_function_policy(policy)
+        self._acknowledge_function_policy(policy, stops_rule_jobs=True)
 
     def _read_findings_statements(self) -> list[iam.PolicyStatement]:
         return [
@@ -375,21 +375,24 @@ class StabilizerStack(Stack):
             self._list_bucket("executions/*"),
         ]
 
-    def _acknowledge_function_policy(self, policy: iam.Policy) -> None:
+    def _acknowledge_function_policy(self, policy: iam.Policy, *, stops_rule_jobs: bool = False) -> None:
         prefix = self.config.job_name_prefix
         bucket = self._logical_id(self.bucket)
-        _acknowledge(
-            policy,
-            (f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>:"
-             f"training-job/{prefix}*]",
+        arn = "arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>"
+        findings = [
+            (f"AwsSolutions-IAM5[Resource::{arn}:training-job/{prefix}*]",
              "Training jobs are named at run time (execution and attempt); the scope is this "
              "deployment's job-name prefix."),
-            (f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>:"
-             f"processing-job/{prefix}*]",
-             "Debugger rule jobs are named after their training job at run time; same prefix scope."),
             (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/executions/*/checkpoints/findings.json]",
              "One findings.json per attempt, under executions/<execution>/attempt-<n>/ named at run time."),
-        )
+        ]
+        if stops_rule_jobs:
+            findings.append((
+                f"AwsSolutions-IAM5[Resource::{arn}:processing-job/{prefix}*]",
+                "Debugger rule jobs are named after their training job at run time; the scope is this "
+                "deployment's job-name prefix.",
+            ))
+        _acknowledge(policy, *findings)
 
     # --- functions ----------------------------------------------------------------------------
 

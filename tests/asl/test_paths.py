@@ -86,7 +86,7 @@ def test_launch_monitor_succeeds(workflow):
     # Each Lambda gets the state the previous one returned; the output is the last state.
     assert outcome.events_of("launch")[0]["state"] == PREPARED
     assert [event["state"] for event in outcome.events_of("check")] == [LAUNCHED, WATCHING]
-    assert outcome.output == COMPLETED
+    assert outcome.output == {"state": COMPLETED}
 
 
 def test_exploding_then_relaunch(workflow):
@@ -109,7 +109,7 @@ def test_exploding_then_relaunch(workflow):
         "LaunchTrainingJob", "WaitForProgress", "CheckJobAndRules", "DecideNextStep", "TrainingSucceeded",
     ]
     assert outcome.events_of("launch")[1]["state"] == exploded
-    assert outcome.output == recovered
+    assert outcome.output == {"state": recovered}
 
 
 def test_throttled_twice_then_launches(workflow):
