@@ -50,9 +50,11 @@ from infra.training_image import DLC_REGISTRY_ACCOUNTS, PYTORCH_TRAINING_REPOSIT
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFINITION_FILE = REPO_ROOT / "statemachine" / "stabilizer.asl.json"
 
-# Measured: importing boto3, pydantic and Powertools and creating the SageMaker, S3 and SNS clients
-# peaks at 72 MiB RSS (CPython 3.11, x86_64). 256 MB leaves headroom for the handlers' work and,
-# since Lambda CPU scales with memory, keeps a cold start near one second instead of several.
+# Measured on x86_64 CPython 3.11 in the Lambda layout (asset, layer, boto3; see
+# tests/infra/test_lambda_asset.py): importing boto3, pydantic and Powertools Logger and Tracer
+# peaks at 104 MiB RSS; boto3 + pydantic + Powertools with three clients created, 72 MiB without
+# the Tracer. Not measured on Lambda itself. 256 MB leaves more than twice that for the handlers'
+# work and, since Lambda CPU scales with memory, keeps cold starts short.
 LAMBDA_MEMORY_MB = 256
 # One or two SageMaker calls plus an S3 read and an SNS publish, each retried by botocore.
 LAMBDA_TIMEOUT = Duration.seconds(60)
