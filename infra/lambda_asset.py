@@ -227,3 +227,8 @@ def build_lambda_asset(
             shutil.copy2(path, destination)
 
     return BuiltAsset(_build_once(cache_root / f"asset-{key}", build), key)
+
+
+if __name__ == "__main__":
+    # `python -m infra.lambda_asset`: fetch and cache the wheels the deployed asset bundles.
+    print(build_dependencies(asset_requirements()))
