@@ -52,9 +52,9 @@ DEFINITION_FILE = REPO_ROOT / "statemachine" / "stabilizer.asl.json"
 
 # Measured on x86_64 CPython 3.11 in the Lambda layout (asset, layer, boto3; see
 # tests/infra/test_lambda_asset.py): importing boto3, pydantic and Powertools Logger and Tracer
-# peaks at 104 MiB RSS; boto3 + pydantic + Powertools with three clients created, 72 MiB without
-# the Tracer. Not measured on Lambda itself. 256 MB leaves more than twice that for the handlers'
-# work and, since Lambda CPU scales with memory, keeps cold starts short.
+# peaks at 104 MiB RSS (72 MiB without the Tracer, with three boto3 clients created). Not
+# measured on Lambda itself. 256 MB is about 2.5 times that peak, room for the handlers' work,
+# and since Lambda CPU scales with memory it keeps cold starts short.
 LAMBDA_MEMORY_MB = 256
 # One or two SageMaker calls plus an S3 read and an SNS publish, each retried by botocore.
 LAMBDA_TIMEOUT = Duration.seconds(60)
