@@ -50,11 +50,10 @@ from infra.training_image import DLC_REGISTRY_ACCOUNTS, PYTORCH_TRAINING_REPOSIT
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFINITION_FILE = REPO_ROOT / "statemachine" / "stabilizer.asl.json"
 
-# Measured on x86_64 CPython 3.11 in the Lambda layout (asset, layer, boto3; see
-# tests/infra/test_lambda_asset.py): importing boto3, pydantic and Powertools Logger and Tracer
-# peaks at 104 MiB RSS (72 MiB without the Tracer, with three boto3 clients created). Not
-# measured on Lambda itself. 256 MB is about 2.5 times that peak, room for the handlers' work,
-# and since Lambda CPU scales with memory it keeps cold starts short.
+# Measured, not on Lambda: loading both handlers in the Lambda layout (asset, layer, boto3 only;
+# tests/infra/test_lambda_asset.py, CPython 3.11 on x86_64, nothing byte-compiled, as on a cold
+# start) peaks at 68 MiB (VmHWM). 256 MB is almost four times that, room for the work (a state
+# payload, one findings file), and gives twice the CPU share of 128 MB, which shortens cold starts.
 LAMBDA_MEMORY_MB = 256
 # One or two SageMaker calls plus an S3 read and an SNS publish, each retried by botocore.
 LAMBDA_TIMEOUT = Duration.seconds(60)
@@ -230,7 +229,8 @@ class StabilizerStack(Stack):
         return [self.bucket.arn_for_objects(pattern) for pattern in patterns]
 
     def _list_bucket(self, *prefixes: str) -> iam.PolicyStatement:
-        # ListBucket makes a missing key a 404 (NoSuchKey) instead of a 403; limited to prefixes.
+        # ListBucket makes a missing key a 404 (NoSuchKey) instead of a 403, and lets the monitor
+        # list an attempt's checkpoints; limited to prefixes.
         return iam.PolicyStatement(
             actions=["s3:ListBucket"],
             resources=[self.bucket.bucket_arn],
@@ -338,7 +338,6 @@ class StabilizerStack(Stack):
                     resources=[self.sagemaker_role.role_arn],
                     conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
                 ),
-                *self._read_findings_statements(),
                 iam.PolicyStatement(sid="Notify", actions=["sns:Publish"], resources=[self.topic.topic_arn]),
             ],
         )
@@ -365,7 +364,7 @@ class StabilizerStack(Stack):
             ],
         )
         policy.attach_to_role(role)
-        self._acknowledge_function_policy(policy, stops_rule_jobs=True)
+        self._acknowledge_function_policy(policy, monitors=True)
 
     def _read_findings_statements(self) -> list[iam.PolicyStatement]:
         return [
@@ -377,7 +376,7 @@ class StabilizerStack(Stack):
             self._list_bucket("executions/*"),
         ]
 
-    def _acknowledge_function_policy(self, policy: iam.Policy, *, stops_rule_jobs: bool = False) -> None:
+    def _acknowledge_function_policy(self, policy: iam.Policy, *, monitors: bool = False) -> None:
         prefix = self.config.job_name_prefix
         bucket = self._logical_id(self.bucket)
         arn = "arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>"
@@ -385,10 +384,12 @@ class StabilizerStack(Stack):
             (f"AwsSolutions-IAM5[Resource::{arn}:training-job/{prefix}*]",
              "Training jobs are named at run time (execution and attempt); the scope is this "
              "deployment's job-name prefix."),
-            (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/executions/*/checkpoints/findings.json]",
-             "One findings.json per attempt, under executions/<execution>/attempt-<n>/ named at run time."),
         ]
-        if stops_rule_jobs:
+        if monitors:
+            findings.append((
+                f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/executions/*/checkpoints/findings.json]",
+                "One findings.json per attempt, under executions/<execution>/attempt-<n>/ named at run time.",
+            ))
             findings.append((
                 f"AwsSolutions-IAM5[Resource::{arn}:processing-job/{prefix}*]",
                 "Debugger rule jobs are named after their training job at run time; the scope is this "

@@ -12,14 +12,19 @@ import json
 from tests.asl.conftest import ok, raises
 
 
-def state(**fields) -> dict:
-    """A state payload carrying the fields the definition reads (see docs/contracts.md)."""
+def state(job: str | None = None, **fields) -> dict:
+    """A state payload with the paths the definition reads (docs/contracts.md, section 4).
+
+    `wait_seconds` is 0 so that paths run in milliseconds; the interpreter accepts any
+    integer >= 0 (the Lambdas' own range is 1..3600).
+    """
     payload = {
         "version": 1,
         "next_action": "launch_new",
         "wait_seconds": 0,
-        "latest_job_name": None,
-        "job_status": None,
+        "outcome": None,
+        "reason": None,
+        "history": {"latest_job_name": job},
         "attempts": [],
     }
     payload.update(fields)
@@ -27,10 +32,9 @@ def state(**fields) -> dict:
 
 
 PREPARED = state()
-LAUNCHED = state(next_action="monitor", latest_job_name="stabilizer-exec-1-1", job_status="InProgress",
-                 attempts=[{"job_name": "stabilizer-exec-1-1"}])
-WATCHING = {**LAUNCHED, "job_status": "InProgress"}
-COMPLETED = {**LAUNCHED, "next_action": "end", "job_status": "Completed"}
+LAUNCHED = state("stabilizer-exec-1-1", next_action="monitor", attempts=[{"job_name": "stabilizer-exec-1-1"}])
+WATCHING = {**LAUNCHED, "attempts": [{"job_name": "stabilizer-exec-1-1", "status": "InProgress"}]}
+COMPLETED = {**LAUNCHED, "next_action": "end", "outcome": "succeeded", "reason": "attempt 1 completed"}
 
 
 def _task_failures(outcome, state_name: str) -> list[dict]:
@@ -68,6 +72,7 @@ def test_prepare_receives_input_and_execution(workflow):
     assert prepare["input"] == {"learning_rate": 0.05}
     assert prepare["execution"]["name"] == "exec-1"
     assert prepare["execution"]["id"].endswith(":exec-1")
+    assert prepare["execution"]["start_time"]
 
 
 def test_launch_monitor_succeeds(workflow):
@@ -90,11 +95,10 @@ def test_launch_monitor_succeeds(workflow):
 
 
 def test_exploding_then_relaunch(workflow):
-    exploded = {**LAUNCHED, "next_action": "launch_new", "job_status": "Stopped",
+    exploded = {**LAUNCHED, "next_action": "launch_new",
                 "attempts": [{"job_name": "stabilizer-exec-1-1", "finding": {"rule": "ExplodingTensor"}}]}
-    relaunched = {**exploded, "next_action": "monitor", "latest_job_name": "stabilizer-exec-1-2",
-                  "job_status": "InProgress"}
-    recovered = {**relaunched, "next_action": "end", "job_status": "Completed"}
+    relaunched = {**exploded, "next_action": "monitor", "history": {"latest_job_name": "stabilizer-exec-1-2"}}
+    recovered = {**relaunched, "next_action": "end", "outcome": "succeeded"}
 
     outcome = workflow.run(
         {},
@@ -172,7 +176,7 @@ def test_unexpected_error_stops_job_notifies_and_fails(workflow):
         prepare=[ok(PREPARED)],
         launch=[ok(LAUNCHED)],
         check=[raises("AwsRequestRejected", denied)],
-        abort=[ok({**LAUNCHED, "job_status": "Stopping"})],
+        abort=[ok({**LAUNCHED, "next_action": "end", "outcome": "failed"})],
     )
 
     assert outcome.status == "FAILED"
@@ -184,7 +188,7 @@ def test_unexpected_error_stops_job_notifies_and_fails(workflow):
     # fails with that error and cause, not with anything from the clean-up.
     abort = outcome.events_of("abort")[0]
     assert abort["state"] == LAUNCHED
-    assert abort["state"]["latest_job_name"] == "stabilizer-exec-1-1"
+    assert abort["state"]["history"]["latest_job_name"] == "stabilizer-exec-1-1"
     assert abort["error"]["Error"] == "AwsRequestRejected"
     assert outcome.error == "AwsRequestRejected"
     assert outcome.cause == abort["error"]["Cause"]
@@ -210,7 +214,7 @@ def test_failed_abort_falls_back_to_topic_and_keeps_original_error(workflow):
     assert notification["execution"].endswith(":exec-1")
     assert notification["data"]["error"]["Error"] == "StateCorrupted"
     # The job that may still be running is named in the message.
-    assert notification["data"]["state"]["latest_job_name"] == "stabilizer-exec-1-1"
+    assert notification["data"]["state"]["history"]["latest_job_name"] == "stabilizer-exec-1-1"
     assert notification["data"]["abort_error"]["Error"] == "AwsRequestRejected"
 
 
@@ -229,12 +233,14 @@ def test_unexpected_error_before_any_state_notifies_and_fails(workflow):
 
 
 def test_policy_gives_up_fails_not_recovered(workflow):
-    gave_up = {**LAUNCHED, "next_action": "end", "job_status": "Stopped"}
+    reason = "ExplodingTensor fired in 7 attempts; the policy has no remedy left"
+    gave_up = {**LAUNCHED, "next_action": "end", "outcome": "gave_up", "reason": reason}
     outcome = workflow.run({}, prepare=[ok(PREPARED)], launch=[ok(LAUNCHED)], check=[ok(gave_up)])
 
     assert outcome.status == "FAILED"
     assert outcome.states[-2:] == ["DecideNextStep", "TrainingNotRecovered"]
     assert outcome.error == "TrainingNotRecovered"
+    assert outcome.cause == f"{reason} (outcome gave_up)"
     assert outcome.actions() == ["prepare", "launch", "check"]
 
 
@@ -266,3 +272,12 @@ def test_wait_seconds_come_from_the_state(workflow):
     exited = next(e for e in outcome.events if e["type"] == "WaitStateExited")
     assert outcome.status == "SUCCEEDED"
     assert (exited["timestamp"] - entered["timestamp"]).total_seconds() >= 0.9
+
+
+def test_an_end_without_reason_still_fails_as_not_recovered(workflow):
+    failed = {**LAUNCHED, "next_action": "end", "outcome": "failed", "reason": None}
+    outcome = workflow.run({}, prepare=[ok(PREPARED)], launch=[ok(LAUNCHED)], check=[ok(failed)])
+
+    assert outcome.status == "FAILED"
+    assert outcome.error == "TrainingNotRecovered"
+    assert outcome.cause.endswith("(outcome failed)")
