@@ -1,6 +1,6 @@
 """Every path through the real definition, run by moto's Step Functions interpreter.
 
-Lambda answers are scripted at the Invoke edge (see conftest); the definition, its Retry and
+Lambda answers are scripted at the Invoke edge (see harness.py); the definition, its Retry and
 Catch matching, Choice, Wait and Fail are the interpreter's. Each test asserts the state sequence
 from the execution history and what each Lambda received.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from tests.asl.conftest import ok, raises
+from tests.asl.harness import ok, raises
 
 
 def state(job: str | None = None, **fields) -> dict:

@@ -1,39 +1,13 @@
-"""Synthesize the app once per context and share the template between tests.
-
-Each synth starts CDK's jsii runtime and takes seconds, so templates are module-level cached per
-context. The Lambda asset and the source archive are cached on disk by content (see
-infra/lambda_asset.py), so only the first synth on a machine runs pip.
-"""
+"""Session fixtures: the default synth, shared by every infra test (see tests/infra/synth.py)."""
 
 from __future__ import annotations
 
-import json
-from functools import cache
 from pathlib import Path
 
-import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-@cache
-def synthesized(context_items: tuple[tuple[str, object], ...] = ()) -> tuple[Template, dict, Path]:
-    import tempfile
-
-    from app import build_app
-
-    outdir = Path(tempfile.mkdtemp(prefix="stabilizer-synth-"))
-    _, stack = build_app(cdk.App(context=dict(context_items), outdir=str(outdir)))
-    template = Template.from_stack(stack)
-    cdk.App.of(stack).synth()
-    return template, template.to_json(), outdir
-
-
-def synth(**context) -> tuple[Template, dict]:
-    template, raw, _ = synthesized(tuple(sorted(context.items())))
-    return template, raw
+from tests.infra.synth import synth, synthesized
 
 
 @pytest.fixture(scope="session")
@@ -44,20 +18,3 @@ def default_synth() -> tuple[Template, dict]:
 @pytest.fixture(scope="session")
 def default_outdir() -> Path:
     return synthesized(())[2]
-
-
-def policy_statements(raw: dict) -> list[tuple[str, dict]]:
-    """(policy logical id, statement) for every identity policy in the template."""
-    found = []
-    for logical_id, resource in raw["Resources"].items():
-        if resource["Type"] == "AWS::IAM::Policy":
-            found += [(logical_id, s) for s in resource["Properties"]["PolicyDocument"]["Statement"]]
-    return found
-
-
-def as_list(value) -> list:
-    return value if isinstance(value, list) else [value]
-
-
-def dumps(value) -> str:
-    return json.dumps(value, sort_keys=True)

@@ -19,7 +19,7 @@ import aws_cdk as cdk
 import pytest
 
 import infra.stack
-from tests.infra.conftest import REPO_ROOT
+from tests.infra.synth import REPO_ROOT
 
 
 def test_synth_passes_aws_solutions_checks_with_no_unacknowledged_finding(default_outdir):

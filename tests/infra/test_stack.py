@@ -9,7 +9,7 @@ from aws_cdk.assertions import Match
 
 from infra.config import ContextError, read_config
 from infra.stack import LAMBDA_MEMORY_MB
-from tests.infra.conftest import as_list, dumps, policy_statements, synth
+from tests.infra.synth import as_list, dumps, policy_statements, synth
 
 PREFIX = "stabilizer-"
 CONTRACT_ENVIRONMENT = {
