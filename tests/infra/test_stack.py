@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
 
+import jsonschema
 import pytest
 from aws_cdk.assertions import Match
 
 from infra.config import ContextError, read_config
 from infra.stack import LAMBDA_MEMORY_MB
-from tests.infra.synth import as_list, dumps, policy_statements, synth
+from tests.infra.synth import REPO_ROOT, as_list, dumps, policy_statements, synth
 
 PREFIX = "stabilizer-"
 CONTRACT_ENVIRONMENT = {
@@ -306,4 +308,6 @@ def test_outputs(default_synth):
     expected = {"StateMachineArn", "BucketName", "TopicArn", "ConsoleLink", "ExampleExecutionInput"}
     assert expected <= set(outputs)
     assert "console.aws.amazon.com/states/home" in dumps(outputs["ConsoleLink"]["Value"])
-    assert outputs["ExampleExecutionInput"]["Value"].startswith("{")
+    example = json.loads(outputs["ExampleExecutionInput"]["Value"])
+    schema = json.loads((REPO_ROOT / "schemas" / "execution-input.schema.json").read_text())
+    jsonschema.validate(example, schema)
