@@ -29,9 +29,10 @@ EXIT_FAILED = 1
 EXIT_GAVE_UP = 2
 EXIT_USAGE = 64
 EXIT_INTERRUPTED = 130
-# Local jobs start in about a second: checking every two seconds reacts to a finding quickly at
-# the cost of a few cheap monitor calls (in the cloud the default is 300 s).
-LOCAL_WAIT_SECONDS = 2
+# Local jobs start in about a second, and a check is a few milliseconds in process: checking every
+# second reacts to a finding within a second (in the cloud the default wait is 300 s). At that
+# pace the cloud's cap of 300 checks would end a run after five minutes, so the local cap is an hour.
+LOCAL_DEFAULTS = {"wait_seconds": 1, "limits": {"max_monitor_transitions": 3600}}
 
 
 class UsageError(Exception):
@@ -49,6 +50,8 @@ examples:
   stabilizer run --local --policy original                the original sample's remedy ladder
   stabilizer run --local num_epochs=1 max_steps=20        shorter runs (run_spec fields)
   stabilizer run --local --input input.json limits.max_num_retraining=3
+
+local defaults (when not given): wait_seconds=1, limits.max_monitor_transitions=3600.
 
 keys: the fields of the execution input (lambdas/workflow/state.py, schemas/execution-input.schema.json):
   policy, wait_seconds, run_spec.<field> (or just <field>), limits.<field>.
@@ -181,7 +184,7 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
         input_file=args.input,
         pairs=args.pairs,
         policy=args.policy,
-        defaults={"wait_seconds": LOCAL_WAIT_SECONDS},
+        defaults=LOCAL_DEFAULTS,
     )
     project = Project.discover(project_root())
     data_dir = prepare_data(args, project.model, out)

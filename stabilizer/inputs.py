@@ -90,6 +90,15 @@ def resolve_key(key: str, state_module: ModuleType) -> list[str]:
     raise InputProblemError(f"unknown key {key!r}; known keys: {', '.join(known)}")
 
 
+def _fill_defaults(data: dict[str, Any], defaults: dict[str, Any]) -> None:
+    """Set each default the person did not give, section by section."""
+    for key, value in defaults.items():
+        if isinstance(value, dict) and isinstance(data.get(key, {}), dict):
+            _fill_defaults(data.setdefault(key, {}), value)
+        else:
+            data.setdefault(key, value)
+
+
 def build_input(
     *,
     state_module: ModuleType,
@@ -114,8 +123,7 @@ def build_input(
         target[path[-1]] = parse_value(text)
     if policy is not None:
         data["policy"] = policy
-    for key, value in (defaults or {}).items():
-        data.setdefault(key, value)
+    _fill_defaults(data, defaults or {})
     try:
         state_module.parse_execution_input(data)
     except Exception as error:  # the domain's InvalidInput names the field
