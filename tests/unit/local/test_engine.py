@@ -5,6 +5,7 @@ handlers are exercised end to end in tests/e2e."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -86,3 +87,14 @@ def test_unknown_placeholder_is_named():
 def test_missing_data_is_reported_before_anything_starts(tmp_path: Path, project: Project):
     with pytest.raises(EngineError, match="no data for the train channel"):
         LocalEngine(tmp_path / "run", tmp_path / "nowhere", project=project).__enter__()
+
+
+def test_closing_stops_executions_still_running(tmp_path: Path, project: Project, data_dir: Path):
+    with LocalEngine(tmp_path / "run", data_dir, project=project) as engine:
+        arn = engine.start_execution({"poll_seconds": 30, "mode": "hang"}, name="exec-left")
+        while "WaitForProgress" not in [e.get("stateEnteredEventDetails", {}).get("name") for e in engine.history(arn)]:
+            time.sleep(0.05)
+        assert engine.stop_running_executions() == [arn]
+        described = engine.client("stepfunctions").describe_execution(executionArn=arn)
+        assert described["status"] == "ABORTED"
+        assert engine.stop_running_executions() == []
