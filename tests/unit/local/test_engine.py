@@ -90,11 +90,20 @@ def test_missing_data_is_reported_before_anything_starts(tmp_path: Path, project
 
 
 def test_closing_stops_executions_still_running(tmp_path: Path, project: Project, data_dir: Path):
+    sfn_status = "RUNNING"
     with LocalEngine(tmp_path / "run", data_dir, project=project) as engine:
         arn = engine.start_execution({"poll_seconds": 30, "mode": "hang"}, name="exec-left")
-        while "WaitForProgress" not in [e.get("stateEnteredEventDetails", {}).get("name") for e in engine.history(arn)]:
+        deadline = time.monotonic() + 30
+        entered: list[str] = []
+        while "WaitForProgress" not in entered:
+            assert time.monotonic() < deadline, "the execution never reached its first wait"
             time.sleep(0.05)
+            entered = [e.get("stateEnteredEventDetails", {}).get("name") for e in engine.history(arn)]
         assert engine.stop_running_executions() == [arn]
-        described = engine.client("stepfunctions").describe_execution(executionArn=arn)
-        assert described["status"] == "ABORTED"
+        # The interpreter's thread reflects the stop as it leaves its current state.
+        while sfn_status == "RUNNING":
+            assert time.monotonic() < deadline, "the execution did not stop"
+            time.sleep(0.05)
+            sfn_status = engine.client("stepfunctions").describe_execution(executionArn=arn)["status"]
         assert engine.stop_running_executions() == []
+    assert sfn_status == "ABORTED"
