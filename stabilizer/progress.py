@@ -71,7 +71,7 @@ class PlainProgress:
                 self._states_shown.add(event.state)
                 self._line(f"state {event.state}")
             return
-        if event.kind in ("job", "finding", "notification"):
+        if event.kind in ("job", "finding", "rules", "notification"):
             self._states_shown.clear()
         if event.kind == "state":
             self._line(f"task failed: {event.detail}")
@@ -91,7 +91,9 @@ class PlainProgress:
                 f"test_accuracy {fmt(e.test_accuracy)}"
             )
         elif event.kind == "finding" and attempt:
-            self._line(f"attempt {attempt.number} rules: {rule_status(attempt)}")
+            self._line(f"attempt {attempt.number} sentinel: {rule_status(attempt)}")
+        elif event.kind == "rules" and attempt:
+            self._line(f"attempt {attempt.number} rule evaluations: {event.detail}")
         elif event.kind == "notification" and event.notification:
             self._line("SNS message published:")
             for line in notification_text(event.notification).splitlines():

@@ -33,7 +33,7 @@ from unittest import mock
 
 from stabilizer.local.lambdas import LocalLambdas
 from stabilizer.local.s3files import source_archive
-from stabilizer.local.sagemaker import TERMINAL_STATUSES, LocalSageMaker, LocalTrainingJob
+from stabilizer.local.sagemaker import LocalSageMaker, LocalTrainingJob
 from stabilizer.records import AttemptRecord, EvalPoint, MetricPoint, Notification, RunRecord, parse_log_line
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
@@ -159,7 +159,7 @@ def placeholder_values(names: set[str], settings: LocalSettings, lambdas: LocalL
 class EngineEvent:
     """Something the follower observed; ``kind`` says which fields are set."""
 
-    kind: str  # state | notification | job | metric | eval | finding
+    kind: str  # state | notification | job | metric | eval | finding | rules
     attempt: AttemptRecord | None = None
     state: str | None = None
     notification: Notification | None = None
@@ -197,6 +197,7 @@ class _Follow:
     tails: dict[str, _Tail] = field(default_factory=dict)
     job_status: dict[str, str] = field(default_factory=dict)
     findings_mtime: dict[str, int] = field(default_factory=dict)
+    rule_verdicts: dict[str, str] = field(default_factory=dict)
 
 
 class LocalEngine:
@@ -512,6 +513,12 @@ class LocalEngine:
                 attempt.seconds = job.seconds
                 if job.rules is not None:
                     attempt.rule_statuses = job.rules.statuses()
+            verdicts = ", ".join(
+                f"{r['RuleConfigurationName']}={r['RuleEvaluationStatus']}" for r in attempt.rule_statuses
+            )
+            if verdicts and follow.rule_verdicts.get(job.name) != verdicts:
+                follow.rule_verdicts[job.name] = verdicts
+                emit(EngineEvent(kind="rules", attempt=attempt, detail=verdicts))
             if follow.job_status.get(job.name) != f"{status}":
                 follow.job_status[job.name] = f"{status}"
                 emit(EngineEvent(kind="job", attempt=attempt, detail=f"{status[0]}/{status[1]}"))
@@ -569,10 +576,6 @@ class LocalEngine:
 
     def running_jobs(self) -> list[LocalTrainingJob]:
         return [] if self.sagemaker is None else self.sagemaker.running_jobs()
-
-
-def terminal(job: LocalTrainingJob) -> bool:
-    return job.status in TERMINAL_STATUSES
 
 
 def state_payload(text: str) -> dict[str, Any] | None:

@@ -76,6 +76,9 @@ def test_invalid_input_fails_the_execution_by_name_and_launches_nothing(
         assert engine.sagemaker is not None and engine.sagemaker.jobs == {}
     assert record.status == "FAILED"
     assert record.error == "InvalidInput"
+    assert [(i.function_name, i.error_type) for i in engine.lambdas.invocations] == [
+        ("stabilizer-train", "InvalidInput")
+    ]
     assert "unknown key 'nonsense'" in json.loads(record.cause)["errorMessage"]
 
 
