@@ -23,15 +23,16 @@ def fmt(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def rule_status(attempt: AttemptRecord | None) -> str:
-    """What the rules say about an attempt, in a few words."""
+def rule_status(attempt: AttemptRecord | None, *, findings_only: bool = False) -> str:
+    """What the rules say about an attempt, in a few words (the sentinel's findings, then
+    the out-of-job evaluations unless ``findings_only``)."""
     if attempt is None:
         return "-"
     parts = []
     if attempt.findings:
         for finding in attempt.findings.get("findings", []):
             parts.append(f"{finding.get('rule', '?')} fired at step {finding.get('step', '?')}")
-    for status in attempt.rule_statuses:
+    for status in [] if findings_only else attempt.rule_statuses:
         parts.append(f"{status.get('RuleConfigurationName')}: {status.get('RuleEvaluationStatus')}")
     return "; ".join(parts) if parts else "no findings"
 
@@ -91,7 +92,7 @@ class PlainProgress:
                 f"test_accuracy {fmt(e.test_accuracy)}"
             )
         elif event.kind == "finding" and attempt:
-            self._line(f"attempt {attempt.number} sentinel: {rule_status(attempt)}")
+            self._line(f"attempt {attempt.number} sentinel: {rule_status(attempt, findings_only=True)}")
         elif event.kind == "rules" and attempt:
             self._line(f"attempt {attempt.number} rule evaluations: {event.detail}")
         elif event.kind == "notification" and event.notification:
