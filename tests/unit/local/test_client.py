@@ -15,6 +15,7 @@ from moto import mock_aws
 
 from stabilizer.client import AwsClient, LocalClient
 from stabilizer.local.engine import LocalEngine, Project
+from tests.unit.local.support import aws_env_fixture  # noqa: F401 fixture
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROLE = "arn:aws:iam::123456789012:role/states"

@@ -12,6 +12,7 @@ import boto3
 from moto import mock_aws
 
 from stabilizer.local.lambdas import LocalLambdas, function_name_of
+from tests.unit.local.support import aws_env_fixture  # noqa: F401 fixture
 
 ROLE = "arn:aws:iam::123456789012:role/states"
 

@@ -18,8 +18,9 @@ from botocore.exceptions import ClientError
 
 from stabilizer.local.rules import rule_evaluator_factory
 from stabilizer.local.sagemaker import LocalSageMaker, decode_hyperparameters, to_cmd_args
+from tests.unit.local.support import aws_env_fixture, s3_fixture, staged_fixture  # noqa: F401 fixtures
 
-BUCKET = "stabilizer-test"  # the conftest's bucket
+BUCKET = "stabilizer-test"  # the bucket of tests/unit/local/support.py
 RULES_IMAGE = "503895931360.dkr.ecr.us-east-1.amazonaws.com/sagemaker-debugger-rules:latest"
 ROLE = "arn:aws:iam::123456789012:role/stabilizer-sagemaker"
 

@@ -1,4 +1,8 @@
-"""Fixtures for the local-mode unit tests: a mocked AWS account and the emulator's stand-in script."""
+"""Fixtures for the local-mode unit tests: a mocked AWS account and the emulator's stand-in script.
+
+Imported by name by the test modules (no conftest here: another tier imports its own `conftest`
+module by name, which a second conftest on the path would shadow).
+"""
 
 from __future__ import annotations
 
@@ -18,8 +22,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 BUCKET = "stabilizer-test"
 
 
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(name="aws_env")
+def aws_env_fixture(monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in {
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ACCESS_KEY_ID": "testing",
@@ -29,8 +33,8 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AWS_PROFILE", raising=False)
 
 
-@pytest.fixture
-def s3(aws_env: None) -> Iterator[Any]:
+@pytest.fixture(name="s3")
+def s3_fixture(aws_env: None) -> Iterator[Any]:
     with mock_aws():
         client = boto3.client("s3", region_name="us-east-1")
         client.create_bucket(Bucket=BUCKET)
@@ -43,8 +47,8 @@ def put_array(s3: Any, key: str, array: np.ndarray) -> None:
     s3.put_object(Bucket=BUCKET, Key=key, Body=buffer.getvalue())
 
 
-@pytest.fixture
-def staged(s3: Any) -> dict[str, str]:
+@pytest.fixture(name="staged")
+def staged_fixture(s3: Any) -> dict[str, str]:
     """Channels and the stand-in source archive in the mocked bucket; returns their URIs."""
     put_array(s3, "data/train/x.npy", np.zeros((4, 32, 32, 3), dtype=np.float32))
     put_array(s3, "data/train/y.npy", np.arange(4))
