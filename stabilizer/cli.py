@@ -16,7 +16,6 @@ import argparse
 import json
 import logging
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -117,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def prepare_data(args: argparse.Namespace, model_dir: Path, out: TextIO) -> Path:
+    from stabilizer.local.data import DataPreparationError, channels_present, ensure_offline_digits
+
     if args.data_dir is not None:
         for channel in ("train", "test"):
             for name in ("x.npy", "y.npy"):
@@ -124,19 +125,12 @@ def prepare_data(args: argparse.Namespace, model_dir: Path, out: TextIO) -> Path
                     raise UsageError(f"--data-dir {args.data_dir}: missing {channel}/{name}")
         return args.data_dir
     data_dir = args.run_dir / "data" / "digits"
-    if not (data_dir / "test" / "y.npy").is_file():
+    if not channels_present(data_dir):
         out.write(f"preparing the offline data set (scikit-learn digits) in {data_dir}\n")
-        # model/data.py is the single definition of the channels; it runs as the job would run it.
-        result = subprocess.run(
-            [sys.executable, "data.py", "digits", "--out", str(data_dir.resolve())],
-            cwd=model_dir,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode != 0:
-            raise UsageError(f"could not prepare the offline data: {result.stderr.strip().splitlines()[-1:]}")
-    return data_dir
+    try:
+        return ensure_offline_digits(data_dir, model_dir)
+    except DataPreparationError as error:
+        raise UsageError(str(error)) from None
 
 
 def project_root() -> Path:

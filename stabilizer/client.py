@@ -312,10 +312,12 @@ class _Followed:
 
 
 class LocalClient(_Base):
-    """A running local engine (``with LocalEngine(...) as engine: client = LocalClient(engine)``)."""
+    """A running local engine: ``LocalClient.open()`` starts one (close it, or use ``with``), or
+    ``LocalClient(engine)`` wraps one already running."""
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
+        self._owns_engine = False
         self.sfn = engine.client("stepfunctions")
         self.s3 = engine.client("s3")
         self.bucket = engine.settings.bucket
@@ -337,6 +339,33 @@ class LocalClient(_Base):
         self._followed[arn] = _Followed(record=record, thread=thread)
         thread.start()
         return arn
+
+    @classmethod
+    def open(
+        cls, run_dir: str | Path = "runs/notebook", data_dir: str | Path | None = None, settings: Any = None
+    ) -> LocalClient:
+        """Start a local engine for a notebook: the offline digits unless ``data_dir`` is given."""
+        from stabilizer.local.data import ensure_offline_digits
+        from stabilizer.local.engine import LocalEngine, Project
+
+        project = Project.discover()
+        data = Path(data_dir) if data_dir else ensure_offline_digits(Path(run_dir) / "data" / "digits", project.model)
+        engine = LocalEngine(Path(run_dir), data, project=project, settings=settings)
+        engine.__enter__()
+        client = cls(engine)
+        client._owns_engine = True
+        return client
+
+    def close(self) -> None:
+        if self._owns_engine:
+            self.engine.close()
+            self._owns_engine = False
+
+    def __enter__(self) -> LocalClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def record(self, execution_arn: str) -> RunRecord:
         """What the engine observed of an execution started here (attempts, metrics, notifications)."""

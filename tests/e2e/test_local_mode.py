@@ -170,3 +170,24 @@ def test_ctrl_c_stops_the_running_job_and_keeps_its_checkpoint(small_digits: Pat
     assert run["attempts"][0]["status"] == "Stopped"
     assert run["attempts"][0]["job_name"] == match.group(1)
     assert "stopped by SIGTERM" in next(jobs.glob("*/logs/training.log")).read_text()
+
+
+def test_notebook_client_follows_an_execution_and_opens_its_tensors(small_digits: Path, tmp_path: Path):
+    parts_present()
+    from stabilizer.client import LocalClient
+
+    with LocalClient.open(tmp_path / "nb", data_dir=small_digits) as client:
+        arn = client.start({**SMALL_RUN, "policy": "default"}, name="e2e-notebook")
+        view = client.wait(arn, timeout=300)
+        notes = client.notifications(arn)
+        findings = client.findings(arn, 1)
+        trial = client.open_tensor_store(arn, 1)
+        history = client.history(arn)
+
+    assert view.status == "SUCCEEDED"
+    assert [a["number"] for a in view.attempts] == [1, 2]
+    assert findings["findings"][0]["rule"] == "ExplodingTensor"
+    assert notes[-1].event_type == "completed"
+    assert history[-1]["type"] == "ExecutionSucceeded"
+    # The exploded attempt's tensors, as captured by the job, through the Trial API.
+    assert any(name.startswith("gradients/") for name in trial.tensor_names())
