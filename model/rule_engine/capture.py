@@ -39,9 +39,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
+
 from rule_engine import store
 from rule_engine.trial import MemoryTrial
-from torch import nn
 
 BUILTIN_COLLECTIONS = (
     "weights",

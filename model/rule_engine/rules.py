@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+
 from rule_engine.trial import ModeKeys, TensorUnavailableForStep, Trial
 
 
@@ -248,6 +249,13 @@ def _value_at(trial: Trial, name: str, step: int, mode: str | None = None) -> np
         return None
 
 
+def _scalar(value: np.ndarray) -> float:
+    """A scalar tensor's value; a tensor with more than one element is rejected, not averaged."""
+    if value.size != 1:
+        raise ValueError(f"expected a scalar tensor, got shape {value.shape}")
+    return float(value.reshape(()))
+
+
 def _required(
     collection_names: list[str] | None, default: Mapping[str, int], interval: int
 ) -> dict[str, int]:
@@ -392,7 +400,7 @@ class LossNotDecreasing(Rule):
             if previous is not None and step - previous[0] < self.num_steps:
                 continue
             since = previous[0] if previous is not None else step - self.num_steps
-            window = [float(tensor.value(s, mode=mode)) for s in steps if since < s <= step]
+            window = [_scalar(tensor.value(s, mode=mode)) for s in steps if since < s <= step]
             mean = float(np.mean(window))
             if not math.isfinite(mean):
                 continue  # ExplodingTensor's business
@@ -466,14 +474,14 @@ class Overfit(Rule):
             previous = self._seen.get(name, -1)
             self._seen[name] = step
             train = [
-                float(tensor.value(s, mode="TRAIN"))
+                _scalar(tensor.value(s, mode="TRAIN"))
                 for s in tensor.steps(mode="TRAIN")
                 if previous < s <= step and s >= self.start_step
             ]
             if not train:
                 continue
             train_mean = float(np.mean(train))
-            validation = float(tensor.value(step, mode="EVAL"))
+            validation = _scalar(tensor.value(step, mode="EVAL"))
             if not (math.isfinite(train_mean) and math.isfinite(validation)) or train_mean <= 0:
                 continue
             ratio = (validation - train_mean) / train_mean

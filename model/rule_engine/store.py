@@ -88,7 +88,8 @@ class StoreWriter:
 
     def write_step(self, record: StepRecord) -> None:
         stem = step_stem(record.step, record.mode)
-        arrays = {name: np.ascontiguousarray(array) for name, (_, array) in record.tensors.items()}
+        # np.require keeps 0-d arrays 0-d (np.ascontiguousarray would make scalars 1-d).
+        arrays = {name: np.require(array, requirements="C") for name, (_, array) in record.tensors.items()}
         # The archive first, the index entry second: an index entry means the archive is complete.
         _atomic_write(self.root / STEPS_DIR / f"{stem}.npz", lambda handle: np.savez(handle, **arrays))
         index = {

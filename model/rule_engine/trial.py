@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
+
 from rule_engine import store
 
 
