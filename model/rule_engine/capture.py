@@ -12,6 +12,7 @@ collection      tensors
 ``losses``      ``losses/loss`` (TRAIN: the batch loss; EVAL: the mean loss of the evaluation)
 ``activations`` ``activations/<module>``: outputs of the network's blocks (modules whose class
                 name ends in ``Block``), or of the modules its ``include_regex`` names
+``activation_outputs`` ``activations/<module>`` for activation-function modules (ReLU, ELU, ...)
 ``inputs``      ``inputs/inputs`` (the input batch)
 ``labels``      ``labels/labels`` (class indices)
 ``predictions`` ``predictions/predictions`` (arg-max class indices)
@@ -50,10 +51,12 @@ BUILTIN_COLLECTIONS = (
     "gradients",
     "losses",
     "activations",
+    "activation_outputs",
     "inputs",
     "labels",
     "predictions",
 )
+ACTIVATION_TYPES = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid)
 # Debugger's hook saves every 500 steps by default; our runs are short, so collections a rule
 # needs but the capture hyperparameter does not list are held in memory every 100 steps.
 DEFAULT_SAVE_INTERVAL = 100
@@ -125,9 +128,7 @@ def parse_collection(name: str, raw: Mapping[str, Any]) -> CollectionConfig:
         raise CaptureConfigError(f'{where}: expected an object such as {{"save_interval": 10}}, got {raw!r}')
     unknown = set(raw) - _CONFIG_KEYS
     if unknown:
-        raise CaptureConfigError(
-            f"{where}: unknown keys {sorted(unknown)}; valid keys: {sorted(_CONFIG_KEYS)}"
-        )
+        raise CaptureConfigError(f"{where}: unknown keys {sorted(unknown)}; valid keys: {sorted(_CONFIG_KEYS)}")
     save_steps: frozenset[int] = frozenset()
     interval: int | None = DEFAULT_SAVE_INTERVAL
     if "save_steps" in raw:
@@ -137,9 +138,7 @@ def parse_collection(name: str, raw: Mapping[str, Any]) -> CollectionConfig:
         try:
             save_steps = frozenset(int(str(step)) for step in steps)
         except (TypeError, ValueError):
-            raise CaptureConfigError(
-                f"{where}.save_steps: expected a list of step numbers, got {steps!r}"
-            ) from None
+            raise CaptureConfigError(f"{where}.save_steps: expected a list of step numbers, got {steps!r}") from None
         if any(step < 0 for step in save_steps):
             raise CaptureConfigError(f"{where}.save_steps: steps must be >= 0, got {sorted(save_steps)}")
         interval = None
@@ -148,8 +147,7 @@ def parse_collection(name: str, raw: Mapping[str, Any]) -> CollectionConfig:
     include = _regex_list(raw.get("include_regex", ()), f"{where}.include_regex")
     if name not in BUILTIN_COLLECTIONS and not include:
         raise CaptureConfigError(
-            f"{where}: a custom collection needs include_regex; "
-            f"built-in collections are {list(BUILTIN_COLLECTIONS)}"
+            f"{where}: a custom collection needs include_regex; built-in collections are {list(BUILTIN_COLLECTIONS)}"
         )
     modes_raw = raw.get("modes", list(default_modes(name)))
     modes_list = [modes_raw] if isinstance(modes_raw, str) else list(modes_raw)
@@ -245,9 +243,7 @@ class Capture:
     ) -> Capture:
         return cls(model, parse_capture(capture), out_dir=out_dir)
 
-    def require(
-        self, collections: Iterable[str], memory: MemoryTrial, save_interval: int | None = None
-    ) -> None:
+    def require(self, collections: Iterable[str], memory: MemoryTrial, save_interval: int | None = None) -> None:
         """Make ``collections`` available in memory for rules; ones not configured get a default schedule."""
         self.memory = memory
         for name in collections:
@@ -257,9 +253,7 @@ class Capture:
                         f"a rule needs collection {name!r}, which is neither built in "
                         f"({list(BUILTIN_COLLECTIONS)}) nor defined in the capture hyperparameter"
                     )
-                config = CollectionConfig(
-                    name, save_interval or DEFAULT_SAVE_INTERVAL, modes=default_modes(name)
-                )
+                config = CollectionConfig(name, save_interval or DEFAULT_SAVE_INTERVAL, modes=default_modes(name))
                 self._collections[name] = _Collection(config, to_disk=False)
         self._resolve_members()
 
@@ -281,6 +275,9 @@ class Capture:
             "labels": ["labels/labels"],
             "predictions": ["predictions/predictions"],
         }
+        names["activation_outputs"] = [
+            f"activations/{n}" for n, m in self._modules.items() if isinstance(m, ACTIVATION_TYPES)
+        ]
         names["activations"] = [
             f"activations/{n}" for n, m in self._modules.items() if type(m).__name__.endswith("Block")
         ]
@@ -288,20 +285,14 @@ class Capture:
 
     def _resolve_members(self) -> None:
         candidates = self._candidates()
-        everything = [
-            name for names in candidates.values() for name in names if not name.startswith("activations/")
-        ]
+        everything = [name for names in candidates.values() for name in names if not name.startswith("activations/")]
         everything += [f"activations/{name}" for name in self._modules]
         for name, coll in self._collections.items():
             patterns = [re.compile(regex) for regex in coll.config.include_regex]
             if name in BUILTIN_COLLECTIONS and not patterns:
                 members = candidates[name]
-            elif name == "activations":
-                members = [
-                    n
-                    for n in everything
-                    if n.startswith("activations/") and any(p.match(n) for p in patterns)
-                ]
+            elif name in ("activations", "activation_outputs"):
+                members = [n for n in everything if n.startswith("activations/") and any(p.match(n) for p in patterns)]
             elif name in BUILTIN_COLLECTIONS:
                 members = [n for n in candidates[name] if any(p.match(n) for p in patterns)]
             else:
@@ -430,9 +421,7 @@ class Capture:
         if self._writer is None:
             assert self.out_dir is not None
             writer = store.StoreWriter(self.out_dir)
-            writer.write_collections(
-                {name: c.config.as_json() for name, c in self._collections.items() if c.to_disk}
-            )
+            writer.write_collections({name: c.config.as_json() for name, c in self._collections.items() if c.to_disk})
             self._writer = _Writer(writer)
             self._writer.start()
         return self._writer

@@ -101,9 +101,7 @@ class Evaluator:
     def poll(self) -> bool:
         self.trial.refresh()
         ended = self.trial.loaded_all_steps
-        new = sorted(
-            {(step, mode) for mode in store.MODES for step in self.trial.steps(mode)} - self.done_steps
-        )
+        new = sorted({(step, mode) for mode in store.MODES for step in self.trial.steps(mode)} - self.done_steps)
         changed = False
         for step in sorted({step for step, _ in new}):
             for rule, status in self._active():
@@ -129,9 +127,7 @@ class Evaluator:
             changed = True
         if ended:
             for _, status in self._active():
-                status.set(
-                    NO_ISSUES, f"No issue found up to step {self.last_step} ({self.trial.end_status})."
-                )
+                status.set(NO_ISSUES, f"No issue found up to step {self.last_step} ({self.trial.end_status}).")
                 changed = True
         if changed:
             self.write()
@@ -150,9 +146,7 @@ def _load_rules(text: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m rule_engine.evaluator", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m rule_engine.evaluator", description=__doc__.splitlines()[0])
     parser.add_argument("--tensors", required=True, help="tensor store: a directory or s3://bucket/prefix")
     parser.add_argument("--rules", required=True, help="rule list as JSON, or @file holding it")
     parser.add_argument("--status-file", required=True, type=Path, help="where statuses are written (JSON)")

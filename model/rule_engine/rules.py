@@ -67,13 +67,9 @@ class Rule:
         """Collections this configured rule reads (default: the class's ``required_collections``)."""
         return dict(self.required_collections)
 
-    def fire(
-        self, step: int, message: str, tensor: str | None = None, value: Any = None, mode: str = "TRAIN"
-    ) -> bool:
+    def fire(self, step: int, message: str, tensor: str | None = None, value: Any = None, mode: str = "TRAIN") -> bool:
         """Record the finding and return True, so a rule can ``return self.fire(...)``."""
-        self.finding = RuleFinding(
-            self.name or type(self).__name__, step, tensor, _jsonable(value), message, mode
-        )
+        self.finding = RuleFinding(self.name or type(self).__name__, step, tensor, _jsonable(value), message, mode)
         return True
 
 
@@ -175,18 +171,14 @@ class RuleSpec:
 
 def parse_rule(raw: Mapping[str, Any], where: str = "rule") -> RuleSpec:
     if not isinstance(raw, Mapping):
-        raise RuleConfigError(
-            f'{where}: expected an object such as {{"name": "ExplodingTensor"}}, got {raw!r}'
-        )
+        raise RuleConfigError(f'{where}: expected an object such as {{"name": "ExplodingTensor"}}, got {raw!r}')
     if "RuleParameters" in raw or "RuleConfigurationName" in raw:  # Debugger's own shape
         params = dict(raw.get("RuleParameters") or {})
         name = params.pop("rule_to_invoke", raw.get("RuleConfigurationName"))
     else:
         unknown_keys = set(raw) - {"name", "parameters"}
         if unknown_keys:
-            raise RuleConfigError(
-                f"{where}: unknown keys {sorted(unknown_keys)}; expected 'name' and 'parameters'"
-            )
+            raise RuleConfigError(f"{where}: unknown keys {sorted(unknown_keys)}; expected 'name' and 'parameters'")
         name = raw.get("name")
         params = dict(raw.get("parameters") or {})
         params.pop("rule_to_invoke", None)
@@ -195,12 +187,9 @@ def parse_rule(raw: Mapping[str, Any], where: str = "rule") -> RuleSpec:
     declared = rule_parameters(RULES[name])
     unknown = sorted(set(params) - set(declared))
     if unknown:
-        raise RuleConfigError(
-            f"{where} ({name}): unknown parameters {unknown}; valid parameters: {sorted(declared)}"
-        )
+        raise RuleConfigError(f"{where} ({name}): unknown parameters {unknown}; valid parameters: {sorted(declared)}")
     converted = {
-        pname: _convert(value, declared[pname][0], f"{where} ({name}).{pname}")
-        for pname, value in params.items()
+        pname: _convert(value, declared[pname][0], f"{where} ({name}).{pname}") for pname, value in params.items()
     }
     return RuleSpec(name, converted)
 
@@ -215,9 +204,7 @@ def parse_rule_list(raw: str | Iterable[Mapping[str, Any]] | None) -> list[RuleS
         except json.JSONDecodeError as exc:
             raise RuleConfigError(f"rules: expected a JSON list of rules, got {raw!r} ({exc})") from None
     if isinstance(raw, Mapping) or not isinstance(raw, Iterable):
-        raise RuleConfigError(
-            f'rules: expected a list of {{"name": ..., "parameters": {{...}}}}, got {raw!r}'
-        )
+        raise RuleConfigError(f'rules: expected a list of {{"name": ..., "parameters": {{...}}}}, got {raw!r}')
     return [parse_rule(item, f"rules[{i}]") for i, item in enumerate(raw)]
 
 
@@ -256,9 +243,7 @@ def _scalar(value: np.ndarray) -> float:
     return float(value.reshape(()))
 
 
-def _required(
-    collection_names: list[str] | None, default: Mapping[str, int], interval: int
-) -> dict[str, int]:
+def _required(collection_names: list[str] | None, default: Mapping[str, int], interval: int) -> dict[str, int]:
     if collection_names:
         return dict.fromkeys(collection_names, interval)
     return dict(default)
@@ -615,9 +600,7 @@ class UnchangedTensor(Rule):
 
     def invoke_at_step(self, step: int) -> bool:
         for name in _select(self.base_trial, step, self.collection_names, self.tensor_regex, "TRAIN"):
-            steps = [s for s in self.base_trial.tensor(name).steps(mode="TRAIN") if s <= step][
-                -self.num_steps :
-            ]
+            steps = [s for s in self.base_trial.tensor(name).steps(mode="TRAIN") if s <= step][-self.num_steps :]
             if len(steps) < self.num_steps:
                 continue
             values = [_value_at(self.base_trial, name, s, "TRAIN") for s in steps]
@@ -718,5 +701,67 @@ class ClassImbalance(Rule):
                     pred_name,
                     fraction,
                     "EVAL",
+                )
+        return False
+
+
+@register_rule
+class DeadRelu(Rule):
+    """Fires when more than ``threshold_layer`` percent of a layer's units are inactive, a unit being
+    inactive when it is active on fewer than ``threshold_inactivity`` percent of its inputs.
+
+    Debugger's rule, made meaningful for ELU as well as ReLU: a unit counts as active where its
+    local derivative is not negligible. For ReLU that is output > 0; for ELU (recognised by negative
+    outputs) the derivative below zero is output + 1 (alpha 1, PyTorch's default), and the unit
+    counts as active where that is at least 0.01, i.e. it is not saturated at -1. Units are channels
+    (axis 1) of ``activations/<module>`` tensors; by default those of activation-function modules
+    (the ``activation_outputs`` collection), as our tensor names do not end in ``relu_output``.
+    """
+
+    required_collections: ClassVar[Mapping[str, int]] = {"activation_outputs": 100}
+    ELU_MIN_DERIVATIVE = 0.01
+
+    def __init__(
+        self,
+        base_trial: Trial,
+        *,
+        tensor_regex: list[str] | None = None,
+        threshold_inactivity: float = 1.0,
+        threshold_layer: float = 50.0,
+    ) -> None:
+        super().__init__(base_trial)
+        self.tensor_regex = tensor_regex
+        self.threshold_inactivity = threshold_inactivity
+        self.threshold_layer = threshold_layer
+
+    def collections_needed(self) -> Mapping[str, int]:
+        return {"activations": 100} if self.tensor_regex else {"activation_outputs": 100}
+
+    @classmethod
+    def active(cls, value: np.ndarray) -> np.ndarray:
+        """Boolean mask of positions where the unit passes gradient."""
+        if value.min(initial=0.0) < 0:  # ELU-like: saturates at -alpha instead of clipping at 0
+            return value + 1.0 >= cls.ELU_MIN_DERIVATIVE
+        return value > 0
+
+    def invoke_at_step(self, step: int) -> bool:
+        if self.tensor_regex:
+            names = self.base_trial.tensor_names(regex=self.tensor_regex, step=step, mode="TRAIN")
+        else:
+            names = self.base_trial.tensor_names(collection="activation_outputs", step=step, mode="TRAIN")
+        for name in names:
+            value = _value_at(self.base_trial, name, step, "TRAIN")
+            if value is None or value.ndim < 2 or not np.issubdtype(value.dtype, np.floating):
+                continue
+            units = np.moveaxis(value, 1, 0).reshape(value.shape[1], -1)
+            activity = self.active(units).mean(axis=1) * 100
+            dead = float(np.mean(activity < self.threshold_inactivity) * 100)
+            if dead > self.threshold_layer:
+                return self.fire(
+                    step,
+                    f"{dead:.0f}% of the units of {name} are inactive (active on < "
+                    f"{self.threshold_inactivity:g}% of inputs) at step {step}, more than {self.threshold_layer:g}%",
+                    name,
+                    dead,
                 )
         return False

@@ -122,9 +122,7 @@ class Sentinel:
             self.grad_norm_history.append((step, norm_value))
             cheap = self._finite_check(step, loss_value, norm_value)
         force = ("gradients", "losses") if cheap is not None else ()
-        saved = self.capture.end_step(
-            step, loss=loss_value, inputs=inputs, labels=labels, outputs=outputs, force=force
-        )
+        saved = self.capture.end_step(step, loss=loss_value, inputs=inputs, labels=labels, outputs=outputs, force=force)
         new: list[RuleFinding] = []
         if cheap is not None:
             self._fired.add(id(self._exploding[0]))
@@ -150,9 +148,7 @@ class Sentinel:
         new = self._invoke(step) if saved and self.enabled else []
         return self._report(new, context)
 
-    def _sync_scalars(
-        self, loss: torch.Tensor | float, grad_norm: torch.Tensor | float | None
-    ) -> tuple[float, float]:
+    def _sync_scalars(self, loss: torch.Tensor | float, grad_norm: torch.Tensor | float | None) -> tuple[float, float]:
         if grad_norm is None:
             grads = [p.grad for _, p in self._params if p.grad is not None]
             grad_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())

@@ -109,9 +109,7 @@ class StoreWriter:
         write_json_atomic(self.root / INDEX_DIR / f"{stem}.json", index)
 
     def write_end(self, last_step: int | None, status: str) -> None:
-        write_json_atomic(
-            self.root / END_MARKER, {"format": FORMAT, "last_step": last_step, "status": status}
-        )
+        write_json_atomic(self.root / END_MARKER, {"format": FORMAT, "last_step": last_step, "status": status})
 
 
 class Storage(Protocol):

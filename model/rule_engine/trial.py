@@ -199,9 +199,7 @@ class FileTrial(Trial):
             if entry is None:
                 continue
             self._files[key] = entry["file"]
-            self._add_index(
-                key[0], key[1], {name: meta["collections"] for name, meta in entry["tensors"].items()}
-            )
+            self._add_index(key[0], key[1], {name: meta["collections"] for name, meta in entry["tensors"].items()})
         if end is not None:
             self._end = end
             self._ended = True
@@ -276,8 +274,7 @@ class MemoryTrial(Trial):
             name
             for name in names
             if any(
-                (name, each) in self._values and (step is None or step in self._values[(name, each)])
-                for each in modes
+                (name, each) in self._values and (step is None or step in self._values[(name, each)]) for each in modes
             )
         ]
 
