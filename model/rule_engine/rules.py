@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rule_engine.trial import ModeKeys, TensorUnavailableForStep, Trial
+from rule_engine.trial import ModeKeys, Tensor, TensorUnavailableForStep, Trial
 
 
 class RuleConfigError(ValueError):
@@ -297,7 +297,11 @@ class ExplodingTensor(Rule):
 
 @register_rule
 class VanishingGradient(Rule):
-    """Fires when the mean absolute value of a gradient tensor falls below ``threshold``."""
+    """Fires when the mean absolute value of a gradient tensor falls below ``threshold``.
+
+    Gradients of biases are left out: a bias followed by batch norm has a gradient of exactly zero
+    by construction (the normalisation removes it), which is not a vanishing gradient.
+    """
 
     required_collections: ClassVar[Mapping[str, int]] = {"gradients": 100}
 
@@ -308,7 +312,7 @@ class VanishingGradient(Rule):
     def invoke_at_step(self, step: int) -> bool:
         for name in self.base_trial.tensor_names(collection="gradients", step=step, mode=ModeKeys.TRAIN):
             value = _value_at(self.base_trial, name, step, ModeKeys.TRAIN)
-            if value is None or value.size == 0:
+            if name.endswith("bias") or value is None or value.size == 0:
                 continue
             mean_abs = float(np.mean(np.abs(value)))
             if mean_abs < self.threshold:
@@ -329,7 +333,7 @@ class LossNotDecreasing(Rule):
     that check is compared with the mean at that check (means, not single batches, so batch-to-batch
     noise does not read as a stall). It fires when the decrease is below ``diff_percent`` percent,
     or when the loss rose more than ``increase_threshold_percent`` percent above the lowest mean
-    seen at any check. ``mode`` None reads EVAL values when there are any, else TRAIN.
+    seen at any check. ``mode`` None checks EVAL and TRAIN values, each on its own.
     """
 
     required_collections: ClassVar[Mapping[str, int]] = {"losses": 1}
@@ -358,7 +362,7 @@ class LossNotDecreasing(Rule):
         self.diff_percent = diff_percent
         self.increase_threshold_percent = increase_threshold_percent
         self.mode = mode.upper() if mode else None
-        self._checks: dict[str, tuple[int, float, float]] = {}  # name -> (step, mean, best mean)
+        self._checks: dict[tuple[str, str], tuple[int, float, float]] = {}  # (name, mode) -> step, mean, best
 
     def collections_needed(self) -> Mapping[str, int]:
         needed = _required(self.collection_names, {}, 1)
@@ -377,43 +381,47 @@ class LossNotDecreasing(Rule):
     def invoke_at_step(self, step: int) -> bool:
         for name in self._tensors():
             tensor = self.base_trial.tensor(name)
-            mode = self.mode or ("EVAL" if tensor.steps(mode="EVAL") else "TRAIN")
-            steps = tensor.steps(mode=mode)
-            if step not in steps:
-                continue
-            previous = self._checks.get(name)
-            if previous is not None and step - previous[0] < self.num_steps:
-                continue
-            since = previous[0] if previous is not None else step - self.num_steps
-            window = [_scalar(tensor.value(s, mode=mode)) for s in steps if since < s <= step]
-            mean = float(np.mean(window))
-            if not math.isfinite(mean):
-                continue  # ExplodingTensor's business
-            if previous is None:
-                self._checks[name] = (step, mean, mean)
-                continue
-            _, before, best = previous
-            self._checks[name] = (step, mean, min(best, mean))
-            decrease = (before - mean) / abs(before) * 100 if before else 0.0
-            if decrease < self.diff_percent:
-                return self.fire(
-                    step,
-                    f"loss {name} ({mode}) changed by {-decrease:+.3g}% between steps {previous[0]} "
-                    f"and {step}, "
-                    f"less than the required decrease of {self.diff_percent:g}%",
-                    name,
-                    mean,
-                    mode,
-                )
-            if best and (mean - best) / abs(best) * 100 > self.increase_threshold_percent:
-                return self.fire(
-                    step,
-                    f"loss {name} ({mode}) is {(mean - best) / abs(best) * 100:.3g}% above its lowest value "
-                    f"{best:.4g} at step {step}, more than {self.increase_threshold_percent:g}%",
-                    name,
-                    mean,
-                    mode,
-                )
+            for mode in [self.mode] if self.mode else ["EVAL", "TRAIN"]:
+                if self._check(name, tensor, mode, step):
+                    return True
+        return False
+
+    def _check(self, name: str, tensor: Tensor, mode: str, step: int) -> bool:  # noqa: PLR0911
+        steps = tensor.steps(mode=mode)
+        if step not in steps:
+            return False
+        previous = self._checks.get((name, mode))
+        if previous is not None and step - previous[0] < self.num_steps:
+            return False
+        since = previous[0] if previous is not None else step - self.num_steps
+        window = [_scalar(tensor.value(s, mode=mode)) for s in steps if since < s <= step]
+        mean = float(np.mean(window))
+        if not math.isfinite(mean):
+            return False  # ExplodingTensor's business
+        if previous is None:
+            self._checks[(name, mode)] = (step, mean, mean)
+            return False
+        _, before, best = previous
+        self._checks[(name, mode)] = (step, mean, min(best, mean))
+        decrease = (before - mean) / abs(before) * 100 if before else 0.0
+        if decrease < self.diff_percent:
+            return self.fire(
+                step,
+                f"loss {name} ({mode}) changed by {-decrease:+.3g}% between steps {previous[0]} and {step}, "
+                f"less than the required decrease of {self.diff_percent:g}%",
+                name,
+                mean,
+                mode,
+            )
+        if best and (mean - best) / abs(best) * 100 > self.increase_threshold_percent:
+            return self.fire(
+                step,
+                f"loss {name} ({mode}) is {(mean - best) / abs(best) * 100:.3g}% above its lowest value "
+                f"{best:.4g} at step {step}, more than {self.increase_threshold_percent:g}%",
+                name,
+                mean,
+                mode,
+            )
         return False
 
 
