@@ -321,16 +321,16 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
         loss = F.cross_entropy(logits, labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        # One fused reduction over all gradients; clipping to infinity measures without changing them.
-        max_norm = config.grad_clip if config.grad_clip > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        # One fused reduction over all gradients. Measured before clipping: clipping scales every
+        # gradient by max_norm / norm, which turns all of them into NaN when one layer's is.
+        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
         # Before the optimizer step, so a step the sentinel stops never reaches the weights.
         verdict = sentinel.after_backward(step, epoch=epoch, phase=config.phase_at(epoch), learning_rate=lr,
                                           loss=loss, grad_norm=grad_norm, inputs=inputs, labels=labels,
                                           outputs=logits)
-        if verdict.stop:
-            log(f"sentinel stopped the job at step {step}: {verdict.findings[0]['message']}")
-            sentinel.exit_for_rule_stop()  # exit status 86; the newest checkpoint stays the last healthy one
+        _stop_if_a_rule_fired(verdict, sentinel, f"at step {step}")
+        if config.grad_clip > 0:
+            torch.nn.utils.clip_grads_with_norm_(model.parameters(), config.grad_clip, grad_norm)
         optimizer.step()
         step += 1
         if step % config.log_every == 0 or step == total_steps:
@@ -344,9 +344,7 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
             if len(xv):
                 verdict = sentinel.after_eval(step - 1, epoch=epoch, phase=config.phase_at(epoch),
                                               learning_rate=lr, loss=test_loss)
-                if verdict.stop:
-                    log(f"sentinel stopped the job after evaluation: {verdict.findings[0]['message']}")
-                    sentinel.exit_for_rule_stop()
+                _stop_if_a_rule_fired(verdict, sentinel, f"after the evaluation at step {step - 1}")
 
     if stop.requested:
         _checkpoint_if_finite(model, optimizer, step, config, paths, loss, grad_norm, checkpointed_at)
@@ -365,6 +363,12 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
     (paths.model_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     log(f"finished steps={step} seconds={seconds:.1f} test_accuracy={accuracy:.4f}")
     return metrics
+
+
+def _stop_if_a_rule_fired(verdict, sentinel, when: str) -> None:
+    if verdict.stop:
+        log(f"sentinel stopped the job {when}: {verdict.findings[0]['message']}")
+        sentinel.exit_for_rule_stop()  # exit status 86; the newest checkpoint stays the last healthy one
 
 
 def _checkpoint_if_finite(model, optimizer, step, config, paths, loss, grad_norm, checkpointed_at) -> int:

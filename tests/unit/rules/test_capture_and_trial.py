@@ -75,10 +75,12 @@ def test_store_layout_is_json_index_plus_npz_without_pickle(tmp_path):
     capture = Capture(model, parse_capture({"gradients": {"save_interval": 2}}), out_dir=tmp_path)
     train(capture, model, steps=3)
     capture.close(status="rule_stop")
-    assert sorted(p.name for p in (tmp_path / "steps").iterdir()) == ["000000000000_TRAIN.npz", "000000000002_TRAIN.npz"]
+    archives = sorted(p.name for p in (tmp_path / "steps").iterdir())
+    assert archives == ["000000000000_TRAIN.npz", "000000000002_TRAIN.npz"]
     index = json.loads((tmp_path / "index" / "000000000002_TRAIN.json").read_text())
     assert index["file"] == "steps/000000000002_TRAIN.npz" and index["mode"] == "TRAIN"
-    assert index["tensors"]["gradients/stem.weight"] == {"collections": ["gradients"], "shape": [8, 6], "dtype": "float32"}
+    expected = {"collections": ["gradients"], "shape": [8, 6], "dtype": "float32"}
+    assert index["tensors"]["gradients/stem.weight"] == expected
     with np.load(tmp_path / "steps" / "000000000002_TRAIN.npz", allow_pickle=False) as archive:
         assert "gradients/head.bias" in archive.files
     meta = json.loads((tmp_path / "collections.json").read_text())
@@ -145,7 +147,8 @@ def test_create_trial_reads_an_s3_prefix(tmp_path):
         s3.create_bucket(Bucket="bucket")
         for path in tmp_path.rglob("*"):
             if path.is_file():
-                s3.upload_file(str(path), "bucket", f"executions/e/attempt-1/checkpoints/tensors/{path.relative_to(tmp_path)}")
+                key = f"executions/e/attempt-1/checkpoints/tensors/{path.relative_to(tmp_path)}"
+                s3.upload_file(str(path), "bucket", key)
         trial = create_trial("s3://bucket/executions/e/attempt-1/checkpoints/tensors", client=s3)
         assert trial.steps() == [0, 1, 2, 3] and trial.loaded_all_steps
         assert trial.tensor("gradients/stem.weight").steps() == [0, 2]
