@@ -71,6 +71,7 @@ class _Setup:
                 tensor_dir=workdir / "tensors",
             )
         self.seconds = 0.0
+        self.hook_seconds = 0.0
         self.steps = 0
 
     def train(self, steps: range, batches) -> None:
@@ -80,14 +81,17 @@ class _Setup:
         started = time.perf_counter()
         for step in steps:
             inputs, labels = batches(step)
+            hook_started = time.perf_counter()
             if self.capture is not None:
                 self.capture.begin_step(step)
+            hooks = time.perf_counter() - hook_started
             logits = self.model(inputs)
             loss = F.cross_entropy(logits, labels)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grads = [p.grad for p in self.model.parameters() if p.grad is not None]
             grad_norm = torch.nn.utils.get_total_norm(grads)
+            hook_started = time.perf_counter()
             if self.sentinel is not None:
                 self.sentinel.after_backward(
                     step,
@@ -100,6 +104,7 @@ class _Setup:
                     labels=labels,
                     outputs=logits,
                 )
+            self.hook_seconds += hooks + time.perf_counter() - hook_started
             self.optimizer.step()
         self.seconds += time.perf_counter() - started
         self.steps += len(steps)
@@ -109,6 +114,7 @@ class _Setup:
         if self.sentinel is not None:
             self.sentinel.close()  # flushes the writer thread: getting tensors to disk is counted
         self.seconds += time.perf_counter() - started
+        self.hook_seconds += time.perf_counter() - started
 
     @property
     def rate(self) -> float:
@@ -147,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
 
     x_t, y_t = data
     rates: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    hook_ms: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    step_ms: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
         for round_index in range(args.rounds):
             setups = [
@@ -155,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             ]
             for setup in setups:
                 setup.train(range(-3, 0), batches)  # warm-up steps, not timed below
-                setup.seconds, setup.steps = 0.0, 0
+                setup.seconds, setup.hook_seconds, setup.steps = 0.0, 0.0, 0
             # Configurations take turns every `chunk` steps (in rotating order), so load that
             # drifts during the run is shared by all of them.
             for turn, first in enumerate(range(0, args.steps, args.chunk)):
@@ -165,14 +173,26 @@ def main(argv: list[str] | None = None) -> int:
             for setup in setups:
                 setup.close()
                 rates[setup.name].append(setup.rate)
-                print(f"  round {round_index + 1} {setup.name:32s} {setup.rate:.3f} steps/s", flush=True)
+                hook_ms[setup.name].append(setup.hook_seconds / setup.steps * 1000)
+                if setup.name == "plain":
+                    step_ms.append(setup.seconds / setup.steps * 1000)
+                print(
+                    f"  round {round_index + 1} {setup.name:32s} {setup.rate:.3f} steps/s, "
+                    f"{hook_ms[setup.name][-1]:.3f} ms/step in capture and sentinel",
+                    flush=True,
+                )
     plain = statistics.median(rates["plain"])
-    print(f"\n{'configuration':32s} {'steps/s':>8s} {'ratio':>7s}  target")
+    plain_ms = statistics.median(step_ms)
+    # Two views: end-to-end throughput (exposed to machine load) and the time spent inside the
+    # hooks themselves, as the ratio plain step / (plain step + hook time).
+    print(f"\n{'configuration':32s} {'steps/s':>8s} {'ratio':>7s} {'hook ms/step':>13s} {'hook ratio':>11s}  target")
     for name, values in rates.items():
         median = statistics.median(values)
+        hooks = statistics.median(hook_ms[name])
+        hook_ratio = plain_ms / (plain_ms + hooks)
         target = TARGETS.get(name)
         verdict = "" if target is None else f">= {target:.2f}x {'met' if median / plain >= target else 'MISSED'}"
-        print(f"{name:32s} {median:8.3f} {median / plain:6.3f}x  {verdict}")
+        print(f"{name:32s} {median:8.3f} {median / plain:6.3f}x {hooks:13.3f} {hook_ratio:10.4f}x  {verdict}")
     return 0
 
 
