@@ -13,7 +13,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+# The pinned CDK CLI (npm aws-cdk, see package.json) for `npx cdk synth|deploy`, and the Lambda
+# dependency wheels for python3.13 (cached outside the tree), so synth afterwards runs offline.
+NPM_STAMP := node_modules/.package-lock.json
+
+$(NPM_STAMP): package-lock.json
+	npm ci --no-audit --no-fund
+
+setup: $(STAMP) $(NPM_STAMP)
+	$(BIN)/python -m infra.lambda_asset
 
 run: setup
 	$(BIN)/stabilizer run --local $(ARGS)

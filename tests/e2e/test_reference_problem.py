@@ -4,7 +4,8 @@ import json
 import math
 
 import pytest
-from conftest import run_train, step_lines
+
+from tests.helpers import run_train, step_lines
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,9 @@ import time
 
 import numpy as np
 import pytest
-from conftest import MODEL_DIR, TRAIN_SCRIPT, run_train, step_lines
 from train import Config, parse_config
+
+from tests.helpers import MODEL_DIR, TRAIN_SCRIPT, run_train, step_lines
 
 
 def test_help_documents_every_hyperparameter():
@@ -79,7 +80,7 @@ def test_one_hot_labels_are_accepted(job_dirs, tmp_path, digits_channels):
 
 
 def test_resume_continues_exactly_where_an_uninterrupted_run_would(tmp_path, digits_channels):
-    from conftest import JobDirs
+    from tests.helpers import JobDirs
 
     args = ["--add_batch_norm", "1", "--checkpoint_every", "4", "--log_every", "1", "--batch_size", "64"]
     straight = JobDirs(tmp_path / "straight")

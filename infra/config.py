@@ -1,0 +1,131 @@
+"""Deployment-level settings, read once from CDK context (`cdk.json` or `cdk deploy -c key=value`).
+
+Every setting has a default here and in cdk.json, and a clear error naming the key when wrong.
+Values arrive as strings from the command line and as JSON values from cdk.json; both are read.
+This module must not create constructs or call AWS.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from infra.training_image import is_gpu_instance
+
+
+class ContextSource(Protocol):
+    def try_get_context(self, key: str) -> Any: ...
+
+
+class ContextError(ValueError):
+    """A context value is wrong; the message names the key and what was expected."""
+
+
+# SageMaker lower-cases names in resource ARNs, so an IAM scope `training-job/<prefix>*` only
+# matches when the prefix is lower case. Job names allow letters, digits and hyphens.
+_JOB_PREFIX = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_INSTANCE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
+_POWERTOOLS_VERSION = re.compile(r"^(latest|\d+\.\d+\.\d+)$")
+
+
+@dataclass(frozen=True)
+class DeploymentConfig:
+    # Email address subscribed to the topic; empty means no subscription.
+    notification_email: str = ""
+    # `retain` keeps the bucket and its data when the stack is deleted; `destroy` empties and deletes it.
+    removal_policy: str = "retain"
+    # CPU by default: new accounts often have no GPU training quota, and ResNet-20 trains on CPU.
+    instance_type: str = "ml.m5.xlarge"
+    # Debugger is closed to new customers; accounts that still have it may turn its rules on.
+    debugger_rules_enabled: bool = False
+    # Empty: derived per region from the Deep Learning Containers registry (see training_image).
+    training_image_uri: str = ""
+    # Training-job names start with this; IAM scopes SageMaker actions to `training-job/<prefix>*`.
+    job_name_prefix: str = "stabilizer-"
+    # Days until checkpoints, tensors and outputs under executions/ expire.
+    artifact_retention_days: int = 30
+    # Powertools layer version resolved from its public SSM parameter (`latest` or e.g. `3.23.0`).
+    powertools_version: str = "latest"
+    # Days of Lambda, state machine logs kept.
+    log_retention_days: int = 30
+
+    @property
+    def uses_gpu(self) -> bool:
+        return is_gpu_instance(self.instance_type)
+
+
+def _text(source: ContextSource, key: str, default: str) -> str:
+    value = source.try_get_context(key)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise ContextError(f"context '{key}' must be a string, got {value!r}")
+    return value.strip()
+
+
+def _flag(source: ContextSource, key: str, default: bool) -> bool:
+    value = source.try_get_context(key)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in {"true", "1", "false", "0"}:
+        return value.strip().lower() in {"true", "1"}
+    raise ContextError(f"context '{key}' must be true or false, got {value!r}")
+
+
+def _count(source: ContextSource, key: str, default: int, minimum: int) -> int:
+    value = source.try_get_context(key)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or isinstance(value, bool) or number < minimum:
+        raise ContextError(f"context '{key}' must be an integer >= {minimum}, got {value!r}")
+    return number
+
+
+def read_config(source: ContextSource) -> DeploymentConfig:
+    """Read and check every deployment setting; raise ContextError naming the first bad key."""
+    defaults = DeploymentConfig()
+    config = DeploymentConfig(
+        notification_email=_text(source, "notification_email", defaults.notification_email),
+        removal_policy=_text(source, "removal_policy", defaults.removal_policy).lower(),
+        instance_type=_text(source, "instance_type", defaults.instance_type),
+        debugger_rules_enabled=_flag(source, "debugger_rules_enabled", defaults.debugger_rules_enabled),
+        training_image_uri=_text(source, "training_image_uri", defaults.training_image_uri),
+        job_name_prefix=_text(source, "job_name_prefix", defaults.job_name_prefix),
+        artifact_retention_days=_count(
+            source, "artifact_retention_days", defaults.artifact_retention_days, 1
+        ),
+        powertools_version=_text(source, "powertools_version", defaults.powertools_version),
+        log_retention_days=_count(source, "log_retention_days", defaults.log_retention_days, 1),
+    )
+    if config.notification_email and not _EMAIL.match(config.notification_email):
+        raise ContextError(
+            f"context 'notification_email' must be an email address, got {config.notification_email!r}"
+        )
+    if config.removal_policy not in {"retain", "destroy"}:
+        raise ContextError(
+            f"context 'removal_policy' must be retain or destroy, got {config.removal_policy!r}"
+        )
+    if not _INSTANCE.match(config.instance_type):
+        raise ContextError(
+            f"context 'instance_type' must be a SageMaker instance type like ml.m5.xlarge, "
+            f"got {config.instance_type!r}"
+        )
+    if not _JOB_PREFIX.match(config.job_name_prefix):
+        raise ContextError(
+            "context 'job_name_prefix' must be 1-31 lower-case letters, digits or hyphens "
+            f"(SageMaker ARNs are lower case), got {config.job_name_prefix!r}"
+        )
+    if not _POWERTOOLS_VERSION.match(config.powertools_version):
+        raise ContextError(
+            f"context 'powertools_version' must be latest or a version like 3.23.0, "
+            f"got {config.powertools_version!r}"
+        )
+    return config

@@ -1,0 +1,74 @@
+"""Train Lambda: `prepare` turns the execution input into the first state, `launch` starts the
+next attempt's training job (docs/contracts.md, section 4).
+
+Thin: parse the event, call one pure function from `workflow`, carry out its effects through
+the adapters, return the state. Failures are raised with the names the state machine catches,
+never returned as a payload.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from workflow.aws import Notifier, TrainingJobs, get_sagemaker, get_sns
+from workflow.errors import StateCorrupted
+from workflow.launch import launch, prepare
+from workflow.settings import TrainSettings
+from workflow.state import dump_state, load_state
+
+logger = Logger(service="stabilizer")
+tracer = Tracer(service="stabilizer")
+metrics = Metrics(namespace="Stabilizer", service="stabilizer")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> TrainSettings:
+    return TrainSettings.from_env(os.environ)
+
+
+def handle(
+    event: dict[str, Any],
+    *,
+    settings: TrainSettings | None = None,
+    jobs: TrainingJobs | None = None,
+    notifier: Notifier | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The handler's work with its collaborators injectable; `lambda_handler` uses the defaults."""
+    if not isinstance(event, dict):
+        raise StateCorrupted(f"event: expected a JSON object, got {type(event).__name__}")
+    settings = settings or get_settings()
+    action = event.get("action")
+    if action == "prepare":
+        state = prepare(event.get("input"), event.get("execution"), settings)
+        logger.info("execution prepared", execution=state.execution.name, policy=state.policy)
+        metrics.add_metric(name="ExecutionsPrepared", unit=MetricUnit.Count, value=1)
+        return dump_state(state)
+    if action == "launch":
+        jobs = jobs or TrainingJobs(get_sagemaker())
+        notifier = notifier or Notifier(get_sns(), settings.topic_arn)
+        plan = launch(load_state(event.get("state")), settings, now or datetime.now(UTC))
+        existing = jobs.create(plan.request)
+        logger.info(
+            "training job started" if not existing else "training job already started by an earlier try",
+            job_name=plan.attempt.job_name,
+            attempt=plan.attempt.number,
+            resumed_from=plan.attempt.resumed_from,
+        )
+        notifier.publish(plan.notification)
+        metrics.add_metric(name="AttemptsLaunched", unit=MetricUnit.Count, value=1)
+        return dump_state(plan.state)
+    raise StateCorrupted(f"action: expected 'prepare' or 'launch', got {action!r}")
+
+
+@logger.inject_lambda_context(log_event=False)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return handle(event)

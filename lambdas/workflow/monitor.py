@@ -1,0 +1,313 @@
+"""The monitor's decisions: what to do after looking at a training job once.
+
+Pure: `check()` takes the state, an `Observation` and the time, and returns the next state plus
+the effects the handler must carry out (stop a job, stop lingering rule-evaluation jobs, publish
+one notification). No AWS call and no clock in here, so every job-status x rule-status case is a
+plain unit test.
+
+Counters: every `check` moves `num_monitor_transitions` by one; a relaunch moves
+`num_retraining` by one and the remedy's own counter by one; nothing else moves them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from workflow import notifications, policy
+from workflow.errors import StateCorrupted
+from workflow.notifications import Notification
+from workflow.observation import Observation, evidence_of
+from workflow.state import Attempt, Decision, Finding, WorkflowState
+
+# FailureReason prefixes SageMaker uses for failures of its own, not of the training code.
+INFRASTRUCTURE_FAILURES = ("InternalServerError", "CapacityError")
+# A relaunch needs at least this much of the training budget left to be worth starting.
+MIN_BUDGET_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class Effects:
+    stop_job: str | None = None
+    stop_processing_jobs: tuple[str, ...] = ()
+    notification: Notification | None = None
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    state: WorkflowState
+    effects: Effects
+
+
+def _record(attempt: Attempt, obs: Observation, now: datetime) -> None:
+    attempt.status = obs.status
+    attempt.secondary_status = obs.secondary_status
+    attempt.failure_reason = obs.failure_reason
+    if obs.terminal:
+        attempt.ended_at = obs.end_time or now
+    if obs.training_seconds is not None:
+        attempt.seconds = obs.training_seconds
+    elif obs.start_time is not None:
+        attempt.seconds = max(0, int(((obs.end_time or now) - obs.start_time).total_seconds()))
+    steps = obs.steps_consumed()
+    if steps is not None:
+        attempt.steps = steps
+
+
+def _monitoring_limit(state: WorkflowState) -> str | None:
+    limits, history = state.limits, state.history
+    if history.num_monitor_transitions >= limits.max_monitor_transitions:
+        return f"reached max_monitor_transitions ({limits.max_monitor_transitions} checks)"
+    if state.training_seconds() >= limits.max_total_training_seconds:
+        return (
+            f"training budget used up ({state.training_seconds()} s of "
+            f"max_total_training_seconds {limits.max_total_training_seconds} s)"
+        )
+    return None
+
+
+def _relaunch_blocked(state: WorkflowState) -> str | None:
+    limits = state.limits
+    if state.history.num_retraining >= limits.max_num_retraining:
+        return f"reached max_num_retraining ({limits.max_num_retraining} relaunches)"
+    if limits.max_total_training_seconds - state.training_seconds() < MIN_BUDGET_SECONDS:
+        return (
+            f"training budget used up ({state.training_seconds()} s of "
+            f"max_total_training_seconds {limits.max_total_training_seconds} s)"
+        )
+    return _monitoring_limit(state)
+
+
+def _lingering(obs: Observation) -> tuple[str, ...]:
+    """Rule-evaluation processing jobs still running; an ended attempt must not leave them on."""
+    return tuple(
+        rule.processing_job_name
+        for rule in obs.rule_statuses
+        if rule.status == "InProgress" and rule.processing_job_name
+    )
+
+
+def _end(
+    state: WorkflowState,
+    attempt: Attempt,
+    obs: Observation,
+    outcome: str,
+    reason: str,
+    *,
+    finding: Finding | None = None,
+    stop_job: bool = False,
+    remedy: str | None = None,
+    best: str | None = None,
+) -> CheckResult:
+    attempt.decision = Decision(action="end", outcome=outcome, reason=reason, remedy=remedy, resume_from=best)
+    state.outcome = outcome  # type: ignore[assignment]
+    state.reason = reason
+    state.next_action = "end"
+    evidence = evidence_of(obs, finding) if finding else {}
+    return CheckResult(
+        state,
+        Effects(
+            stop_job=attempt.job_name if stop_job else None,
+            stop_processing_jobs=_lingering(obs),
+            notification=notifications.finished(state, attempt, finding, evidence),
+        ),
+    )
+
+
+def _continue(state: WorkflowState, effects: Effects | None = None) -> CheckResult:
+    state.next_action = "monitor"
+    return CheckResult(state, effects or Effects())
+
+
+def _relaunch(
+    state: WorkflowState,
+    attempt: Attempt,
+    *,
+    obs: Observation,
+    decision: Decision,
+    finding: Finding | None,
+    counters: tuple[str, ...],
+) -> CheckResult:
+    for counter in counters:
+        setattr(state.history, counter, getattr(state.history, counter) + 1)
+    state.history.num_retraining += 1
+    state.resume_from = decision.resume_from
+    state.next_action = "launch_new"
+    attempt.decision = decision
+    evidence = evidence_of(obs, finding) if finding else {}
+    return CheckResult(
+        state,
+        Effects(
+            stop_processing_jobs=_lingering(obs),
+            notification=notifications.relaunching(state, attempt, decision, finding, evidence),
+        ),
+    )
+
+
+def _remediate(state: WorkflowState, attempt: Attempt, obs: Observation, finding: Finding) -> CheckResult:
+    attempt.finding = finding
+    planned = policy.plan(state, finding, obs.checkpoint_steps)
+    decision = planned.decision
+    if decision.action == "end":
+        return _end(
+            state,
+            attempt,
+            obs,
+            decision.outcome or "gave_up",
+            decision.reason,
+            finding=finding,
+            remedy=decision.remedy,
+            best=decision.resume_from,
+        )
+    blocked = _relaunch_blocked(state)
+    if blocked:
+        reason = (
+            f"{policy.describe_finding(finding)}: {blocked}; the next step would have been {decision.remedy}"
+        )
+        return _end(state, attempt, obs, "gave_up", reason, finding=finding)
+    state.run_spec = planned.run_spec
+    return _relaunch(state, attempt, obs=obs, decision=decision, finding=finding, counters=planned.counters)
+
+
+def _infrastructure_failure(state: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResult:
+    """SageMaker failed the job itself: the same recipe was never really tried, so try it again."""
+    reason_text = obs.failure_reason or "no FailureReason"
+    limits = state.limits
+    if state.history.num_infrastructure_retries >= limits.max_infrastructure_retries:
+        return _end(
+            state,
+            attempt,
+            obs,
+            "failed",
+            f"SageMaker failed the job ({reason_text}) and max_infrastructure_retries "
+            f"({limits.max_infrastructure_retries}) is reached",
+        )
+    blocked = _relaunch_blocked(state)
+    if blocked:
+        return _end(state, attempt, obs, "gave_up", f"SageMaker failed the job ({reason_text}); {blocked}")
+    # No rule fired, so the newest checkpoint is healthy.
+    newest = max(obs.checkpoint_steps) if obs.checkpoint_steps else None
+    resume = (
+        f"{attempt.checkpoint_s3_uri}/checkpoint-{newest}.pt" if newest is not None else attempt.resumed_from
+    )
+    decision = Decision(
+        action="relaunch",
+        remedy="retry",
+        resume_from=resume,
+        reason=f"SageMaker failed the job ({reason_text.split(':')[0]}), not the training code; "
+        f"same recipe again, {'resume from ' + resume.rsplit('/', 1)[-1] if resume else 'start fresh'}",
+    )
+    return _relaunch(
+        state, attempt, obs=obs, decision=decision, finding=None, counters=("num_infrastructure_retries",)
+    )
+
+
+def _while_running(
+    s: WorkflowState, attempt: Attempt, obs: Observation, issue: Finding | None
+) -> CheckResult:
+    """InProgress, Stopping, or Completed while Debugger rules are still evaluating."""
+    if obs.status == "InProgress" and issue is not None:
+        first_sighting = attempt.finding is None
+        attempt.finding = issue
+        # Decide the next recipe only once the job has stopped: its last checkpoint is then in S3,
+        # and no two jobs of one execution run at once. Stopping again is harmless.
+        note = (
+            notifications.issue_found(s, attempt, issue, evidence_of(obs, issue)) if first_sighting else None
+        )
+        return _continue(s, Effects(stop_job=attempt.job_name, notification=note))
+    limit = _monitoring_limit(s)
+    if limit is None:
+        return _continue(s)
+    if obs.status == "InProgress":
+        return _end(s, attempt, obs, "gave_up", f"stopped attempt {attempt.number}: {limit}", stop_job=True)
+    if obs.status == "Stopping":
+        return _end(s, attempt, obs, "gave_up", f"attempt {attempt.number} is stopping: {limit}")
+    pending = ", ".join(obs.rules_pending())
+    return _end(s, attempt, obs, "gave_up", f"job completed but {pending} never finished: {limit}")
+
+
+def _after_end(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResult:
+    """Completed, Failed or Stopped with no finding."""
+    if obs.status == "Completed":
+        reason = f"attempt {attempt.number} completed with no rule firing"
+        unknown = obs.rules_without_verdict()
+        if unknown:
+            # Not a failure of the training run; say plainly which verdicts are missing.
+            reason += f" (Debugger gave no verdict for {', '.join(unknown)}; the in-job sentinel saw nothing)"
+        return _end(s, attempt, obs, "succeeded", reason)
+    if obs.status == "Failed":
+        reason_text = obs.failure_reason or ""
+        if reason_text.startswith(INFRASTRUCTURE_FAILURES):
+            return _infrastructure_failure(s, attempt, obs)
+        return _end(
+            s, attempt, obs, "failed", f"training job failed: {reason_text or 'no FailureReason given'}"
+        )
+    # Stopped without any finding: nobody in this workflow asked for it.
+    if obs.secondary_status == "MaxRuntimeExceeded":
+        limit = attempt.run_spec.max_runtime_seconds
+        return _end(
+            s, attempt, obs, "gave_up", f"attempt {attempt.number} ran past MaxRuntimeInSeconds ({limit} s)"
+        )
+    return _end(
+        s, attempt, obs, "failed", f"training job {attempt.job_name} was stopped outside the workflow"
+    )
+
+
+def check(state: WorkflowState, obs: Observation, now: datetime) -> CheckResult:
+    """One look at the current training job; returns the next state and what to do."""
+    s = state.model_copy(deep=True)
+    attempt = s.current
+    if attempt is None:
+        raise StateCorrupted("attempts: empty; check needs a launched attempt")
+    if obs.job_name != attempt.job_name:
+        raise StateCorrupted(
+            f"history.latest_job_name: observed {obs.job_name!r}, expected {attempt.job_name!r}"
+        )
+
+    s.history.num_monitor_transitions += 1
+    _record(attempt, obs, now)
+    s.job_status = obs.status
+    s.rule_status = obs.rule_status_summary()
+    # A finding seen on an earlier check is remembered: once the job is stopped, Debugger may
+    # report its rules as Stopped rather than IssuesFound.
+    issue = obs.primary_issue() or attempt.finding
+
+    # Debugger rules go on evaluating after the job ends; a completed job is not a success until
+    # every rule has given its verdict.
+    waiting_for_rules = obs.status == "Completed" and issue is None and bool(obs.rules_pending())
+    if not obs.terminal or waiting_for_rules:
+        return _while_running(s, attempt, obs, issue)
+    if issue is not None:
+        return _remediate(s, attempt, obs, issue)
+    return _after_end(s, attempt, obs)
+
+
+def abort(state: WorkflowState, error: dict | None, obs: Observation | None, now: datetime) -> CheckResult:
+    """The state machine caught an error: stop what runs, record why, say so."""
+    s = state.model_copy(deep=True)
+    error = error or {}
+    name = str(error.get("Error") or "Error")
+    cause = " ".join(str(error.get("Cause") or "").split())[:300]
+    reason = f"{name}: {cause}" if cause else name
+    s.outcome = "failed"
+    s.reason = reason
+    s.next_action = "end"
+    attempt = s.current
+    stop_job = None
+    lingering: tuple[str, ...] = ()
+    if attempt is not None:
+        if obs is not None:
+            _record(attempt, obs, now)
+            s.job_status = obs.status
+            lingering = _lingering(obs)
+        if obs is None or obs.status == "InProgress":
+            stop_job = attempt.job_name
+        attempt.decision = Decision(action="end", outcome="failed", reason=reason)
+    return CheckResult(
+        s,
+        Effects(
+            stop_job=stop_job,
+            stop_processing_jobs=lingering,
+            notification=notifications.finished(s, attempt),
+        ),
+    )

@@ -1,0 +1,264 @@
+"""The SNS message for each decision: a subject a person reads at a glance, a body with the
+evidence, and message attributes for subscription filters.
+
+Pure formatting: no AWS calls. One decision makes exactly one `Notification`.
+
+Event types (the `event_type` attribute): launched, issue_found, relaunching, completed,
+gave_up, failed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from workflow.state import Attempt, Decision, Finding, RunSpec, WorkflowState
+
+EventType = Literal["launched", "issue_found", "relaunching", "completed", "gave_up", "failed"]
+
+# SNS: subjects are under 100 characters, ASCII, with no line breaks.
+SUBJECT_MAX = 99
+# SNS messages may be 256 KB; evidence histories are cut well before that.
+EVIDENCE_POINTS = 20
+
+
+@dataclass(frozen=True)
+class Notification:
+    event_type: EventType
+    subject: str
+    body: str
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    def publish_kwargs(self, topic_arn: str) -> dict[str, Any]:
+        attributes = {
+            key: {"DataType": "Number" if key == "attempt" else "String", "StringValue": value}
+            for key, value in self.attributes.items()
+            if value
+        }
+        return {
+            "TopicArn": topic_arn,
+            "Subject": self.subject,
+            "Message": self.body,
+            "MessageAttributes": attributes,
+        }
+
+
+def clean_subject(text: str) -> str:
+    ascii_text = text.encode("ascii", "replace").decode("ascii")
+    flat = " ".join(ascii_text.split())
+    if len(flat) <= SUBJECT_MAX:
+        return flat
+    return flat[: SUBJECT_MAX - 3].rstrip() + "..."
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list | dict):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def recipe_diff(changes: dict[str, list[Any]]) -> str:
+    """The next recipe as a diff against the last one."""
+    if not changes:
+        return "  (unchanged)"
+    lines = []
+    for key, (old, new) in changes.items():
+        lines.append(f"- {key}: {_fmt(old)}")
+        lines.append(f"+ {key}: {_fmt(new)}")
+    return "\n".join(lines)
+
+
+def _recipe_line(spec: RunSpec) -> str:
+    bn = "BN" if spec.add_batch_norm else "no BN"
+    clip = f", clip {spec.grad_clip:g}" if spec.grad_clip else ""
+    return f"warm-up LR {spec.warmup_learning_rate:g}, LR {spec.learning_rate:g}, {bn}{clip}"
+
+
+def _trim_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
+    trimmed: dict[str, Any] = {}
+    for key, value in evidence.items():
+        trimmed[key] = value[-EVIDENCE_POINTS:] if isinstance(value, list) else value
+    return trimmed
+
+
+def _finding_lines(finding: Finding | None, evidence: dict[str, Any]) -> list[str]:
+    if finding is None:
+        return []
+    lines = [
+        "What fired:",
+        f"  rule: {finding.rule} ({finding.source})",
+        f"  step: {finding.step if finding.step is not None else 'unknown'}"
+        + (f", epoch {finding.epoch}" if finding.epoch is not None else "")
+        + (f", phase {finding.phase}" if finding.phase else ""),
+    ]
+    if finding.learning_rate is not None:
+        lines.append(f"  learning rate: {finding.learning_rate:g}")
+    if finding.tensor:
+        lines.append(f"  tensor: {finding.tensor} = {finding.value}")
+    if finding.message:
+        lines.append(f"  message: {finding.message}")
+    if evidence:
+        lines.append("Evidence:")
+        for key, value in _trim_evidence(evidence).items():
+            lines.append(f"  {key}: {_fmt(value)}")
+    return lines
+
+
+def _attributes(
+    state: WorkflowState, event: EventType, attempt: Attempt | None, **extra: str
+) -> dict[str, str]:
+    attributes = {
+        "event_type": event,
+        "execution": state.execution.name,
+        "attempt": str(attempt.number) if attempt else "",
+        "policy": state.policy,
+    }
+    attributes.update({key: value for key, value in extra.items() if value})
+    return attributes
+
+
+def _details(state: WorkflowState, event: EventType, **extra: Any) -> str:
+    payload = {
+        "event_type": event,
+        "execution": state.execution.model_dump(),
+        "policy": state.policy,
+        "attempts": len(state.attempts),
+        "history": state.history.model_dump(),
+        "outcome": state.outcome,
+        **extra,
+    }
+    return "Details (JSON):\n" + json.dumps(payload, indent=2, default=str)
+
+
+def _compose(state: WorkflowState, event: EventType, subject: str, lines: list[str], **extra: Any) -> str:
+    header = [f"Execution: {state.execution.name}", f"Policy: {state.policy}"]
+    return "\n".join([*header, "", *lines, "", _details(state, event, **extra)])
+
+
+def launched(state: WorkflowState, attempt: Attempt) -> Notification:
+    subject = clean_subject(f"Attempt {attempt.number} launched: {_recipe_line(attempt.run_spec)}")
+    lines = [
+        f"Training job {attempt.job_name} started.",
+        f"Recipe: {_recipe_line(attempt.run_spec)}",
+        f"Checkpoints: {attempt.checkpoint_s3_uri}",
+    ]
+    if attempt.resumed_from:
+        lines.append(f"Resuming from: {attempt.resumed_from}")
+    body = _compose(
+        state,
+        "launched",
+        subject,
+        lines,
+        job_name=attempt.job_name,
+        run_spec=attempt.run_spec.model_dump(mode="json"),
+    )
+    return Notification("launched", subject, body, _attributes(state, "launched", attempt))
+
+
+def issue_found(
+    state: WorkflowState, attempt: Attempt, finding: Finding, evidence: dict[str, Any]
+) -> Notification:
+    where = f" at step {finding.step}" if finding.step is not None else ""
+    subject = clean_subject(f"{finding.rule}{where} in attempt {attempt.number}: stopping the job")
+    lines = [
+        f"Training job {attempt.job_name} is being stopped; the next recipe is decided once it has stopped",
+        "and its last checkpoint is in S3.",
+        "",
+        *_finding_lines(finding, evidence),
+    ]
+    body = _compose(
+        state,
+        "issue_found",
+        subject,
+        lines,
+        job_name=attempt.job_name,
+        finding=finding.model_dump(mode="json"),
+    )
+    return Notification(
+        "issue_found", subject, body, _attributes(state, "issue_found", attempt, rule=finding.rule)
+    )
+
+
+def relaunching(
+    state: WorkflowState,
+    attempt: Attempt,
+    decision: Decision,
+    finding: Finding | None,
+    evidence: dict[str, Any],
+) -> Notification:
+    if finding is not None:
+        cause = finding.rule + (f" at step {finding.step}" if finding.step is not None else "")
+    else:
+        cause = (attempt.failure_reason or attempt.status).split(":")[0]
+    change = (
+        ", ".join(f"{key} {_fmt(old)}->{_fmt(new)}" for key, (old, new) in decision.changes.items())
+        or "same recipe"
+    )
+    subject = clean_subject(f"{cause}: relaunching attempt {attempt.number + 1} with {change}")
+    lines = [
+        f"Attempt {attempt.number} ({attempt.job_name}) ended: {attempt.status}"
+        + (f" - {attempt.failure_reason}" if attempt.failure_reason else ""),
+        "",
+        *_finding_lines(finding, evidence),
+        "",
+        f"Why: {decision.reason}",
+        "Next recipe:",
+        recipe_diff(decision.changes),
+        f"Starts from: {decision.resume_from or 'scratch'}",
+    ]
+    body = _compose(
+        state,
+        "relaunching",
+        subject,
+        lines,
+        job_name=attempt.job_name,
+        decision=decision.model_dump(mode="json"),
+        finding=finding.model_dump(mode="json") if finding else None,
+    )
+    return Notification(
+        "relaunching",
+        subject,
+        body,
+        _attributes(state, "relaunching", attempt, rule=finding.rule if finding else ""),
+    )
+
+
+def _attempts_table(state: WorkflowState) -> list[str]:
+    lines = ["Attempts:"]
+    for a in state.attempts:
+        fired = f", {a.finding.rule} at step {a.finding.step}" if a.finding else ""
+        lines.append(f"  {a.number}. {a.job_name}: {a.status}{fired} [{_recipe_line(a.run_spec)}]")
+    return lines
+
+
+def finished(
+    state: WorkflowState,
+    attempt: Attempt | None,
+    finding: Finding | None = None,
+    evidence: dict[str, Any] | None = None,
+) -> Notification:
+    """The last message of an execution: completed, gave up or failed, per `state.outcome`."""
+    event: EventType = {"succeeded": "completed", "gave_up": "gave_up", "failed": "failed"}[
+        state.outcome or "failed"
+    ]
+    count = len(state.attempts)
+    jobs = f"{count} job{'s' if count != 1 else ''}"
+    headline = {
+        "completed": f"Training completed after {jobs}",
+        "gave_up": f"Gave up after {jobs}",
+        "failed": f"Failed after {jobs}",
+    }[event]
+    reason = (state.reason or "").split(";")[0]
+    subject = clean_subject(f"{headline}: {reason}" if reason else headline)
+    lines = [f"Outcome: {state.outcome}", f"Reason: {state.reason}", ""]
+    lines += _finding_lines(finding, evidence or {})
+    if attempt is not None:
+        lines.append(f"Final recipe: {_recipe_line(attempt.run_spec)}")
+    lines += ["", *_attempts_table(state)]
+    body = _compose(
+        state, event, subject, lines, job_name=attempt.job_name if attempt else None, reason=state.reason
+    )
+    return Notification(event, subject, body, _attributes(state, event, attempt, outcome=state.outcome or ""))

@@ -1,0 +1,69 @@
+"""Writes the JSON Schema files of the state payload and the execution input into `schemas/`.
+
+    python lambdas/workflow/schemas.py            # from the repository root: rewrite the files
+    python lambdas/workflow/schemas.py --check    # exit 1 if the files are out of date
+
+The files are generated from the pydantic models, never edited by hand; a unit test fails when
+they drift. The example input shows every knob with its default.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `workflow` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workflow.state import ExecutionInput, WorkflowState
+
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def _schema(model: type, title: str, description: str) -> dict[str, Any]:
+    schema = model.model_json_schema(mode="validation")
+    return {"$schema": SCHEMA_DIALECT, **schema, "title": title, "description": description}
+
+
+def documents() -> dict[str, str]:
+    state = _schema(
+        WorkflowState,
+        "stabilizer state payload",
+        "The state the Step Functions execution carries between the train and monitor Lambdas "
+        "(docs/contracts.md, section 4).",
+    )
+    given = _schema(
+        ExecutionInput,
+        "stabilizer execution input",
+        "Input of one execution. Every field is optional; {} runs the reference problem. Unknown "
+        "keys and wrong types are rejected.",
+    )
+    example = ExecutionInput().model_dump(mode="json", exclude_none=True)
+    return {
+        "state.schema.json": json.dumps(state, indent=2, sort_keys=True) + "\n",
+        "execution-input.schema.json": json.dumps(given, indent=2, sort_keys=True) + "\n",
+        "execution-input.example.json": json.dumps(example, indent=2) + "\n",
+    }
+
+
+def main(argv: list[str]) -> int:
+    root = Path(__file__).resolve().parents[2] / "schemas"
+    stale = []
+    for name, text in documents().items():
+        path = root / name
+        if "--check" in argv:
+            if not path.exists() or path.read_text() != text:
+                stale.append(name)
+        else:
+            root.mkdir(exist_ok=True)
+            path.write_text(text)
+    if stale:
+        print(f"out of date: {', '.join(stale)}; run python lambdas/workflow/schemas.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,106 @@
+"""Deployment-level configuration, read once from the Lambda environment (docs/contracts.md, 5).
+
+CDK bakes these in; the local engine sets them. A missing or malformed variable raises
+`MisconfiguredEnvironment` naming it, at the first invocation, instead of failing deep inside a
+request. This module reads a mapping it is given; the handlers decide when (once, cached).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from workflow.errors import MisconfiguredEnvironment
+
+# The job name is "<prefix>-<8 hex>-<attempt>": 63 characters leave 49 for the prefix with
+# attempts up to 9999. IAM scopes training jobs to "<prefix>*", so the prefix is never cut.
+MAX_PREFIX = 49
+_PREFIX = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
+_S3 = re.compile(r"^s3://[^/]+/.+")
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class MonitorSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    topic_arn: str = Field(min_length=1)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> MonitorSettings:
+        return _load(cls, env, {"topic_arn": "TOPIC_ARN"})
+
+
+class TrainSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    bucket: str = Field(min_length=3)
+    topic_arn: str = Field(min_length=1)
+    sagemaker_role_arn: str = Field(min_length=20)
+    training_image_uri: str = Field(min_length=1)
+    source_s3_uri: str
+    train_data_s3_uri: str
+    test_data_s3_uri: str
+    job_name_prefix: str = "stabilizer"
+    default_instance_type: str = "ml.p3.2xlarge"
+    debugger_rules_enabled: bool = False
+    region: str = "us-east-1"
+
+    @field_validator("source_s3_uri", "train_data_s3_uri", "test_data_s3_uri")
+    @classmethod
+    def _s3(cls, value: str) -> str:
+        if not _S3.match(value):
+            raise ValueError(f"expected an s3://bucket/key URI, got {value!r}")
+        return value
+
+    @field_validator("job_name_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if len(value) > MAX_PREFIX or not _PREFIX.match(value):
+            raise ValueError(
+                f"expected at most {MAX_PREFIX} characters of [a-zA-Z0-9-], starting and ending "
+                f"with a letter or digit, got {value!r}"
+            )
+        return value
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> TrainSettings:
+        return _load(
+            cls,
+            env,
+            {
+                "bucket": "BUCKET",
+                "topic_arn": "TOPIC_ARN",
+                "sagemaker_role_arn": "SAGEMAKER_ROLE_ARN",
+                "training_image_uri": "TRAINING_IMAGE_URI",
+                "source_s3_uri": "SOURCE_S3_URI",
+                "train_data_s3_uri": "TRAIN_DATA_S3_URI",
+                "test_data_s3_uri": "TEST_DATA_S3_URI",
+                "job_name_prefix": "JOB_NAME_PREFIX",
+                "default_instance_type": "DEFAULT_INSTANCE_TYPE",
+                "debugger_rules_enabled": "DEBUGGER_RULES_ENABLED",
+                "region": "AWS_REGION",
+            },
+            fallbacks={"region": "AWS_DEFAULT_REGION"},
+        )
+
+
+def _load(model, env: Mapping[str, str], names: dict[str, str], fallbacks: dict[str, str] | None = None):
+    values: dict[str, object] = {}
+    for field, variable in names.items():
+        raw = env.get(variable) or env.get((fallbacks or {}).get(field, ""), "")
+        if raw:
+            values[field] = _truthy(raw) if field == "debugger_rules_enabled" else raw
+    try:
+        return model.model_validate(values)
+    except ValidationError as error:
+        problems = []
+        for item in error.errors(include_url=False):
+            field = str(item["loc"][0])
+            what = "is not set" if item["type"] == "missing" else item["msg"].replace("Value error, ", "")
+            problems.append(f"{names[field]} {what}")
+        raise MisconfiguredEnvironment("; ".join(problems)) from None

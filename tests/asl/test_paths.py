@@ -1,0 +1,283 @@
+"""Every path through the real definition, run by moto's Step Functions interpreter.
+
+Lambda answers are scripted at the Invoke edge (see harness.py); the definition, its Retry and
+Catch matching, Choice, Wait and Fail are the interpreter's. Each test asserts the state sequence
+from the execution history and what each Lambda received.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tests.asl.harness import ok, raises
+
+
+def state(job: str | None = None, **fields) -> dict:
+    """A state payload with the paths the definition reads (docs/contracts.md, section 4).
+
+    `wait_seconds` is 0 so that paths run in milliseconds; the interpreter accepts any
+    integer >= 0 (the Lambdas' own range is 1..3600).
+    """
+    payload = {
+        "version": 1,
+        "next_action": "launch_new",
+        "wait_seconds": 0,
+        "outcome": None,
+        "reason": None,
+        "history": {"latest_job_name": job},
+        "attempts": [],
+    }
+    payload.update(fields)
+    return payload
+
+
+PREPARED = state()
+LAUNCHED = state("stabilizer-exec-1-1", next_action="monitor", attempts=[{"job_name": "stabilizer-exec-1-1"}])
+WATCHING = {**LAUNCHED, "attempts": [{"job_name": "stabilizer-exec-1-1", "status": "InProgress"}]}
+COMPLETED = {**LAUNCHED, "next_action": "end", "outcome": "succeeded", "reason": "attempt 1 completed"}
+
+
+def _task_failures(outcome, state_name: str) -> list[dict]:
+    """TaskFailed events of one state, in order (each retry shows as another failure)."""
+    current, failures = None, []
+    for event in outcome.events:
+        if "stateEnteredEventDetails" in event:
+            current = event["stateEnteredEventDetails"]["name"]
+        if event["type"] == "TaskFailed" and current == state_name:
+            failures.append(event["taskFailedEventDetails"])
+    return failures
+
+
+def test_invalid_input_fails_without_launch(workflow):
+    outcome = workflow.run(
+        {"wait_seconds": "soon"},
+        prepare=[raises("InvalidInput", "wait_seconds: expected an integer >= 0, got 'soon'")],
+    )
+
+    assert outcome.status == "FAILED"
+    assert outcome.states == ["ValidateInput", "RejectInput"]
+    assert outcome.error == "InvalidInput"
+    assert "wait_seconds" in json.loads(outcome.cause)["errorMessage"]
+    assert outcome.actions() == ["prepare"]
+    assert outcome.notifications == []
+
+
+def test_prepare_receives_input_and_execution(workflow):
+    outcome = workflow.run(
+        {"learning_rate": 0.05},
+        prepare=[ok(PREPARED)], launch=[ok(LAUNCHED)], check=[ok(COMPLETED)],
+    )
+
+    prepare = outcome.events_of("prepare")[0]
+    assert prepare["input"] == {"learning_rate": 0.05}
+    assert prepare["execution"]["name"] == "exec-1"
+    assert prepare["execution"]["id"].endswith(":exec-1")
+    assert prepare["execution"]["start_time"]
+
+
+def test_launch_monitor_succeeds(workflow):
+    outcome = workflow.run(
+        {},
+        prepare=[ok(PREPARED)],
+        launch=[ok(LAUNCHED)],
+        check=[ok(WATCHING), ok(COMPLETED)],
+    )
+
+    assert outcome.status == "SUCCEEDED"
+    assert outcome.states == [
+        "ValidateInput", "LaunchTrainingJob", "WaitForProgress", "CheckJobAndRules", "DecideNextStep",
+        "WaitForProgress", "CheckJobAndRules", "DecideNextStep", "TrainingSucceeded",
+    ]
+    # Each Lambda gets the state the previous one returned; the output is the last state.
+    assert outcome.events_of("launch")[0]["state"] == PREPARED
+    assert [event["state"] for event in outcome.events_of("check")] == [LAUNCHED, WATCHING]
+    assert outcome.output == {"state": COMPLETED}
+
+
+def test_exploding_then_relaunch(workflow):
+    exploded = {**LAUNCHED, "next_action": "launch_new",
+                "attempts": [{"job_name": "stabilizer-exec-1-1", "finding": {"rule": "ExplodingTensor"}}]}
+    relaunched = {**exploded, "next_action": "monitor", "history": {"latest_job_name": "stabilizer-exec-1-2"}}
+    recovered = {**relaunched, "next_action": "end", "outcome": "succeeded"}
+
+    outcome = workflow.run(
+        {},
+        prepare=[ok(PREPARED)],
+        launch=[ok(LAUNCHED), ok(relaunched)],
+        check=[ok(exploded), ok(recovered)],
+    )
+
+    assert outcome.status == "SUCCEEDED"
+    assert outcome.states == [
+        "ValidateInput", "LaunchTrainingJob", "WaitForProgress", "CheckJobAndRules", "DecideNextStep",
+        "LaunchTrainingJob", "WaitForProgress", "CheckJobAndRules", "DecideNextStep", "TrainingSucceeded",
+    ]
+    assert outcome.events_of("launch")[1]["state"] == exploded
+    assert outcome.output == {"state": recovered}
+
+
+def test_throttled_twice_then_launches(workflow):
+    throttled = "SageMaker CreateTrainingJob: ThrottlingException (Rate exceeded)"
+    outcome = workflow.run(
+        {},
+        prepare=[ok(PREPARED)],
+        launch=[raises("TransientAwsError", throttled), raises("TransientAwsError", throttled), ok(LAUNCHED)],
+        check=[ok(COMPLETED)],
+    )
+
+    assert outcome.status == "SUCCEEDED"
+    assert outcome.actions() == ["prepare", "launch", "launch", "launch", "check"]
+    assert [f["error"] for f in _task_failures(outcome, "LaunchTrainingJob")] == ["TransientAwsError"] * 2
+    # Back-off with full jitter: each wait is at most 2 s, then 4 s (2 s x 2.0).
+    assert len(outcome.retry_sleeps) == 2
+    assert 0 <= outcome.retry_sleeps[0] <= 2
+    assert 0 <= outcome.retry_sleeps[1] <= 4
+    assert outcome.states.count("LaunchTrainingJob") == 1
+
+
+def test_capacity_error_retries_longer(workflow):
+    no_capacity = "ResourceLimitExceeded: account-level service limit 'ml.m5.xlarge for training job usage'"
+    outcome = workflow.run(
+        {},
+        prepare=[ok(PREPARED)],
+        launch=[raises("CapacityUnavailable", no_capacity), raises("CapacityUnavailable", no_capacity),
+                ok(LAUNCHED)],
+        check=[ok(COMPLETED)],
+    )
+
+    assert outcome.status == "SUCCEEDED"
+    assert [f["error"] for f in _task_failures(outcome, "LaunchTrainingJob")] == ["CapacityUnavailable"] * 2
+    # 60 s, then 120 s, no jitter: longer than any transient back-off (capped at 30 s).
+    assert outcome.retry_sleeps == [60, 120]
+
+
+def test_capacity_never_available_stops_notifies_and_fails(workflow):
+    no_capacity = "ResourceLimitExceeded: no ml.m5.xlarge capacity"
+    outcome = workflow.run(
+        {},
+        prepare=[ok(PREPARED)],
+        launch=[raises("CapacityUnavailable", no_capacity)] * 6,
+        abort=[ok(PREPARED)],
+    )
+
+    assert outcome.status == "FAILED"
+    assert outcome.error == "CapacityUnavailable"
+    assert outcome.actions() == ["prepare"] + ["launch"] * 6 + ["abort"]
+    assert outcome.retry_sleeps == [60, 120, 240, 480, 600]  # capped by MaxDelaySeconds
+    assert outcome.states == [
+        "ValidateInput", "LaunchTrainingJob", "StopJobAndNotify", "FailWithOriginalError",
+    ]
+
+
+def test_unexpected_error_stops_job_notifies_and_fails(workflow):
+    denied = "SageMaker DescribeTrainingJob: AccessDeniedException"
+    outcome = workflow.run(
+        {},
+        prepare=[ok(PREPARED)],
+        launch=[ok(LAUNCHED)],
+        check=[raises("AwsRequestRejected", denied)],
+        abort=[ok({**LAUNCHED, "next_action": "end", "outcome": "failed"})],
+    )
+
+    assert outcome.status == "FAILED"
+    assert outcome.states == [
+        "ValidateInput", "LaunchTrainingJob", "WaitForProgress", "CheckJobAndRules",
+        "StopJobAndNotify", "FailWithOriginalError",
+    ]
+    # The abort gets the state (with the job to stop) and the original error, and the execution
+    # fails with that error and cause, not with anything from the clean-up.
+    abort = outcome.events_of("abort")[0]
+    assert abort["state"] == LAUNCHED
+    assert abort["state"]["history"]["latest_job_name"] == "stabilizer-exec-1-1"
+    assert abort["error"]["Error"] == "AwsRequestRejected"
+    assert outcome.error == "AwsRequestRejected"
+    assert outcome.cause == abort["error"]["Cause"]
+    assert json.loads(outcome.cause)["errorMessage"] == denied
+    # The monitor notifies; the state machine's own fallback publish is not used.
+    assert outcome.notifications == []
+
+
+def test_failed_abort_falls_back_to_topic_and_keeps_original_error(workflow):
+    outcome = workflow.run(
+        {},
+        prepare=[ok(PREPARED)],
+        launch=[ok(LAUNCHED)],
+        check=[raises("StateCorrupted", "attempts.0.job_name: field required")],
+        abort=[raises("AwsRequestRejected", "SNS Publish: AuthorizationError")],
+    )
+
+    assert outcome.status == "FAILED"
+    assert outcome.states[-3:] == ["StopJobAndNotify", "NotifyFailure", "FailWithOriginalError"]
+    assert outcome.error == "StateCorrupted"
+    [notification] = outcome.notifications
+    assert notification["event"] == "execution_failed"
+    assert notification["execution"].endswith(":exec-1")
+    assert notification["data"]["error"]["Error"] == "StateCorrupted"
+    # The job that may still be running is named in the message.
+    assert notification["data"]["state"]["history"]["latest_job_name"] == "stabilizer-exec-1-1"
+    assert notification["data"]["abort_error"]["Error"] == "AwsRequestRejected"
+
+
+def test_unexpected_error_before_any_state_notifies_and_fails(workflow):
+    outcome = workflow.run(
+        {},
+        prepare=[raises("AwsRequestRejected", "S3 HeadObject data/train/x.npy: AccessDenied")],
+    )
+
+    assert outcome.status == "FAILED"
+    assert outcome.states == ["ValidateInput", "NotifyFailure", "FailWithOriginalError"]
+    assert outcome.error == "AwsRequestRejected"
+    assert outcome.actions() == ["prepare"]
+    [notification] = outcome.notifications
+    assert notification["data"]["error"]["Error"] == "AwsRequestRejected"
+
+
+def test_policy_gives_up_fails_not_recovered(workflow):
+    reason = "ExplodingTensor fired in 7 attempts; the policy has no remedy left"
+    gave_up = {**LAUNCHED, "next_action": "end", "outcome": "gave_up", "reason": reason}
+    outcome = workflow.run({}, prepare=[ok(PREPARED)], launch=[ok(LAUNCHED)], check=[ok(gave_up)])
+
+    assert outcome.status == "FAILED"
+    assert outcome.states[-2:] == ["DecideNextStep", "TrainingNotRecovered"]
+    assert outcome.error == "TrainingNotRecovered"
+    assert outcome.cause == f"{reason} (outcome gave_up)"
+    assert outcome.actions() == ["prepare", "launch", "check"]
+
+
+def test_unknown_next_action_is_a_corrupted_state(workflow):
+    outcome = workflow.run(
+        {},
+        prepare=[ok(PREPARED)],
+        launch=[ok(LAUNCHED)],
+        check=[ok({**LAUNCHED, "next_action": "explode"})],
+        abort=[ok(LAUNCHED)],
+    )
+
+    assert outcome.status == "FAILED"
+    assert outcome.states[-4:] == [
+        "DecideNextStep", "NextActionNotUnderstood", "StopJobAndNotify", "FailWithOriginalError",
+    ]
+    assert outcome.error == "StateCorrupted"
+    assert "explode" in outcome.cause
+    assert outcome.events_of("abort")[0]["error"]["Error"] == "StateCorrupted"
+
+
+def test_wait_seconds_come_from_the_state(workflow):
+    one_second = {**LAUNCHED, "wait_seconds": 1}
+    outcome = workflow.run(
+        {}, prepare=[ok(PREPARED)], launch=[ok(one_second)], check=[ok({**COMPLETED, "wait_seconds": 1})],
+    )
+
+    entered = next(e for e in outcome.events if e["type"] == "WaitStateEntered")
+    exited = next(e for e in outcome.events if e["type"] == "WaitStateExited")
+    assert outcome.status == "SUCCEEDED"
+    assert (exited["timestamp"] - entered["timestamp"]).total_seconds() >= 0.9
+
+
+def test_an_end_without_reason_still_fails_as_not_recovered(workflow):
+    failed = {**LAUNCHED, "next_action": "end", "outcome": "failed", "reason": None}
+    outcome = workflow.run({}, prepare=[ok(PREPARED)], launch=[ok(LAUNCHED)], check=[ok(failed)])
+
+    assert outcome.status == "FAILED"
+    assert outcome.error == "TrainingNotRecovered"
+    assert outcome.cause.endswith("(outcome failed)")

@@ -1,0 +1,54 @@
+"""Helpers shared by every tier: run model/train.py as a SageMaker job would, read its log lines."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL_DIR = ROOT / "model"
+TRAIN_SCRIPT = MODEL_DIR / "train.py"
+
+
+@dataclass
+class JobDirs:
+    root: Path
+
+    @property
+    def model(self) -> Path:
+        return self.root / "model"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def failure(self) -> Path:
+        return self.root / "output" / "failure"
+
+    def env(self, channels: dict[str, Path] | None = None, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "STABILIZER_"))}
+        env.update(SM_MODEL_DIR=str(self.model), STABILIZER_CHECKPOINT_DIR=str(self.checkpoints),
+                   STABILIZER_FAILURE_FILE=str(self.failure), OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "2"))
+        for name, path in (channels or {}).items():
+            env[f"SM_CHANNEL_{name.upper()}"] = str(path)
+        env.update(extra)
+        return env
+
+
+def run_train(args: list[str], env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run model/train.py as SageMaker would: a separate process, cwd in the source directory."""
+    return subprocess.run([sys.executable, str(TRAIN_SCRIPT), *args], cwd=MODEL_DIR, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def step_lines(stdout: str) -> list[dict[str, str]]:
+    """The `step=... loss=...` log lines as dicts, as a MetricDefinitions regex would read them."""
+    rows = []
+    for line in stdout.splitlines():
+        if line.startswith("step="):
+            rows.append(dict(part.split("=", 1) for part in line.split()))
+    return rows

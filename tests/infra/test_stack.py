@@ -1,0 +1,313 @@
+"""Template properties that matter: IAM scopes, encryption, substitutions, context, outputs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import jsonschema
+import pytest
+from aws_cdk.assertions import Match
+
+from infra.config import ContextError, read_config
+from infra.stack import LAMBDA_MEMORY_MB
+from tests.infra.synth import REPO_ROOT, as_list, dumps, policy_statements, synth
+
+PREFIX = "stabilizer-"
+CONTRACT_ENVIRONMENT = {
+    "BUCKET", "TOPIC_ARN", "SAGEMAKER_ROLE_ARN", "TRAINING_IMAGE_URI", "SOURCE_S3_URI",
+    "TRAIN_DATA_S3_URI", "TEST_DATA_S3_URI", "JOB_NAME_PREFIX", "DEFAULT_INSTANCE_TYPE",
+    "DEBUGGER_RULES_ENABLED", "POWERTOOLS_SERVICE_NAME",
+}
+
+
+def _resources(raw: dict, kind: str) -> dict[str, dict]:
+    return {k: r for k, r in raw["Resources"].items() if r["Type"] == kind}
+
+
+def _one(raw: dict, kind: str, containing: str = "") -> tuple[str, dict]:
+    matches = [(k, r) for k, r in _resources(raw, kind).items() if containing in k]
+    assert len(matches) == 1, f"expected one {kind} named like {containing!r}, got {[k for k, _ in matches]}"
+    return matches[0]
+
+
+def _statements_of(raw: dict, policy_prefix: str) -> list[dict]:
+    return [s for logical_id, s in policy_statements(raw) if logical_id.startswith(policy_prefix)]
+
+
+def _train_environment(raw: dict) -> dict:
+    functions = _resources(raw, "AWS::Lambda::Function")
+    [train] = [r for k, r in functions.items() if k.startswith("TrainFunction")]
+    return train["Properties"]["Environment"]["Variables"]
+
+
+def _role_id(raw: dict, prefix: str) -> str:
+    return _one(raw, "AWS::IAM::Role", prefix)[0]
+
+
+# --- storage and notifications ------------------------------------------------------------------
+
+
+def test_bucket_blocks_public_access_is_encrypted_and_expires_artifacts(default_synth):
+    template, _ = default_synth
+    template.has_resource_properties("AWS::S3::Bucket", {
+        "PublicAccessBlockConfiguration": {
+            "BlockPublicAcls": True, "BlockPublicPolicy": True,
+            "IgnorePublicAcls": True, "RestrictPublicBuckets": True,
+        },
+        "BucketEncryption": {"ServerSideEncryptionConfiguration": [
+            {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]},
+        "LifecycleConfiguration": {"Rules": Match.array_with([
+            Match.object_like({"Prefix": "executions/", "ExpirationInDays": 30, "Status": "Enabled"}),
+        ])},
+    })
+
+
+def test_bucket_and_topic_refuse_requests_without_tls(default_synth):
+    template, _ = default_synth
+    deny_insecure = Match.object_like({
+        "Effect": "Deny",
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    })
+    template.has_resource_properties("AWS::S3::BucketPolicy", {
+        "PolicyDocument": {"Statement": Match.array_with([deny_insecure])},
+    })
+    template.has_resource_properties("AWS::SNS::TopicPolicy", {
+        "PolicyDocument": {"Statement": Match.array_with([deny_insecure])},
+    })
+
+
+def test_topic_is_encrypted(default_synth):
+    _, raw = default_synth
+    _, topic = _one(raw, "AWS::SNS::Topic")
+    # The alias ARN of the AWS managed key for SNS.
+    assert dumps(topic["Properties"]["KmsMasterKeyId"]).endswith(':alias/aws/sns"]]}')
+
+
+def test_bucket_is_retained_unless_context_says_destroy(default_synth):
+    _, raw = default_synth
+    _, bucket = _one(raw, "AWS::S3::Bucket")
+    assert bucket["DeletionPolicy"] == "Retain"
+    assert not _resources(raw, "Custom::S3AutoDeleteObjects")
+
+    _, destroyed = synth(removal_policy="destroy")
+    _, bucket = _one(destroyed, "AWS::S3::Bucket")
+    assert bucket["DeletionPolicy"] == "Delete"
+    assert len(_resources(destroyed, "Custom::S3AutoDeleteObjects")) == 1
+
+
+def test_email_subscription_only_when_the_context_gives_one(default_synth):
+    template, _ = default_synth
+    template.resource_count_is("AWS::SNS::Subscription", 0)
+
+    with_email, _ = synth(notification_email="ml-team@example.com")
+    with_email.resource_count_is("AWS::SNS::Subscription", 1)
+    with_email.has_resource_properties("AWS::SNS::Subscription", {
+        "Protocol": "email", "Endpoint": "ml-team@example.com",
+    })
+
+
+# --- IAM ----------------------------------------------------------------------------------------
+
+
+def test_no_wildcard_resource_on_sagemaker_s3_or_sns_actions(default_synth):
+    _, raw = default_synth
+    checked = 0
+    for logical_id, statement in policy_statements(raw):
+        actions = as_list(statement["Action"])
+        if any(a.split(":")[0] in {"sagemaker", "s3", "sns"} for a in actions):
+            checked += 1
+            assert "*" not in as_list(statement["Resource"]), f"{logical_id}: {actions} on *"
+    assert checked >= 8
+
+
+def test_sagemaker_actions_only_on_this_deployments_jobs(default_synth):
+    _, raw = default_synth
+    granted = set()
+    for logical_id, statement in policy_statements(raw):
+        actions = [a for a in as_list(statement["Action"]) if a.startswith("sagemaker:")]
+        if not actions:
+            continue
+        granted |= set(actions)
+        for resource in as_list(statement["Resource"]):
+            arn = dumps(resource)
+            kind = "processing-job" if actions == ["sagemaker:StopProcessingJob"] else "training-job"
+            assert arn.endswith(f':{kind}/{PREFIX}*"]]}}'), f"{logical_id}: {actions} on {arn}"
+    assert granted == {
+        "sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob",
+        "sagemaker:AddTags", "sagemaker:StopProcessingJob",
+    }
+
+
+def test_train_launches_and_monitor_stops(default_synth):
+    _, raw = default_synth
+    train = {a for s in _statements_of(raw, "TrainFunctionPolicy") for a in as_list(s["Action"])}
+    monitor = {a for s in _statements_of(raw, "MonitorFunctionPolicy") for a in as_list(s["Action"])}
+    assert {"sagemaker:CreateTrainingJob", "sagemaker:AddTags", "iam:PassRole"} <= train
+    assert not {"sagemaker:StopTrainingJob", "sagemaker:StopProcessingJob"} & train
+    assert {"sagemaker:StopTrainingJob", "sagemaker:StopProcessingJob"} <= monitor
+    assert not {"sagemaker:CreateTrainingJob", "iam:PassRole"} & monitor
+    assert "sns:Publish" in train and not {a for a in train if a.startswith("s3:")}
+    assert {"sns:Publish", "s3:GetObject", "s3:ListBucket"} <= monitor
+
+
+def test_pass_role_is_the_execution_role_to_sagemaker_only(default_synth):
+    _, raw = default_synth
+    execution_role = _role_id(raw, "SageMakerExecutionRole")
+    passes = [(k, s) for k, s in policy_statements(raw) if "iam:PassRole" in as_list(s["Action"])]
+    assert len(passes) == 1
+    logical_id, statement = passes[0]
+    assert logical_id.startswith("TrainFunctionPolicy")
+    assert statement["Resource"] == {"Fn::GetAtt": [execution_role, "Arn"]}
+    assert statement["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+
+
+def _object_patterns(statement: dict) -> set[str]:
+    patterns = set()
+    for resource in as_list(statement["Resource"]):
+        match = re.search(r'"Arn"\]\}, "([^"]+)"\]\]', dumps(resource))
+        assert match, f"not an object ARN of the bucket: {resource}"
+        patterns.add(match.group(1))
+    return patterns
+
+
+def test_execution_role_reads_inputs_and_writes_only_under_executions(default_synth):
+    _, raw = default_synth
+    statements = _statements_of(raw, "SageMakerExecutionPolicy")
+    reads = [s for s in statements if as_list(s["Action"]) == ["s3:GetObject"]]
+    writes = [s for s in statements if "s3:PutObject" in as_list(s["Action"])]
+    assert _object_patterns(reads[0]) == {"/data/*", "/source/*", "/executions/*/checkpoints/*"}
+    assert _object_patterns(writes[0]) == {
+        "/executions/*/output/*", "/executions/*/checkpoints/*", "/executions/*/debug/*",
+    }
+    actions = {a for s in statements for a in as_list(s["Action"])}
+    assert {"logs:PutLogEvents", "cloudwatch:PutMetricData", "ecr:BatchGetImage",
+            "ecr:GetAuthorizationToken"} <= actions
+    assert not {a for a in actions if a.startswith(("sagemaker:", "iam:", "sns:"))}
+
+
+def test_monitor_reads_only_findings_and_lists_checkpoints(default_synth):
+    _, raw = default_synth
+    for policy in ("MonitorFunctionPolicy",):
+        reads = [s for s in _statements_of(raw, policy) if "s3:GetObject" in as_list(s["Action"])]
+        assert [_object_patterns(s) for s in reads] == [{"/executions/*/checkpoints/findings.json"}]
+        lists = [s for s in _statements_of(raw, policy) if "s3:ListBucket" in as_list(s["Action"])]
+        assert lists[0]["Condition"] == {"StringLike": {"s3:prefix": ["executions/*"]}}
+
+
+def test_state_machine_role_invokes_the_two_functions_and_publishes(default_synth):
+    _, raw = default_synth
+    role = _role_id(raw, "StateMachineRole")
+    statements = [s for k, s in policy_statements(raw) if k.startswith("StateMachineRoleDefaultPolicy")]
+    invoked = {dumps(r) for s in statements if s["Action"] == "lambda:InvokeFunction"
+               for r in as_list(s["Resource"])}
+    functions = {k for k in _resources(raw, "AWS::Lambda::Function") if k.startswith(("Train", "Monitor"))}
+    assert len(functions) == 2
+    for function in functions:
+        assert dumps({"Fn::GetAtt": [function, "Arn"]}) in invoked
+    assert len(invoked) == 4  # each function, unqualified and :version/alias
+    publishes = [s for s in statements if s["Action"] == "sns:Publish"]
+    assert [p["Resource"] for p in publishes] == [{"Ref": _one(raw, "AWS::SNS::Topic")[0]}]
+    actions = {a for s in statements for a in as_list(s["Action"])}
+    assert not {a for a in actions if a.startswith(("sagemaker:", "s3:", "iam:"))}
+    _, machine = _one(raw, "AWS::StepFunctions::StateMachine")
+    assert machine["Properties"]["RoleArn"] == {"Fn::GetAtt": [role, "Arn"]}
+
+
+# --- functions ----------------------------------------------------------------------------------
+
+
+def test_functions_runtime_layer_memory_tracing_and_logs(default_synth):
+    template, raw = default_synth
+    functions = {k: r["Properties"] for k, r in _resources(raw, "AWS::Lambda::Function").items()
+                 if k.startswith(("TrainFunction", "MonitorFunction"))}
+    handlers = sorted(p["Handler"] for p in functions.values())
+    assert handlers == ["monitor_handler.lambda_handler", "train_handler.lambda_handler"]
+    [parameter] = [k for k in raw["Parameters"] if k.startswith("SsmParameterValueawsservicepowertools")]
+    layer = raw["Parameters"][parameter]["Default"]
+    assert layer == "/aws/service/powertools/python/x86_64/python3.13/latest"
+    for properties in functions.values():
+        assert properties["Runtime"] == "python3.13"
+        assert properties["Architectures"] == ["x86_64"]
+        assert properties["MemorySize"] == LAMBDA_MEMORY_MB
+        assert 30 <= properties["Timeout"] <= 120
+        assert properties["TracingConfig"] == {"Mode": "Active"}
+        assert properties["Layers"] == [{"Ref": parameter}]
+        assert set(properties["Environment"]["Variables"]) == CONTRACT_ENVIRONMENT
+        assert "LoggingConfig" in properties
+    template.has_resource_properties("AWS::Logs::LogGroup", {"RetentionInDays": 30})
+
+
+def test_environment_bakes_in_deployment_values(default_synth):
+    _, raw = default_synth
+    env = _train_environment(raw)
+    bucket = _one(raw, "AWS::S3::Bucket")[0]
+    assert env["BUCKET"] == {"Ref": bucket}
+    assert env["JOB_NAME_PREFIX"] == PREFIX
+    assert env["DEFAULT_INSTANCE_TYPE"] == "ml.m5.xlarge"
+    assert env["DEBUGGER_RULES_ENABLED"] == "false"
+    assert env["SAGEMAKER_ROLE_ARN"] == {"Fn::GetAtt": [_role_id(raw, "SageMakerExecutionRole"), "Arn"]}
+    assert dumps(env["SOURCE_S3_URI"]).endswith('/sourcedir.tar.gz"]]}')
+    assert dumps(env["TRAIN_DATA_S3_URI"]).endswith('/data/train/"]]}')
+    assert "pytorch-training:2.9.0-cpu-py312-ubuntu22.04-sagemaker" in dumps(env["TRAINING_IMAGE_URI"])
+    assert raw["Mappings"]["DlcRegistry"]["us-east-1"] == {"account": "763104351884"}
+
+
+def test_deployment_context_switches_image_debugger_and_instance():
+    _, gpu = synth(instance_type="ml.g5.xlarge", debugger_rules_enabled="true")
+    env = _train_environment(gpu)
+    assert "2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker" in dumps(env["TRAINING_IMAGE_URI"])
+    assert env["DEBUGGER_RULES_ENABLED"] == "true"
+    assert env["DEFAULT_INSTANCE_TYPE"] == "ml.g5.xlarge"
+
+
+def test_bad_context_is_refused_naming_the_key():
+    class Context(dict):
+        def try_get_context(self, key):
+            return self.get(key)
+
+    assert read_config(Context()).instance_type == "ml.m5.xlarge"
+    for key, value in [("instance_type", "m5.large"), ("job_name_prefix", "Stabilizer-"),
+                       ("notification_email", "not-an-address"), ("removal_policy", "keep"),
+                       ("debugger_rules_enabled", "yes please"), ("artifact_retention_days", "0")]:
+        with pytest.raises(ContextError, match=f"'{key}'"):
+            read_config(Context({key: value}))
+
+
+# --- state machine ------------------------------------------------------------------------------
+
+
+def test_definition_placeholders_are_all_substituted(default_synth):
+    _, raw = default_synth
+    _, machine = _one(raw, "AWS::StepFunctions::StateMachine")
+    definition = machine["Properties"]["DefinitionString"]
+    substitutions = machine["Properties"]["DefinitionSubstitutions"]
+    placeholders = set(re.findall(r"\$\{(\w+)\}", definition))
+    assert placeholders == set(substitutions) == {"TrainFunctionArn", "MonitorFunctionArn", "TopicArn"}
+    # What CloudFormation deploys: every placeholder replaced, no `${` left.
+    deployed = definition
+    for name in substitutions:
+        deployed = deployed.replace("${" + name + "}", f"resolved-{name}")
+    assert "${" not in deployed
+    functions = {k for k in _resources(raw, "AWS::Lambda::Function") if k.startswith(("Train", "Monitor"))}
+    assert {substitutions["TrainFunctionArn"]["Fn::GetAtt"][0],
+            substitutions["MonitorFunctionArn"]["Fn::GetAtt"][0]} == functions
+
+
+def test_state_machine_logs_everything_and_traces(default_synth):
+    template, _ = default_synth
+    template.has_resource_properties("AWS::StepFunctions::StateMachine", {
+        "LoggingConfiguration": Match.object_like({"Level": "ALL"}),
+        "TracingConfiguration": {"Enabled": True},
+    })
+
+
+def test_outputs(default_synth):
+    _, raw = default_synth
+    outputs = raw["Outputs"]
+    expected = {"StateMachineArn", "BucketName", "TopicArn", "ConsoleLink", "ExampleExecutionInput"}
+    assert expected <= set(outputs)
+    assert "console.aws.amazon.com/states/home" in dumps(outputs["ConsoleLink"]["Value"])
+    example = json.loads(outputs["ExampleExecutionInput"]["Value"])
+    schema = json.loads((REPO_ROOT / "schemas" / "execution-input.schema.json").read_text())
+    jsonschema.validate(example, schema)

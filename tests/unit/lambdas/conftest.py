@@ -1,0 +1,162 @@
+"""Builders shared by the Lambda unit tests: settings, states, DescribeTrainingJob responses, and a
+simulator that drives the pure launch/check loop the way the state machine does."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from workflow import launch as launching
+from workflow import monitor
+from workflow.observation import FindingsDocument, Observation, observe
+from workflow.settings import TrainSettings
+from workflow.state import RunSpec, WorkflowState
+
+PROCESSING_ARN = "arn:aws:sagemaker:us-east-1:123456789012:processing-job"
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
+
+ENV = {
+    "BUCKET": "stabilizer-bucket",
+    "TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:stabilizer",
+    "SAGEMAKER_ROLE_ARN": "arn:aws:iam::123456789012:role/stabilizer-sagemaker",
+    "TRAINING_IMAGE_URI": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-gpu-py311",
+    "SOURCE_S3_URI": "s3://stabilizer-bucket/source/sourcedir.tar.gz",
+    "TRAIN_DATA_S3_URI": "s3://stabilizer-bucket/data/train",
+    "TEST_DATA_S3_URI": "s3://stabilizer-bucket/data/test",
+    "JOB_NAME_PREFIX": "stabilizer",
+    "DEFAULT_INSTANCE_TYPE": "ml.p3.2xlarge",
+    "DEBUGGER_RULES_ENABLED": "false",
+    "AWS_REGION": "us-east-1",
+}
+EXECUTION = {
+    "id": "arn:aws:states:us-east-1:123456789012:execution:stabilizer:run-1",
+    "name": "run-1",
+    "start_time": "2025-01-01T12:00:00.000Z",
+}
+
+
+def load_event(name: str) -> dict[str, Any]:
+    return json.loads((EVENTS / name).read_text())
+
+
+@pytest.fixture
+def settings() -> TrainSettings:
+    return TrainSettings.from_env(ENV)
+
+
+@pytest.fixture
+def debugger_settings() -> TrainSettings:
+    return TrainSettings.from_env({**ENV, "DEBUGGER_RULES_ENABLED": "true"})
+
+
+def new_state(settings: TrainSettings, raw_input: dict | None = None) -> WorkflowState:
+    return launching.prepare(raw_input or {}, EXECUTION, settings)
+
+
+def launched(settings: TrainSettings, raw_input: dict | None = None, now: datetime = T0) -> WorkflowState:
+    return launching.launch(new_state(settings, raw_input), settings, now).state
+
+
+def describe(
+    state: WorkflowState,
+    status: str,
+    *,
+    failure_reason: str | None = None,
+    secondary: str | None = None,
+    rules: list[tuple[str, str]] | None = None,
+    seconds: int | None = 120,
+    start: datetime = T0,
+) -> dict[str, Any]:
+    """A DescribeTrainingJob response for the current attempt."""
+    name = state.history.latest_job_name
+    response: dict[str, Any] = {
+        "TrainingJobName": name,
+        "TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{name}",
+        "TrainingJobStatus": status,
+        "SecondaryStatus": secondary
+        or {
+            "InProgress": "Training",
+            "Completed": "Completed",
+            "Failed": "Failed",
+            "Stopping": "Stopping",
+            "Stopped": "Stopped",
+        }[status],
+        "TrainingStartTime": start,
+    }
+    if status in ("Completed", "Failed", "Stopped"):
+        response["TrainingEndTime"] = start + timedelta(seconds=seconds or 0)
+        if seconds is not None:
+            response["TrainingTimeInSeconds"] = seconds
+    if failure_reason:
+        response["FailureReason"] = failure_reason
+    if rules:
+        response["DebugRuleEvaluationStatuses"] = [
+            {
+                "RuleConfigurationName": rule,
+                "RuleEvaluationJobArn": f"{PROCESSING_ARN}/{name}-{rule.lower()}",
+                "RuleEvaluationStatus": rule_status,
+                "LastModifiedTime": start,
+            }
+            for rule, rule_status in rules
+        ]
+    return response
+
+
+def sentinel_findings(
+    rule: str = "ExplodingTensor",
+    step: int = 2,
+    phase: str = "warmup",
+    learning_rate: float = 0.1,
+    job_action: str = "stop",
+) -> FindingsDocument:
+    doc = load_event("findings-exploding.json")
+    finding = doc["findings"][0]
+    finding.update(rule=rule, step=step, phase=phase, learning_rate=learning_rate)
+    doc["job_action"] = job_action
+    return FindingsDocument.model_validate(doc)
+
+
+RULE_STOP = "AlgorithmError: RuleStop: ExplodingTensor fired at step 2"
+
+
+def explodes_without_batch_norm(spec: RunSpec) -> bool:
+    """The reference problem: it explodes in warm-up until batch norm is added."""
+    return spec.add_batch_norm == 0
+
+
+def simulate(
+    settings: TrainSettings,
+    raw_input: dict,
+    explodes: Callable[[RunSpec], bool] = explodes_without_batch_norm,
+    *,
+    max_jobs: int = 40,
+) -> WorkflowState:
+    """Drive prepare -> (launch -> check)* through the pure functions, as the ASL does."""
+    state = new_state(settings, raw_input)
+    now = T0
+    for _ in range(max_jobs):
+        if state.next_action == "end":
+            return state
+        assert state.next_action == "launch_new"
+        state = launching.launch(state, settings, now).state
+        now += timedelta(minutes=10)
+        if explodes(state.run_spec):
+            obs = observe(
+                describe(state, "Failed", failure_reason=RULE_STOP, seconds=30),
+                findings=sentinel_findings(learning_rate=state.run_spec.warmup_learning_rate),
+            )
+        else:
+            obs = observe(describe(state, "Completed", seconds=300))
+        state = monitor.check(state, obs, now).state
+    raise AssertionError("the simulated execution did not end")
+
+
+def observation(state: WorkflowState, status: str, **kwargs: Any) -> Observation:
+    findings = kwargs.pop("findings", None)
+    keys = kwargs.pop("checkpoint_keys", None)
+    return observe(describe(state, status, **kwargs), findings=findings, checkpoint_keys=keys)

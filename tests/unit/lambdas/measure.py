@@ -1,0 +1,97 @@
+"""Figures for the Lambda asset, printed, never asserted (timings do not belong in unit tests).
+
+    python tests/unit/lambdas/measure.py            # from the repository root
+
+1. Serialised size of a state payload holding 30 fully recorded attempts (each with a finding and
+   a decision), against the 64 KiB budget and the 256 KiB Step Functions limit.
+2. Cold import time of each handler: the wall time of `import <handler>` in a fresh interpreter
+   (median of several runs), and Python's own `-X importtime` cumulative figure for the module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path[:0] = [str(ROOT / "lambdas"), str(Path(__file__).resolve().parent)]
+
+from conftest import ENV, T0, describe, new_state, sentinel_findings  # noqa: E402
+from workflow import launch as launching  # noqa: E402
+from workflow import monitor  # noqa: E402
+from workflow.observation import observe  # noqa: E402
+from workflow.settings import TrainSettings  # noqa: E402
+from workflow.state import dump_state  # noqa: E402
+
+RUNS = 7
+
+
+def payload_size() -> None:
+    settings = TrainSettings.from_env(ENV)
+    state = new_state(settings, {"limits": {"max_num_retraining": 40}})
+    now = T0
+    for number in range(30):
+        spec = state.run_spec.model_copy(update={"seed": number})
+        state = state.model_copy(
+            update={"run_spec": spec, "next_action": "launch_new", "outcome": None, "reason": None}
+        )
+        state = launching.launch(state, settings, now).state
+        now += timedelta(minutes=5)
+        described = describe(state, "Failed", failure_reason="AlgorithmError: RuleStop: ExplodingTensor")
+        seen = observe(described, findings=sentinel_findings(step=number + 2))
+        state = monitor.check(state, seen, now).state
+    size = len(json.dumps(dump_state(state)).encode())
+    print(
+        f"state payload, {len(state.attempts)} attempts: {size} bytes ({size / 1024:.1f} KiB); "
+        f"{size / 65536:.2f} of 64 KiB, {size / 262144:.2f} of the 256 KiB Step Functions limit"
+    )
+
+
+def cold_imports() -> None:
+    env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1"}
+    for handler in ("train_handler", "monitor_handler"):
+        code = f"import time; t = time.perf_counter(); import {handler}; print(time.perf_counter() - t)"
+        walls = []
+        for _ in range(RUNS):
+            out = subprocess.run(
+                [sys.executable, "-c", code],
+                cwd=ROOT / "lambdas",
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            walls.append(float(out.stdout) * 1000)
+        cumulative = []
+        for _ in range(3):
+            trace = subprocess.run(
+                [sys.executable, "-X", "importtime", "-c", f"import {handler}"],
+                cwd=ROOT / "lambdas",
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stderr
+            cumulative.append(
+                next(
+                    int(line.split("|")[1]) / 1000
+                    for line in trace.splitlines()
+                    if line.endswith(f"| {handler}")
+                )
+            )
+        print(
+            f"{handler}: cold import median {statistics.median(walls):.0f} ms "
+            f"(min {min(walls):.0f}, max {max(walls):.0f}, {RUNS} fresh processes); "
+            f"-X importtime cumulative, median of 3: {statistics.median(cumulative):.0f} ms"
+        )
+
+
+if __name__ == "__main__":
+    print(f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    payload_size()
+    cold_imports()

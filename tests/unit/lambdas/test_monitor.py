@@ -1,0 +1,342 @@
+"""The monitor's decision for every training-job status and rule-evaluation status that matters."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from conftest import RULE_STOP, T0, describe, launched, observation, sentinel_findings
+from workflow import monitor
+from workflow.errors import StateCorrupted
+from workflow.observation import FindingsDocument, observe
+
+LATER = T0 + timedelta(minutes=5)
+COUNTERS = (
+    "num_warmup_adjustments",
+    "num_batch_layer_adjustments",
+    "num_learning_rate_adjustments",
+    "num_grad_clip_adjustments",
+    "num_activation_adjustments",
+    "num_retraining",
+    "num_infrastructure_retries",
+    "num_monitor_transitions",
+)
+
+
+def _moved(before, after) -> dict[str, int]:
+    return {
+        name: getattr(after.history, name) - getattr(before.history, name)
+        for name in COUNTERS
+        if getattr(after.history, name) != getattr(before.history, name)
+    }
+
+
+# --- InProgress ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule_status", [None, "InProgress", "NoIssuesFound", "Error", "Stopping", "Stopped"])
+def test_in_progress_without_issues_keeps_monitoring(settings, rule_status):
+    state = launched(settings)
+    rules = [("ExplodingTensor", rule_status)] if rule_status else None
+    result = monitor.check(state, observation(state, "InProgress", rules=rules), LATER)
+    assert result.state.next_action == "monitor"
+    assert result.effects.stop_job is None
+    assert result.effects.notification is None
+    assert result.state.job_status == "InProgress"
+    assert _moved(state, result.state) == {"num_monitor_transitions": 1}
+
+
+def test_in_progress_with_debugger_issues_found_stops_the_job_and_says_so(settings):
+    state = launched(settings)
+    rules = [("VanishingGradient", "NoIssuesFound"), ("ExplodingTensor", "IssuesFound")]
+    result = monitor.check(state, observation(state, "InProgress", rules=rules), LATER)
+    assert result.effects.stop_job == state.history.latest_job_name
+    assert result.effects.notification.event_type == "issue_found"
+    # Every rule is read, not only the first.
+    assert result.state.attempts[-1].finding.rule == "ExplodingTensor"
+    assert result.state.next_action == "monitor"
+    # The recipe is decided once the job has stopped, so no remedy counter moves yet.
+    assert _moved(state, result.state) == {"num_monitor_transitions": 1}
+    assert result.state.rule_status == "VanishingGradient:NoIssuesFound, ExplodingTensor:IssuesFound"
+
+
+def test_in_progress_with_sentinel_findings_in_notify_mode_stops_the_job(settings):
+    state = launched(settings)
+    obs = observation(state, "InProgress", findings=sentinel_findings(job_action="notify"))
+    result = monitor.check(state, obs, LATER)
+    assert result.effects.stop_job == state.history.latest_job_name
+    assert result.effects.notification.event_type == "issue_found"
+
+
+def test_a_second_look_at_a_job_still_running_stops_again_without_a_second_message(settings):
+    state = launched(settings)
+    rules = [("ExplodingTensor", "IssuesFound")]
+    first = monitor.check(state, observation(state, "InProgress", rules=rules), LATER).state
+    second = monitor.check(first, observation(first, "InProgress", rules=rules), LATER)
+    assert second.effects.stop_job == state.history.latest_job_name
+    assert second.effects.notification is None
+
+
+# --- Stopping / Stopped after an issue --------------------------------------------------------
+
+
+def test_stopping_waits(settings):
+    state = launched(settings)
+    result = monitor.check(state, observation(state, "Stopping"), LATER)
+    assert result.state.next_action == "monitor"
+    assert result.effects == monitor.Effects()
+
+
+def test_stopped_after_an_issue_relaunches_with_the_next_recipe(settings):
+    state = launched(settings)
+    rules = [("ExplodingTensor", "IssuesFound")]
+    state = monitor.check(state, observation(state, "InProgress", rules=rules), LATER).state
+    # Debugger now reports the rule as Stopped: the remembered finding still counts.
+    result = monitor.check(
+        state, observation(state, "Stopped", rules=[("ExplodingTensor", "Stopped")]), LATER
+    )
+    assert result.state.next_action == "launch_new"
+    assert result.state.run_spec.add_batch_norm == 1
+    assert result.effects.notification.event_type == "relaunching"
+    assert result.effects.stop_job is None
+    assert _moved(state, result.state) == {
+        "num_monitor_transitions": 1,
+        "num_retraining": 1,
+        "num_batch_layer_adjustments": 1,
+    }
+
+
+def test_stopped_without_any_finding_was_stopped_outside_the_workflow(settings):
+    state = launched(settings)
+    result = monitor.check(state, observation(state, "Stopped"), LATER)
+    assert (result.state.next_action, result.state.outcome) == ("end", "failed")
+    assert "stopped outside the workflow" in result.state.reason
+    assert result.effects.notification.event_type == "failed"
+
+
+def test_stopped_by_max_runtime_gives_up(settings):
+    state = launched(settings)
+    result = monitor.check(state, observation(state, "Stopped", secondary="MaxRuntimeExceeded"), LATER)
+    assert result.state.outcome == "gave_up"
+    assert "MaxRuntimeInSeconds" in result.state.reason
+
+
+# --- Failed ------------------------------------------------------------------------------------
+
+
+def test_failed_with_rule_stop_and_findings_is_a_rule_stop_not_a_crash(settings):
+    state = launched(settings)
+    obs = observation(state, "Failed", failure_reason=RULE_STOP, findings=sentinel_findings())
+    result = monitor.check(state, obs, LATER)
+    assert result.state.next_action == "launch_new"
+    finding = result.state.attempts[-1].finding
+    assert (finding.rule, finding.step, finding.phase, finding.source) == (
+        "ExplodingTensor",
+        2,
+        "warmup",
+        "sentinel",
+    )
+    note = result.effects.notification
+    assert note.event_type == "relaunching"
+    assert "grad_norm_history" in note.body  # the evidence travels in the message, not the state
+    assert "grad_norm_history" not in result.state.model_dump_json()
+
+
+def test_failed_with_rule_stop_but_no_findings_file_recovers_the_rule_from_the_reason(settings):
+    state = launched(settings)
+    result = monitor.check(state, observation(state, "Failed", failure_reason=RULE_STOP), LATER)
+    finding = result.state.attempts[-1].finding
+    assert (finding.rule, finding.step, finding.source) == ("ExplodingTensor", 2, "failure_reason")
+    assert result.state.next_action == "launch_new"
+
+
+def test_failed_by_the_training_code_is_a_failure(settings):
+    state = launched(settings)
+    obs = observation(state, "Failed", failure_reason="AlgorithmError: ExecuteUserScriptError: KeyError 'x'")
+    result = monitor.check(state, obs, LATER)
+    assert (result.state.next_action, result.state.outcome) == ("end", "failed")
+    assert "KeyError" in result.state.reason
+    assert result.effects.notification.event_type == "failed"
+
+
+def test_failed_by_sagemaker_retries_the_same_recipe_from_the_newest_checkpoint(settings):
+    state = launched(settings)
+    obs = observation(
+        state,
+        "Failed",
+        failure_reason="InternalServerError: We encountered an internal error.",
+        checkpoint_keys=[
+            "executions/run-1/attempt-1/checkpoints/checkpoint-50.pt",
+            "executions/run-1/attempt-1/checkpoints/checkpoint-100.pt",
+        ],
+    )
+    result = monitor.check(state, obs, LATER)
+    assert result.state.next_action == "launch_new"
+    assert result.state.run_spec == state.run_spec
+    assert result.state.resume_from.endswith("attempt-1/checkpoints/checkpoint-100.pt")
+    assert _moved(state, result.state) == {
+        "num_monitor_transitions": 1,
+        "num_retraining": 1,
+        "num_infrastructure_retries": 1,
+    }
+
+
+def test_infrastructure_retries_are_bounded(settings):
+    state = launched(settings, {"limits": {"max_infrastructure_retries": 0}})
+    obs = observation(
+        state, "Failed", failure_reason="CapacityError: Unable to provision requested ML compute"
+    )
+    result = monitor.check(state, obs, LATER)
+    assert result.state.outcome == "failed"
+    assert "max_infrastructure_retries" in result.state.reason
+
+
+def test_unreadable_findings_file_is_reported_not_ignored(settings):
+    state = launched(settings)
+    obs = observe(
+        describe(state, "Failed", failure_reason=RULE_STOP), findings_unreadable="findings.json is not JSON"
+    )
+    result = monitor.check(state, obs, LATER)
+    assert result.state.outcome == "gave_up"
+    assert "findings.json is not JSON" in result.effects.notification.body
+
+
+# --- Completed ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "rules", [None, [("ExplodingTensor", "NoIssuesFound"), ("VanishingGradient", "NoIssuesFound")]]
+)
+def test_completed_with_no_issue_succeeds(settings, rules):
+    state = launched(settings)
+    result = monitor.check(state, observation(state, "Completed", rules=rules), LATER)
+    assert (result.state.next_action, result.state.outcome) == ("end", "succeeded")
+    assert result.effects.notification.event_type == "completed"
+    assert result.state.attempts[-1].seconds == 120
+
+
+def test_completed_with_issues_found_is_not_a_success(settings):
+    state = launched(settings)
+    rules = [("VanishingGradient", "NoIssuesFound"), ("ExplodingTensor", "IssuesFound")]
+    result = monitor.check(state, observation(state, "Completed", rules=rules), LATER)
+    assert result.state.outcome is None
+    assert result.state.next_action == "launch_new"
+    assert result.effects.notification.event_type == "relaunching"
+
+
+def test_completed_with_sentinel_findings_is_not_a_success(settings):
+    state = launched(settings)
+    obs = observation(state, "Completed", findings=sentinel_findings(job_action="notify"))
+    result = monitor.check(state, obs, LATER)
+    assert result.state.outcome != "succeeded"
+    assert result.state.next_action == "launch_new"
+
+
+def test_completed_while_a_rule_is_still_evaluating_waits_for_its_verdict(settings):
+    state = launched(settings)
+    rules = [("ExplodingTensor", "NoIssuesFound"), ("VanishingGradient", "InProgress")]
+    result = monitor.check(state, observation(state, "Completed", rules=rules), LATER)
+    assert result.state.next_action == "monitor"
+    assert result.state.outcome is None
+
+
+@pytest.mark.parametrize("rule_status", ["Error", "Stopping", "Stopped"])
+def test_completed_with_a_rule_that_gave_no_verdict_succeeds_but_says_so(settings, rule_status):
+    state = launched(settings)
+    rules = [("ExplodingTensor", rule_status), ("VanishingGradient", "NoIssuesFound")]
+    result = monitor.check(state, observation(state, "Completed", rules=rules), LATER)
+    assert result.state.outcome == "succeeded"
+    assert f"no verdict for ExplodingTensor ({rule_status})" in result.state.reason
+    assert f"ExplodingTensor:{rule_status}" in result.state.rule_status
+
+
+def test_an_ended_attempt_stops_lingering_rule_evaluation_jobs(settings):
+    state = launched(settings)
+    rules = [
+        ("ExplodingTensor", "IssuesFound"),
+        ("VanishingGradient", "InProgress"),
+        ("Overfit", "NoIssuesFound"),
+    ]
+    result = monitor.check(state, observation(state, "Failed", failure_reason=RULE_STOP, rules=rules), LATER)
+    name = state.history.latest_job_name
+    assert result.effects.stop_processing_jobs == (f"{name}-vanishinggradient",)
+
+
+# --- Limits ------------------------------------------------------------------------------------
+
+
+def test_monitor_transition_cap_ends_the_execution_and_stops_the_job(settings):
+    state = launched(settings, {"limits": {"max_monitor_transitions": 2}})
+    first = monitor.check(state, observation(state, "InProgress"), LATER)
+    assert first.state.next_action == "monitor"
+    second = monitor.check(first.state, observation(state, "InProgress"), LATER)
+    assert (second.state.next_action, second.state.outcome) == ("end", "gave_up")
+    assert second.effects.stop_job == state.history.latest_job_name
+    assert second.effects.notification.event_type == "gave_up"
+    assert "max_monitor_transitions" in second.state.reason
+
+
+def test_training_budget_cap_ends_a_running_job(settings):
+    state = launched(settings, {"limits": {"max_total_training_seconds": 600}})
+    obs = observation(state, "InProgress", start=T0)
+    result = monitor.check(state, obs, T0 + timedelta(seconds=601))
+    assert result.state.outcome == "gave_up"
+    assert result.effects.stop_job == state.history.latest_job_name
+    assert "training budget" in result.state.reason
+
+
+def test_retraining_cap_blocks_a_relaunch(settings):
+    state = launched(settings, {"limits": {"max_num_retraining": 0}})
+    obs = observation(state, "Failed", failure_reason=RULE_STOP, findings=sentinel_findings())
+    result = monitor.check(state, obs, LATER)
+    assert (result.state.next_action, result.state.outcome) == ("end", "gave_up")
+    assert "max_num_retraining" in result.state.reason
+    assert result.effects.notification.event_type == "gave_up"
+    assert _moved(state, result.state) == {"num_monitor_transitions": 1}
+
+
+def test_check_refuses_a_state_for_another_job(settings):
+    state = launched(settings)
+    obs = observation(state, "InProgress").model_copy(update={"job_name": "someone-else"})
+    with pytest.raises(StateCorrupted, match="latest_job_name"):
+        monitor.check(state, obs, LATER)
+
+
+def test_check_does_not_mutate_its_input(settings):
+    state = launched(settings)
+    before = state.model_dump_json()
+    monitor.check(
+        state, observation(state, "Failed", failure_reason=RULE_STOP, findings=sentinel_findings()), LATER
+    )
+    assert state.model_dump_json() == before
+
+
+# --- Abort -------------------------------------------------------------------------------------
+
+
+def test_abort_stops_a_running_job_and_reports_the_caught_error(settings):
+    state = launched(settings)
+    error = {"Error": "TransientAwsError", "Cause": "DescribeTrainingJob: ThrottlingException: Rate exceeded"}
+    result = monitor.abort(state, error, observation(state, "InProgress"), LATER)
+    assert (result.state.next_action, result.state.outcome) == ("end", "failed")
+    assert result.state.reason.startswith("TransientAwsError: DescribeTrainingJob")
+    assert result.effects.stop_job == state.history.latest_job_name
+    assert result.effects.notification.event_type == "failed"
+
+
+def test_abort_of_a_job_already_over_does_not_stop_it(settings):
+    state = launched(settings)
+    result = monitor.abort(state, {"Error": "States.Timeout"}, observation(state, "Completed"), LATER)
+    assert result.effects.stop_job is None
+
+
+def test_abort_without_an_observation_stops_blind(settings):
+    state = launched(settings)
+    result = monitor.abort(state, None, None, LATER)
+    assert result.effects.stop_job == state.history.latest_job_name
+
+
+def test_findings_document_accepts_the_contract_example():
+    doc = sentinel_findings()
+    assert isinstance(doc, FindingsDocument)
+    assert doc.findings[0].value == "nan"

@@ -1,0 +1,200 @@
+"""Remediation policies: the original sample's ladder, and the default per-rule ladders."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import launched, simulate
+from workflow import policy
+from workflow.state import Finding, WorkflowState
+
+
+def _finding(rule="ExplodingTensor", step=2, phase="warmup") -> Finding:
+    return Finding(rule=rule, step=step, phase=phase, message="fired")
+
+
+def _with_spec(state: WorkflowState, **changes) -> WorkflowState:
+    spec = state.run_spec.model_copy(update=changes)
+    s = state.model_copy(deep=True)
+    s.run_spec = spec
+    s.attempts[-1].run_spec = spec
+    return s
+
+
+def test_original_policy_ends_where_the_aws_sample_did(settings):
+    """From warm-up 0.1 on a problem that explodes until batch norm: 7 jobs, like the original."""
+    state = simulate(settings, {"policy": "original"})
+    assert len(state.attempts) == 7
+    assert state.outcome == "succeeded"
+    assert state.history.num_warmup_adjustments == 5
+    assert state.history.num_batch_layer_adjustments == 1
+    assert state.history.num_learning_rate_adjustments == 0
+    assert state.history.num_retraining == 6
+    final = state.attempts[-1].run_spec
+    assert final.warmup_learning_rate == pytest.approx(0.003125)
+    assert final.add_batch_norm == 1
+    assert final.learning_rate == pytest.approx(0.1)
+    assert [a.run_spec.warmup_learning_rate for a in state.attempts] == pytest.approx(
+        [0.1, 0.05, 0.025, 0.0125, 0.00625, 0.003125, 0.003125]
+    )
+
+
+def test_default_policy_fixes_the_reference_explosion_in_two_jobs(settings):
+    state = simulate(settings, {})
+    assert len(state.attempts) == 2
+    assert state.outcome == "succeeded"
+    assert state.attempts[0].decision.remedy == "add_batch_norm"
+    final = state.attempts[-1].run_spec
+    # Batch norm alone: the learning rates stay where the recipe wanted them.
+    assert (final.add_batch_norm, final.warmup_learning_rate, final.learning_rate) == (1, 0.1, 0.1)
+    assert state.history.num_batch_layer_adjustments == 1
+    assert state.history.num_warmup_adjustments == 0
+
+
+def test_original_ladder_order_and_end(settings):
+    state = launched(settings, {"policy": "original"})
+    state = _with_spec(state, warmup_learning_rate=0.003125, add_batch_norm=1, learning_rate=0.0011)
+    plan = policy.plan(state, _finding(), [])
+    assert plan.decision.action == "end"
+    assert plan.decision.outcome == "gave_up"
+    state = _with_spec(state, learning_rate=0.002)
+    plan = policy.plan(state, _finding(), [])
+    assert plan.run_spec.learning_rate == pytest.approx(0.0018)
+    assert plan.counters == ("num_learning_rate_adjustments",)
+
+
+def test_original_ignores_which_rule_fired(settings):
+    state = launched(settings, {"policy": "original"})
+    plan = policy.plan(state, _finding(rule="VanishingGradient", phase="main"), [])
+    assert plan.decision.remedy == "halve_warmup_lr"
+
+
+def test_default_lowers_warmup_lr_only_for_an_explosion_during_warmup(settings):
+    state = _with_spec(launched(settings), add_batch_norm=1)
+    in_warmup = policy.plan(state, _finding(phase="warmup"), [])
+    assert in_warmup.decision.remedy == "lower_warmup_lr"
+    assert in_warmup.run_spec.warmup_learning_rate == pytest.approx(0.025)
+    assert in_warmup.run_spec.learning_rate == 0.1
+    after_warmup = policy.plan(state, _finding(step=500, phase="main"), [])
+    assert after_warmup.decision.remedy == "lower_lr"
+    assert after_warmup.run_spec.warmup_learning_rate == 0.1
+    assert after_warmup.run_spec.learning_rate == pytest.approx(0.05)
+
+
+def test_default_clips_gradients_once_learning_rates_are_at_their_floor(settings):
+    state = _with_spec(launched(settings), add_batch_norm=1, warmup_learning_rate=0.002)
+    plan = policy.plan(state, _finding(phase="warmup"), [])
+    assert plan.decision.remedy == "clip_gradients"
+    assert plan.run_spec.grad_clip == 1.0
+    clipped = _with_spec(state, grad_clip=1.0)
+    assert policy.plan(clipped, _finding(phase="warmup"), []).run_spec.grad_clip == 0.5
+
+
+def test_default_never_repeats_a_recipe_already_tried(settings):
+    state = launched(settings)
+    # Pretend the batch-norm recipe was already tried in an earlier attempt.
+    earlier = state.attempts[0].model_copy(
+        update={"run_spec": state.run_spec.model_copy(update={"add_batch_norm": 1})}
+    )
+    s = state.model_copy(deep=True)
+    s.attempts = [earlier, state.attempts[0].model_copy(update={"number": 2})]
+    plan = policy.plan(s, _finding(phase="warmup"), [])
+    assert plan.decision.remedy == "lower_warmup_lr"
+    assert not s.tried(plan.run_spec)
+
+
+def test_default_gives_up_when_every_remedy_is_used(settings):
+    state = _with_spec(launched(settings), add_batch_norm=1, warmup_learning_rate=0.002, grad_clip=0.15)
+    plan = policy.plan(state, _finding(phase="warmup"), [])
+    assert plan.decision.action == "end"
+    assert plan.decision.outcome == "gave_up"
+    assert "used up" in plan.decision.reason
+
+
+def test_resume_from_last_healthy_checkpoint_when_the_network_is_unchanged(settings):
+    state = _with_spec(launched(settings), add_batch_norm=1)
+    plan = policy.plan(state, _finding(step=475, phase="main"), [50, 100, 450, 500])
+    assert plan.decision.remedy == "lower_lr"
+    assert plan.decision.resume_from == f"{state.attempts[-1].checkpoint_s3_uri}/checkpoint-450.pt"
+    assert "resume from checkpoint-450.pt" in plan.decision.reason
+
+
+def test_a_new_architecture_starts_from_scratch(settings):
+    state = launched(settings)
+    plan = policy.plan(state, _finding(step=475, phase="main"), [50, 100, 450])
+    assert plan.decision.remedy == "add_batch_norm"
+    assert plan.decision.resume_from is None
+    assert "start fresh" in plan.decision.reason
+
+
+def test_without_a_step_no_checkpoint_is_trusted(settings):
+    state = _with_spec(launched(settings), add_batch_norm=1)
+    debugger = Finding(rule="ExplodingTensor", source="debugger", message="IssuesFound")
+    plan = policy.plan(state, debugger, [50, 100])
+    # Phase unknown: the warm-up remedy does not apply, the main LR does.
+    assert plan.decision.remedy == "lower_lr"
+    assert plan.decision.resume_from is None
+
+
+def test_plateau_after_warmup_ends_early_keeping_the_best_checkpoint(settings):
+    state = launched(settings)
+    plan = policy.plan(state, _finding(rule="LossNotDecreasing", step=900, phase="main"), [800, 850, 900])
+    assert plan.decision.action == "end"
+    assert plan.decision.outcome == "succeeded"
+    assert plan.decision.resume_from.endswith("/checkpoint-850.pt")
+    assert "stopped early" in plan.decision.reason
+
+
+def test_loss_that_never_decreased_gets_a_remedy_not_an_early_stop(settings):
+    state = launched(settings)
+    plan = policy.plan(state, _finding(rule="LossNotDecreasing", step=20, phase="warmup"), [])
+    assert plan.decision.action == "relaunch"
+    assert plan.decision.remedy == "add_batch_norm"
+
+
+def test_overfit_ends_early(settings):
+    state = launched(settings)
+    plan = policy.plan(state, _finding(rule="Overfit", step=1200, phase="main"), [1000, 1150])
+    assert (plan.decision.action, plan.decision.outcome) == ("end", "succeeded")
+
+
+def test_vanishing_gradient_ladder(settings):
+    state = _with_spec(launched(settings), add_batch_norm=1, activation="relu")
+    plan = policy.plan(state, _finding(rule="VanishingGradient", step=300, phase="main"), [250])
+    assert plan.decision.remedy == "use_elu"
+    assert plan.decision.resume_from is None  # activation changes the network
+    elu = _with_spec(state, activation="elu")
+    plan = policy.plan(elu, _finding(rule="VanishingGradient", step=300, phase="main"), [250])
+    assert plan.decision.remedy == "raise_lr"
+    assert plan.run_spec.learning_rate == pytest.approx(0.2)
+
+
+def test_a_rule_without_a_ladder_ends_the_execution(settings):
+    plan = policy.plan(launched(settings), _finding(rule="ClassImbalance"), [])
+    assert plan.decision.action == "end"
+    assert "no remedy is declared for ClassImbalance" in plan.decision.reason
+
+
+@pytest.mark.parametrize("rule", sorted(policy.LADDERS))
+def test_every_relaunch_decision_has_a_one_line_reason(settings, rule):
+    plan = policy.plan(launched(settings), _finding(rule=rule, step=300, phase="main"), [250])
+    assert plan.decision.reason
+    assert "\n" not in plan.decision.reason
+
+
+def test_an_explosion_nothing_fixes_ends_within_the_ladders_bounds(settings):
+    state = simulate(settings, {}, explodes=lambda spec: True)
+    assert state.outcome == "gave_up"
+    specs = [attempt.run_spec for attempt in state.attempts]
+    assert all(spec.warmup_learning_rate >= 1e-3 for spec in specs)
+    assert all(spec.grad_clip == 0 or spec.grad_clip >= 0.1 for spec in specs)
+    assert len({spec.recipe_key() for spec in specs}) == len(specs)  # no recipe twice
+    # BN, warm-up 0.1 -> 0.025 -> 0.00625 -> 0.0015625, clip 1.0 -> 0.5 -> 0.25 -> 0.125
+    assert len(specs) == 9
+
+
+def test_the_original_policy_on_the_same_hopeless_run_stops_at_max_num_retraining(settings):
+    state = simulate(settings, {"policy": "original"}, explodes=lambda spec: True)
+    assert state.outcome == "gave_up"
+    assert state.history.num_retraining == 10
+    assert len(state.attempts) == 11
+    assert "max_num_retraining" in state.reason

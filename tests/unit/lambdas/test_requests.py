@@ -1,0 +1,255 @@
+"""CreateTrainingJob requests: valid against botocore's SageMaker model, names, Debugger config."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import botocore.session
+import pytest
+from botocore.validate import ParamValidator
+from conftest import EXECUTION, launched, new_state
+from workflow import launch as launching
+from workflow import requests
+from workflow.errors import MisconfiguredEnvironment
+from workflow.settings import TrainSettings
+
+MODEL = botocore.session.get_session().get_service_model("sagemaker")
+CREATE = MODEL.operation_model("CreateTrainingJob")
+
+
+def _python_regex(pattern: str) -> str:
+    # The model uses Java's Unicode classes; these ASCII subsets are stricter, never looser.
+    return pattern.replace(r"\p{L}", "a-zA-Z").replace(r"\p{Z}", " ").replace(r"\p{N}", "0-9")
+
+
+def _limits(shape, value: Any, path: str, problems: list[str]) -> None:
+    """What botocore's validator leaves out: max lengths, max counts and patterns of the model."""
+    meta = shape.metadata
+    if shape.type_name == "structure":
+        for key, item in value.items():
+            _limits(shape.members[key], item, f"{path}.{key}", problems)
+    elif shape.type_name == "list":
+        if "max" in meta and len(value) > meta["max"]:
+            problems.append(f"{path}: {len(value)} items > {meta['max']}")
+        for index, item in enumerate(value):
+            _limits(shape.member, item, f"{path}[{index}]", problems)
+    elif shape.type_name == "map":
+        if "max" in meta and len(value) > meta["max"]:
+            problems.append(f"{path}: {len(value)} entries > {meta['max']}")
+        for key, item in value.items():
+            _limits(shape.key, key, f"{path} key", problems)
+            _limits(shape.value, item, f"{path}[{key}]", problems)
+    elif shape.type_name == "string":
+        if "max" in meta and len(value) > meta["max"]:
+            problems.append(f"{path}: {len(value)} characters > {meta['max']}")
+        if "pattern" in meta and not re.fullmatch(_python_regex(meta["pattern"]), value):
+            problems.append(f"{path}: {value!r} does not match {meta['pattern']}")
+        if shape.enum and value not in shape.enum:
+            problems.append(f"{path}: {value!r} not one of the model's values")
+
+
+def assert_valid(request: dict[str, Any]) -> None:
+    report = ParamValidator().validate(request, CREATE.input_shape)
+    assert not report.has_errors(), report.generate_report()
+    problems: list[str] = []
+    _limits(CREATE.input_shape, request, "", problems)
+    assert not problems, problems
+
+
+def _request(state, settings, attempt=1):
+    return requests.build_create_training_job(state, settings, attempt)
+
+
+def test_request_is_valid_against_the_service_model(settings):
+    assert_valid(_request(new_state(settings), settings))
+
+
+def test_request_with_debugger_rules_is_valid_against_the_service_model(debugger_settings):
+    assert_valid(_request(new_state(debugger_settings), debugger_settings))
+
+
+def test_request_carries_the_recipe_as_sdk_style_hyperparameters(settings):
+    state = new_state(settings, {"run_spec": {"warmup_learning_rate": 0.05, "add_batch_norm": 1}})
+    hps = _request(state, settings)["HyperParameters"]
+    decoded = {key: json.loads(value) for key, value in hps.items()}
+    assert decoded["sagemaker_program"] == "train.py"
+    assert decoded["sagemaker_submit_directory"] == settings.source_s3_uri
+    assert decoded["warmup_learning_rate"] == 0.05
+    assert decoded["add_batch_norm"] == 1
+    assert decoded["activation"] == "elu"
+    assert json.loads(decoded["sentinel_rules"])[0] == {
+        "name": "ExplodingTensor",
+        "parameters": {"collection_names": "gradients", "only_nan": "False"},
+    }
+    assert json.loads(decoded["capture"]) == {
+        "losses": {"save_interval": 10},
+        "gradients": {"save_interval": 100},
+    }
+    assert decoded["sentinel_action"] == "stop"
+
+
+def test_request_layout_follows_the_s3_contract(settings):
+    request = _request(new_state(settings), settings, attempt=3)
+    base = "s3://stabilizer-bucket/executions/run-1/attempt-3"
+    assert request["CheckpointConfig"] == {"S3Uri": f"{base}/checkpoints", "LocalPath": "/opt/ml/checkpoints"}
+    assert request["OutputDataConfig"] == {"S3OutputPath": f"{base}/output"}
+    channels = {
+        c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in request["InputDataConfig"]
+    }
+    assert channels == {"train": settings.train_data_s3_uri, "test": settings.test_data_s3_uri}
+    assert {"Key": "stabilizer:attempt", "Value": "3"} in request["Tags"]
+    assert {"Key": "stabilizer:execution", "Value": "run-1"} in request["Tags"]
+    assert request["StoppingCondition"]["MaxRuntimeInSeconds"] == 3600
+    assert "DebugHookConfig" not in request
+    names = {metric["Name"] for metric in request["AlgorithmSpecification"]["MetricDefinitions"]}
+    assert {"train:loss", "train:grad_norm", "test:accuracy", "train:step"} <= names
+
+
+def test_metric_regexes_read_the_training_log_lines(settings):
+    metrics = {m["Name"]: re.compile(m["Regex"]) for m in requests.METRIC_DEFINITIONS}
+    train = "step=12 epoch=1 loss=2.3012 lr=0.1 grad_norm=4.52"
+    test = "eval epoch=3 test_loss=0.61 test_accuracy=0.8111"
+    assert metrics["train:step"].search(train).group(1) == "12"
+    assert metrics["train:loss"].search(train).group(1) == "2.3012"
+    assert metrics["train:lr"].search(train).group(1) == "0.1"
+    assert metrics["train:grad_norm"].search(train).group(1) == "4.52"
+    assert metrics["test:loss"].search(test).group(1) == "0.61"
+    assert metrics["test:accuracy"].search(test).group(1) == "0.8111"
+    assert metrics["train:loss"].search(test) is None  # test_loss never feeds the training loss
+
+
+def test_a_resumed_attempt_gets_the_resume_channel(settings):
+    state = new_state(settings).model_copy(
+        update={
+            "resume_from": "s3://stabilizer-bucket/executions/run-1/attempt-1/checkpoints/checkpoint-450.pt"
+        }
+    )
+    request = _request(state, settings, attempt=2)
+    resume = [c for c in request["InputDataConfig"] if c["ChannelName"] == "resume"]
+    assert resume[0]["DataSource"]["S3DataSource"]["S3Uri"].endswith(
+        "attempt-1/checkpoints/checkpoint-450.pt"
+    )
+    assert_valid(request)
+
+
+def test_max_runtime_never_exceeds_what_is_left_of_the_training_budget(settings):
+    state = launched(settings, {"limits": {"max_total_training_seconds": 1000}})
+    state.attempts[0].seconds = 700
+    state = state.model_copy(update={"next_action": "launch_new"})
+    assert _request(state, settings, attempt=2)["StoppingCondition"]["MaxRuntimeInSeconds"] == 300
+
+
+def test_job_names_are_unique_per_attempt_and_execution_and_within_limits(settings):
+    first = new_state(settings)
+    other = launching.prepare({}, {**EXECUTION, "id": EXECUTION["id"] + "-b", "name": "run-2"}, settings)
+    names = {
+        requests.job_name(settings.job_name_prefix, state.execution.short_id, attempt)
+        for state in (first, other)
+        for attempt in range(1, 31)
+    }
+    assert len(names) == 60  # all launched "in the same second": no clock involved, no collision
+    pattern = re.compile(CREATE.input_shape.members["TrainingJobName"].metadata["pattern"])
+    for name in names:
+        assert len(name) <= 63 and pattern.fullmatch(name) and re.fullmatch(r"[a-zA-Z0-9-]+", name)
+    assert requests.job_name("stabilizer", first.execution.short_id, 2).startswith("stabilizer-")
+
+
+def test_longest_allowed_prefix_still_fits_a_four_digit_attempt():
+    assert len(requests.job_name("p" * 49, "0123abcd", 9999)) == 63
+
+
+@pytest.mark.parametrize("prefix", ["p" * 50, "-bad", "under_score", "bad-"])
+def test_a_prefix_that_cannot_make_valid_names_is_rejected_at_cold_start(prefix):
+    from conftest import ENV
+
+    with pytest.raises(MisconfiguredEnvironment, match="JOB_NAME_PREFIX"):
+        TrainSettings.from_env({**ENV, "JOB_NAME_PREFIX": prefix})
+
+
+def test_debugger_configuration_comes_from_the_same_rule_list(debugger_settings):
+    raw = {
+        "run_spec": {
+            "rules": [
+                {
+                    "name": "ExplodingTensor",
+                    "parameters": {"collection_names": "gradients", "only_nan": "False"},
+                },
+                {"name": "LossNotDecreasing", "parameters": {"num_steps": "10", "diff_percent": "0.1"}},
+            ]
+        }
+    }
+    request = _request(new_state(debugger_settings, raw), debugger_settings)
+    rules = request["DebugRuleConfigurations"]
+    assert [r["RuleConfigurationName"] for r in rules] == ["ExplodingTensor", "LossNotDecreasing"]
+    assert rules[0]["RuleParameters"] == {
+        "rule_to_invoke": "ExplodingTensor",
+        "collection_names": "gradients",
+        "only_nan": "False",
+    }
+    image = "503895931360.dkr.ecr.us-east-1.amazonaws.com/sagemaker-debugger-rules:latest"
+    assert all(r["RuleEvaluatorImage"] == image for r in rules)
+    hook = request["DebugHookConfig"]
+    assert hook["S3OutputPath"] == "s3://stabilizer-bucket/executions/run-1/attempt-1/debug"
+    collections = {c["CollectionName"]: c["CollectionParameters"] for c in hook["CollectionConfigurations"]}
+    assert collections["gradients"] == {"save_interval": "100"}
+    assert collections["losses"] == {"save_interval": "10"}
+    assert_valid(request)
+
+
+def test_a_rule_collection_the_capture_does_not_save_is_added_to_the_hook(debugger_settings):
+    raw = {"run_spec": {"capture": {"losses": {"save_steps": [0, 5, 10]}}}}
+    request = _request(new_state(debugger_settings, raw), debugger_settings)
+    collections = {
+        c["CollectionName"]: c["CollectionParameters"]
+        for c in request["DebugHookConfig"]["CollectionConfigurations"]
+    }
+    assert collections == {"gradients": {"save_interval": "10"}, "losses": {"save_steps": "0,5,10"}}
+
+
+@pytest.mark.parametrize(
+    ("region", "account"),
+    [
+        ("us-east-1", "503895931360"),
+        ("us-east-2", "915447279597"),
+        ("us-west-2", "895741380848"),
+        ("eu-west-1", "929884845733"),
+        ("eu-central-1", "482524230118"),
+        ("ap-northeast-1", "430734990657"),
+    ],
+)
+def test_rule_image_per_region(region, account):
+    assert (
+        requests.rule_image(region)
+        == f"{account}.dkr.ecr.{region}.amazonaws.com/sagemaker-debugger-rules:latest"
+    )
+
+
+def test_rule_image_for_an_unknown_region_is_a_clear_configuration_error():
+    with pytest.raises(MisconfiguredEnvironment, match="xx-east-9"):
+        requests.rule_image("xx-east-9")
+
+
+def test_rule_parameters_longer_than_256_characters_never_reach_a_request(settings):
+    from workflow.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="at most 256"):
+        new_state(
+            settings,
+            {"run_spec": {"rules": [{"name": "ExplodingTensor", "parameters": {"tensor_regex": "a" * 300}}]}},
+        )
+
+
+def test_the_validity_check_itself_catches_what_the_service_would_reject(debugger_settings):
+    good = _request(new_state(debugger_settings), debugger_settings)
+    too_long_name = {**good, "TrainingJobName": "a" * 64}
+    with pytest.raises(AssertionError, match="TrainingJobName"):
+        assert_valid(too_long_name)
+    long_value = json.loads(json.dumps(good))
+    long_value["DebugRuleConfigurations"][0]["RuleParameters"]["tensor_regex"] = "x" * 257
+    with pytest.raises(AssertionError, match="RuleParameters"):
+        assert_valid(long_value)
+    missing_role = {key: value for key, value in good.items() if key != "RoleArn"}
+    with pytest.raises(AssertionError, match="RoleArn"):
+        assert_valid(missing_role)

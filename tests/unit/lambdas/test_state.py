@@ -1,0 +1,167 @@
+"""The execution input and the state payload: defaults, clear errors, schema files, size."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from conftest import EXECUTION, T0, describe, new_state, sentinel_findings
+from workflow import launch as launching
+from workflow import monitor, schemas
+from workflow.errors import InvalidInput, StateCorrupted
+from workflow.observation import observe
+from workflow.state import ExecutionInput, RunSpec, dump_state, load_state, parse_execution_input
+
+SCHEMAS = schemas.Path(schemas.__file__).resolve().parents[2] / "schemas"
+
+
+def test_console_empty_input_runs_the_reference_problem(settings):
+    state = new_state(settings, {})
+    spec = state.run_spec
+    assert (spec.warmup_learning_rate, spec.learning_rate, spec.add_batch_norm) == (0.1, 0.1, 0)
+    assert (spec.depth, spec.activation, spec.num_epochs) == (20, "elu", 3)
+    assert spec.instance_type == "ml.p3.2xlarge"  # from DEFAULT_INSTANCE_TYPE
+    assert [rule.name for rule in spec.rules] == ["ExplodingTensor", "VanishingGradient"]
+    assert state.policy == "default"
+    assert state.wait_seconds == 300
+    assert state.next_action == "launch_new"
+    assert state.limits.max_num_retraining == 10
+    assert state.execution.name == "run-1"
+
+
+def test_none_input_is_the_same_as_empty():
+    assert parse_execution_input(None) == parse_execution_input({})
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ({"learning_rate": 0.1}, "learning_rate: unknown field"),
+        ({"run_spec": {"learnig_rate": 0.1}}, "run_spec.learnig_rate: unknown field"),
+        (
+            {"run_spec": {"learning_rate": "0.1"}},
+            "run_spec.learning_rate: expected a valid number (got '0.1', a str)",
+        ),
+        (
+            {"run_spec": {"num_epochs": True}},
+            "run_spec.num_epochs: expected a valid integer (got True, a bool)",
+        ),
+        ({"run_spec": {"add_batch_norm": 2}}, "run_spec.add_batch_norm: expected less than or equal to 1"),
+        ({"run_spec": {"learning_rate": 0}}, "run_spec.learning_rate: expected greater than 0"),
+        ({"policy": "fastest"}, "policy: expected 'original' or 'default' (got 'fastest', a str)"),
+        ({"wait_seconds": 0}, "wait_seconds: expected greater than or equal to 1"),
+        ({"run_spec": {"depth": 21}}, "run_spec.depth: ResNet depth must be 6n+2"),
+        ({"run_spec": {"activation": "tanh"}}, "run_spec.activation: expected 'elu' or 'relu'"),
+        (
+            {"run_spec": {"instance_type": "p3.2xlarge"}},
+            "run_spec.instance_type: expected a SageMaker instance type",
+        ),
+        (
+            {"run_spec": {"rules": [{"name": "Exploding"}]}},
+            "run_spec.rules.0.name: expected 'ExplodingTensor'",
+        ),
+        (
+            {"run_spec": {"rules": [{"name": "ExplodingTensor", "parameters": {"only_nan": False}}]}},
+            "run_spec.rules.0.parameters.only_nan: expected a valid string",
+        ),
+        (
+            {"run_spec": {"rules": [{"name": "ExplodingTensor", "parameters": {"tensor_regex": "x" * 257}}]}},
+            "parameter 'tensor_regex' is 257 characters; at most 256 allowed",
+        ),
+        ({"run_spec": {"capture": {"losses": {}}}}, "give exactly one of save_interval or save_steps"),
+        (
+            {"limits": {"max_num_retraining": -1}},
+            "limits.max_num_retraining: expected greater than or equal to 0",
+        ),
+        ([], "input: expected a JSON object, got list"),
+    ],
+)
+def test_bad_input_names_the_field_and_what_was_expected(raw, expected):
+    with pytest.raises(InvalidInput) as caught:
+        parse_execution_input(raw)
+    assert expected in str(caught.value)
+
+
+def test_prepare_rejects_bad_input_with_invalid_input(settings):
+    with pytest.raises(InvalidInput, match=r"run_spec\.batch_size"):
+        launching.prepare({"run_spec": {"batch_size": "big"}}, EXECUTION, settings)
+
+
+def test_prepare_requires_the_execution_context(settings):
+    with pytest.raises(StateCorrupted, match="execution"):
+        launching.prepare({}, {"name": "x"}, settings)
+
+
+def test_state_round_trips_through_json(settings):
+    state = new_state(settings, {"policy": "original", "wait_seconds": 5})
+    raw = json.loads(json.dumps(dump_state(state)))
+    assert load_state(raw) == state
+    assert raw["wait_seconds"] == 5
+    assert raw["history"]["latest_job_name"] is None
+
+
+def test_a_state_that_does_not_validate_is_state_corrupted(settings):
+    raw = dump_state(new_state(settings))
+    raw["next_action"] = "celebrate"
+    with pytest.raises(StateCorrupted, match="next_action"):
+        load_state(raw)
+    with pytest.raises(StateCorrupted, match="expected a JSON object"):
+        load_state("state")
+
+
+def test_short_execution_id_differs_for_a_reused_name(settings):
+    first = launching.prepare({}, EXECUTION, settings).execution.short_id
+    again = launching.prepare(
+        {}, {**EXECUTION, "start_time": "2025-06-01T00:00:00Z"}, settings
+    ).execution.short_id
+    assert first != again
+
+
+def test_schema_files_are_up_to_date():
+    for name, text in schemas.documents().items():
+        assert (SCHEMAS / name).read_text() == text, (
+            f"schemas/{name} is stale: run python lambdas/workflow/schemas.py"
+        )
+
+
+def test_example_input_file_is_valid_input():
+    raw = json.loads((SCHEMAS / "execution-input.example.json").read_text())
+    assert parse_execution_input(raw) == ExecutionInput()
+
+
+def test_input_schema_forbids_unknown_keys():
+    schema = json.loads((SCHEMAS / "execution-input.schema.json").read_text())
+    assert schema["additionalProperties"] is False
+    assert schema["$defs"]["RunSpec"]["additionalProperties"] is False
+    assert "required" not in schema  # every field is optional
+
+
+def test_thirty_attempts_serialise_under_64_kb(settings):
+    """Step Functions allows 256 KB; 30 fully recorded attempts must stay under 64 KB."""
+    state = new_state(settings, {"limits": {"max_num_retraining": 40}})
+    now = T0
+    for number in range(30):
+        # Every attempt explodes, so each records a finding and a decision. Once the ladder is used
+        # up, reopen the execution with a fresh seed: the size, not the policy, is under test here.
+        spec = state.run_spec.model_copy(update={"seed": number})
+        state = state.model_copy(
+            update={"run_spec": spec, "next_action": "launch_new", "outcome": None, "reason": None}
+        )
+        state = launching.launch(state, settings, now).state
+        now += timedelta(minutes=5)
+        obs = observe(
+            describe(state, "Failed", failure_reason="AlgorithmError: RuleStop: ExplodingTensor"),
+            findings=sentinel_findings(step=number + 2),
+        )
+        state = monitor.check(state, obs, now).state
+    assert len(state.attempts) == 30
+    assert all(attempt.finding and attempt.decision for attempt in state.attempts)
+    size = len(json.dumps(dump_state(state)).encode())
+    assert size < 64 * 1024, f"{size} bytes"
+
+
+def test_run_spec_is_immutable_so_policies_cannot_mutate_history():
+    spec = RunSpec()
+    with pytest.raises(Exception, match="frozen"):
+        spec.learning_rate = 0.5  # type: ignore[misc]
