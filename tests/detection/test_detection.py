@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import run_train, step_lines
 from data import read_channel, write_channel
+
+from tests.helpers import JobDirs, run_train, step_lines
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +70,7 @@ def first_non_finite_step(job_dirs, digits_channels) -> int:
 
 
 def test_exploding_reference_run_stops_at_the_first_non_finite_gradient(tmp_path, digits_channels):
-    from conftest import JobDirs
+
 
     expected = first_non_finite_step(JobDirs(tmp_path / "unmonitored"), digits_channels)
     job = JobDirs(tmp_path / "monitored")

@@ -11,7 +11,8 @@ import torch
 from rule_engine import create_trial
 from rule_engine.capture import Capture, CaptureConfigError, parse_capture
 from rule_engine.trial import TensorUnavailableForStep
-from tinynet import batch, tiny_net
+
+from tests.unit.rules.tinynet import batch, tiny_net
 
 
 def train(capture: Capture, model: torch.nn.Module, steps: int, lr: float = 0.1) -> dict[int, dict[str, np.ndarray]]:

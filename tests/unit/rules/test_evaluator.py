@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from rule_engine.capture import Capture, parse_capture
-from tinynet import tiny_net
+
+from tests.unit.rules.tinynet import tiny_net
 
 MODEL_DIR = Path(__file__).resolve().parents[3] / "model"
 RULES = [{"name": "ExplodingTensor"}, {"name": "VanishingGradient"}]

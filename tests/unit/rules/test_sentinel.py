@@ -8,7 +8,8 @@ import pytest
 import torch
 from rule_engine import create_trial
 from rule_engine.sentinel import EXIT_RULE_STOP, build_monitoring
-from tinynet import batch, tiny_net
+
+from tests.unit.rules.tinynet import batch, tiny_net
 
 EXPLODING = [{"name": "ExplodingTensor", "parameters": {"collection_names": "gradients", "only_nan": "False"}}]
 
