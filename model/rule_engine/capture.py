@@ -237,6 +237,8 @@ class Capture:
         self._armed_step: int | None = None
         self.last_step: int | None = None
         self._closed = False
+        if self.disk_enabled:
+            self._ensure_writer()  # now, so a resumed job clears the previous end marker at once
 
     # -- configuration
     @classmethod

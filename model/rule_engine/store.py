@@ -82,6 +82,9 @@ class StoreWriter:
         self.root = Path(root)
         (self.root / STEPS_DIR).mkdir(parents=True, exist_ok=True)
         (self.root / INDEX_DIR).mkdir(parents=True, exist_ok=True)
+        # A job resumed in the same checkpoint directory writes on: readers must not take the
+        # previous run's end marker for this one's.
+        (self.root / END_MARKER).unlink(missing_ok=True)
 
     def write_collections(self, collections: Mapping[str, Mapping[str, Any]]) -> None:
         write_json_atomic(self.root / COLLECTIONS_FILE, {"format": FORMAT, "collections": collections})

@@ -175,3 +175,19 @@ def test_bad_capture_settings_name_the_field(raw, message):
 def test_a_regex_that_matches_nothing_is_rejected_with_example_names():
     with pytest.raises(CaptureConfigError, match=r"matches no tensor; names look like \['weights/stem.weight'"):
         Capture(tiny_net(), parse_capture({"mine": {"include_regex": "gradients/nothing.*"}}))
+
+
+def test_a_resumed_job_writing_to_the_same_store_clears_the_old_end_marker(tmp_path):
+    model = tiny_net()
+    first = Capture(model, parse_capture({"losses": {"save_interval": 1}}), out_dir=tmp_path)
+    train(first, model, steps=2)
+    first.close(status="stopped")
+    assert create_trial(str(tmp_path)).loaded_all_steps
+    resumed = Capture(model, parse_capture({"losses": {"save_interval": 1}}), out_dir=tmp_path)
+    resumed.end_step(2, loss=1.0)
+    resumed.flush()
+    trial = create_trial(str(tmp_path))
+    assert trial.steps() == [0, 1, 2] and not trial.loaded_all_steps
+    resumed.close()
+    trial.refresh()
+    assert trial.loaded_all_steps and trial.end_status == "completed"
