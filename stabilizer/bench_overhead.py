@@ -18,6 +18,7 @@ Targets: sentinel plus gradients every 100 steps >= 0.97x plain; all collections
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import tempfile
@@ -164,11 +165,13 @@ def main(argv: list[str] | None = None) -> int:
             for setup in setups:
                 setup.train(range(-3, 0), batches)  # warm-up steps, not timed below
                 setup.seconds, setup.hook_seconds, setup.steps = 0.0, 0.0, 0
-            # Configurations take turns every `chunk` steps (in rotating order), so load that
-            # drifts during the run is shared by all of them.
-            for turn, first in enumerate(range(0, args.steps, args.chunk)):
+            # Configurations take turns every `chunk` steps, in a new random order each turn, so
+            # load that drifts during the run, and whatever one configuration leaves behind (its
+            # writer thread, garbage), falls on all of them alike.
+            shuffler = random.Random(round_index)
+            for first in range(0, args.steps, args.chunk):
                 steps = range(first, min(first + args.chunk, args.steps))
-                for setup in setups[turn % len(setups) :] + setups[: turn % len(setups)]:
+                for setup in shuffler.sample(setups, len(setups)):
                     setup.train(steps, batches)
             for setup in setups:
                 setup.close()
