@@ -1,0 +1,234 @@
+"""Built-in rules fire on the condition they name and stay quiet on healthy values; rule lists are validated."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from rule_engine.rules import RULES, Rule, RuleConfigError, parse_rule_list, register_rule
+from rule_engine.trial import MemoryTrial
+
+DEBUGGER_DEFAULTS = {
+    "ExplodingTensor": {"collection_names": None, "tensor_regex": None, "only_nan": False},
+    "VanishingGradient": {"threshold": 1e-7},
+    "LossNotDecreasing": {"collection_names": None, "tensor_regex": None, "use_losses_collection": True,
+                          "num_steps": 10, "diff_percent": 0.1, "increase_threshold_percent": 5.0, "mode": None},
+    "Overfit": {"tensor_regex": None, "start_step": 0, "patience": 1, "ratio_threshold": 0.1},
+    "WeightUpdateRatio": {"num_steps": None, "large_threshold": 10.0, "small_threshold": 1e-8, "epsilon": 1e-9},
+    "AllZero": {"collection_names": None, "tensor_regex": None, "threshold": 100.0},
+    "UnchangedTensor": {"collection_names": None, "tensor_regex": None, "num_steps": 3, "rtol": 1e-5,
+                        "atol": 1e-8, "equal_nan": False},
+    "ClassImbalance": {"threshold_imbalance": 10.0, "threshold_misprediction": 0.7, "samples": 500,
+                       "argmax": False, "labels_regex": ".*labels", "predictions_regex": ".*predictions"},
+    "DeadRelu": {"tensor_regex": None, "threshold_inactivity": 1.0, "threshold_layer": 50.0},
+}
+
+
+def test_built_in_rules_have_debuggers_names_parameters_and_defaults():
+    from rule_engine.rules import rule_parameters
+
+    for name, defaults in DEBUGGER_DEFAULTS.items():
+        assert {p: d for p, (_, d) in rule_parameters(RULES[name]).items()} == defaults, name
+
+
+def grads(trial: MemoryTrial, step: int, **values: np.ndarray) -> None:
+    trial.add(step, "TRAIN", {f"gradients/{k}": (("gradients",), v) for k, v in values.items()})
+
+
+def run(rule: Rule, steps: list[int]) -> int | None:
+    for step in steps:
+        if rule.invoke_at_step(step):
+            return step
+    return None
+
+
+def build(trial: MemoryTrial, name: str, **params: str) -> Rule:
+    (spec,) = parse_rule_list([{"name": name, "parameters": params}])
+    return spec.build(trial)
+
+
+def test_exploding_tensor_names_the_first_non_finite_tensor_in_network_order():
+    trial = MemoryTrial()
+    ok = np.ones((3, 3), np.float32)
+    grads(trial, 0, **{"a.weight": ok, "b.weight": ok})
+    grads(trial, 5, **{"a.weight": ok, "b.weight": np.array([1.0, np.inf], np.float32)})
+    grads(trial, 9, **{"a.weight": np.array([np.nan], np.float32), "b.weight": ok})
+    rule = build(trial, "ExplodingTensor")
+    assert run(rule, [0, 5, 9]) == 5
+    assert (rule.finding.tensor, rule.finding.value) == ("gradients/b.weight", "inf")
+    only_nan = build(trial, "ExplodingTensor", only_nan="True", collection_names="gradients")
+    assert run(only_nan, [0, 5, 9]) == 9 and only_nan.finding.value == "nan"
+    regex = build(trial, "ExplodingTensor", tensor_regex="gradients/a\\..*")
+    assert run(regex, [0, 5]) is None
+
+
+def test_vanishing_gradient_fires_below_the_mean_absolute_threshold_and_ignores_biases():
+    trial = MemoryTrial()
+    grads(trial, 0, **{"w.weight": np.full(4, 1e-3, np.float32), "w.bias": np.zeros(4, np.float32)})
+    grads(trial, 1, **{"w.weight": np.full(4, 5e-8, np.float32), "w.bias": np.zeros(4, np.float32)})
+    rule = build(trial, "VanishingGradient")
+    assert run(rule, [0, 1]) == 1 and rule.finding.tensor == "gradients/w.weight"
+    assert run(build(trial, "VanishingGradient", threshold="1e-8"), [0, 1]) is None
+
+
+def losses(trial: MemoryTrial, values: dict[int, float], mode: str = "TRAIN") -> None:
+    for step, value in values.items():
+        trial.add(step, mode, {"losses/loss": (("losses",), np.float32(value))})
+
+
+def test_loss_not_decreasing_fires_on_a_plateau_not_on_a_noisy_decrease():
+    rng = np.random.default_rng(0)
+    falling = {s: 2.3 * 0.98**s * (1 + 0.05 * rng.standard_normal()) for s in range(60)}
+    trial = MemoryTrial()
+    losses(trial, falling)
+    assert run(build(trial, "LossNotDecreasing"), list(range(60))) is None
+    flat = MemoryTrial()
+    losses(flat, {s: 2.3 + 0.01 * rng.standard_normal() for s in range(60)})
+    rule = build(flat, "LossNotDecreasing")
+    fired = run(rule, list(range(60)))
+    assert fired == 10 and "less than the required decrease of 0.1%" in rule.finding.message
+
+
+def test_loss_not_decreasing_fires_when_the_loss_climbs_above_its_best():
+    trial = MemoryTrial()
+    # Falls to a best of ~1.0, then climbs back slowly: each window still shows a small "decrease"
+    # against a noisy previous window only if diff_percent allows it, so use a negative diff_percent.
+    values = {s: 2.0 - s * 0.05 for s in range(21)} | {s: 1.0 + (s - 20) * 0.01 for s in range(21, 61)}
+    losses(trial, values)
+    rule = build(trial, "LossNotDecreasing", diff_percent="-100", increase_threshold_percent="5")
+    fired = run(rule, list(range(61)))
+    assert fired is not None and "above its lowest value" in rule.finding.message
+
+
+def test_overfit_compares_validation_with_the_training_loss_since_the_last_evaluation():
+    trial = MemoryTrial()
+    losses(trial, {s: 1.0 - s * 0.01 for s in range(30)})
+    losses(trial, {9: 0.95, 19: 1.2, 29: 1.4}, mode="EVAL")
+    rule = build(trial, "Overfit", patience="2")
+    assert run(rule, list(range(30))) == 29
+    assert rule.finding.mode == "EVAL" and rule.finding.value == pytest.approx((1.4 - 0.755) / 0.755, rel=1e-3)
+    assert run(build(trial, "Overfit", start_step="25", patience="2"), list(range(30))) is None
+
+
+def weights(trial: MemoryTrial, step: int, value: np.ndarray) -> None:
+    trial.add(step, "TRAIN", {"weights/w.weight": (("weights",), value)})
+
+
+def test_weight_update_ratio_fires_on_frozen_and_on_huge_updates():
+    frozen, healthy, huge = MemoryTrial(), MemoryTrial(), MemoryTrial()
+    w = np.ones(10, np.float32)
+    for step in range(3):
+        weights(frozen, step, w)
+        weights(healthy, step, w + 0.01 * step)
+        weights(huge, step, w * 100**step)
+    assert run(build(frozen, "WeightUpdateRatio"), [0, 1, 2]) == 1
+    assert run(build(healthy, "WeightUpdateRatio"), [0, 1, 2]) is None
+    assert run(build(huge, "WeightUpdateRatio"), [0, 1, 2]) == 1
+
+
+def test_all_zero_and_unchanged_tensor():
+    trial = MemoryTrial()
+    for step in range(4):
+        value = np.zeros(5, np.float32) if step >= 2 else np.arange(5, dtype=np.float32) + step
+        trial.add(step, "TRAIN", {"weights/w.weight": (("weights",), value)})
+    assert run(build(trial, "AllZero", collection_names="weights"), range(4)) == 2
+    assert run(build(trial, "AllZero", collection_names="weights", threshold="10"), range(4)) == 0
+    unchanged = build(trial, "UnchangedTensor", tensor_regex="weights/.*", num_steps="2")
+    assert run(unchanged, range(4)) == 3 and "steps 2..3" in unchanged.finding.message
+    with pytest.raises(RuleConfigError, match="specify collection_names or tensor_regex"):
+        build(trial, "AllZero")
+
+
+def test_class_imbalance_on_training_labels_and_mispredictions_on_held_out_data():
+    # Rules run as steps arrive (a MemoryTrial keeps only the last few batches of labels).
+    balanced, skewed = MemoryTrial(), MemoryTrial()
+    on_balanced, on_skewed = build(balanced, "ClassImbalance"), build(skewed, "ClassImbalance")
+    rng = np.random.default_rng(0)
+    fired = []
+    for step in range(5):
+        balanced.add(step, "TRAIN", {"labels/labels": (("labels",), rng.integers(0, 10, 128))})
+        skew = np.where(rng.random(128) < 0.9, 0, rng.integers(1, 10, 128))
+        skewed.add(step, "TRAIN", {"labels/labels": (("labels",), skew)})
+        assert not on_balanced.invoke_at_step(step)
+        if on_skewed.invoke_at_step(step):
+            fired.append(step)
+    assert fired[0] == 3  # 512 samples >= 500 at the fourth batch
+    assert on_skewed.finding.tensor == "labels/labels" and on_skewed.finding.value > 10
+    labels = np.repeat(np.arange(10), 20)
+    predictions = labels.copy()
+    predictions[labels == 7] = 1  # class 7 always mispredicted on held-out data
+    balanced.add(4, "EVAL", {"labels/labels": (("labels",), labels),
+                             "predictions/predictions": (("predictions",), predictions)})
+    rule = build(balanced, "ClassImbalance")
+    assert run(rule, range(5)) == 4 and "class 7 is mispredicted on 100%" in rule.finding.message
+
+
+def test_dead_relu_counts_dead_relu_units_and_saturated_elu_units():
+    rng = np.random.default_rng(0)
+    healthy_relu = np.maximum(rng.standard_normal((32, 8, 4, 4)), 0).astype(np.float32)
+    dead_relu = healthy_relu.copy()
+    dead_relu[:, :5] = 0.0  # 5 of 8 channels never active
+    pre = rng.standard_normal((32, 8, 4, 4)).astype(np.float32)
+    healthy_elu = np.where(pre > 0, pre, np.expm1(pre))
+    saturated_elu = healthy_elu.copy()
+    saturated_elu[:, :6] = np.expm1(-8.0)  # pinned at about -1: derivative ~3e-4
+    for value, fires in ((healthy_relu, False), (dead_relu, True), (healthy_elu, False), (saturated_elu, True)):
+        trial = MemoryTrial()
+        trial.add(0, "TRAIN", {"activations/block.act": (("activation_outputs",), value)})
+        assert (run(build(trial, "DeadRelu"), [0]) == 0) is fires
+
+
+def test_unknown_rules_and_parameters_are_rejected_listing_the_valid_ones():
+    with pytest.raises(RuleConfigError) as error:
+        parse_rule_list('[{"name": "ExplodingTensors"}]')
+    assert "unknown rule 'ExplodingTensors'; valid rules: [" in str(error.value)
+    assert "'VanishingGradient'" in str(error.value)
+    with pytest.raises(RuleConfigError) as error:
+        parse_rule_list([{"name": "VanishingGradient", "parameters": {"treshold": "1e-6"}}])
+    assert "unknown parameters ['treshold']; valid parameters: ['threshold']" in str(error.value)
+    with pytest.raises(RuleConfigError, match=r"rules\[0\] \(ExplodingTensor\).only_nan: expected True or False"):
+        parse_rule_list([{"name": "ExplodingTensor", "parameters": {"only_nan": "sometimes"}}])
+    with pytest.raises(RuleConfigError, match="expected a list"):
+        parse_rule_list('{"name": "ExplodingTensor"}')
+
+
+def test_rule_parameters_are_strings_as_in_debugger_and_debuggers_own_shape_is_accepted():
+    (ours,) = parse_rule_list(json.dumps([{"name": "ExplodingTensor", "parameters": {
+        "collection_names": "gradients, losses", "only_nan": "False"}}]))
+    assert ours.parameters == {"collection_names": ["gradients", "losses"], "only_nan": False}
+    (theirs,) = parse_rule_list([{"RuleConfigurationName": "LossNotDecreasing",
+                                  "RuleParameters": {"rule_to_invoke": "LossNotDecreasing", "num_steps": "20",
+                                                     "mode": "TRAIN"}}])
+    assert theirs.name == "LossNotDecreasing" and theirs.parameters == {"num_steps": 20, "mode": "TRAIN"}
+
+
+def test_a_user_written_rule_is_registered_by_name_and_configured_by_a_rule_list():
+    @register_rule
+    class GradientAboveLimit(Rule):
+        """Fires when any gradient element exceeds ``limit`` in absolute value."""
+
+        required_collections = {"gradients": 10}
+
+        def __init__(self, base_trial, *, limit: float = 100.0) -> None:
+            super().__init__(base_trial)
+            self.limit = limit
+
+        def invoke_at_step(self, step: int) -> bool:
+            for name in self.base_trial.tensor_names(collection="gradients", step=step):
+                peak = float(np.abs(self.base_trial.tensor(name).value(step)).max())
+                if peak > self.limit:
+                    return self.fire(step, f"{name} reached {peak:g}", name, peak)
+            return False
+
+    try:
+        trial = MemoryTrial()
+        grads(trial, 0, **{"w.weight": np.array([1.0, -3.0], np.float32)})
+        grads(trial, 1, **{"w.weight": np.array([1.0, -300.0], np.float32)})
+        (spec,) = parse_rule_list('[{"name": "GradientAboveLimit", "parameters": {"limit": "50"}}]')
+        rule = spec.build(trial)
+        assert run(rule, [0, 1]) == 1 and rule.finding.value == 300.0
+        with pytest.raises(RuleConfigError, match=r"valid parameters: \['limit'\]"):
+            parse_rule_list('[{"name": "GradientAboveLimit", "parameters": {"threshold": "50"}}]')
+    finally:
+        RULES.pop("GradientAboveLimit", None)
