@@ -36,12 +36,6 @@ SMALL_RUN = {
 }
 
 
-def parts_present() -> None:
-    missing = [p for p in ("statemachine", "lambdas/train_handler.py", "model/rule_engine") if not (ROOT / p).exists()]
-    if missing:
-        pytest.skip(f"not in this tree yet: {', '.join(missing)}")
-
-
 @pytest.fixture(scope="module")
 def small_digits(digits_channels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first 512 training and 128 test examples of the offline digits channels."""
@@ -54,7 +48,6 @@ def small_digits(digits_channels: dict[str, Path], tmp_path_factory: pytest.Temp
 
 
 def run_policy(policy: str, data: Path, run_dir: Path) -> tuple[RunRecord, list[dict[str, Any]]]:
-    parts_present()
     with LocalEngine(run_dir, data, project=Project.discover(ROOT)) as engine:
         record = engine.run({**SMALL_RUN, "policy": policy}, name=f"e2e-{policy}")
         history = engine.history(record.execution_arn)
@@ -129,7 +122,6 @@ def test_original_policy_halves_the_warmup_lr_five_times_then_adds_batch_norm(sm
 
 
 def test_ctrl_c_stops_the_running_job_and_keeps_its_checkpoint(small_digits: Path, tmp_path: Path):
-    parts_present()
     command = [
         sys.executable,
         "-m",
@@ -173,7 +165,6 @@ def test_ctrl_c_stops_the_running_job_and_keeps_its_checkpoint(small_digits: Pat
 
 
 def test_notebook_client_follows_an_execution_and_opens_its_tensors(small_digits: Path, tmp_path: Path):
-    parts_present()
     from stabilizer.client import LocalClient
 
     with LocalClient.open(tmp_path / "nb", data_dir=small_digits) as client:
