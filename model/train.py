@@ -34,8 +34,11 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from data import read_channel
 from resnet import ResNet
+from rule_engine.capture import CaptureConfigError, parse_capture
+from rule_engine.rules import RuleConfigError, parse_rule_list
+from rule_engine.sentinel import EXIT_RULE_STOP, build_monitoring
 
-SENTINEL_STOP_EXIT_CODE = 86  # docs/contracts.md: the sentinel stopped the job because a rule fired
+SENTINEL_STOP_EXIT_CODE = EXIT_RULE_STOP  # docs/contracts.md: the sentinel stopped the job because a rule fired
 CHECKPOINTS_KEPT = 2
 
 
@@ -145,6 +148,11 @@ def parse_config(argv: list[str] | None = None, environ: dict | None = None) -> 
     config = Config(**{name: getattr(args, name) for name in known})
     if config.sentinel_action not in ("stop", "notify"):
         parser.error(f"--sentinel_action must be stop or notify, got {config.sentinel_action!r}")
+    try:  # rule lists and capture settings fail here, naming the field, before any training
+        parse_rule_list(config.sentinel_rules)
+        parse_capture(config.capture)
+    except (RuleConfigError, CaptureConfigError) as error:
+        parser.error(str(error))
     for name in ("batch_size", "num_epochs", "checkpoint_every", "log_every"):
         if getattr(config, name) < 1:
             parser.error(f"--{name} must be at least 1, got {getattr(config, name)}")
@@ -159,6 +167,7 @@ class Paths:
     model_dir: Path
     checkpoint_dir: Path
     failure_file: Path
+    tensor_dir: Path
 
     @classmethod
     def from_env(cls, environ: dict | None = None) -> Paths:
@@ -168,13 +177,15 @@ class Paths:
             value = env.get(name, default)
             return Path(value) if value else None
 
+        checkpoint_dir = Path(env.get("STABILIZER_CHECKPOINT_DIR", "/opt/ml/checkpoints"))
         return cls(
             train=optional("SM_CHANNEL_TRAIN", "/opt/ml/input/data/train"),
             test=optional("SM_CHANNEL_TEST", "/opt/ml/input/data/test"),
             resume=optional("SM_CHANNEL_RESUME", None),
             model_dir=Path(env.get("SM_MODEL_DIR", "/opt/ml/model")),
-            checkpoint_dir=Path(env.get("STABILIZER_CHECKPOINT_DIR", "/opt/ml/checkpoints")),
+            checkpoint_dir=checkpoint_dir,
             failure_file=Path(env.get("STABILIZER_FAILURE_FILE", "/opt/ml/output/failure")),
+            tensor_dir=Path(env.get("STABILIZER_TENSOR_DIR") or checkpoint_dir / "tensors"),
         )
 
 
@@ -282,6 +293,11 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
     if config.max_steps:
         total_steps = min(total_steps, config.max_steps)
     step = restore(model, optimizer, paths, config)
+    # Capture and sentinel (model/rule_engine): collections from `capture`, rules from `sentinel_rules`.
+    capture, sentinel = build_monitoring(
+        model, sentinel_rules=config.sentinel_rules, sentinel_action=config.sentinel_action,
+        capture=config.capture, checkpoint_dir=paths.checkpoint_dir, tensor_dir=paths.tensor_dir,
+        failure_file=paths.failure_file)
     stop = StopRequested()
     log(f"training steps={total_steps} steps_per_epoch={steps_per_epoch} examples={len(xt)} start_step={step}")
 
@@ -299,12 +315,22 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
             for group in optimizer.param_groups:
                 group["lr"] = lr
         batch = order[index * config.batch_size:(index + 1) * config.batch_size]
-        loss = F.cross_entropy(model(xt[batch]), yt[batch])
+        inputs, labels = xt[batch], yt[batch]
+        capture.begin_step(step)  # arms forward hooks only at steps where module outputs are due
+        logits = model(inputs)
+        loss = F.cross_entropy(logits, labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         # One fused reduction over all gradients; clipping to infinity measures without changing them.
         max_norm = config.grad_clip if config.grad_clip > 0 else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        # Before the optimizer step, so a step the sentinel stops never reaches the weights.
+        verdict = sentinel.after_backward(step, epoch=epoch, phase=config.phase_at(epoch), learning_rate=lr,
+                                          loss=loss, grad_norm=grad_norm, inputs=inputs, labels=labels,
+                                          outputs=logits)
+        if verdict.stop:
+            log(f"sentinel stopped the job at step {step}: {verdict.findings[0]['message']}")
+            sentinel.exit_for_rule_stop()  # exit status 86; the newest checkpoint stays the last healthy one
         optimizer.step()
         step += 1
         if step % config.log_every == 0 or step == total_steps:
@@ -315,12 +341,20 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
         if step % steps_per_epoch == 0 or step == total_steps:
             test_loss, accuracy = evaluate(model, xt, xv, yv, config.batch_size)
             log(f"eval epoch={epoch + 1} test_loss={test_loss:.6g} test_accuracy={accuracy:.4f}")
+            if len(xv):
+                verdict = sentinel.after_eval(step - 1, epoch=epoch, phase=config.phase_at(epoch),
+                                              learning_rate=lr, loss=test_loss)
+                if verdict.stop:
+                    log(f"sentinel stopped the job after evaluation: {verdict.findings[0]['message']}")
+                    sentinel.exit_for_rule_stop()
 
     if stop.requested:
         _checkpoint_if_finite(model, optimizer, step, config, paths, loss, grad_norm, checkpointed_at)
+        sentinel.close(status="stopped")
         log(f"stopped by SIGTERM at step {step}; checkpoint in {paths.checkpoint_dir}")
         return {"stopped": True, "steps": step}
 
+    sentinel.close(status="completed")
     test_loss, accuracy = evaluate(model, xt, xv, yv, config.batch_size)
     seconds = time.monotonic() - started
     metrics = {"steps": step, "seconds": round(seconds, 3), "final_loss": loss.item(),

@@ -1,0 +1,290 @@
+"""The in-job sentinel: a cheap finite check every step, the configured rules at save steps, findings.
+
+Every training step (when an ``ExplodingTensor`` rule is configured) the sentinel checks that the
+loss and the total gradient norm are finite: one fused norm over all gradients and one host
+synchronisation for the two scalars, no per-parameter synchronisation. At steps where capture
+saved something it evaluates the configured rules against a ``MemoryTrial``. When a rule fires it
+writes ``<checkpoint dir>/findings.json`` (docs/contracts.md section 2) and, with action ``stop``,
+tells the training loop to stop before the optimizer applies the bad step; ``exit_for_rule_stop``
+then ends the process with status 86 and a failure file starting ``RuleStop:`` (section 1).
+
+The training loop calls it like this (``capture`` and ``sentinel`` come from ``build_monitoring``)::
+
+    capture.begin_step(step)
+    logits = model(x); loss = criterion(logits, y); loss.backward()
+    verdict = sentinel.after_backward(step, epoch=epoch, phase=phase, learning_rate=lr, loss=loss,
+                                      grad_norm=grad_norm, inputs=x, labels=y, outputs=logits)
+    if verdict.stop:
+        sentinel.exit_for_rule_stop()   # never returns
+    optimizer.step()
+
+This module must not checkpoint, log training metrics or change the model.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+import torch
+from torch import nn
+
+from rule_engine import store
+from rule_engine.capture import Capture, parse_capture
+from rule_engine.rules import ExplodingTensor, Rule, RuleConfigError, RuleFinding, parse_rule_list
+from rule_engine.trial import MemoryTrial
+
+EXIT_RULE_STOP = 86
+FAILURE_PREFIX = "RuleStop:"
+FINDINGS_FILE = "findings.json"
+ACTIONS = ("stop", "notify")
+HISTORY = 20
+
+
+@dataclass
+class Verdict:
+    """What the training loop must do after a step."""
+
+    stop: bool = False
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _jsonable(value: float | str | None) -> float | str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
+class Sentinel:
+    def __init__(
+        self,
+        model: nn.Module,
+        rules: Iterable[Rule],
+        *,
+        action: str = "stop",
+        capture: Capture,
+        memory: MemoryTrial,
+        checkpoint_dir: str | Path,
+        failure_file: str | Path | None = None,
+    ) -> None:
+        if action not in ACTIONS:
+            raise RuleConfigError(f"sentinel_action: expected one of {list(ACTIONS)}, got {action!r}")
+        self.model = model
+        self.rules = list(rules)
+        self.action = action
+        self.capture = capture
+        self.memory = memory
+        self.findings_path = Path(checkpoint_dir) / FINDINGS_FILE
+        self.failure_file = Path(failure_file) if failure_file is not None else None
+        self._params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+        self._exploding = [rule for rule in self.rules if isinstance(rule, ExplodingTensor)]
+        self._fired: set[int] = set()
+        self._findings: list[dict[str, Any]] = []
+        self.loss_history: deque[tuple[int, float]] = deque(maxlen=HISTORY)
+        self.grad_norm_history: deque[tuple[int, float]] = deque(maxlen=HISTORY)
+        self.first_nonfinite_layer: str | None = None
+        self.stop_finding: dict[str, Any] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.rules)
+
+    # -- per step
+    def after_backward(
+        self,
+        step: int,
+        *,
+        epoch: int,
+        phase: str,
+        learning_rate: float,
+        loss: torch.Tensor | float,
+        grad_norm: torch.Tensor | float | None = None,
+        inputs: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        outputs: torch.Tensor | None = None,
+    ) -> Verdict:
+        """Check the step whose gradients were just computed; call before ``optimizer.step()``."""
+        context = {"epoch": epoch, "phase": phase, "learning_rate": learning_rate}
+        loss_value: float | torch.Tensor = loss
+        cheap: RuleFinding | None = None
+        if self._exploding:
+            loss_value, norm_value = self._sync_scalars(loss, grad_norm)
+            self.loss_history.append((step, loss_value))
+            self.grad_norm_history.append((step, norm_value))
+            cheap = self._finite_check(step, loss_value, norm_value)
+        force = ("gradients", "losses") if cheap is not None else ()
+        saved = self.capture.end_step(step, loss=loss_value, inputs=inputs, labels=labels, outputs=outputs, force=force)
+        new: list[RuleFinding] = []
+        if cheap is not None:
+            self._fired.add(id(self._exploding[0]))
+            new.append(cheap)
+        if saved and self.enabled:
+            new.extend(self._invoke(step))
+        return self._report(new, context)
+
+    def after_eval(
+        self,
+        step: int,
+        *,
+        epoch: int,
+        phase: str,
+        learning_rate: float,
+        loss: float,
+        labels: torch.Tensor | None = None,
+        outputs: torch.Tensor | None = None,
+    ) -> Verdict:
+        """Record an evaluation (EVAL mode) at training step ``step`` and evaluate the rules."""
+        context = {"epoch": epoch, "phase": phase, "learning_rate": learning_rate}
+        saved = self.capture.end_step(step, mode="EVAL", loss=loss, labels=labels, outputs=outputs)
+        new = self._invoke(step) if saved and self.enabled else []
+        return self._report(new, context)
+
+    def _sync_scalars(self, loss: torch.Tensor | float, grad_norm: torch.Tensor | float | None) -> tuple[float, float]:
+        if grad_norm is None:
+            grads = [p.grad for _, p in self._params if p.grad is not None]
+            grad_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+        if isinstance(loss, torch.Tensor) and isinstance(grad_norm, torch.Tensor):
+            # One host synchronisation for both scalars.
+            pair = torch.stack([loss.detach().float().reshape(()), grad_norm.detach().float().reshape(())])
+            loss_value, norm_value = pair.tolist()
+            return loss_value, norm_value
+        return float(loss), float(grad_norm)
+
+    def _finite_check(self, step: int, loss_value: float, norm_value: float) -> RuleFinding | None:
+        rule = self._exploding[0]
+        if id(rule) in self._fired:
+            return None
+        bad = math.isnan if rule.only_nan else (lambda x: not math.isfinite(x))
+        if not (bad(loss_value) or bad(norm_value)):
+            return None
+        layer = self._first_nonfinite_layer(rule.only_nan)
+        if layer is not None and self.first_nonfinite_layer is None:
+            self.first_nonfinite_layer = layer
+        if bad(norm_value):
+            tensor = f"gradients/{layer}" if layer else "gradients"
+            return RuleFinding(
+                rule.name, step, tensor, _jsonable(norm_value), f"gradient norm is non-finite at step {step}"
+            )
+        message = f"loss is non-finite at step {step}"
+        return RuleFinding(rule.name, step, "losses/loss", _jsonable(loss_value), message)
+
+    def _first_nonfinite_layer(self, only_nan: bool) -> str | None:
+        # Per-parameter synchronisation, but only on the step that already failed the cheap check.
+        for name, param in self._params:
+            grad = param.grad
+            if grad is None:
+                continue
+            if (torch.isnan(grad).any() if only_nan else (~torch.isfinite(grad)).any()).item():
+                return name
+        return None
+
+    def _invoke(self, step: int) -> list[RuleFinding]:
+        found: list[RuleFinding] = []
+        for rule in self.rules:
+            if id(rule) in self._fired:
+                continue
+            try:
+                fired = rule.invoke_at_step(step)
+            except Exception as exc:  # a broken custom rule must not kill a healthy job
+                print(f"sentinel: rule {rule.name} failed at step {step}, disabled: {exc!r}", file=sys.stderr)
+                self._fired.add(id(rule))
+                continue
+            if fired and rule.finding is not None:
+                self._fired.add(id(rule))
+                found.append(rule.finding)
+        return found
+
+    def _report(self, new: list[RuleFinding], context: Mapping[str, Any]) -> Verdict:
+        if not new:
+            return Verdict()
+        entries = [self._entry(finding, context) for finding in new]
+        self._findings.extend(entries)
+        store.write_json_atomic(
+            self.findings_path, {"version": 1, "job_action": self.action, "findings": self._findings}
+        )
+        for entry in entries:
+            print(f"sentinel: {entry['rule']} at step {entry['step']}: {entry['message']}", file=sys.stderr)
+        stop = self.action == "stop"
+        if stop and self.stop_finding is None:
+            self.stop_finding = entries[0]
+        return Verdict(stop=stop, findings=entries)
+
+    def _entry(self, finding: RuleFinding, context: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "rule": finding.rule,
+            "step": finding.step,
+            "epoch": context["epoch"],
+            "phase": context["phase"],
+            "learning_rate": _jsonable(float(context["learning_rate"])),
+            "tensor": finding.tensor,
+            "value": finding.value,
+            "message": finding.message,
+            "evidence": {
+                "loss_history": [[s, _jsonable(v)] for s, v in self.loss_history],
+                "grad_norm_history": [[s, _jsonable(v)] for s, v in self.grad_norm_history],
+                "first_nonfinite_layer": self.first_nonfinite_layer,
+            },
+        }
+
+    # -- ending the job
+    def exit_for_rule_stop(self) -> NoReturn:
+        """Close the tensor store, write the failure file, exit with status 86."""
+        finding = self.stop_finding or {"rule": "unknown", "step": -1, "message": "no finding recorded"}
+        self.capture.close(status="rule_stop")
+        reason = f"{FAILURE_PREFIX} {finding['rule']} at step {finding['step']}: {finding['message']}"
+        if self.failure_file is not None:
+            self.failure_file.parent.mkdir(parents=True, exist_ok=True)
+            self.failure_file.write_text(reason + "\n")
+        print(reason, file=sys.stderr)
+        sys.exit(EXIT_RULE_STOP)
+
+    def close(self, status: str = "completed") -> None:
+        self.capture.close(status=status)
+
+
+def build_monitoring(
+    model: nn.Module,
+    *,
+    sentinel_rules: str | list[Mapping[str, Any]] | None,
+    sentinel_action: str,
+    capture: str | Mapping[str, Any] | None,
+    checkpoint_dir: str | Path,
+    tensor_dir: str | Path | None,
+    failure_file: str | Path | None = None,
+) -> tuple[Capture, Sentinel]:
+    """Build capture and sentinel from the hyperparameters of the same names.
+
+    Collections the rules need but ``capture`` does not list are held in memory only, on the
+    rule's default schedule; collections ``capture`` lists are also written to ``tensor_dir``.
+    """
+    specs = parse_rule_list(sentinel_rules)
+    cap = Capture(model, parse_capture(capture), out_dir=tensor_dir)
+    memory = MemoryTrial()
+    rules = [spec.build(memory) for spec in specs]
+    if rules:
+        needed: dict[str, int] = {}
+        for rule in rules:
+            for name, interval in rule.collections_needed().items():
+                needed[name] = min(interval, needed.get(name, interval))
+        for name, interval in needed.items():
+            cap.require([name], memory, save_interval=interval)
+        cap.memory = memory
+    sentinel = Sentinel(
+        model,
+        rules,
+        action=sentinel_action,
+        capture=cap,
+        memory=memory,
+        checkpoint_dir=checkpoint_dir,
+        failure_file=failure_file,
+    )
+    return cap, sentinel
