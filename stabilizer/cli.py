@@ -250,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as error:
         sys.stderr.write(f"stabilizer: {error}\n")
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        # Before the execution started, or a second Ctrl-C: the engine has stopped its jobs on the way out.
+        sys.stderr.write("stabilizer: interrupted\n")
+        return EXIT_INTERRUPTED
     except Exception as error:
         from stabilizer.inputs import InputProblemError
         from stabilizer.local.engine import EngineError

@@ -59,6 +59,7 @@ class Client(Protocol):
     def notifications(self, execution_arn: str) -> list[Notification]: ...
     def findings(self, execution_arn: str, attempt: int) -> dict[str, Any] | None: ...
     def tensor_store(self, execution_arn: str, attempt: int) -> str: ...
+    def open_tensor_store(self, execution_arn: str, attempt: int) -> Any: ...
     def wait(self, execution_arn: str, timeout: float = 3600, poll_seconds: float = 5) -> ExecutionView: ...
 
 
@@ -99,6 +100,21 @@ def published_by_state_machine(events: list[dict[str, Any]]) -> list[Notificatio
             )
         )
     return notes
+
+
+def _trial_factory() -> Any:
+    """``rule_engine.trial.create_trial`` from the project's training source directory."""
+    import importlib
+    import sys
+
+    model_dir = str(Path(__file__).resolve().parents[1] / "model")
+    if model_dir not in sys.path:
+        # rule_engine ships inside model/ (the SageMaker source directory) and imports as a top-level package.
+        sys.path.append(model_dir)
+    try:
+        return importlib.import_module("rule_engine.trial").create_trial
+    except ImportError as error:
+        raise LookupError(f"the rule engine's Trial API is not available from {model_dir}: {error}") from None
 
 
 def _canonical(text: str) -> str:
@@ -169,6 +185,12 @@ class _Base:
         except self.s3.exceptions.NoSuchKey:
             return None
         return json.loads(body)
+
+    def open_tensor_store(self, execution_arn: str, attempt: int) -> Any:
+        """The attempt's tensors through the rule engine's Trial API (``tensor_names``, ``steps``, ...)."""
+        create_trial = _trial_factory()
+        location = self.tensor_store(execution_arn, attempt)
+        return create_trial(location, client=self.s3) if location.startswith("s3://") else create_trial(location)
 
     def wait(self, execution_arn: str, timeout: float = 3600, poll_seconds: float = 5) -> ExecutionView:
         deadline = time.monotonic() + timeout

@@ -131,6 +131,21 @@ class AttemptRecord:
                     return point.step, "non-finite"
         return None
 
+    def series(self, attribute: str) -> list[tuple[int, float]]:
+        """(step, value) of ``loss`` or ``grad_norm``: the logged lines, completed by the finding's
+        evidence (the sentinel keeps every step's values, while the job logs every few steps)."""
+        points: dict[int, float] = {}
+        for finding in (self.findings or {}).get("findings", []):
+            for step, value in (finding.get("evidence") or {}).get(f"{attribute}_history", []):
+                number = _number(str(value))
+                if number is not None:
+                    points[int(step)] = number
+        for point in self.metrics:
+            value = getattr(point, attribute)
+            if value is not None:
+                points[point.step] = value
+        return sorted(points.items())
+
     def newest_checkpoint(self) -> str | None:
         from pathlib import Path
 

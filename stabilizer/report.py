@@ -83,13 +83,16 @@ def attempt_rows(record: RunRecord) -> list[AttemptRow]:
             if decision.get("reason"):
                 decision_text = f"{decision_text}: {decision['reason']}"
         last = attempt.last
+        steps = workflow.get("steps")
+        if steps is None:
+            steps = last.step + 1 if last else 0
         rows.append(
             AttemptRow(
                 number=attempt.number,
                 job_name=attempt.job_name,
                 recipe=_recipe(workflow.get("run_spec"), attempt.hyperparameters),
                 status=attempt.status,
-                steps=str(last.step + 1) if last else "0",
+                steps=str(steps),
                 seconds=f"{attempt.seconds:.1f}",
                 finding=finding_text,
                 decision=decision_text,
@@ -167,10 +170,9 @@ def markdown(record: RunRecord, plots: list[Path], run_dir: Path) -> str:
 
 def _finite_series(attempt: AttemptRecord, attribute: str) -> tuple[list[int], list[float]]:
     steps, values = [], []
-    for point in attempt.metrics:
-        value = getattr(point, attribute)
-        if value is not None and math.isfinite(value) and value > 0:
-            steps.append(point.step)
+    for step, value in attempt.series(attribute):
+        if math.isfinite(value) and value > 0:  # a log axis has no place for the others
+            steps.append(step)
             values.append(value)
     return steps, values
 

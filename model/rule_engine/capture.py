@@ -191,13 +191,15 @@ class _Writer(threading.Thread):
     def run(self) -> None:
         while True:
             record = self.queue.get()
-            if record is None:
-                return
-            if self.error is None:
-                try:
+            try:
+                if record is None:
+                    return
+                if self.error is None:
                     self.writer.write_step(record)
-                except BaseException as exc:  # surfaced by Capture.close / the next put
-                    self.error = exc
+            except BaseException as exc:  # surfaced by Capture.close / the next put
+                self.error = exc
+            finally:
+                self.queue.task_done()
 
     def put(self, record: store.StepRecord) -> None:
         if self.error is not None:
@@ -425,6 +427,13 @@ class Capture:
             self._writer = _Writer(writer)
             self._writer.start()
         return self._writer
+
+    def flush(self) -> None:
+        """Wait until every step handed over so far is on disk (readers can see it)."""
+        if self._writer is not None:
+            self._writer.queue.join()
+            if self._writer.error is not None:
+                raise RuntimeError(f"writing the tensor store failed: {self._writer.error}") from self._writer.error
 
     def close(self, status: str = "completed") -> None:
         """Flush pending writes and write the end-of-job marker (``status``: completed, rule_stop, ...)."""

@@ -242,10 +242,24 @@ class LocalEngine:
         self.close()
 
     def close(self) -> None:
+        # An execution still running would go on invoking the handlers after the mocks are gone.
+        with contextlib.suppress(Exception):
+            self.stop_running_executions()
         if self.sagemaker is not None:
             self.sagemaker.stop_all()
             self.sagemaker.wait_all(timeout=self.settings.stop_grace_seconds + 10)
         self._stack.close()
+
+    def stop_running_executions(self) -> list[str]:
+        """Stop every execution of the state machine still running; returns their ARNs."""
+        if self.state_machine_arn is None:
+            return []
+        sfn = self.client("stepfunctions")
+        running = sfn.list_executions(stateMachineArn=self.state_machine_arn, statusFilter="RUNNING")
+        arns = [e["executionArn"] for e in running["executions"]]
+        for arn in arns:
+            sfn.stop_execution(executionArn=arn, error="EngineClosed", cause="the local engine was closed")
+        return arns
 
     def client(self, service: str) -> Any:
         import boto3

@@ -180,3 +180,23 @@ def test_local_client_drives_the_local_engine(tmp_path: Path):
     assert store == str(second_job.checkpoint_dir / "tensors")
     assert Path(store).parent.is_dir()
     assert len(record.attempts[1].metrics) == 3
+
+
+def test_aws_client_opens_an_attempts_tensor_store_on_s3_with_the_trial_api(stack: Any, tmp_path: Path):
+    store = pytest.importorskip("rule_engine.store", reason="the rule engine is not in this tree yet")
+    writer = store.StoreWriter(tmp_path / "tensors")
+    writer.write_collections({"gradients": {"save_interval": 1}})
+    gradient = np.full((2, 2), 0.5, dtype=np.float32)
+    writer.write_step(store.StepRecord(step=3, mode="TRAIN", tensors={"gradients/w": (("gradients",), gradient)}))
+    writer.write_end(3, "completed")
+    client = aws_client(stack)
+    arn = client.start({}, name="exec-4")
+    prefix = "executions/exec-4/attempt-1/checkpoints/tensors"
+    for path in (tmp_path / "tensors").rglob("*"):
+        if path.is_file():
+            key = f"{prefix}/{path.relative_to(tmp_path / 'tensors').as_posix()}"
+            stack["s3"].put_object(Bucket="stabilizer-bucket", Key=key, Body=path.read_bytes())
+
+    trial = client.open_tensor_store(arn, 1)
+    assert "gradients/w" in trial.tensor_names()
+    assert trial.tensor("gradients/w").value(3).tolist() == gradient.tolist()

@@ -5,6 +5,7 @@ handlers are exercised end to end in tests/e2e."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -86,3 +87,23 @@ def test_unknown_placeholder_is_named():
 def test_missing_data_is_reported_before_anything_starts(tmp_path: Path, project: Project):
     with pytest.raises(EngineError, match="no data for the train channel"):
         LocalEngine(tmp_path / "run", tmp_path / "nowhere", project=project).__enter__()
+
+
+def test_closing_stops_executions_still_running(tmp_path: Path, project: Project, data_dir: Path):
+    sfn_status = "RUNNING"
+    with LocalEngine(tmp_path / "run", data_dir, project=project) as engine:
+        arn = engine.start_execution({"poll_seconds": 30, "mode": "hang"}, name="exec-left")
+        deadline = time.monotonic() + 30
+        entered: list[str] = []
+        while "WaitForProgress" not in entered:
+            assert time.monotonic() < deadline, "the execution never reached its first wait"
+            time.sleep(0.05)
+            entered = [e.get("stateEnteredEventDetails", {}).get("name") for e in engine.history(arn)]
+        assert engine.stop_running_executions() == [arn]
+        # The interpreter's thread reflects the stop as it leaves its current state.
+        while sfn_status == "RUNNING":
+            assert time.monotonic() < deadline, "the execution did not stop"
+            time.sleep(0.05)
+            sfn_status = engine.client("stepfunctions").describe_execution(executionArn=arn)["status"]
+        assert engine.stop_running_executions() == []
+    assert sfn_status == "ABORTED"

@@ -26,6 +26,24 @@ def test_notification_body_is_the_json_after_the_details_marker():
     assert Notification("s", "plain text", 0).body is None
 
 
+def test_series_complete_sparse_log_lines_with_the_findings_evidence():
+    attempt = AttemptRecord(number=1, job_name="j", metrics=[MetricPoint(0, 2.3, 3.1)])
+    attempt.findings = {
+        "findings": [
+            {
+                "rule": "ExplodingTensor",
+                "step": 2,
+                "evidence": {"loss_history": [[0, 2.31], [1, 2.95], [2, "nan"]], "grad_norm_history": [[1, 41.7]]},
+            }
+        ]
+    }
+    loss = attempt.series("loss")
+    assert [step for step, _ in loss] == [0, 1, 2]
+    assert loss[0][1] == 2.3  # the logged value wins where both exist
+    assert math.isnan(loss[2][1])
+    assert attempt.series("grad_norm") == [(0, 3.1), (1, 41.7)]
+
+
 def sample_record() -> RunRecord:
     exploded = AttemptRecord(number=1, job_name="stabilizer-aaaa0000-1", status="Failed", seconds=10.0)
     exploded.metrics = [MetricPoint(0, 2.3, 3.1), MetricPoint(1, 85.8, 826.5), MetricPoint(2, math.nan, math.nan)]
