@@ -273,15 +273,6 @@ def notification_rows(notes: Iterable[Any]) -> list[dict[str, str]]:
 
 
 # ---------------------------------------------------------------------------- tensors
-def open_trial(client: Any, execution_arn: str, attempt: int) -> Any:
-    """The attempt's tensor store through the Trial API (a local directory or an ``s3://`` prefix)."""
-    use_model_sources()
-    from rule_engine import create_trial
-
-    path = client.tensor_store(execution_arn, attempt)
-    return create_trial(path, client=client.s3 if str(path).startswith("s3://") else None)
-
-
 @dataclass
 class Curves:
     """Loss and total gradient norm per saved step of one attempt (NaN where not finite)."""

@@ -316,7 +316,7 @@ def test_tensors_are_read_from_s3_through_the_trial_api(client: AwsClient, accou
     assert store == f"s3://{BUCKET}/executions/{NAME}/attempt-1/checkpoints/tensors/"
     upload_directory(account, tmp_path / "tensors", store)
 
-    trial = nbs.open_trial(client, ARN, 1)
+    trial = client.open_tensor_store(ARN, 1)
 
     assert trial.loaded_all_steps
     assert trial.steps(mode="TRAIN") == [0, 1, 2]
@@ -353,7 +353,7 @@ def test_a_store_still_being_synced_shows_only_complete_steps(client: AwsClient,
     (tmp_path / "tensors" / "steps" / "000000000002_TRAIN.npz").unlink()  # its index entry arrived first
     upload_directory(account, tmp_path / "tensors", client.tensor_store(ARN, 1))
 
-    trial = nbs.open_trial(client, ARN, 1)
+    trial = client.open_tensor_store(ARN, 1)
 
     assert not trial.loaded_all_steps
     assert trial.steps(mode="TRAIN") == [0, 1]
