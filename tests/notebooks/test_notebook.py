@@ -24,7 +24,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def read_notebook() -> Any:
-    nbformat = pytest.importorskip("nbformat")
+    import nbformat
     return nbformat.read(NOTEBOOK, as_version=4)
 
 
@@ -37,7 +37,7 @@ def test_the_committed_notebook_has_no_outputs():
 
 
 def test_the_notebook_is_valid():
-    nbformat = pytest.importorskip("nbformat")
+    import nbformat
     nbformat.validate(read_notebook())
 
 
@@ -86,9 +86,9 @@ def kernel_for_this_interpreter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_the_notebook_runs_top_to_bottom_in_local_mode(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel_for_this_interpreter: str
 ):
-    pytest.importorskip("ipykernel")
-    nbclient = pytest.importorskip("nbclient")
-    nbformat = pytest.importorskip("nbformat")
+    import ipykernel  # noqa: F401  (the kernel the notebook runs in)
+    import nbclient
+    import nbformat
     monkeypatch.setenv("STABILIZER_RUN_DIR", str(tmp_path / "runs"))
     monkeypatch.delenv("STABILIZER_STACK", raising=False)
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")

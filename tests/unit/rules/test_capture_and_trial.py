@@ -136,8 +136,8 @@ def test_eval_mode_records_losses_but_not_parameters(tmp_path):
 
 
 def test_create_trial_reads_an_s3_prefix(tmp_path):
-    boto3 = pytest.importorskip("boto3")
-    moto = pytest.importorskip("moto")
+    import boto3
+    import moto
     model = tiny_net()
     capture = Capture(model, parse_capture({"gradients": {"save_interval": 2}, "losses": {"save_interval": 1}}),
                       out_dir=tmp_path)
