@@ -224,6 +224,7 @@ class LocalEngine:
         self._queue_url: str | None = None
         self._clients: dict[str, Any] = {}
         self._lambda_log: io.TextIOBase | None = None
+        self._invoke_lock = threading.Lock()
         self._mailbox: list[tuple[float, str, str, dict[str, str]]] = []
         self._mailbox_lock = threading.Lock()
         self.setup_seconds = 0.0
@@ -346,10 +347,14 @@ class LocalEngine:
     def _quiet(self, handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         """Send what a handler prints to lambdas.log (CloudWatch's place), not the terminal."""
         log = self._lambda_log
+        # redirect_stdout swaps the process-wide sys.stdout: two executions invoking handlers at
+        # once would restore each other's stream and leave stdout pointing at a closed log. The
+        # lock makes invocations take turns; each one lasts milliseconds.
+        lock = self._invoke_lock
 
         def invoke(event: Any, context: Any) -> Any:
             assert log is not None
-            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            with lock, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
                 try:
                     return handler(event, context)
                 finally:
