@@ -61,7 +61,7 @@ LAMBDA_TIMEOUT = Duration.seconds(60)
 # The construct id CDK gives the singleton function behind every BucketDeployment of a stack.
 _BUCKET_DEPLOYMENT_HANDLER = "Custom::CDKBucketDeployment8693BB64968944B69AAFB0CC9EB8756C"
 
-# Example input shown in the outputs and in docs/deploy.md (schemas/execution-input.schema.json):
+# Example input shown in the outputs and in README.md (schemas/execution-input.schema.json):
 # the original sample's remedy ladder, checking every two minutes. Every field is optional.
 EXAMPLE_INPUT = '{"policy": "original", "wait_seconds": 120}'
 
