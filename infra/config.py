@@ -24,7 +24,7 @@ class ContextError(ValueError):
 
 # SageMaker lower-cases names in resource ARNs, so an IAM scope `training-job/<prefix>*` only
 # matches when the prefix is lower case. Job names allow letters, digits and hyphens.
-_JOB_PREFIX = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+_JOB_PREFIX = re.compile(r"^(?=.{1,31}$)[a-z0-9](-*[a-z0-9])*$")  # as the Lambdas check it, lower case
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _INSTANCE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
 _POWERTOOLS_VERSION = re.compile(r"^(latest|\d+\.\d+\.\d+)$")
@@ -43,7 +43,7 @@ class DeploymentConfig:
     # Empty: derived per region from the Deep Learning Containers registry (see training_image).
     training_image_uri: str = ""
     # Training-job names start with this; IAM scopes SageMaker actions to `training-job/<prefix>*`.
-    job_name_prefix: str = "stabilizer-"
+    job_name_prefix: str = "stabilizer"
     # Days until checkpoints, tensors and outputs under executions/ expire.
     artifact_retention_days: int = 30
     # Powertools layer version resolved from its public SSM parameter (`latest` or e.g. `3.23.0`).
@@ -120,7 +120,7 @@ def read_config(source: ContextSource) -> DeploymentConfig:
         )
     if not _JOB_PREFIX.match(config.job_name_prefix):
         raise ContextError(
-            "context 'job_name_prefix' must be 1-31 lower-case letters, digits or hyphens "
+            "context 'job_name_prefix' must be 1-31 lower-case letters, digits or inner hyphens "
             f"(SageMaker ARNs are lower case), got {config.job_name_prefix!r}"
         )
     if not _POWERTOOLS_VERSION.match(config.powertools_version):

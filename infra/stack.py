@@ -6,7 +6,7 @@ machine is the ASL file in `statemachine/`, with its `${...}` placeholders fille
 `definition_substitutions`; nothing about the workflow is written in CDK code.
 
 Least privilege, in short: the SageMaker execution role reads `data/`, `source/` and checkpoints
-and writes under `executions/`; the Lambda roles act on `training-job/<prefix>*` only and pass
+and writes under `executions/`; the Lambda roles act on `training-job/<prefix>-*` only and pass
 the execution role to SageMaker only; the state machine role invokes the two functions and
 publishes to the topic. The cdk-nag acknowledgements sit next to the resources they concern,
 each with its reason.
@@ -240,7 +240,7 @@ class StabilizerStack(Stack):
 
     def _training_job_arn(self, kind: str = "training-job") -> str:
         return self.format_arn(
-            service="sagemaker", resource=kind, resource_name=f"{self.config.job_name_prefix}*"
+            service="sagemaker", resource=kind, resource_name=f"{self.config.job_name_prefix}-*"
         )
 
     def _sagemaker_execution_role(self) -> iam.Role:
@@ -382,7 +382,7 @@ class StabilizerStack(Stack):
         bucket = self._logical_id(self.bucket)
         arn = "arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>"
         findings = [
-            (f"AwsSolutions-IAM5[Resource::{arn}:training-job/{prefix}*]",
+            (f"AwsSolutions-IAM5[Resource::{arn}:training-job/{prefix}-*]",
              "Training jobs are named at run time (execution and attempt); the scope is this "
              "deployment's job-name prefix."),
         ]
@@ -392,7 +392,7 @@ class StabilizerStack(Stack):
                 "One findings.json per attempt, under executions/<execution>/attempt-<n>/ named at run time.",
             ))
             findings.append((
-                f"AwsSolutions-IAM5[Resource::{arn}:processing-job/{prefix}*]",
+                f"AwsSolutions-IAM5[Resource::{arn}:processing-job/{prefix}-*]",
                 "Debugger rule jobs are named after their training job at run time; the scope is this "
                 "deployment's job-name prefix.",
             ))

@@ -112,7 +112,7 @@ def _load_in_lambda_layout(tmp_path: Path, code: str) -> dict:
         "TRAINING_IMAGE_URI": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:x",
         "SOURCE_S3_URI": "s3://bucket/source/x/sourcedir.tar.gz",
         "TRAIN_DATA_S3_URI": "s3://bucket/data/train/", "TEST_DATA_S3_URI": "s3://bucket/data/test/",
-        "JOB_NAME_PREFIX": "stabilizer-", "DEFAULT_INSTANCE_TYPE": "ml.m5.xlarge",
+        "JOB_NAME_PREFIX": "stabilizer", "DEFAULT_INSTANCE_TYPE": "ml.m5.xlarge",
         "DEBUGGER_RULES_ENABLED": "false", "POWERTOOLS_SERVICE_NAME": "stabilizer",
         "POWERTOOLS_TRACE_DISABLED": "true",
     }

@@ -13,7 +13,7 @@ from infra.config import ContextError, read_config
 from infra.stack import LAMBDA_MEMORY_MB
 from tests.infra.synth import REPO_ROOT, as_list, dumps, policy_statements, synth
 
-PREFIX = "stabilizer-"
+PREFIX = "stabilizer"
 CONTRACT_ENVIRONMENT = {
     "BUCKET", "TOPIC_ARN", "SAGEMAKER_ROLE_ARN", "TRAINING_IMAGE_URI", "SOURCE_S3_URI",
     "TRAIN_DATA_S3_URI", "TEST_DATA_S3_URI", "JOB_NAME_PREFIX", "DEFAULT_INSTANCE_TYPE",
@@ -132,7 +132,7 @@ def test_sagemaker_actions_only_on_this_deployments_jobs(default_synth):
         for resource in as_list(statement["Resource"]):
             arn = dumps(resource)
             kind = "processing-job" if actions == ["sagemaker:StopProcessingJob"] else "training-job"
-            assert arn.endswith(f':{kind}/{PREFIX}*"]]}}'), f"{logical_id}: {actions} on {arn}"
+            assert arn.endswith(f':{kind}/{PREFIX}-*"]]}}'), f"{logical_id}: {actions} on {arn}"
     assert granted == {
         "sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob",
         "sagemaker:AddTags", "sagemaker:StopProcessingJob",
@@ -244,6 +244,17 @@ def test_environment_bakes_in_deployment_values(default_synth):
     bucket = _one(raw, "AWS::S3::Bucket")[0]
     assert env["BUCKET"] == {"Ref": bucket}
     assert env["JOB_NAME_PREFIX"] == PREFIX
+    # What CDK bakes in must be what the Lambdas accept, or every execution fails at its first step.
+    from workflow.settings import MonitorSettings, TrainSettings
+
+    stand_ins = {"BUCKET": "stabilizer-bucket", "TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:topic",
+                 "SAGEMAKER_ROLE_ARN": "arn:aws:iam::123456789012:role/sagemaker-execution",
+                 "TRAINING_IMAGE_URI": "123456789012.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.9.0",
+                 "SOURCE_S3_URI": "s3://stabilizer-bucket/source/x/sourcedir.tar.gz"}
+    resolved = {k: v if isinstance(v, str) else stand_ins.get(k, f"s3://stabilizer-bucket/{k.lower()}")
+                for k, v in env.items()}
+    assert TrainSettings.from_env(resolved).job_name_prefix == PREFIX
+    MonitorSettings.from_env(resolved)
     assert env["DEFAULT_INSTANCE_TYPE"] == "ml.m5.xlarge"
     assert env["DEBUGGER_RULES_ENABLED"] == "false"
     assert env["SAGEMAKER_ROLE_ARN"] == {"Fn::GetAtt": [_role_id(raw, "SageMakerExecutionRole"), "Arn"]}
@@ -267,7 +278,8 @@ def test_bad_context_is_refused_naming_the_key():
             return self.get(key)
 
     assert read_config(Context()).instance_type == "ml.m5.xlarge"
-    for key, value in [("instance_type", "m5.large"), ("job_name_prefix", "Stabilizer-"),
+    for key, value in [("instance_type", "m5.large"), ("job_name_prefix", "Stabilizer"),
+                       ("job_name_prefix", "stabilizer-"),
                        ("notification_email", "not-an-address"), ("removal_policy", "keep"),
                        ("debugger_rules_enabled", "yes please"), ("artifact_retention_days", "0")]:
         with pytest.raises(ContextError, match=f"'{key}'"):

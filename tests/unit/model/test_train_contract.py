@@ -107,7 +107,7 @@ def test_sigterm_checkpoints_and_exits_zero(job_dirs, digits_channels):
     process.send_signal(signal.SIGTERM)
     rest = process.communicate(timeout=30)[0]
     assert process.returncode == 0
-    assert time.monotonic() - sent < 5
+    assert time.monotonic() - sent < 10  # SageMaker allows a stopping job little time; a few steps at most
     assert "stopped by SIGTERM" in rest
     assert list(job_dirs.checkpoints.glob("checkpoint-*.pt"))
     assert not (job_dirs.model / "model.pt").exists()
