@@ -117,8 +117,19 @@ def _field_parser(f: dataclasses.Field):
     return {"float": float, "int": int, "str": str}.get(f.type, f.type)
 
 
+class HyperparameterError(ValueError):
+    """A hyperparameter is unknown or malformed; the message names it and what was expected."""
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse would print and exit 2 on its own; raising lets main() write the failure file
+    # first, so the reason reaches DescribeTrainingJob's FailureReason like any other failure.
+    def error(self, message: str):
+        raise HyperparameterError(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         description="Train the reference ResNet (SageMaker script mode). Hyperparameters may also come from SM_HPS.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,  # a misspelt hyperparameter must fail, not silently match another
@@ -387,8 +398,13 @@ def write_failure(path: Path, reason: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    config, dry_run = parse_config(argv)
     paths = Paths.from_env()
+    try:
+        config, dry_run = parse_config(argv)
+    except HyperparameterError as error:
+        write_failure(paths.failure_file, f"HyperparameterError: {error}")
+        print(f"train.py: error: {error}", file=sys.stderr)
+        return 2
     try:
         train(config, paths, dry_run)
     except Exception as error:

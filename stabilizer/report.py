@@ -119,7 +119,9 @@ def outcome(record: RunRecord) -> str:
     if record.status == "SUCCEEDED":
         return "succeeded"
     if record.status == "FAILED" and record.error == "TrainingNotRecovered":
-        return "gave up"
+        # The workflow ended on its own terms: its state says whether it gave up (remedies or
+        # limits used up) or failed (a job crashed in a way no recipe change fixes).
+        return "failed" if (record.state or {}).get("outcome") == "failed" else "gave up"
     return "failed" if record.status == "FAILED" else record.status.lower()
 
 

@@ -3,7 +3,7 @@
 Pure: a state, the settings and an attempt number in, a request dict out. The request must be
 valid against botocore's SageMaker service model (tests check it with botocore's validator and
 the model's own length and pattern limits). Contracts: hyperparameters in docs/contracts.md
-section 1, rule lists in section 3, the S3 layout in section 5.
+section 1, rule lists in section 3, the S3 layout in section 4.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Deployment-level configuration, read once from the Lambda environment (docs/contracts.md, 5).
+"""Deployment-level configuration, read once from the Lambda environment (docs/contracts.md, section 4).
 
 CDK bakes these in; the local engine sets them. A missing or malformed variable raises
 `MisconfiguredEnvironment` naming it, at the first invocation, instead of failing deep inside a

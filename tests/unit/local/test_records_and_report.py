@@ -99,7 +99,10 @@ def test_timing_and_outcome():
     }
     assert outcome(record) == "succeeded"
     record.status, record.error = "FAILED", "TrainingNotRecovered"
+    record.state = {**(record.state or {}), "outcome": "gave_up"}
     assert outcome(record) == "gave up"
+    record.state["outcome"] = "failed"  # a job crashed: the workflow ended, but did not give up
+    assert outcome(record) == "failed"
     record.error = "StateCorrupted"
     assert outcome(record) == "failed"
 

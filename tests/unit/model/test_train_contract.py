@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from train import Config, parse_config
+from train import Config, HyperparameterError, parse_config
 
 from tests.helpers import MODEL_DIR, TRAIN_SCRIPT, run_train, step_lines
 
@@ -42,10 +42,17 @@ def test_defaults_are_the_reference_recipe():
     (["--sentinel_rules", "{}"], "expected a JSON list"),
     (["--batch_size", "0"], "--batch_size must be at least 1"),
 ])
-def test_bad_hyperparameters_are_rejected_naming_the_field(argv, message, capsys):
-    with pytest.raises(SystemExit):
+def test_bad_hyperparameters_are_rejected_naming_the_field(argv, message):
+    with pytest.raises(HyperparameterError) as raised:
         parse_config(argv, {})
-    assert message in capsys.readouterr().err
+    assert message in str(raised.value)
+
+
+def test_a_bad_hyperparameter_exits_2_with_the_reason_in_the_failure_file(job_dirs, digits_channels):
+    result = run_train(["--learning_rate", "fast"], job_dirs.env(digits_channels))
+    assert result.returncode == 2
+    reason = job_dirs.failure.read_text()
+    assert reason.startswith("HyperparameterError: argument --learning_rate") and "fast" in reason
 
 
 def test_dry_run_writes_model_and_checkpoint(job_dirs, digits_channels):
