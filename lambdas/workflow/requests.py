@@ -200,7 +200,10 @@ def build_create_training_job(state: WorkflowState, settings: TrainSettings, att
         "OutputDataConfig": {"S3OutputPath": f"{prefix}/output"},
         "ResourceConfig": {"InstanceType": spec.instance_type, "InstanceCount": 1, "VolumeSizeInGB": 30},
         "StoppingCondition": {"MaxRuntimeInSeconds": max(60, min(spec.max_runtime_seconds, remaining))},
-        "CheckpointConfig": {"S3Uri": f"{prefix}/checkpoints", "LocalPath": CHECKPOINT_LOCAL_PATH},
+        "CheckpointConfig": {
+            "S3Uri": checkpoint_uri(settings.bucket, state.execution.name, attempt),  # where the monitor reads
+            "LocalPath": CHECKPOINT_LOCAL_PATH,
+        },
         "Environment": {"STABILIZER_CHECKPOINT_DIR": CHECKPOINT_LOCAL_PATH},
         "Tags": [
             {"Key": "stabilizer:execution", "Value": state.execution.name},

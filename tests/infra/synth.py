@@ -19,11 +19,14 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 @cache
 def synthesized(context_items: tuple[tuple[str, object], ...] = ()) -> tuple[Template, dict, Path]:
+    import atexit
+    import shutil
     import tempfile
 
     from app import build_app
 
     outdir = Path(tempfile.mkdtemp(prefix="stabilizer-synth-"))
+    atexit.register(shutil.rmtree, outdir, ignore_errors=True)  # cached for the session, removed after it
     _, stack = build_app(cdk.App(context=dict(context_items), outdir=str(outdir)))
     template = Template.from_stack(stack)
     cdk.App.of(stack).synth()
