@@ -27,17 +27,10 @@ from pathlib import Path
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "model"
 EXPLODING = [{"name": "ExplodingTensor"}]
-ALL_COLLECTIONS = (
-    "weights",
-    "biases",
-    "gradients",
-    "losses",
-    "activations",
-    "activation_outputs",
-    "inputs",
-    "labels",
-    "predictions",
-)
+if str(MODEL_DIR) not in sys.path:
+    sys.path.insert(0, str(MODEL_DIR))  # model/ is the training source directory, imported as in the job
+from rule_engine.capture import BUILTIN_COLLECTIONS as ALL_COLLECTIONS  # noqa: E402
+
 CONFIGS: dict[str, tuple[list, dict] | None] = {
     "plain": None,
     "sentinel only": (EXPLODING, {}),
