@@ -124,6 +124,11 @@ def build_input(
     if policy is not None:
         data["policy"] = policy
     _fill_defaults(data, defaults or {})
+    return validate_execution_input(data, state_module)
+
+
+def validate_execution_input(data: dict[str, Any], state_module: Any) -> dict[str, Any]:
+    """Check an input as the state machine's first step does; InputProblemError names the field."""
     try:
         state_module.parse_execution_input(data)
     except Exception as error:  # the domain's InvalidInput names the field

@@ -433,13 +433,6 @@ def policy_summary(view: Any) -> dict[str, str]:
 
 def check_input(execution_input: dict[str, Any]) -> dict[str, Any]:
     """Validate an execution input as the state machine's first step would; InputProblemError names the field."""
-    from stabilizer.inputs import InputProblemError, workflow_state_module
+    from stabilizer.inputs import validate_execution_input, workflow_state_module
 
-    module = workflow_state_module(project_root() / "lambdas")
-    try:
-        module.parse_execution_input(execution_input)
-    except Exception as error:  # the domain's InvalidInput names the field
-        if type(error).__name__ != "InvalidInput":
-            raise
-        raise InputProblemError(str(error)) from None
-    return execution_input
+    return validate_execution_input(execution_input, workflow_state_module(project_root() / "lambdas"))

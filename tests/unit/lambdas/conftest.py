@@ -124,6 +124,29 @@ def sentinel_findings(
 RULE_STOP = "AlgorithmError: RuleStop: ExplodingTensor fired at step 2"
 
 
+def state_with_exploded_attempts(settings: TrainSettings, count: int) -> WorkflowState:
+    """A state whose every attempt exploded, so each records a finding and a decision.
+
+    Once the ladder is used up the execution is reopened with a fresh seed: what is under test is
+    the payload's size, not the policy.
+    """
+    state = new_state(settings, {"limits": {"max_num_retraining": count + 10}})
+    now = T0
+    for number in range(count):
+        spec = state.run_spec.model_copy(update={"seed": number})
+        state = state.model_copy(
+            update={"run_spec": spec, "next_action": "launch_new", "outcome": None, "reason": None}
+        )
+        state = launching.launch(state, settings, now).state
+        now += timedelta(minutes=5)
+        seen = observe(
+            describe(state, "Failed", failure_reason="AlgorithmError: RuleStop: ExplodingTensor"),
+            findings=sentinel_findings(step=number + 2),
+        )
+        state = monitor.check(state, seen, now).state
+    return state
+
+
 def explodes_without_batch_norm(spec: RunSpec) -> bool:
     """The reference problem: it explodes in warm-up until batch norm is added."""
     return spec.add_batch_norm == 0

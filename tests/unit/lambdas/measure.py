@@ -15,16 +15,12 @@ import os
 import statistics
 import subprocess
 import sys
-from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path[:0] = [str(ROOT / "lambdas"), str(Path(__file__).resolve().parent)]
 
-from conftest import ENV, T0, describe, new_state, sentinel_findings  # noqa: E402
-from workflow import launch as launching  # noqa: E402
-from workflow import monitor  # noqa: E402
-from workflow.observation import observe  # noqa: E402
+from conftest import ENV, state_with_exploded_attempts  # noqa: E402
 from workflow.settings import TrainSettings  # noqa: E402
 from workflow.state import dump_state  # noqa: E402
 
@@ -32,19 +28,7 @@ RUNS = 7
 
 
 def payload_size() -> None:
-    settings = TrainSettings.from_env(ENV)
-    state = new_state(settings, {"limits": {"max_num_retraining": 40}})
-    now = T0
-    for number in range(30):
-        spec = state.run_spec.model_copy(update={"seed": number})
-        state = state.model_copy(
-            update={"run_spec": spec, "next_action": "launch_new", "outcome": None, "reason": None}
-        )
-        state = launching.launch(state, settings, now).state
-        now += timedelta(minutes=5)
-        described = describe(state, "Failed", failure_reason="AlgorithmError: RuleStop: ExplodingTensor")
-        seen = observe(described, findings=sentinel_findings(step=number + 2))
-        state = monitor.check(state, seen, now).state
+    state = state_with_exploded_attempts(TrainSettings.from_env(ENV), 30)
     size = len(json.dumps(dump_state(state)).encode())
     print(
         f"state payload, {len(state.attempts)} attempts: {size} bytes ({size / 1024:.1f} KiB); "

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 
 import pytest
-from conftest import EXECUTION, T0, describe, new_state, sentinel_findings
+from conftest import EXECUTION, new_state, state_with_exploded_attempts
 from workflow import launch as launching
-from workflow import monitor, schemas
+from workflow import schemas
 from workflow.errors import InvalidInput, StateCorrupted
-from workflow.observation import observe
 from workflow.state import ExecutionInput, RunSpec, dump_state, load_state, parse_execution_input
 
 SCHEMAS = schemas.Path(schemas.__file__).resolve().parents[2] / "schemas"
@@ -139,22 +137,7 @@ def test_input_schema_forbids_unknown_keys():
 
 def test_thirty_attempts_serialise_under_64_kb(settings):
     """Step Functions allows 256 KB; 30 fully recorded attempts must stay under 64 KB."""
-    state = new_state(settings, {"limits": {"max_num_retraining": 40}})
-    now = T0
-    for number in range(30):
-        # Every attempt explodes, so each records a finding and a decision. Once the ladder is used
-        # up, reopen the execution with a fresh seed: the size, not the policy, is under test here.
-        spec = state.run_spec.model_copy(update={"seed": number})
-        state = state.model_copy(
-            update={"run_spec": spec, "next_action": "launch_new", "outcome": None, "reason": None}
-        )
-        state = launching.launch(state, settings, now).state
-        now += timedelta(minutes=5)
-        obs = observe(
-            describe(state, "Failed", failure_reason="AlgorithmError: RuleStop: ExplodingTensor"),
-            findings=sentinel_findings(step=number + 2),
-        )
-        state = monitor.check(state, obs, now).state
+    state = state_with_exploded_attempts(settings, 30)
     assert len(state.attempts) == 30
     assert all(attempt.finding and attempt.decision for attempt in state.attempts)
     size = len(json.dumps(dump_state(state)).encode())
