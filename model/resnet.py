@@ -101,8 +101,10 @@ class ResNet(nn.Module):
             m.reset_running_stats()
             m.momentum = None  # cumulative moving average over the batches below
         self.train()
-        for start in range(0, min(len(x), max_examples), batch_size):
-            self(x[start:start + batch_size])
+        device = next(self.parameters()).device
+        with torch.no_grad():
+            for start in range(0, min(len(x), max_examples), batch_size):
+                self(x[start:start + batch_size].to(device))
         for m, momentum in zip(norms, saved_momentum, strict=True):
             m.momentum = momentum
         self.train(was_training)

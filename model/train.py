@@ -12,6 +12,11 @@ arguments (or `SM_HPS`), channels from `SM_CHANNEL_TRAIN` / `SM_CHANNEL_TEST`, t
     python train.py --dry-run          # a few steps on tiny data, for tests
     python train.py --help             # every hyperparameter, with its default
 
+It is an ordinary user of the sentinel library (``rule_engine``, the plain-loop level): three
+lines, marked ``# sentinel`` below. The library reads its configuration from the job's
+``sagemaker_stabilizer`` hyperparameter; the older ``sentinel_rules``/``capture``/``sentinel_action``
+hyperparameters still apply where that configuration leaves a field unset.
+
 It must not decide what to do about a failing run: it reports (log lines, findings, exit status)
 and the workflow decides.
 """
@@ -30,13 +35,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import rule_engine as sentinel  # sentinel
 import torch
 import torch.nn.functional as F  # noqa: N812
 from data import read_channel
 from resnet import ResNet
 from rule_engine.capture import CaptureConfigError, parse_capture
+from rule_engine.job_config import StabilizerConfigError, load_config
 from rule_engine.rules import RuleConfigError, parse_rule_list
-from rule_engine.sentinel import EXIT_RULE_STOP, build_monitoring
+from rule_engine.sentinel import EXIT_RULE_STOP
 
 SENTINEL_STOP_EXIT_CODE = EXIT_RULE_STOP  # docs/contracts.md: the sentinel stopped the job because a rule fired
 CHECKPOINTS_KEPT = 2
@@ -162,7 +169,10 @@ def parse_config(argv: list[str] | None = None, environ: dict | None = None) -> 
     try:  # rule lists and capture settings fail here, naming the field, before any training
         parse_rule_list(config.sentinel_rules)
         parse_capture(config.capture)
-    except (RuleConfigError, CaptureConfigError) as error:
+        job = load_config(environ)
+        parse_rule_list(job.rules)
+        parse_capture(job.capture)
+    except (RuleConfigError, CaptureConfigError, StabilizerConfigError) as error:
         parser.error(str(error))
     for name in ("batch_size", "num_epochs", "checkpoint_every", "log_every"):
         if getattr(config, name) < 1:
@@ -278,17 +288,20 @@ def evaluate(model: ResNet, x_train: torch.Tensor, x: torch.Tensor, y: torch.Ten
     model.recalibrate_batch_norm(x_train, batch_size)
     model.eval()
     total_loss, correct = 0.0, 0
+    device = next(model.parameters()).device
     with torch.no_grad():
         for start in range(0, len(x), batch_size):
-            logits = model(x[start:start + batch_size])
-            total_loss += F.cross_entropy(logits, y[start:start + batch_size], reduction="sum").item()
-            correct += (logits.argmax(1) == y[start:start + batch_size]).sum().item()
+            labels = y[start:start + batch_size].to(device)
+            logits = model(x[start:start + batch_size].to(device))
+            total_loss += F.cross_entropy(logits, labels, reduction="sum").item()
+            correct += (logits.argmax(1) == labels).sum().item()
     model.train()
     return total_loss / len(x), correct / len(x)
 
 
 def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
     torch.manual_seed(config.seed)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     (x_train, y_train), (x_test, y_test) = load_data(paths, dry_run)
     num_classes = int(max(y_train.max(initial=0), y_test.max(initial=0))) + 1
     num_classes = max(num_classes, 10)
@@ -296,6 +309,7 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
     xv, yv = to_tensor(x_test), torch.from_numpy(y_test)
 
     model = ResNet(config.depth, num_classes, config.activation, config.add_batch_norm, in_channels=xt.shape[1])
+    model.to(device)
     optimizer = torch.optim.SGD(model.parameter_groups(), lr=config.warmup_learning_rate, momentum=0.9)
     steps_per_epoch = math.ceil(len(xt) / config.batch_size)
     total_steps = steps_per_epoch * config.num_epochs
@@ -304,13 +318,12 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
     if config.max_steps:
         total_steps = min(total_steps, config.max_steps)
     step = restore(model, optimizer, paths, config)
-    # Capture and sentinel (model/rule_engine): collections from `capture`, rules from `sentinel_rules`.
-    capture, sentinel = build_monitoring(
-        model, sentinel_rules=config.sentinel_rules, sentinel_action=config.sentinel_action,
-        capture=config.capture, checkpoint_dir=paths.checkpoint_dir, tensor_dir=paths.tensor_dir,
-        failure_file=paths.failure_file)
+    # The job's sagemaker_stabilizer configuration wins; the legacy hyperparameters fill what it leaves unset.
+    guard = sentinel.watch(model, optimizer, rules=config.sentinel_rules, capture=config.capture,  # sentinel
+                           action=config.sentinel_action, start_step=step)
     stop = StopRequested()
-    log(f"training steps={total_steps} steps_per_epoch={steps_per_epoch} examples={len(xt)} start_step={step}")
+    log(f"training steps={total_steps} steps_per_epoch={steps_per_epoch} examples={len(xt)} start_step={step} "
+        f"device={device.type}")
 
     started = time.monotonic()
     loss = grad_norm = torch.tensor(0.0)
@@ -326,22 +339,20 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
             for group in optimizer.param_groups:
                 group["lr"] = lr
         batch = order[index * config.batch_size:(index + 1) * config.batch_size]
-        inputs, labels = xt[batch], yt[batch]
-        capture.begin_step(step)  # arms forward hooks only at steps where module outputs are due
+        inputs, labels = xt[batch].to(device, non_blocking=True), yt[batch].to(device, non_blocking=True)
         logits = model(inputs)
         loss = F.cross_entropy(logits, labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        # One fused reduction over all gradients. Measured before clipping: clipping scales every
-        # gradient by max_norm / norm, which turns all of them into NaN when one layer's is.
+        # The sentinel checks in optimizer.step()'s pre-hook, so a step it stops never reaches the weights.
+        guard.step(loss, labels=labels, epoch=epoch, phase=config.phase_at(epoch))  # sentinel
+        # One fused reduction over all gradients, for the log line and the checkpoint guard.
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
-        # Before the optimizer step, so a step the sentinel stops never reaches the weights.
-        verdict = sentinel.after_backward(step, epoch=epoch, phase=config.phase_at(epoch), learning_rate=lr,
-                                          loss=loss, grad_norm=grad_norm, inputs=inputs, labels=labels,
-                                          outputs=logits)
-        _stop_if_a_rule_fired(verdict, sentinel, f"at step {step}")
         if config.grad_clip > 0:
-            torch.nn.utils.clip_grads_with_norm_(model.parameters(), config.grad_clip, grad_norm)
+            # Clipping scales every gradient by max_norm / norm; a non-finite norm would make every
+            # layer NaN, so it leaves them as they are and the sentinel still sees which layer broke.
+            usable_norm = torch.nan_to_num(grad_norm, nan=0.0, posinf=0.0)
+            torch.nn.utils.clip_grads_with_norm_(model.parameters(), config.grad_clip, usable_norm)
         optimizer.step()
         step += 1
         if step % config.log_every == 0 or step == total_steps:
@@ -353,17 +364,15 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
             test_loss, accuracy = evaluate(model, xt, xv, yv, config.batch_size)
             log(f"eval epoch={epoch + 1} test_loss={test_loss:.6g} test_accuracy={accuracy:.4f}")
             if len(xv):
-                verdict = sentinel.after_eval(step - 1, epoch=epoch, phase=config.phase_at(epoch),
-                                              learning_rate=lr, loss=test_loss)
-                _stop_if_a_rule_fired(verdict, sentinel, f"after the evaluation at step {step - 1}")
+                guard.eval_loss(test_loss)  # the Overfit rule reads these; a stop exits here with status 86
 
     if stop.requested:
         _checkpoint_if_finite(model, optimizer, step, config, paths, loss, grad_norm, checkpointed_at)
-        sentinel.close(status="stopped")
+        guard.close(status="stopped")
         log(f"stopped by SIGTERM at step {step}; checkpoint in {paths.checkpoint_dir}")
         return {"stopped": True, "steps": step}
 
-    sentinel.close(status="completed")
+    guard.close(status="completed")
     test_loss, accuracy = evaluate(model, xt, xv, yv, config.batch_size)
     seconds = time.monotonic() - started
     metrics = {"steps": step, "seconds": round(seconds, 3), "final_loss": loss.item(),
@@ -374,12 +383,6 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
     (paths.model_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     log(f"finished steps={step} seconds={seconds:.1f} test_accuracy={accuracy:.4f}")
     return metrics
-
-
-def _stop_if_a_rule_fired(verdict, sentinel, when: str) -> None:
-    if verdict.stop:
-        log(f"sentinel stopped the job {when}: {verdict.findings[0]['message']}")
-        sentinel.exit_for_rule_stop()  # exit status 86; the newest checkpoint stays the last healthy one
 
 
 def _checkpoint_if_finite(model, optimizer, step, config, paths, loss, grad_norm, checkpointed_at) -> int:

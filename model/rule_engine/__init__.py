@@ -5,8 +5,22 @@ It ships inside the SageMaker source directory (``model/``) and needs only torch
 detection works inside a training job on AWS, in local mode and in a notebook afterwards, with or
 without SageMaker Debugger.
 
+Protecting a training loop (the plain-loop level; README "Protect your own training script")::
+
+    import rule_engine as sentinel
+    guard = sentinel.watch(model, optimizer)    # configured by the job's sagemaker_stabilizer hyperparameter
+    guard.step(loss)                            # each step, before optimizer.step()
+
+An unchanged script runs under ``python -m rule_engine.launch script.py args...`` (or, in a job,
+through ``rule_engine/autostart/sitecustomize.py``); Lightning users add
+``rule_engine.lightning_callback.SentinelCallback()`` to their ``Trainer``.
+
 Parts
 -----
+``guard``      ``watch(model, optimizer)``: the sentinel and capture wired by hooks into any loop
+``job_config`` the ``sagemaker_stabilizer`` configuration and the job's paths (no torch)
+``launch``     ``python -m rule_engine.launch``: global hooks around an unmodified script
+``lightning_callback`` ``SentinelCallback`` for PyTorch Lightning
 ``capture``    which collections are due at a step; copies tensors to the store and to memory
 ``store``      the on-disk layout below (writer, local and ``s3://`` readers)
 ``trial``      ``create_trial(path)``: ``tensor_names``, ``steps``, ``tensor(name).value(step)``
@@ -67,6 +81,11 @@ _EXPORTS = {
     "Sentinel": "sentinel",
     "Verdict": "sentinel",
     "build_monitoring": "sentinel",
+    "Guard": "guard",
+    "watch": "guard",
+    "StabilizerConfig": "job_config",
+    "StabilizerConfigError": "job_config",
+    "load_config": "job_config",
     "MemoryTrial": "trial",
     "ModeKeys": "trial",
     "TensorUnavailable": "trial",

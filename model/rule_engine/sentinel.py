@@ -8,7 +8,8 @@ writes ``<checkpoint dir>/findings.json`` (docs/contracts.md section 2) and, wit
 tells the training loop to stop before the optimizer applies the bad step; ``exit_for_rule_stop``
 then ends the process with status 86 and a failure file starting ``RuleStop:`` (section 1).
 
-The training loop calls it like this (``capture`` and ``sentinel`` come from ``build_monitoring``)::
+Training loops normally reach it through ``rule_engine.guard.watch`` (hooks do the calls below);
+this is the hand-wired form (``capture`` and ``sentinel`` come from ``build_monitoring``)::
 
     capture.begin_step(step)
     logits = model(x); loss = criterion(logits, y); loss.backward()
@@ -24,6 +25,7 @@ This module must not checkpoint, log training metrics or change the model.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -75,6 +77,7 @@ class Sentinel:
         memory: MemoryTrial,
         checkpoint_dir: str | Path,
         failure_file: str | Path | None = None,
+        write_findings: bool = True,
     ) -> None:
         if action not in ACTIONS:
             raise RuleConfigError(f"sentinel_action: expected one of {list(ACTIONS)}, got {action!r}")
@@ -85,6 +88,8 @@ class Sentinel:
         self.memory = memory
         self.findings_path = Path(checkpoint_dir) / FINDINGS_FILE
         self.failure_file = Path(failure_file) if failure_file is not None else None
+        # Under DDP only rank 0 writes findings.json; the other ranks hand theirs to it (guard.py).
+        self.write_findings = write_findings
         self._params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
         self._exploding = [rule for rule in self.rules if isinstance(rule, ExplodingTensor)]
         self._fired: set[int] = set()
@@ -103,22 +108,27 @@ class Sentinel:
         self,
         step: int,
         *,
-        epoch: int,
-        phase: str,
-        learning_rate: float,
-        loss: torch.Tensor | float,
+        epoch: int | None,
+        phase: str | None,
+        learning_rate: float | None,
+        loss: torch.Tensor | float | None,
         grad_norm: torch.Tensor | float | None = None,
         inputs: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         outputs: torch.Tensor | None = None,
     ) -> Verdict:
-        """Check the step whose gradients were just computed; call before ``optimizer.step()``."""
+        """Check the step whose gradients were just computed; call before ``optimizer.step()``.
+
+        ``loss`` may be None when the loop's loss is not known at this step (the launcher level
+        reads it from log lines): the gradient norm is then checked alone.
+        """
         context = {"epoch": epoch, "phase": phase, "learning_rate": learning_rate}
-        loss_value: float | torch.Tensor = loss
+        loss_value: float | torch.Tensor | None = loss
         cheap: RuleFinding | None = None
         if self._exploding:
             loss_value, norm_value = self._sync_scalars(loss, grad_norm)
-            self.loss_history.append((step, loss_value))
+            if loss_value is not None:
+                self.loss_history.append((step, loss_value))
             self.grad_norm_history.append((step, norm_value))
             cheap = self._finite_check(step, loss_value, norm_value)
         force = ("gradients", "losses") if cheap is not None else ()
@@ -135,9 +145,9 @@ class Sentinel:
         self,
         step: int,
         *,
-        epoch: int,
-        phase: str,
-        learning_rate: float,
+        epoch: int | None,
+        phase: str | None,
+        learning_rate: float | None,
         loss: float,
         labels: torch.Tensor | None = None,
         outputs: torch.Tensor | None = None,
@@ -148,23 +158,29 @@ class Sentinel:
         new = self._invoke(step) if saved and self.enabled else []
         return self._report(new, context)
 
-    def _sync_scalars(self, loss: torch.Tensor | float, grad_norm: torch.Tensor | float | None) -> tuple[float, float]:
+    def _sync_scalars(
+        self, loss: torch.Tensor | float | None, grad_norm: torch.Tensor | float | None
+    ) -> tuple[float | None, float]:
         if grad_norm is None:
             grads = [p.grad for _, p in self._params if p.grad is not None]
-            grad_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+            grad_norm = torch.nn.utils.get_total_norm(grads) if grads else 0.0
+        if loss is None:
+            return None, float(grad_norm)
         if isinstance(loss, torch.Tensor) and isinstance(grad_norm, torch.Tensor):
+            if loss.device != grad_norm.device:
+                loss = loss.detach().to(grad_norm.device)
             # One host synchronisation for both scalars.
             pair = torch.stack([loss.detach().float().reshape(()), grad_norm.detach().float().reshape(())])
             loss_value, norm_value = pair.tolist()
             return loss_value, norm_value
         return float(loss), float(grad_norm)
 
-    def _finite_check(self, step: int, loss_value: float, norm_value: float) -> RuleFinding | None:
+    def _finite_check(self, step: int, loss_value: float | None, norm_value: float) -> RuleFinding | None:
         rule = self._exploding[0]
         if id(rule) in self._fired:
             return None
         bad = math.isnan if rule.only_nan else (lambda x: not math.isfinite(x))
-        if not (bad(loss_value) or bad(norm_value)):
+        if not ((loss_value is not None and bad(loss_value)) or bad(norm_value)):
             return None
         layer = self._first_nonfinite_layer(rule.only_nan)
         if layer is not None and self.first_nonfinite_layer is None:
@@ -207,16 +223,22 @@ class Sentinel:
         if not new:
             return Verdict()
         entries = [self._entry(finding, context) for finding in new]
-        self._findings.extend(entries)
-        store.write_json_atomic(
-            self.findings_path, {"version": 1, "job_action": self.action, "findings": self._findings}
-        )
         for entry in entries:
             print(f"sentinel: {entry['rule']} at step {entry['step']}: {entry['message']}", file=sys.stderr)
-        stop = self.action == "stop"
-        if stop and self.stop_finding is None:
+        self.adopt(entries)
+        return Verdict(stop=self.action == "stop", findings=entries)
+
+    def adopt(self, entries: list[dict[str, Any]]) -> None:
+        """Record findings (this process's, or another rank's) and rewrite findings.json."""
+        if not entries:
+            return
+        self._findings.extend(entries)
+        if self.action == "stop" and self.stop_finding is None:
             self.stop_finding = entries[0]
-        return Verdict(stop=stop, findings=entries)
+        if self.write_findings:
+            store.write_json_atomic(
+                self.findings_path, {"version": 1, "job_action": self.action, "findings": self._findings}
+            )
 
     def _entry(self, finding: RuleFinding, context: Mapping[str, Any]) -> dict[str, Any]:
         return {
@@ -224,7 +246,7 @@ class Sentinel:
             "step": finding.step,
             "epoch": context["epoch"],
             "phase": context["phase"],
-            "learning_rate": _jsonable(float(context["learning_rate"])),
+            "learning_rate": None if context["learning_rate"] is None else _jsonable(float(context["learning_rate"])),
             "tensor": finding.tensor,
             "value": finding.value,
             "message": finding.message,
@@ -242,8 +264,11 @@ class Sentinel:
         self.capture.close(status="rule_stop")
         reason = f"{FAILURE_PREFIX} {finding['rule']} at step {finding['step']}: {finding['message']}"
         if self.failure_file is not None:
+            # Every rank may write it (one per node under multi-node DDP): same text, atomic rename.
             self.failure_file.parent.mkdir(parents=True, exist_ok=True)
-            self.failure_file.write_text(reason + "\n")
+            partial = self.failure_file.with_name(f".{self.failure_file.name}.{os.getpid()}")
+            partial.write_text(reason + "\n")
+            partial.replace(self.failure_file)
         print(reason, file=sys.stderr)
         sys.exit(EXIT_RULE_STOP)
 
@@ -260,13 +285,19 @@ def build_monitoring(
     checkpoint_dir: str | Path,
     tensor_dir: str | Path | None,
     failure_file: str | Path | None = None,
+    write_findings: bool = True,
+    only_rules: Iterable[str] | None = None,
 ) -> tuple[Capture, Sentinel]:
     """Build capture and sentinel from the hyperparameters of the same names.
 
     Collections the rules need but ``capture`` does not list are held in memory only, on the
     rule's default schedule; collections ``capture`` lists are also written to ``tensor_dir``.
+    ``only_rules`` keeps the rules of those names (DDP ranks other than 0 keep the finite check only).
     """
-    specs = parse_rule_list(sentinel_rules)
+    specs = parse_rule_list(sentinel_rules)  # the whole list is validated, whatever ``only_rules`` keeps
+    if only_rules is not None:
+        keep = set(only_rules)
+        specs = [spec for spec in specs if spec.name in keep]
     cap = Capture(model, parse_capture(capture), out_dir=tensor_dir)
     memory = MemoryTrial()
     rules = [spec.build(memory) for spec in specs]
@@ -286,5 +317,6 @@ def build_monitoring(
         memory=memory,
         checkpoint_dir=checkpoint_dir,
         failure_file=failure_file,
+        write_findings=write_findings,
     )
     return cap, sentinel

@@ -1,0 +1,298 @@
+"""The sentinel for any PyTorch loop: ``watch(model, optimizer)`` installs hooks, the loop reports its loss.
+
+A plain loop gains three lines (docs/contracts.md, section 8; README "Protect your own training script")::
+
+    import rule_engine as sentinel
+    guard = sentinel.watch(model, optimizer)        # configuration from the SageMaker job
+    ...
+        loss.backward()
+        guard.step(loss)                             # before optimizer.step()
+        optimizer.step()
+
+Everything else happens in hooks this module installs: an optimizer step pre-hook runs the finite
+check of the loss and the gradient norm and the configured rules on the gradients the optimizer is
+about to apply, writes findings.json and, when a rule stops the job, exits with status 86 and the
+failure file before the bad step reaches the weights; a step post-hook counts steps and arms the
+capture of module outputs for the next forward pass; a forward hook on the model keeps its inputs
+and outputs when the ``inputs`` or ``predictions`` collections are captured. The guard closes
+itself at interpreter exit (``guard.close()`` closes it earlier).
+
+Step numbers count optimizer steps from ``start_step`` (0, or the step a resumed run starts at: the
+guard also stores its step in the optimizer's state_dict, so a loop that checkpoints the optimizer
+resumes the count by itself). The loss reported since the last optimizer step belongs to the next
+one. With ``optimizer.step(closure)`` gradients exist only after the step, so the check runs in the
+post-hook and a stopping step has already been applied.
+
+Under DDP (``torch.distributed`` initialised, world size > 1) every rank checks its own loss and the
+(all-reduced) gradients; one 2-integer all-reduce per step tells every rank whether any rank found
+something or must stop, so all ranks leave at the same step and none waits in a collective. Rank 0
+alone captures tensors, evaluates the rules other than the finite check and writes findings.json,
+including the findings of the other ranks (gathered only at a step where one fired).
+
+This module must not checkpoint, log training metrics or change gradients or weights.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from rule_engine.job_config import JobPaths, StabilizerConfig, load_config
+from rule_engine.sentinel import Verdict, build_monitoring
+
+STATE_KEY = "stabilizer_step"
+FINITE_CHECK_RULE = "ExplodingTensor"
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The user's network inside DistributedDataParallel / DataParallel / torch.compile wrappers."""
+    while True:
+        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        if not isinstance(inner, nn.Module):
+            return model
+        model = inner
+
+
+def _distributed() -> tuple[int, int]:
+    """(rank, world size): from torch.distributed when initialised, else torchrun's environment."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+class Guard:
+    """The sentinel attached to one model and one optimizer; see the module docstring."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        *,
+        config: StabilizerConfig,
+        paths: JobPaths,
+        start_step: int = 0,
+        install_hooks: bool = True,
+    ) -> None:
+        self.model = unwrap(model)
+        self.optimizer = optimizer
+        self.config = config
+        self.paths = paths
+        self.rank, self.world_size = _distributed()
+        self.primary = self.rank == 0
+        self.capture, self.sentinel = build_monitoring(
+            self.model,
+            sentinel_rules=config.effective_rules,
+            sentinel_action=config.effective_action,
+            capture=config.effective_capture if self.primary else {},
+            checkpoint_dir=paths.checkpoint_dir,
+            tensor_dir=paths.tensor_dir if self.primary else None,
+            failure_file=paths.failure_file,
+            write_findings=self.primary,
+            only_rules=None if self.primary else (FINITE_CHECK_RULE,),
+        )
+        self.step_number = start_step
+        self.epoch: int | None = None
+        self.phase: str | None = None
+        self._loss: torch.Tensor | float | None = None
+        self._labels: torch.Tensor | None = None
+        self._inputs: torch.Tensor | None = None
+        self._outputs: torch.Tensor | None = None
+        self._deferred_stop = False
+        self._reported_once = False
+        self._warned_late = False
+        self._closed = False
+        self._handles: list[Any] = []
+        if install_hooks and optimizer is not None:
+            self._handles += [
+                optimizer.register_step_pre_hook(self._before_optimizer_step),
+                optimizer.register_step_post_hook(self._after_optimizer_step),
+                optimizer.register_state_dict_post_hook(self._save_step),
+                optimizer.register_load_state_dict_pre_hook(self._load_step),
+            ]
+        collections = set(self.capture.collections)
+        if collections & {"inputs", "predictions"}:
+            self._handles.append(self.model.register_forward_hook(self._keep_inputs_and_outputs))
+        self.capture.begin_step(self.step_number)
+        self_ref = weakref.ref(self)
+        atexit.register(lambda: (guard := self_ref()) is not None and guard.close())
+
+    # -- what the loop calls
+    def step(
+        self,
+        loss: torch.Tensor | float | None,
+        *,
+        labels: torch.Tensor | None = None,
+        epoch: int | None = None,
+        phase: str | None = None,
+    ) -> None:
+        """Report this step's loss (no host synchronisation); call it before ``optimizer.step()``.
+
+        ``labels`` feeds the ``labels`` collection; ``epoch`` and ``phase`` ("warmup" or "main")
+        go into findings so the workflow can tell an explosion during warm-up from a later one.
+        """
+        self._loss = loss.detach() if isinstance(loss, torch.Tensor) else loss
+        self._labels = labels
+        self._reported_once = True
+        if epoch is not None:
+            self.epoch = epoch
+        if phase is not None:
+            self.phase = phase
+
+    def eval_loss(self, loss: float | torch.Tensor, *, labels: torch.Tensor | None = None,
+                  outputs: torch.Tensor | None = None) -> Verdict:
+        """Record an evaluation after the last optimizer step (the ``Overfit`` rule reads these)."""
+        value = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
+        verdict = self.sentinel.after_eval(
+            max(self.step_number - 1, 0), epoch=self.epoch, phase=self.phase, learning_rate=self.learning_rate,
+            loss=value, labels=labels, outputs=outputs,
+        )
+        if verdict.stop:
+            if self.world_size > 1:
+                self._deferred_stop = True  # evaluations may run on rank 0 alone: agree at the next step
+            else:
+                self._stop(f"after the evaluation at step {max(self.step_number - 1, 0)}")
+        return verdict
+
+    def check(self) -> Verdict:
+        """Check the gradients of the step about to be applied (the hooks call this; so may a framework)."""
+        step = self.step_number
+        verdict = self.sentinel.after_backward(
+            step, epoch=self.epoch, phase=self.phase, learning_rate=self.learning_rate, loss=self._loss,
+            inputs=self._inputs, labels=self._labels, outputs=self._outputs,
+        )
+        self._loss = self._labels = self._inputs = self._outputs = None
+        stop = verdict.stop or self._deferred_stop
+        if self.world_size > 1:
+            stop = self._agree(verdict, stop)
+        if stop:
+            self._stop(f"at step {step}")
+        return verdict
+
+    def advance(self) -> None:
+        """Count the optimizer step just taken and arm capture for the next forward pass."""
+        self.step_number += 1
+        if not self._closed:
+            self.capture.begin_step(self.step_number)
+
+    def close(self, status: str = "completed") -> None:
+        """Remove the hooks and finish the tensor store (``training_end.json``); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self.sentinel.close(status=status)
+
+    def __enter__(self) -> Guard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def learning_rate(self) -> float | None:
+        if self.optimizer is None or not self.optimizer.param_groups:
+            return None
+        lr = self.optimizer.param_groups[0].get("lr")
+        return float(lr) if lr is not None else None
+
+    @property
+    def findings(self) -> list[dict[str, Any]]:
+        return list(self.sentinel._findings)
+
+    # -- hooks
+    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if _has_closure(args, kwargs):
+            return  # gradients do not exist yet; checked after the step
+        if self._loss is None and self._reported_once and not self._warned_late:
+            self._warned_late = True
+            print("sentinel: guard.step(loss) came after optimizer.step(); each loss is checked with the next "
+                  "step's gradients. Call guard.step(loss) before optimizer.step().", file=sys.stderr)
+        self.check()
+
+    def _after_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if _has_closure(args, kwargs):
+            self.check()
+        self.advance()
+
+    def _keep_inputs_and_outputs(self, module: nn.Module, inputs: tuple, output: Any) -> None:
+        if module.training:
+            first = inputs[0] if inputs else None
+            self._inputs = first.detach() if isinstance(first, torch.Tensor) else None
+            self._outputs = output.detach() if isinstance(output, torch.Tensor) else None
+
+    def _save_step(self, optimizer: torch.optim.Optimizer, state_dict: dict) -> dict:
+        state_dict[STATE_KEY] = self.step_number
+        return state_dict
+
+    def _load_step(self, optimizer: torch.optim.Optimizer, state_dict: dict) -> None:
+        if STATE_KEY in state_dict:
+            self.step_number = int(state_dict.pop(STATE_KEY))
+            self.capture.begin_step(self.step_number)
+
+    # -- stopping, under DDP too
+    def _agree(self, verdict: Verdict, stop: bool) -> bool:
+        dist = torch.distributed
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+        flags = torch.tensor([int(bool(verdict.findings)), int(stop)], dtype=torch.int32, device=device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        found, stop_any = (bool(v) for v in flags.tolist())
+        if found:
+            gathered: list[Any] = [None] * self.world_size
+            dist.all_gather_object(gathered, [dict(entry, rank=self.rank) for entry in verdict.findings])
+            others = [entry for rank, entries in enumerate(gathered) if rank != self.rank for entry in entries]
+            everyone = [entry for entries in gathered for entry in entries]
+            if self.primary:
+                self.sentinel.adopt(others)
+            elif self.sentinel.stop_finding is None and everyone and self.sentinel.action == "stop":
+                self.sentinel.stop_finding = everyone[0]
+        return stop_any
+
+    def _stop(self, when: str) -> None:
+        finding = self.sentinel.stop_finding or {"message": "another rank stopped"}
+        print(f"sentinel stopped the job {when}: {finding['message']}", flush=True)
+        self._closed = True
+        for handle in self._handles:
+            handle.remove()
+        self.sentinel.exit_for_rule_stop()  # exit status 86, failure file "RuleStop: ..."
+
+
+def _has_closure(args: tuple, kwargs: dict) -> bool:
+    return (len(args) > 1 and args[1] is not None) or kwargs.get("closure") is not None
+
+
+def watch(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    *,
+    rules: list[Mapping[str, Any]] | str | None = None,
+    capture: Mapping[str, Any] | str | None = None,
+    action: str | None = None,
+    start_step: int = 0,
+    environ: Mapping[str, str] | None = None,
+    install_hooks: bool = True,
+) -> Guard:
+    """Protect ``model`` trained by ``optimizer``, configured by the SageMaker job.
+
+    The job's ``sagemaker_stabilizer`` hyperparameter (rule_engine.job_config) decides; ``rules``,
+    ``capture`` and ``action`` are the script's own defaults for what the job leaves unset. With
+    neither, the sentinel runs the finite check (``ExplodingTensor``) and stops the job when it fires.
+    An empty rule list turns the sentinel off.
+    """
+    config = load_config(environ).with_defaults(
+        rules=json.loads(rules) if isinstance(rules, str) else (list(rules) if rules is not None else None),
+        capture=json.loads(capture) if isinstance(capture, str) else (dict(capture) if capture is not None else None),
+        action=action,
+    )
+    return Guard(model, optimizer, config=config, paths=JobPaths.from_env(environ), start_step=start_step,
+                 install_hooks=install_hooks)
+
