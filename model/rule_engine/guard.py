@@ -108,6 +108,7 @@ class Guard:
         self._deferred_stop = False
         self._reported_once = False
         self._warned_late = False
+        self.warn_when_loss_is_late = True  # the launcher reads losses from log lines, late by design
         self._closed = False
         self._handles: list[Any] = []
         if install_hooks and optimizer is not None:
@@ -213,7 +214,7 @@ class Guard:
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if _has_closure(args, kwargs):
             return  # gradients do not exist yet; checked after the step
-        if self._loss is None and self._reported_once and not self._warned_late:
+        if self._loss is None and self._reported_once and self.warn_when_loss_is_late and not self._warned_late:
             self._warned_late = True
             print("sentinel: guard.step(loss) came after optimizer.step(); each loss is checked with the next "
                   "step's gradients. Call guard.step(loss) before optimizer.step().", file=sys.stderr)

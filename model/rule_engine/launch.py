@@ -1,0 +1,219 @@
+"""The unchanged-script level: run a training script, unmodified, under the sentinel.
+
+    python -m rule_engine.launch train.py --lr 0.5 --epochs 3
+    python -m rule_engine.launch -m mypackage.train --lr 0.5
+    torchrun --nproc_per_node 2 -m rule_engine.launch train.py ...
+
+In a SageMaker job nothing wraps the command: ``rule_engine/autostart/sitecustomize.py`` calls
+``activate()`` when the job's ``sagemaker_stabilizer`` configuration says ``"integration":
+"launcher"`` (docs/contracts.md, section 8).
+
+What the global hooks do (PyTorch's own global hooks, nothing patched):
+
+- ``torch.nn.modules.module.register_module_forward_pre_hook`` / ``forward_hook`` watch every module
+  call until the first optimizer step: the outermost modules called are the candidate networks, and
+  modules that are ``torch.nn`` losses (``_Loss`` subclasses) are remembered. Both hooks are removed
+  at the first optimizer step, so later steps pay nothing for them.
+- ``torch.optim.optimizer.register_optimizer_step_pre_hook``: at the first step of the first
+  optimizer that steps, the network is the candidate sharing the most parameters with it (DDP and
+  ``torch.compile`` wrappers unwrapped), and a ``Guard`` (rule_engine.guard) is attached to that
+  model and optimizer, as a plain loop's ``watch()`` would be; from then on its own hooks do the work.
+  Other optimizers are not watched.
+- The loss: the output of the loss module seen during discovery, through a forward hook on that
+  module (every step, no host synchronisation); when the script computes its loss without a loss
+  module (``F.cross_entropy(...)``), the last number its log lines report, read by the
+  ``loss_regex`` of the configuration (by default ``loss=<number>``, ``loss: <number>``, the line a
+  SageMaker metric definition matches) from what the script writes to ``sys.stdout``/``sys.stderr``.
+  A logged loss is checked with the next step's gradients.
+
+Rules at this level: everything that reads gradients, weights, biases or module outputs
+(``ExplodingTensor``, ``VanishingGradient``, ``WeightUpdateRatio``, ``AllZero``, ``UnchangedTensor``,
+``DeadRelu``) and ``inputs``/``predictions``; ``LossNotDecreasing`` at the steps whose loss is known
+(every step with a loss module, the logged steps otherwise). Not available: ``labels`` (so
+``ClassImbalance``) and evaluation losses (so ``Overfit``): the launcher cannot tell them apart from
+other tensors; use the plain-loop level for those.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import runpy
+import sys
+import weakref
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+import torch
+from torch import nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from rule_engine.guard import Guard, unwrap
+from rule_engine.job_config import JobPaths, StabilizerConfig, load_config
+
+USAGE = "usage: python -m rule_engine.launch SCRIPT.py [ARGS...] | -m MODULE [ARGS...]"
+
+
+class _LossFromLog(io.TextIOBase):
+    """A stream that passes everything through and reads the loss out of complete lines."""
+
+    def __init__(self, stream: TextIO, pattern: re.Pattern[str], sink: Any) -> None:
+        self._stream = stream
+        self._pattern = pattern
+        self._sink = sink
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        written = self._stream.write(text)
+        *lines, rest = (self._partial + text).split("\n")
+        self._partial = rest[-4096:]  # a line that never ends (progress bars) is not kept whole
+        for line in lines:
+            match = self._pattern.search(line)
+            if match:
+                try:
+                    self._sink(float(match.group(1)))
+                except ValueError:
+                    pass
+        return written
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, buffer, ...
+        return getattr(self._stream, name)
+
+
+class LauncherHooks:
+    """Global hooks that find the model, the optimizer and the loss of a script that knows nothing of us."""
+
+    def __init__(self, config: StabilizerConfig, paths: JobPaths) -> None:
+        self.config = config
+        self.paths = paths
+        self.guard: Guard | None = None
+        self._depth = 0
+        self._roots: dict[int, weakref.ref[nn.Module]] = {}
+        self._loss_modules: dict[int, weakref.ref[nn.Module]] = {}
+        self._pending_loss: torch.Tensor | float | None = None
+        self._loss_from_module = False
+        self._module_handles = [
+            nn.modules.module.register_module_forward_pre_hook(self._module_called),
+            nn.modules.module.register_module_forward_hook(self._module_returned, always_call=True),
+        ]
+        self._optimizer_handle = register_optimizer_step_pre_hook(self._optimizer_stepping)
+        pattern = re.compile(config.effective_loss_regex)
+        sys.stdout = _LossFromLog(sys.stdout, pattern, self._logged_loss)  # type: ignore[assignment]
+        sys.stderr = _LossFromLog(sys.stderr, pattern, self._logged_loss)  # type: ignore[assignment]
+
+    # -- discovery, until the first optimizer step
+    def _module_called(self, module: nn.Module, args: Any) -> None:
+        if self._depth == 0:
+            self._roots.setdefault(id(module), weakref.ref(module))
+        self._depth += 1
+
+    def _module_returned(self, module: nn.Module, args: Any, output: Any) -> None:
+        self._depth = max(self._depth - 1, 0)
+        if isinstance(module, nn.modules.loss._Loss):
+            self._loss_modules.setdefault(id(module), weakref.ref(module))
+            if isinstance(output, torch.Tensor) and output.numel() == 1:
+                self._pending_loss = output.detach()
+                self._loss_from_module = True
+
+    def _optimizer_stepping(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if self.guard is not None:
+            return  # the guard's own hooks on its optimizer do the work; other optimizers are not watched
+        for handle in self._module_handles:
+            handle.remove()
+        model = self._model_of(optimizer)
+        # The guard's pre-hook, registered now, still runs for this step (PyTorch iterates the
+        # optimizer's own hooks after the global ones).
+        self.guard = Guard(model, optimizer, config=self.config, paths=self.paths)
+        self.guard.warn_when_loss_is_late = False
+        for ref in self._loss_modules.values():
+            loss_module = ref()
+            if loss_module is not None:
+                loss_module.register_forward_hook(self._loss_computed)
+        if self._pending_loss is not None:
+            self.guard.step(self._pending_loss)
+            self._pending_loss = None
+
+    def _model_of(self, optimizer: torch.optim.Optimizer) -> nn.Module:
+        wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        best, best_shared = None, 0
+        for ref in self._roots.values():
+            module = ref()
+            if module is None or isinstance(module, nn.modules.loss._Loss):
+                continue
+            shared = sum(1 for p in module.parameters() if id(p) in wanted)
+            if shared > best_shared:
+                best, best_shared = module, shared
+        if best is not None:
+            return unwrap(best)
+        # No module call was seen (a functional model): name the optimizer's parameters by position.
+        return nn.ParameterList([p for group in optimizer.param_groups for p in group["params"]])
+
+    # -- the loss, after discovery
+    def _loss_computed(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self.guard is not None and module.training is not False and isinstance(output, torch.Tensor):
+            if output.numel() == 1 and output.requires_grad:
+                self.guard.step(output)
+
+    def _logged_loss(self, value: float) -> None:
+        if self._loss_from_module:
+            return  # the loss module's output is exact and per step; log lines are neither
+        if self.guard is None:
+            self._pending_loss = value
+        else:
+            self.guard.step(value)
+
+    def close(self) -> None:
+        self._optimizer_handle.remove()
+        for handle in self._module_handles:
+            handle.remove()
+        if self.guard is not None:
+            self.guard.close()
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            if isinstance(stream, _LossFromLog):
+                setattr(sys, name, stream._stream)
+
+
+def activate(environ: Mapping[str, str] | None = None, *, force: bool = False) -> LauncherHooks | None:
+    """Install the global hooks when the job asks for the launcher level (or ``force``)."""
+    config = load_config(environ)
+    if not force and config.integration != "launcher":
+        return None
+    from rule_engine.capture import parse_capture
+    from rule_engine.rules import parse_rule_list
+
+    parse_rule_list(config.effective_rules)  # a bad configuration fails before the script starts
+    parse_capture(config.effective_capture)
+    return LauncherHooks(config, JobPaths.from_env(environ))
+
+
+def run(argv: list[str]) -> None:
+    """Run ``SCRIPT args`` or ``-m MODULE args`` as ``__main__``, as ``python`` itself would."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stderr)
+        raise SystemExit(0 if argv else 2)
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            raise SystemExit(USAGE)
+        sys.argv = [argv[1], *argv[2:]]
+        sys.path.insert(0, os.getcwd())
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        return
+    script = argv[0]
+    sys.argv = list(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    runpy.run_path(script, run_name="__main__")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    activate(force=True)  # asked for on the command line: whatever the configuration's integration says
+    run(argv)
+
+
+if __name__ == "__main__":
+    main()
