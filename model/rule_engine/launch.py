@@ -36,6 +36,7 @@ other tensors; use the plain-loop level for those.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -71,10 +72,8 @@ class _LossFromLog(io.TextIOBase):
         for line in lines:
             match = self._pattern.search(line)
             if match:
-                try:
+                with contextlib.suppress(ValueError):
                     self._sink(float(match.group(1)))
-                except ValueError:
-                    pass
         return written
 
     def flush(self) -> None:
@@ -154,9 +153,9 @@ class LauncherHooks:
 
     # -- the loss, after discovery
     def _loss_computed(self, module: nn.Module, args: Any, output: Any) -> None:
-        if self.guard is not None and module.training is not False and isinstance(output, torch.Tensor):
-            if output.numel() == 1 and output.requires_grad:
-                self.guard.step(output)
+        # Only losses that will be back-propagated: an evaluation under no_grad is not a training step.
+        if self.guard is not None and isinstance(output, torch.Tensor) and output.numel() == 1 and output.requires_grad:
+            self.guard.step(output)
 
     def _logged_loss(self, value: float) -> None:
         if self._loss_from_module:
