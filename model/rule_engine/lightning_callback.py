@@ -1,0 +1,66 @@
+"""The sentinel for PyTorch Lightning: one callback, configured by the job like ``watch()``.
+
+    from rule_engine.lightning_callback import SentinelCallback
+    trainer = lightning.Trainer(..., callbacks=[SentinelCallback()])
+
+Lightning runs forward and backward inside ``optimizer.step(closure)``, so an optimizer pre-hook
+would see no gradients; the callback drives the same ``Guard`` from Lightning's own hooks instead:
+the loss from ``on_before_backward``, the check from ``on_before_optimizer_step`` (after backward,
+before the update, so a stopped step never reaches the weights), step numbers from
+``trainer.global_step``. A stop ends the process with status 86 and the failure file, as at the other
+levels. Only the first optimizer is watched. Needs the ``lightning`` package (extra ``lightning``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import lightning
+
+from rule_engine.guard import Guard
+from rule_engine.job_config import JobPaths, load_config
+
+
+class SentinelCallback(lightning.Callback):
+    def __init__(
+        self,
+        *,
+        rules: list[Mapping[str, Any]] | None = None,
+        capture: Mapping[str, Any] | None = None,
+        action: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.config = load_config(environ).with_defaults(
+            rules=list(rules) if rules is not None else None,
+            capture=dict(capture) if capture is not None else None,
+            action=action,
+        )
+        self.paths = JobPaths.from_env(environ)
+        self.guard: Guard | None = None
+
+    def on_train_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
+        optimizer = trainer.optimizers[0] if trainer.optimizers else None
+        self.guard = Guard(pl_module, optimizer, config=self.config, paths=self.paths,
+                           start_step=trainer.global_step, install_hooks=False)
+
+    def on_train_batch_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
+                             batch: Any, batch_idx: int) -> None:
+        if self.guard is not None:
+            self.guard.step_number = trainer.global_step
+            self.guard.capture.begin_step(trainer.global_step)
+
+    def on_before_backward(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
+                           loss: Any) -> None:
+        if self.guard is not None:
+            self.guard.step(loss, epoch=trainer.current_epoch)
+
+    def on_before_optimizer_step(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
+                                 optimizer: Any) -> None:
+        if self.guard is not None and optimizer is self.guard.optimizer:
+            self.guard.step_number = trainer.global_step
+            self.guard.check()
+
+    def on_train_end(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
+        if self.guard is not None:
+            self.guard.close()

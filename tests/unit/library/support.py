@@ -1,0 +1,47 @@
+"""Run the fixture scripts of tests/fixtures as a job would: a separate process, the job's environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import MODEL_DIR, ROOT
+
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def job_env(root: Path, config: dict | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a job whose directory is ``root``; ``config`` is its sagemaker_stabilizer value."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "STABILIZER_"))}
+    hyperparameters = root / "input" / "config" / "hyperparameters.json"
+    hyperparameters.parent.mkdir(parents=True, exist_ok=True)
+    values = {"lr": "3"}
+    if config is not None:
+        values["sagemaker_stabilizer"] = json.dumps(config)
+    hyperparameters.write_text(json.dumps(values))
+    env.update(PYTHONPATH=str(MODEL_DIR), SM_INPUT_CONFIG_DIR=str(hyperparameters.parent),
+               STABILIZER_CHECKPOINT_DIR=str(root / "checkpoints"), STABILIZER_FAILURE_FILE=str(root / "failure"),
+               OMP_NUM_THREADS="1")
+    env.update(extra)
+    return env
+
+
+def run(command: list[str], cwd: Path, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *command], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def findings(root: Path) -> list[dict]:
+    return json.loads((root / "checkpoints" / "findings.json").read_text())["findings"]
+
+
+def logged(stdout: str, key: str = "grad_norm") -> list[tuple[int, float]]:
+    rows = []
+    for line in stdout.splitlines():
+        if line.startswith("step="):
+            fields = dict(part.split("=", 1) for part in line.split())
+            rows.append((int(fields["step"]), float(fields[key])))
+    return rows
