@@ -1,0 +1,60 @@
+"""The unchanged-script level: an unmodified script stopped by the sentinel, by command and in a job."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import MODEL_DIR
+from tests.unit.library.support import FIXTURES, findings, job_env, logged, run
+
+SCRIPT = FIXTURES / "unchanged" / "train.py"
+DIVERGING = ["--lr", "3", "--steps", "12"]
+
+
+def first_non_finite_loss(tmp_path) -> int:
+    free = run([str(SCRIPT), *DIVERGING], SCRIPT.parent, job_env(tmp_path / "free"))
+    assert free.returncode == 0, free.stderr
+    return next(step for step, loss in logged(free.stdout, "loss") if loss != loss or abs(loss) == float("inf"))
+
+
+@pytest.mark.parametrize("loss_source", ["loss module", "log line"])
+def test_python_m_rule_engine_launch_stops_an_unmodified_script(tmp_path, loss_source):
+    expected = first_non_finite_loss(tmp_path)
+    job = tmp_path / "job"
+    extra = ["--functional-loss", "1"] if loss_source == "log line" else []
+    result = run(["-m", "rule_engine.launch", str(SCRIPT), *DIVERGING, *extra], SCRIPT.parent, job_env(job))
+    assert result.returncode == 86, result.stdout + result.stderr
+    (finding,) = findings(job)
+    # The gradient norm goes non-finite at the step whose loss does: the optimizer pre-hook sees it first.
+    assert finding["rule"] == "ExplodingTensor" and finding["step"] == expected
+    assert finding["tensor"].startswith("gradients/0.")  # named after the network the hooks found
+    history = finding["evidence"]["loss_history"]
+    assert history, "the loss reached the sentinel"
+    if loss_source == "loss module":
+        assert [step for step, _ in history] == list(range(expected + 1))
+    assert (job / "failure").read_text().startswith(f"RuleStop: ExplodingTensor at step {expected}")
+    assert "done" not in result.stdout
+
+
+def test_in_a_job_the_sitecustomize_activates_it_when_the_configuration_says_launcher(tmp_path):
+    autostart = MODEL_DIR / "rule_engine" / "autostart"
+    pythonpath = f"{MODEL_DIR}:{autostart}"
+    launcher = job_env(tmp_path / "launcher", {"integration": "launcher"}, PYTHONPATH=pythonpath,
+                       SM_USER_ENTRY_POINT="train.py")
+    result = run(["train.py", *DIVERGING], SCRIPT.parent, launcher)
+    assert result.returncode == 86, result.stdout + result.stderr
+    assert findings(tmp_path / "launcher")[0]["rule"] == "ExplodingTensor"
+
+    library = job_env(tmp_path / "library", {"integration": "library"}, PYTHONPATH=pythonpath,
+                      SM_USER_ENTRY_POINT="train.py")
+    untouched = run(["train.py", *DIVERGING], SCRIPT.parent, library)
+    assert untouched.returncode == 0 and untouched.stdout.rstrip().endswith("done")
+
+
+def test_a_bad_configuration_fails_the_job_before_the_script_runs_naming_the_field(tmp_path):
+    env = job_env(tmp_path, {"integration": "launcher", "action": "halt"},
+                  PYTHONPATH=f"{MODEL_DIR}:{MODEL_DIR / 'rule_engine' / 'autostart'}", SM_USER_ENTRY_POINT="train.py")
+    result = run(["train.py", *DIVERGING], SCRIPT.parent, env)
+    assert result.returncode == 2
+    assert "step=" not in result.stdout
+    assert (tmp_path / "failure").read_text().startswith("StabilizerConfigError: sagemaker_stabilizer.action")

@@ -1,0 +1,63 @@
+"""The Lightning level: SentinelCallback stops a diverging LightningModule before the bad update."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+lightning = pytest.importorskip("lightning")
+from rule_engine.lightning_callback import SentinelCallback  # noqa: E402
+
+
+class Regression(lightning.LightningModule):
+    def __init__(self, lr: float) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+        self.lr = lr
+        self.losses: list[float] = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.mse_loss(self.net(x), y)
+        self.losses.append(loss.item())
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+def fit(tmp_path, lr: float, steps: int):
+    torch.manual_seed(0)
+    x = torch.randn(64, 8) * 3
+    y = x @ torch.randn(8, 1)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=64)
+    module = Regression(lr)
+    environ = {"STABILIZER_CONFIG": json.dumps({"rules": [{"name": "ExplodingTensor"}]}),
+               "STABILIZER_CHECKPOINT_DIR": str(tmp_path / "ckpt"), "STABILIZER_FAILURE_FILE": str(tmp_path / "failure")}
+    trainer = lightning.Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False,
+                                callbacks=[SentinelCallback(environ=environ)], default_root_dir=tmp_path)
+    return module, trainer, data
+
+
+def test_the_callback_stops_a_diverging_module_at_its_first_non_finite_step(tmp_path):
+    module, trainer, data = fit(tmp_path, lr=3.0, steps=12)
+    with pytest.raises(SystemExit) as stopped:
+        trainer.fit(module, data)
+    assert stopped.value.code == 86
+    first_bad = next(i for i, loss in enumerate(module.losses) if not torch.isfinite(torch.tensor(loss)))
+    (finding,) = json.loads((tmp_path / "ckpt" / "findings.json").read_text())["findings"]
+    assert finding["rule"] == "ExplodingTensor" and finding["step"] == first_bad
+    assert finding["tensor"].startswith("gradients/net.")
+    assert all(torch.isfinite(p).all() for p in module.parameters())  # the bad update never happened
+    assert (tmp_path / "failure").read_text().startswith(f"RuleStop: ExplodingTensor at step {first_bad}")
+
+
+def test_a_healthy_module_trains_to_the_end(tmp_path):
+    module, trainer, data = fit(tmp_path, lr=0.01, steps=5)
+    trainer.fit(module, data)
+    assert trainer.global_step == 5
+    assert not (tmp_path / "ckpt" / "findings.json").exists()
