@@ -36,7 +36,8 @@ def fit(tmp_path, lr: float, steps: int):
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=64)
     module = Regression(lr)
     environ = {"STABILIZER_CONFIG": json.dumps({"rules": [{"name": "ExplodingTensor"}]}),
-               "STABILIZER_CHECKPOINT_DIR": str(tmp_path / "ckpt"), "STABILIZER_FAILURE_FILE": str(tmp_path / "failure")}
+               "STABILIZER_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+               "STABILIZER_FAILURE_FILE": str(tmp_path / "failure")}
     trainer = lightning.Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False,
                                 enable_progress_bar=False, enable_model_summary=False,
                                 callbacks=[SentinelCallback(environ=environ)], default_root_dir=tmp_path)
