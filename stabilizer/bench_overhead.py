@@ -11,6 +11,14 @@ of them alike; steps/s of each (median over rounds) is printed with its ratio to
 capture or sentinel calls at all). Writing the store, including the final flush, is timed;
 evaluation and checkpoints are not. Tensors go to a temporary directory removed afterwards.
 
+Two configurations measure the sentinel library as users meet it: ``library: watch()`` is the
+plain-loop level (``guard.step(loss)`` each step, everything else in the optimizer hooks), and
+``launcher: unchanged script`` is the unchanged-script level (``rule_engine.launch``'s global hooks
+find the model, its ``nn.CrossEntropyLoss`` module and the optimizer; the loop makes no call of ours).
+Both run the finite check (``ExplodingTensor``) every step; their hook time is inside the step, so
+only their steps/s ratio is shown. The launcher's global optimizer hook sees every configuration's
+steps (it returns at once for optimizers it does not watch).
+
 Targets: sentinel plus gradients every 100 steps >= 0.97x plain; all collections every 10 steps
 >= 0.80x plain. This module measures and prints; it must not be imported by the training code.
 """
@@ -31,8 +39,12 @@ if str(MODEL_DIR) not in sys.path:
     sys.path.insert(0, str(MODEL_DIR))  # model/ is the training source directory, imported as in the job
 from rule_engine.capture import BUILTIN_COLLECTIONS as ALL_COLLECTIONS  # noqa: E402
 
+LIBRARY = "library: watch()"
+LAUNCHER = "launcher: unchanged script"
 CONFIGS: dict[str, tuple[list, dict] | None] = {
     "plain": None,
+    LIBRARY: (EXPLODING, {}),
+    LAUNCHER: (EXPLODING, {}),
     "sentinel only": (EXPLODING, {}),
     "sentinel + gradients/100": (EXPLODING, {"gradients": {"save_interval": 100}}),
     "sentinel + gradients/10": (EXPLODING, {"gradients": {"save_interval": 10}}),
@@ -53,8 +65,21 @@ class _Setup:
         self.name = name
         self.model = ResNet(args.depth, 10, "elu", add_batch_norm=True)
         self.optimizer = torch.optim.SGD(self.model.parameter_groups(), lr=0.05, momentum=0.9)
-        self.capture = self.sentinel = None
-        if config is not None:
+        self.capture = self.sentinel = self.guard = self.launcher = None
+        self.criterion = torch.nn.CrossEntropyLoss()
+        if name == LIBRARY:
+            from rule_engine.guard import watch
+
+            self.guard = watch(self.model, self.optimizer, rules=config[0], capture=config[1], action="notify",
+                               environ={"STABILIZER_HYPERPARAMETERS_FILE": str(workdir / "absent.json"),
+                                        "STABILIZER_CHECKPOINT_DIR": str(workdir)})
+        elif name == LAUNCHER:
+            from rule_engine.job_config import JobPaths, StabilizerConfig
+            from rule_engine.launch import LauncherHooks
+
+            self.launcher = LauncherHooks(StabilizerConfig(rules=config[0], capture=config[1], action="notify"),
+                                          JobPaths(workdir, workdir / "failure", workdir / "tensors"))
+        elif config is not None:
             rules, collections = config
             self.capture, self.sentinel = build_monitoring(
                 self.model,
@@ -80,9 +105,11 @@ class _Setup:
                 self.capture.begin_step(step)
             hooks = time.perf_counter() - hook_started
             logits = self.model(inputs)
-            loss = F.cross_entropy(logits, labels)
+            loss = self.criterion(logits, labels) if self.launcher is not None else F.cross_entropy(logits, labels)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            if self.guard is not None:
+                self.guard.step(loss)
             grads = [p.grad for p in self.model.parameters() if p.grad is not None]
             grad_norm = torch.nn.utils.get_total_norm(grads)
             hook_started = time.perf_counter()
@@ -107,6 +134,10 @@ class _Setup:
         started = time.perf_counter()
         if self.sentinel is not None:
             self.sentinel.close()  # flushes the writer thread: getting tensors to disk is counted
+        if self.guard is not None:
+            self.guard.close()
+        if self.launcher is not None:
+            self.launcher.close()
         self.seconds += time.perf_counter() - started
         self.hook_seconds += time.perf_counter() - started
 
@@ -123,7 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depth", type=int, default=20, help="ResNet depth (6n+2)")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 keeps torch's default")
+    parser.add_argument("--configs", default="", help="comma-separated configurations to run beside plain "
+                        f"(default all): {', '.join(name for name in CONFIGS if name != 'plain')}")
     args = parser.parse_args(argv)
+    chosen = {"plain", *(name.strip() for name in args.configs.split(",") if name.strip())} if args.configs else None
+    unknown = (chosen or set()) - set(CONFIGS)
+    if unknown:
+        parser.error(f"--configs: unknown {sorted(unknown)}")
+    configs = {name: config for name, config in CONFIGS.items() if chosen is None or name in chosen}
     sys.path.insert(0, str(MODEL_DIR))
     import torch
     from data import digits_arrays
@@ -146,16 +184,17 @@ def main(argv: list[str] | None = None) -> int:
         ]
 
     x_t, y_t = data
-    rates: dict[str, list[float]] = {name: [] for name in CONFIGS}
-    hook_ms: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    rates: dict[str, list[float]] = {name: [] for name in configs}
+    hook_ms: dict[str, list[float]] = {name: [] for name in configs}
     step_ms: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
         for round_index in range(args.rounds):
             setups = [
                 _Setup(name, config, args, Path(tmp) / f"r{round_index}-{i}")
-                for i, (name, config) in enumerate(CONFIGS.items())
+                for i, (name, config) in enumerate(configs.items())
             ]
-            for setup in setups:
+            # The launcher attaches to the first optimizer that steps: its own warm-up goes first.
+            for setup in sorted(setups, key=lambda s: s.launcher is None):
                 setup.train(range(-3, 0), batches)  # warm-up steps, not timed below
                 setup.seconds, setup.hook_seconds, setup.steps = 0.0, 0.0, 0
             # Configurations take turns every `chunk` steps, in a new random order each turn, so
