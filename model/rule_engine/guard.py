@@ -171,7 +171,7 @@ class Guard:
         )
         self._loss = self._labels = self._inputs = self._outputs = None
         stop = verdict.stop or self._deferred_stop
-        if self.world_size > 1:
+        if self.world_size > 1 and torch.distributed.is_initialized():
             stop = self._agree(verdict, stop)
         if stop:
             self._stop(f"at step {step}")
