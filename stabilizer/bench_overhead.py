@@ -217,8 +217,12 @@ def main(argv: list[str] | None = None) -> int:
                     + ("" if inside else f", {hook_ms[setup.name][-1]:.3f} ms/step in capture and sentinel"),
                     flush=True,
                 )
+    _print_table(rates, hook_ms, statistics.median(step_ms))
+    return 0
+
+
+def _print_table(rates: dict[str, list[float]], hook_ms: dict[str, list[float]], plain_ms: float) -> None:
     plain = statistics.median(rates["plain"])
-    plain_ms = statistics.median(step_ms)
     # Two views: end-to-end throughput (exposed to machine load) and the time spent inside the
     # hooks themselves, as the ratio plain step / (plain step + hook time).
     print(f"\n{'configuration':32s} {'steps/s':>8s} {'ratio':>7s} {'hook ms/step':>13s} {'hook ratio':>11s}  target")
@@ -232,7 +236,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:32s} {median:8.3f} {median / plain:6.3f}x {'in the step':>13s} {'-':>11s}  {verdict}")
             continue
         print(f"{name:32s} {median:8.3f} {median / plain:6.3f}x {hooks:13.3f} {hook_ratio:10.4f}x  {verdict}")
-    return 0
 
 
 if __name__ == "__main__":
