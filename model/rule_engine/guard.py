@@ -55,7 +55,9 @@ FINITE_CHECK_RULE = "ExplodingTensor"
 def unwrap(model: nn.Module) -> nn.Module:
     """The user's network inside DistributedDataParallel / DataParallel / torch.compile wrappers."""
     while True:
-        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        inner = getattr(model, "module", None)
+        if not isinstance(inner, nn.Module):
+            inner = getattr(model, "_orig_mod", None)
         if not isinstance(inner, nn.Module):
             return model
         model = inner
@@ -208,7 +210,7 @@ class Guard:
 
     @property
     def findings(self) -> list[dict[str, Any]]:
-        return list(self.sentinel._findings)
+        return self.sentinel.findings
 
     # -- hooks
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:

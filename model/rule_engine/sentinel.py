@@ -100,6 +100,11 @@ class Sentinel:
         self.stop_finding: dict[str, Any] | None = None
 
     @property
+    def findings(self) -> list[dict[str, Any]]:
+        """Every finding recorded so far (this process's and, on DDP rank 0, the other ranks')."""
+        return list(self._findings)
+
+    @property
     def enabled(self) -> bool:
         return bool(self.rules)
 
