@@ -87,7 +87,10 @@ def test_user_job_explodes_and_recovers_through_its_learning_rate_knob(
     hps = request["HyperParameters"]
     assert json.loads(hps["sagemaker_program"]) == "fit.py"
     assert {k: json.loads(v) for k, v in hps.items() if not k.startswith("sagemaker_")} == {
-        "lr": 1.6, "steps": 60, "clip": 0.0, "seed": 0
+        "lr": 1.6,
+        "steps": 60,
+        "clip": 0.0,
+        "seed": 0,
     }
     assert json.loads(hps["sagemaker_stabilizer"])["knobs"] == {"learning_rate": "lr"}
     assert {c["ChannelName"] for c in request["InputDataConfig"]} == {"points", "stabilizer"}
