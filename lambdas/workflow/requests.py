@@ -48,13 +48,15 @@ DEBUGGER_RULE_ACCOUNTS = {
 }
 
 # The library reaches every job as an input channel (docs/contracts.md, section 8): SageMaker
-# downloads it to /opt/ml/input/data/<channel>, and PYTHONPATH puts it on the script's path.
+# downloads it to /opt/ml/input/data/<channel>, and PYTHONPATH puts it (and the launcher's
+# autostart directory) on the script's path.
 LIBRARY_CHANNEL = "stabilizer"
 LIBRARY_LOCAL_PATH = f"/opt/ml/input/data/{LIBRARY_CHANNEL}"
 # The hyperparameter holding the sentinel's configuration. The training toolkit keeps
 # `sagemaker_*` hyperparameters out of the script's arguments and SM_HPS.
 CONFIG_HYPERPARAMETER = "sagemaker_stabilizer"
-CONFIG_VERSION = 1
+# The library's launcher level starts from a `sitecustomize` module in this directory of the channel.
+LAUNCHER_AUTOSTART = f"{LIBRARY_LOCAL_PATH}/rule_engine/autostart"
 HYPERPARAMETER_VALUE_MAX = 2500
 
 
@@ -99,17 +101,15 @@ def _capture_json(monitoring: Monitoring) -> dict[str, Any]:
 def sentinel_configuration(job: Job, monitoring: Monitoring) -> str:
     """The `sagemaker_stabilizer` value: the in-job library's whole configuration as JSON text.
 
-    Shape (docs/contracts.md, section 8): version, rules, capture, action, integration,
-    loss_metric and loss_regex (the launcher reads the loss from log lines), and knobs (role ->
-    the job's hyperparameter name), so findings can name the knob a remedy will turn.
+    Shape (docs/contracts.md, section 8): rules, capture, action, integration, loss_regex (the
+    launcher reads the loss from the log lines it matches; null when the job names no loss
+    metric) and knobs (role -> the job's hyperparameter name). The library rejects other keys.
     """
     config = {
-        "version": CONFIG_VERSION,
         "rules": _rules_json(monitoring.rules),
         "capture": _capture_json(monitoring),
         "action": monitoring.sentinel_action,
         "integration": job.integration,
-        "loss_metric": job.loss_metric,
         "loss_regex": job.loss_regex(),
         "knobs": {role: knob.hyperparameter for role, knob in job.knobs.declared().items()},
     }
@@ -231,7 +231,7 @@ def build_create_training_job(state: WorkflowState, settings: TrainSettings, att
     environment = {"STABILIZER_CHECKPOINT_DIR": CHECKPOINT_LOCAL_PATH}
     if settings.library_s3_uri:
         channels.append(_channel(LIBRARY_CHANNEL, settings.library_s3_uri))
-        environment["PYTHONPATH"] = LIBRARY_LOCAL_PATH
+        environment["PYTHONPATH"] = f"{LIBRARY_LOCAL_PATH}:{LAUNCHER_AUTOSTART}"
     if state.resume_from:
         channels.append(_channel("resume", state.resume_from))
     request: dict[str, Any] = {

@@ -94,7 +94,9 @@ def test_user_job_explodes_and_recovers_through_its_learning_rate_knob(
     }
     assert json.loads(hps["sagemaker_stabilizer"])["knobs"] == {"learning_rate": "lr"}
     assert {c["ChannelName"] for c in request["InputDataConfig"]} == {"points", "stabilizer"}
-    assert request["Environment"]["PYTHONPATH"] == "/opt/ml/input/data/stabilizer"
+    assert request["Environment"]["PYTHONPATH"] == (
+        "/opt/ml/input/data/stabilizer:/opt/ml/input/data/stabilizer/rule_engine/autostart"
+    )
     # The script itself saw the configuration and stopped or finished as the state says.
     assert 'knobs declared: {"learning_rate": "lr"}' in logs[0]
     assert "finished mse=" not in logs[0]

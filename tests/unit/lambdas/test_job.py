@@ -270,7 +270,9 @@ def test_the_request_launches_the_users_job_with_the_library(job_settings):
         "points": "s3://user-bucket/jobs/regression/points/",
         "stabilizer": "s3://stabilizer-bucket/library/",
     }
-    assert request["Environment"]["PYTHONPATH"] == "/opt/ml/input/data/stabilizer"
+    assert request["Environment"]["PYTHONPATH"] == (
+        "/opt/ml/input/data/stabilizer:/opt/ml/input/data/stabilizer/rule_engine/autostart"
+    )
     assert request["AlgorithmSpecification"]["TrainingImage"] == GPU_IMAGE
     assert request["AlgorithmSpecification"]["MetricDefinitions"] == [{"Name": "train:loss", "Regex": r"mse=(\S+)"}]
     assert request["ResourceConfig"]["InstanceType"] == "ml.g5.xlarge"
@@ -285,7 +287,7 @@ def test_the_reference_request_also_carries_the_configuration(job_settings):
     assert json.loads(hps["sentinel_rules"])  # what train.py reads today
     config = json.loads(hps["sagemaker_stabilizer"])
     assert config["knobs"]["normalization"] == "add_batch_norm"
-    assert config["loss_metric"] == "train:loss"
+    assert config["loss_regex"] == r"step=\d+ epoch=\d+ loss=(\S+)"
 
 
 def test_a_configuration_too_long_for_one_hyperparameter_is_rejected(job_settings):
