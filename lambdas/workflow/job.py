@@ -146,6 +146,8 @@ class Knobs(Strict):
             if knob.type not in ROLE_TYPES[role]:
                 allowed = " or ".join(ROLE_TYPES[role])
                 raise ValueError(f"{role}: a {role} knob is of type {allowed}, not {knob.type}")
+            if role == "normalization" and knob.type == "int" and (knob.min, knob.max) != (0, 1):
+                raise ValueError("normalization: an int switch has min 0 and max 1")
         names = [knob.hyperparameter for knob in self.declared().values()]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:

@@ -121,6 +121,10 @@ def test_image_and_instance_default_to_the_deployment(job_settings):
             "job.knobs.normalization: a normalization knob is of type bool or int, not float",
         ),
         (
+            {"job": job(knobs={"normalization": {"hyperparameter": "steps", "type": "int", "min": 0, "max": 60}})},
+            "job.knobs.normalization: an int switch has min 0 and max 1",
+        ),
+        (
             {"job": job(knobs={"activation": {"hyperparameter": "seed", "type": "choice", "values": ["relu", "elu"]}})},
             "job.knobs.activation: hyperparameters.seed 0 is not one of the knob's values ['relu', 'elu']",
         ),
