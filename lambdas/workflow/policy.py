@@ -317,7 +317,7 @@ def _apply(rung: Rung, knob: Knob, spec: Recipe, start: Recipe) -> Recipe | None
             new = round(new)
         if new < max(b for b in lowest if b is not None) or new > min(highest):
             return None
-    if new == current and type(new) is type(current):
+    if new == current:
         return None
     return {**spec, name: new}
 
