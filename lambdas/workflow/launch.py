@@ -70,8 +70,12 @@ def resolve_image(image: str | ImageSpec | None, settings: TrainSettings, instan
         raise InvalidInput(f"job.image: {error}") from None
 
 
-def _resolve(job: Job, settings: TrainSettings) -> Job:
-    """The job with its image and instance type filled in and its locations checked."""
+def _resolve(job: Job, settings: TrainSettings, instance_field: str = "job.instance_type") -> Job:
+    """The job with its image and instance type filled in and its locations checked.
+
+    `instance_field` is where the person gave the instance type (`run_spec.instance_type` in the
+    older form), so an error names what they typed.
+    """
     reference = is_reference(job, settings)
     if not is_s3_uri(job.source) or job.source.endswith("/"):
         raise InvalidInput(
@@ -91,7 +95,7 @@ def _resolve(job: Job, settings: TrainSettings) -> Job:
     image = resolve_image(job.image, settings, instance_type)
     mismatch = image_instance_mismatch(image, instance_type)
     if mismatch:
-        field = "job.image" if job.image is not None else "job.instance_type"
+        field = "job.image" if job.image is not None else instance_field
         given = "" if job.image is not None else " (the deployment's training image)"
         raise InvalidInput(f"{field}: {mismatch}{given}; give an image and an instance type that match")
     return job.model_copy(update={"image": image, "instance_type": instance_type})
@@ -124,7 +128,7 @@ def prepare(
         monitoring = given.monitoring or spec.monitoring()
     else:
         job, monitoring = given.job, given.monitoring or Monitoring()
-    job = _resolve(job, settings)
+    job = _resolve(job, settings, "job.instance_type" if given.job else "run_spec.instance_type")
     too_big = configuration_problem(job, monitoring)
     if too_big:
         raise InvalidInput(too_big)

@@ -169,6 +169,12 @@ def test_bad_job_input_is_rejected_naming_the_field(job_settings, raw, expected)
     assert expected in problem(job_settings, raw)
 
 
+def test_the_older_form_names_its_own_instance_field(settings):
+    text = problem(settings, {"run_spec": {"instance_type": "ml.c5.xlarge"}})
+    assert text.startswith("run_spec.instance_type: ")
+    assert "is a GPU image but ml.c5.xlarge has no NVIDIA GPU" in text
+
+
 def test_a_job_needs_the_library_location_in_the_deployment(settings):
     with pytest.raises(MisconfiguredEnvironment, match="LIBRARY_S3_URI"):
         prepared(settings, job())
