@@ -18,8 +18,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from workflow.aws import Notifier, TrainingJobs, get_sagemaker, get_sns
 from workflow.errors import StateCorrupted
-from workflow.launch import launch, prepare
+from workflow.launch import ArchiveReader, launch, prepare
 from workflow.settings import TrainSettings
+from workflow.sources import SourceArchives
 from workflow.state import dump_state, load_state
 
 logger = Logger(service="stabilizer")
@@ -38,6 +39,7 @@ def handle(
     settings: TrainSettings | None = None,
     jobs: TrainingJobs | None = None,
     notifier: Notifier | None = None,
+    sources: ArchiveReader | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """The handler's work with its collaborators injectable; `lambda_handler` uses the defaults."""
@@ -46,7 +48,7 @@ def handle(
     settings = settings or get_settings()
     action = event.get("action")
     if action == "prepare":
-        state = prepare(event.get("input"), event.get("execution"), settings)
+        state = prepare(event.get("input"), event.get("execution"), settings, sources or SourceArchives())
         logger.info("execution prepared", execution=state.execution.name, policy=state.policy)
         metrics.add_metric(name="ExecutionsPrepared", unit=MetricUnit.Count, value=1)
         return dump_state(state)

@@ -5,9 +5,15 @@ The input model itself (every field, its type and default) belongs to the workfl
 and asks the domain to validate it, so the CLI rejects exactly what the state machine would,
 before anything is launched. Problems are raised as ``InputProblemError`` with a one-line message.
 
-Keys may be dotted (``run_spec.num_epochs=1``, ``limits.max_num_retraining=3``); a bare key is
-looked up among the top-level fields, then the run_spec fields, then the limits fields. Values
-are read as JSON when they parse (``1``, ``0.05``, ``true``, ``[...]``), else as text (``elu``).
+Keys may be dotted (``run_spec.num_epochs=1``, ``limits.max_num_retraining=3``,
+``job.hyperparameters.lr=0.1``); a bare key is looked up among the top-level fields, then, when
+the input describes a job, among that job's hyperparameters, then the run_spec fields, then the
+limits fields. Values are read as JSON when they parse (``1``, ``0.05``, ``true``, ``[...]``),
+else as text (``elu``).
+
+A job's local paths (``job.source``, ``job.channels``) are relative to the input file (or to the
+current directory without one); they are made absolute and checked here, before anything starts
+(stabilizer.local.staging).
 """
 
 from __future__ import annotations
@@ -69,14 +75,19 @@ def _fields(model: Any) -> dict[str, Any]:
     return dict(model.model_fields)
 
 
-def resolve_key(key: str, state_module: ModuleType) -> list[str]:
+def resolve_key(key: str, state_module: ModuleType, data: dict[str, Any] | None = None) -> list[str]:
     """The path of ``key`` in the execution input, or InputProblemError naming the known keys."""
     top = _fields(state_module.ExecutionInput)
     nested = {"run_spec": _fields(state_module.RunSpec), "limits": _fields(state_module.Limits)}
     parts = key.split(".")
+    job = (data or {}).get("job")
+    if parts[0] == "job" and len(parts) > 1:
+        return parts  # the job's own fields and hyperparameters: the model checks them
     if len(parts) == 1:
         if key in top and key not in nested:
             return parts
+        if isinstance(job, dict) and key in (job.get("hyperparameters") or {}):
+            return ["job", "hyperparameters", key]
         for section, fields in nested.items():
             if key in fields:
                 return [section, key]
@@ -113,7 +124,7 @@ def build_input(
         key, sep, text = pair.partition("=")
         if not sep or not key:
             raise InputProblemError(f"expected key=value, got {pair!r}")
-        path = resolve_key(key.strip(), state_module)
+        path = resolve_key(key.strip(), state_module, data)
         target = data
         for part in path[:-1]:
             section = target.setdefault(part, {})
@@ -124,7 +135,18 @@ def build_input(
     if policy is not None:
         data["policy"] = policy
     _fill_defaults(data, defaults or {})
-    return validate_execution_input(data, state_module)
+    validate_execution_input(data, state_module)
+    return localize_job(data, Path(input_file).resolve().parent if input_file else Path.cwd())
+
+
+def localize_job(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """The input with its job's local paths absolute and checked; InputProblemError names the field."""
+    from stabilizer.local.staging import StagingError, localize
+
+    try:
+        return localize(data, base)
+    except StagingError as error:
+        raise InputProblemError(str(error)) from None
 
 
 def validate_execution_input(data: dict[str, Any], state_module: Any) -> dict[str, Any]:

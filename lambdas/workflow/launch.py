@@ -1,40 +1,147 @@
 """The train Lambda's decisions: the initial state from the execution input, and the next attempt.
 
-Pure: `prepare()` validates the raw input and returns the first state; `launch()` returns the
-CreateTrainingJob request, the state with the new attempt recorded and the `launched`
-notification. Calling SageMaker and SNS is the handler's job.
+`prepare()` validates the raw input, resolves the job against the deployment (the reference job
+when none is given, the default image and instance, the source archive's entry point) and
+returns the first state; every problem is an `InvalidInput` naming the field, before anything
+is launched. `launch()` returns the CreateTrainingJob request, the state with the new attempt
+recorded and the `launched` notification. Calling SageMaker, S3 and SNS is the handler's job;
+reading the source archive goes through the `sources` reader it passes in.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from workflow import notifications
-from workflow.errors import StateCorrupted
+from workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
+from workflow.job import ImageSpec, Job, image_instance_mismatch
 from workflow.notifications import Notification
-from workflow.requests import build_create_training_job, checkpoint_uri
+from workflow.reference import is_reference, reference_job
+from workflow.requests import build_create_training_job, checkpoint_uri, configuration_problem
 from workflow.settings import TrainSettings
-from workflow.state import Attempt, ExecutionRef, WorkflowState, parse_execution_input
+from workflow.sources import entry_point_problem
+from workflow.state import (
+    Attempt,
+    ExecutionRef,
+    Monitoring,
+    RunSpec,
+    WorkflowState,
+    is_s3_uri,
+    parse_execution_input,
+)
 
 
-def prepare(raw_input: Any, execution: Any, settings: TrainSettings) -> WorkflowState:
-    """Validate the execution input (raises InvalidInput) and build the first state."""
+class ArchiveReader(Protocol):
+    """Lists a source archive's members (workflow.sources.SourceArchives); None when too large to read."""
+
+    def members(self, uri: str) -> list[str] | None: ...
+
+
+def resolve_image(image: str | ImageSpec | None, settings: TrainSettings, instance_type: str) -> str:
+    """An image URI for the job: as given, the deployment's default, or looked up by framework and version.
+
+    The lookup is `workflow.images.training_image_uri` (the SageMaker Python SDK's image URI
+    tables, not ours); a deployment without it accepts image URIs only.
+    """
+    if image is None:
+        return settings.training_image_uri
+    if isinstance(image, str):
+        return image
+    try:
+        from workflow import images  # type: ignore[attr-defined]
+
+        lookup = images.training_image_uri
+    except (ImportError, AttributeError):
+        raise InvalidInput(
+            f"job.image: this deployment cannot look up {image.framework} {image.version} images; "
+            "give the training image's URI"
+        ) from None
+    try:
+        return lookup(
+            framework=image.framework,
+            version=image.version,
+            region=settings.region,
+            instance_type=instance_type,
+            python_version=image.python_version,
+        )
+    except ValueError as error:
+        raise InvalidInput(f"job.image: {error}") from None
+
+
+def _resolve(job: Job, settings: TrainSettings, instance_field: str = "job.instance_type") -> Job:
+    """The job with its image and instance type filled in and its locations checked.
+
+    `instance_field` is where the person gave the instance type (`run_spec.instance_type` in the
+    older form), so an error names what they typed.
+    """
+    reference = is_reference(job, settings)
+    if not is_s3_uri(job.source) or job.source.endswith("/"):
+        raise InvalidInput(
+            f"job.source: expected the s3:// URI of a source archive (sourcedir.tar.gz), got {job.source!r} "
+            "(a local directory works in local mode only)"
+        )
+    for name, uri in job.channels.items():
+        if not is_s3_uri(uri):
+            raise InvalidInput(
+                f"job.channels.{name}: expected an s3:// prefix, got {uri!r} (local paths work in local mode only)"
+            )
+    if not reference and settings.library_s3_uri is None:
+        raise MisconfiguredEnvironment(
+            "LIBRARY_S3_URI is not set, so the stabilizer library cannot reach a job of your own"
+        )
+    instance_type = job.instance_type or settings.default_instance_type
+    image = resolve_image(job.image, settings, instance_type)
+    mismatch = image_instance_mismatch(image, instance_type)
+    if mismatch:
+        field = "job.image" if job.image is not None else instance_field
+        given = "" if job.image is not None else " (the deployment's training image)"
+        raise InvalidInput(f"{field}: {mismatch}{given}; give an image and an instance type that match")
+    return job.model_copy(update={"image": image, "instance_type": instance_type})
+
+
+def _check_entry_point(job: Job, sources: ArchiveReader) -> None:
+    members = sources.members(job.source)
+    if members is None:
+        return  # too large to read here; SageMaker reports a missing entry point itself
+    problem = entry_point_problem(members, job.entry_point, job.source)
+    if problem:
+        raise InvalidInput(problem)
+
+
+def prepare(
+    raw_input: Any, execution: Any, settings: TrainSettings, sources: ArchiveReader | None = None
+) -> WorkflowState:
+    """Validate the execution input (raises InvalidInput) and build the first state.
+
+    `sources` reads source archives; without it the entry point is not checked against the
+    archive. The deployment's own archive (the reference job) is never read: its `train.py` is
+    part of the project.
+    """
     given = parse_execution_input(raw_input)
     if not isinstance(execution, dict) or not execution.get("id") or not execution.get("name"):
         raise StateCorrupted("execution: expected {'id': ..., 'name': ...} from the state machine's context")
-    run_spec = given.run_spec
-    if run_spec.instance_type is None:
-        run_spec = run_spec.model_copy(update={"instance_type": settings.default_instance_type})
+    if given.job is None:
+        spec = given.run_spec or RunSpec()
+        job = reference_job(spec, settings)
+        monitoring = given.monitoring or spec.monitoring()
+    else:
+        job, monitoring = given.job, given.monitoring or Monitoring()
+    job = _resolve(job, settings, "job.instance_type" if given.job else "run_spec.instance_type")
+    too_big = configuration_problem(job, monitoring)
+    if too_big:
+        raise InvalidInput(too_big)
+    if sources is not None and not is_reference(job, settings):
+        _check_entry_point(job, sources)
     return WorkflowState(
-        execution=ExecutionRef.create(
-            str(execution["id"]), str(execution["name"]), execution.get("start_time")
-        ),
+        execution=ExecutionRef.create(str(execution["id"]), str(execution["name"]), execution.get("start_time")),
         policy=given.policy,
         wait_seconds=given.wait_seconds,
         next_action="launch_new",
-        run_spec=run_spec,
+        job=job,
+        monitoring=monitoring,
+        run_spec=dict(job.hyperparameters),
         limits=given.limits,
     )
 
@@ -60,7 +167,7 @@ def launch(state: WorkflowState, settings: TrainSettings, now: datetime) -> Laun
     attempt = Attempt(
         number=number,
         job_name=request["TrainingJobName"],
-        run_spec=s.run_spec,
+        run_spec=dict(s.run_spec),
         checkpoint_s3_uri=checkpoint_uri(settings.bucket, s.execution.name, number),
         resumed_from=s.resume_from,
         started_at=now,

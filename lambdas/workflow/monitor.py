@@ -244,7 +244,7 @@ def _after_end(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckRes
         )
     # Stopped without any finding: nobody in this workflow asked for it.
     if obs.secondary_status == "MaxRuntimeExceeded":
-        limit = attempt.run_spec.max_runtime_seconds
+        limit = s.job.max_runtime_seconds
         return _end(
             s, attempt, obs, "gave_up", f"attempt {attempt.number} ran past MaxRuntimeInSeconds ({limit} s)"
         )

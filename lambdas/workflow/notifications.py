@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from workflow.state import Attempt, Decision, Finding, RunSpec, WorkflowState
+from workflow.state import Attempt, Decision, Finding, WorkflowState
 
 EventType = Literal["launched", "issue_found", "relaunching", "completed", "gave_up", "failed"]
 
@@ -71,10 +71,24 @@ def recipe_diff(changes: dict[str, list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def _recipe_line(spec: RunSpec) -> str:
-    bn = "BN" if spec.add_batch_norm else "no BN"
-    clip = f", clip {spec.grad_clip:g}" if spec.grad_clip else ""
-    return f"warm-up LR {spec.warmup_learning_rate:g}, LR {spec.learning_rate:g}, {bn}{clip}"
+def _recipe_line(state: WorkflowState, spec: dict[str, Any]) -> str:
+    """The recipe in a few words, through the job's knobs: ``warm-up LR 0.1, LR 0.1, no BN``."""
+    knobs = state.job.knobs.declared()
+
+    def value(role: str) -> Any:
+        return spec.get(knobs[role].hyperparameter) if role in knobs else None
+
+    parts = []
+    for role, label in (("warmup_learning_rate", "warm-up LR"), ("learning_rate", "LR")):
+        if isinstance(value(role), int | float):
+            parts.append(f"{label} {value(role):g}")
+    if "normalization" in knobs:
+        parts.append("BN" if value("normalization") not in (0, False) else "no BN")
+    if isinstance(value("grad_clip"), int | float) and value("grad_clip"):
+        parts.append(f"clip {value('grad_clip'):g}")
+    if not parts:  # no knob speaks of the recipe: show the first hyperparameters as they are
+        parts = [f"{key}={_fmt(item)}" for key, item in list(spec.items())[:4]]
+    return ", ".join(parts) or "no hyperparameters"
 
 
 def _trim_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
@@ -139,10 +153,10 @@ def _compose(state: WorkflowState, event: EventType, subject: str, lines: list[s
 
 
 def launched(state: WorkflowState, attempt: Attempt) -> Notification:
-    subject = clean_subject(f"Attempt {attempt.number} launched: {_recipe_line(attempt.run_spec)}")
+    subject = clean_subject(f"Attempt {attempt.number} launched: {_recipe_line(state, attempt.run_spec)}")
     lines = [
         f"Training job {attempt.job_name} started.",
-        f"Recipe: {_recipe_line(attempt.run_spec)}",
+        f"Recipe: {_recipe_line(state, attempt.run_spec)}",
         f"Checkpoints: {attempt.checkpoint_s3_uri}",
     ]
     if attempt.resumed_from:
@@ -153,7 +167,7 @@ def launched(state: WorkflowState, attempt: Attempt) -> Notification:
         subject,
         lines,
         job_name=attempt.job_name,
-        run_spec=attempt.run_spec.model_dump(mode="json"),
+        run_spec=attempt.run_spec,
     )
     return Notification("launched", subject, body, _attributes(state, "launched", attempt))
 
@@ -230,7 +244,7 @@ def _attempts_table(state: WorkflowState) -> list[str]:
     lines = ["Attempts:"]
     for a in state.attempts:
         fired = f", {a.finding.rule} at step {a.finding.step}" if a.finding else ""
-        lines.append(f"  {a.number}. {a.job_name}: {a.status}{fired} [{_recipe_line(a.run_spec)}]")
+        lines.append(f"  {a.number}. {a.job_name}: {a.status}{fired} [{_recipe_line(state, a.run_spec)}]")
     return lines
 
 
@@ -256,7 +270,7 @@ def finished(
     lines = [f"Outcome: {state.outcome}", f"Reason: {state.reason}", ""]
     lines += _finding_lines(finding, evidence or {})
     if attempt is not None:
-        lines.append(f"Final recipe: {_recipe_line(attempt.run_spec)}")
+        lines.append(f"Final recipe: {_recipe_line(state, attempt.run_spec)}")
     lines += ["", *_attempts_table(state)]
     body = _compose(
         state, event, subject, lines, job_name=attempt.job_name if attempt else None, reason=state.reason

@@ -1,9 +1,11 @@
 """Builds the CreateTrainingJob request of one attempt, and its job name and S3 prefixes.
 
-Pure: a state, the settings and an attempt number in, a request dict out. The request must be
-valid against botocore's SageMaker service model (tests check it with botocore's validator and
-the model's own length and pattern limits). Contracts: hyperparameters in docs/contracts.md
-section 1, rule lists in section 3, the S3 layout in section 4.
+Pure: a state, the settings and an attempt number in, a request dict out. The request launches
+the state's job as the user described it, plus what the workflow adds: the library channel and
+the sentinel configuration (docs/contracts.md, section 8), checkpoints, tags. It must be valid
+against botocore's SageMaker service model (tests check it with botocore's validator and the
+model's own length and pattern limits). Contracts: hyperparameters in docs/contracts.md section
+1, rule lists in section 3, the S3 layout in section 4.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import json
 from typing import Any
 
 from workflow.errors import MisconfiguredEnvironment, StateCorrupted
+from workflow.job import Job
+from workflow.reference import is_reference
 from workflow.settings import TrainSettings
-from workflow.state import RuleConfig, RunSpec, WorkflowState
+from workflow.state import Monitoring, RuleConfig, WorkflowState
 
 JOB_NAME_MAX = 63
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
@@ -43,16 +47,17 @@ DEBUGGER_RULE_ACCOUNTS = {
     "me-south-1": "986000313247",
 }
 
-# Regexes over the training log lines of docs/contracts.md section 1. `step=\d+ epoch=` anchors
-# the training line so that "test_loss=" never feeds the training loss.
-METRIC_DEFINITIONS = [
-    {"Name": "train:step", "Regex": r"step=(\d+) epoch="},
-    {"Name": "train:loss", "Regex": r"step=\d+ epoch=\d+ loss=(\S+)"},
-    {"Name": "train:lr", "Regex": r"step=\d+ epoch=\d+ loss=\S+ lr=(\S+)"},
-    {"Name": "train:grad_norm", "Regex": r"grad_norm=(\S+)"},
-    {"Name": "test:loss", "Regex": r"test_loss=(\S+)"},
-    {"Name": "test:accuracy", "Regex": r"test_accuracy=(\S+)"},
-]
+# The library reaches every job as an input channel (docs/contracts.md, section 8): SageMaker
+# downloads it to /opt/ml/input/data/<channel>, and PYTHONPATH puts it (and the launcher's
+# autostart directory) on the script's path.
+LIBRARY_CHANNEL = "stabilizer"
+LIBRARY_LOCAL_PATH = f"/opt/ml/input/data/{LIBRARY_CHANNEL}"
+# The hyperparameter holding the sentinel's configuration. The training toolkit keeps
+# `sagemaker_*` hyperparameters out of the script's arguments and SM_HPS.
+CONFIG_HYPERPARAMETER = "sagemaker_stabilizer"
+# The library's launcher level starts from a `sitecustomize` module in this directory of the channel.
+LAUNCHER_AUTOSTART = f"{LIBRARY_LOCAL_PATH}/rule_engine/autostart"
+HYPERPARAMETER_VALUE_MAX = 2500
 
 
 def job_name(prefix: str, short_id: str, attempt: int) -> str:
@@ -89,39 +94,75 @@ def _rules_json(rules: list[RuleConfig]) -> list[dict[str, Any]]:
     return [{"name": rule.name, "parameters": dict(rule.parameters)} for rule in rules]
 
 
-def _capture_json(spec: RunSpec) -> dict[str, Any]:
-    return {name: capture.model_dump(exclude_none=True) for name, capture in spec.capture.items()}
+def _capture_json(monitoring: Monitoring) -> dict[str, Any]:
+    return {name: capture.model_dump(exclude_none=True) for name, capture in monitoring.capture.items()}
 
 
-def hyperparameters(spec: RunSpec, settings: TrainSettings) -> dict[str, str]:
+def sentinel_configuration(job: Job, monitoring: Monitoring) -> str:
+    """The `sagemaker_stabilizer` value: the in-job library's whole configuration as JSON text.
+
+    Shape (docs/contracts.md, section 8): rules, capture, action, integration, loss_regex (the
+    launcher reads the loss from the log lines it matches; null when the job names no loss
+    metric) and knobs (role -> the job's hyperparameter name). The library rejects other keys.
+    """
+    config = {
+        "rules": _rules_json(monitoring.rules),
+        "capture": _capture_json(monitoring),
+        "action": monitoring.sentinel_action,
+        "integration": job.integration,
+        "loss_regex": job.loss_regex(),
+        "knobs": {role: knob.hyperparameter for role, knob in job.knobs.declared().items()},
+    }
+    return json.dumps(config, separators=(",", ":"))
+
+
+def configuration_problem(job: Job, monitoring: Monitoring) -> str | None:
+    """Why the configuration cannot travel as one hyperparameter value, or None."""
+    size = len(sentinel_configuration(job, monitoring))
+    if size > HYPERPARAMETER_VALUE_MAX:
+        return (
+            f"monitoring: the rules, capture settings and loss regex take {size} characters as the "
+            f"{CONFIG_HYPERPARAMETER} hyperparameter; SageMaker allows {HYPERPARAMETER_VALUE_MAX}"
+        )
+    return None
+
+
+def _reference_script_settings(monitoring: Monitoring) -> dict[str, Any]:
+    """The sentinel settings as the reference `train.py` reads them today, as its own hyperparameters.
+
+    Only the deployment's own script gets these; a user's script would reject unknown arguments.
+    Once `train.py` reads `sagemaker_stabilizer` like any other job, this goes.
+    """
+    return {
+        "sentinel_rules": json.dumps(_rules_json(monitoring.rules), separators=(",", ":")),
+        "sentinel_action": monitoring.sentinel_action,
+        "capture": json.dumps(_capture_json(monitoring), separators=(",", ":")),
+    }
+
+
+def hyperparameters(state: WorkflowState, settings: TrainSettings) -> dict[str, str]:
     """The training job's hyperparameters, JSON-encoded as the SageMaker Python SDK sends them.
 
-    The container's training toolkit JSON-decodes each value before passing it as `--name value`,
-    so a string is sent as '"elu"', a number as '0.1', and the JSON-valued `sentinel_rules` and
-    `capture` as a JSON string holding their JSON text (docs/contracts.md, section 4).
+    The job's own hyperparameters (this attempt's recipe), then the framework container's
+    `sagemaker_*` entries. The training toolkit JSON-decodes each value before passing it as
+    `--name value`, so a string is sent as '"elu"' and a number as '0.1' (docs/contracts.md,
+    section 4). `sagemaker_stabilizer` holds the configuration's JSON text, decoded once.
     """
-    plain: dict[str, Any] = {
-        "warmup_learning_rate": spec.warmup_learning_rate,
-        "learning_rate": spec.learning_rate,
-        "warmup_epochs": spec.warmup_epochs,
-        "add_batch_norm": spec.add_batch_norm,
-        "num_epochs": spec.num_epochs,
-        "batch_size": spec.batch_size,
-        "depth": spec.depth,
-        "activation": spec.activation,
-        "grad_clip": spec.grad_clip,
-        "seed": spec.seed,
-        "checkpoint_every": spec.checkpoint_every,
-        "max_steps": spec.max_steps,
-        "sentinel_rules": json.dumps(_rules_json(spec.rules), separators=(",", ":")),
-        "sentinel_action": spec.sentinel_action,
-        "capture": json.dumps(_capture_json(spec), separators=(",", ":")),
-        "sagemaker_program": "train.py",
-        "sagemaker_submit_directory": settings.source_s3_uri,
-        "sagemaker_region": settings.region,
-        "sagemaker_container_log_level": 20,
-    }
-    return {key: json.dumps(value) for key, value in plain.items()}
+    job = state.job
+    plain: dict[str, Any] = dict(state.run_spec)
+    if is_reference(job, settings):
+        plain.update(_reference_script_settings(state.monitoring))
+    plain.update(
+        {
+            "sagemaker_program": job.entry_point,
+            "sagemaker_submit_directory": job.source,
+            "sagemaker_region": settings.region,
+            "sagemaker_container_log_level": 20,
+        }
+    )
+    encoded = {key: json.dumps(value) for key, value in plain.items()}
+    encoded[CONFIG_HYPERPARAMETER] = sentinel_configuration(job, state.monitoring)
+    return encoded
 
 
 def _channel(name: str, uri: str) -> dict[str, Any]:
@@ -138,10 +179,10 @@ def _channel(name: str, uri: str) -> dict[str, Any]:
     }
 
 
-def _debugger(spec: RunSpec, settings: TrainSettings, prefix: str) -> dict[str, Any]:
+def _debugger(monitoring: Monitoring, settings: TrainSettings, prefix: str) -> dict[str, Any]:
     """DebugHookConfig and DebugRuleConfigurations from the same rule list as the sentinel."""
-    collections = {name: capture for name, capture in spec.capture.items()}
-    for rule in spec.rules:
+    collections = {name: capture for name, capture in monitoring.capture.items()}
+    for rule in monitoring.rules:
         for name in filter(None, rule.parameters.get("collection_names", "").split(",")):
             # A rule reads a collection only if the hook saves it.
             collections.setdefault(name.strip(), None)
@@ -163,7 +204,7 @@ def _debugger(spec: RunSpec, settings: TrainSettings, prefix: str) -> dict[str, 
             "VolumeSizeInGB": 0,
             "RuleParameters": {"rule_to_invoke": rule.name, **rule.parameters},
         }
-        for rule in spec.rules
+        for rule in monitoring.rules
     ]
     return {
         "DebugHookConfig": {
@@ -176,41 +217,52 @@ def _debugger(spec: RunSpec, settings: TrainSettings, prefix: str) -> dict[str, 
 
 
 def build_create_training_job(state: WorkflowState, settings: TrainSettings, attempt: int) -> dict[str, Any]:
-    """The CreateTrainingJob request for attempt number `attempt` of this execution."""
-    spec = state.run_spec
-    if spec.instance_type is None:
-        raise StateCorrupted("run_spec.instance_type: not set (prepare fills it in)")
+    """The CreateTrainingJob request for attempt number `attempt` of this execution: the user's job
+    (source, entry point, image, instances, hyperparameters, channels, metric definitions), plus
+    what the workflow adds: the library channel, checkpoints, the sentinel configuration, tags."""
+    job = state.job
+    if job.instance_type is None or not isinstance(job.image, str):
+        raise StateCorrupted("job: instance_type and image are not resolved (prepare fills them in)")
     name = job_name(settings.job_name_prefix, state.execution.short_id, attempt)
     prefix = attempt_prefix(settings.bucket, state.execution.name, attempt)
-    # Never run past the execution's training budget, whatever the recipe asks for.
+    # Never run past the execution's training budget, whatever the job asks for.
     remaining = state.limits.max_total_training_seconds - state.training_seconds()
-    channels = [_channel("train", settings.train_data_s3_uri), _channel("test", settings.test_data_s3_uri)]
+    channels = [_channel(channel, uri) for channel, uri in job.channels.items()]
+    environment = {"STABILIZER_CHECKPOINT_DIR": CHECKPOINT_LOCAL_PATH}
+    if settings.library_s3_uri:
+        channels.append(_channel(LIBRARY_CHANNEL, settings.library_s3_uri))
+        environment["PYTHONPATH"] = f"{LIBRARY_LOCAL_PATH}:{LAUNCHER_AUTOSTART}"
     if state.resume_from:
         channels.append(_channel("resume", state.resume_from))
     request: dict[str, Any] = {
         "TrainingJobName": name,
-        "HyperParameters": hyperparameters(spec, settings),
+        "HyperParameters": hyperparameters(state, settings),
         "AlgorithmSpecification": {
-            "TrainingImage": settings.training_image_uri,
+            "TrainingImage": job.image,
             "TrainingInputMode": "File",
-            "MetricDefinitions": METRIC_DEFINITIONS,
+            "MetricDefinitions": [definition.model_dump() for definition in job.metric_definitions],
         },
         "RoleArn": settings.sagemaker_role_arn,
-        "InputDataConfig": channels,
         "OutputDataConfig": {"S3OutputPath": f"{prefix}/output"},
-        "ResourceConfig": {"InstanceType": spec.instance_type, "InstanceCount": 1, "VolumeSizeInGB": 30},
-        "StoppingCondition": {"MaxRuntimeInSeconds": max(60, min(spec.max_runtime_seconds, remaining))},
+        "ResourceConfig": {
+            "InstanceType": job.instance_type,
+            "InstanceCount": job.instance_count,
+            "VolumeSizeInGB": 30,
+        },
+        "StoppingCondition": {"MaxRuntimeInSeconds": max(60, min(job.max_runtime_seconds, remaining))},
         "CheckpointConfig": {
             "S3Uri": checkpoint_uri(settings.bucket, state.execution.name, attempt),  # where the monitor reads
             "LocalPath": CHECKPOINT_LOCAL_PATH,
         },
-        "Environment": {"STABILIZER_CHECKPOINT_DIR": CHECKPOINT_LOCAL_PATH},
+        "Environment": environment,
         "Tags": [
             {"Key": "stabilizer:execution", "Value": state.execution.name},
             {"Key": "stabilizer:attempt", "Value": str(attempt)},
             {"Key": "stabilizer:policy", "Value": state.policy},
         ],
     }
+    if channels:  # InputDataConfig, when given, holds at least one channel
+        request["InputDataConfig"] = channels
     if settings.debugger_rules_enabled:
-        request.update(_debugger(spec, settings, prefix))
+        request.update(_debugger(state.monitoring, settings, prefix))
     return request

@@ -4,7 +4,9 @@
     python lambdas/workflow/schemas.py --check    # exit 1 if the files are out of date
 
 The files are generated from the pydantic models, never edited by hand; a unit test fails when
-they drift. The example input shows every knob with its default.
+they drift. `execution-input.example.json` is what `{}` means (the reference job's recipe, every
+field with its default); `execution-input.job-example.json` describes a job of your own, with
+knobs.
 """
 
 from __future__ import annotations
@@ -17,9 +19,32 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `workflow` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workflow.state import ExecutionInput, WorkflowState
+from workflow.state import ExecutionInput, Limits, RunSpec, WorkflowState
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+# A job of your own: a plain PyTorch loop whose hyperparameters have its own names, two knobs.
+JOB_EXAMPLE = {
+    "policy": "default",
+    "job": {
+        "source": "s3://my-bucket/jobs/mlp/sourcedir.tar.gz",
+        "entry_point": "fit.py",
+        "integration": "library",
+        "image": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-cpu-py311-ubuntu22.04-sagemaker",
+        "instance_type": "ml.m5.xlarge",
+        "instance_count": 1,
+        "hyperparameters": {"lr": 0.5, "epochs": 3, "clip": 0.0, "hidden": 64},
+        "channels": {"training": "s3://my-bucket/jobs/mlp/data/"},
+        "metric_definitions": [{"Name": "train:loss", "Regex": "loss=([0-9.eE+-]+|nan|inf)"}],
+        "loss_metric": "train:loss",
+        "max_runtime_seconds": 3600,
+        "knobs": {
+            "learning_rate": {"hyperparameter": "lr", "type": "float", "min": 1e-5, "max": 1.0},
+            "grad_clip": {"hyperparameter": "clip", "type": "float", "min": 0.0, "max": 10.0},
+        },
+    },
+    "monitoring": {"sentinel_action": "stop"},
+}
 
 
 def _schema(model: type, title: str, description: str) -> dict[str, Any]:
@@ -40,11 +65,14 @@ def documents() -> dict[str, str]:
         "Input of one execution. Every field is optional; {} runs the reference problem. Unknown "
         "keys and wrong types are rejected.",
     )
-    example = ExecutionInput().model_dump(mode="json", exclude_none=True)
+    example = ExecutionInput(run_spec=RunSpec()).model_dump(mode="json", exclude_none=True)
+    job_example = ExecutionInput.model_validate(JOB_EXAMPLE).model_dump(mode="json", exclude_none=True)
+    job_example["limits"] = {"max_num_retraining": Limits().max_num_retraining}
     return {
         "state.schema.json": json.dumps(state, indent=2, sort_keys=True) + "\n",
         "execution-input.schema.json": json.dumps(given, indent=2, sort_keys=True) + "\n",
         "execution-input.example.json": json.dumps(example, indent=2) + "\n",
+        "execution-input.job-example.json": json.dumps(job_example, indent=2) + "\n",
     }
 
 

@@ -49,11 +49,14 @@ class TrainSettings(BaseModel):
     default_instance_type: str = "ml.p3.2xlarge"
     debugger_rules_enabled: bool = False
     region: str = "us-east-1"
+    # The S3 prefix holding the in-job library (`rule_engine/...`), delivered to every job as the
+    # `stabilizer` channel; unset, only the reference job (which carries its own copy) can run.
+    library_s3_uri: str | None = None
 
-    @field_validator("source_s3_uri", "train_data_s3_uri", "test_data_s3_uri")
+    @field_validator("source_s3_uri", "train_data_s3_uri", "test_data_s3_uri", "library_s3_uri")
     @classmethod
-    def _s3(cls, value: str) -> str:
-        if not _S3.match(value):
+    def _s3(cls, value: str | None) -> str | None:
+        if value is not None and not _S3.match(value):
             raise ValueError(f"expected an s3://bucket/key URI, got {value!r}")
         return value
 
@@ -84,6 +87,7 @@ class TrainSettings(BaseModel):
                 "default_instance_type": "DEFAULT_INSTANCE_TYPE",
                 "debugger_rules_enabled": "DEBUGGER_RULES_ENABLED",
                 "region": "AWS_REGION",
+                "library_s3_uri": "LIBRARY_S3_URI",
             },
             fallbacks={"region": "AWS_DEFAULT_REGION"},
         )

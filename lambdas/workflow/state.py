@@ -8,6 +8,9 @@ to the notification, never into the state.
 
 The execution input is validated strictly: every field is optional (the defaults run the
 reference problem), unknown keys and wrong types are rejected with a message that names the field.
+It describes a training job (`job`, see workflow.job) or, in the older form, the reference job's
+recipe (`run_spec`); `workflow.launch.prepare` turns either into the state's `job`, `monitoring`
+and first `run_spec` (the job's hyperparameters).
 
 This module is pure data: no AWS calls, no clock, no environment.
 """
@@ -15,6 +18,7 @@ This module is pure data: no AWS calls, no clock, no environment.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -22,8 +26,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workflow.errors import InvalidInput, StateCorrupted
+from workflow.job import KNOB_ROLES, HyperparameterValue, Job, Strict
 
-STATE_VERSION = 1
+# 2: the state carries the job, its monitoring and the job's hyperparameters as run_spec.
+STATE_VERSION = 2
 
 NextAction = Literal["launch_new", "monitor", "end"]
 Outcome = Literal["succeeded", "gave_up", "failed"]
@@ -59,10 +65,7 @@ _INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
 _S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$")
 
 
-class _Strict(BaseModel):
-    """Input-facing models: unknown keys are an error, not silently dropped."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+_Strict = Strict
 
 
 class RuleConfig(_Strict):
@@ -76,9 +79,7 @@ class RuleConfig(_Strict):
     def _short_values(cls, value: dict[str, str]) -> dict[str, str]:
         for key, text in value.items():
             if len(text) > RULE_PARAMETER_MAX:
-                raise ValueError(
-                    f"parameter {key!r} is {len(text)} characters; at most {RULE_PARAMETER_MAX} allowed"
-                )
+                raise ValueError(f"parameter {key!r} is {len(text)} characters; at most {RULE_PARAMETER_MAX} allowed")
         return value
 
 
@@ -102,6 +103,14 @@ def _default_rules() -> list[RuleConfig]:
     ]
 
 
+def _unique(rules: list[RuleConfig]) -> list[RuleConfig]:
+    names = [rule.name for rule in rules]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(f"each rule may appear once; repeated: {', '.join(duplicates)}")
+    return rules
+
+
 def _default_capture() -> dict[str, CaptureSpec]:
     # Losses are tiny, so every 10 steps; full gradients are ~1 MB per save for ResNet-20, so
     # every 100 steps keeps a 3-epoch run's tensor store small. The sentinel's finite check runs
@@ -109,10 +118,31 @@ def _default_capture() -> dict[str, CaptureSpec]:
     return {"losses": CaptureSpec(save_interval=10), "gradients": CaptureSpec(save_interval=100)}
 
 
-class RunSpec(_Strict):
-    """The recipe of one attempt: hyperparameters (docs/contracts.md, section 1) and resources.
+class Monitoring(_Strict):
+    """What watches the job: the rule list, the tensors captured, and what a firing rule does."""
 
-    Defaults are the reference problem: ResNet-20, ELU, no batch norm, warm-up LR 0.1 then 0.1.
+    rules: list[RuleConfig] = Field(default_factory=_default_rules, max_length=20)
+    capture: dict[str, CaptureSpec] = Field(default_factory=_default_capture, max_length=20)
+    sentinel_action: Literal["stop", "notify"] = "stop"
+
+    @field_validator("rules")
+    @classmethod
+    def _unique_rules(cls, value: list[RuleConfig]) -> list[RuleConfig]:
+        return _unique(value)
+
+
+# The run_spec fields that are not hyperparameters of the reference script.
+MONITORING_FIELDS = ("rules", "capture", "sentinel_action")
+RESOURCE_FIELDS = ("instance_type", "max_runtime_seconds")
+
+
+class RunSpec(_Strict):
+    """The `run_spec` input section: the reference job's recipe (docs/contracts.md, section 1).
+
+    The older input form, kept: its hyperparameters become the reference job's, `rules`,
+    `capture` and `sentinel_action` its monitoring, `instance_type` and `max_runtime_seconds`
+    its resources. Defaults are the reference problem: ResNet-20, ELU, no batch norm, warm-up LR
+    0.1 then 0.1.
     """
 
     warmup_learning_rate: Annotated[float, Field(gt=0, le=10)] = 0.1
@@ -151,19 +181,14 @@ class RunSpec(_Strict):
     @field_validator("rules")
     @classmethod
     def _unique_rules(cls, value: list[RuleConfig]) -> list[RuleConfig]:
-        names = [rule.name for rule in value]
-        duplicates = sorted({name for name in names if names.count(name) > 1})
-        if duplicates:
-            raise ValueError(f"each rule may appear once; repeated: {', '.join(duplicates)}")
-        return value
+        return _unique(value)
 
-    def architecture(self) -> tuple[int, int, str]:
-        """What decides whether a checkpoint's weights fit this recipe's network."""
-        return (self.add_batch_norm, self.depth, self.activation)
+    def hyperparameters(self) -> dict[str, Any]:
+        """The reference script's hyperparameters (without monitoring and resources)."""
+        return self.model_dump(exclude={*MONITORING_FIELDS, *RESOURCE_FIELDS})
 
-    def recipe_key(self) -> str:
-        """A stable identity of the recipe, used to never try the same recipe twice."""
-        return self.model_dump_json()
+    def monitoring(self) -> Monitoring:
+        return Monitoring(rules=self.rules, capture=self.capture, sentinel_action=self.sentinel_action)
 
 
 class Limits(_Strict):
@@ -180,13 +205,33 @@ class Limits(_Strict):
 
 
 class ExecutionInput(_Strict):
-    """What a person (console, CLI, notebook) may pass when starting an execution. `{}` is valid."""
+    """What a person (console, CLI, notebook) may pass when starting an execution. `{}` is valid.
+
+    `job` describes the user's training job; without it the reference job runs, tuned by the
+    older `run_spec` section. The two do not mix.
+    """
 
     policy: PolicyName = "default"
     # Local mode passes a few seconds; in the cloud a training job needs minutes to start.
     wait_seconds: Annotated[int, Field(ge=1, le=3600)] = 300
-    run_spec: RunSpec = Field(default_factory=RunSpec)
+    job: Job | None = Field(None, description="your training job; left out, the reference job runs")
+    monitoring: Monitoring | None = Field(None, description="rules, capture and sentinel action; defaults apply")
+    run_spec: RunSpec | None = Field(None, description="the reference job's recipe (the older input form)")
     limits: Limits = Field(default_factory=Limits)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ExecutionInput:
+        if self.run_spec is None:
+            return self
+        if self.job is not None:
+            raise ValueError(
+                "run_spec: tunes the reference job only; with a job, give its hyperparameters in "
+                "job.hyperparameters and its rules in monitoring"
+            )
+        twice = [name for name in MONITORING_FIELDS if name in self.run_spec.model_fields_set]
+        if self.monitoring is not None and twice:
+            raise ValueError(f"run_spec.{twice[0]}: given twice; give it once, in monitoring.{twice[0]}")
+        return self
 
 
 class ExecutionRef(BaseModel):
@@ -217,6 +262,7 @@ class History(BaseModel):
     num_learning_rate_adjustments: int = 0
     num_grad_clip_adjustments: int = 0
     num_activation_adjustments: int = 0
+    num_batch_size_adjustments: int = 0
     num_retraining: int = 0
     num_infrastructure_retries: int = 0
     num_monitor_transitions: int = 0
@@ -260,7 +306,8 @@ class Attempt(BaseModel):
 
     number: int = Field(ge=1)
     job_name: str
-    run_spec: RunSpec
+    # The job's hyperparameters for this attempt, under the job's own names.
+    run_spec: dict[str, HyperparameterValue]
     checkpoint_s3_uri: str
     resumed_from: str | None = None
     started_at: datetime
@@ -279,14 +326,18 @@ class WorkflowState(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    version: Literal[1] = STATE_VERSION
+    version: Literal[2] = STATE_VERSION
     execution: ExecutionRef
     policy: PolicyName = "default"
     wait_seconds: int = Field(300, ge=1, le=3600)
     next_action: NextAction = "launch_new"
     job_status: TrainingJobStatus | None = None
     rule_status: str | None = None
-    run_spec: RunSpec
+    # The job as resolved at ValidateInput: source, image and instance are always set.
+    job: Job
+    monitoring: Monitoring = Field(default_factory=Monitoring)
+    # The next (or current) attempt's hyperparameters; remedies change only declared knobs.
+    run_spec: dict[str, HyperparameterValue]
     # S3 URI of the checkpoint the next launch starts from (the `resume` channel), if any.
     resume_from: str | None = None
     limits: Limits = Field(default_factory=Limits)
@@ -299,21 +350,36 @@ class WorkflowState(BaseModel):
     def current(self) -> Attempt | None:
         return self.attempts[-1] if self.attempts else None
 
-    def tried(self, spec: RunSpec) -> bool:
-        key = spec.recipe_key()
-        return any(attempt.run_spec.recipe_key() == key for attempt in self.attempts)
+    def tried(self, spec: dict[str, Any]) -> bool:
+        key = recipe_key(spec)
+        return any(recipe_key(attempt.run_spec) == key for attempt in self.attempts)
 
     def training_seconds(self) -> int:
         return sum(attempt.seconds or 0 for attempt in self.attempts)
 
 
+def recipe_key(spec: dict[str, Any]) -> str:
+    """A stable identity of a recipe, used to never try the same recipe twice."""
+    return json.dumps(spec, sort_keys=True)
+
+
+# A validator's message may start with the field it is about ("knobs.learning_rate: ...").
+_FIELD_PREFIX = re.compile(r"^([A-Za-z_][\w.]*): (.*)$", re.DOTALL)
+
+
 def _describe(error: dict[str, Any]) -> str:
     where = ".".join(str(part) for part in error["loc"]) or "(input)"
     if error["type"] == "extra_forbidden":
+        if len(error["loc"]) >= 2 and error["loc"][-2] == "knobs":
+            return f"{where}: unknown knob role; the roles are {', '.join(KNOB_ROLES)}"
         return f"{where}: unknown field; remove it (see schemas/execution-input.schema.json)"
     message = error["msg"]
     # Pydantic says "Input should be ..."; say what was expected and what came in.
     message = message.replace("Input should be", "expected").replace("Value error, ", "")
+    named = _FIELD_PREFIX.match(message) if error["type"] == "value_error" else None
+    if named:
+        where = f"{where}.{named.group(1)}" if where != "(input)" else named.group(1)
+        message = named.group(2)
     received = error.get("input")
     if error["type"] != "missing" and not isinstance(received, dict | list):
         message += f" (got {received!r}, a {type(received).__name__})"

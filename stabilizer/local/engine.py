@@ -34,6 +34,7 @@ from unittest import mock
 from stabilizer.local.lambdas import LocalLambdas
 from stabilizer.local.s3files import source_archive
 from stabilizer.local.sagemaker import LocalSageMaker, LocalTrainingJob
+from stabilizer.local.staging import StagingError, stage, upload_library
 from stabilizer.records import AttemptRecord, EvalPoint, MetricPoint, Notification, RunRecord, parse_log_line
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
@@ -98,6 +99,11 @@ class LocalSettings:
     def source_uri(self) -> str:
         return f"s3://{self.bucket}/source/sourcedir.tar.gz"
 
+    @property
+    def library_uri(self) -> str:
+        """Where the in-job library lies, as the stack deploys it: the jobs' `stabilizer` channel."""
+        return f"s3://{self.bucket}/library/"
+
     def data_uri(self, channel: str) -> str:
         return f"s3://{self.bucket}/data/{channel}/"
 
@@ -111,6 +117,7 @@ class LocalSettings:
             "SOURCE_S3_URI": self.source_uri,
             "TRAIN_DATA_S3_URI": self.data_uri("train"),
             "TEST_DATA_S3_URI": self.data_uri("test"),
+            "LIBRARY_S3_URI": self.library_uri,
             "JOB_NAME_PREFIX": self.job_name_prefix,
             "DEFAULT_INSTANCE_TYPE": self.instance_type,
             "DEBUGGER_RULES_ENABLED": "true" if self.debugger_rules_enabled else "false",
@@ -311,6 +318,7 @@ class LocalEngine:
             Key=self.settings.source_uri.split("/", 3)[3],
             Body=source_archive(self.project.model),
         )
+        upload_library(s3, self.project.model, self.settings.bucket, self.settings.library_uri.split("/", 3)[3])
         for channel in ("train", "test"):
             directory = self.data_dir / channel
             files = sorted(directory.glob("*.npy")) if directory.is_dir() else []
@@ -393,6 +401,11 @@ class LocalEngine:
     # ---------------------------------------------------------------- executions
     def start_execution(self, execution_input: dict[str, Any], name: str | None = None) -> str:
         name = name or f"local-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        # A job of your own: its local directory and data go to the local S3 first, as on AWS.
+        try:
+            execution_input = stage(execution_input, self.client("s3"), self.settings.bucket, f"jobs/{name}")
+        except StagingError as error:
+            raise EngineError(str(error)) from None
         started = self.client("stepfunctions").start_execution(
             stateMachineArn=self.state_machine_arn, name=name, input=json.dumps(execution_input)
         )

@@ -556,6 +556,7 @@ class LocalSageMaker:
         )
         for name in channels:
             env[f"SM_CHANNEL_{name.upper()}"] = str(job.opt_ml(f"input/data/{name}"))
+        env["SM_TRAINING_ENV"] = json.dumps(_training_env(job, hyperparameters, channels, program))
         for key, value in user_hps.items():
             env[f"SM_HP_{key.upper()}"] = _env_value(value)
         for key, value in request.get("Environment", {}).items():
@@ -696,6 +697,51 @@ def _name(params: dict[str, Any]) -> str:
             "constraint: Member must not be null",
         )
     return name
+
+
+# The hyperparameters the training toolkit consumes itself (sagemaker-training-toolkit,
+# sagemaker_training/params.py, SAGEMAKER_HYPERPARAMETERS); any other `sagemaker_*` one, such as
+# `sagemaker_stabilizer`, is an "additional framework parameter", kept out of the script's arguments.
+TOOLKIT_HYPERPARAMETERS = frozenset(
+    {
+        "sagemaker_program",
+        "sagemaker_submit_directory",
+        "sagemaker_enable_cloudwatch_metrics",
+        "sagemaker_region",
+        "sagemaker_container_log_level",
+        "sagemaker_job_name",
+        "default_user_module_name",
+        "_tuning_objective_metric",
+        "sagemaker_s3_output",
+    }
+)
+
+
+def _training_env(
+    job: LocalTrainingJob, hyperparameters: dict[str, Any], channels: list[str], program: str
+) -> dict[str, Any]:
+    """The toolkit's SM_TRAINING_ENV: one JSON object with the job's whole environment."""
+    return {
+        "job_name": job.name,
+        "current_host": "algo-1",
+        "hosts": ["algo-1"],
+        "num_gpus": 0,
+        "num_cpus": os.cpu_count() or 1,
+        "module_name": program.removesuffix(".py"),
+        "user_entry_point": program,
+        "module_dir": str(job.opt_ml("code")),
+        "model_dir": str(job.opt_ml("model")),
+        "input_dir": str(job.opt_ml("input")),
+        "input_config_dir": str(job.opt_ml("input/config")),
+        "output_dir": str(job.opt_ml("output")),
+        "output_data_dir": str(job.opt_ml("output/data")),
+        "channel_input_dirs": {name: str(job.opt_ml(f"input/data/{name}")) for name in channels},
+        "hyperparameters": {k: v for k, v in hyperparameters.items() if not k.startswith("sagemaker_")},
+        "additional_framework_parameters": {
+            k: v for k, v in hyperparameters.items() if k.startswith("sagemaker_") and k not in TOOLKIT_HYPERPARAMETERS
+        },
+        "log_level": 20,
+    }
 
 
 def raise_client_error(job: LocalTrainingJob, reason: str) -> None:

@@ -30,9 +30,12 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 # Fast but faithful: the explosion needs no warm-up epoch, and the healthy run stops after a few steps.
+# The check cap is the CLI's local one: at one second per check, the cloud's 300 end the original
+# policy's seven jobs on a busy machine before the last one finishes.
 SMALL_RUN = {
     "wait_seconds": 1,
     "run_spec": {"warmup_epochs": 0, "num_epochs": 1, "batch_size": 64, "max_steps": 6, "checkpoint_every": 2},
+    "limits": {"max_monitor_transitions": 3600},
 }
 
 

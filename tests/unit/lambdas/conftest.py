@@ -14,7 +14,7 @@ from workflow import launch as launching
 from workflow import monitor
 from workflow.observation import FindingsDocument, Observation, observe
 from workflow.settings import TrainSettings
-from workflow.state import RunSpec, WorkflowState
+from workflow.state import WorkflowState
 
 PROCESSING_ARN = "arn:aws:sagemaker:us-east-1:123456789012:processing-job"
 EVENTS = Path(__file__).resolve().parents[2] / "events"
@@ -133,7 +133,7 @@ def state_with_exploded_attempts(settings: TrainSettings, count: int) -> Workflo
     state = new_state(settings, {"limits": {"max_num_retraining": count + 10}})
     now = T0
     for number in range(count):
-        spec = state.run_spec.model_copy(update={"seed": number})
+        spec = {**state.run_spec, "seed": number}
         state = state.model_copy(
             update={"run_spec": spec, "next_action": "launch_new", "outcome": None, "reason": None}
         )
@@ -147,15 +147,15 @@ def state_with_exploded_attempts(settings: TrainSettings, count: int) -> Workflo
     return state
 
 
-def explodes_without_batch_norm(spec: RunSpec) -> bool:
+def explodes_without_batch_norm(spec: dict[str, Any]) -> bool:
     """The reference problem: it explodes in warm-up until batch norm is added."""
-    return spec.add_batch_norm == 0
+    return spec["add_batch_norm"] == 0
 
 
 def simulate(
     settings: TrainSettings,
     raw_input: dict,
-    explodes: Callable[[RunSpec], bool] = explodes_without_batch_norm,
+    explodes: Callable[[dict[str, Any]], bool] = explodes_without_batch_norm,
     *,
     max_jobs: int = 40,
 ) -> WorkflowState:
@@ -171,7 +171,7 @@ def simulate(
         if explodes(state.run_spec):
             obs = observe(
                 describe(state, "Failed", failure_reason=RULE_STOP, seconds=30),
-                findings=sentinel_findings(learning_rate=state.run_spec.warmup_learning_rate),
+                findings=sentinel_findings(learning_rate=state.run_spec.get("warmup_learning_rate", 0.1)),
             )
         else:
             obs = observe(describe(state, "Completed", seconds=300))

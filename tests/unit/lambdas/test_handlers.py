@@ -112,6 +112,25 @@ def test_prepare_with_bad_input_raises_invalid_input_naming_the_field():
         train_handler.lambda_handler(event, Context())
 
 
+def test_prepare_reads_a_user_jobs_archive_from_s3_and_rejects_a_missing_entry_point(cloud, monkeypatch):
+    import io
+    import tarfile
+
+    monkeypatch.setenv("LIBRARY_S3_URI", "s3://stabilizer-bucket/library/")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        info = tarfile.TarInfo("train.py")
+        archive.addfile(info, io.BytesIO(b""))
+    cloud["s3"].put_object(Bucket=ENV["BUCKET"], Key="jobs/mine/sourcedir.tar.gz", Body=buffer.getvalue())
+    job = {"source": f"s3://{ENV['BUCKET']}/jobs/mine/sourcedir.tar.gz", "entry_point": "fit.py"}
+    event = {**load_event("train-prepare-console.json"), "input": {"job": job}}
+    with pytest.raises(InvalidInput, match=r"job\.entry_point: 'fit\.py' is not in s3://"):
+        train_handler.lambda_handler(event, Context())
+    event["input"]["job"]["entry_point"] = "train.py"
+    state = train_handler.lambda_handler(event, Context())
+    assert state["job"]["entry_point"] == "train.py"
+
+
 def test_a_missing_environment_variable_is_named(monkeypatch):
     monkeypatch.delenv("SAGEMAKER_ROLE_ARN")
     with pytest.raises(MisconfiguredEnvironment, match="SAGEMAKER_ROLE_ARN is not set"):

@@ -96,7 +96,7 @@ def test_stopped_after_an_issue_relaunches_with_the_next_recipe(settings):
         state, observation(state, "Stopped", rules=[("ExplodingTensor", "Stopped")]), LATER
     )
     assert result.state.next_action == "launch_new"
-    assert result.state.run_spec.add_batch_norm == 1
+    assert result.state.run_spec["add_batch_norm"] == 1
     assert result.effects.notification.event_type == "relaunching"
     assert result.effects.stop_job is None
     assert _moved(state, result.state) == {

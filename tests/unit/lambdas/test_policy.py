@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import launched, simulate
 from workflow import policy
-from workflow.state import Finding, WorkflowState
+from workflow.state import Finding, WorkflowState, recipe_key
 
 
 def _finding(rule="ExplodingTensor", step=2, phase="warmup") -> Finding:
@@ -13,7 +13,7 @@ def _finding(rule="ExplodingTensor", step=2, phase="warmup") -> Finding:
 
 
 def _with_spec(state: WorkflowState, **changes) -> WorkflowState:
-    spec = state.run_spec.model_copy(update=changes)
+    spec = {**state.run_spec, **changes}
     s = state.model_copy(deep=True)
     s.run_spec = spec
     s.attempts[-1].run_spec = spec
@@ -30,10 +30,10 @@ def test_original_policy_ends_where_the_aws_sample_did(settings):
     assert state.history.num_learning_rate_adjustments == 0
     assert state.history.num_retraining == 6
     final = state.attempts[-1].run_spec
-    assert final.warmup_learning_rate == pytest.approx(0.003125)
-    assert final.add_batch_norm == 1
-    assert final.learning_rate == pytest.approx(0.1)
-    assert [a.run_spec.warmup_learning_rate for a in state.attempts] == pytest.approx(
+    assert final["warmup_learning_rate"] == pytest.approx(0.003125)
+    assert final["add_batch_norm"] == 1
+    assert final["learning_rate"] == pytest.approx(0.1)
+    assert [a.run_spec["warmup_learning_rate"] for a in state.attempts] == pytest.approx(
         [0.1, 0.05, 0.025, 0.0125, 0.00625, 0.003125, 0.003125]
     )
 
@@ -45,7 +45,7 @@ def test_default_policy_fixes_the_reference_explosion_in_two_jobs(settings):
     assert state.attempts[0].decision.remedy == "add_batch_norm"
     final = state.attempts[-1].run_spec
     # Batch norm alone: the learning rates stay where the recipe wanted them.
-    assert (final.add_batch_norm, final.warmup_learning_rate, final.learning_rate) == (1, 0.1, 0.1)
+    assert (final["add_batch_norm"], final["warmup_learning_rate"], final["learning_rate"]) == (1, 0.1, 0.1)
     assert state.history.num_batch_layer_adjustments == 1
     assert state.history.num_warmup_adjustments == 0
 
@@ -58,7 +58,7 @@ def test_original_ladder_order_and_end(settings):
     assert plan.decision.outcome == "gave_up"
     state = _with_spec(state, learning_rate=0.002)
     plan = policy.plan(state, _finding(), [])
-    assert plan.run_spec.learning_rate == pytest.approx(0.0018)
+    assert plan.run_spec["learning_rate"] == pytest.approx(0.0018)
     assert plan.counters == ("num_learning_rate_adjustments",)
 
 
@@ -72,28 +72,28 @@ def test_default_lowers_warmup_lr_only_for_an_explosion_during_warmup(settings):
     state = _with_spec(launched(settings), add_batch_norm=1)
     in_warmup = policy.plan(state, _finding(phase="warmup"), [])
     assert in_warmup.decision.remedy == "lower_warmup_lr"
-    assert in_warmup.run_spec.warmup_learning_rate == pytest.approx(0.025)
-    assert in_warmup.run_spec.learning_rate == 0.1
+    assert in_warmup.run_spec["warmup_learning_rate"] == pytest.approx(0.025)
+    assert in_warmup.run_spec["learning_rate"] == 0.1
     after_warmup = policy.plan(state, _finding(step=500, phase="main"), [])
     assert after_warmup.decision.remedy == "lower_lr"
-    assert after_warmup.run_spec.warmup_learning_rate == 0.1
-    assert after_warmup.run_spec.learning_rate == pytest.approx(0.05)
+    assert after_warmup.run_spec["warmup_learning_rate"] == 0.1
+    assert after_warmup.run_spec["learning_rate"] == pytest.approx(0.05)
 
 
 def test_default_clips_gradients_once_learning_rates_are_at_their_floor(settings):
     state = _with_spec(launched(settings), add_batch_norm=1, warmup_learning_rate=0.002)
     plan = policy.plan(state, _finding(phase="warmup"), [])
     assert plan.decision.remedy == "clip_gradients"
-    assert plan.run_spec.grad_clip == 1.0
+    assert plan.run_spec["grad_clip"] == 1.0
     clipped = _with_spec(state, grad_clip=1.0)
-    assert policy.plan(clipped, _finding(phase="warmup"), []).run_spec.grad_clip == 0.5
+    assert policy.plan(clipped, _finding(phase="warmup"), []).run_spec["grad_clip"] == 0.5
 
 
 def test_default_never_repeats_a_recipe_already_tried(settings):
     state = launched(settings)
     # Pretend the batch-norm recipe was already tried in an earlier attempt.
     earlier = state.attempts[0].model_copy(
-        update={"run_spec": state.run_spec.model_copy(update={"add_batch_norm": 1})}
+        update={"run_spec": {**state.run_spec, "add_batch_norm": 1}}
     )
     s = state.model_copy(deep=True)
     s.attempts = [earlier, state.attempts[0].model_copy(update={"number": 2})]
@@ -103,7 +103,9 @@ def test_default_never_repeats_a_recipe_already_tried(settings):
 
 
 def test_default_gives_up_when_every_remedy_is_used(settings):
-    state = _with_spec(launched(settings), add_batch_norm=1, warmup_learning_rate=0.002, grad_clip=0.15)
+    state = _with_spec(
+        launched(settings), add_batch_norm=1, warmup_learning_rate=0.002, grad_clip=0.15, batch_size=512
+    )
     plan = policy.plan(state, _finding(phase="warmup"), [])
     assert plan.decision.action == "end"
     assert plan.decision.outcome == "gave_up"
@@ -165,7 +167,7 @@ def test_vanishing_gradient_ladder(settings):
     elu = _with_spec(state, activation="elu")
     plan = policy.plan(elu, _finding(rule="VanishingGradient", step=300, phase="main"), [250])
     assert plan.decision.remedy == "raise_lr"
-    assert plan.run_spec.learning_rate == pytest.approx(0.2)
+    assert plan.run_spec["learning_rate"] == pytest.approx(0.2)
 
 
 def test_a_rule_without_a_ladder_ends_the_execution(settings):
@@ -185,11 +187,14 @@ def test_an_explosion_nothing_fixes_ends_within_the_ladders_bounds(settings):
     state = simulate(settings, {}, explodes=lambda spec: True)
     assert state.outcome == "gave_up"
     specs = [attempt.run_spec for attempt in state.attempts]
-    assert all(spec.warmup_learning_rate >= 1e-3 for spec in specs)
-    assert all(spec.grad_clip == 0 or spec.grad_clip >= 0.1 for spec in specs)
-    assert len({spec.recipe_key() for spec in specs}) == len(specs)  # no recipe twice
-    # BN, warm-up 0.1 -> 0.025 -> 0.00625 -> 0.0015625, clip 1.0 -> 0.5 -> 0.25 -> 0.125
-    assert len(specs) == 9
+    assert all(spec["warmup_learning_rate"] >= 1e-3 for spec in specs)
+    assert all(spec["grad_clip"] == 0 or spec["grad_clip"] >= 0.1 for spec in specs)
+    assert len({recipe_key(spec) for spec in specs}) == len(specs)  # no recipe twice
+    # BN, warm-up 0.1 -> 0.025 -> 0.00625 -> 0.0015625, clip 1.0 -> 0.5 -> 0.25 -> 0.125, then
+    # batch 128 -> 256 -> 512 (4x the job's own at most).
+    assert [spec["batch_size"] for spec in specs[-3:]] == [128, 256, 512]
+    assert len(specs) == 11
+    assert "used up" in state.reason
 
 
 def test_the_original_policy_on_the_same_hopeless_run_stops_at_max_num_retraining(settings):

@@ -11,7 +11,7 @@ import pytest
 from botocore.validate import ParamValidator
 from conftest import EXECUTION, launched, new_state
 from workflow import launch as launching
-from workflow import requests
+from workflow import reference, requests
 from workflow.errors import MisconfiguredEnvironment
 from workflow.settings import TrainSettings
 
@@ -108,7 +108,7 @@ def test_request_layout_follows_the_s3_contract(settings):
 
 
 def test_metric_regexes_read_the_training_log_lines(settings):
-    metrics = {m["Name"]: re.compile(m["Regex"]) for m in requests.METRIC_DEFINITIONS}
+    metrics = {m["Name"]: re.compile(m["Regex"]) for m in reference.METRIC_DEFINITIONS}
     train = "step=12 epoch=1 loss=2.3012 lr=0.1 grad_norm=4.52"
     test = "eval epoch=3 test_loss=0.61 test_accuracy=0.8111"
     assert metrics["train:step"].search(train).group(1) == "12"

@@ -17,10 +17,19 @@ SCHEMAS = schemas.Path(schemas.__file__).resolve().parents[2] / "schemas"
 def test_console_empty_input_runs_the_reference_problem(settings):
     state = new_state(settings, {})
     spec = state.run_spec
-    assert (spec.warmup_learning_rate, spec.learning_rate, spec.add_batch_norm) == (0.1, 0.1, 0)
-    assert (spec.depth, spec.activation, spec.num_epochs) == (20, "elu", 3)
-    assert spec.instance_type == "ml.p3.2xlarge"  # from DEFAULT_INSTANCE_TYPE
-    assert [rule.name for rule in spec.rules] == ["ExplodingTensor", "VanishingGradient"]
+    assert (spec["warmup_learning_rate"], spec["learning_rate"], spec["add_batch_norm"]) == (0.1, 0.1, 0)
+    assert (spec["depth"], spec["activation"], spec["num_epochs"]) == (20, "elu", 3)
+    # The reference job: the deployment's source, train.py, its channels, its knobs declared.
+    job = state.job
+    assert (job.source, job.entry_point) == (settings.source_s3_uri, "train.py")
+    assert job.channels == {"train": settings.train_data_s3_uri, "test": settings.test_data_s3_uri}
+    assert job.instance_type == "ml.p3.2xlarge"  # from DEFAULT_INSTANCE_TYPE
+    assert job.image == settings.training_image_uri
+    assert job.knobs.normalization.hyperparameter == "add_batch_norm"
+    assert set(job.knobs.declared()) == {
+        "learning_rate", "warmup_learning_rate", "normalization", "grad_clip", "batch_size", "activation"
+    }
+    assert [rule.name for rule in state.monitoring.rules] == ["ExplodingTensor", "VanishingGradient"]
     assert state.policy == "default"
     assert state.wait_seconds == 300
     assert state.next_action == "launch_new"
@@ -125,7 +134,10 @@ def test_schema_files_are_up_to_date():
 
 def test_example_input_file_is_valid_input():
     raw = json.loads((SCHEMAS / "execution-input.example.json").read_text())
-    assert parse_execution_input(raw) == ExecutionInput()
+    assert parse_execution_input(raw) == ExecutionInput(run_spec=RunSpec())
+    mine = parse_execution_input(json.loads((SCHEMAS / "execution-input.job-example.json").read_text()))
+    assert mine.job is not None
+    assert mine.job.knobs.learning_rate.hyperparameter == "lr"
 
 
 def test_input_schema_forbids_unknown_keys():
