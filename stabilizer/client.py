@@ -402,6 +402,24 @@ class LocalClient(_Base):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def with_job(
+        self, execution_input: dict[str, Any] | None, job: Any, inputs: Any, knobs: Any, options: dict[str, Any]
+    ) -> dict[str, Any]:
+        """As on every client, plus: an image named by framework and version becomes the SDK's URI for
+        the local engine's region (local jobs run on this machine; the URI only has to be the right one)."""
+        from stabilizer.local.engine import REGION
+
+        if job is not None and not isinstance(job, dict):
+            options = {"region": REGION, **options}
+        result = super().with_job(execution_input, job, inputs, knobs, options)
+        described = result.get("job")
+        if isinstance(described, dict) and isinstance(described.get("image"), dict):
+            from stabilizer.sdk import image_uri_for
+
+            instance_type = described.get("instance_type") or self.engine.settings.instance_type
+            result = {**result, "job": {**described, "image": image_uri_for(described["image"], instance_type, REGION)}}
+        return result
+
     def record(self, execution_arn: str) -> RunRecord:
         """What the engine observed of an execution started here (attempts, metrics, notifications)."""
         return self._followed[execution_arn].record

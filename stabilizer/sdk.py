@@ -341,6 +341,20 @@ def execution_input_for(
     return result
 
 
+def image_uri_for(spec: dict[str, Any], instance_type: str, region: str) -> str:
+    """`{"framework", "version"[, "python_version"]}` as the SDK's image URI lookup names it for
+    this instance type and region (`sagemaker.image_uris.retrieve`)."""
+    from sagemaker import image_uris
+
+    framework, version = spec.get("framework", "pytorch"), spec.get("version")
+    try:
+        # Without python_version the SDK picks the version's only Python, or says which to choose.
+        return image_uris.retrieve(framework, region, version=version, py_version=spec.get("python_version"),
+                                   instance_type=instance_type, image_scope="training")
+    except (ValueError, KeyError) as error:
+        raise SdkJobError(f"job.image: the SageMaker Python SDK cannot name {spec}: {error}") from None
+
+
 # --- on AWS: local files go to the stack's bucket ---------------------------------------------------
 
 

@@ -260,7 +260,7 @@ def test_the_local_client_hands_the_job_to_the_engine_as_it_is(session, source, 
     class Engine:
         """Stands in for LocalEngine at the one call under test: what input the execution gets."""
 
-        settings = type("Settings", (), {"bucket": BUCKET})()
+        settings = type("Settings", (), {"bucket": BUCKET, "instance_type": "ml.m5.xlarge"})()
         state_machine_arn = MACHINE
         started: list[dict[str, Any]] = []
 
@@ -282,3 +282,12 @@ def test_the_local_client_hands_the_job_to_the_engine_as_it_is(session, source, 
     assert given["job"]["source"] == str(source)
     assert given["job"]["channels"] == {"points": str(points)}
     assert given["job"]["image"] == IMAGE
+    # A framework estimator's image is the SDK's URI for the local engine's region, as fit() would name it.
+    client.start(job=pytorch_estimator(session, source), inputs={"points": str(points)}, knobs=KNOBS)
+    assert engine.started[1]["job"]["image"] == (
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.8.0-gpu-py312")
+    # So is a job dict's {framework, version}, for the instance type the job runs on.
+    client.start(job={"source": str(source), "entry_point": "fit.py", "image": {"framework": "pytorch",
+                      "version": "2.7"}})
+    assert engine.started[2]["job"]["image"] == (
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.7-cpu-py312")  # the SDK keeps the alias
