@@ -131,15 +131,22 @@ def _refuse_old_gpu(instance_type: str, uri: str, field: str) -> None:
         )
 
 
-def check_image_fits_instance(instance_type: str, uri: str, field: str = "job.image") -> None:
+def _mismatch(image: Accelerator, instance: Accelerator, uri: str, instance_type: str) -> str:
+    if instance == "gpu":
+        return f"{uri} is a {_name(image)} image but {instance_type} is a GPU instance (its GPU would sit idle)"
+    if image == "gpu":
+        return f"{uri} is a GPU image but {instance_type} has no NVIDIA GPU"
+    if image == "neuron":
+        return f"{uri} is a Neuron image but {instance_type} has no Trainium or Inferentia chip"
+    return f"{uri} is a CPU image but {instance_type} is a Trainium/Inferentia instance"
+
+
+def check_image_fits_instance(instance_type: str, uri: str, field: str = "job.image", note: str = "") -> None:
     """Refuse, naming `field`, an image whose tag contradicts the instance type."""
     instance = instance_accelerator(instance_type)
     image = image_accelerator(uri)
     if image is not None and image != instance:
-        raise InvalidInput(
-            f"{field}: {uri} is a {_name(image)} image but {instance_type} is a "
-            f"{_name(instance)} instance"
-        )
+        raise InvalidInput(f"{field}: {_mismatch(image, instance, uri, instance_type)}{note}")
     if instance == "gpu":
         _refuse_old_gpu(instance_type, uri, field)
 
@@ -206,7 +213,7 @@ def default_image(instance_type: str, settings: ImageSettings) -> str:
     uri = settings.training_image_uri
     if accelerator == "gpu" and settings.training_image_uri_gpu:
         uri = settings.training_image_uri_gpu
-    check_image_fits_instance(instance_type, uri, "job.instance_type")
+    check_image_fits_instance(instance_type, uri, "job.instance_type", " (the deployment's training image)")
     return uri
 
 

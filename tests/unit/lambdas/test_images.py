@@ -66,7 +66,8 @@ def test_one_custom_image_serves_every_instance_type_when_no_gpu_image_is_baked(
 
 def test_a_cpu_only_deployment_refuses_a_gpu_instance_naming_the_field():
     settings = TrainSettings.from_env({**ENV, "TRAINING_IMAGE_URI": CPU})
-    with pytest.raises(InvalidInput, match=r"^job.instance_type: .*CPU image but ml.g5.xlarge is a GPU instance"):
+    says = r"^job.instance_type: .*CPU image but ml.g5.xlarge is a GPU instance .*deployment's training image"
+    with pytest.raises(InvalidInput, match=says):
         training_image_for("ml.g5.xlarge", None, settings)
 
 
@@ -99,9 +100,10 @@ def test_an_image_the_deployment_cannot_resolve_is_refused_naming_the_field(bake
 @pytest.mark.parametrize(
     ("instance_type", "uri", "says"),
     [
-        ("ml.m5.xlarge", GPU, "GPU image but ml.m5.xlarge is a CPU instance"),
+        ("ml.m5.xlarge", GPU, "GPU image but ml.m5.xlarge has no NVIDIA GPU"),
         ("ml.g5.xlarge", CPU, "CPU image but ml.g5.xlarge is a GPU instance"),
-        ("ml.trn1.2xlarge", GPU, "GPU image but ml.trn1.2xlarge is a Neuron instance"),
+        ("ml.trn1.2xlarge", GPU, "GPU image but ml.trn1.2xlarge has no NVIDIA GPU"),
+        ("ml.trn1.2xlarge", CPU, "CPU image but ml.trn1.2xlarge is a Trainium/Inferentia instance"),
     ],
 )
 def test_an_image_uri_that_contradicts_the_instance_is_refused(baked, instance_type, uri, says):
