@@ -23,7 +23,6 @@ from aws_cdk import (
     ArnFormat,
     AssetHashType,
     Aws,
-    CfnMapping,
     CfnOutput,
     Duration,
     Fn,
@@ -44,8 +43,8 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from infra.config import DeploymentConfig
+from infra.image_mapping import BakedImages
 from infra.lambda_asset import BuiltAsset
-from infra.training_image import DLC_REGISTRY_ACCOUNTS, PYTORCH_TRAINING_REPOSITORY, image_tag_for
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFINITION_FILE = REPO_ROOT / "statemachine" / "stabilizer.asl.json"
@@ -89,7 +88,7 @@ class StabilizerStack(Stack):
 
         self.bucket = self._bucket()
         self.topic = self._topic()
-        self.training_image_uri = self._training_image_uri()
+        self.images = BakedImages(self, "Images", config=config)
         self.source_s3_uri = self._training_source(training_source_dir)
         self.sagemaker_role = self._sagemaker_execution_role()
         powertools = self._powertools_layer()
@@ -158,21 +157,6 @@ class StabilizerStack(Stack):
         return topic
 
     # --- training job inputs -------------------------------------------------------------------
-
-    def _training_image_uri(self) -> str:
-        if self.config.training_image_uri:
-            return self.config.training_image_uri
-        registries = CfnMapping(
-            self,
-            "DlcRegistry",
-            mapping={region: {"account": account} for region, account in DLC_REGISTRY_ACCOUNTS.items()},
-        )
-        account = registries.find_in_map(Aws.REGION, "account")
-        return Fn.join(
-            "",
-            [account, ".dkr.ecr.", Aws.REGION, ".", Aws.URL_SUFFIX, "/",
-             PYTORCH_TRAINING_REPOSITORY, ":", image_tag_for(self.config.instance_type)],
-        )
 
     def _training_source(self, model_dir: Path) -> str:
         from infra.lambda_asset import default_cache_root
@@ -283,7 +267,7 @@ class StabilizerStack(Stack):
                 sid="PullTrainingImage",
                 actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer",
                          "ecr:BatchCheckLayerAvailability"],
-                resources=[self._image_repository_arn()],
+                resources=self.images.repository_arns,
             ),
             iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
         ]
@@ -311,16 +295,6 @@ class StabilizerStack(Stack):
              "metrics are limited to the /aws/sagemaker/ namespaces by condition."),
         )
         return role
-
-    def _image_repository_arn(self) -> str:
-        if self.config.training_image_uri:
-            # <account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>
-            host, _, path = self.config.training_image_uri.partition("/")
-            account, region = host.split(".")[0], host.split(".")[3]
-            repository = path.split("@")[0].split(":")[0]
-            return f"arn:{Aws.PARTITION}:ecr:{region}:{account}:repository/{repository}"
-        account = Fn.find_in_map("DlcRegistry", Aws.REGION, "account")
-        return f"arn:{Aws.PARTITION}:ecr:{Aws.REGION}:{account}:repository/{PYTORCH_TRAINING_REPOSITORY}"
 
     def _grant_train(self, role: iam.IRole) -> None:
         policy = iam.Policy(
@@ -463,7 +437,7 @@ class StabilizerStack(Stack):
             "BUCKET": self.bucket.bucket_name,
             "TOPIC_ARN": self.topic.topic_arn,
             "SAGEMAKER_ROLE_ARN": self.sagemaker_role.role_arn,
-            "TRAINING_IMAGE_URI": self.training_image_uri,
+            **self.images.environment,
             "SOURCE_S3_URI": self.source_s3_uri,
             "TRAIN_DATA_S3_URI": f"{data}/train/",
             "TEST_DATA_S3_URI": f"{data}/test/",

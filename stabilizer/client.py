@@ -53,7 +53,10 @@ class ExecutionView:
 
 
 class Client(Protocol):
-    def start(self, execution_input: dict[str, Any] | None = None, name: str | None = None) -> str: ...
+    def start(
+        self, execution_input: dict[str, Any] | None = None, name: str | None = None, *, job: Any = None,
+        inputs: Any = None, knobs: dict[str, Any] | None = None, **job_options: Any,
+    ) -> str: ...
     def describe(self, execution_arn: str) -> ExecutionView: ...
     def history(self, execution_arn: str) -> list[dict[str, Any]]: ...
     def notifications(self, execution_arn: str) -> list[Notification]: ...
@@ -139,12 +142,28 @@ class _Base:
     bucket: str
     state_machine_arn: str
 
-    def start(self, execution_input: dict[str, Any] | None = None, name: str | None = None) -> str:
+    def start(
+        self, execution_input: dict[str, Any] | None = None, name: str | None = None, *, job: Any = None,
+        inputs: Any = None, knobs: dict[str, Any] | None = None, **job_options: Any,
+    ) -> str:
+        """Start an execution. `job` may be a SageMaker Python SDK estimator or ModelTrainer (with
+        the `inputs` you would give ``fit()``/``train()``) or a `job` dict; see stabilizer.sdk."""
+        execution_input = self.with_job(execution_input, job, inputs, knobs, job_options)
         name = name or f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         started = self.sfn.start_execution(
             stateMachineArn=self.state_machine_arn, name=name, input=json.dumps(execution_input or {})
         )
         return started["executionArn"]
+
+    def with_job(
+        self, execution_input: dict[str, Any] | None, job: Any, inputs: Any, knobs: Any, options: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The execution input with its `job` section made from `job` (stabilizer.sdk)."""
+        if job is None and inputs is None and knobs is None and not options:
+            return execution_input or {}
+        from stabilizer.sdk import execution_input_for
+
+        return execution_input_for(execution_input, job, inputs, knobs=knobs, **options)
 
     def history(self, execution_arn: str) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
@@ -231,6 +250,19 @@ class AwsClient(_Base):
         self.mailbox_queue_url = mailbox_queue_url
         self._mailbox: list[Notification] = []
         self._mailbox_started = time.monotonic()
+
+    def with_job(
+        self, execution_input: dict[str, Any] | None, job: Any, inputs: Any, knobs: Any, options: dict[str, Any]
+    ) -> dict[str, Any]:
+        """As on every client, plus: the image for this region, local source and channels uploaded."""
+        if job is not None and not isinstance(job, dict):
+            options = {"region": self.session.region_name, **options}
+        result = super().with_job(execution_input, job, inputs, knobs, options)
+        if isinstance(result.get("job"), dict):
+            from stabilizer.sdk import upload_local_files
+
+            result = {**result, "job": upload_local_files(result["job"], self.s3, self.bucket)}
+        return result
 
     def stack_outputs(self, stack_name: str) -> dict[str, str]:
         stacks = self.cloudformation.describe_stacks(StackName=stack_name)["Stacks"]
@@ -324,8 +356,11 @@ class LocalClient(_Base):
         self.state_machine_arn = engine.state_machine_arn
         self._followed: dict[str, _Followed] = {}
 
-    def start(self, execution_input: dict[str, Any] | None = None, name: str | None = None) -> str:
-        execution_input = execution_input or {}
+    def start(
+        self, execution_input: dict[str, Any] | None = None, name: str | None = None, *, job: Any = None,
+        inputs: Any = None, knobs: dict[str, Any] | None = None, **job_options: Any,
+    ) -> str:
+        execution_input = self.with_job(execution_input, job, inputs, knobs, job_options)
         arn = self.engine.start_execution(execution_input, name)
         record = RunRecord(execution_arn=arn, name=arn.rsplit(":", 1)[1], input=execution_input)
 
@@ -366,6 +401,24 @@ class LocalClient(_Base):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def with_job(
+        self, execution_input: dict[str, Any] | None, job: Any, inputs: Any, knobs: Any, options: dict[str, Any]
+    ) -> dict[str, Any]:
+        """As on every client, plus: an image named by framework and version becomes the SDK's URI for
+        the local engine's region (local jobs run on this machine; the URI only has to be the right one)."""
+        from stabilizer.local.engine import REGION
+
+        if job is not None and not isinstance(job, dict):
+            options = {"region": REGION, **options}
+        result = super().with_job(execution_input, job, inputs, knobs, options)
+        described = result.get("job")
+        if isinstance(described, dict) and isinstance(described.get("image"), dict):
+            from stabilizer.sdk import image_uri_for
+
+            instance_type = described.get("instance_type") or self.engine.settings.instance_type
+            result = {**result, "job": {**described, "image": image_uri_for(described["image"], instance_type, REGION)}}
+        return result
 
     def record(self, execution_arn: str) -> RunRecord:
         """What the engine observed of an execution started here (attempts, metrics, notifications)."""

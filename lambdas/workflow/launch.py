@@ -16,7 +16,8 @@ from typing import Any, Protocol
 
 from workflow import notifications
 from workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
-from workflow.job import ImageSpec, Job, image_instance_mismatch
+from workflow.images import default_image, training_image_for
+from workflow.job import Job
 from workflow.notifications import Notification
 from workflow.reference import is_reference, reference_job
 from workflow.requests import build_create_training_job, checkpoint_uri, configuration_problem
@@ -37,37 +38,6 @@ class ArchiveReader(Protocol):
     """Lists a source archive's members (workflow.sources.SourceArchives); None when too large to read."""
 
     def members(self, uri: str) -> list[str] | None: ...
-
-
-def resolve_image(image: str | ImageSpec | None, settings: TrainSettings, instance_type: str) -> str:
-    """An image URI for the job: as given, the deployment's default, or looked up by framework and version.
-
-    The lookup is `workflow.images.training_image_uri` (the SageMaker Python SDK's image URI
-    tables, not ours); a deployment without it accepts image URIs only.
-    """
-    if image is None:
-        return settings.training_image_uri
-    if isinstance(image, str):
-        return image
-    try:
-        from workflow import images  # type: ignore[attr-defined]
-
-        lookup = images.training_image_uri
-    except (ImportError, AttributeError):
-        raise InvalidInput(
-            f"job.image: this deployment cannot look up {image.framework} {image.version} images; "
-            "give the training image's URI"
-        ) from None
-    try:
-        return lookup(
-            framework=image.framework,
-            version=image.version,
-            region=settings.region,
-            instance_type=instance_type,
-            python_version=image.python_version,
-        )
-    except ValueError as error:
-        raise InvalidInput(f"job.image: {error}") from None
 
 
 def _resolve(job: Job, settings: TrainSettings, instance_field: str = "job.instance_type") -> Job:
@@ -92,12 +62,10 @@ def _resolve(job: Job, settings: TrainSettings, instance_field: str = "job.insta
             "LIBRARY_S3_URI is not set, so the stabilizer library cannot reach a job of your own"
         )
     instance_type = job.instance_type or settings.default_instance_type
-    image = resolve_image(job.image, settings, instance_type)
-    mismatch = image_instance_mismatch(image, instance_type)
-    if mismatch:
-        field = "job.image" if job.image is not None else instance_field
-        given = "" if job.image is not None else " (the deployment's training image)"
-        raise InvalidInput(f"{field}: {mismatch}{given}; give an image and an instance type that match")
+    if job.image is None:  # the deployment's image for this instance; an error names the field the person typed
+        image = default_image(instance_type, settings, field=instance_field)
+    else:
+        image = training_image_for(instance_type, job.image, settings)
     return job.model_copy(update={"image": image, "instance_type": instance_type})
 
 

@@ -24,29 +24,6 @@ CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 DEBUG_LOCAL_PATH = "/opt/ml/output/tensors"
 RULE_INSTANCE_TYPE = "ml.t3.medium"
 
-# Accounts that own the `sagemaker-debugger-rules` image, per region (SageMaker Debugger docs,
-# "Docker images for Debugger rules"; the same table as the SageMaker Python SDK's).
-DEBUGGER_RULE_ACCOUNTS = {
-    "us-east-1": "503895931360",
-    "us-east-2": "915447279597",
-    "us-west-1": "685455198987",
-    "us-west-2": "895741380848",
-    "ca-central-1": "519511493484",
-    "eu-west-1": "929884845733",
-    "eu-west-2": "250201462417",
-    "eu-west-3": "447278800020",
-    "eu-central-1": "482524230118",
-    "eu-north-1": "314864569078",
-    "ap-northeast-1": "430734990657",
-    "ap-northeast-2": "578805364391",
-    "ap-southeast-1": "972752614525",
-    "ap-southeast-2": "184798709955",
-    "ap-south-1": "904829902805",
-    "sa-east-1": "818342061345",
-    "ap-east-1": "199566480951",
-    "me-south-1": "986000313247",
-}
-
 # The library reaches every job as an input channel (docs/contracts.md, section 8): SageMaker
 # downloads it to /opt/ml/input/data/<channel>, and PYTHONPATH puts it (and the launcher's
 # autostart directory) on the script's path.
@@ -80,14 +57,15 @@ def checkpoint_uri(bucket: str, execution_name: str, attempt: int) -> str:
     return f"{attempt_prefix(bucket, execution_name, attempt)}/checkpoints"
 
 
-def rule_image(region: str) -> str:
-    account = DEBUGGER_RULE_ACCOUNTS.get(region)
-    if account is None:
+def rule_image(settings: TrainSettings) -> str:
+    """The `sagemaker-debugger-rules` image, resolved at synth time with the SageMaker Python SDK
+    (`image_uris.retrieve("debugger", region)`, infra/training_image.py) and baked in."""
+    if not settings.debugger_rule_image:
         raise MisconfiguredEnvironment(
-            f"DEBUGGER_RULES_ENABLED is true but region {region!r} has no known Debugger rule image; "
-            f"known: {', '.join(sorted(DEBUGGER_RULE_ACCOUNTS))}"
+            f"DEBUGGER_RULES_ENABLED is true but DEBUGGER_RULE_IMAGE is not set (the SageMaker Python SDK "
+            f"knows no Debugger rule image for region {settings.region!r})"
         )
-    return f"{account}.dkr.ecr.{region}.amazonaws.com/sagemaker-debugger-rules:latest"
+    return settings.debugger_rule_image
 
 
 def _rules_json(rules: list[RuleConfig]) -> list[dict[str, Any]]:
@@ -195,7 +173,7 @@ def _debugger(monitoring: Monitoring, settings: TrainSettings, prefix: str) -> d
         else:
             parameters = {"save_steps": ",".join(str(s) for s in capture.save_steps or [])}
         configurations.append({"CollectionName": name, "CollectionParameters": parameters})
-    image = rule_image(settings.region)
+    image = rule_image(settings)
     rules = [
         {
             "RuleConfigurationName": rule.name,

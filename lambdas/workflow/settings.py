@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError, field_validator
 
 from workflow.errors import MisconfiguredEnvironment
 
@@ -41,7 +41,14 @@ class TrainSettings(BaseModel):
     bucket: str = Field(min_length=3)
     topic_arn: str = Field(min_length=1)
     sagemaker_role_arn: str = Field(min_length=20)
+    # The image for CPU instance types; for every type when no GPU image is set (a custom image).
     training_image_uri: str = Field(min_length=1)
+    # Images baked in at synth time from the SageMaker Python SDK (infra/training_image.py,
+    # workflow/images.py): the GPU build, {framework: {version: {"cpu"|"gpu": uri}}}, and the
+    # Debugger rule image (needed only with DEBUGGER_RULES_ENABLED).
+    training_image_uri_gpu: str | None = None
+    framework_images: Json[dict[str, dict[str, dict[str, str]]]] = Field(default_factory=dict)
+    debugger_rule_image: str | None = None
     source_s3_uri: str
     train_data_s3_uri: str
     test_data_s3_uri: str
@@ -80,6 +87,9 @@ class TrainSettings(BaseModel):
                 "topic_arn": "TOPIC_ARN",
                 "sagemaker_role_arn": "SAGEMAKER_ROLE_ARN",
                 "training_image_uri": "TRAINING_IMAGE_URI",
+                "training_image_uri_gpu": "TRAINING_IMAGE_URI_GPU",
+                "framework_images": "FRAMEWORK_IMAGES",
+                "debugger_rule_image": "DEBUGGER_RULE_IMAGE",
                 "source_s3_uri": "SOURCE_S3_URI",
                 "train_data_s3_uri": "TRAIN_DATA_S3_URI",
                 "test_data_s3_uri": "TEST_DATA_S3_URI",

@@ -110,6 +110,9 @@ def _load_in_lambda_layout(tmp_path: Path, code: str) -> dict:
         "BUCKET": "bucket", "TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:stabilizer",
         "SAGEMAKER_ROLE_ARN": "arn:aws:iam::123456789012:role/sagemaker",
         "TRAINING_IMAGE_URI": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:x",
+        "FRAMEWORK_IMAGES": json.dumps({"pytorch": {"2.8.0": {
+            "cpu": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.8.0-cpu-py312",
+            "gpu": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.8.0-gpu-py312"}}}),
         "SOURCE_S3_URI": "s3://bucket/source/x/sourcedir.tar.gz",
         "TRAIN_DATA_S3_URI": "s3://bucket/data/train/", "TEST_DATA_S3_URI": "s3://bucket/data/test/",
         "JOB_NAME_PREFIX": "stabilizer", "DEFAULT_INSTANCE_TYPE": "ml.m5.xlarge",
@@ -147,3 +150,21 @@ def test_handlers_load_from_the_asset_alone(tmp_path):
     print(f"peak RSS after loading both handlers (cold, compiling): {report['rss_mib']:.1f} MiB")
     # Imports alone must leave at least half of the configured memory to the work.
     assert report["rss_mib"] < LAMBDA_MEMORY_MB / 2
+
+
+def test_asset_holds_no_sagemaker_sdk_and_picks_images_without_it(deployed_asset, tmp_path):
+    # The SDK resolves images at synth time only; the functions read what synth baked in.
+    top_level = {p.name.lower() for p in deployed_asset.iterdir()}
+    assert not {name for name in top_level if name.startswith(("sagemaker", "smdebug"))}, top_level
+    code = (
+        "import json, train_handler, monitor_handler\n"
+        "from workflow.images import training_image_for\n"
+        "from workflow.settings import TrainSettings\n"
+        "import os\n"
+        "settings = TrainSettings.from_env(os.environ)\n"
+        "assert training_image_for('ml.g5.xlarge', {'framework': 'pytorch', 'version': '2.8'}, settings)"
+        ".endswith(':2.8.0-gpu-py312')\n"
+        "assert training_image_for('ml.m5.xlarge', None, settings).endswith(':x')\n"
+    )
+    report = _load_in_lambda_layout(tmp_path, code)
+    assert not [name for name in report["modules"] if name.split(".")[0].startswith(("sagemaker", "smdebug"))]

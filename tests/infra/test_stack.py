@@ -15,7 +15,8 @@ from tests.infra.synth import REPO_ROOT, as_list, dumps, policy_statements, synt
 
 PREFIX = "stabilizer"
 CONTRACT_ENVIRONMENT = {
-    "BUCKET", "TOPIC_ARN", "SAGEMAKER_ROLE_ARN", "TRAINING_IMAGE_URI", "SOURCE_S3_URI",
+    "BUCKET", "TOPIC_ARN", "SAGEMAKER_ROLE_ARN", "TRAINING_IMAGE_URI", "TRAINING_IMAGE_URI_GPU",
+    "FRAMEWORK_IMAGES", "SOURCE_S3_URI",
     "TRAIN_DATA_S3_URI", "TEST_DATA_S3_URI", "JOB_NAME_PREFIX", "DEFAULT_INSTANCE_TYPE",
     "DEBUGGER_RULES_ENABLED", "POWERTOOLS_SERVICE_NAME",
 }
@@ -250,6 +251,8 @@ def test_environment_bakes_in_deployment_values(default_synth):
     stand_ins = {"BUCKET": "stabilizer-bucket", "TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:topic",
                  "SAGEMAKER_ROLE_ARN": "arn:aws:iam::123456789012:role/sagemaker-execution",
                  "TRAINING_IMAGE_URI": "123456789012.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.9.0",
+                 "TRAINING_IMAGE_URI_GPU": "123456789012.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.9.0",
+                 "FRAMEWORK_IMAGES": "{}",
                  "SOURCE_S3_URI": "s3://stabilizer-bucket/source/x/sourcedir.tar.gz"}
     resolved = {k: v if isinstance(v, str) else stand_ins.get(k, f"s3://stabilizer-bucket/{k.lower()}")
                 for k, v in env.items()}
@@ -260,14 +263,18 @@ def test_environment_bakes_in_deployment_values(default_synth):
     assert env["SAGEMAKER_ROLE_ARN"] == {"Fn::GetAtt": [_role_id(raw, "SageMakerExecutionRole"), "Arn"]}
     assert dumps(env["SOURCE_S3_URI"]).endswith('/sourcedir.tar.gz"]]}')
     assert dumps(env["TRAIN_DATA_S3_URI"]).endswith('/data/train/"]]}')
-    assert "pytorch-training:2.9.0-cpu-py312-ubuntu22.04-sagemaker" in dumps(env["TRAINING_IMAGE_URI"])
-    assert raw["Mappings"]["DlcRegistry"]["us-east-1"] == {"account": "763104351884"}
+    # The images themselves, region by region, are checked against the SDK in test_training_image.py.
+    assert "pytorch-training:2.8.0-cpu-py312" in dumps(env["TRAINING_IMAGE_URI"])
+    assert "pytorch-training:2.8.0-gpu-py312" in dumps(env["TRAINING_IMAGE_URI_GPU"])
 
 
 def test_deployment_context_switches_image_debugger_and_instance():
     _, gpu = synth(instance_type="ml.g5.xlarge", debugger_rules_enabled="true")
     env = _train_environment(gpu)
-    assert "2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker" in dumps(env["TRAINING_IMAGE_URI"])
+    # Both builds are baked in whatever the default instance type: the image follows each request's.
+    assert "2.8.0-gpu-py312" in dumps(env["TRAINING_IMAGE_URI_GPU"])
+    assert "2.8.0-cpu-py312" in dumps(env["TRAINING_IMAGE_URI"])
+    assert "sagemaker-debugger-rules:latest" in dumps(env["DEBUGGER_RULE_IMAGE"])
     assert env["DEBUGGER_RULES_ENABLED"] == "true"
     assert env["DEFAULT_INSTANCE_TYPE"] == "ml.g5.xlarge"
 

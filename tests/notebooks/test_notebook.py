@@ -129,4 +129,8 @@ def test_the_notebook_runs_top_to_bottom_in_local_mode(
     # The headline: the default policy recovers in 2 jobs where the original ladder takes 7.
     assert re.search(r"^default\s+succeeded\s+2\s", comparison, re.MULTILINE), comparison
     assert re.search(r"^original\s+succeeded\s+7\s", comparison, re.MULTILINE), comparison
+    # A SageMaker Python SDK estimator handed to the client ran as a job of its own, on the image
+    # the SDK names for it, and recovered through its declared knobs.
+    sdk = text_of(cell_with(notebook, "job=estimator"))
+    assert "pytorch-training:2.8.0-cpu-py312" in sdk and "SUCCEEDED" in sdk, sdk
     assert (tmp_path / "runs" / "notebook").is_dir(), "the local runs did not go where STABILIZER_RUN_DIR says"

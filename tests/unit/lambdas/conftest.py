@@ -31,6 +31,7 @@ ENV = {
     "JOB_NAME_PREFIX": "stabilizer",
     "DEFAULT_INSTANCE_TYPE": "ml.p3.2xlarge",
     "DEBUGGER_RULES_ENABLED": "false",
+    "DEBUGGER_RULE_IMAGE": "503895931360.dkr.ecr.us-east-1.amazonaws.com/sagemaker-debugger-rules:latest",
     "AWS_REGION": "us-east-1",
 }
 EXECUTION = {

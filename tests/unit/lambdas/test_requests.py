@@ -9,7 +9,7 @@ from typing import Any
 import botocore.session
 import pytest
 from botocore.validate import ParamValidator
-from conftest import EXECUTION, launched, new_state
+from conftest import ENV, EXECUTION, launched, new_state
 from workflow import launch as launching
 from workflow import reference, requests
 from workflow.errors import MisconfiguredEnvironment
@@ -208,27 +208,16 @@ def test_a_rule_collection_the_capture_does_not_save_is_added_to_the_hook(debugg
     assert collections == {"gradients": {"save_interval": "10"}, "losses": {"save_steps": "0,5,10"}}
 
 
-@pytest.mark.parametrize(
-    ("region", "account"),
-    [
-        ("us-east-1", "503895931360"),
-        ("us-east-2", "915447279597"),
-        ("us-west-2", "895741380848"),
-        ("eu-west-1", "929884845733"),
-        ("eu-central-1", "482524230118"),
-        ("ap-northeast-1", "430734990657"),
-    ],
-)
-def test_rule_image_per_region(region, account):
-    assert (
-        requests.rule_image(region)
-        == f"{account}.dkr.ecr.{region}.amazonaws.com/sagemaker-debugger-rules:latest"
-    )
+def test_rule_image_is_the_one_the_deployment_baked_in(debugger_settings):
+    request = _request(new_state(debugger_settings), debugger_settings)
+    images = {rule["RuleEvaluatorImage"] for rule in request["DebugRuleConfigurations"]}
+    assert images == {ENV["DEBUGGER_RULE_IMAGE"]}
 
 
-def test_rule_image_for_an_unknown_region_is_a_clear_configuration_error():
-    with pytest.raises(MisconfiguredEnvironment, match="xx-east-9"):
-        requests.rule_image("xx-east-9")
+def test_rule_image_missing_with_debugger_enabled_is_a_clear_configuration_error():
+    settings = TrainSettings.from_env({**ENV, "DEBUGGER_RULES_ENABLED": "true", "DEBUGGER_RULE_IMAGE": ""})
+    with pytest.raises(MisconfiguredEnvironment, match="DEBUGGER_RULE_IMAGE"):
+        requests.rule_image(settings)
 
 
 def test_rule_parameters_longer_than_256_characters_never_reach_a_request(settings):
