@@ -21,7 +21,7 @@ from workflow.state import Attempt, ExecutionRef, WorkflowState, parse_execution
 
 def prepare(raw_input: Any, execution: Any, settings: TrainSettings) -> WorkflowState:
     """Validate the execution input (raises InvalidInput) and build the first state."""
-    given = parse_execution_input(raw_input)
+    given = parse_execution_input(raw_input, debugger_rules_enabled=settings.debugger_rules_enabled)
     if not isinstance(execution, dict) or not execution.get("id") or not execution.get("name"):
         raise StateCorrupted("execution: expected {'id': ..., 'name': ...} from the state machine's context")
     run_spec = given.run_spec

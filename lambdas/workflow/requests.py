@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from workflow.errors import MisconfiguredEnvironment, StateCorrupted
+from workflow.rule_checks import runs_in_engine
 from workflow.settings import TrainSettings
 from workflow.state import RuleConfig, RunSpec, WorkflowState
 
@@ -113,7 +114,9 @@ def hyperparameters(spec: RunSpec, settings: TrainSettings) -> dict[str, str]:
         "seed": spec.seed,
         "checkpoint_every": spec.checkpoint_every,
         "max_steps": spec.max_steps,
-        "sentinel_rules": json.dumps(_rules_json(spec.rules), separators=(",", ":")),
+        # Rules only Debugger runs (accepted only where it is enabled) go to Debugger alone.
+        "sentinel_rules": json.dumps(_rules_json([r for r in spec.rules if runs_in_engine(r.name)]),
+                                     separators=(",", ":")),
         "sentinel_action": spec.sentinel_action,
         "capture": json.dumps(_capture_json(spec), separators=(",", ":")),
         "sagemaker_program": "train.py",

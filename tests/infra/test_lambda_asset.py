@@ -147,3 +147,11 @@ def test_handlers_load_from_the_asset_alone(tmp_path):
     print(f"peak RSS after loading both handlers (cold, compiling): {report['rss_mib']:.1f} MiB")
     # Imports alone must leave at least half of the configured memory to the work.
     assert report["rss_mib"] < LAMBDA_MEMORY_MB / 2
+
+
+def test_asset_carries_the_rule_engines_catalogue_as_a_file(deployed_asset):
+    # ValidateInput checks rule lists with the engine's own catalogue; lambdas/ links to it.
+    copied = deployed_asset / "workflow" / "rule_catalogue.py"
+    assert copied.is_file() and not copied.is_symlink()
+    assert copied.read_bytes() == (REPO_ROOT / "model" / "rule_engine" / "catalogue.py").read_bytes()
+    assert "import numpy" not in copied.read_text() and "import torch" not in copied.read_text()

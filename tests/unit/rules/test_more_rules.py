@@ -146,7 +146,7 @@ def test_the_profiler_samples_proc_and_the_store_and_overall_usage_read_it(tmp_p
     assert first["step"] == 3 and len(first["cpu"]) >= 1 and 0 <= first["memory"] <= 100
     model = tiny_net()
     rules = json.dumps([{"name": "OverallSystemUsage"}, {"name": "CPUBottleneck", "parameters": {"patience": "0"}}])
-    capture, sentinel = build_monitoring(model, sentinel_rules=rules, sentinel_action="notify", capture=None,
+    _, sentinel = build_monitoring(model, sentinel_rules=rules, sentinel_action="notify", capture=None,
                                          checkpoint_dir=tmp_path, tensor_dir=tmp_path / "tensors",
                                          profiler_interval_ms=20)
     assert sentinel.profiler is not None
