@@ -272,7 +272,7 @@ class StopRequested:
 
 
 def evaluate(model: ResNet, x_train: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-             batch_size: int) -> tuple[float, float]:
+             batch_size: int, predictions: list[torch.Tensor] | None = None) -> tuple[float, float]:
     if len(x) == 0:
         return math.nan, math.nan
     model.recalibrate_batch_norm(x_train, batch_size)
@@ -283,6 +283,8 @@ def evaluate(model: ResNet, x_train: torch.Tensor, x: torch.Tensor, y: torch.Ten
             logits = model(x[start:start + batch_size])
             total_loss += F.cross_entropy(logits, y[start:start + batch_size], reduction="sum").item()
             correct += (logits.argmax(1) == y[start:start + batch_size]).sum().item()
+            if predictions is not None:  # for rules judging held-out predictions (Confusion, ClassImbalance)
+                predictions.append(logits.argmax(1))
     model.train()
     return total_loss / len(x), correct / len(x)
 
@@ -350,11 +352,13 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
             checkpointed_at = _checkpoint_if_finite(model, optimizer, step, config, paths, loss, grad_norm,
                                                     checkpointed_at)
         if step % steps_per_epoch == 0 or step == total_steps:
-            test_loss, accuracy = evaluate(model, xt, xv, yv, config.batch_size)
+            predicted: list[torch.Tensor] = []
+            test_loss, accuracy = evaluate(model, xt, xv, yv, config.batch_size, predicted)
             log(f"eval epoch={epoch + 1} test_loss={test_loss:.6g} test_accuracy={accuracy:.4f}")
             if len(xv):
                 verdict = sentinel.after_eval(step - 1, epoch=epoch, phase=config.phase_at(epoch),
-                                              learning_rate=lr, loss=test_loss)
+                                              learning_rate=lr, loss=test_loss, labels=yv,
+                                              outputs=torch.cat(predicted))
                 _stop_if_a_rule_fired(verdict, sentinel, f"after the evaluation at step {step - 1}")
 
     if stop.requested:

@@ -11,6 +11,11 @@ of them alike; steps/s of each (median over rounds) is printed with its ratio to
 capture or sentinel calls at all). Writing the store, including the final flush, is timed;
 evaluation and checkpoints are not. Tensors go to a temporary directory removed afterwards.
 
+The system profiler samples on its own thread whatever configuration is stepping, so its cost
+cannot be told apart by interleaving; its configurations report the CPU time its sampling thread
+used (user + system, ``time.thread_time``) per training step of the whole round, as hook time,
+and the profiler's own cost per sample.
+
 Targets: sentinel plus gradients every 100 steps >= 0.97x plain; all collections every 10 steps
 >= 0.80x plain. This module measures and prints; it must not be imported by the training code.
 """
@@ -31,12 +36,15 @@ if str(MODEL_DIR) not in sys.path:
     sys.path.insert(0, str(MODEL_DIR))  # model/ is the training source directory, imported as in the job
 from rule_engine.capture import BUILTIN_COLLECTIONS as ALL_COLLECTIONS  # noqa: E402
 
-CONFIGS: dict[str, tuple[list, dict] | None] = {
+# name -> (rules, capture, profiler interval in ms or 0), or None for plain training.
+CONFIGS: dict[str, tuple[list, dict, int] | None] = {
     "plain": None,
-    "sentinel only": (EXPLODING, {}),
-    "sentinel + gradients/100": (EXPLODING, {"gradients": {"save_interval": 100}}),
-    "sentinel + gradients/10": (EXPLODING, {"gradients": {"save_interval": 10}}),
-    "sentinel + all collections/10": (EXPLODING, {name: {"save_interval": 10} for name in ALL_COLLECTIONS}),
+    "sentinel only": (EXPLODING, {}, 0),
+    "sentinel + gradients/100": (EXPLODING, {"gradients": {"save_interval": 100}}, 0),
+    "sentinel + gradients/10": (EXPLODING, {"gradients": {"save_interval": 10}}, 0),
+    "sentinel + all collections/10": (EXPLODING, {name: {"save_interval": 10} for name in ALL_COLLECTIONS}, 0),
+    "sentinel + profiler/500ms": (EXPLODING, {}, 500),
+    "sentinel + profiler/100ms": (EXPLODING, {}, 100),
 }
 TARGETS = {"sentinel + gradients/100": 0.97, "sentinel + all collections/10": 0.80}
 
@@ -44,7 +52,9 @@ TARGETS = {"sentinel + gradients/100": 0.97, "sentinel + all collections/10": 0.
 class _Setup:
     """One configuration: its own network, optimizer, capture and sentinel, stepped on demand."""
 
-    def __init__(self, name: str, config: tuple[list, dict] | None, args: argparse.Namespace, workdir: Path) -> None:
+    def __init__(
+        self, name: str, config: tuple[list, dict, int] | None, args: argparse.Namespace, workdir: Path
+    ) -> None:
         import torch
         from resnet import ResNet
         from rule_engine.sentinel import build_monitoring
@@ -55,7 +65,7 @@ class _Setup:
         self.optimizer = torch.optim.SGD(self.model.parameter_groups(), lr=0.05, momentum=0.9)
         self.capture = self.sentinel = None
         if config is not None:
-            rules, collections = config
+            rules, collections, profiler_ms = config
             self.capture, self.sentinel = build_monitoring(
                 self.model,
                 sentinel_rules=rules,
@@ -63,6 +73,7 @@ class _Setup:
                 capture=collections,
                 checkpoint_dir=workdir,
                 tensor_dir=workdir / "tensors",
+                profiler_interval_ms=profiler_ms,
             )
         self.seconds = 0.0
         self.hook_seconds = 0.0
@@ -166,9 +177,17 @@ def main(argv: list[str] | None = None) -> int:
                 steps = range(first, min(first + args.chunk, args.steps))
                 for setup in shuffler.sample(setups, len(setups)):
                     setup.train(steps, batches)
+            round_steps = sum(setup.steps for setup in setups)
             for setup in setups:
                 setup.close()
                 rates[setup.name].append(setup.rate)
+                profiler = setup.sentinel.profiler if setup.sentinel is not None else None
+                if profiler is not None:
+                    # The sampling thread ran through every configuration's steps.
+                    setup.hook_seconds += profiler.busy_seconds * setup.steps / round_steps
+                    print(f"  round {round_index + 1} {setup.name}: {profiler.samples_taken} samples, "
+                          f"{profiler.busy_seconds / max(profiler.samples_taken, 1) * 1000:.3f} ms CPU per sample",
+                          flush=True)
                 hook_ms[setup.name].append(setup.hook_seconds / setup.steps * 1000)
                 if setup.name == "plain":
                     step_ms.append(setup.seconds / setup.steps * 1000)

@@ -215,6 +215,8 @@ class SystemProfiler:
         self.sinks = list(sinks)
         self.current_step: int | None = None
         self.samples_taken = 0
+        # CPU time the sampling thread used (user + system), for the overhead benchmark.
+        self.busy_seconds = 0.0
         self._pending: list[Sample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="system-profiler", daemon=True)
@@ -230,6 +232,13 @@ class SystemProfiler:
             self._take()
 
     def _take(self) -> None:
+        started = time.thread_time()
+        try:
+            self._record()
+        finally:
+            self.busy_seconds += time.thread_time() - started
+
+    def _record(self) -> None:
         try:
             sample = self.sampler.sample(self.current_step)
         except OSError:

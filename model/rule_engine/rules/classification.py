@@ -114,7 +114,8 @@ class Confusion(Rule):
 
     Labels: the first tensor of ``labels_collection``, else a tensor named ``labels`` (or ending in
     ``/<labels>``); predictions likewise. Class-probability tensors are reduced with arg-max.
-    Evaluated at EVAL records when the step has them, else at TRAIN records.
+    Judged on held-out data (EVAL records) only: on a training batch the matrix of a network that
+    has not learnt yet always fails, which says nothing about the model.
     """
 
     required_collections: ClassVar[Mapping[str, int]] = {"labels": 10, "predictions": 10}
@@ -154,11 +155,10 @@ class Confusion(Rule):
         return None
 
     def invoke_at_step(self, step: int) -> bool:
-        for mode in ("EVAL", "TRAIN"):
-            labels = self._find(step, mode, self.labels_collection, self.labels)
-            preds = self._find(step, mode, self.predictions_collection, self.predictions)
-            if labels is not None and preds is not None and labels[1].size == preds[1].size:
-                return self._judge(step, mode, labels[1], preds)
+        labels = self._find(step, "EVAL", self.labels_collection, self.labels)
+        preds = self._find(step, "EVAL", self.predictions_collection, self.predictions)
+        if labels is not None and preds is not None and labels[1].size == preds[1].size:
+            return self._judge(step, "EVAL", labels[1], preds)
         return False
 
     def _judge(self, step: int, mode: str, labels: np.ndarray, preds: tuple[str, np.ndarray]) -> bool:

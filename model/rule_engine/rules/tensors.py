@@ -266,7 +266,8 @@ class PoorWeightInitialization(Rule):
 
     - the largest variance of the activation inputs (``activation_inputs_regex``, one tensor per
       layer) is more than ``threshold`` times the smallest, at a step;
-    - a gradient's spread, its 95th minus its 5th percentile, is below ``distribution_range``; or
+    - the spread of the gradients (all weight gradients of the step together, biases left out),
+      their 95th minus their 5th percentile, is below ``distribution_range``; or
     - the loss has not reached a new lowest value for ``patience`` steps.
     """
 
@@ -310,16 +311,18 @@ class PoorWeightInitialization(Rule):
                 found.append((step, f"activation-input variance of {high} ({finite[high]:.3g}) is {ratio:.3g} times "
                               f"that of {low} ({finite[low]:.3g}) at step {step}, more than {self.threshold:g}",
                               high, ratio, "TRAIN"))
-        for name in trial.tensor_names(collection="gradients", step=step, mode="TRAIN"):
-            value = value_at(trial, name, step, "TRAIN")
-            if value is None or value.size < 2 or name.endswith("bias") or not np.isfinite(value).all():
-                continue
-            p5, p95 = np.percentile(value, [5, 95])
+        pooled = [
+            value.ravel()
+            for name in trial.tensor_names(collection="gradients", step=step, mode="TRAIN")
+            if not name.endswith("bias") and (value := value_at(trial, name, step, "TRAIN")) is not None
+        ]
+        gradients = np.concatenate(pooled) if pooled else np.zeros(0)
+        if gradients.size >= 2 and np.isfinite(gradients).all():
+            p5, p95 = np.percentile(gradients, [5, 95])
             if p95 - p5 < self.distribution_range:
-                found.append((step, f"gradient {name} spans {p95 - p5:.3g} between its 5th and 95th percentiles "
-                              f"at step {step}, less than {self.distribution_range:g}", name, float(p95 - p5),
+                found.append((step, f"the gradients span {p95 - p5:.3g} between their 5th and 95th percentiles at "
+                              f"step {step}, less than {self.distribution_range:g}", "gradients", float(p95 - p5),
                               "TRAIN"))
-                break
         for name in trial.tensor_names(collection="losses", step=step, mode="TRAIN"):
             value = value_at(trial, name, step, "TRAIN")
             if value is None or value.size != 1 or not math.isfinite(loss := scalar(value)):

@@ -47,10 +47,10 @@ def test_tensor_variance_fires_outside_its_bounds_and_needs_a_selection_and_a_bo
 
 
 def test_confusion_on_debuggers_own_test_cases():
-    def trial_with(labels, predictions):
+    def trial_with(labels, predictions, mode="EVAL"):
         trial = MemoryTrial()
-        trial.add(1, "TRAIN", {"labels/labels": (("labels",), labels),
-                               "predictions/predictions": (("predictions",), predictions)})
+        trial.add(1, mode, {"labels/labels": (("labels",), labels),
+                            "predictions/predictions": (("predictions",), predictions)})
         return trial
 
     y = np.random.default_rng(0).integers(10, size=100)
@@ -61,6 +61,8 @@ def test_confusion_on_debuggers_own_test_cases():
     assert build(trial_with(y, y_hat), "Confusion", category_no="10").invoke_at_step(1)
     rule = build(trial_with(y, y_hat), "Confusion", category_no="10", min_diag="0.0", max_off_diag="0.01")
     assert rule.invoke_at_step(1) and "are class 4" in rule.finding.message
+    # Training batches are not judged: an untrained network's matrix always fails.
+    assert not build(trial_with(y, y_hat, mode="TRAIN"), "Confusion", category_no="10").invoke_at_step(1)
 
 
 def test_check_input_images_fires_on_unnormalised_images_once_enough_were_seen():
