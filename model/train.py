@@ -352,13 +352,15 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
             checkpointed_at = _checkpoint_if_finite(model, optimizer, step, config, paths, loss, grad_norm,
                                                     checkpointed_at)
         if step % steps_per_epoch == 0 or step == total_steps:
-            predicted: list[torch.Tensor] = []
+            # Held-out labels and predictions of the trained model (the last evaluation) for the rules
+            # that judge them (Confusion, ClassImbalance); after the first epoch every model fails them.
+            predicted: list[torch.Tensor] | None = [] if step == total_steps else None
             test_loss, accuracy = evaluate(model, xt, xv, yv, config.batch_size, predicted)
             log(f"eval epoch={epoch + 1} test_loss={test_loss:.6g} test_accuracy={accuracy:.4f}")
             if len(xv):
                 verdict = sentinel.after_eval(step - 1, epoch=epoch, phase=config.phase_at(epoch),
-                                              learning_rate=lr, loss=test_loss, labels=yv,
-                                              outputs=torch.cat(predicted))
+                                              learning_rate=lr, loss=test_loss, labels=yv if predicted else None,
+                                              outputs=torch.cat(predicted) if predicted else None)
                 _stop_if_a_rule_fired(verdict, sentinel, f"after the evaluation at step {step - 1}")
 
     if stop.requested:
