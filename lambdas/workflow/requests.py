@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from workflow.errors import MisconfiguredEnvironment, StateCorrupted
-from workflow.rule_checks import runs_in_engine
+from workflow.rule_checks import is_profiler_rule, runs_in_engine
 from workflow.settings import TrainSettings
 from workflow.state import RuleConfig, RunSpec, WorkflowState
 
@@ -158,24 +158,30 @@ def _debugger(spec: RunSpec, settings: TrainSettings, prefix: str) -> dict[str, 
             parameters = {"save_steps": ",".join(str(s) for s in capture.save_steps or [])}
         configurations.append({"CollectionName": name, "CollectionParameters": parameters})
     image = rule_image(settings.region)
-    rules = [
-        {
+
+    def configuration(rule: RuleConfig) -> dict[str, Any]:
+        return {
             "RuleConfigurationName": rule.name,
             "RuleEvaluatorImage": image,
             "InstanceType": RULE_INSTANCE_TYPE,
             "VolumeSizeInGB": 0,
             "RuleParameters": {"rule_to_invoke": rule.name, **rule.parameters},
         }
-        for rule in spec.rules
-    ]
-    return {
+
+    # Debugger runs its profiler rules (ProfilerRule) beside a profiler, not beside the debug hook.
+    profiler_rules = [configuration(rule) for rule in spec.rules if is_profiler_rule(rule.name)]
+    request: dict[str, Any] = {
         "DebugHookConfig": {
             "S3OutputPath": f"{prefix}/debug",
             "LocalPath": DEBUG_LOCAL_PATH,
             "CollectionConfigurations": configurations,
         },
-        "DebugRuleConfigurations": rules,
+        "DebugRuleConfigurations": [configuration(rule) for rule in spec.rules if not is_profiler_rule(rule.name)],
     }
+    if profiler_rules:
+        request["ProfilerConfig"] = {"S3OutputPath": f"{prefix}/profiler", "ProfilingIntervalInMilliseconds": 500}
+        request["ProfilerRuleConfigurations"] = profiler_rules
+    return request
 
 
 def build_create_training_job(state: WorkflowState, settings: TrainSettings, attempt: int) -> dict[str, Any]:

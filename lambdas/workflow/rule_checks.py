@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from workflow.rule_catalogue import CATALOGUE, ENGINE, RuleConfigError, check_rule
+from workflow.rule_catalogue import CATALOGUE, ENGINE, PROFILER, RuleConfigError, check_rule
 
-__all__ = ["RuleConfigError", "check_rule_config", "runs_in_engine"]
+__all__ = ["RuleConfigError", "check_rule_config", "is_profiler_rule", "runs_in_engine"]
 
 
 def check_rule_config(name: str, parameters: Mapping[str, Any], *, debugger_enabled: bool | None) -> None:
@@ -29,3 +29,9 @@ def runs_in_engine(name: str) -> bool:
     """Whether the in-job sentinel runs this rule (the others go to Debugger only)."""
     entry = CATALOGUE.get(name)
     return entry is not None and entry.runs_in == ENGINE
+
+
+def is_profiler_rule(name: str) -> bool:
+    """Debugger's ProfilerRule family (ProfilerRuleConfigurations), not its Rule family."""
+    entry = CATALOGUE.get(name)
+    return entry is not None and entry.family == PROFILER
