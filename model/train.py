@@ -284,7 +284,7 @@ class StopRequested:
 
 
 def evaluate(model: ResNet, x_train: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-             batch_size: int) -> tuple[float, float]:
+             batch_size: int, predictions: list[torch.Tensor] | None = None) -> tuple[float, float]:
     if len(x) == 0:
         return math.nan, math.nan
     model.recalibrate_batch_norm(x_train, batch_size)
@@ -297,6 +297,8 @@ def evaluate(model: ResNet, x_train: torch.Tensor, x: torch.Tensor, y: torch.Ten
             logits = model(x[start:start + batch_size].to(device))
             total_loss += F.cross_entropy(logits, labels, reduction="sum").item()
             correct += (logits.argmax(1) == labels).sum().item()
+            if predictions is not None:  # for rules judging held-out predictions (Confusion, ClassImbalance)
+                predictions.append(logits.argmax(1).cpu())
     model.train()
     return total_loss / len(x), correct / len(x)
 
@@ -363,10 +365,16 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
             checkpointed_at = _checkpoint_if_finite(model, optimizer, step, config, paths, loss, grad_norm,
                                                     checkpointed_at)
         if step % steps_per_epoch == 0 or step == total_steps:
-            test_loss, accuracy = evaluate(model, xt, xv, yv, config.batch_size)
+            # Held-out labels and predictions of the trained model (the last evaluation) for the rules
+            # that judge them (Confusion, ClassImbalance); after the first epoch every model fails them.
+            predicted: list[torch.Tensor] | None = [] if step == total_steps else None
+            test_loss, accuracy = evaluate(model, xt, xv, yv, config.batch_size, predicted)
             log(f"eval epoch={epoch + 1} test_loss={test_loss:.6g} test_accuracy={accuracy:.4f}")
             if len(xv):
-                guard.eval_loss(test_loss)  # the Overfit rule reads these; a stop exits here with status 86
+                # Overfit reads the loss; Confusion and ClassImbalance the held-out predictions of the last
+                # evaluation. A stop exits here with status 86.
+                guard.eval_loss(test_loss, labels=yv if predicted else None,
+                                outputs=torch.cat(predicted) if predicted else None)
 
     if stop.requested:
         _checkpoint_if_finite(model, optimizer, step, config, paths, loss, grad_norm, checkpointed_at)

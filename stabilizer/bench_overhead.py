@@ -18,6 +18,10 @@ find the model, its ``nn.CrossEntropyLoss`` module and the optimizer; the loop m
 Both run the finite check (``ExplodingTensor``) every step; their hook time is inside the step, so
 only their steps/s ratio is shown. The launcher's global optimizer hook sees every configuration's
 steps (it returns at once for optimizers it does not watch).
+The system profiler samples on its own thread whatever configuration is stepping, so its cost
+cannot be told apart by interleaving; its configurations report the CPU time its sampling thread
+used (user + system, ``time.thread_time``) per training step of the whole round, as hook time,
+and the profiler's own cost per sample.
 
 Targets: sentinel plus gradients every 100 steps >= 0.97x plain; all collections every 10 steps
 >= 0.80x plain. This module measures and prints; it must not be imported by the training code.
@@ -41,14 +45,17 @@ from rule_engine.capture import BUILTIN_COLLECTIONS as ALL_COLLECTIONS  # noqa: 
 
 LIBRARY = "library: watch()"
 LAUNCHER = "launcher: unchanged script"
-CONFIGS: dict[str, tuple[list, dict] | None] = {
+# name -> (rules, capture, profiler interval in ms or 0), or None for plain training.
+CONFIGS: dict[str, tuple[list, dict, int] | None] = {
     "plain": None,
-    LIBRARY: (EXPLODING, {}),
-    LAUNCHER: (EXPLODING, {}),
-    "sentinel only": (EXPLODING, {}),
-    "sentinel + gradients/100": (EXPLODING, {"gradients": {"save_interval": 100}}),
-    "sentinel + gradients/10": (EXPLODING, {"gradients": {"save_interval": 10}}),
-    "sentinel + all collections/10": (EXPLODING, {name: {"save_interval": 10} for name in ALL_COLLECTIONS}),
+    LIBRARY: (EXPLODING, {}, 0),
+    LAUNCHER: (EXPLODING, {}, 0),
+    "sentinel only": (EXPLODING, {}, 0),
+    "sentinel + gradients/100": (EXPLODING, {"gradients": {"save_interval": 100}}, 0),
+    "sentinel + gradients/10": (EXPLODING, {"gradients": {"save_interval": 10}}, 0),
+    "sentinel + all collections/10": (EXPLODING, {name: {"save_interval": 10} for name in ALL_COLLECTIONS}, 0),
+    "sentinel + profiler/500ms": (EXPLODING, {}, 500),
+    "sentinel + profiler/100ms": (EXPLODING, {}, 100),
 }
 TARGETS = {"sentinel + gradients/100": 0.97, "sentinel + all collections/10": 0.80}
 
@@ -56,7 +63,9 @@ TARGETS = {"sentinel + gradients/100": 0.97, "sentinel + all collections/10": 0.
 class _Setup:
     """One configuration: its own network, optimizer, capture and sentinel, stepped on demand."""
 
-    def __init__(self, name: str, config: tuple[list, dict] | None, args: argparse.Namespace, workdir: Path) -> None:
+    def __init__(
+        self, name: str, config: tuple[list, dict, int] | None, args: argparse.Namespace, workdir: Path
+    ) -> None:
         import torch
         from resnet import ResNet
         from rule_engine.sentinel import build_monitoring
@@ -80,7 +89,7 @@ class _Setup:
             self.launcher = LauncherHooks(StabilizerConfig(rules=config[0], capture=config[1], action="notify"),
                                           JobPaths(workdir, workdir / "failure", workdir / "tensors"))
         elif config is not None:
-            rules, collections = config
+            rules, collections, profiler_ms = config
             self.capture, self.sentinel = build_monitoring(
                 self.model,
                 sentinel_rules=rules,
@@ -88,6 +97,7 @@ class _Setup:
                 capture=collections,
                 checkpoint_dir=workdir,
                 tensor_dir=workdir / "tensors",
+                profiler_interval_ms=profiler_ms,
             )
         self.seconds = 0.0
         self.hook_seconds = 0.0
@@ -205,9 +215,17 @@ def main(argv: list[str] | None = None) -> int:
                 steps = range(first, min(first + args.chunk, args.steps))
                 for setup in shuffler.sample(setups, len(setups)):
                     setup.train(steps, batches)
+            round_steps = sum(setup.steps for setup in setups)
             for setup in setups:
                 setup.close()
                 rates[setup.name].append(setup.rate)
+                profiler = setup.sentinel.profiler if setup.sentinel is not None else None
+                if profiler is not None:
+                    # The sampling thread ran through every configuration's steps.
+                    setup.hook_seconds += profiler.busy_seconds * setup.steps / round_steps
+                    print(f"  round {round_index + 1} {setup.name}: {profiler.samples_taken} samples, "
+                          f"{profiler.busy_seconds / max(profiler.samples_taken, 1) * 1000:.3f} ms CPU per sample",
+                          flush=True)
                 hook_ms[setup.name].append(setup.hook_seconds / setup.steps * 1000)
                 if setup.name == "plain":
                     step_ms.append(setup.seconds / setup.steps * 1000)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stabilizer import system_usage
 from stabilizer.records import AttemptRecord, RunRecord
 
 RECIPE_KEYS = ("warmup_learning_rate", "learning_rate", "add_batch_norm", "grad_clip")
@@ -162,6 +163,7 @@ def markdown(record: RunRecord, plots: list[Path], run_dir: Path) -> str:
     if plots:
         lines += ["", "## Loss and gradient norm", ""]
         lines += [f"![{p.stem}]({p.relative_to(run_dir).as_posix()})" for p in plots]
+    lines += system_usage.markdown_lines(record)
     lines += ["", "## Notifications", ""]
     for note in record.notifications:
         lines.append(f"- {note.received:.1f} s — {note.subject}")
@@ -227,7 +229,7 @@ def write_report(record: RunRecord, run_dir: Path) -> dict[str, Path]:
     data["attempts_table"] = [r.__dict__ for r in attempt_rows(record)]
     run_json = run_dir / "run.json"
     run_json.write_text(json.dumps(data, indent=2, default=str))
-    plots = plot(record, run_dir / "plots")
+    plots = plot(record, run_dir / "plots") + system_usage.plot(record, run_dir / "plots")
     report_md = run_dir / "report.md"
     report_md.write_text(markdown(record, plots, run_dir))
     return {"json": run_json, "markdown": report_md, **{p.stem: p for p in plots}}

@@ -87,7 +87,7 @@ def prepare(
     archive. The deployment's own archive (the reference job) is never read: its `train.py` is
     part of the project.
     """
-    given = parse_execution_input(raw_input)
+    given = parse_execution_input(raw_input, debugger_rules_enabled=settings.debugger_rules_enabled)
     if not isinstance(execution, dict) or not execution.get("id") or not execution.get("name"):
         raise StateCorrupted("execution: expected {'id': ..., 'name': ...} from the state machine's context")
     if given.job is None:

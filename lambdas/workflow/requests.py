@@ -16,6 +16,7 @@ from typing import Any
 from workflow.errors import MisconfiguredEnvironment, StateCorrupted
 from workflow.job import Job
 from workflow.reference import is_reference
+from workflow.rule_checks import is_profiler_rule, runs_in_engine
 from workflow.settings import TrainSettings
 from workflow.state import Monitoring, RuleConfig, WorkflowState
 
@@ -72,6 +73,11 @@ def _rules_json(rules: list[RuleConfig]) -> list[dict[str, Any]]:
     return [{"name": rule.name, "parameters": dict(rule.parameters)} for rule in rules]
 
 
+def _engine_rules(monitoring: Monitoring) -> list[RuleConfig]:
+    """Rules only Debugger runs (accepted only where it is enabled) go to Debugger alone."""
+    return [rule for rule in monitoring.rules if runs_in_engine(rule.name)]
+
+
 def _capture_json(monitoring: Monitoring) -> dict[str, Any]:
     return {name: capture.model_dump(exclude_none=True) for name, capture in monitoring.capture.items()}
 
@@ -84,7 +90,7 @@ def sentinel_configuration(job: Job, monitoring: Monitoring) -> str:
     metric) and knobs (role -> the job's hyperparameter name). The library rejects other keys.
     """
     config = {
-        "rules": _rules_json(monitoring.rules),
+        "rules": _rules_json(_engine_rules(monitoring)),
         "capture": _capture_json(monitoring),
         "action": monitoring.sentinel_action,
         "integration": job.integration,
@@ -112,7 +118,7 @@ def _reference_script_settings(monitoring: Monitoring) -> dict[str, Any]:
     Once `train.py` reads `sagemaker_stabilizer` like any other job, this goes.
     """
     return {
-        "sentinel_rules": json.dumps(_rules_json(monitoring.rules), separators=(",", ":")),
+        "sentinel_rules": json.dumps(_rules_json(_engine_rules(monitoring)), separators=(",", ":")),
         "sentinel_action": monitoring.sentinel_action,
         "capture": json.dumps(_capture_json(monitoring), separators=(",", ":")),
     }
@@ -174,24 +180,32 @@ def _debugger(monitoring: Monitoring, settings: TrainSettings, prefix: str) -> d
             parameters = {"save_steps": ",".join(str(s) for s in capture.save_steps or [])}
         configurations.append({"CollectionName": name, "CollectionParameters": parameters})
     image = rule_image(settings)
-    rules = [
-        {
+
+    def configuration(rule: RuleConfig) -> dict[str, Any]:
+        return {
             "RuleConfigurationName": rule.name,
             "RuleEvaluatorImage": image,
             "InstanceType": RULE_INSTANCE_TYPE,
             "VolumeSizeInGB": 0,
             "RuleParameters": {"rule_to_invoke": rule.name, **rule.parameters},
         }
-        for rule in monitoring.rules
-    ]
-    return {
+
+    # Debugger runs its profiler rules (ProfilerRule) beside a profiler, not beside the debug hook.
+    profiler_rules = [configuration(rule) for rule in monitoring.rules if is_profiler_rule(rule.name)]
+    request: dict[str, Any] = {
         "DebugHookConfig": {
             "S3OutputPath": f"{prefix}/debug",
             "LocalPath": DEBUG_LOCAL_PATH,
             "CollectionConfigurations": configurations,
         },
-        "DebugRuleConfigurations": rules,
+        "DebugRuleConfigurations": [
+            configuration(rule) for rule in monitoring.rules if not is_profiler_rule(rule.name)
+        ],
     }
+    if profiler_rules:
+        request["ProfilerConfig"] = {"S3OutputPath": f"{prefix}/profiler", "ProfilingIntervalInMilliseconds": 500}
+        request["ProfilerRuleConfigurations"] = profiler_rules
+    return request
 
 
 def build_create_training_job(state: WorkflowState, settings: TrainSettings, attempt: int) -> dict[str, Any]:

@@ -23,10 +23,12 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from workflow.errors import InvalidInput, StateCorrupted
 from workflow.job import KNOB_ROLES, HyperparameterValue, Job, Strict
+from workflow.rule_catalogue import CATALOGUE
+from workflow.rule_checks import check_rule_config
 
 # 2: the state carries the job, its monitoring and the job's hyperparameters as run_spec.
 STATE_VERSION = 2
@@ -37,25 +39,10 @@ PolicyName = Literal["original", "default"]
 Phase = Literal["warmup", "main"]
 TrainingJobStatus = Literal["InProgress", "Completed", "Failed", "Stopping", "Stopped"]
 
-# Debugger built-in rule names (docs/contracts.md, section 3). The same names drive the in-job
-# sentinel, the out-of-job evaluator and Debugger itself, so a typo is caught here, at input time.
-KNOWN_RULES = (
-    "ExplodingTensor",
-    "VanishingGradient",
-    "LossNotDecreasing",
-    "Overfit",
-    "Overtraining",
-    "PoorWeightInitialization",
-    "SaturatedActivation",
-    "TensorVariance",
-    "WeightUpdateRatio",
-    "AllZero",
-    "DeadRelu",
-    "UnchangedTensor",
-    "ClassImbalance",
-    "CheckInputImages",
-    "StalledTrainingRule",
-)
+# Debugger built-in rule names (docs/contracts.md, section 3), from the rule engine's catalogue.
+# The same names drive the in-job sentinel, the out-of-job evaluator and Debugger itself, so a
+# typo is caught here, at input time.
+KNOWN_RULES = tuple(CATALOGUE)
 
 # Debugger's RuleParameters values are at most 256 characters; the same limit keeps rule lists
 # usable everywhere.
@@ -71,7 +58,7 @@ _Strict = Strict
 class RuleConfig(_Strict):
     """One rule of a rule list (docs/contracts.md, section 3)."""
 
-    name: Literal[KNOWN_RULES]  # type: ignore[valid-type]
+    name: str = Field(min_length=1)
     parameters: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("parameters")
@@ -81,6 +68,14 @@ class RuleConfig(_Strict):
             if len(text) > RULE_PARAMETER_MAX:
                 raise ValueError(f"parameter {key!r} is {len(text)} characters; at most {RULE_PARAMETER_MAX} allowed")
         return value
+
+    @model_validator(mode="after")
+    def _runnable(self, info: ValidationInfo) -> RuleConfig:
+        # The rule engine's own check (workflow/rule_checks.py). The validation context says
+        # whether Debugger rules are enabled; without one (a stored state) that is not asked.
+        context = info.context or {}
+        check_rule_config(self.name, self.parameters, debugger_enabled=context.get("debugger_rules_enabled"))
+        return self
 
 
 class CaptureSpec(_Strict):
@@ -390,15 +385,21 @@ def format_validation_error(error: ValidationError) -> str:
     return "; ".join(_describe(item) for item in error.errors(include_url=False))
 
 
-def parse_execution_input(raw: Any) -> ExecutionInput:
-    """Validate a raw execution input; `None` and `{}` give the reference problem."""
+def parse_execution_input(raw: Any, *, debugger_rules_enabled: bool | None = None) -> ExecutionInput:
+    """Validate a raw execution input; `None` and `{}` give the reference problem.
+
+    `debugger_rules_enabled` (the deployment's DEBUGGER_RULES_ENABLED): False refuses rules only
+    SageMaker Debugger runs; None (the CLI, which does not know the deployment) does not ask.
+    """
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise InvalidInput(f"input: expected a JSON object, got {type(raw).__name__}")
     try:
         # strict: "0.1" is not a learning rate and true is not an epoch count.
-        return ExecutionInput.model_validate(raw, strict=True)
+        return ExecutionInput.model_validate(
+            raw, strict=True, context={"debugger_rules_enabled": debugger_rules_enabled}
+        )
     except ValidationError as error:
         raise InvalidInput(format_validation_error(error)) from None
 

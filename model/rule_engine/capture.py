@@ -13,13 +13,14 @@ collection      tensors
 ``activations`` ``activations/<module>``: outputs of the network's blocks (modules whose class
                 name ends in ``Block``), or of the modules its ``include_regex`` names
 ``activation_outputs`` ``activations/<module>`` for activation-function modules (ReLU, ELU, ...)
+``activation_inputs`` ``activation_inputs/<module>``: what those modules received
 ``inputs``      ``inputs/inputs`` (the input batch)
 ``labels``      ``labels/labels`` (class indices)
 ``predictions`` ``predictions/predictions`` (arg-max class indices)
 ==============  ======================================================================
 
 Any other name is a custom collection selected by ``include_regex`` over all of the names above,
-where ``activations/<module>`` exists for every named module (matched from the start of the name).
+where ``activations/<module>`` exists for every named module (searched anywhere in the name, as Debugger does).
 
 Captured tensors go to a store writer on a background thread (disk collections, the ``capture``
 hyperparameter) and to a ``MemoryTrial`` (collections the sentinel's rules need). The hot path
@@ -52,6 +53,7 @@ BUILTIN_COLLECTIONS = (
     "losses",
     "activations",
     "activation_outputs",
+    "activation_inputs",
     "inputs",
     "labels",
     "predictions",
@@ -234,6 +236,8 @@ class Capture:
         self._writer: _Writer | None = None
         self._hooks: list[Any] = []
         self._activations: dict[str, torch.Tensor] = {}
+        self._activation_inputs: dict[str, torch.Tensor] = {}
+        self._wanted_inputs: set[str] = set()
         self._armed_step: int | None = None
         self.last_step: int | None = None
         self._closed = False
@@ -279,6 +283,10 @@ class Capture:
             "labels": ["labels/labels"],
             "predictions": ["predictions/predictions"],
         }
+        # Inputs of activation-function modules (SaturatedActivation, PoorWeightInitialization).
+        names["activation_inputs"] = [
+            f"activation_inputs/{n}" for n, m in self._modules.items() if isinstance(m, ACTIVATION_TYPES)
+        ]
         names["activation_outputs"] = [
             f"activations/{n}" for n, m in self._modules.items() if isinstance(m, ACTIVATION_TYPES)
         ]
@@ -289,18 +297,19 @@ class Capture:
 
     def _resolve_members(self) -> None:
         candidates = self._candidates()
-        everything = [name for names in candidates.values() for name in names if not name.startswith("activations/")]
+        everything = [name for names in candidates.values() for name in names if not name.startswith("activations/")
+                      and not name.startswith("activation_inputs/")]
         everything += [f"activations/{name}" for name in self._modules]
         for name, coll in self._collections.items():
             patterns = [re.compile(regex) for regex in coll.config.include_regex]
             if name in BUILTIN_COLLECTIONS and not patterns:
                 members = candidates[name]
             elif name in ("activations", "activation_outputs"):
-                members = [n for n in everything if n.startswith("activations/") and any(p.match(n) for p in patterns)]
+                members = [n for n in everything if n.startswith("activations/") and any(p.search(n) for p in patterns)]
             elif name in BUILTIN_COLLECTIONS:
-                members = [n for n in candidates[name] if any(p.match(n) for p in patterns)]
+                members = [n for n in candidates[name] if any(p.search(n) for p in patterns)]
             else:
-                members = [n for n in everything if any(p.match(n) for p in patterns)]
+                members = [n for n in everything if any(p.search(n) for p in patterns)]
             if not members:
                 raise CaptureConfigError(
                     f"capture.{name}: include_regex {list(coll.config.include_regex)} matches no tensor; "
@@ -317,12 +326,9 @@ class Capture:
         """Arm forward hooks when module outputs are due at ``step``; call before the forward pass."""
         if not self._collections:
             return
-        wanted = {
-            member[len("activations/") :]
-            for coll in self._due(step, mode)
-            for member in coll.members
-            if member.startswith("activations/")
-        }
+        members = {member for coll in self._due(step, mode) for member in coll.members}
+        self._wanted_inputs = {m[len("activation_inputs/") :] for m in members if m.startswith("activation_inputs/")}
+        wanted = {m[len("activations/") :] for m in members if m.startswith("activations/")} | self._wanted_inputs
         self._disarm()
         for module_name in sorted(wanted):
             hook = self._modules[module_name].register_forward_hook(self._make_hook(module_name))
@@ -334,6 +340,8 @@ class Capture:
             if isinstance(output, torch.Tensor):
                 # A module called twice in one forward pass keeps its last output.
                 self._activations[module_name] = output.detach().clone()
+            if module_name in self._wanted_inputs and _inputs and isinstance(_inputs[0], torch.Tensor):
+                self._activation_inputs[module_name] = _inputs[0].detach().clone()
 
         return hook
 
@@ -368,6 +376,7 @@ class Capture:
         values = self._collect(wanted, mode=mode, loss=loss, inputs=inputs, labels=labels, outputs=outputs)
         self._disarm()
         self._activations = {}
+        self._activation_inputs = {}
         memberships: dict[str, list[str]] = {}
         disk_names: set[str] = set()
         for coll in due:
@@ -419,6 +428,9 @@ class Capture:
         for module_name, output in self._activations.items():
             if f"activations/{module_name}" in wanted:
                 values[f"activations/{module_name}"] = output.to("cpu").numpy()
+        for module_name, given in self._activation_inputs.items():
+            if f"activation_inputs/{module_name}" in wanted:
+                values[f"activation_inputs/{module_name}"] = given.to("cpu").numpy()
         return values
 
     def _ensure_writer(self) -> _Writer:

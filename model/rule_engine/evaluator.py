@@ -125,6 +125,8 @@ class Evaluator:
             self.done_steps.update(new)
             self.last_progress = time.monotonic()
             changed = True
+        if not new and not ended:
+            changed |= self._idle(time.monotonic() - self.last_progress)
         if ended:
             for _, status in self._active():
                 status.set(NO_ISSUES, f"No issue found up to step {self.last_step} ({self.trial.end_status}).")
@@ -132,6 +134,27 @@ class Evaluator:
         if changed:
             self.write()
         return ended or not self._active()
+
+    def _idle(self, seconds: float) -> bool:
+        """Rules about time (StalledTrainingRule) are asked while no new step arrives."""
+        changed = False
+        for rule, status in self._active():
+            try:
+                fired = rule.invoke_idle(seconds, self.last_step)
+            except Exception as exc:
+                status.set(ERROR, f"ClientError: rule {status.name} raised {exc!r}", self.last_step)
+                changed = True
+                continue
+            if fired:
+                detail = rule.finding.message if rule.finding else ""
+                status.set(
+                    ISSUES,
+                    f"RuleEvaluationConditionMet: Evaluation of the rule {status.name} at step {self.last_step} "
+                    f"resulted in the condition being met. {detail}".strip(),
+                    self.last_step,
+                )
+                changed = True
+        return changed
 
     def finish(self, status: str, details: str) -> None:
         for _, each in self._active():
@@ -163,9 +186,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         raw = _load_rules(args.rules)
         specs = parse_rule_list(raw)
-    except (RuleConfigError, json.JSONDecodeError, OSError) as exc:
+        trial = create_trial(args.tensors)
+        rules = [spec.build(trial) for spec in specs]
+    except (RuleConfigError, ValueError, TypeError, OSError) as exc:
+        # json.JSONDecodeError is a ValueError; a rule refusing its parameters raises one of these.
         items = raw if isinstance(raw, list) else []
-        names = [str(item.get("name", "?")) if isinstance(item, dict) else "?" for item in items]
+        names = [
+            str(item.get("name") or item.get("RuleConfigurationName") or "?") if isinstance(item, dict) else "?"
+            for item in items
+        ]
         statuses = [RuleStatus(name) for name in configuration_names(names or ["RuleList"])]
         for status in statuses:
             status.set(ERROR, f"ClientError: {exc}")
@@ -180,8 +209,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"evaluator: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
 
-    trial = create_trial(args.tensors)
-    rules = [spec.build(trial) for spec in specs]
     evaluator = Evaluator(trial, rules, configuration_names([spec.name for spec in specs]), args.status_file)
 
     stopping = {"flag": False}

@@ -36,6 +36,7 @@ from typing import Any, NoReturn
 import torch
 from torch import nn
 
+from rule_engine import profiler as system_profiler
 from rule_engine import store
 from rule_engine.capture import Capture, parse_capture
 from rule_engine.rules import ExplodingTensor, Rule, RuleConfigError, RuleFinding, parse_rule_list
@@ -46,6 +47,8 @@ FAILURE_PREFIX = "RuleStop:"
 FINDINGS_FILE = "findings.json"
 ACTIONS = ("stop", "notify")
 HISTORY = 20
+# Profiler rules read samples, not saved tensors: evaluated every this many steps.
+SYSTEM_RULES_EVERY = 10
 
 
 @dataclass
@@ -98,6 +101,9 @@ class Sentinel:
         self.grad_norm_history: deque[tuple[int, float]] = deque(maxlen=HISTORY)
         self.first_nonfinite_layer: str | None = None
         self.stop_finding: dict[str, Any] | None = None
+        # System profiling (rule_engine/profiler.py): set by build_monitoring when it runs.
+        self.profiler: system_profiler.SystemProfiler | None = None
+        self._system_rules = [rule for rule in self.rules if rule.reads_system_metrics]
 
     @property
     def findings(self) -> list[dict[str, Any]]:
@@ -137,6 +143,8 @@ class Sentinel:
             self.grad_norm_history.append((step, norm_value))
             cheap = self._finite_check(step, loss_value, norm_value)
         force = ("gradients", "losses") if cheap is not None else ()
+        if self.profiler is not None:
+            self.profiler.current_step = step
         saved = self.capture.end_step(step, loss=loss_value, inputs=inputs, labels=labels, outputs=outputs, force=force)
         new: list[RuleFinding] = []
         if cheap is not None:
@@ -144,6 +152,8 @@ class Sentinel:
             new.append(cheap)
         if saved and self.enabled:
             new.extend(self._invoke(step))
+        elif self._system_rules and step % SYSTEM_RULES_EVERY == 0:
+            new.extend(self._invoke(step, self._system_rules))
         return self._report(new, context)
 
     def after_eval(
@@ -208,9 +218,9 @@ class Sentinel:
                 return name
         return None
 
-    def _invoke(self, step: int) -> list[RuleFinding]:
+    def _invoke(self, step: int, rules: list[Rule] | None = None) -> list[RuleFinding]:
         found: list[RuleFinding] = []
-        for rule in self.rules:
+        for rule in self.rules if rules is None else rules:
             if id(rule) in self._fired:
                 continue
             try:
@@ -266,6 +276,8 @@ class Sentinel:
     def exit_for_rule_stop(self) -> NoReturn:
         """Close the tensor store, write the failure file, exit with status 86."""
         finding = self.stop_finding or {"rule": "unknown", "step": -1, "message": "no finding recorded"}
+        if self.profiler is not None:
+            self.profiler.close()
         self.capture.close(status="rule_stop")
         reason = f"{FAILURE_PREFIX} {finding['rule']} at step {finding['step']}: {finding['message']}"
         if self.failure_file is not None:
@@ -278,6 +290,8 @@ class Sentinel:
         sys.exit(EXIT_RULE_STOP)
 
     def close(self, status: str = "completed") -> None:
+        if self.profiler is not None:
+            self.profiler.close()
         self.capture.close(status=status)
 
 
@@ -292,12 +306,16 @@ def build_monitoring(
     failure_file: str | Path | None = None,
     write_findings: bool = True,
     only_rules: Iterable[str] | None = None,
+    profiler_interval_ms: int | None = None,
 ) -> tuple[Capture, Sentinel]:
     """Build capture and sentinel from the hyperparameters of the same names.
 
     Collections the rules need but ``capture`` does not list are held in memory only, on the
     rule's default schedule; collections ``capture`` lists are also written to ``tensor_dir``.
     ``only_rules`` keeps the rules of those names (DDP ranks other than 0 keep the finite check only).
+
+    System profiling runs every ``profiler_interval_ms`` (else ``STABILIZER_PROFILER_INTERVAL_MS``;
+    else every 500 ms when a profiler rule is configured; 0 turns it off), into ``tensor_dir/system``.
     """
     specs = parse_rule_list(sentinel_rules)  # the whole list is validated, whatever ``only_rules`` keeps
     if only_rules is not None:
@@ -324,4 +342,11 @@ def build_monitoring(
         failure_file=failure_file,
         write_findings=write_findings,
     )
+    interval = profiler_interval_ms if profiler_interval_ms is not None else system_profiler.interval_from_env()
+    if interval is None and any(rule.reads_system_metrics for rule in rules):
+        interval = system_profiler.DEFAULT_INTERVAL_MS
+    if interval:
+        sentinel.profiler = system_profiler.SystemProfiler(
+            interval, out_dir=tensor_dir, sinks=[memory.add_system]
+        ).start()
     return cap, sentinel

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from rule_engine import store
+from rule_engine.profiler import read_samples
 
 
 class ModeKeys(StrEnum):
@@ -48,9 +49,26 @@ def _as_patterns(regex: str | Iterable[str] | None) -> list[re.Pattern[str]]:
     return [re.compile(item) for item in items if item]
 
 
+# Module tensors as smdebug's PyTorch hook names them: ``<module>_output_0``, ``<module>_input_0``.
+_SMDEBUG_SUFFIX = {"activations/": "_output_0", "activation_inputs/": "_input_0"}
+
+
+def smdebug_name(name: str) -> str | None:
+    """The name smdebug gives the same tensor (``activations/layer1.relu`` -> ``layer1.relu_output_0``)."""
+    for prefix, suffix in _SMDEBUG_SUFFIX.items():
+        if name.startswith(prefix):
+            return name[len(prefix) :] + suffix
+    return None
+
+
 def matches(name: str, patterns: list[re.Pattern[str]]) -> bool:
-    """Debugger's convention: a regex matches a tensor name from its start (``re.match``)."""
-    return any(pattern.match(name) for pattern in patterns)
+    """Debugger's convention: a regex may match anywhere in the name (``re.search``).
+
+    Module outputs and inputs also answer to their smdebug names, so Debugger's default patterns
+    (``.*relu_output``, ``.*relu_input``, ``.*tanh_input``) select the modules they select there.
+    """
+    alias = smdebug_name(name)
+    return any(pattern.search(name) or (alias is not None and pattern.search(alias)) for pattern in patterns)
 
 
 class Tensor:
@@ -90,6 +108,7 @@ class Trial:
         self._by_tensor: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
         self._collections_of: dict[str, tuple[str, ...]] = {}
         self._ended = False
+        self._system: list[dict[str, Any]] = []
 
     # -- index bookkeeping shared by both kinds of trial
     def _add_index(self, step: int, mode: str, tensors: Mapping[str, Iterable[str]]) -> None:
@@ -142,6 +161,10 @@ class Trial:
         # First-saved order, which is network order for parameters and gradients.
         return names
 
+    def system_samples(self) -> list[dict[str, Any]]:
+        """System-metric samples of the profiler (rule_engine/profiler.py), oldest first."""
+        return self._system
+
     def has_tensor(self, name: str) -> bool:
         return name in self._by_tensor
 
@@ -182,6 +205,7 @@ class FileTrial(Trial):
         self._cache_steps = cache_steps
         self._end: dict[str, Any] | None = None
         self.collection_config: dict[str, Any] = {}
+        self._system_files: set[str] = set()
         self.refresh()
 
     def refresh(self) -> None:
@@ -200,6 +224,9 @@ class FileTrial(Trial):
                 continue
             self._files[key] = entry["file"]
             self._add_index(key[0], key[1], {name: meta["collections"] for name, meta in entry["tensors"].items()})
+        new_samples = read_samples(self.storage, self._system_files)
+        if new_samples:
+            self._system = sorted([*self._system, *new_samples], key=lambda sample: sample["timestamp"])
         if end is not None:
             self._end = end
             self._ended = True
@@ -280,6 +307,12 @@ class MemoryTrial(Trial):
 
     def _tensor_steps(self, name: str, modes: tuple[str, ...]) -> list[int]:
         return sorted({step for each in modes for step in self._values.get((name, each), {})})
+
+    def add_system(self, sample: dict[str, Any]) -> None:
+        """One profiler sample (called from the profiler's thread; appending to a list is atomic)."""
+        self._system.append(sample)
+        if len(self._system) > self.scalar_history:
+            del self._system[: len(self._system) - self.scalar_history]
 
     def mark_end(self) -> None:
         self._ended = True

@@ -46,11 +46,11 @@ def findings(job_dirs) -> list[dict]:
     return json.loads(path.read_text())["findings"] if path.exists() else []
 
 
-def derived_channel(root: Path, source: Path, *, scale: float = 1.0, keep=None) -> Path:
+def derived_channel(root: Path, source: Path, *, scale: float = 1.0, shift: float = 0.0, keep=None) -> Path:
     x, y = read_channel(source)
     if keep is not None:
         x, y = x[keep], y[keep]
-    return write_channel(root, (x * scale).astype(np.float32), y)
+    return write_channel(root, (x * scale + shift).astype(np.float32), y)
 
 
 def test_healthy_run_with_batch_norm_fires_no_rule(job_dirs, digits_channels):

@@ -168,3 +168,9 @@ def test_asset_holds_no_sagemaker_sdk_and_picks_images_without_it(deployed_asset
     )
     report = _load_in_lambda_layout(tmp_path, code)
     assert not [name for name in report["modules"] if name.split(".")[0].startswith(("sagemaker", "smdebug"))]
+def test_asset_carries_the_rule_engines_catalogue_as_a_file(deployed_asset):
+    # ValidateInput checks rule lists with the engine's own catalogue; lambdas/ links to it.
+    copied = deployed_asset / "workflow" / "rule_catalogue.py"
+    assert copied.is_file() and not copied.is_symlink()
+    assert copied.read_bytes() == (REPO_ROOT / "model" / "rule_engine" / "catalogue.py").read_bytes()
+    assert "import numpy" not in copied.read_text() and "import torch" not in copied.read_text()

@@ -66,7 +66,7 @@ def test_none_input_is_the_same_as_empty():
         ),
         (
             {"run_spec": {"rules": [{"name": "Exploding"}]}},
-            "run_spec.rules.0.name: expected 'ExplodingTensor'",
+            "run_spec.rules.0: unknown rule 'Exploding'; rules: AllZero, ",
         ),
         (
             {"run_spec": {"rules": [{"name": "ExplodingTensor", "parameters": {"only_nan": False}}]}},

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from rule_engine.capture import Capture, parse_capture
 
@@ -78,13 +79,27 @@ def test_statuses_follow_the_job_step_by_step(tmp_path):
     assert json.loads(status.read_text())["loaded_all_steps"] is True
 
 
-def test_a_bad_rule_list_is_an_error_status_and_exit_2(tmp_path):
+@pytest.mark.parametrize(
+    ("rule", "said"),
+    [
+        ({"name": "ExplodingTensor", "parameters": {"only": "1"}}, "unknown parameter 'only'"),
+        ({"name": "VanishingGradient", "parameters": {"thresold": "1e-6"}}, "unknown parameter 'thresold'"),
+        ({"name": "VanishingGradient", "parameters": {"threshold": "-1"}}, "(VanishingGradient).threshold"),
+        ({"name": "LossNotDecreasing", "parameters": {"num_steps": "ten"}}, "expected an integer >= 1, got 'ten'"),
+        ({"name": "ExplodingTensor", "parameters": {"only_nan": "maybe"}}, "expected True or False, got 'maybe'"),
+        ({"name": "AllZero"}, "specify collection_names or tensor_regex"),
+        ({"name": "Overtraining"}, "only SageMaker Debugger runs Overtraining"),
+        ({"RuleConfigurationName": "Custom", "RuleParameters": {"rule_to_invoke": "NoSuchRule"}}, "unknown rule"),
+    ],
+)
+def test_a_bad_rule_list_is_an_error_status_and_exit_2_not_a_traceback(tmp_path, rule, said):
     status = tmp_path / "status.json"
-    process = start(tmp_path / "tensors", status, [{"name": "ExplodingTensor", "parameters": {"only": "1"}}])
+    process = start(tmp_path / "tensors", status, [rule])
     assert process.wait(timeout=30) == 2
     (only,) = statuses(status).values()
     assert only["RuleEvaluationStatus"] == "Error"
-    assert "unknown parameters ['only']" in only["StatusDetails"]
+    assert only["StatusDetails"].startswith("ClientError: ") and said in only["StatusDetails"]
+    assert "Traceback" not in process.stderr.read()
 
 
 def test_sigterm_stops_rules_still_in_progress(tmp_path):

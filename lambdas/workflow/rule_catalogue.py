@@ -1,0 +1,1 @@
+../../model/rule_engine/catalogue.py

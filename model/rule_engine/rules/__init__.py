@@ -1,0 +1,70 @@
+"""Rules: the base class and registry (``base``), and the built-in rules by family.
+
+``tensors``        ExplodingTensor, VanishingGradient, WeightUpdateRatio, AllZero, UnchangedTensor,
+                   TensorVariance, PoorWeightInitialization
+``training``       LossNotDecreasing, Overfit, StalledTrainingRule
+``activations``    DeadRelu, SaturatedActivation
+``classification`` ClassImbalance, Confusion, CheckInputImages
+``system``         LowGPUUtilization, CPUBottleneck, IOBottleneck, OverallSystemUsage (system metrics)
+
+Every built-in rule keeps Debugger's name, parameters and defaults as the rule catalogue
+(``rule_engine.catalogue``) lists them. Rules read tensors only through the Trial API, so they run
+unchanged on a ``MemoryTrial`` in the job and on a store afterwards. This package must not stop
+jobs or write files.
+"""
+
+from rule_engine.catalogue import RuleConfigError
+from rule_engine.rules.activations import DeadRelu, SaturatedActivation
+from rule_engine.rules.base import (
+    RULES,
+    Rule,
+    RuleFinding,
+    RuleSpec,
+    parse_rule,
+    parse_rule_list,
+    register_rule,
+    rule_parameters,
+)
+from rule_engine.rules.classification import CheckInputImages, ClassImbalance, Confusion
+from rule_engine.rules.system import CPUBottleneck, IOBottleneck, LowGPUUtilization, OverallSystemUsage
+from rule_engine.rules.tensors import (
+    AllZero,
+    ExplodingTensor,
+    PoorWeightInitialization,
+    TensorVariance,
+    UnchangedTensor,
+    VanishingGradient,
+    WeightUpdateRatio,
+)
+from rule_engine.rules.training import LossNotDecreasing, Overfit, StalledTrainingRule
+
+__all__ = [
+    "RULES",
+    "AllZero",
+    "CPUBottleneck",
+    "CheckInputImages",
+    "ClassImbalance",
+    "Confusion",
+    "DeadRelu",
+    "ExplodingTensor",
+    "IOBottleneck",
+    "LossNotDecreasing",
+    "LowGPUUtilization",
+    "OverallSystemUsage",
+    "Overfit",
+    "PoorWeightInitialization",
+    "Rule",
+    "RuleConfigError",
+    "RuleFinding",
+    "RuleSpec",
+    "SaturatedActivation",
+    "StalledTrainingRule",
+    "TensorVariance",
+    "UnchangedTensor",
+    "VanishingGradient",
+    "WeightUpdateRatio",
+    "parse_rule",
+    "parse_rule_list",
+    "register_rule",
+    "rule_parameters",
+]

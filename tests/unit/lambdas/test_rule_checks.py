@@ -1,0 +1,79 @@
+"""ValidateInput checks rule lists with the rule engine's own catalogue, before anything is launched."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from rule_engine import catalogue as engine_catalogue
+from rule_engine.rules import RULES, parse_rule_list, rule_parameters
+from workflow import rule_catalogue
+from workflow.errors import InvalidInput
+from workflow.state import parse_execution_input
+
+
+def rules_input(*rules: dict) -> dict:
+    return {"run_spec": {"rules": list(rules)}}
+
+
+@pytest.mark.parametrize(
+    ("rule", "said"),
+    [
+        ({"name": "VanishingGradient", "parameters": {"thresold": "1e-6"}}, "unknown parameter 'thresold'"),
+        ({"name": "VanishingGradient", "parameters": {"threshold": "-1"}}, "VanishingGradient).threshold: expected"),
+        ({"name": "LossNotDecreasing", "parameters": {"num_steps": "ten"}}, "num_steps: expected an integer"),
+        ({"name": "ExplodingTensor", "parameters": {"only_nan": "maybe"}}, "only_nan: expected True or False"),
+        ({"name": "LossNotDecreasing", "parameters": {"mode": "SOMETIMES"}}, "mode: expected one of"),
+        ({"name": "Confusion", "parameters": {"min_diag": "1.5"}}, "min_diag: expected a number in [0, 1]"),
+        ({"name": "AllZero"}, "specify collection_names or tensor_regex"),
+        ({"name": "ExplodingTensors"}, "unknown rule 'ExplodingTensors'"),
+    ],
+)
+def test_a_rule_the_engine_cannot_run_is_rejected_naming_rule_and_parameter(rule, said):
+    with pytest.raises(InvalidInput) as error:
+        parse_execution_input(rules_input(rule), debugger_rules_enabled=False)
+    assert said in str(error.value) and "run_spec.rules.0" in str(error.value)
+
+
+def test_every_documented_value_is_accepted():
+    given = rules_input(
+        {"name": "LossNotDecreasing", "parameters": {"mode": "GLOBAL", "num_steps": "10", "diff_percent": "0.1",
+                                                     "use_losses_collection": "False", "tensor_regex": "loss"}},
+        {"name": "DeadRelu", "parameters": {"tensor_regex": ".*relu_output", "threshold_layer": "50.0"}},
+        {"name": "Confusion", "parameters": {"category_no": "10", "min_diag": "0.8", "max_off_diag": "0.2"}},
+        {"name": "CheckInputImages", "parameters": {"regex": ".*hybridsequential0_input_0", "channel": "1"}},
+        {"name": "LowGPUUtilization", "parameters": {"threshold_p95": "70", "patience": "1000"}},
+    )
+    assert [r.name for r in parse_execution_input(given, debugger_rules_enabled=False).run_spec.rules] == [
+        "LossNotDecreasing", "DeadRelu", "Confusion", "CheckInputImages", "LowGPUUtilization"]
+
+
+def test_debugger_only_rules_only_where_debugger_rules_are_enabled():
+    given = rules_input({"name": "Overtraining", "parameters": {"patience_train": "5"}})
+    with pytest.raises(InvalidInput, match="only SageMaker Debugger runs Overtraining"):
+        parse_execution_input(given, debugger_rules_enabled=False)
+    assert parse_execution_input(given, debugger_rules_enabled=True).run_spec.rules[0].name == "Overtraining"
+    with pytest.raises(InvalidInput, match="patience_train: expected an integer"):
+        parse_execution_input(rules_input({"name": "Overtraining", "parameters": {"patience_train": "x"}}),
+                              debugger_rules_enabled=True)
+
+
+def test_the_workflow_and_the_engine_check_with_the_same_catalogue():
+    # One file: the Lambda package's module is a link to the engine's (the asset copies it).
+    assert inspect.getsource(rule_catalogue) == inspect.getsource(engine_catalogue)
+    # Every rule the catalogue says the engine runs is registered with the catalogue's parameters
+    # and defaults, and every registered built-in is in the catalogue: the two sides cannot drift.
+    engine = {name for name, entry in rule_catalogue.CATALOGUE.items() if entry.runs_in == rule_catalogue.ENGINE}
+    assert engine == {name for name in RULES if name in rule_catalogue.CATALOGUE}
+    for name in engine:
+        entry = rule_catalogue.CATALOGUE[name]
+        assert list(rule_parameters(RULES[name])) == [p.name for p in entry.params], name
+    # What ValidateInput accepts, the job's parser accepts, and what one refuses the other refuses.
+    for name in engine:
+        entry = rule_catalogue.CATALOGUE[name]
+        params = {p.name: str(p.default) for p in entry.params if p.default is not None}
+        for group in entry.one_of:  # "You must specify either ...": give the first of each group
+            params.setdefault(group[0], "1" if "threshold" in group[0] else "weights")
+        raw = [{"name": name, "parameters": params}]
+        parse_execution_input(rules_input(*raw), debugger_rules_enabled=False)
+        parse_rule_list(raw)
