@@ -18,6 +18,7 @@ from workflow import monitor, policy, requests
 from workflow.errors import InvalidInput, MisconfiguredEnvironment
 from workflow.images import check_image_fits_instance, image_accelerator
 from workflow.observation import observe
+from workflow.rule_catalogue import CATALOGUE
 from workflow.settings import TrainSettings
 from workflow.sources import SourceArchives
 from workflow.state import Finding, parse_execution_input
@@ -302,22 +303,16 @@ def test_the_reference_request_also_carries_the_configuration(job_settings):
 
 
 def test_a_configuration_too_long_for_one_hyperparameter_is_rejected(job_settings):
-    rules = [
-        {"name": name, "parameters": {"tensor_regex": "x" * 250}}
-        for name in (
-            "ExplodingTensor",
-            "VanishingGradient",
-            "LossNotDecreasing",
-            "Overfit",
-            "AllZero",
-            "DeadRelu",
-            "UnchangedTensor",
-            "ClassImbalance",
-            "WeightUpdateRatio",
-            "TensorVariance",
-        )
+    # Every engine rule that selects by tensor_regex, each with a 250-character pattern, and ten
+    # captured collections with long names: each part is valid, together they do not fit one
+    # hyperparameter value.
+    selecting = [
+        name for name, entry in CATALOGUE.items()
+        if entry.runs_in == "engine" and not entry.one_of and "tensor_regex" in entry.param_index
     ]
-    text = problem(job_settings, {"job": job(), "monitoring": {"rules": rules}})
+    rules = [{"name": name, "parameters": {"tensor_regex": "x" * 250}} for name in selecting]
+    capture = {f"collection_{index:02d}_{'c' * 80}": {"save_interval": 10} for index in range(10)}
+    text = problem(job_settings, {"job": job(), "monitoring": {"rules": rules, "capture": capture}})
     assert text.startswith("monitoring: the rules, capture settings and loss regex take ")
     assert "SageMaker allows 2500" in text
 
