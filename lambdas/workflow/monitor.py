@@ -146,7 +146,7 @@ def _relaunch(
 
 def _remediate(state: WorkflowState, attempt: Attempt, obs: Observation, finding: Finding) -> CheckResult:
     attempt.finding = finding
-    planned = policy.plan(state, finding, obs.checkpoint_steps)
+    planned = policy.plan(state, finding, obs.checkpoint_files)
     decision = planned.decision
     if decision.action == "end":
         return _end(
@@ -186,9 +186,9 @@ def _infrastructure_failure(state: WorkflowState, attempt: Attempt, obs: Observa
     if blocked:
         return _end(state, attempt, obs, "gave_up", f"SageMaker failed the job ({reason_text}); {blocked}")
     # No rule fired, so the newest checkpoint is healthy.
-    newest = max(obs.checkpoint_steps) if obs.checkpoint_steps else None
+    newest = max(obs.checkpoint_files) if obs.checkpoint_files else None
     resume = (
-        f"{attempt.checkpoint_s3_uri}/checkpoint-{newest}.pt" if newest is not None else attempt.resumed_from
+        f"{attempt.checkpoint_s3_uri}/{obs.checkpoint_files[newest]}" if newest is not None else attempt.resumed_from
     )
     decision = Decision(
         action="relaunch",

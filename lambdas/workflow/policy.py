@@ -16,6 +16,7 @@ Two named policies:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -225,17 +226,19 @@ def _end(outcome: str, reason: str, spec: RunSpec, best: str | None = None) -> P
     return Plan(Decision(action="end", outcome=outcome, reason=reason, resume_from=best), spec)
 
 
-def healthy_checkpoint(attempt: Attempt, finding: Finding, checkpoint_steps: list[int]) -> str | None:
+def healthy_checkpoint(attempt: Attempt, finding: Finding, checkpoints: Mapping[int, str]) -> str | None:
     """The newest checkpoint written strictly before the step where the rule fired.
 
-    Without a step (a Debugger verdict has none) no checkpoint is known to be healthy. When the
-    attempt wrote none before the step, the checkpoint it started from (if any) still is.
+    `checkpoints` maps step -> the file name the job wrote, as listed in S3: the URI is built from
+    the real name, never from a name rebuilt here. Without a step (a Debugger verdict has none) no
+    checkpoint is known to be healthy. When the attempt wrote none before the step, the checkpoint
+    it started from (if any) still is.
     """
     if finding.step is None:
         return None
-    before = [step for step in checkpoint_steps if step < finding.step]
+    before = [step for step in checkpoints if step < finding.step]
     if before:
-        return f"{attempt.checkpoint_s3_uri}/checkpoint-{max(before)}.pt"
+        return f"{attempt.checkpoint_s3_uri}/{checkpoints[max(before)]}"
     return attempt.resumed_from
 
 
@@ -256,7 +259,7 @@ def _apply(rung: Rung, spec: RunSpec) -> RunSpec | None:
     return spec.model_copy(update={rung.field: new})
 
 
-def plan_default(state: WorkflowState, finding: Finding, checkpoint_steps: list[int]) -> Plan:
+def plan_default(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str]) -> Plan:
     attempt = state.current
     assert attempt is not None, "plan needs an attempt"
     spec = attempt.run_spec
@@ -264,7 +267,7 @@ def plan_default(state: WorkflowState, finding: Finding, checkpoint_steps: list[
     ladder = LADDERS.get(finding.rule)
     if ladder is None:
         return _end("gave_up", f"{what}: no remedy is declared for {finding.rule}", spec)
-    healthy = healthy_checkpoint(attempt, finding, checkpoint_steps)
+    healthy = healthy_checkpoint(attempt, finding, checkpoints)
     for rung in ladder:
         if finding.phase not in rung.phases:
             continue
@@ -303,7 +306,7 @@ def plan_default(state: WorkflowState, finding: Finding, checkpoint_steps: list[
     return _end("gave_up", f"{what}: every remedy for {finding.rule} is used up or already tried", spec)
 
 
-def plan_original(state: WorkflowState, finding: Finding, checkpoint_steps: list[int]) -> Plan:
+def plan_original(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str]) -> Plan:
     """The AWS sample's `plan_launch_spec`, rule-blind, always starting fresh."""
     attempt = state.current
     assert attempt is not None, "plan needs an attempt"
@@ -341,6 +344,6 @@ def plan_original(state: WorkflowState, finding: Finding, checkpoint_steps: list
 POLICIES = {"default": plan_default, "original": plan_original}
 
 
-def plan(state: WorkflowState, finding: Finding, checkpoint_steps: list[int]) -> Plan:
+def plan(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str]) -> Plan:
     """Decide what follows an attempt in which `finding` fired, with the state's policy."""
-    return POLICIES[state.policy](state, finding, checkpoint_steps)
+    return POLICIES[state.policy](state, finding, checkpoints)
