@@ -1,8 +1,9 @@
 """The in-job sentinel: a cheap finite check every step, the configured rules at save steps, findings.
 
-Every training step (when an ``ExplodingTensor`` rule is configured) the sentinel checks that the
-loss and the total gradient norm are finite: one fused norm over all gradients and one host
-synchronisation for the two scalars, no per-parameter synchronisation. At steps where capture
+Every training step, whatever the rule list, the sentinel checks that the loss and the total
+gradient norm are finite and that the loss is learning (``rule_engine.health``): one fused norm
+over all gradients and one host synchronisation for the two scalars, no per-parameter
+synchronisation. At steps where capture
 saved something it evaluates the configured rules against a ``MemoryTrial``. When a rule fires it
 writes ``<checkpoint dir>/findings.json`` (docs/contracts.md section 2) and, with action ``stop``,
 tells the training loop to stop before the optimizer applies the bad step; ``exit_for_rule_stop``
@@ -36,6 +37,7 @@ from torch import nn
 
 from rule_engine import store
 from rule_engine.capture import Capture, parse_capture
+from rule_engine.health import LearningCheck, default_finite_rule
 from rule_engine.rules import ExplodingTensor, Rule, RuleConfigError, RuleFinding, parse_rule_list
 from rule_engine.trial import MemoryTrial
 
@@ -86,7 +88,12 @@ class Sentinel:
         self.findings_path = Path(checkpoint_dir) / FINDINGS_FILE
         self.failure_file = Path(failure_file) if failure_file is not None else None
         self._params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-        self._exploding = [rule for rule in self.rules if isinstance(rule, ExplodingTensor)]
+        # The finite check runs always: with the list's ExplodingTensor, or with a default one.
+        self._exploding = [rule for rule in self.rules if isinstance(rule, ExplodingTensor)] or [
+            default_finite_rule(memory)
+        ]
+        self.learning = LearningCheck()
+        self._last: tuple[int, dict[str, Any]] | None = None  # step and context of the last step seen
         self._fired: set[int] = set()
         self._findings: list[dict[str, Any]] = []
         self.loss_history: deque[tuple[int, float]] = deque(maxlen=HISTORY)
@@ -115,18 +122,20 @@ class Sentinel:
         """Check the step whose gradients were just computed; call before ``optimizer.step()``."""
         context = {"epoch": epoch, "phase": phase, "learning_rate": learning_rate}
         loss_value: float | torch.Tensor = loss
-        cheap: RuleFinding | None = None
-        if self._exploding:
-            loss_value, norm_value = self._sync_scalars(loss, grad_norm)
-            self.loss_history.append((step, loss_value))
-            self.grad_norm_history.append((step, norm_value))
-            cheap = self._finite_check(step, loss_value, norm_value)
+        loss_value, norm_value = self._sync_scalars(loss, grad_norm)
+        self.loss_history.append((step, loss_value))
+        self.grad_norm_history.append((step, norm_value))
+        cheap = self._finite_check(step, loss_value, norm_value)
+        stalled = self.learning.observe(step, loss_value, phase)
+        self._last = (step, context)
         force = ("gradients", "losses") if cheap is not None else ()
         saved = self.capture.end_step(step, loss=loss_value, inputs=inputs, labels=labels, outputs=outputs, force=force)
         new: list[RuleFinding] = []
         if cheap is not None:
             self._fired.add(id(self._exploding[0]))
             new.append(cheap)
+        if stalled is not None:
+            new.append(stalled)
         if saved and self.enabled:
             new.extend(self._invoke(step))
         return self._report(new, context)
@@ -248,6 +257,12 @@ class Sentinel:
         sys.exit(EXIT_RULE_STOP)
 
     def close(self, status: str = "completed") -> None:
+        """End of the job; a completed run that never learned is reported (findings.json) here."""
+        if status == "completed" and self._last is not None:
+            step, context = self._last
+            final = self.learning.at_end(step)
+            if final is not None:
+                self._report([final], context)
         self.capture.close(status=status)
 
 
