@@ -36,6 +36,7 @@ from data import read_channel
 from resnet import ResNet
 from rule_engine.capture import CaptureConfigError, parse_capture
 from rule_engine.checkpoints import checkpoint_name, checkpoints_in, newest_checkpoint
+from rule_engine.rewind import Rewind
 from rule_engine.rules import RuleConfigError, parse_rule_list
 from rule_engine.sentinel import EXIT_RULE_STOP, build_monitoring
 
@@ -303,6 +304,9 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
         model, sentinel_rules=config.sentinel_rules, sentinel_action=config.sentinel_action,
         capture=config.capture, checkpoint_dir=paths.checkpoint_dir, tensor_dir=paths.tensor_dir,
         failure_file=paths.failure_file)
+    # The last healthy state, copied every few steps, is written as a checkpoint when a rule fires.
+    sentinel.rewind = Rewind(model, optimizer, checkpoint_dir=paths.checkpoint_dir,
+                             extra={"config": dataclasses.asdict(config)})
     stop = StopRequested()
     log(f"training steps={total_steps} steps_per_epoch={steps_per_epoch} examples={len(xt)} start_step={step}")
 
@@ -338,6 +342,7 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
             torch.nn.utils.clip_grads_with_norm_(model.parameters(), config.grad_clip, grad_norm)
         optimizer.step()
         step += 1
+        sentinel.rewind.after_step(step)
         if step % config.log_every == 0 or step == total_steps:
             log(f"step={step - 1} epoch={epoch} loss={loss.item():.6g} lr={lr:g} grad_norm={grad_norm.item():.6g}")
         if step % config.checkpoint_every == 0 or step == total_steps:

@@ -12,7 +12,9 @@ capture or sentinel calls at all). Writing the store, including the final flush,
 evaluation and checkpoints are not. Tensors go to a temporary directory removed afterwards.
 
 Targets: sentinel plus gradients every 100 steps >= 0.97x plain; all collections every 10 steps
->= 0.80x plain. This module measures and prints; it must not be imported by the training code.
+>= 0.80x plain. The rewind (model/rule_engine/rewind.py: a CPU copy of weights and optimizer state
+every 5 steps, two kept) is measured beside them: its time per copy and the memory it holds.
+This module measures and prints; it must not be imported by the training code.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ CONFIGS: dict[str, tuple[list, dict] | None] = {
     "sentinel + gradients/100": (EXPLODING, {"gradients": {"save_interval": 100}}),
     "sentinel + gradients/10": (EXPLODING, {"gradients": {"save_interval": 10}}),
     "sentinel + all collections/10": (EXPLODING, {name: {"save_interval": 10} for name in ALL_COLLECTIONS}),
+    "sentinel + rewind/5": (EXPLODING, {}),
 }
+REWIND_EVERY = {"sentinel + rewind/5": 5}
 TARGETS = {"sentinel + gradients/100": 0.97, "sentinel + all collections/10": 0.80}
 
 
@@ -53,7 +57,7 @@ class _Setup:
         self.name = name
         self.model = ResNet(args.depth, 10, "elu", add_batch_norm=True)
         self.optimizer = torch.optim.SGD(self.model.parameter_groups(), lr=0.05, momentum=0.9)
-        self.capture = self.sentinel = None
+        self.capture = self.sentinel = self.rewind = None
         if config is not None:
             rules, collections = config
             self.capture, self.sentinel = build_monitoring(
@@ -64,6 +68,11 @@ class _Setup:
                 checkpoint_dir=workdir,
                 tensor_dir=workdir / "tensors",
             )
+        if name in REWIND_EVERY:
+            from rule_engine.rewind import Rewind
+
+            self.rewind = Rewind(self.model, self.optimizer, checkpoint_dir=workdir, every=REWIND_EVERY[name])
+            self.sentinel.rewind = self.rewind
         self.seconds = 0.0
         self.hook_seconds = 0.0
         self.steps = 0
@@ -100,6 +109,10 @@ class _Setup:
                 )
             self.hook_seconds += hooks + time.perf_counter() - hook_started
             self.optimizer.step()
+            if self.rewind is not None:
+                hook_started = time.perf_counter()
+                self.rewind.after_step(step + 1)
+                self.hook_seconds += time.perf_counter() - hook_started
         self.seconds += time.perf_counter() - started
         self.steps += len(steps)
 
@@ -158,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             for setup in setups:
                 setup.train(range(-3, 0), batches)  # warm-up steps, not timed below
                 setup.seconds, setup.hook_seconds, setup.steps = 0.0, 0.0, 0
+                if setup.rewind is not None:
+                    setup.rewind.seconds, setup.rewind.copies = 0.0, 0
             # Configurations take turns every `chunk` steps, in a new random order each turn, so
             # load that drifts during the run, and whatever one configuration leaves behind (its
             # writer thread, garbage), falls on all of them alike.
@@ -189,7 +204,22 @@ def main(argv: list[str] | None = None) -> int:
         target = TARGETS.get(name)
         verdict = "" if target is None else f">= {target:.2f}x {'met' if median / plain >= target else 'MISSED'}"
         print(f"{name:32s} {median:8.3f} {median / plain:6.3f}x {hooks:13.3f} {hook_ratio:10.4f}x  {verdict}")
+    _print_rewind_cost(setups)
     return 0
+
+
+def _print_rewind_cost(setups: list[_Setup]) -> None:
+    for setup in setups:
+        rewind = setup.rewind
+        if rewind is None or not rewind.snapshots:
+            continue
+        held = sum(snapshot.nbytes for snapshot in rewind.snapshots)
+        print(
+            f"{setup.name}: {rewind.seconds / max(rewind.copies, 1) * 1000:.2f} ms per copy "
+            f"({rewind.copies} copies, last round), {held / 1024**2:.2f} MiB held "
+            f"({len(rewind.snapshots)} copies of weights + optimizer state; "
+            f"one is {rewind.snapshots[-1].nbytes / 1024**2:.2f} MiB)"
+        )
 
 
 if __name__ == "__main__":

@@ -100,6 +100,8 @@ class Sentinel:
         self.grad_norm_history: deque[tuple[int, float]] = deque(maxlen=HISTORY)
         self.first_nonfinite_layer: str | None = None
         self.stop_finding: dict[str, Any] | None = None
+        # A rule_engine.rewind.Rewind, when the training loop keeps one: persisted at the first finding.
+        self.rewind: Any = None
 
     @property
     def enabled(self) -> bool:
@@ -216,6 +218,8 @@ class Sentinel:
         if not new:
             return Verdict()
         entries = [self._entry(finding, context) for finding in new]
+        if self.rewind is not None:  # before findings.json: whoever reads it finds the checkpoint there
+            self.rewind.persist(before_step=min(entry["step"] for entry in entries))
         self._findings.extend(entries)
         store.write_json_atomic(
             self.findings_path, {"version": 1, "job_action": self.action, "findings": self._findings}
