@@ -13,7 +13,8 @@ Scenarios are defined in `stabilizer/scenarios.py`. Per scenario and policy it p
   the step it stopped at) divided by the steps of one clean run of the final recipe;
 - wasted: steps computed that the final model does not descend from (every step, when the
   execution did not end with a usable model);
-- wall: seconds from the start of the execution to its end;
+- wall: seconds from the start of the execution to its end (the summary adds the share spent
+  outside the training jobs, the control plane, and the peak memory of the whole process tree);
 - outcome and final recipe; for `default`, whether the scenario's expectation (first rule, first
   remedy, verdict, resume) was met.
 
@@ -158,6 +159,7 @@ class Row:
     first_remedy: str | None
     resumed_at: int | None  # the second attempt's start step, when it resumed
     peak_memory_bytes: int = 0
+    job_seconds: float = 0.0  # the training jobs' own wall time; the rest of `wall_seconds` is control plane
     jobs: list[dict[str, Any]] = field(default_factory=list)
     run_dir: str = ""
     unmet: list[str] = field(default_factory=list)  # default only: how the expectation was missed
@@ -246,6 +248,7 @@ def prepare_data_sets(digits: Path, root: Path) -> dict[str, Path]:
 def run_scenario(scenario: Scenario, policy: str, data: dict[str, Path], run_root: Path, *, small: bool = False) -> Row:
     from stabilizer.cli import project_root
     from stabilizer.local.engine import LocalEngine, Project
+    from stabilizer.report import timing
 
     name = f"{scenario.name}-{policy}-{time.strftime('%H%M%S')}"
     run_dir = run_root / name
@@ -259,6 +262,7 @@ def run_scenario(scenario: Scenario, policy: str, data: dict[str, Path], run_roo
         logs.append(path.read_text() if path.is_file() else "")
     row = measure(scenario, policy, record.state or {}, logs, record.wall_seconds)
     row.peak_memory_bytes = memory.peak
+    row.job_seconds = timing(record)["job_seconds"]
     row.run_dir = str(run_dir)
     if policy == "default":
         row.unmet = unmet(scenario, row)
@@ -295,10 +299,13 @@ def summary_lines(rows: list[Row]) -> list[str]:
         for r in mine:
             outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
         met = f", expectations met {sum(not r.unmet for r in mine)}/{len(mine)}" if policy == "default" else ""
+        wall = sum(r.wall_seconds for r in mine)
+        control = (wall - sum(r.job_seconds for r in mine)) / wall if wall else 0.0
         lines.append(
             f"{policy}: {len(mine)} scenarios, {sum(r.attempts for r in mine)} attempts, "
             f"steps {computed}/{clean} = {computed / clean if clean else float('nan'):.2f}x clean, "
-            f"wasted {sum(r.wasted_steps for r in mine)}, wall {sum(r.wall_seconds for r in mine):.0f} s, "
+            f"wasted {sum(r.wasted_steps for r in mine)}, wall {wall:.0f} s (control plane {100 * control:.0f} %), "
+            f"peak memory {max(r.peak_memory_bytes for r in mine) / 1024**2:.0f} MiB, "
             f"outcomes {', '.join(f'{k} {v}' for k, v in sorted(outcomes.items()))}{met}"
         )
     by_key = {(r.scenario, r.policy): r for r in rows}

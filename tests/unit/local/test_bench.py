@@ -66,7 +66,7 @@ def test_the_summary_names_where_default_uses_more_than_original():
     default = bench.measure(scenario, "default", _state("succeeded"), [EXPLODED, RESUMED], wall=30.0)
     original = bench.measure(scenario, "original", _state("succeeded"), [EXPLODED], wall=10.0)
     lines = bench.summary_lines([default, original])
-    assert lines[0].startswith("default: 1 scenarios, 2 attempts, steps 27/24 = 1.12x clean, wasted 3")
+    assert lines[0].startswith("default: 1 scenarios, 2 attempts, steps 27/24 = 1.12x clean, wasted 3, wall 30 s")
     assert lines[-1] == "default uses more than original on: bn-lr-30x (2 vs 2 attempts, 27 vs 13 steps)"
     assert len(bench.table_lines([default, original])) == 4
 
