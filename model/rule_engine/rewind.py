@@ -6,10 +6,11 @@ to step 0 when it came before the first. ``Rewind`` copies the model and optimiz
 memory every ``every`` steps (a few milliseconds for a ResNet-20, measured by
 ``python -m stabilizer.bench_overhead``), keeps only the newest ``keep`` copies (bounded memory:
 ``keep`` x (weights + optimizer state)), and when the sentinel reports a finding at step S it
-writes the newest copy taken before S as an ordinary checkpoint
+writes the copies taken before S as ordinary checkpoints
 (``rule_engine.checkpoints.checkpoint_name``) into the checkpoint directory, which SageMaker
-syncs to S3. The monitor lists it like any checkpoint, so a remedy that keeps the architecture
-resumes a few steps before the explosion.
+syncs to S3. The monitor lists them like any checkpoint, so a remedy that keeps the architecture
+resumes a few steps before the explosion (from the newest; the older one is there for a policy
+that finds the newest already too close: a run that explodes again at the same step from it).
 
 Why "before S" and two copies: the state at S is the one whose gradient was not finite; resuming
 there replays the same batch on the same weights and fails the same way. With copies every
@@ -116,17 +117,20 @@ class Rewind:
         return earlier[-1] if earlier else None
 
     def persist(self, before_step: int) -> Path | None:
-        """Write the newest copy taken before ``before_step`` as a checkpoint; stop taking copies.
+        """Write the copies taken before ``before_step`` as checkpoints; stop taking copies.
 
-        Returns its path, or None when there is no such copy (then the periodic checkpoints are
-        all there is). Called once, at the first finding; later calls return the same path.
+        Returns the newest one's path, or None when there is no such copy (then the periodic
+        checkpoints are all there is). Called at the first finding; later calls return the same.
         """
         if self.frozen:
             return self.persisted
         self.frozen = True
-        snapshot = self.healthy_before(before_step)
-        if snapshot is None:
-            return None
+        for snapshot in self.snapshots:
+            if snapshot.next_step < before_step:
+                self.persisted = self._write(snapshot)
+        return self.persisted
+
+    def _write(self, snapshot: Snapshot) -> Path:
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         path = self.checkpoint_dir / checkpoint_name(snapshot.next_step)
         if not path.exists():  # a periodic checkpoint of the same step holds the same state
@@ -137,5 +141,4 @@ class Rewind:
                 partial,
             )
             partial.rename(path)  # a reader (or the S3 sync) never sees half a checkpoint
-        self.persisted = path
         return path

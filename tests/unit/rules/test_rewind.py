@@ -47,11 +47,12 @@ def test_copies_every_few_steps_and_keeps_only_the_newest(tmp_path):
     assert checkpoints_in(tmp_path) == []  # nothing is written while the run is healthy
 
 
-def test_a_rule_that_fires_writes_the_newest_copy_from_before_the_bad_step(tmp_path):
+def test_a_rule_that_fires_writes_the_copies_from_before_the_bad_step(tmp_path):
     rewind, weights = train(tmp_path, 30, poison=poison_layer(17, "head.weight"))
     assert rewind.frozen
-    # Copies at 10 and 15 are both before step 17: the newest, 15, is written.
-    [path] = checkpoints_in(tmp_path)
+    # Copies at 10 and 15 are both before step 17: both are written, 15 is the one to resume from.
+    assert [p.name for p in checkpoints_in(tmp_path)] == [checkpoint_name(10), checkpoint_name(15)]
+    path = rewind.persisted
     assert path.name == checkpoint_name(15)
     saved = torch.load(path, weights_only=True)
     assert saved["next_step"] == 15 and saved["config"] == {"n": 1}
@@ -64,9 +65,9 @@ def test_a_rule_that_fires_writes_the_newest_copy_from_before_the_bad_step(tmp_p
 
 def test_the_copy_taken_at_the_bad_step_is_never_the_one_resumed(tmp_path):
     # The state at step 15 produced the non-finite gradient of step 15: resuming there fails again.
-    _, _ = train(tmp_path, 30, poison=poison_layer(15, "head.weight"))
-    [path] = checkpoints_in(tmp_path)
-    assert path.name == checkpoint_name(10)
+    rewind, _ = train(tmp_path, 30, poison=poison_layer(15, "head.weight"))
+    assert [p.name for p in checkpoints_in(tmp_path)] == [checkpoint_name(10)]
+    assert rewind.persisted.name == checkpoint_name(10)
 
 
 def test_before_the_first_copy_nothing_is_written(tmp_path):
@@ -77,4 +78,4 @@ def test_before_the_first_copy_nothing_is_written(tmp_path):
 def test_after_a_finding_no_more_copies_are_taken(tmp_path):
     rewind, _ = train(tmp_path, 30, poison=poison_layer(12, "head.weight"), action="notify")
     assert rewind.frozen and [s.next_step for s in rewind.snapshots] == [5, 10]
-    assert [p.name for p in checkpoints_in(tmp_path)] == [checkpoint_name(10)]
+    assert [p.name for p in checkpoints_in(tmp_path)] == [checkpoint_name(5), checkpoint_name(10)]
