@@ -3,11 +3,11 @@
 Every training step, whatever the rule list, the sentinel checks that the loss and the total
 gradient norm are finite and that the loss is learning (``rule_engine.health``): one fused norm
 over all gradients and one host synchronisation for the two scalars, no per-parameter
-synchronisation. At steps where capture
-saved something it evaluates the configured rules against a ``MemoryTrial``. When a rule fires it
-writes ``<checkpoint dir>/findings.json`` (docs/contracts.md section 2) and, with action ``stop``,
-tells the training loop to stop before the optimizer applies the bad step; ``exit_for_rule_stop``
-then ends the process with status 86 and a failure file starting ``RuleStop:`` (section 1).
+synchronisation. At steps where capture saved something it evaluates the configured rules
+against a ``MemoryTrial``. When a rule fires it writes ``<checkpoint dir>/findings.json``
+(docs/contracts.md section 2) and, with action ``stop``, tells the training loop to stop before the
+optimizer applies the bad step; ``exit_for_rule_stop`` then ends the process with status 86 and a
+failure file starting ``RuleStop:`` (section 1).
 
 The training loop calls it like this (``capture`` and ``sentinel`` come from ``build_monitoring``)::
 
