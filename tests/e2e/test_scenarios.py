@@ -56,7 +56,10 @@ def test_a_rule_list_without_exploding_tensor_still_stops_at_the_first_non_finit
     state = record.state or {}
     assert record.status == "FAILED" and state["outcome"] == "gave_up"
     [attempt] = state["attempts"]
-    assert attempt["status"] == "Failed" and "RuleStop: ExplodingTensor" in attempt["failure_reason"]
+    # Stopped by the sentinel (exit 86), or by the monitor, which may see findings.json first.
+    assert attempt["status"] in ("Failed", "Stopped")
+    if attempt["status"] == "Failed":
+        assert "RuleStop: ExplodingTensor" in attempt["failure_reason"]
     # Other rules may fire on the same step (the sentinel forces that step's gradients into the store).
     finding = record.attempts[0].findings["findings"][0]
     assert finding["rule"] == "ExplodingTensor" and attempt["finding"]["rule"] == "ExplodingTensor"
