@@ -43,7 +43,9 @@ import torch.nn.functional as F  # noqa: N812
 from data import read_channel
 from resnet import ResNet
 from rule_engine.capture import CaptureConfigError, parse_capture
+from rule_engine.checkpoints import checkpoint_name, checkpoints_in, newest_checkpoint
 from rule_engine.job_config import StabilizerConfigError, load_config
+from rule_engine.rewind import Rewind
 from rule_engine.rules import RuleConfigError, parse_rule_list
 from rule_engine.sentinel import EXIT_RULE_STOP
 
@@ -232,22 +234,15 @@ def to_tensor(x: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))  # NHWC -> NCHW
 
 
-def latest_checkpoint(directory: Path | None) -> Path | None:
-    if directory is None or not directory.is_dir():
-        return None
-    found = sorted(directory.glob("checkpoint-*.pt"))
-    return found[-1] if found else None
-
-
 def save_checkpoint(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     next_step: int, config: Config) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"checkpoint-{next_step:08d}.pt"
+    path = directory / checkpoint_name(next_step)
     partial = path.with_suffix(".tmp")
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "next_step": next_step,
                 "config": dataclasses.asdict(config)}, partial)
     partial.rename(path)  # a reader (or S3 sync) never sees half a checkpoint
-    for old in sorted(directory.glob("checkpoint-*.pt"))[:-CHECKPOINTS_KEPT]:
+    for old in checkpoints_in(directory)[:-CHECKPOINTS_KEPT]:
         old.unlink()
     return path
 
@@ -257,8 +252,8 @@ ARCHITECTURE_KEYS = ("depth", "activation", "add_batch_norm")
 
 def restore(model: torch.nn.Module, optimizer: torch.optim.Optimizer, paths: Paths, config: Config) -> int:
     """Resume from our own newest checkpoint, else from the resume channel; returns the next step."""
-    own = latest_checkpoint(paths.checkpoint_dir)
-    source = own or latest_checkpoint(paths.resume)
+    own = newest_checkpoint(paths.checkpoint_dir)
+    source = own or newest_checkpoint(paths.resume)
     if source is None:
         return 0
     state = torch.load(source, map_location="cpu", weights_only=True)
@@ -325,6 +320,9 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
     # The job's sagemaker_stabilizer configuration wins; the legacy hyperparameters fill what it leaves unset.
     guard = sentinel.watch(model, optimizer, rules=config.sentinel_rules, capture=config.capture,  # sentinel
                            action=config.sentinel_action, start_step=step)
+    # The last healthy state, copied every few steps, is written as a checkpoint when a rule fires.
+    guard.sentinel.rewind = Rewind(model, optimizer, checkpoint_dir=paths.checkpoint_dir,
+                                   extra={"config": dataclasses.asdict(config)})
     stop = StopRequested()
     log(f"training steps={total_steps} steps_per_epoch={steps_per_epoch} examples={len(xt)} start_step={step} "
         f"device={device.type}")
@@ -359,6 +357,7 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
             torch.nn.utils.clip_grads_with_norm_(model.parameters(), config.grad_clip, usable_norm)
         optimizer.step()
         step += 1
+        guard.sentinel.rewind.after_step(step)
         if step % config.log_every == 0 or step == total_steps:
             log(f"step={step - 1} epoch={epoch} loss={loss.item():.6g} lr={lr:g} grad_norm={grad_norm.item():.6g}")
         if step % config.checkpoint_every == 0 or step == total_steps:

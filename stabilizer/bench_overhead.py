@@ -24,7 +24,9 @@ used (user + system, ``time.thread_time``) per training step of the whole round,
 and the profiler's own cost per sample.
 
 Targets: sentinel plus gradients every 100 steps >= 0.97x plain; all collections every 10 steps
->= 0.80x plain. This module measures and prints; it must not be imported by the training code.
+>= 0.80x plain. The rewind (model/rule_engine/rewind.py: a CPU copy of weights and optimizer state
+every 5 steps, two kept) is measured beside them: its time per copy and the memory it holds.
+This module measures and prints; it must not be imported by the training code.
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ CONFIGS: dict[str, tuple[list, dict, int] | None] = {
     "sentinel + all collections/10": (EXPLODING, {name: {"save_interval": 10} for name in ALL_COLLECTIONS}, 0),
     "sentinel + profiler/500ms": (EXPLODING, {}, 500),
     "sentinel + profiler/100ms": (EXPLODING, {}, 100),
+    "sentinel + rewind/5": (EXPLODING, {}, 0),
 }
+REWIND_EVERY = {"sentinel + rewind/5": 5}
 TARGETS = {"sentinel + gradients/100": 0.97, "sentinel + all collections/10": 0.80}
 
 
@@ -74,7 +78,7 @@ class _Setup:
         self.name = name
         self.model = ResNet(args.depth, 10, "elu", add_batch_norm=True)
         self.optimizer = torch.optim.SGD(self.model.parameter_groups(), lr=0.05, momentum=0.9)
-        self.capture = self.sentinel = self.guard = self.launcher = None
+        self.capture = self.sentinel = self.guard = self.launcher = self.rewind = None
         self.criterion = torch.nn.CrossEntropyLoss()
         if name == LIBRARY:
             from rule_engine.guard import watch
@@ -99,6 +103,11 @@ class _Setup:
                 tensor_dir=workdir / "tensors",
                 profiler_interval_ms=profiler_ms,
             )
+        if name in REWIND_EVERY:
+            from rule_engine.rewind import Rewind
+
+            self.rewind = Rewind(self.model, self.optimizer, checkpoint_dir=workdir, every=REWIND_EVERY[name])
+            self.sentinel.rewind = self.rewind
         self.seconds = 0.0
         self.hook_seconds = 0.0
         self.steps = 0
@@ -137,6 +146,10 @@ class _Setup:
                 )
             self.hook_seconds += hooks + time.perf_counter() - hook_started
             self.optimizer.step()
+            if self.rewind is not None:
+                hook_started = time.perf_counter()
+                self.rewind.after_step(step + 1)
+                self.hook_seconds += time.perf_counter() - hook_started
         self.seconds += time.perf_counter() - started
         self.steps += len(steps)
 
@@ -156,7 +169,7 @@ class _Setup:
         return self.steps / self.seconds
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m stabilizer.bench_overhead", description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200, help="timed training steps per configuration and round")
     parser.add_argument("--rounds", type=int, default=1, help="rounds over all configurations")
@@ -166,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 keeps torch's default")
     parser.add_argument("--configs", default="", help="comma-separated configurations to run beside plain "
                         f"(default all): {', '.join(name for name in CONFIGS if name != 'plain')}")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     chosen = {"plain", *(name.strip() for name in args.configs.split(",") if name.strip())} if args.configs else None
     unknown = (chosen or set()) - set(CONFIGS)
@@ -207,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
             for setup in sorted(setups, key=lambda s: s.launcher is None):
                 setup.train(range(-3, 0), batches)  # warm-up steps, not timed below
                 setup.seconds, setup.hook_seconds, setup.steps = 0.0, 0.0, 0
+                if setup.rewind is not None:
+                    setup.rewind.seconds, setup.rewind.copies = 0.0, 0
             # Configurations take turns every `chunk` steps, in a new random order each turn, so
             # load that drifts during the run, and whatever one configuration leaves behind (its
             # writer thread, garbage), falls on all of them alike.
@@ -236,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
     _print_table(rates, hook_ms, statistics.median(step_ms))
+    _print_rewind_cost(setups)
     return 0
 
 
@@ -254,6 +275,20 @@ def _print_table(rates: dict[str, list[float]], hook_ms: dict[str, list[float]],
             print(f"{name:32s} {median:8.3f} {median / plain:6.3f}x {'in the step':>13s} {'-':>11s}  {verdict}")
             continue
         print(f"{name:32s} {median:8.3f} {median / plain:6.3f}x {hooks:13.3f} {hook_ratio:10.4f}x  {verdict}")
+
+
+def _print_rewind_cost(setups: list[_Setup]) -> None:
+    for setup in setups:
+        rewind = setup.rewind
+        if rewind is None or not rewind.snapshots:
+            continue
+        held = sum(snapshot.nbytes for snapshot in rewind.snapshots)
+        print(
+            f"{setup.name}: {rewind.seconds / max(rewind.copies, 1) * 1000:.2f} ms per copy "
+            f"({rewind.copies} copies, last round), {held / 1024**2:.2f} MiB held "
+            f"({len(rewind.snapshots)} copies of weights + optimizer state; "
+            f"one is {rewind.snapshots[-1].nbytes / 1024**2:.2f} MiB)"
+        )
 
 
 if __name__ == "__main__":

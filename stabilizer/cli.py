@@ -6,7 +6,9 @@ prints each SNS message as it is published, ends with a table of the attempts, a
 report (run.json, report.md, plots) in the run directory.
 
 Exit status: 0 succeeded, 2 gave up (the remediation policy ran out of remedies or budget),
-1 failed, 130 interrupted (Ctrl-C: the running job is stopped and its checkpoint kept),
+stopped early (a plateau or overfitting; the best checkpoint is kept) or did not learn (the loss
+never fell): the workflow ended on its own terms without a success, as the state machine's
+TrainingNotRecovered; 1 failed, 130 interrupted (Ctrl-C: the running job is stopped and its checkpoint kept),
 64 bad usage or input (nothing was launched).
 """
 
@@ -56,7 +58,8 @@ keys: the fields of the execution input (lambdas/workflow/state.py, schemas/exec
   policy, wait_seconds, run_spec.<field> (or just <field>), limits.<field>.
   Values are JSON when they parse (1, 0.05, true, [..]), text otherwise (elu).
 
-exit status: 0 succeeded, 2 gave up, 1 failed, 130 interrupted, 64 bad input (nothing launched).
+exit status: 0 succeeded, 2 gave up / stopped early / did not learn, 1 failed, 130 interrupted,
+64 bad input (nothing launched).
 """
 
 
@@ -144,6 +147,8 @@ def exit_code(record: Any) -> int:
     return {
         "succeeded": EXIT_SUCCEEDED,
         "gave up": EXIT_GAVE_UP,
+        "stopped early": EXIT_GAVE_UP,
+        "did not learn": EXIT_GAVE_UP,
         "interrupted": EXIT_INTERRUPTED,
     }.get(outcome(record), EXIT_FAILED)
 

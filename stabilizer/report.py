@@ -121,8 +121,12 @@ def outcome(record: RunRecord) -> str:
         return "succeeded"
     if record.status == "FAILED" and record.error == "TrainingNotRecovered":
         # The workflow ended on its own terms: its state says whether it gave up (remedies or
-        # limits used up) or failed (a job crashed in a way no recipe change fixes).
-        return "failed" if (record.state or {}).get("outcome") == "failed" else "gave up"
+        # limits used up), stopped early (plateau, overfitting), found a run that did not learn,
+        # or failed (a job crashed in a way no recipe change fixes).
+        ended = (record.state or {}).get("outcome")
+        return {"failed": "failed", "stopped_early": "stopped early", "did_not_learn": "did not learn"}.get(
+            ended, "gave up"
+        )
     return "failed" if record.status == "FAILED" else record.status.lower()
 
 

@@ -24,6 +24,9 @@ from workflow.state import Attempt, Decision, Finding, WorkflowState
 INFRASTRUCTURE_FAILURES = ("InternalServerError", "CapacityError")
 # A relaunch needs at least this much of the training budget left to be worth starting.
 MIN_BUDGET_SECONDS = 60
+# The sentinel's learning check reports a loss that never fell under this rule name
+# (model/rule_engine/health.py; docs/contracts.md, section 2).
+NOT_LEARNING = "NotLearning"
 
 
 @dataclass(frozen=True)
@@ -144,16 +147,31 @@ def _relaunch(
     )
 
 
+def verdict(outcome: str, finding: Finding) -> str:
+    """The outcome of an execution that ends on an attempt where `finding` fired.
+
+    Only an attempt that completed, stayed finite and learned is a success, and such an attempt
+    has no finding: a policy that ends early keeping the best checkpoint (a plateau, overfitting)
+    ends `stopped_early`; a run whose loss never fell ends `did_not_learn`, whatever stopped the
+    remedies. Every other ending keeps the policy's word.
+    """
+    if outcome == "succeeded":
+        return "stopped_early"
+    if finding.rule == NOT_LEARNING and outcome == "gave_up":
+        return "did_not_learn"
+    return outcome
+
+
 def _remediate(state: WorkflowState, attempt: Attempt, obs: Observation, finding: Finding) -> CheckResult:
     attempt.finding = finding
-    planned = policy.plan(state, finding, obs.checkpoint_steps)
+    planned = policy.plan(state, finding, obs.checkpoint_files)
     decision = planned.decision
     if decision.action == "end":
         return _end(
             state,
             attempt,
             obs,
-            decision.outcome or "gave_up",
+            verdict(decision.outcome or "gave_up", finding),
             decision.reason,
             finding=finding,
             remedy=decision.remedy,
@@ -164,7 +182,7 @@ def _remediate(state: WorkflowState, attempt: Attempt, obs: Observation, finding
         reason = (
             f"{policy.describe_finding(finding)}: {blocked}; the next step would have been {decision.remedy}"
         )
-        return _end(state, attempt, obs, "gave_up", reason, finding=finding)
+        return _end(state, attempt, obs, verdict("gave_up", finding), reason, finding=finding)
     state.run_spec = planned.run_spec
     return _relaunch(state, attempt, obs=obs, decision=decision, finding=finding, counters=planned.counters)
 
@@ -186,9 +204,9 @@ def _infrastructure_failure(state: WorkflowState, attempt: Attempt, obs: Observa
     if blocked:
         return _end(state, attempt, obs, "gave_up", f"SageMaker failed the job ({reason_text}); {blocked}")
     # No rule fired, so the newest checkpoint is healthy.
-    newest = max(obs.checkpoint_steps) if obs.checkpoint_steps else None
+    newest = max(obs.checkpoint_files) if obs.checkpoint_files else None
     resume = (
-        f"{attempt.checkpoint_s3_uri}/checkpoint-{newest}.pt" if newest is not None else attempt.resumed_from
+        f"{attempt.checkpoint_s3_uri}/{obs.checkpoint_files[newest]}" if newest is not None else attempt.resumed_from
     )
     decision = Decision(
         action="relaunch",

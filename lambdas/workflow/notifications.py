@@ -4,7 +4,7 @@ evidence, and message attributes for subscription filters.
 Pure formatting: no AWS calls. One decision makes exactly one `Notification`.
 
 Event types (the `event_type` attribute): launched, issue_found, relaunching, completed,
-gave_up, failed.
+stopped_early, did_not_learn, gave_up, failed.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from typing import Any, Literal
 
 from workflow.state import Attempt, Decision, Finding, WorkflowState
 
-EventType = Literal["launched", "issue_found", "relaunching", "completed", "gave_up", "failed"]
+EventType = Literal[
+    "launched", "issue_found", "relaunching", "completed", "stopped_early", "did_not_learn", "gave_up", "failed"
+]
 
 # SNS: subjects are under 100 characters, ASCII, with no line breaks.
 SUBJECT_MAX = 99
@@ -255,13 +257,19 @@ def finished(
     evidence: dict[str, Any] | None = None,
 ) -> Notification:
     """The last message of an execution: completed, gave up or failed, per `state.outcome`."""
-    event: EventType = {"succeeded": "completed", "gave_up": "gave_up", "failed": "failed"}[
-        state.outcome or "failed"
-    ]
+    event: EventType = {
+        "succeeded": "completed",
+        "stopped_early": "stopped_early",
+        "did_not_learn": "did_not_learn",
+        "gave_up": "gave_up",
+        "failed": "failed",
+    }[state.outcome or "failed"]
     count = len(state.attempts)
     jobs = f"{count} job{'s' if count != 1 else ''}"
     headline = {
         "completed": f"Training completed after {jobs}",
+        "stopped_early": f"Stopped early after {jobs}, best checkpoint kept",
+        "did_not_learn": f"Did not learn after {jobs}",
         "gave_up": f"Gave up after {jobs}",
         "failed": f"Failed after {jobs}",
     }[event]

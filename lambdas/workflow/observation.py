@@ -22,7 +22,7 @@ RuleEvaluationStatus = Literal["InProgress", "NoIssuesFound", "IssuesFound", "Er
 
 # The sentinel's exit 86 leaves a FailureReason starting with this (docs/contracts.md, section 1).
 RULE_STOP_MARKER = "RuleStop:"
-_CHECKPOINT = re.compile(r"checkpoint-(\d+)\.pt$")
+_CHECKPOINT = re.compile(r"(?:^|/)checkpoint-(\d+)\.pt$")
 _STEP_IN_TEXT = re.compile(r"\bstep[ =](\d+)")
 
 
@@ -88,11 +88,17 @@ class Observation(BaseModel):
     findings: FindingsDocument | None = None
     # Set when findings.json exists but cannot be read; the text says why.
     findings_unreadable: str | None = None
-    checkpoint_steps: list[int] = Field(default_factory=list)
+    # Step -> file name of each checkpoint as listed in S3. The names are the job's own (it pads
+    # the step); a resume URI is built from them, never from a name rebuilt here.
+    checkpoint_files: dict[int, str] = Field(default_factory=dict)
     start_time: datetime | None = None
     end_time: datetime | None = None
     training_seconds: int | None = None
     final_metrics: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def checkpoint_steps(self) -> list[int]:
+        return sorted(self.checkpoint_files)
 
     @property
     def rule_stop(self) -> bool:
@@ -186,13 +192,14 @@ def parse_findings(body: bytes | str) -> FindingsDocument:
         raise ValueError(f"findings.json does not match the contract: {error.errors()[0]['msg']}") from None
 
 
-def checkpoint_steps(keys: list[str]) -> list[int]:
-    steps = []
+def checkpoint_files(keys: list[str]) -> dict[int, str]:
+    """Step -> file name of the checkpoints among listed S3 keys."""
+    files = {}
     for key in keys:
         match = _CHECKPOINT.search(key)
         if match:
-            steps.append(int(match.group(1)))
-    return sorted(steps)
+            files[int(match.group(1))] = key.rsplit("/", 1)[-1]
+    return files
 
 
 def observe(
@@ -226,7 +233,7 @@ def observe(
         rule_statuses=rules,
         findings=findings,
         findings_unreadable=findings_unreadable,
-        checkpoint_steps=checkpoint_steps(checkpoint_keys or []),
+        checkpoint_files=checkpoint_files(checkpoint_keys or []),
         start_time=description.get("TrainingStartTime"),
         end_time=description.get("TrainingEndTime"),
         training_seconds=int(seconds) if seconds is not None else None,

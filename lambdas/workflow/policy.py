@@ -21,6 +21,7 @@ Two named policies:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -273,17 +274,19 @@ def no_knob_reason(what: str, rule: str, roles: list[str]) -> str:
     )
 
 
-def healthy_checkpoint(attempt: Attempt, finding: Finding, checkpoint_steps: list[int]) -> str | None:
+def healthy_checkpoint(attempt: Attempt, finding: Finding, checkpoints: Mapping[int, str]) -> str | None:
     """The newest checkpoint written strictly before the step where the rule fired.
 
-    Without a step (a Debugger verdict has none) no checkpoint is known to be healthy. When the
-    attempt wrote none before the step, the checkpoint it started from (if any) still is.
+    `checkpoints` maps step -> the file name the job wrote, as listed in S3: the URI is built from
+    the real name, never from a name rebuilt here. Without a step (a Debugger verdict has none) no
+    checkpoint is known to be healthy. When the attempt wrote none before the step, the checkpoint
+    it started from (if any) still is.
     """
     if finding.step is None:
         return None
-    before = [step for step in checkpoint_steps if step < finding.step]
+    before = [step for step in checkpoints if step < finding.step]
     if before:
-        return f"{attempt.checkpoint_s3_uri}/checkpoint-{max(before)}.pt"
+        return f"{attempt.checkpoint_s3_uri}/{checkpoints[max(before)]}"
     return attempt.resumed_from
 
 
@@ -322,7 +325,7 @@ def _apply(rung: Rung, knob: Knob, spec: Recipe, start: Recipe) -> Recipe | None
     return {**spec, name: new}
 
 
-def plan_default(state: WorkflowState, finding: Finding, checkpoint_steps: list[int]) -> Plan:
+def plan_default(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str]) -> Plan:
     attempt = state.current
     assert attempt is not None, "plan needs an attempt"
     spec = attempt.run_spec
@@ -331,7 +334,7 @@ def plan_default(state: WorkflowState, finding: Finding, checkpoint_steps: list[
     if ladder is None:
         return _end("gave_up", f"{what}: no remedy is declared for {finding.rule}", spec)
     knobs = state.job.knobs.declared()
-    healthy = healthy_checkpoint(attempt, finding, checkpoint_steps)
+    healthy = healthy_checkpoint(attempt, finding, checkpoints)
     wanted: list[str] = []  # roles this finding's rungs would turn, declared or not
     for rung in ladder:
         if finding.phase not in rung.phases or (rung.unless and rung.unless in knobs):
@@ -381,7 +384,7 @@ def plan_default(state: WorkflowState, finding: Finding, checkpoint_steps: list[
 ORIGINAL_ROLES = ["warmup_learning_rate", "normalization", "learning_rate"]
 
 
-def plan_original(state: WorkflowState, finding: Finding, checkpoint_steps: list[int]) -> Plan:
+def plan_original(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str]) -> Plan:
     """The AWS sample's `plan_launch_spec`, rule-blind, always starting fresh, through the knobs.
 
     A step whose knob the job does not declare, or whose new value leaves the knob's bounds, is
@@ -427,6 +430,6 @@ def plan_original(state: WorkflowState, finding: Finding, checkpoint_steps: list
 POLICIES = {"default": plan_default, "original": plan_original}
 
 
-def plan(state: WorkflowState, finding: Finding, checkpoint_steps: list[int]) -> Plan:
+def plan(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str]) -> Plan:
     """Decide what follows an attempt in which `finding` fired, with the state's policy."""
-    return POLICIES[state.policy](state, finding, checkpoint_steps)
+    return POLICIES[state.policy](state, finding, checkpoints)

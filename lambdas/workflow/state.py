@@ -34,7 +34,10 @@ from workflow.rule_checks import check_rule_config
 STATE_VERSION = 2
 
 NextAction = Literal["launch_new", "monitor", "end"]
-Outcome = Literal["succeeded", "gave_up", "failed"]
+# succeeded: the last attempt completed, stayed finite and learned. stopped_early: ended on a
+# plateau or overfitting, keeping the best checkpoint (usable, not a success). did_not_learn: the
+# loss never fell. gave_up: remedies or limits used up. failed: a job or the workflow broke.
+Outcome = Literal["succeeded", "stopped_early", "did_not_learn", "gave_up", "failed"]
 PolicyName = Literal["original", "default"]
 Phase = Literal["warmup", "main"]
 TrainingJobStatus = Literal["InProgress", "Completed", "Failed", "Stopping", "Stopped"]

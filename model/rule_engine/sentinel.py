@@ -1,12 +1,13 @@
 """The in-job sentinel: a cheap finite check every step, the configured rules at save steps, findings.
 
-Every training step (when an ``ExplodingTensor`` rule is configured) the sentinel checks that the
-loss and the total gradient norm are finite: one fused norm over all gradients and one host
-synchronisation for the two scalars, no per-parameter synchronisation. At steps where capture
-saved something it evaluates the configured rules against a ``MemoryTrial``. When a rule fires it
-writes ``<checkpoint dir>/findings.json`` (docs/contracts.md section 2) and, with action ``stop``,
-tells the training loop to stop before the optimizer applies the bad step; ``exit_for_rule_stop``
-then ends the process with status 86 and a failure file starting ``RuleStop:`` (section 1).
+Every training step, whatever the rule list, the sentinel checks that the loss and the total
+gradient norm are finite and that the loss is learning (``rule_engine.health``): one fused norm
+over all gradients and one host synchronisation for the two scalars, no per-parameter
+synchronisation. At steps where capture saved something it evaluates the configured rules
+against a ``MemoryTrial``. When a rule fires it writes ``<checkpoint dir>/findings.json``
+(docs/contracts.md section 2) and, with action ``stop``, tells the training loop to stop before the
+optimizer applies the bad step; ``exit_for_rule_stop`` then ends the process with status 86 and a
+failure file starting ``RuleStop:`` (section 1).
 
 Training loops normally reach it through ``rule_engine.guard.watch`` (hooks do the calls below);
 this is the hand-wired form (``capture`` and ``sentinel`` come from ``build_monitoring``)::
@@ -39,6 +40,7 @@ from torch import nn
 from rule_engine import profiler as system_profiler
 from rule_engine import store
 from rule_engine.capture import Capture, parse_capture
+from rule_engine.health import LearningCheck, default_finite_rule
 from rule_engine.rules import ExplodingTensor, Rule, RuleConfigError, RuleFinding, parse_rule_list
 from rule_engine.trial import MemoryTrial
 
@@ -94,7 +96,12 @@ class Sentinel:
         # Under DDP only rank 0 writes findings.json; the other ranks hand theirs to it (guard.py).
         self.write_findings = write_findings
         self._params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-        self._exploding = [rule for rule in self.rules if isinstance(rule, ExplodingTensor)]
+        # The finite check runs always: with the list's ExplodingTensor, or with a default one.
+        self._exploding = [rule for rule in self.rules if isinstance(rule, ExplodingTensor)] or [
+            default_finite_rule(memory)
+        ]
+        self.learning = LearningCheck()
+        self._last: tuple[int, dict[str, Any]] | None = None  # step and context of the last step seen
         self._fired: set[int] = set()
         self._findings: list[dict[str, Any]] = []
         self.loss_history: deque[tuple[int, float]] = deque(maxlen=HISTORY)
@@ -109,6 +116,8 @@ class Sentinel:
     def findings(self) -> list[dict[str, Any]]:
         """Every finding recorded so far (this process's and, on DDP rank 0, the other ranks')."""
         return list(self._findings)
+        # A rule_engine.rewind.Rewind, when the training loop keeps one: persisted at the first finding.
+        self.rewind: Any = None
 
     @property
     def enabled(self) -> bool:
@@ -134,14 +143,15 @@ class Sentinel:
         reads it from log lines): the gradient norm is then checked alone.
         """
         context = {"epoch": epoch, "phase": phase, "learning_rate": learning_rate}
-        loss_value: float | torch.Tensor | None = loss
-        cheap: RuleFinding | None = None
-        if self._exploding:
-            loss_value, norm_value = self._sync_scalars(loss, grad_norm)
-            if loss_value is not None:
-                self.loss_history.append((step, loss_value))
-            self.grad_norm_history.append((step, norm_value))
-            cheap = self._finite_check(step, loss_value, norm_value)
+        # The finite check runs every step, whatever the rule list (rule_engine.health).
+        loss_value, norm_value = self._sync_scalars(loss, grad_norm)
+        if loss_value is not None:
+            self.loss_history.append((step, loss_value))
+        self.grad_norm_history.append((step, norm_value))
+        cheap = self._finite_check(step, loss_value, norm_value)
+        # A loop that reports no loss (the launcher before it found one) cannot be judged on learning.
+        stalled = self.learning.observe(step, loss_value, phase) if loss_value is not None else None
+        self._last = (step, context)
         force = ("gradients", "losses") if cheap is not None else ()
         if self.profiler is not None:
             self.profiler.current_step = step
@@ -150,6 +160,8 @@ class Sentinel:
         if cheap is not None:
             self._fired.add(id(self._exploding[0]))
             new.append(cheap)
+        if stalled is not None:
+            new.append(stalled)
         if saved and self.enabled:
             new.extend(self._invoke(step))
         elif self._system_rules and step % SYSTEM_RULES_EVERY == 0:
@@ -238,6 +250,8 @@ class Sentinel:
         if not new:
             return Verdict()
         entries = [self._entry(finding, context) for finding in new]
+        if self.rewind is not None:  # before findings.json: whoever reads it finds the checkpoint there
+            self.rewind.persist(before_step=min(entry["step"] for entry in entries))
         for entry in entries:
             print(f"sentinel: {entry['rule']} at step {entry['step']}: {entry['message']}", file=sys.stderr)
         self.adopt(entries)
@@ -290,6 +304,12 @@ class Sentinel:
         sys.exit(EXIT_RULE_STOP)
 
     def close(self, status: str = "completed") -> None:
+        """End of the job; a completed run that never learned is reported (findings.json) here."""
+        if status == "completed" and self._last is not None:
+            step, context = self._last
+            final = self.learning.at_end(step)
+            if final is not None:
+                self._report([final], context)
         if self.profiler is not None:
             self.profiler.close()
         self.capture.close(status=status)

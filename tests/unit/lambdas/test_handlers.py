@@ -254,7 +254,7 @@ def _put_findings(cloud, state) -> None:
     bucket, prefix = aws.split_s3_uri(checkpoints)
     body = load_event("findings-exploding.json")
     cloud["s3"].put_object(Bucket=bucket, Key=f"{prefix}/findings.json", Body=json.dumps(body).encode())
-    cloud["s3"].put_object(Bucket=bucket, Key=f"{prefix}/checkpoint-0.pt", Body=b"w")
+    cloud["s3"].put_object(Bucket=bucket, Key=f"{prefix}/checkpoint-00000000.pt", Body=b"w")
     cloud["s3"].put_object(Bucket=bucket, Key=f"{prefix}/tensors/gradients/0.npy", Body=b"t")
 
 
@@ -277,7 +277,7 @@ def test_check_reads_the_findings_from_s3_and_relaunches(cloud, settings):
     assert new["next_action"] == "launch_new"
     assert new["run_spec"]["add_batch_norm"] == 1
     assert new["attempts"][0]["finding"]["rule"] == "ExplodingTensor"
-    # checkpoint-0.pt is before step 2, but batch norm changes the network: start fresh.
+    # checkpoint-00000000.pt is before step 2, but batch norm changes the network: start fresh.
     assert new["resume_from"] is None
     [message] = messages(cloud)
     assert message["MessageAttributes"]["event_type"]["Value"] == "relaunching"

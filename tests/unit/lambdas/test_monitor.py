@@ -166,14 +166,14 @@ def test_failed_by_sagemaker_retries_the_same_recipe_from_the_newest_checkpoint(
         "Failed",
         failure_reason="InternalServerError: We encountered an internal error.",
         checkpoint_keys=[
-            "executions/run-1/attempt-1/checkpoints/checkpoint-50.pt",
-            "executions/run-1/attempt-1/checkpoints/checkpoint-100.pt",
+            "executions/run-1/attempt-1/checkpoints/checkpoint-00000050.pt",
+            "executions/run-1/attempt-1/checkpoints/checkpoint-00000100.pt",
         ],
     )
     result = monitor.check(state, obs, LATER)
     assert result.state.next_action == "launch_new"
     assert result.state.run_spec == state.run_spec
-    assert result.state.resume_from.endswith("attempt-1/checkpoints/checkpoint-100.pt")
+    assert result.state.resume_from.endswith("attempt-1/checkpoints/checkpoint-00000100.pt")
     assert _moved(state, result.state) == {
         "num_monitor_transitions": 1,
         "num_retraining": 1,

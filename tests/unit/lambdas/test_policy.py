@@ -8,6 +8,11 @@ from workflow import policy
 from workflow.state import Finding, WorkflowState, recipe_key
 
 
+def written(*steps: int) -> dict[int, str]:
+    """Checkpoints as the training job names them (zero-padded steps) and the monitor lists them."""
+    return {step: f"checkpoint-{step:08d}.pt" for step in steps}
+
+
 def _finding(rule="ExplodingTensor", step=2, phase="warmup") -> Finding:
     return Finding(rule=rule, step=step, phase=phase, message="fired")
 
@@ -53,28 +58,28 @@ def test_default_policy_fixes_the_reference_explosion_in_two_jobs(settings):
 def test_original_ladder_order_and_end(settings):
     state = launched(settings, {"policy": "original"})
     state = _with_spec(state, warmup_learning_rate=0.003125, add_batch_norm=1, learning_rate=0.0011)
-    plan = policy.plan(state, _finding(), [])
+    plan = policy.plan(state, _finding(), written())
     assert plan.decision.action == "end"
     assert plan.decision.outcome == "gave_up"
     state = _with_spec(state, learning_rate=0.002)
-    plan = policy.plan(state, _finding(), [])
+    plan = policy.plan(state, _finding(), written())
     assert plan.run_spec["learning_rate"] == pytest.approx(0.0018)
     assert plan.counters == ("num_learning_rate_adjustments",)
 
 
 def test_original_ignores_which_rule_fired(settings):
     state = launched(settings, {"policy": "original"})
-    plan = policy.plan(state, _finding(rule="VanishingGradient", phase="main"), [])
+    plan = policy.plan(state, _finding(rule="VanishingGradient", phase="main"), written())
     assert plan.decision.remedy == "halve_warmup_lr"
 
 
 def test_default_lowers_warmup_lr_only_for_an_explosion_during_warmup(settings):
     state = _with_spec(launched(settings), add_batch_norm=1)
-    in_warmup = policy.plan(state, _finding(phase="warmup"), [])
+    in_warmup = policy.plan(state, _finding(phase="warmup"), written())
     assert in_warmup.decision.remedy == "lower_warmup_lr"
     assert in_warmup.run_spec["warmup_learning_rate"] == pytest.approx(0.025)
     assert in_warmup.run_spec["learning_rate"] == 0.1
-    after_warmup = policy.plan(state, _finding(step=500, phase="main"), [])
+    after_warmup = policy.plan(state, _finding(step=500, phase="main"), written())
     assert after_warmup.decision.remedy == "lower_lr"
     assert after_warmup.run_spec["warmup_learning_rate"] == 0.1
     assert after_warmup.run_spec["learning_rate"] == pytest.approx(0.05)
@@ -82,11 +87,11 @@ def test_default_lowers_warmup_lr_only_for_an_explosion_during_warmup(settings):
 
 def test_default_clips_gradients_once_learning_rates_are_at_their_floor(settings):
     state = _with_spec(launched(settings), add_batch_norm=1, warmup_learning_rate=0.002)
-    plan = policy.plan(state, _finding(phase="warmup"), [])
+    plan = policy.plan(state, _finding(phase="warmup"), written())
     assert plan.decision.remedy == "clip_gradients"
     assert plan.run_spec["grad_clip"] == 1.0
     clipped = _with_spec(state, grad_clip=1.0)
-    assert policy.plan(clipped, _finding(phase="warmup"), []).run_spec["grad_clip"] == 0.5
+    assert policy.plan(clipped, _finding(phase="warmup"), written()).run_spec["grad_clip"] == 0.5
 
 
 def test_default_never_repeats_a_recipe_already_tried(settings):
@@ -97,7 +102,7 @@ def test_default_never_repeats_a_recipe_already_tried(settings):
     )
     s = state.model_copy(deep=True)
     s.attempts = [earlier, state.attempts[0].model_copy(update={"number": 2})]
-    plan = policy.plan(s, _finding(phase="warmup"), [])
+    plan = policy.plan(s, _finding(phase="warmup"), written())
     assert plan.decision.remedy == "lower_warmup_lr"
     assert not s.tried(plan.run_spec)
 
@@ -106,7 +111,7 @@ def test_default_gives_up_when_every_remedy_is_used(settings):
     state = _with_spec(
         launched(settings), add_batch_norm=1, warmup_learning_rate=0.002, grad_clip=0.15, batch_size=512
     )
-    plan = policy.plan(state, _finding(phase="warmup"), [])
+    plan = policy.plan(state, _finding(phase="warmup"), written())
     assert plan.decision.action == "end"
     assert plan.decision.outcome == "gave_up"
     assert "used up" in plan.decision.reason
@@ -114,15 +119,15 @@ def test_default_gives_up_when_every_remedy_is_used(settings):
 
 def test_resume_from_last_healthy_checkpoint_when_the_network_is_unchanged(settings):
     state = _with_spec(launched(settings), add_batch_norm=1)
-    plan = policy.plan(state, _finding(step=475, phase="main"), [50, 100, 450, 500])
+    plan = policy.plan(state, _finding(step=475, phase="main"), written(50, 100, 450, 500))
     assert plan.decision.remedy == "lower_lr"
-    assert plan.decision.resume_from == f"{state.attempts[-1].checkpoint_s3_uri}/checkpoint-450.pt"
-    assert "resume from checkpoint-450.pt" in plan.decision.reason
+    assert plan.decision.resume_from == f"{state.attempts[-1].checkpoint_s3_uri}/checkpoint-00000450.pt"
+    assert "resume from checkpoint-00000450.pt" in plan.decision.reason
 
 
 def test_a_new_architecture_starts_from_scratch(settings):
     state = launched(settings)
-    plan = policy.plan(state, _finding(step=475, phase="main"), [50, 100, 450])
+    plan = policy.plan(state, _finding(step=475, phase="main"), written(50, 100, 450))
     assert plan.decision.remedy == "add_batch_norm"
     assert plan.decision.resume_from is None
     assert "start fresh" in plan.decision.reason
@@ -131,7 +136,7 @@ def test_a_new_architecture_starts_from_scratch(settings):
 def test_without_a_step_no_checkpoint_is_trusted(settings):
     state = _with_spec(launched(settings), add_batch_norm=1)
     debugger = Finding(rule="ExplodingTensor", source="debugger", message="IssuesFound")
-    plan = policy.plan(state, debugger, [50, 100])
+    plan = policy.plan(state, debugger, written(50, 100))
     # Phase unknown: the warm-up remedy does not apply, the main LR does.
     assert plan.decision.remedy == "lower_lr"
     assert plan.decision.resume_from is None
@@ -139,46 +144,46 @@ def test_without_a_step_no_checkpoint_is_trusted(settings):
 
 def test_plateau_after_warmup_ends_early_keeping_the_best_checkpoint(settings):
     state = launched(settings)
-    plan = policy.plan(state, _finding(rule="LossNotDecreasing", step=900, phase="main"), [800, 850, 900])
+    plan = policy.plan(state, _finding(rule="LossNotDecreasing", step=900, phase="main"), written(800, 850, 900))
     assert plan.decision.action == "end"
     assert plan.decision.outcome == "succeeded"
-    assert plan.decision.resume_from.endswith("/checkpoint-850.pt")
+    assert plan.decision.resume_from.endswith("/checkpoint-00000850.pt")
     assert "stopped early" in plan.decision.reason
 
 
 def test_loss_that_never_decreased_gets_a_remedy_not_an_early_stop(settings):
     state = launched(settings)
-    plan = policy.plan(state, _finding(rule="LossNotDecreasing", step=20, phase="warmup"), [])
+    plan = policy.plan(state, _finding(rule="LossNotDecreasing", step=20, phase="warmup"), written())
     assert plan.decision.action == "relaunch"
     assert plan.decision.remedy == "add_batch_norm"
 
 
 def test_overfit_ends_early(settings):
     state = launched(settings)
-    plan = policy.plan(state, _finding(rule="Overfit", step=1200, phase="main"), [1000, 1150])
+    plan = policy.plan(state, _finding(rule="Overfit", step=1200, phase="main"), written(1000, 1150))
     assert (plan.decision.action, plan.decision.outcome) == ("end", "succeeded")
 
 
 def test_vanishing_gradient_ladder(settings):
     state = _with_spec(launched(settings), add_batch_norm=1, activation="relu")
-    plan = policy.plan(state, _finding(rule="VanishingGradient", step=300, phase="main"), [250])
+    plan = policy.plan(state, _finding(rule="VanishingGradient", step=300, phase="main"), written(250))
     assert plan.decision.remedy == "use_elu"
     assert plan.decision.resume_from is None  # activation changes the network
     elu = _with_spec(state, activation="elu")
-    plan = policy.plan(elu, _finding(rule="VanishingGradient", step=300, phase="main"), [250])
+    plan = policy.plan(elu, _finding(rule="VanishingGradient", step=300, phase="main"), written(250))
     assert plan.decision.remedy == "raise_lr"
     assert plan.run_spec["learning_rate"] == pytest.approx(0.2)
 
 
 def test_a_rule_without_a_ladder_ends_the_execution(settings):
-    plan = policy.plan(launched(settings), _finding(rule="ClassImbalance"), [])
+    plan = policy.plan(launched(settings), _finding(rule="ClassImbalance"), written())
     assert plan.decision.action == "end"
     assert "no remedy is declared for ClassImbalance" in plan.decision.reason
 
 
 @pytest.mark.parametrize("rule", sorted(policy.LADDERS))
 def test_every_relaunch_decision_has_a_one_line_reason(settings, rule):
-    plan = policy.plan(launched(settings), _finding(rule=rule, step=300, phase="main"), [250])
+    plan = policy.plan(launched(settings), _finding(rule=rule, step=300, phase="main"), written(250))
     assert plan.decision.reason
     assert "\n" not in plan.decision.reason
 

@@ -123,13 +123,13 @@ def test_metric_regexes_read_the_training_log_lines(settings):
 def test_a_resumed_attempt_gets_the_resume_channel(settings):
     state = new_state(settings).model_copy(
         update={
-            "resume_from": "s3://stabilizer-bucket/executions/run-1/attempt-1/checkpoints/checkpoint-450.pt"
+            "resume_from": "s3://stabilizer-bucket/executions/run-1/attempt-1/checkpoints/checkpoint-00000450.pt"
         }
     )
     request = _request(state, settings, attempt=2)
     resume = [c for c in request["InputDataConfig"] if c["ChannelName"] == "resume"]
     assert resume[0]["DataSource"]["S3DataSource"]["S3Uri"].endswith(
-        "attempt-1/checkpoints/checkpoint-450.pt"
+        "attempt-1/checkpoints/checkpoint-00000450.pt"
     )
     assert_valid(request)
 

@@ -29,7 +29,7 @@ def test_every_command_has_help(argv: list[str], capsys: pytest.CaptureFixture[s
     if argv[0] == "run":
         for option in ("--local", "--input", "--policy", "--run-dir", "--data-dir", "--plain", "key=value"):
             assert option in text
-        assert "exit status: 0 succeeded, 2 gave up, 1 failed" in text
+        assert "exit status: 0 succeeded, 2 gave up / stopped early / did not learn, 1 failed" in text
 
 
 def run_bad(argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:

@@ -129,12 +129,19 @@ def test_weight_update_ratio_sees_frozen_weights_when_weights_are_captured(tmp_p
     assert create_trial(str(tmp_path / "checkpoints" / "tensors")).steps() == [0, 2, 4]
 
 
-def test_without_rules_the_sentinel_is_silent_and_capture_still_works(tmp_path):
-    _, sentinel, verdicts = loop(tmp_path, [], 5, capture={"losses": {"save_interval": 2}},
-                                 poison=poison_layer(1, "head.weight"))
+def test_without_rules_capture_works_and_the_sentinel_is_silent_on_a_finite_run(tmp_path):
+    _, sentinel, verdicts = loop(tmp_path, [], 5, capture={"losses": {"save_interval": 2}})
     assert not sentinel.enabled and not any(v.stop for v in verdicts.values())
     assert not (tmp_path / "checkpoints" / "findings.json").exists()
     assert create_trial(str(tmp_path / "checkpoints" / "tensors")).steps() == [0, 2, 4]
+
+
+@pytest.mark.parametrize("rules", [[], [{"name": "VanishingGradient"}]], ids=["no rules", "no ExplodingTensor"])
+def test_the_finite_check_runs_whatever_the_rule_list(tmp_path, rules):
+    _, _, verdicts = loop(tmp_path, rules, 5, poison=poison_layer(1, "head.weight"))
+    assert max(verdicts) == 1 and verdicts[1].stop
+    (finding,) = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())["findings"]
+    assert (finding["rule"], finding["step"], finding["tensor"]) == ("ExplodingTensor", 1, "gradients/head.weight")
 
 
 def test_bad_action_is_rejected():

@@ -1,0 +1,32 @@
+"""The checkpoint file name has one home; the workflow resumes from the names the job really wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rule_engine.checkpoints import checkpoint_name, checkpoint_step, newest_checkpoint
+from workflow.observation import observe
+
+
+def test_names_sort_by_step_as_text_and_parse_back():
+    names = [checkpoint_name(step) for step in (9, 10, 100, 0)]
+    assert sorted(names) == [checkpoint_name(step) for step in (0, 9, 10, 100)]
+    assert [checkpoint_step(name) for name in names] == [9, 10, 100, 0]
+    assert checkpoint_step("executions/e/attempt-1/checkpoints/" + checkpoint_name(42)) == 42
+    assert checkpoint_step("findings.json") is None
+
+
+def test_newest_checkpoint_is_the_highest_step(tmp_path: Path):
+    for step in (8, 12, 100):
+        (tmp_path / checkpoint_name(step)).write_bytes(b"w")
+    (tmp_path / "checkpoint-x.pt").write_bytes(b"not one")
+    assert newest_checkpoint(tmp_path) == tmp_path / checkpoint_name(100)
+    assert newest_checkpoint(tmp_path / "missing") is None
+
+
+def test_the_monitor_keeps_the_names_the_job_wrote():
+    prefix = "executions/e/attempt-1/checkpoints"
+    keys = [f"{prefix}/{checkpoint_name(step)}" for step in (4, 12)]
+    obs = observe({"TrainingJobName": "j", "TrainingJobStatus": "Completed"}, checkpoint_keys=keys)
+    assert obs.checkpoint_steps == [4, 12]
+    assert obs.checkpoint_files == {4: checkpoint_name(4), 12: checkpoint_name(12)}

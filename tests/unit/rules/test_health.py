@@ -1,0 +1,78 @@
+"""The checks behind the verdict: a run that never learned or plateaued is caught, one that learns is not."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+from rule_engine.health import NOT_LEARNING, PLATEAU, LearningCheck
+
+from tests.unit.rules.test_sentinel import loop
+
+
+def feed(check: LearningCheck, losses, warmup_steps: int = 0):
+    for step, loss in enumerate(losses):
+        finding = check.observe(step, loss, "warmup" if step < warmup_steps else "main")
+        if finding is not None:
+            return finding
+    return None
+
+
+def noisy(values, spread=0.01, seed=0):
+    rng = random.Random(seed)
+    return [v * (1 + rng.uniform(-spread, spread)) for v in values]
+
+
+def test_a_loss_that_never_moves_is_stopped_after_the_patience_of_the_main_phase():
+    finding = feed(LearningCheck(), noisy([2.30] * 200))
+    assert finding is not None and finding.rule == NOT_LEARNING
+    assert finding.step == 29  # the window that completes 30 main-phase steps
+    assert "never learned in 30 steps after warm-up" in finding.message
+
+
+def test_warmup_steps_do_not_count_against_the_patience():
+    finding = feed(LearningCheck(), noisy([2.30] * 200), warmup_steps=40)
+    assert finding is not None and finding.step == 69
+
+
+def test_a_run_that_learns_is_never_called_stalled():
+    # Fast then slow learning with 3 % batch noise, for 300 steps.
+    losses = noisy([0.2 + 2.1 * math.exp(-step / 40) for step in range(300)], spread=0.03)
+    check = LearningCheck()
+    assert feed(check, losses) is None
+    assert check.learned and check.at_end(299) is None
+
+
+def test_a_gentle_warmup_that_learns_slowly_is_not_stopped():
+    losses = noisy([2.3 - 0.002 * step for step in range(12)] + [2.28 * math.exp(-s / 15) + 0.1 for s in range(60)])
+    assert feed(LearningCheck(), losses, warmup_steps=12) is None
+
+
+def test_a_loss_that_stops_improving_after_learning_is_a_plateau():
+    losses = noisy([2.3 - 0.05 * step for step in range(20)] + [1.3] * 200)
+    finding = feed(LearningCheck(), losses)
+    assert finding is not None and finding.rule == PLATEAU
+    assert "plateaued" in finding.message
+    assert 60 <= finding.step - 19 <= 70
+
+
+def test_a_short_completed_run_is_judged_at_its_end():
+    flat = LearningCheck()
+    assert feed(flat, noisy([2.30] * 12)) is None  # shorter than the patience
+    finding = flat.at_end(11)
+    assert finding is not None and "by the end of the run" in finding.message
+    learning = LearningCheck()
+    feed(learning, [2.3 - 0.1 * step for step in range(12)])
+    assert learning.at_end(11) is None
+    too_short = LearningCheck()
+    feed(too_short, [2.3] * 4)
+    assert too_short.at_end(3) is None  # one window is no evidence either way
+
+
+def test_a_completed_run_that_never_learned_leaves_a_finding(tmp_path):
+    _, _, verdicts = loop(tmp_path, [], 12, lr=0.0)
+    assert not any(v.stop for v in verdicts.values())  # shorter than the patience: judged at close
+    (finding,) = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())["findings"]
+    assert finding["rule"] == NOT_LEARNING and finding["step"] == 11
+    assert "never learned by the end of the run" in finding["message"]
