@@ -111,13 +111,13 @@ class Sentinel:
         # System profiling (rule_engine/profiler.py): set by build_monitoring when it runs.
         self.profiler: system_profiler.SystemProfiler | None = None
         self._system_rules = [rule for rule in self.rules if rule.reads_system_metrics]
+        # A rule_engine.rewind.Rewind, when the training loop keeps one: persisted at the first finding.
+        self.rewind: Any = None
 
     @property
     def findings(self) -> list[dict[str, Any]]:
         """Every finding recorded so far (this process's and, on DDP rank 0, the other ranks')."""
         return list(self._findings)
-        # A rule_engine.rewind.Rewind, when the training loop keeps one: persisted at the first finding.
-        self.rewind: Any = None
 
     @property
     def enabled(self) -> bool:
