@@ -289,7 +289,8 @@ def watch(
     The job's ``sagemaker_stabilizer`` hyperparameter (rule_engine.job_config) decides; ``rules``,
     ``capture`` and ``action`` are the script's own defaults for what the job leaves unset. With
     neither, the sentinel runs the finite check (``ExplodingTensor``) and stops the job when it fires.
-    An empty rule list turns the sentinel off.
+    The finite check and the learning check (rule_engine.health) run whatever the rule list says;
+    action ``notify`` records findings without stopping.
     """
     config = load_config(environ).with_defaults(
         rules=json.loads(rules) if isinstance(rules, str) else (list(rules) if rules is not None else None),
