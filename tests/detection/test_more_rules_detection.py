@@ -77,9 +77,9 @@ def test_vanishing_inputs_are_flagged_by_poor_weight_initialization(tmp_path, di
                 for name, path in digits_channels.items()}
     rules = [{"name": "PoorWeightInitialization", "parameters": {"distribution_range": "1e-5", "patience": "10"}}]
     tiny, healthy = JobDirs(tmp_path / "tiny"), JobDirs(tmp_path / "healthy")
-    for job, data in ((tiny, channels), (healthy, digits_channels)):
-        result = run_train([*SMALL, "--add_batch_norm", "1", "--max_steps", "10", *monitored(rules, {})],
-                           job.env(data))
+    # Without batch norm nothing rescales the tiny signal, as in the VanishingGradient case.
+    for job, data, recipe in ((tiny, channels, []), (healthy, digits_channels, ["--add_batch_norm", "1"])):
+        result = run_train([*SMALL, *recipe, "--max_steps", "10", *monitored(rules, {})], job.env(data))
         assert result.returncode == 0, result.stderr
     (finding,) = fired(tiny, "PoorWeightInitialization")
     assert finding["step"] == 0 and "5th and 95th percentiles" in finding["message"]
