@@ -77,9 +77,9 @@ def test_vanishing_inputs_are_flagged_by_poor_weight_initialization(tmp_path, di
                 for name, path in digits_channels.items()}
     rules = [{"name": "PoorWeightInitialization", "parameters": {"distribution_range": "1e-5", "patience": "10"}}]
     tiny, healthy = JobDirs(tmp_path / "tiny"), JobDirs(tmp_path / "healthy")
-    for job, data in ((tiny, channels), (healthy, digits_channels)):
-        result = run_train([*SMALL, "--add_batch_norm", "1", "--max_steps", "10", *monitored(rules, {})],
-                           job.env(data))
+    # Without batch norm nothing rescales the tiny signal, as in the VanishingGradient case.
+    for job, data, recipe in ((tiny, channels, []), (healthy, digits_channels, ["--add_batch_norm", "1"])):
+        result = run_train([*SMALL, *recipe, "--max_steps", "10", *monitored(rules, {})], job.env(data))
         assert result.returncode == 0, result.stderr
     (finding,) = fired(tiny, "PoorWeightInitialization")
     assert finding["step"] == 0 and "5th and 95th percentiles" in finding["message"]
@@ -116,7 +116,7 @@ def test_a_job_that_stops_making_progress_is_flagged_by_stalled_training_rule(tm
     job = JobDirs(tmp_path / "job")
     tensors = job.checkpoints / "tensors"
     training = subprocess.Popen(
-        [sys.executable, str(TRAIN_SCRIPT), *SMALL, "--add_batch_norm", "1", "--num_epochs", "30",
+        [sys.executable, str(TRAIN_SCRIPT), *SMALL, "--add_batch_norm", "1", "--num_epochs", "30", "--batch_size", "16",
          "--capture", json.dumps({"losses": {"save_interval": 1}})],
         cwd=MODEL_DIR, env=job.env(digits_channels), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     status = tmp_path / "status.json"
@@ -126,7 +126,7 @@ def test_a_job_that_stops_making_progress_is_flagged_by_stalled_training_rule(tm
         wait_for_steps(tensors, 3)
         evaluator = subprocess.Popen(
             [sys.executable, "-m", "rule_engine.evaluator", "--tensors", str(tensors), "--rules",
-             json.dumps([{"name": "StalledTrainingRule", "parameters": {"threshold": "5"}}]),
+             json.dumps([{"name": "StalledTrainingRule", "parameters": {"threshold": "20"}}]),
              "--status-file", str(status), "--poll-seconds", "0.2"],
             cwd=MODEL_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_for_steps(tensors, 8)
@@ -137,7 +137,7 @@ def test_a_job_that_stops_making_progress_is_flagged_by_stalled_training_rule(tm
         progress = json.loads(status.read_text())["DebugRuleEvaluationStatuses"][0]
         assert progress["RuleEvaluationStatus"] == "InProgress"  # steps keep coming: no finding
         os.kill(training.pid, signal.SIGSTOP)  # the job hangs (a stuck data loader, a dead peer)
-        assert evaluator.wait(timeout=60) == 0
+        assert evaluator.wait(timeout=120) == 0
         (verdict,) = json.loads(status.read_text())["DebugRuleEvaluationStatuses"]
         assert verdict["RuleEvaluationStatus"] == "IssuesFound"
         assert "no new tensor for" in verdict["StatusDetails"]

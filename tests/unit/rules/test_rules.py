@@ -9,7 +9,9 @@ import pytest
 from rule_engine.rules import RULES, Rule, RuleConfigError, parse_rule_list, register_rule
 from rule_engine.trial import MemoryTrial
 
-# Transcribed from AWS's "List of built-in rules" guide (debugger-built-in-rules.md), not from our code.
+# Transcribed from AWS's "List of built-in rules" guide (debugger-built-in-rules.md), not from our code,
+# except LossNotDecreasing's `mode`: the guide's table says GLOBAL, its text describes what happens
+# when no mode is passed, and that is our default (docs/rules.md).
 GUIDE_DEFAULTS = {
     "ExplodingTensor": {"collection_names": None, "tensor_regex": None, "only_nan": False},
     "VanishingGradient": {"threshold": 1e-7},
