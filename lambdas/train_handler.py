@@ -16,7 +16,7 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from workflow.aws import Notifier, TrainingJobs, get_sagemaker, get_sns
+from workflow.aws import Notifier, TrainingJobs, get_sagemaker, get_sns, invocation_deadline
 from workflow.errors import StateCorrupted
 from workflow.launch import launch, prepare
 from workflow.settings import TrainSettings
@@ -71,4 +71,5 @@ def handle(
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    invocation_deadline(context)
     return handle(event)

@@ -12,9 +12,10 @@ from datetime import datetime
 from typing import Any
 
 from workflow import notifications
-from workflow.errors import StateCorrupted
+from workflow.errors import InvalidInput, StateCorrupted
 from workflow.notifications import Notification
 from workflow.requests import build_create_training_job, checkpoint_uri
+from workflow.service_limits import execution_problems, request_problems
 from workflow.settings import TrainSettings
 from workflow.state import Attempt, ExecutionRef, WorkflowState, parse_execution_input
 
@@ -27,7 +28,7 @@ def prepare(raw_input: Any, execution: Any, settings: TrainSettings) -> Workflow
     run_spec = given.run_spec
     if run_spec.instance_type is None:
         run_spec = run_spec.model_copy(update={"instance_type": settings.default_instance_type})
-    return WorkflowState(
+    state = WorkflowState(
         execution=ExecutionRef.create(
             str(execution["id"]), str(execution["name"]), execution.get("start_time")
         ),
@@ -37,6 +38,17 @@ def prepare(raw_input: Any, execution: Any, settings: TrainSettings) -> Workflow
         run_spec=run_spec,
         limits=given.limits,
     )
+    # AWS limits the execution and its first request must fit, found now rather than mid-run.
+    problems = execution_problems(state) + request_problems(
+        build_create_training_job(state, settings, 1), _HYPERPARAMETER_SOURCES
+    )
+    if problems:
+        raise InvalidInput("; ".join(problems))
+    return state
+
+
+# The input field behind each JSON-valued hyperparameter, for messages (requests.hyperparameters).
+_HYPERPARAMETER_SOURCES = {"sentinel_rules": "run_spec.rules", "capture": "run_spec.capture"}
 
 
 @dataclass(frozen=True)

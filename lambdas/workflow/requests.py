@@ -175,6 +175,15 @@ def _debugger(spec: RunSpec, settings: TrainSettings, prefix: str) -> dict[str, 
     }
 
 
+def _resources(instance_type: str, settings: TrainSettings) -> dict[str, Any]:
+    resources: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": 1, "VolumeSizeInGB": 30}
+    if settings.warm_pool_seconds:
+        # SageMaker managed warm pools: the next attempt (same role, instance type and count,
+        # volume) starts on this job's instance instead of provisioning one.
+        resources["KeepAlivePeriodInSeconds"] = settings.warm_pool_seconds
+    return resources
+
+
 def build_create_training_job(state: WorkflowState, settings: TrainSettings, attempt: int) -> dict[str, Any]:
     """The CreateTrainingJob request for attempt number `attempt` of this execution."""
     spec = state.run_spec
@@ -198,7 +207,7 @@ def build_create_training_job(state: WorkflowState, settings: TrainSettings, att
         "RoleArn": settings.sagemaker_role_arn,
         "InputDataConfig": channels,
         "OutputDataConfig": {"S3OutputPath": f"{prefix}/output"},
-        "ResourceConfig": {"InstanceType": spec.instance_type, "InstanceCount": 1, "VolumeSizeInGB": 30},
+        "ResourceConfig": _resources(spec.instance_type, settings),
         "StoppingCondition": {"MaxRuntimeInSeconds": max(60, min(spec.max_runtime_seconds, remaining))},
         "CheckpointConfig": {
             "S3Uri": checkpoint_uri(settings.bucket, state.execution.name, attempt),  # where the monitor reads
