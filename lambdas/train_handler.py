@@ -16,8 +16,18 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from workflow.aws import Notifier, TrainingJobs, get_sagemaker, get_sns, invocation_deadline
-from workflow.errors import StateCorrupted
+from workflow.aws import (
+    Artifacts,
+    Notifier,
+    TrainingJobs,
+    empty_channels,
+    get_s3,
+    get_sagemaker,
+    get_sns,
+    invocation_deadline,
+    missing_data_message,
+)
+from workflow.errors import StateCorrupted, TrainingDataMissing
 from workflow.launch import launch, prepare
 from workflow.settings import TrainSettings
 from workflow.state import dump_state, load_state
@@ -38,6 +48,7 @@ def handle(
     settings: TrainSettings | None = None,
     jobs: TrainingJobs | None = None,
     notifier: Notifier | None = None,
+    artifacts: Artifacts | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """The handler's work with its collaborators injectable; `lambda_handler` uses the defaults."""
@@ -54,6 +65,10 @@ def handle(
         jobs = jobs or TrainingJobs(get_sagemaker())
         notifier = notifier or Notifier(get_sns(), settings.topic_arn)
         plan = launch(load_state(event.get("state")), settings, now or datetime.now(UTC))
+        empty = empty_channels(plan.request, settings.bucket, artifacts or Artifacts(get_s3()))
+        if empty:
+            # Said now, before any job is created, instead of by a job failing minutes later.
+            raise TrainingDataMissing(missing_data_message(empty))
         existing = jobs.create(plan.request)
         logger.info(
             "training job started" if not existing else "training job already started by an earlier try",

@@ -106,7 +106,7 @@ def _check_deadline(event_name: str = "", **_: Any) -> None:
 
 def _client(service: str) -> Any:
     client = boto3.client(service, config=_CONFIG)
-    client.meta.events.register("before-call", _check_deadline)
+    client.meta.events.register_first("before-call.*.*", _check_deadline)
     return client
 
 
@@ -284,6 +284,31 @@ class Artifacts:
         except (ClientError, BotoCoreError) as error:
             raise translate(error, f"ListObjectsV2 s3://{bucket}/{prefix}") from error
         return bool(listed.get("KeyCount") or listed.get("Contents"))
+
+
+def empty_channels(request: dict[str, Any], bucket: str, artifacts: Artifacts) -> list[tuple[str, str]]:
+    """(channel, S3 URI) of the request's channels in `bucket` with no object under them.
+
+    SageMaker would fail such a job minutes later ("No S3 objects found under S3 URL"); a freshly
+    deployed stack has no data yet. Channels in other buckets are the user's to check (this
+    stack's roles may not list them).
+    """
+    empty = []
+    for channel in request.get("InputDataConfig", []):
+        uri = channel["DataSource"]["S3DataSource"]["S3Uri"]
+        if split_s3_uri(uri)[0] == bucket and not artifacts.has_objects(uri):
+            empty.append((channel["ChannelName"], uri))
+    return empty
+
+
+def missing_data_message(empty: list[tuple[str, str]]) -> str:
+    where = "; ".join(f"channel {name}: nothing under {uri}" for name, uri in empty)
+    return (
+        f"{where}. Upload the training data before starting an execution: x.npy and y.npy under "
+        f"each channel's prefix (docs/contracts.md, section 1), for the reference problem "
+        f"`cd model && python data.py cifar10 --out ../data` then "
+        f"`aws s3 cp ../data/<channel>/ <prefix> --recursive` (README, Deploy to AWS, Data)"
+    )
 
 
 class TaskTokens:

@@ -149,6 +149,8 @@ class Workflow:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.script = LambdaScript()
         self.retry_sleeps: list[float] = []
+        self.runs = 0
+        self.machine: str | None = None
         script = self.script
 
         def invoke(self, function_name, *args):
@@ -181,13 +183,15 @@ class Workflow:
             TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn,
             Attributes={"RawMessageDelivery": "true"},
         )
-        machine = sfn.create_state_machine(
-            name="stabilizer",
-            definition=substituted_definition(),
-            roleArn=f"arn:aws:iam::{ACCOUNT}:role/stabilizer-state-machine",
-        )["stateMachineArn"]
+        if self.machine is None:
+            self.machine = sfn.create_state_machine(
+                name="stabilizer",
+                definition=substituted_definition(),
+                roleArn=f"arn:aws:iam::{ACCOUNT}:role/stabilizer-state-machine",
+            )["stateMachineArn"]
+        self.runs += 1
         execution = sfn.start_execution(
-            stateMachineArn=machine, name="exec-1", input=json.dumps(execution_input or {})
+            stateMachineArn=self.machine, name=f"exec-{self.runs}", input=json.dumps(execution_input or {})
         )["executionArn"]
         deadline = time.monotonic() + 60
         while True:
