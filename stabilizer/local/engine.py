@@ -471,8 +471,8 @@ class LocalEngine:
         return record
 
     def stop(self, arn: str) -> list[LocalTrainingJob]:
-        """Ctrl-C: stop the execution (so nothing new launches), then interrupt its running job
-        (SIGINT, as a terminal would; killed if it has not exited within a few seconds)."""
+        """Ctrl-C: stop the execution (so nothing new launches), then ask its running job to end
+        cleanly (SIGTERM from this machine, not StopTrainingJob; killed after a few seconds)."""
         sfn = self.client("stepfunctions")
         with contextlib.suppress(Exception):
             sfn.stop_execution(executionArn=arn, error="Interrupted", cause="stopped from the command line (Ctrl-C)")

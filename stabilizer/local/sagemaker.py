@@ -17,7 +17,8 @@ the SageMaker container contract (script mode, as the framework containers run i
   not forward SIGTERM: aws/sagemaker-training-toolkit issues), and it is killed (SIGKILL) once
   the grace period (120 s, as SageMaker's) is over, then ``Stopped``. No final checkpoint is
   written at a stop; ``MaxRuntimeInSeconds`` is enforced the same way. ``interrupt_all`` is the
-  local-only Ctrl-C: SIGINT to the job's process group, as a terminal sends it;
+  local-only Ctrl-C, not a SageMaker operation: the user's own machine asks the script to end
+  cleanly (SIGTERM to its process group, as ``docker stop`` does), killing it after a few seconds;
 - the checkpoint directory is mirrored to ``CheckpointConfig.S3Uri`` both ways, deletions included;
 - a job that fails before training (an empty channel, a missing entry point) ends ``Failed`` with
   that reason at once, as the service does: the script is not started;
@@ -60,7 +61,7 @@ OPT_ML = "/opt/ml"
 # (StopTrainingJob API reference); the script itself never sees that SIGTERM in the framework
 # containers, so all it gets is the kill at the end of the window.
 SAGEMAKER_STOP_GRACE_SECONDS = 120.0
-# A local Ctrl-C gives the script this long to exit after SIGINT before it is killed.
+# A local Ctrl-C gives the script this long to exit after SIGTERM before it is killed.
 LOCAL_INTERRUPT_GRACE_SECONDS = 10.0
 FAILURE_REASON_LIMIT = 1024
 
@@ -425,14 +426,14 @@ class LocalSageMaker:
         return stopped
 
     def interrupt_all(self, grace_seconds: float = LOCAL_INTERRUPT_GRACE_SECONDS) -> list[LocalTrainingJob]:
-        """Local Ctrl-C (not a SageMaker operation): SIGINT to every running job, SIGKILL after
-        ``grace_seconds``; each ends ``Stopped``. Returns the jobs interrupted."""
+        """Local Ctrl-C (not a SageMaker operation, which never signals the script): SIGTERM to
+        every running job, SIGKILL after ``grace_seconds``; each ends ``Stopped``. Returns them."""
         interrupted = []
         for job in self.running_jobs():
             with job.lock:
                 if job.status == "InProgress":
                     self._request_stop(job, "Stopped", "Stopping the training job (interrupted)",
-                                       signal_to_send=signal.SIGINT, grace_seconds=grace_seconds)
+                                       signal_to_send=signal.SIGTERM, grace_seconds=grace_seconds)
                     interrupted.append(job)
                 elif job.status == "Stopping":
                     job.kill_at_monotonic = min(job.kill_at_monotonic or math.inf, time.monotonic() + grace_seconds)
