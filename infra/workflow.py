@@ -10,6 +10,15 @@ EventBridge rules that move it.
 
 The state machine is the ASL file with its placeholders filled from statemachine/placeholders.json
 (infra/definition.py); nothing about the workflow's logic is written here.
+
+Why a task token woken by the job's EventBridge event, and not the optimised
+`sagemaker:createTrainingJob.sync` integration: `.sync` waits for the job's end only, so the
+monitor could not look at a running job (Debugger rule verdicts, the gave-up limits) without a
+parallel branch; the request would have to be spelt out field by field in the ASL (optional
+members such as the Debugger configuration cannot be left out conditionally); and moto's
+interpreter, which runs this same definition in local mode, lists sagemaker among its unsupported
+integrations (moto 5.2.5, state_task_service_factory.py, _UNSUPPORTED_SERVICE_NAMES). The token
+keeps the Lambdas as they are, keeps `wait_seconds` as the longest silence, and runs in moto.
 """
 
 from __future__ import annotations
