@@ -1,4 +1,4 @@
-"""The stabilizer stack: storage, the training runtime and the workflow, composed.
+"""The stabilizer stack: storage, the training runtime, the workflow and its events, composed.
 
 Everything deployment-level (bucket, topic, roles, image, instance type, job-name prefix) is baked
 in by the three constructs, so an execution started from the console with `{}` runs the reference
@@ -14,6 +14,7 @@ from aws_cdk import Aws, CfnMapping, CfnOutput, Fn, Stack
 from constructs import Construct
 
 from infra.config import DeploymentConfig
+from infra.job_events import JobEvents
 from infra.lambda_asset import BuiltAsset
 from infra.storage import Storage
 from infra.training_runtime import TrainingRuntime
@@ -44,6 +45,7 @@ class StabilizerStack(Stack):
         self.runtime = TrainingRuntime(self, "TrainingRuntime", config=config, storage=self.storage)
         self.workflow = Workflow(self, "Workflow", config=config, storage=self.storage,
                                  runtime=self.runtime, lambda_asset=lambda_asset)
+        self.job_events = JobEvents(self, "JobEvents", config=config, storage=self.storage, workflow=self.workflow)
         self.workflow.drop_redundant_role_dependencies()
         self._outputs()
 

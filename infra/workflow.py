@@ -3,10 +3,8 @@ EventBridge rules that move it.
 
 - train: prepares the execution's state and launches each training job;
 - monitor: checks a job and its findings, decides, stops jobs;
-- watch: parks the execution until its job changes (the task token of `AwaitJobChange`), wakes it
-  when SageMaker reports the job ended (EventBridge rule on "SageMaker Training Job State
-  Change"), and after an execution that ended abnormally (FAILED, TIMED_OUT, ABORTED: EventBridge
-  rule on "Step Functions Execution Status Change") stops the jobs it left and tells someone.
+- watch: parks the execution until its job changes (the task token of `AwaitJobChange`); its
+  EventBridge rules and permissions are in infra/job_events.py.
 
 The state machine is the ASL file with its placeholders filled from statemachine/placeholders.json
 (infra/definition.py); nothing about the workflow's logic is written here.
@@ -23,9 +21,7 @@ keeps the Lambdas as they are, keeps `wait_seconds` as the longest silence, and 
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, AssetHashType, Aws, Duration, RemovalPolicy, Stack
-from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
+from aws_cdk import AssetHashType, Aws, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -50,12 +46,6 @@ LAMBDA_MEMORY_MB = 256
 # (workflow.aws.invocation_deadline), so a slow call ends as TransientAwsError, which the state
 # machine retries, and never as a Lambda timeout (Lambda.Unknown). tests/infra checks the sum.
 LAMBDA_TIMEOUT_SECONDS = 120
-
-# SageMaker ends a job in one of these; the watch function wakes the execution on each.
-TERMINAL_JOB_STATUSES = ["Completed", "Failed", "Stopped"]
-# An execution that ends in one of these may have left a job running.
-ABNORMAL_EXECUTION_STATUSES = ["FAILED", "TIMED_OUT", "ABORTED"]
-
 
 def _retention(days: int) -> logs.RetentionDays:
     """The CloudWatch retention at or above `days` (CloudWatch accepts only some values)."""
@@ -93,20 +83,18 @@ class Workflow(Construct):
         self._grant_train()
         self._grant_monitor()
         self.state_machine = self._state_machine()
-        self._grant_watch()
-        self._rules()
 
     # --- helpers ------------------------------------------------------------------------------
 
-    def _objects(self, *patterns: str) -> list[str]:
+    def objects(self, *patterns: str) -> list[str]:
         return [self.storage.bucket.arn_for_objects(pattern) for pattern in patterns]
 
-    def _training_job_arn(self, kind: str = "training-job") -> str:
+    def training_job_arn(self, kind: str = "training-job") -> str:
         return Stack.of(self).format_arn(
             service="sagemaker", resource=kind, resource_name=f"{self.config.job_name_prefix}-*"
         )
 
-    def _list_bucket(self, *prefixes: str) -> iam.PolicyStatement:
+    def list_bucket(self, *prefixes: str) -> iam.PolicyStatement:
         # ListBucket makes a missing key a 404 (NoSuchKey) instead of a 403, and lets the monitor
         # list an attempt's checkpoints; limited to prefixes.
         return iam.PolicyStatement(
@@ -115,10 +103,10 @@ class Workflow(Construct):
             conditions={"StringLike": {"s3:prefix": list(prefixes)}},
         )
 
-    def _notify(self) -> iam.PolicyStatement:
+    def notify(self) -> iam.PolicyStatement:
         return iam.PolicyStatement(sid="Notify", actions=["sns:Publish"], resources=[self.storage.topic.topic_arn])
 
-    def _job_arn_reasons(self, *, processing: bool = False) -> list[tuple[str, str]]:
+    def job_arn_reasons(self, *, processing: bool = False) -> list[tuple[str, str]]:
         prefix = self.config.job_name_prefix
         arn = "arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>"
         reasons = [(f"AwsSolutions-IAM5[Resource::{arn}:training-job/{prefix}-*]",
@@ -220,7 +208,7 @@ class Workflow(Construct):
                     sid="LaunchTrainingJobs",
                     actions=["sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob",
                              "sagemaker:AddTags"],
-                    resources=[self._training_job_arn()],
+                    resources=[self.training_job_arn()],
                 ),
                 iam.PolicyStatement(
                     sid="PassExecutionRoleToSageMakerOnly",
@@ -229,12 +217,12 @@ class Workflow(Construct):
                     conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
                 ),
                 # Before launching: is there training data under each channel of this bucket?
-                self._list_bucket("data/*"),
-                self._notify(),
+                self.list_bucket("data/*"),
+                self.notify(),
             ],
         )
         policy.attach_to_role(self.train_function.role)
-        nag.acknowledge(policy, *self._job_arn_reasons())
+        nag.acknowledge(policy, *self.job_arn_reasons())
 
     def _grant_monitor(self) -> None:
         policy = iam.Policy(
@@ -244,89 +232,32 @@ class Workflow(Construct):
                 iam.PolicyStatement(
                     sid="WatchAndStopTrainingJobs",
                     actions=["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"],
-                    resources=[self._training_job_arn()],
+                    resources=[self.training_job_arn()],
                 ),
                 iam.PolicyStatement(
                     sid="StopDebuggerRuleJobs",
                     actions=["sagemaker:StopProcessingJob"],
-                    resources=[self._training_job_arn("processing-job")],
+                    resources=[self.training_job_arn("processing-job")],
                 ),
                 iam.PolicyStatement(
                     sid="ReadFindings",
                     actions=["s3:GetObject"],
-                    resources=self._objects("executions/*/checkpoints/findings.json"),
+                    resources=self.objects("executions/*/checkpoints/findings.json"),
                 ),
-                self._list_bucket("executions/*"),
-                self._notify(),
+                self.list_bucket("executions/*"),
+                self.notify(),
             ],
         )
         policy.attach_to_role(self.monitor_function.role)
         bucket = nag.logical_id(self.storage.bucket)
         nag.acknowledge(
             policy,
-            *self._job_arn_reasons(processing=True),
+            *self.job_arn_reasons(processing=True),
             (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/executions/*/checkpoints/findings.json]",
              "One findings.json per attempt, under executions/<execution>/attempt-<n>/ named at run time."),
         )
 
-    def _grant_watch(self) -> None:
-        stack = Stack.of(self)
-        executions = stack.format_arn(
-            service="states", resource="execution",
-            resource_name=f"{self.state_machine.state_machine_name}:*",
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-        )
-        policy = iam.Policy(
-            self,
-            "WatchFunctionPolicy",
-            statements=[
-                iam.PolicyStatement(
-                    sid="KeepTaskTokens",
-                    actions=["s3:PutObject", "s3:GetObject", "s3:DeleteObject"],
-                    resources=self._objects("executions/*/wake-token.json"),
-                ),
-                self._list_bucket("executions/*"),
-                iam.PolicyStatement(
-                    sid="WakeExecutions",
-                    actions=["states:SendTaskSuccess"],
-                    resources=[self.state_machine.state_machine_arn],
-                ),
-                iam.PolicyStatement(
-                    sid="ReadEndedExecutions",
-                    actions=["states:DescribeExecution"],
-                    resources=[executions],
-                ),
-                iam.PolicyStatement(
-                    sid="FindAndStopLeftJobs",
-                    actions=["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"],
-                    resources=[self._training_job_arn()],
-                ),
-                iam.PolicyStatement(
-                    sid="ListTrainingJobs",
-                    actions=["sagemaker:ListTrainingJobs"],
-                    resources=["*"],
-                ),
-                self._notify(),
-            ],
-        )
-        policy.attach_to_role(self.watch_function.role)
-        bucket = nag.logical_id(self.storage.bucket)
-        machine = nag.logical_id(self.state_machine)
-        nag.acknowledge(
-            policy,
-            *self._job_arn_reasons(),
-            (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/executions/*/wake-token.json]",
-             "One task-token file per attempt, under executions/<execution>/attempt-<n>/ named at run time."),
-            (f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:"
-             f"execution:<{machine}.Name>:*]",
-             "DescribeExecution of this state machine's executions only, named at run time, to read why "
-             "one ended."),
-            ("AwsSolutions-IAM5[Resource::*]",
-             "sagemaker:ListTrainingJobs supports no resource scoping; it finds the running jobs of an "
-             "ended execution, which are then stopped under the job-name prefix scope above."),
-        )
-
-    # --- state machine and rules --------------------------------------------------------------
+    # --- state machine --------------------------------------------------------------
 
     def _state_machine(self) -> sfn.StateMachine:
         stack = Stack.of(self)
@@ -382,43 +313,6 @@ class Workflow(Construct):
              "and X-Ray actions support no resource scoping; CDK's grant for logging and tracing."),
         )
         return state_machine
-
-    def _rules(self) -> None:
-        # The job's end moves the execution, not the next poll: SageMaker sends "SageMaker Training
-        # Job State Change" to the default event bus whenever TrainingJobStatus changes (EventBridge
-        # reference, "Amazon SageMaker AI events"); the detail is DescribeTrainingJob's response.
-        events.Rule(
-            self,
-            "TrainingJobEnded",
-            description="A training job of this deployment ended: wake its execution.",
-            event_pattern=events.EventPattern(
-                source=["aws.sagemaker"],
-                detail_type=["SageMaker Training Job State Change"],
-                detail={
-                    "TrainingJobStatus": TERMINAL_JOB_STATUSES,
-                    "TrainingJobName": events.Match.prefix(f"{self.config.job_name_prefix}-"),
-                },
-            ),
-            targets=[targets.LambdaFunction(self.watch_function, retry_attempts=8,
-                                            max_event_age=Duration.hours(2))],
-        )
-        # Whatever ends an execution abnormally (a timeout, a StopExecution, the history quota, an
-        # error no Catch handled) it must not leave a job running unwatched.
-        events.Rule(
-            self,
-            "ExecutionEndedAbnormally",
-            description="An execution of this state machine failed, timed out or was aborted: stop its jobs, notify.",
-            event_pattern=events.EventPattern(
-                source=["aws.states"],
-                detail_type=["Step Functions Execution Status Change"],
-                detail={
-                    "status": ABNORMAL_EXECUTION_STATUSES,
-                    "stateMachineArn": [self.state_machine.state_machine_arn],
-                },
-            ),
-            targets=[targets.LambdaFunction(self.watch_function, retry_attempts=185,
-                                            max_event_age=Duration.hours(24))],
-        )
 
     def drop_redundant_role_dependencies(self) -> None:
         """Keep only the DependsOn on each role's default policy; the role itself is a GetAtt.
