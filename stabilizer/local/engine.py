@@ -472,7 +472,7 @@ class LocalEngine:
 
     def stop(self, arn: str) -> list[LocalTrainingJob]:
         """Ctrl-C: stop the execution (so nothing new launches), then ask its running job to end
-        cleanly (SIGTERM from this machine, not StopTrainingJob; killed after a few seconds)."""
+        cleanly (SIGTERM from this machine, not StopTrainingJob; killed if not ended within a minute)."""
         sfn = self.client("stepfunctions")
         with contextlib.suppress(Exception):
             sfn.stop_execution(executionArn=arn, error="Interrupted", cause="stopped from the command line (Ctrl-C)")

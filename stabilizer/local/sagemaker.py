@@ -18,7 +18,8 @@ the SageMaker container contract (script mode, as the framework containers run i
   the grace period (120 s, as SageMaker's) is over, then ``Stopped``. No final checkpoint is
   written at a stop; ``MaxRuntimeInSeconds`` is enforced the same way. ``interrupt_all`` is the
   local-only Ctrl-C, not a SageMaker operation: the user's own machine asks the script to end
-  cleanly (SIGTERM to its process group, as ``docker stop`` does), killing it after a few seconds;
+  cleanly (SIGTERM to its process group, as ``docker stop`` does), killing it if it has not ended
+  within a minute;
 - the checkpoint directory is mirrored to ``CheckpointConfig.S3Uri`` both ways, deletions included;
 - a job that fails before training (an empty channel, a missing entry point) ends ``Failed`` with
   that reason at once, as the service does: the script is not started;
@@ -61,8 +62,9 @@ OPT_ML = "/opt/ml"
 # (StopTrainingJob API reference); the script itself never sees that SIGTERM in the framework
 # containers, so all it gets is the kill at the end of the window.
 SAGEMAKER_STOP_GRACE_SECONDS = 120.0
-# A local Ctrl-C gives the script this long to exit after SIGTERM before it is killed.
-LOCAL_INTERRUPT_GRACE_SECONDS = 10.0
+# A local Ctrl-C gives the script this long to exit after SIGTERM before it is killed: it ends at
+# the end of its current step, which on a busy laptop can take many seconds.
+LOCAL_INTERRUPT_GRACE_SECONDS = 60.0
 FAILURE_REASON_LIMIT = 1024
 
 
