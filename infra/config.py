@@ -28,6 +28,17 @@ _JOB_PREFIX = re.compile(r"^(?=.{1,31}$)[a-z0-9](-*[a-z0-9])*$")  # as the Lambd
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _INSTANCE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
 _POWERTOOLS_VERSION = re.compile(r"^(latest|\d+\.\d+\.\d+)$")
+# Releases whose /aws/service/powertools/python/x86_64/python3.13/<version> parameter was never
+# published, so a deploy pinned to them fails to resolve the layer: 3.23.0's release workflow
+# wrote ".../PACKAGE_VERSION" instead (aws-powertools/powertools-lambda-python issue #7689, fixed
+# for later releases by PR #7695).
+UNPUBLISHED_POWERTOOLS_VERSIONS = frozenset({"3.23.0"})
+# The Powertools layer pinned by default. Its python3.13 x86_64 parameter exists: issue #7689's
+# reporter resolved /aws/service/powertools/python/x86_64/python3.13/3.22.1 to the layer ARN while
+# 3.23.0's was missing. Pinned, so a redeploy does not change the layer under the code the tests ran.
+POWERTOOLS_VERSION = "3.22.1"
+# SageMaker managed warm pools keep an instance at most 3600 s after a job (KeepAlivePeriodInSeconds).
+WARM_POOL_MAX_SECONDS = 3600
 
 
 @dataclass(frozen=True)
@@ -46,8 +57,13 @@ class DeploymentConfig:
     job_name_prefix: str = "stabilizer"
     # Days until checkpoints, tensors and outputs under executions/ expire.
     artifact_retention_days: int = 30
-    # Powertools layer version resolved from its public SSM parameter (`latest` or e.g. `3.23.0`).
-    powertools_version: str = "latest"
+    # Powertools layer version resolved from its public SSM parameter (a version, or `latest`,
+    # which moves under the deployed code at every deploy).
+    powertools_version: str = POWERTOOLS_VERSION
+    # Seconds SageMaker keeps a finished job's instance for the next attempt (managed warm pools;
+    # 0 = off). Needs a warm-pool quota for the instance type (SageMaker guide, "Request a warm
+    # pool quota increase"); billed while kept. Off by default: not every account has that quota.
+    warm_pool_seconds: int = 0
     # Days of Lambda, state machine logs kept.
     log_retention_days: int = 30
 
@@ -104,6 +120,7 @@ def read_config(source: ContextSource) -> DeploymentConfig:
         ),
         powertools_version=_text(source, "powertools_version", defaults.powertools_version),
         log_retention_days=_count(source, "log_retention_days", defaults.log_retention_days, 1),
+        warm_pool_seconds=_count(source, "warm_pool_seconds", defaults.warm_pool_seconds, 0),
     )
     if config.notification_email and not _EMAIL.match(config.notification_email):
         raise ContextError(
@@ -125,7 +142,17 @@ def read_config(source: ContextSource) -> DeploymentConfig:
         )
     if not _POWERTOOLS_VERSION.match(config.powertools_version):
         raise ContextError(
-            f"context 'powertools_version' must be latest or a version like 3.23.0, "
+            f"context 'powertools_version' must be latest or a version like 3.22.1, "
             f"got {config.powertools_version!r}"
+        )
+    if config.powertools_version in UNPUBLISHED_POWERTOOLS_VERSIONS:
+        raise ContextError(
+            f"context 'powertools_version' {config.powertools_version} has no published python3.13 "
+            f"x86_64 layer parameter (powertools-lambda-python#7689); use {POWERTOOLS_VERSION}"
+        )
+    if config.warm_pool_seconds > WARM_POOL_MAX_SECONDS:
+        raise ContextError(
+            f"context 'warm_pool_seconds' must be 0..{WARM_POOL_MAX_SECONDS} (SageMaker's "
+            f"KeepAlivePeriodInSeconds limit), got {config.warm_pool_seconds}"
         )
     return config

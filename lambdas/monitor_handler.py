@@ -17,7 +17,15 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from workflow import monitor
-from workflow.aws import Artifacts, Notifier, TrainingJobs, get_s3, get_sagemaker, get_sns
+from workflow.aws import (
+    Artifacts,
+    Notifier,
+    TrainingJobs,
+    get_s3,
+    get_sagemaker,
+    get_sns,
+    invocation_deadline,
+)
 from workflow.errors import StateCorrupted, WorkflowError
 from workflow.monitor import Effects
 from workflow.notifications import Notification, clean_subject
@@ -173,4 +181,5 @@ def handle(
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    invocation_deadline(context)
     return handle(event)

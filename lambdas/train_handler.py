@@ -16,8 +16,18 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from workflow.aws import Notifier, TrainingJobs, get_sagemaker, get_sns
-from workflow.errors import StateCorrupted
+from workflow.aws import (
+    Artifacts,
+    Notifier,
+    TrainingJobs,
+    empty_channels,
+    get_s3,
+    get_sagemaker,
+    get_sns,
+    invocation_deadline,
+    missing_data_message,
+)
+from workflow.errors import StateCorrupted, TrainingDataMissing
 from workflow.launch import ArchiveReader, launch, prepare
 from workflow.settings import TrainSettings
 from workflow.sources import SourceArchives
@@ -40,6 +50,7 @@ def handle(
     jobs: TrainingJobs | None = None,
     notifier: Notifier | None = None,
     sources: ArchiveReader | None = None,
+    artifacts: Artifacts | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """The handler's work with its collaborators injectable; `lambda_handler` uses the defaults."""
@@ -56,6 +67,10 @@ def handle(
         jobs = jobs or TrainingJobs(get_sagemaker())
         notifier = notifier or Notifier(get_sns(), settings.topic_arn)
         plan = launch(load_state(event.get("state")), settings, now or datetime.now(UTC))
+        empty = empty_channels(plan.request, settings.bucket, artifacts or Artifacts(get_s3()))
+        if empty:
+            # Said now, before any job is created, instead of by a job failing minutes later.
+            raise TrainingDataMissing(missing_data_message(empty))
         existing = jobs.create(plan.request)
         logger.info(
             "training job started" if not existing else "training job already started by an earlier try",
@@ -73,4 +88,5 @@ def handle(
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    invocation_deadline(context)
     return handle(event)

@@ -33,7 +33,9 @@ EXIT_INTERRUPTED = 130
 # Local jobs start in about a second, and a check is a few milliseconds in process: checking every
 # second reacts to a finding within a second (in the cloud the default wait is 300 s). At that
 # pace the cloud's cap of 300 checks would end a run after five minutes, so the local cap is an hour.
-LOCAL_DEFAULTS = {"wait_seconds": 1, "limits": {"max_monitor_transitions": 3600}}
+# A job's end wakes the execution at once; wait_seconds is only the fallback check. 1,500 checks
+# fit Step Functions' 25,000-event history (lambdas/workflow/service_limits.py) as in the cloud.
+LOCAL_DEFAULTS = {"wait_seconds": 2, "limits": {"max_monitor_transitions": 1500}}
 
 
 class UsageError(Exception):
@@ -52,7 +54,7 @@ examples:
   stabilizer run --local num_epochs=1 max_steps=20        shorter runs (run_spec fields)
   stabilizer run --local --input input.json limits.max_num_retraining=3
 
-local defaults (when not given): wait_seconds=1, limits.max_monitor_transitions=3600.
+local defaults (when not given): wait_seconds=2, limits.max_monitor_transitions=1500.
 
 keys: the fields of the execution input (lambdas/workflow/state.py, schemas/execution-input.schema.json):
   policy, wait_seconds, run_spec.<field> (or just <field>), limits.<field>.

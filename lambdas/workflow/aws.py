@@ -8,6 +8,8 @@ call and translates its errors.
 
 from __future__ import annotations
 
+import json
+import time
 from functools import lru_cache
 from typing import Any
 from urllib.parse import urlparse
@@ -41,7 +43,71 @@ CAPACITY = {"ResourceLimitExceeded", "CapacityError", "InsufficientCapacity"}
 
 # Standard retry mode already retries throttling a few times inside one invocation; what is
 # left over is raised as TransientAwsError for the state machine's longer backoff.
-_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=30)
+MAX_ATTEMPTS = 3  # botocore's max_attempts counts the first try
+CONNECT_TIMEOUT_SECONDS = 3
+READ_TIMEOUT_SECONDS = 10
+_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+    connect_timeout=CONNECT_TIMEOUT_SECONDS,
+    read_timeout=READ_TIMEOUT_SECONDS,
+)
+# botocore's standard mode waits rand(0,1) * min(2 ** (attempt - 1), 20) s between tries
+# (throttling scale 1 s), raised to a server's x-amz-retry-after by at most 5 s more
+# (botocore/retries/standard.py, ExponentialBackoff).
+_MAX_BACKOFF_SECONDS = 20
+_RETRY_AFTER_EXTRA_SECONDS = 5
+# Time kept back at the deadline for the handler's own work after its last call (publishing the
+# decision is itself a call, checked like the others).
+DEADLINE_SAFETY_SECONDS = 5
+
+
+def worst_case_call_seconds() -> float:
+    """The longest one AWS call can take with this configuration, every try timing out.
+
+    Each try may wait `connect_timeout` to connect and `read_timeout` for the response (a read
+    that keeps trickling bytes can take longer; the AWS APIs called here answer in one response).
+    """
+    tries = MAX_ATTEMPTS * (CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS)
+    waits = sum(
+        min(2 ** (attempt - 1), _MAX_BACKOFF_SECONDS) + _RETRY_AFTER_EXTRA_SECONDS
+        for attempt in range(1, MAX_ATTEMPTS)
+    )
+    return float(tries + waits)
+
+
+class _Invocation:
+    """The running invocation's deadline (time.monotonic()), or None outside a Lambda invocation."""
+
+    deadline: float | None = None
+
+
+def invocation_deadline(context: Any) -> None:
+    """Start an invocation whose Lambda `context` says how long it has left.
+
+    From then on, a call that could not finish before the deadline is not started: it raises
+    TransientAwsError, which the state machine retries, instead of the function being killed by
+    its timeout (reported as Lambda.Unknown, with whatever the invocation did half done).
+    """
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    _Invocation.deadline = None if remaining is None else time.monotonic() + remaining() / 1000
+
+
+def _check_deadline(event_name: str = "", **_: Any) -> None:
+    if _Invocation.deadline is None:
+        return
+    left = _Invocation.deadline - time.monotonic()
+    if left < worst_case_call_seconds() + DEADLINE_SAFETY_SECONDS:
+        operation = event_name.rsplit(".", 1)[-1]
+        raise TransientAwsError(
+            f"{operation}: not started, {left:.0f} s left in this invocation and one call may take "
+            f"{worst_case_call_seconds():.0f} s; the state machine retries the step"
+        )
+
+
+def _client(service: str) -> Any:
+    client = boto3.client(service, config=_CONFIG)
+    client.meta.events.register_first("before-call.*.*", _check_deadline)
+    return client
 
 
 def error_code(error: ClientError) -> str:
@@ -72,17 +138,22 @@ def translate(error: Exception, doing: str) -> WorkflowError:
 
 @lru_cache(maxsize=1)
 def get_sagemaker() -> Any:
-    return boto3.client("sagemaker", config=_CONFIG)
+    return _client("sagemaker")
 
 
 @lru_cache(maxsize=1)
 def get_s3() -> Any:
-    return boto3.client("s3", config=_CONFIG)
+    return _client("s3")
 
 
 @lru_cache(maxsize=1)
 def get_sns() -> Any:
-    return boto3.client("sns", config=_CONFIG)
+    return _client("sns")
+
+
+@lru_cache(maxsize=1)
+def get_stepfunctions() -> Any:
+    return _client("stepfunctions")
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,6 +209,20 @@ class TrainingJobs:
         except BotoCoreError as error:
             raise translate(error, f"StopTrainingJob {name}") from error
 
+    def running(self, name_prefix: str) -> list[dict[str, Any]]:
+        """Descriptions of the InProgress training jobs whose name starts with `name_prefix`."""
+        names: list[str] = []
+        try:
+            paginator = self.client.get_paginator("list_training_jobs")
+            for page in paginator.paginate(NameContains=name_prefix, StatusEquals="InProgress"):
+                names.extend(
+                    s["TrainingJobName"] for s in page.get("TrainingJobSummaries", [])
+                    if s["TrainingJobName"].startswith(name_prefix)
+                )
+        except (ClientError, BotoCoreError) as error:
+            raise translate(error, f"ListTrainingJobs {name_prefix}*") from error
+        return [self.describe(name) for name in names]
+
     def stop_processing_job(self, name: str) -> bool:
         try:
             self.client.stop_processing_job(ProcessingJobName=name)
@@ -189,6 +274,107 @@ class Artifacts:
         except (ClientError, BotoCoreError) as error:
             raise translate(error, f"ListObjectsV2 s3://{bucket}/{prefix}") from error
         return keys
+
+
+    def has_objects(self, uri: str) -> bool:
+        """Whether any object lies under an S3 prefix (one ListObjectsV2 of one key)."""
+        bucket, prefix = split_s3_uri(uri)
+        try:
+            listed = self.client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
+        except (ClientError, BotoCoreError) as error:
+            raise translate(error, f"ListObjectsV2 s3://{bucket}/{prefix}") from error
+        return bool(listed.get("KeyCount") or listed.get("Contents"))
+
+
+def empty_channels(request: dict[str, Any], bucket: str, artifacts: Artifacts) -> list[tuple[str, str]]:
+    """(channel, S3 URI) of the request's channels in `bucket` with no object under them.
+
+    SageMaker would fail such a job minutes later ("No S3 objects found under S3 URL"); a freshly
+    deployed stack has no data yet. Channels in other buckets are the user's to check (this
+    stack's roles may not list them).
+    """
+    empty = []
+    for channel in request.get("InputDataConfig", []):
+        uri = channel["DataSource"]["S3DataSource"]["S3Uri"]
+        if split_s3_uri(uri)[0] == bucket and not artifacts.has_objects(uri):
+            empty.append((channel["ChannelName"], uri))
+    return empty
+
+
+def missing_data_message(empty: list[tuple[str, str]]) -> str:
+    where = "; ".join(f"channel {name}: nothing under {uri}" for name, uri in empty)
+    return (
+        f"{where}. Upload the training data before starting an execution: x.npy and y.npy under "
+        f"each channel's prefix (docs/contracts.md, section 1), for the reference problem "
+        f"`cd model && python data.py cifar10 --out ../data` then "
+        f"`aws s3 cp ../data/<channel>/ <prefix> --recursive` (README, Deploy to AWS, Data)"
+    )
+
+
+class TaskTokens:
+    """The task token of a parked execution, kept in S3 beside the attempt it waits for."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def put(self, uri: str, token: str, job_name: str) -> None:
+        bucket, key = split_s3_uri(uri)
+        body = json.dumps({"token": token, "job_name": job_name}).encode()
+        try:
+            self.client.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/json")
+        except (ClientError, BotoCoreError) as error:
+            raise translate(error, f"PutObject s3://{bucket}/{key}") from error
+
+    def read(self, uri: str) -> str | None:
+        """The token kept at `uri`; None when there is none (or it is unreadable)."""
+        bucket, key = split_s3_uri(uri)
+        try:
+            body = self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except ClientError as error:
+            if error_code(error) in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise translate(error, f"GetObject s3://{bucket}/{key}") from error
+        except BotoCoreError as error:
+            raise translate(error, f"GetObject s3://{bucket}/{key}") from error
+        try:
+            return str(json.loads(body)["token"])
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def forget(self, uri: str) -> None:
+        bucket, key = split_s3_uri(uri)
+        try:
+            self.client.delete_object(Bucket=bucket, Key=key)
+        except (ClientError, BotoCoreError) as error:
+            raise translate(error, f"DeleteObject s3://{bucket}/{key}") from error
+
+
+# SendTaskSuccess answers these when the execution no longer waits for that token (it timed out
+# into the regular check, ended, or the token was already used): nothing left to wake.
+_TOKEN_GONE = {"TaskTimedOut", "TaskDoesNotExist", "InvalidToken", "ExecutionDoesNotExist"}
+
+
+class Executions:
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def wake(self, token: str, output: dict[str, Any]) -> bool:
+        """Send a parked execution its task token; False when it no longer waits for it."""
+        try:
+            self.client.send_task_success(taskToken=token, output=json.dumps(output))
+            return True
+        except ClientError as error:
+            if error_code(error) in _TOKEN_GONE:
+                return False
+            raise translate(error, "SendTaskSuccess") from error
+        except BotoCoreError as error:
+            raise translate(error, "SendTaskSuccess") from error
+
+    def describe(self, arn: str) -> dict[str, Any]:
+        try:
+            return self.client.describe_execution(executionArn=arn)
+        except (ClientError, BotoCoreError) as error:
+            raise translate(error, f"DescribeExecution {arn}") from error
 
 
 class Notifier:

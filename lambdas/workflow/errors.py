@@ -34,3 +34,7 @@ class StateCorrupted(WorkflowError):  # noqa: N818 - the name is the contract
 
 class MisconfiguredEnvironment(WorkflowError):  # noqa: N818 - the name is the contract
     """A deployment-level environment variable is missing or malformed (a deployment bug)."""
+
+
+class TrainingDataMissing(WorkflowError):  # noqa: N818 - the name is the contract
+    """A channel of the stack's bucket holds no object: the message says what to upload where."""

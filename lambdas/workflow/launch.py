@@ -21,6 +21,7 @@ from workflow.job import Job
 from workflow.notifications import Notification
 from workflow.reference import is_reference, reference_job
 from workflow.requests import build_create_training_job, checkpoint_uri, configuration_problem
+from workflow.service_limits import execution_problems, request_problems
 from workflow.settings import TrainSettings
 from workflow.sources import entry_point_problem
 from workflow.state import (
@@ -102,7 +103,7 @@ def prepare(
         raise InvalidInput(too_big)
     if sources is not None and not is_reference(job, settings):
         _check_entry_point(job, sources)
-    return WorkflowState(
+    state = WorkflowState(
         execution=ExecutionRef.create(str(execution["id"]), str(execution["name"]), execution.get("start_time")),
         policy=given.policy,
         wait_seconds=given.wait_seconds,
@@ -112,6 +113,24 @@ def prepare(
         run_spec=dict(job.hyperparameters),
         limits=given.limits,
     )
+    # AWS limits the execution and its first request must fit, found now rather than mid-run.
+    problems = execution_problems(state) + request_problems(
+        build_create_training_job(state, settings, 1), _hyperparameter_sources(given.job is not None, job)
+    )
+    if problems:
+        raise InvalidInput("; ".join(problems))
+    return state
+
+
+def _hyperparameter_sources(own_job: bool, job: Job) -> dict[str, str]:
+    """The input field behind each hyperparameter of the request, for messages."""
+    section = "job.hyperparameters" if own_job else "run_spec"
+    return {
+        **{name: f"{section}.{name}" for name in job.hyperparameters},
+        "sagemaker_stabilizer": "monitoring",
+        "sentinel_rules": "monitoring.rules",
+        "capture": "monitoring.capture",
+    }
 
 
 @dataclass(frozen=True)

@@ -208,6 +208,15 @@ def _debugger(monitoring: Monitoring, settings: TrainSettings, prefix: str) -> d
     return request
 
 
+def _resources(instance_type: str, instance_count: int, settings: TrainSettings) -> dict[str, Any]:
+    resources: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": instance_count, "VolumeSizeInGB": 30}
+    if settings.warm_pool_seconds:
+        # SageMaker managed warm pools: the next attempt (same role, instance type and count,
+        # volume) starts on this job's instance instead of provisioning one.
+        resources["KeepAlivePeriodInSeconds"] = settings.warm_pool_seconds
+    return resources
+
+
 def build_create_training_job(state: WorkflowState, settings: TrainSettings, attempt: int) -> dict[str, Any]:
     """The CreateTrainingJob request for attempt number `attempt` of this execution: the user's job
     (source, entry point, image, instances, hyperparameters, channels, metric definitions), plus
@@ -236,11 +245,7 @@ def build_create_training_job(state: WorkflowState, settings: TrainSettings, att
         },
         "RoleArn": settings.sagemaker_role_arn,
         "OutputDataConfig": {"S3OutputPath": f"{prefix}/output"},
-        "ResourceConfig": {
-            "InstanceType": job.instance_type,
-            "InstanceCount": job.instance_count,
-            "VolumeSizeInGB": 30,
-        },
+        "ResourceConfig": _resources(job.instance_type, job.instance_count, settings),
         "StoppingCondition": {"MaxRuntimeInSeconds": max(60, min(job.max_runtime_seconds, remaining))},
         "CheckpointConfig": {
             "S3Uri": checkpoint_uri(settings.bucket, state.execution.name, attempt),  # where the monitor reads

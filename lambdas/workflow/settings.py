@@ -35,6 +35,22 @@ class MonitorSettings(BaseModel):
         return _load(cls, env, {"topic_arn": "TOPIC_ARN"})
 
 
+class WatchSettings(BaseModel):
+    """The watch function: where task tokens are kept, whom to tell, whose jobs to look at."""
+
+    model_config = ConfigDict(frozen=True)
+
+    bucket: str = Field(min_length=3)
+    topic_arn: str = Field(min_length=1)
+    job_name_prefix: str = "stabilizer"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> WatchSettings:
+        return _load(
+            cls, env, {"bucket": "BUCKET", "topic_arn": "TOPIC_ARN", "job_name_prefix": "JOB_NAME_PREFIX"}
+        )
+
+
 class TrainSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -55,6 +71,8 @@ class TrainSettings(BaseModel):
     job_name_prefix: str = "stabilizer"
     default_instance_type: str = "ml.p3.2xlarge"
     debugger_rules_enabled: bool = False
+    # ResourceConfig.KeepAlivePeriodInSeconds: SageMaker managed warm pools, 0 = off.
+    warm_pool_seconds: int = Field(0, ge=0, le=3600)
     region: str = "us-east-1"
     # The S3 prefix holding the in-job library (`rule_engine/...`), delivered to every job as the
     # `stabilizer` channel; unset, only the reference job (which carries its own copy) can run.
@@ -96,6 +114,7 @@ class TrainSettings(BaseModel):
                 "job_name_prefix": "JOB_NAME_PREFIX",
                 "default_instance_type": "DEFAULT_INSTANCE_TYPE",
                 "debugger_rules_enabled": "DEBUGGER_RULES_ENABLED",
+                "warm_pool_seconds": "WARM_POOL_SECONDS",
                 "region": "AWS_REGION",
                 "library_s3_uri": "LIBRARY_S3_URI",
             },

@@ -2,11 +2,12 @@
 
 The engine starts moto (``mock_aws`` with its Step Functions interpreter executing definitions),
 creates the bucket and topic the CDK app would create, uploads the packaged ``model/`` source and
-the offline data set, fills the ASL file's ``${placeholders}``, routes the two Lambda functions to
-the handler functions in ``lambdas/`` (the same code CDK deploys) and serves SageMaker training
-jobs as local subprocesses. Then it starts executions and follows them: history, notifications
-(through an SQS queue subscribed to the topic, as a person's mailbox would be), and each job's
-log for its loss and gradient norm.
+the offline data set, fills the ASL file's ``${placeholders}`` from the map CDK reads too
+(``statemachine/placeholders.json``), routes the three Lambda functions to the handler functions
+in ``lambdas/`` (the same code CDK deploys), serves SageMaker training jobs as local subprocesses,
+and delivers each job's end to the watch function as EventBridge's rule does in the cloud. Then
+it starts executions and follows them: history, notifications (through an SQS queue subscribed to
+the topic, as a person's mailbox would be), and each job's log for its loss and gradient norm.
 
 It must not decide anything about the workflow: every decision is made by the state machine and
 the handlers, exactly as in the cloud.
@@ -33,7 +34,7 @@ from unittest import mock
 
 from stabilizer.local.lambdas import LocalLambdas
 from stabilizer.local.s3files import source_archive
-from stabilizer.local.sagemaker import LocalSageMaker, LocalTrainingJob
+from stabilizer.local.sagemaker import LOCAL_INTERRUPT_GRACE_SECONDS, LocalSageMaker, LocalTrainingJob
 from stabilizer.local.staging import StagingError, stage, upload_library
 from stabilizer.records import AttemptRecord, EvalPoint, MetricPoint, Notification, RunRecord, parse_log_line
 
@@ -54,6 +55,14 @@ class Project:
     definition: Path
     lambdas: Path
     model: Path
+
+    @property
+    def placeholder_map(self) -> dict[str, str]:
+        """``statemachine/placeholders.json``: placeholder name -> the value it stands for."""
+        path = self.definition.parent / "placeholders.json"
+        if not path.is_file():
+            raise EngineError(f"no placeholder map beside the definition: {path}")
+        return dict(json.loads(path.read_text())["placeholders"])
 
     @classmethod
     def discover(cls, root: Path | None = None) -> Project:
@@ -80,6 +89,7 @@ class LocalSettings:
     state_machine_name: str = "stabilizer-local"
     train_function: str = "stabilizer-train"
     monitor_function: str = "stabilizer-monitor"
+    watch_function: str = "stabilizer-watch"
     job_name_prefix: str = "stabilizer"
     instance_type: str = "ml.m5.xlarge"
     training_image: str = (
@@ -88,7 +98,7 @@ class LocalSettings:
     sagemaker_role: str = f"arn:aws:iam::{ACCOUNT}:role/stabilizer-sagemaker"
     states_role: str = f"arn:aws:iam::{ACCOUNT}:role/stabilizer-states"
     debugger_rules_enabled: bool = False
-    # SageMaker gives a stopped job 120 s after SIGTERM; the local default is the same.
+    # SageMaker kills a stopped job 120 s after StopTrainingJob; the local default is the same.
     stop_grace_seconds: float = 120.0
 
     @property
@@ -137,29 +147,21 @@ def fill_placeholders(definition: str, values: dict[str, str]) -> str:
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], definition)
 
 
-def placeholder_values(names: set[str], settings: LocalSettings, lambdas: LocalLambdas) -> dict[str, str]:
-    """Map the definition's placeholders to local resources by what their names say.
-
-    CDK's ``definition_substitutions`` names them (``TrainFunctionArn``, ``TopicArn``, ...); the
-    local engine reads the names from the file so that the two never drift apart silently.
-    """
-    values: dict[str, str] = {}
-    for name in names:
-        lowered = name.lower()
-        if "function" in lowered or "lambda" in lowered:
-            if "train" in lowered:
-                values[name] = lambdas.arn(settings.train_function)
-            elif "monitor" in lowered:
-                values[name] = lambdas.arn(settings.monitor_function)
-        elif "topic" in lowered:
-            values[name] = settings.topic_arn
-        elif "bucket" in lowered:
-            values[name] = settings.bucket
-        elif "role" in lowered and "sagemaker" in lowered:
-            values[name] = settings.sagemaker_role
-        elif "prefix" in lowered:
-            values[name] = settings.job_name_prefix
-    return values
+def placeholder_values(
+    mapping: dict[str, str], settings: LocalSettings, lambdas: LocalLambdas
+) -> dict[str, str]:
+    """The local value of each placeholder, by the key ``statemachine/placeholders.json`` gives it."""
+    local = {
+        "partition": "aws",
+        "train_function_arn": lambdas.arn(settings.train_function),
+        "monitor_function_arn": lambdas.arn(settings.monitor_function),
+        "watch_function_arn": lambdas.arn(settings.watch_function),
+        "topic_arn": settings.topic_arn,
+    }
+    unknown = sorted(key for key in mapping.values() if key not in local)
+    if unknown:
+        raise EngineError(f"no local value for {', '.join(unknown)} (statemachine/placeholders.json)")
+    return {name: local[key] for name, key in mapping.items()}
 
 
 @dataclass
@@ -255,8 +257,8 @@ class LocalEngine:
         with contextlib.suppress(Exception):
             self.stop_running_executions()
         if self.sagemaker is not None:
-            self.sagemaker.stop_all()
-            self.sagemaker.wait_all(timeout=self.settings.stop_grace_seconds + 10)
+            self.sagemaker.interrupt_all()
+            self.sagemaker.wait_all(timeout=LOCAL_INTERRUPT_GRACE_SECONDS + 10)
         self._stack.close()
 
     def stop_running_executions(self) -> list[str]:
@@ -306,6 +308,7 @@ class LocalEngine:
             python=self.python,
             stop_grace_seconds=self.settings.stop_grace_seconds,
             rule_evaluator=self._rule_evaluator(),
+            on_job_end=self._job_ended,
         )
         self._stack.enter_context(self.sagemaker.installed())
         self._create_state_machine()
@@ -343,6 +346,7 @@ class LocalEngine:
         for function, module_name in (
             (self.settings.train_function, "train_handler"),
             (self.settings.monitor_function, "monitor_handler"),
+            (self.settings.watch_function, "watch_handler"),
         ):
             _forget_modules_from_elsewhere(module_name, self.project.lambdas)
             module = importlib.import_module(module_name)
@@ -388,10 +392,26 @@ class LocalEngine:
 
         return rule_evaluator_factory(python=self.python, region=REGION, account=ACCOUNT)
 
+    def _job_ended(self, job: LocalTrainingJob) -> None:
+        """EventBridge's rule, locally: the job's "SageMaker Training Job State Change" to the watch function."""
+        assert self.sagemaker is not None
+        detail = json.loads(json.dumps(self.sagemaker.describe_training_job(job.name), default=str))
+        event = {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "detail-type": "SageMaker Training Job State Change",
+            "source": "aws.sagemaker",
+            "account": ACCOUNT,
+            "region": REGION,
+            "resources": [job.arn],
+            "detail": detail,
+        }
+        self.lambdas.invoke(self.settings.watch_function, event)
+
     def _create_state_machine(self) -> None:
         text = self.project.definition.read_text()
-        names = set(PLACEHOLDER.findall(text))
-        definition = fill_placeholders(text, placeholder_values(names, self.settings, self.lambdas))
+        values = placeholder_values(self.project.placeholder_map, self.settings, self.lambdas)
+        definition = fill_placeholders(text, values)
         (self.run_dir / "definition.asl.json").write_text(definition)
         created = self.client("stepfunctions").create_state_machine(
             name=self.settings.state_machine_name, definition=definition, roleArn=self.settings.states_role
@@ -464,14 +484,15 @@ class LocalEngine:
         return record
 
     def stop(self, arn: str) -> list[LocalTrainingJob]:
-        """Ctrl-C: stop the execution (so nothing new launches), then its running job (SIGTERM)."""
+        """Ctrl-C: stop the execution (so nothing new launches), then ask its running job to end
+        cleanly (SIGTERM from this machine, not StopTrainingJob; killed if not ended within a minute)."""
         sfn = self.client("stepfunctions")
         with contextlib.suppress(Exception):
             sfn.stop_execution(executionArn=arn, error="Interrupted", cause="stopped from the command line (Ctrl-C)")
         assert self.sagemaker is not None
-        stopped = self.sagemaker.stop_all()
+        stopped = self.sagemaker.interrupt_all()
         for job in stopped:
-            job.done.wait(self.settings.stop_grace_seconds + 10)
+            job.done.wait(LOCAL_INTERRUPT_GRACE_SECONDS + 10)
         return stopped
 
     # ---------------------------------------------------------------- following

@@ -55,8 +55,10 @@ def download_prefix(s3: Any, uri: str, dest: Path) -> int:
 class DirectorySync:
     """Upload a directory to an S3 prefix, sending only files that changed since the last call.
 
-    SageMaker syncs ``/opt/ml/checkpoints`` continuously; calling ``sync()`` on each describe and
-    at the end of the job gives the monitor the same view one poll later at most.
+    SageMaker syncs ``/opt/ml/checkpoints`` continuously, both ways: a file the job deletes (an
+    old checkpoint it rotates out, a temporary name it renames) is deleted from the prefix too.
+    Calling ``sync()`` on each describe and at the end of the job gives the monitor the same view
+    one poll later at most.
     """
 
     s3: Any
@@ -72,6 +74,7 @@ class DirectorySync:
         bucket, prefix = parse_s3_uri(self.uri)
         uploaded = 0
         with self._lock:
+            present: set[str] = set()
             for root, _dirs, files in os.walk(self.local):
                 for name in files:
                     # Files being written through a temporary name are picked up once renamed.
@@ -83,6 +86,7 @@ class DirectorySync:
                     except FileNotFoundError:
                         continue
                     relative = path.relative_to(self.local).as_posix()
+                    present.add(relative)
                     signature = (stat.st_size, stat.st_mtime_ns)
                     if self._seen.get(relative) == signature:
                         continue
@@ -93,6 +97,10 @@ class DirectorySync:
                         continue
                     self._seen[relative] = signature
                     uploaded += 1
+            for relative in sorted(set(self._seen) - present):
+                key = f"{prefix.rstrip('/')}/{relative}" if prefix else relative
+                self.s3.delete_object(Bucket=bucket, Key=key)
+                del self._seen[relative]
         return uploaded
 
 

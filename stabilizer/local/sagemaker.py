@@ -12,8 +12,17 @@ the SageMaker container contract (script mode, as the framework containers run i
   the training toolkit does (values that parse as JSON are decoded first);
 - checkpoints downloaded from ``CheckpointConfig.S3Uri`` before the start and uploaded while the
   job runs (on every describe and at the end), so findings reach S3 within one poll;
-- ``StopTrainingJob`` sends SIGTERM (``Stopping``, then ``Stopped`` once the process exits,
-  SIGKILL after the grace period); ``MaxRuntimeInSeconds`` is enforced the same way;
+- ``StopTrainingJob`` behaves as in SageMaker's framework containers: the job is ``Stopping``,
+  the training script is sent nothing (the training toolkit that runs it as PID 1's child does
+  not forward SIGTERM: aws/sagemaker-training-toolkit issues), and it is killed (SIGKILL) once
+  the grace period (120 s, as SageMaker's) is over, then ``Stopped``. No final checkpoint is
+  written at a stop; ``MaxRuntimeInSeconds`` is enforced the same way. ``interrupt_all`` is the
+  local-only Ctrl-C, not a SageMaker operation: the user's own machine asks the script to end
+  cleanly (SIGTERM to its process group, as ``docker stop`` does), killing it if it has not ended
+  within a minute;
+- the checkpoint directory is mirrored to ``CheckpointConfig.S3Uri`` both ways, deletions included;
+- a job that fails before training (an empty channel, a missing entry point) ends ``Failed`` with
+  that reason at once, as the service does: the script is not started;
 - ``FailureReason`` comes from the failure file; requests are validated against botocore's model;
 - when ``DebugRuleConfigurations`` are given, ``DebugRuleEvaluationStatuses`` come from an
   out-of-job rule evaluator process running beside the job.
@@ -49,8 +58,13 @@ from stabilizer.local.validation import request_errors
 TERMINAL_STATUSES = frozenset({"Completed", "Failed", "Stopped"})
 DEFAULT_CHECKPOINT_PATH = "/opt/ml/checkpoints"
 OPT_ML = "/opt/ml"
-# SageMaker waits this long between SIGTERM and SIGKILL when it stops a job.
+# StopTrainingJob "delays job termination for 120 seconds" after SIGTERM to the container
+# (StopTrainingJob API reference); the script itself never sees that SIGTERM in the framework
+# containers, so all it gets is the kill at the end of the window.
 SAGEMAKER_STOP_GRACE_SECONDS = 120.0
+# A local Ctrl-C gives the script this long to exit after SIGTERM before it is killed: it ends at
+# the end of its current step, which on a busy laptop can take many seconds.
+LOCAL_INTERRUPT_GRACE_SECONDS = 60.0
 FAILURE_REASON_LIMIT = 1024
 
 
@@ -160,6 +174,7 @@ class LocalTrainingJob:
     rules: RuleEvaluation | None = None
     started_monotonic: float | None = None
     stopping_monotonic: float | None = None
+    kill_at_monotonic: float | None = None  # SIGKILL once this passes, while stopping
     ended_monotonic: float | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
     done: threading.Event = field(default_factory=threading.Event)
@@ -220,6 +235,7 @@ class LocalSageMaker:
         stop_grace_seconds: float = SAGEMAKER_STOP_GRACE_SECONDS,
         rule_evaluator: RuleEvaluatorFactory | None = None,
         extra_env: dict[str, str] | None = None,
+        on_job_end: Callable[[LocalTrainingJob], None] | None = None,
     ) -> None:
         self.root = Path(root).resolve()  # the job runs in its code directory: every path is absolute
         self.s3 = s3
@@ -229,6 +245,9 @@ class LocalSageMaker:
         self.stop_grace_seconds = stop_grace_seconds
         self.rule_evaluator = rule_evaluator
         self.extra_env = dict(extra_env or {})
+        # Called once a job reached Completed, Failed or Stopped: the local stand-in for the
+        # "SageMaker Training Job State Change" event EventBridge delivers in the cloud.
+        self.on_job_end = on_job_end
         self.jobs: dict[str, LocalTrainingJob] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -399,7 +418,7 @@ class LocalSageMaker:
         return [j for j in self.jobs.values() if j.status not in TERMINAL_STATUSES]
 
     def stop_all(self, reason: str = "Stopped") -> list[LocalTrainingJob]:
-        """Stop every job still in progress (Ctrl-C, engine shutdown); returns the ones stopped."""
+        """StopTrainingJob for every job still in progress; returns the ones stopped."""
         stopped = []
         for job in self.running_jobs():
             with job.lock:
@@ -407,6 +426,21 @@ class LocalSageMaker:
                     self._request_stop(job, reason, "Stopping the training job")
                     stopped.append(job)
         return stopped
+
+    def interrupt_all(self, grace_seconds: float = LOCAL_INTERRUPT_GRACE_SECONDS) -> list[LocalTrainingJob]:
+        """Local Ctrl-C (not a SageMaker operation, which never signals the script): SIGTERM to
+        every running job, SIGKILL after ``grace_seconds``; each ends ``Stopped``. Returns them."""
+        interrupted = []
+        for job in self.running_jobs():
+            with job.lock:
+                if job.status == "InProgress":
+                    self._request_stop(job, "Stopped", "Stopping the training job (interrupted)",
+                                       signal_to_send=signal.SIGTERM, grace_seconds=grace_seconds)
+                    interrupted.append(job)
+                elif job.status == "Stopping":
+                    job.kill_at_monotonic = min(job.kill_at_monotonic or math.inf, time.monotonic() + grace_seconds)
+                    interrupted.append(job)
+        return interrupted
 
     def wait_all(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -423,30 +457,55 @@ class LocalSageMaker:
             raise SageMakerRequestError("ValidationException", "Requested resource not found.")
         return job
 
-    def _request_stop(self, job: LocalTrainingJob, ends_in: str, message: str) -> None:
+    def _request_stop(
+        self,
+        job: LocalTrainingJob,
+        ends_in: str,
+        message: str,
+        *,
+        signal_to_send: int | None = None,
+        grace_seconds: float | None = None,
+    ) -> None:
+        """Stopping: as SageMaker, the script gets no signal; it is killed after the grace period."""
         job.stop_requested = ends_in
         job.stopping_monotonic = time.monotonic()
+        job.kill_at_monotonic = job.stopping_monotonic + (
+            self.stop_grace_seconds if grace_seconds is None else grace_seconds
+        )
         job.set_secondary("Stopping", message, status="Stopping")
-        if job.process is not None and job.process.poll() is None:
-            _signal_group(job.process, signal.SIGTERM)
+        if signal_to_send is not None and job.process is not None and job.process.poll() is None:
+            _signal_group(job.process, signal_to_send)
 
     def _run(self, job: LocalTrainingJob) -> None:
         try:
             self._prepare(job)
+            if job.status in TERMINAL_STATUSES:
+                return  # failed before training (a channel, the source): the script never starts
             if job.stop_requested is None:
                 self._train(job)
             self._finish(job)
         except Exception as exc:  # an emulator fault must still end the job, visibly
             with job.lock:
-                reason = f"InternalServerError: {type(exc).__name__}: {exc}"
-                job.failure_reason = reason[:FAILURE_REASON_LIMIT]
-                job.set_secondary("Failed", "Training job failed", status="Failed")
+                if job.status not in TERMINAL_STATUSES:  # never overwrite the job's own ending
+                    reason = f"InternalServerError: {type(exc).__name__}: {exc}"
+                    job.failure_reason = reason[:FAILURE_REASON_LIMIT]
+                    job.set_secondary("Failed", "Training job failed", status="Failed")
         finally:
             if job.rules is not None:
                 job.rules.stop()
             if job.training_end_time is None:
                 job.training_end_time = now()
             job.done.set()
+            self._announce_end(job)
+
+    def _announce_end(self, job: LocalTrainingJob) -> None:
+        if self.on_job_end is None:
+            return
+        try:
+            self.on_job_end(job)
+        except Exception as exc:  # like EventBridge: a failed delivery does not change the job
+            print(f"training job {job.name}: end event not delivered: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
 
     def _prepare(self, job: LocalTrainingJob) -> None:
         request = job.request
@@ -581,8 +640,8 @@ class LocalSageMaker:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                # Its own session: Ctrl-C at the terminal reaches the engine, which stops the job
-                # through StopTrainingJob (SIGTERM), as SageMaker would.
+                # Its own session: Ctrl-C at the terminal reaches the engine, which interrupts the
+                # job itself (interrupt_all).
                 start_new_session=True,
             )
             job.started_monotonic = time.monotonic()
@@ -606,8 +665,8 @@ class LocalSageMaker:
             with job.lock:
                 if job.stop_requested is None and elapsed > max_runtime:
                     self._request_stop(job, "MaxRuntimeExceeded", "Training job reached MaxRuntimeInSeconds")
-                stopping_since = job.stopping_monotonic
-            grace_over = stopping_since is not None and time.monotonic() - stopping_since > self.stop_grace_seconds
+                kill_at = job.kill_at_monotonic
+            grace_over = kill_at is not None and time.monotonic() >= kill_at
             if grace_over and killed_at is None:
                 _signal_group(job.process, signal.SIGKILL)
                 killed_at = time.monotonic()

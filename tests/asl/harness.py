@@ -8,11 +8,17 @@ interpreter then does what Step Functions does with it: names the error, matches
 
 Retry back-off sleeps are recorded instead of slept, so a path with a 60 s capacity back-off
 runs in milliseconds and the tests can assert the intervals the definition asked for.
+
+`AwaitJobChange` invokes the watch function with a task token (`.waitForTaskToken`). Its scripted
+answers are given as `parked=[...]`: `wakes()` (the default when none is scripted) sends the token
+back as the watch function does when the job has ended; `sleeps()` keeps it, so the task times out
+after the state's `wait_seconds`; `raises(...)` fails the invocation.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +33,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFINITION = REPO_ROOT / "statemachine" / "stabilizer.asl.json"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
+PLACEHOLDERS = REPO_ROOT / "statemachine" / "placeholders.json"
 TRAIN_ARN = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:stabilizer-train"
 MONITOR_ARN = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:stabilizer-monitor"
+WATCH_ARN = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:stabilizer-watch"
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,7 @@ class Reply:
     payload: Any = None
     error_type: str | None = None
     message: str = ""
+    wake: bool = False  # AwaitJobChange only: send the task token back
 
 
 def ok(payload: Any) -> Reply:
@@ -46,6 +55,14 @@ def ok(payload: Any) -> Reply:
 
 def raises(error_type: str, message: str) -> Reply:
     return Reply(error_type=error_type, message=message)
+
+
+def wakes() -> Reply:
+    return Reply(payload={"parked": False}, wake=True)
+
+
+def sleeps() -> Reply:
+    return Reply(payload={"parked": True})
 
 
 @dataclass
@@ -85,11 +102,17 @@ class LambdaScript:
         event = json.loads(body)
         self.calls.append(Call(function, event))
         queue = self.replies.get(event.get("action"), [])
+        if not queue and event.get("action") == "await":
+            queue = [wakes()]
         if not queue:
             self.unscripted.append(event.get("action"))
             reply = raises("UnscriptedCall", f"no scripted reply for action {event.get('action')!r}")
         else:
             reply = queue.pop(0)
+        if reply.wake:
+            token = event["token"]
+            # As the watch function does, from another thread: SendTaskSuccess with the token.
+            threading.Thread(target=_send_task_success, args=(token,), daemon=True).start()
         if reply.error_type:
             response_headers["x-amz-function-error"] = "Unhandled"
             body = {"errorType": reply.error_type, "errorMessage": reply.message, "stackTrace": []}
@@ -97,16 +120,25 @@ class LambdaScript:
         return json.dumps(reply.payload).encode()
 
 
+def _send_task_success(token: str) -> None:
+    time.sleep(0.05)
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    sfn.send_task_success(taskToken=token, output=json.dumps({"status": "Stopped"}))
+
+
 def substituted_definition() -> str:
-    """The definition with its placeholders filled, as CDK and the local engine fill them."""
+    """The definition with its placeholders filled through statemachine/placeholders.json, as CDK
+    and the local engine fill them."""
     text = DEFINITION.read_text()
     values = {
-        "TrainFunctionArn": TRAIN_ARN,
-        "MonitorFunctionArn": MONITOR_ARN,
-        "TopicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:stabilizer",
+        "partition": "aws",
+        "train_function_arn": TRAIN_ARN,
+        "monitor_function_arn": MONITOR_ARN,
+        "watch_function_arn": WATCH_ARN,
+        "topic_arn": f"arn:aws:sns:{REGION}:{ACCOUNT}:stabilizer",
     }
-    for name, value in values.items():
-        text = text.replace("${" + name + "}", value)
+    for name, key in json.loads(PLACEHOLDERS.read_text())["placeholders"].items():
+        text = text.replace("${" + name + "}", values[key])
     assert "${" not in text, "the definition has a placeholder the tests do not fill"
     return text
 
@@ -117,6 +149,8 @@ class Workflow:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.script = LambdaScript()
         self.retry_sleeps: list[float] = []
+        self.runs = 0
+        self.machine: str | None = None
         script = self.script
 
         def invoke(self, function_name, *args):
@@ -136,7 +170,7 @@ class Workflow:
 
     def run(self, execution_input: dict | None = None, **replies: list[Reply]) -> Outcome:
         for action, queue in replies.items():
-            self.script.replies[action] = list(queue)
+            self.script.replies["await" if action == "parked" else action] = list(queue)
         sfn = boto3.client("stepfunctions", region_name=REGION)
         sns = boto3.client("sns", region_name=REGION)
         sqs = boto3.client("sqs", region_name=REGION)
@@ -149,13 +183,15 @@ class Workflow:
             TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn,
             Attributes={"RawMessageDelivery": "true"},
         )
-        machine = sfn.create_state_machine(
-            name="stabilizer",
-            definition=substituted_definition(),
-            roleArn=f"arn:aws:iam::{ACCOUNT}:role/stabilizer-state-machine",
-        )["stateMachineArn"]
+        if self.machine is None:
+            self.machine = sfn.create_state_machine(
+                name="stabilizer",
+                definition=substituted_definition(),
+                roleArn=f"arn:aws:iam::{ACCOUNT}:role/stabilizer-state-machine",
+            )["stateMachineArn"]
+        self.runs += 1
         execution = sfn.start_execution(
-            stateMachineArn=machine, name="exec-1", input=json.dumps(execution_input or {})
+            stateMachineArn=self.machine, name=f"exec-{self.runs}", input=json.dumps(execution_input or {})
         )["executionArn"]
         deadline = time.monotonic() + 60
         while True:

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import json
 
-from tests.asl.harness import ok, raises
+from tests.asl.harness import ok, raises, sleeps
 
 
 def state(job: str | None = None, **fields) -> dict:
     """A state payload with the paths the definition reads (docs/contracts.md, section 4).
 
-    `wait_seconds` is 0 so that paths run in milliseconds; the interpreter accepts any
-    integer >= 0 (the Lambdas' own range is 1..3600).
+    `wait_seconds` is 30: the scripted watch function wakes the execution (the job ended) long
+    before that, so paths run in milliseconds and a path that waited the full time would show.
     """
     payload = {
         "version": 1,
         "next_action": "launch_new",
-        "wait_seconds": 0,
+        "wait_seconds": 30,
         "outcome": None,
         "reason": None,
         "history": {"latest_job_name": job},
@@ -85,8 +85,8 @@ def test_launch_monitor_succeeds(workflow):
 
     assert outcome.status == "SUCCEEDED"
     assert outcome.states == [
-        "ValidateInput", "LaunchTrainingJob", "WaitForProgress", "CheckJobAndRules", "DecideNextStep",
-        "WaitForProgress", "CheckJobAndRules", "DecideNextStep", "TrainingSucceeded",
+        "ValidateInput", "LaunchTrainingJob", "AwaitJobChange", "CheckJobAndRules", "DecideNextStep",
+        "AwaitJobChange", "CheckJobAndRules", "DecideNextStep", "TrainingSucceeded",
     ]
     # Each Lambda gets the state the previous one returned; the output is the last state.
     assert outcome.events_of("launch")[0]["state"] == PREPARED
@@ -109,8 +109,8 @@ def test_exploding_then_relaunch(workflow):
 
     assert outcome.status == "SUCCEEDED"
     assert outcome.states == [
-        "ValidateInput", "LaunchTrainingJob", "WaitForProgress", "CheckJobAndRules", "DecideNextStep",
-        "LaunchTrainingJob", "WaitForProgress", "CheckJobAndRules", "DecideNextStep", "TrainingSucceeded",
+        "ValidateInput", "LaunchTrainingJob", "AwaitJobChange", "CheckJobAndRules", "DecideNextStep",
+        "LaunchTrainingJob", "AwaitJobChange", "CheckJobAndRules", "DecideNextStep", "TrainingSucceeded",
     ]
     assert outcome.events_of("launch")[1]["state"] == exploded
     assert outcome.output == {"state": recovered}
@@ -126,7 +126,7 @@ def test_throttled_twice_then_launches(workflow):
     )
 
     assert outcome.status == "SUCCEEDED"
-    assert outcome.actions() == ["prepare", "launch", "launch", "launch", "check"]
+    assert outcome.actions() == ["prepare", "launch", "launch", "launch", "await", "check"]
     assert [f["error"] for f in _task_failures(outcome, "LaunchTrainingJob")] == ["TransientAwsError"] * 2
     # Back-off with full jitter: each wait is at most 2 s, then 4 s (2 s x 2.0).
     assert len(outcome.retry_sleeps) == 2
@@ -181,7 +181,7 @@ def test_unexpected_error_stops_job_notifies_and_fails(workflow):
 
     assert outcome.status == "FAILED"
     assert outcome.states == [
-        "ValidateInput", "LaunchTrainingJob", "WaitForProgress", "CheckJobAndRules",
+        "ValidateInput", "LaunchTrainingJob", "AwaitJobChange", "CheckJobAndRules",
         "StopJobAndNotify", "FailWithOriginalError",
     ]
     # The abort gets the state (with the job to stop) and the original error, and the execution
@@ -241,7 +241,7 @@ def test_policy_gives_up_fails_not_recovered(workflow):
     assert outcome.states[-2:] == ["DecideNextStep", "TrainingNotRecovered"]
     assert outcome.error == "TrainingNotRecovered"
     assert outcome.cause == f"{reason} (outcome gave_up)"
-    assert outcome.actions() == ["prepare", "launch", "check"]
+    assert outcome.actions() == ["prepare", "launch", "await", "check"]
 
 
 def test_unknown_next_action_is_a_corrupted_state(workflow):
@@ -262,16 +262,79 @@ def test_unknown_next_action_is_a_corrupted_state(workflow):
     assert outcome.events_of("abort")[0]["error"]["Error"] == "StateCorrupted"
 
 
-def test_wait_seconds_come_from_the_state(workflow):
-    one_second = {**LAUNCHED, "wait_seconds": 1}
+def _awaits(outcome) -> list[tuple[float, str]]:
+    """(seconds parked, how it ended) for each AwaitJobChange, from the history."""
+    found, entered = [], None
+    for event in outcome.events:
+        details = event.get("stateEnteredEventDetails")
+        if details and details["name"] == "AwaitJobChange":
+            entered = event["timestamp"]
+        if entered is not None and event["type"] in ("TaskSucceeded", "TaskTimedOut", "TaskFailed"):
+            found.append(((event["timestamp"] - entered).total_seconds(), event["type"]))
+            entered = None
+    return found
+
+
+def test_the_jobs_end_moves_the_execution_not_the_next_check(workflow):
     outcome = workflow.run(
-        {}, prepare=[ok(PREPARED)], launch=[ok(one_second)], check=[ok({**COMPLETED, "wait_seconds": 1})],
+        {}, prepare=[ok(PREPARED)], launch=[ok(LAUNCHED)], check=[ok(WATCHING), ok(COMPLETED)],
     )
 
+    assert outcome.status == "SUCCEEDED"
+    # wait_seconds is 30: each wake came from the watch function's SendTaskSuccess, at once.
+    assert [how for _, how in _awaits(outcome)] == ["TaskSucceeded", "TaskSucceeded"]
+    assert all(seconds < 5 for seconds, _ in _awaits(outcome))
+    parked = outcome.events_of("await")
+    assert [event["state"] for event in parked] == [LAUNCHED, WATCHING]
+    assert all(event["token"] for event in parked)
+
+
+def test_no_job_event_checks_after_wait_seconds(workflow):
+    one_second = {**LAUNCHED, "wait_seconds": 1}
+    outcome = workflow.run(
+        {}, prepare=[ok(PREPARED)], launch=[ok(one_second)], parked=[sleeps()], check=[ok(COMPLETED)],
+    )
+
+    assert outcome.status == "SUCCEEDED"
+    [(seconds, how)] = _awaits(outcome)
+    assert how == "TaskTimedOut" and seconds >= 0.9
+    assert outcome.states == [
+        "ValidateInput", "LaunchTrainingJob", "AwaitJobChange", "CheckJobAndRules", "DecideNextStep",
+        "TrainingSucceeded",
+    ]
+
+
+def test_parking_fails_falls_back_to_a_plain_wait(workflow):
+    one_second = {**LAUNCHED, "wait_seconds": 1}
+    outcome = workflow.run(
+        {}, prepare=[ok(PREPARED)], launch=[ok(one_second)],
+        parked=[raises("AwsRequestRejected", "S3 PutObject wake-token.json: AccessDenied")],
+        check=[ok(COMPLETED)],
+    )
+
+    assert outcome.status == "SUCCEEDED"
+    assert outcome.states == [
+        "ValidateInput", "LaunchTrainingJob", "AwaitJobChange", "WaitForProgress", "CheckJobAndRules",
+        "DecideNextStep", "TrainingSucceeded",
+    ]
     entered = next(e for e in outcome.events if e["type"] == "WaitStateEntered")
     exited = next(e for e in outcome.events if e["type"] == "WaitStateExited")
-    assert outcome.status == "SUCCEEDED"
     assert (exited["timestamp"] - entered["timestamp"]).total_seconds() >= 0.9
+
+
+def test_lambda_timeout_is_retried_not_left_unwatched(workflow):
+    # A Lambda timeout or out-of-memory reaches Step Functions as Lambda.Unknown: a launch that
+    # timed out after CreateTrainingJob is retried (the job name makes the retry find its job).
+    timed_out = "Task timed out after 120.00 seconds"
+    outcome = workflow.run(
+        {}, prepare=[ok(PREPARED)],
+        launch=[raises("Lambda.Unknown", timed_out), ok(LAUNCHED)],
+        check=[raises("Lambda.Unknown", timed_out), ok(COMPLETED)],
+    )
+
+    assert outcome.status == "SUCCEEDED"
+    assert outcome.actions() == ["prepare", "launch", "launch", "await", "check", "check"]
+    assert "StopJobAndNotify" not in outcome.states
 
 
 def test_an_end_without_reason_still_fails_as_not_recovered(workflow):

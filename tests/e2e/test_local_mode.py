@@ -87,7 +87,8 @@ def check_recovered_with_batch_norm(record: RunRecord, history: list[dict[str, A
 
     # The interpreter's history: validate, then one launch per attempt, each relaunch after a decision.
     entered = [e["stateEnteredEventDetails"]["name"] for e in history if "stateEnteredEventDetails" in e]
-    assert entered[:3] == ["ValidateInput", "LaunchTrainingJob", "WaitForProgress"]
+    # After each launch the execution parks until the job ends (or wait_seconds pass).
+    assert entered[:3] == ["ValidateInput", "LaunchTrainingJob", "AwaitJobChange"]
     assert entered.count("LaunchTrainingJob") == len(attempts)
     for index, name in enumerate(entered):
         if name == "LaunchTrainingJob" and index > 1:

@@ -18,7 +18,7 @@ from pathlib import Path
 import aws_cdk as cdk
 import pytest
 
-import infra.stack
+import infra.nag
 from tests.infra.synth import REPO_ROOT
 
 
@@ -36,7 +36,7 @@ def test_every_acknowledgement_answers_a_real_finding(tmp_path, monkeypatch):
     def record(construct, *findings):
         acknowledged.extend((construct.node.path, rule, reason) for rule, reason in findings)
 
-    monkeypatch.setattr(infra.stack, "_acknowledge", record)
+    monkeypatch.setattr(infra.nag, "acknowledge", record)
     app, _ = build_app(cdk.App(outdir=str(tmp_path)))
     with pytest.raises(RuntimeError, match="ValidationFailed"):
         app.synth()

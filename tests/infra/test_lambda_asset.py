@@ -30,7 +30,7 @@ from infra.stack import LAMBDA_MEMORY_MB
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LAMBDAS = REPO_ROOT / "lambdas"
-HANDLERS = ("train_handler", "monitor_handler")
+HANDLERS = ("train_handler", "monitor_handler", "watch_handler")
 LOCAL = LambdaTarget(python_version=f"{sys.version_info.major}.{sys.version_info.minor}")
 RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "six.py", "urllib3")
 

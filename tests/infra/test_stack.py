@@ -14,16 +14,25 @@ from infra.stack import LAMBDA_MEMORY_MB
 from tests.infra.synth import REPO_ROOT, as_list, dumps, policy_statements, synth
 
 PREFIX = "stabilizer"
+COMMON_ENVIRONMENT = {"BUCKET", "TOPIC_ARN", "JOB_NAME_PREFIX", "POWERTOOLS_SERVICE_NAME"}
 CONTRACT_ENVIRONMENT = {
-    "BUCKET", "TOPIC_ARN", "SAGEMAKER_ROLE_ARN", "TRAINING_IMAGE_URI", "TRAINING_IMAGE_URI_GPU",
-    "FRAMEWORK_IMAGES", "SOURCE_S3_URI",
-    "TRAIN_DATA_S3_URI", "TEST_DATA_S3_URI", "JOB_NAME_PREFIX", "DEFAULT_INSTANCE_TYPE",
-    "DEBUGGER_RULES_ENABLED", "POWERTOOLS_SERVICE_NAME",
+    "train": COMMON_ENVIRONMENT | {
+        "SAGEMAKER_ROLE_ARN", "TRAINING_IMAGE_URI", "TRAINING_IMAGE_URI_GPU", "FRAMEWORK_IMAGES",
+        "SOURCE_S3_URI", "LIBRARY_S3_URI", "TRAIN_DATA_S3_URI",
+        "TEST_DATA_S3_URI", "DEFAULT_INSTANCE_TYPE", "DEBUGGER_RULES_ENABLED", "WARM_POOL_SECONDS",
+    },
+    "monitor": COMMON_ENVIRONMENT,
+    "watch": COMMON_ENVIRONMENT,
 }
 
 
 def _resources(raw: dict, kind: str) -> dict[str, dict]:
     return {k: r for k, r in raw["Resources"].items() if r["Type"] == kind}
+
+
+def _named(raw: dict, kind: str, name: str) -> dict[str, dict]:
+    """Resources of `kind` whose logical id contains `name` (constructs prefix their ids)."""
+    return {k: r for k, r in _resources(raw, kind).items() if name in k}
 
 
 def _one(raw: dict, kind: str, containing: str = "") -> tuple[str, dict]:
@@ -33,12 +42,12 @@ def _one(raw: dict, kind: str, containing: str = "") -> tuple[str, dict]:
 
 
 def _statements_of(raw: dict, policy_prefix: str) -> list[dict]:
-    return [s for logical_id, s in policy_statements(raw) if logical_id.startswith(policy_prefix)]
+    return [s for logical_id, s in policy_statements(raw) if policy_prefix in logical_id]
 
 
 def _train_environment(raw: dict) -> dict:
     functions = _resources(raw, "AWS::Lambda::Function")
-    [train] = [r for k, r in functions.items() if k.startswith("TrainFunction")]
+    [train] = [r for k, r in functions.items() if "TrainFunction" in k]
     return train["Properties"]["Environment"]["Variables"]
 
 
@@ -116,6 +125,8 @@ def test_no_wildcard_resource_on_sagemaker_s3_or_sns_actions(default_synth):
     checked = 0
     for logical_id, statement in policy_statements(raw):
         actions = as_list(statement["Action"])
+        if actions == ["sagemaker:ListTrainingJobs"]:
+            continue  # supports no resource scoping; lists names only (the watch function's)
         if any(a.split(":")[0] in {"sagemaker", "s3", "sns"} for a in actions):
             checked += 1
             assert "*" not in as_list(statement["Resource"]), f"{logical_id}: {actions} on *"
@@ -129,6 +140,9 @@ def test_sagemaker_actions_only_on_this_deployments_jobs(default_synth):
         actions = [a for a in as_list(statement["Action"]) if a.startswith("sagemaker:")]
         if not actions:
             continue
+        if actions == ["sagemaker:ListTrainingJobs"]:
+            granted |= set(actions)
+            continue
         granted |= set(actions)
         for resource in as_list(statement["Resource"]):
             arn = dumps(resource)
@@ -136,7 +150,7 @@ def test_sagemaker_actions_only_on_this_deployments_jobs(default_synth):
             assert arn.endswith(f':{kind}/{PREFIX}-*"]]}}'), f"{logical_id}: {actions} on {arn}"
     assert granted == {
         "sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob",
-        "sagemaker:AddTags", "sagemaker:StopProcessingJob",
+        "sagemaker:AddTags", "sagemaker:StopProcessingJob", "sagemaker:ListTrainingJobs",
     }
 
 
@@ -148,7 +162,10 @@ def test_train_launches_and_monitor_stops(default_synth):
     assert not {"sagemaker:StopTrainingJob", "sagemaker:StopProcessingJob"} & train
     assert {"sagemaker:StopTrainingJob", "sagemaker:StopProcessingJob"} <= monitor
     assert not {"sagemaker:CreateTrainingJob", "iam:PassRole"} & monitor
-    assert "sns:Publish" in train and not {a for a in train if a.startswith("s3:")}
+    # The train function reads no object; it only lists data/ to say what is missing before a launch.
+    assert "sns:Publish" in train and {a for a in train if a.startswith("s3:")} == {"s3:ListBucket"}
+    [listing] = [s for s in _statements_of(raw, "TrainFunctionPolicy") if s["Action"] == "s3:ListBucket"]
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["data/*"]}}
     assert {"sns:Publish", "s3:GetObject", "s3:ListBucket"} <= monitor
 
 
@@ -158,7 +175,7 @@ def test_pass_role_is_the_execution_role_to_sagemaker_only(default_synth):
     passes = [(k, s) for k, s in policy_statements(raw) if "iam:PassRole" in as_list(s["Action"])]
     assert len(passes) == 1
     logical_id, statement = passes[0]
-    assert logical_id.startswith("TrainFunctionPolicy")
+    assert "TrainFunctionPolicy" in logical_id
     assert statement["Resource"] == {"Fn::GetAtt": [execution_role, "Arn"]}
     assert statement["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
 
@@ -199,14 +216,15 @@ def test_monitor_reads_only_findings_and_lists_checkpoints(default_synth):
 def test_state_machine_role_invokes_the_two_functions_and_publishes(default_synth):
     _, raw = default_synth
     role = _role_id(raw, "StateMachineRole")
-    statements = [s for k, s in policy_statements(raw) if k.startswith("StateMachineRoleDefaultPolicy")]
+    statements = [s for k, s in policy_statements(raw) if "StateMachineRoleDefaultPolicy" in k]
     invoked = {dumps(r) for s in statements if s["Action"] == "lambda:InvokeFunction"
                for r in as_list(s["Resource"])}
-    functions = {k for k in _resources(raw, "AWS::Lambda::Function") if k.startswith(("Train", "Monitor"))}
-    assert len(functions) == 2
+    functions = {k for k in _resources(raw, "AWS::Lambda::Function")
+                 if any(f"{n}Function" in k for n in ("Train", "Monitor", "Watch"))}
+    assert len(functions) == 3
     for function in functions:
         assert dumps({"Fn::GetAtt": [function, "Arn"]}) in invoked
-    assert len(invoked) == 4  # each function, unqualified and :version/alias
+    assert len(invoked) == 6  # each function, unqualified and :version/alias
     publishes = [s for s in statements if s["Action"] == "sns:Publish"]
     assert [p["Resource"] for p in publishes] == [{"Ref": _one(raw, "AWS::SNS::Topic")[0]}]
     actions = {a for s in statements for a in as_list(s["Action"])}
@@ -221,20 +239,23 @@ def test_state_machine_role_invokes_the_two_functions_and_publishes(default_synt
 def test_functions_runtime_layer_memory_tracing_and_logs(default_synth):
     template, raw = default_synth
     functions = {k: r["Properties"] for k, r in _resources(raw, "AWS::Lambda::Function").items()
-                 if k.startswith(("TrainFunction", "MonitorFunction"))}
+                 if any(f"{n}Function" in k for n in ("Train", "Monitor", "Watch"))}
     handlers = sorted(p["Handler"] for p in functions.values())
-    assert handlers == ["monitor_handler.lambda_handler", "train_handler.lambda_handler"]
+    assert handlers == ["monitor_handler.lambda_handler", "train_handler.lambda_handler",
+                        "watch_handler.lambda_handler"]
     [parameter] = [k for k in raw["Parameters"] if k.startswith("SsmParameterValueawsservicepowertools")]
     layer = raw["Parameters"][parameter]["Default"]
-    assert layer == "/aws/service/powertools/python/x86_64/python3.13/latest"
+    # Pinned (not latest) to a release whose python3.13 x86_64 parameter was published (#7689).
+    assert layer == "/aws/service/powertools/python/x86_64/python3.13/3.22.1"
     for properties in functions.values():
         assert properties["Runtime"] == "python3.13"
         assert properties["Architectures"] == ["x86_64"]
         assert properties["MemorySize"] == LAMBDA_MEMORY_MB
-        assert 30 <= properties["Timeout"] <= 120
+        assert 30 <= properties["Timeout"] <= 900
         assert properties["TracingConfig"] == {"Mode": "Active"}
         assert properties["Layers"] == [{"Ref": parameter}]
-        assert set(properties["Environment"]["Variables"]) == CONTRACT_ENVIRONMENT
+        kind = properties["Handler"].split("_")[0]
+        assert set(properties["Environment"]["Variables"]) == CONTRACT_ENVIRONMENT[kind]
         assert "LoggingConfig" in properties
     template.has_resource_properties("AWS::Logs::LogGroup", {"RetentionInDays": 30})
 
@@ -302,15 +323,17 @@ def test_definition_placeholders_are_all_substituted(default_synth):
     definition = machine["Properties"]["DefinitionString"]
     substitutions = machine["Properties"]["DefinitionSubstitutions"]
     placeholders = set(re.findall(r"\$\{(\w+)\}", definition))
-    assert placeholders == set(substitutions) == {"TrainFunctionArn", "MonitorFunctionArn", "TopicArn"}
+    mapped = json.loads((REPO_ROOT / "statemachine" / "placeholders.json").read_text())["placeholders"]
+    assert placeholders == set(substitutions) == set(mapped)
+    assert substitutions["Partition"] == {"Ref": "AWS::Partition"}
     # What CloudFormation deploys: every placeholder replaced, no `${` left.
     deployed = definition
     for name in substitutions:
         deployed = deployed.replace("${" + name + "}", f"resolved-{name}")
     assert "${" not in deployed
-    functions = {k for k in _resources(raw, "AWS::Lambda::Function") if k.startswith(("Train", "Monitor"))}
-    assert {substitutions["TrainFunctionArn"]["Fn::GetAtt"][0],
-            substitutions["MonitorFunctionArn"]["Fn::GetAtt"][0]} == functions
+    functions = {k for k in _resources(raw, "AWS::Lambda::Function")
+                 if any(f"{n}Function" in k for n in ("Train", "Monitor", "Watch"))}
+    assert {substitutions[f"{n}FunctionArn"]["Fn::GetAtt"][0] for n in ("Train", "Monitor", "Watch")} == functions
 
 
 def test_state_machine_logs_everything_and_traces(default_synth):
@@ -326,7 +349,10 @@ def test_outputs(default_synth):
     outputs = raw["Outputs"]
     expected = {"StateMachineArn", "BucketName", "TopicArn", "ConsoleLink", "ExampleExecutionInput"}
     assert expected <= set(outputs)
-    assert "console.aws.amazon.com/states/home" in dumps(outputs["ConsoleLink"]["Value"])
+    link = dumps(outputs["ConsoleLink"]["Value"])
+    assert "/states/home?region=" in link and '"ConsoleHost", {"Ref": "AWS::Partition"}' in link
+    hosts = raw["Mappings"]["ConsoleHost"]
+    assert hosts["aws"]["host"] == "console.aws.amazon.com" and hosts["aws-cn"]["host"] == "console.amazonaws.cn"
     example = json.loads(outputs["ExampleExecutionInput"]["Value"])
     schema = json.loads((REPO_ROOT / "schemas" / "execution-input.schema.json").read_text())
     jsonschema.validate(example, schema)

@@ -58,6 +58,7 @@ def environment(monkeypatch):
         aws.get_sagemaker,
         aws.get_s3,
         aws.get_sns,
+        aws.get_stepfunctions,
     )
     for factory in factories:
         factory.cache_clear()
@@ -72,6 +73,8 @@ def cloud():
     with mock_aws():
         s3 = boto3.client("s3", region_name=REGION)
         s3.create_bucket(Bucket=ENV["BUCKET"])
+        for channel in ("train", "test"):  # a launch first checks that each channel has data
+            s3.put_object(Bucket=ENV["BUCKET"], Key=f"data/{channel}/x.npy", Body=b"\x93NUMPY")
         sns = boto3.client("sns", region_name=REGION)
         topic = sns.create_topic(Name="stabilizer")["TopicArn"]
         sqs = boto3.client("sqs", region_name=REGION)

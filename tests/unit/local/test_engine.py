@@ -110,3 +110,24 @@ def test_closing_stops_executions_still_running(tmp_path: Path, project: Project
             sfn_status = engine.client("stepfunctions").describe_execution(executionArn=arn)["status"]
         assert engine.stop_running_executions() == []
     assert sfn_status == "ABORTED"
+
+
+def test_the_projects_placeholders_come_from_the_one_map_cdk_reads_too(tmp_path: Path):
+    from stabilizer.local.engine import LocalSettings, placeholder_values
+    from stabilizer.local.lambdas import LocalLambdas
+
+    real = Project.discover(Path(__file__).resolve().parents[3])
+    values = placeholder_values(real.placeholder_map, LocalSettings(), LocalLambdas("us-east-1", "123456789012"))
+    filled = fill_placeholders(real.definition.read_text(), values)
+    assert "${" not in filled and "arn:aws:states:::lambda:invoke" in filled
+    assert values["WatchFunctionArn"].endswith(":function:stabilizer-watch")
+
+    # A key the engine has no local value for is named, not guessed from the placeholder's name.
+    with pytest.raises(EngineError, match="no local value for bucket_name"):
+        placeholder_values({"BucketName": "bucket_name"}, LocalSettings(), LocalLambdas("us-east-1", "1"))
+    # A definition without its map beside it cannot start.
+    (tmp_path / "statemachine").mkdir()
+    (tmp_path / "statemachine" / "x.asl.json").write_text("{}")
+    orphan = Project(tmp_path, tmp_path / "statemachine" / "x.asl.json", real.lambdas, real.model)
+    with pytest.raises(EngineError, match="no placeholder map"):
+        orphan.placeholder_map  # noqa: B018 - the property raises

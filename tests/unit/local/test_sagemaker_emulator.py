@@ -136,31 +136,105 @@ def test_findings_reach_s3_on_the_next_describe_while_the_job_runs(sagemaker: An
     assert "executions/e1/attempt-1/checkpoints/findings.json" in keys(s3, "executions/")
 
 
-def test_stop_sends_sigterm_and_ends_stopped_with_a_checkpoint(sagemaker: Any, staged: Any, s3: Any):
-    client, emulator = sagemaker
-    client.create_training_job(**request(staged, "job-stop", mode="hang"))
-    job = emulator.jobs["job-stop"]
-    deadline = time.monotonic() + 20
-    while "step=2" not in (job.log_path.read_text() if job.log_path.exists() else ""):
-        assert time.monotonic() < deadline
+def _wait_for_line(job: Any, text: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in (job.log_path.read_text() if job.log_path.exists() else ""):
+        assert time.monotonic() < deadline, f"{job.name}: no {text!r} in its log"
         time.sleep(0.05)
 
-    client.stop_training_job(TrainingJobName="job-stop")
-    assert client.describe_training_job(TrainingJobName="job-stop")["TrainingJobStatus"] in {
-        "Stopping",
-        "Stopped",
-    }
-    described = wait_for(client, "job-stop", {"Stopped", "Failed", "Completed"})
+
+def test_stop_sends_the_script_nothing_and_kills_it_after_the_grace_period(tmp_path: Path, staged: Any, s3: Any):
+    # SageMaker's framework containers do not forward StopTrainingJob's SIGTERM to the script:
+    # it trains on, unaware, until the container is killed at the end of the window. The stand-in
+    # script would checkpoint and exit 0 on SIGTERM; here it must never get the chance.
+    emulator = LocalSageMaker(tmp_path / "jobs", s3, stop_grace_seconds=1.5)
+    with emulator.installed():
+        client = boto3.client("sagemaker", region_name="us-east-1")
+        client.create_training_job(**request(staged, "job-stop", mode="hang"))
+        job = emulator.jobs["job-stop"]
+        _wait_for_line(job, "step=2 ")
+        asked = time.monotonic()
+        client.stop_training_job(TrainingJobName="job-stop")
+        assert client.describe_training_job(TrainingJobName="job-stop")["TrainingJobStatus"] == "Stopping"
+        described = wait_for(client, "job-stop", {"Stopped", "Failed", "Completed"}, timeout=15)
+        waited = time.monotonic() - asked
+        with pytest.raises(ClientError) as error:
+            client.stop_training_job(TrainingJobName="job-stop")
+    assert "in status Stopped" in str(error.value)
     assert described["TrainingJobStatus"] == "Stopped"
     assert described["SecondaryStatus"] == "Stopped"
+    assert job.exit_code == -9  # SIGKILL
+    assert waited >= 1.5
+    log = job.log_path.read_text()
+    assert "stopped at step=" not in log  # no final checkpoint at a stop
+    last_logged = int(log.rsplit("step=", 1)[1].split()[0])
+    assert last_logged > 2  # it kept training while Stopping
+
+
+def test_local_interrupt_asks_the_script_to_end_without_sagemakers_grace(tmp_path: Path, staged: Any, s3: Any):
+    emulator = LocalSageMaker(tmp_path / "jobs", s3)  # SageMaker's 120 s
+    with emulator.installed():
+        client = boto3.client("sagemaker", region_name="us-east-1")
+        client.create_training_job(**request(staged, "job-ctrl-c", mode="hang"))
+        job = emulator.jobs["job-ctrl-c"]
+        _wait_for_line(job, "step=1 ")
+        asked = time.monotonic()
+        [interrupted] = emulator.interrupt_all(grace_seconds=5)
+        assert job.done.wait(15)
+        waited = time.monotonic() - asked
+    assert interrupted is job
+    assert job.status == "Stopped"
+    # This machine's own Ctrl-C (not StopTrainingJob) reaches the script, which checkpoints and exits.
     assert "stopped at step=" in job.log_path.read_text()
     assert job.exit_code == 0
-    stopped_at = int(job.log_path.read_text().split("stopped at step=")[1].split()[0])
-    assert f"executions/e1/attempt-1/checkpoints/checkpoint-{stopped_at}.pt" in keys(s3, "executions/")
+    assert waited < 5
 
-    with pytest.raises(ClientError) as error:
-        client.stop_training_job(TrainingJobName="job-stop")
-    assert "in status Stopped" in str(error.value)
+
+def test_checkpoint_deletions_are_mirrored_to_s3(sagemaker: Any, staged: Any, s3: Any):
+    client, emulator = sagemaker
+    client.create_training_job(**request(staged, "job-rotate", mode="rotate", steps="6", step_seconds="0.2"))
+    job = emulator.jobs["job-rotate"]
+    seen: set[str] = set()
+    while client.describe_training_job(TrainingJobName="job-rotate")["TrainingJobStatus"] == "InProgress":
+        seen |= set(keys(s3, "executions/e1/attempt-1/checkpoints/"))
+        time.sleep(0.05)
+    wait_for(client, "job-rotate", {"Completed", "Failed", "Stopped"})
+    final = set(keys(s3, "executions/e1/attempt-1/checkpoints/"))
+    local = {f"executions/e1/attempt-1/checkpoints/{p.name}" for p in job.checkpoint_dir.iterdir() if p.is_file()}
+    assert final == local == {
+        "executions/e1/attempt-1/checkpoints/checkpoint-4.pt", "executions/e1/attempt-1/checkpoints/checkpoint-5.pt",
+    }
+    # Older checkpoints did reach S3 while they existed, and were deleted there after the job deleted them.
+    assert len({k for k in seen if k.endswith(".pt")}) > 2
+    assert not any(k.endswith(".partial") for k in seen | final)
+
+
+def test_a_job_that_fails_before_training_never_starts_its_script(sagemaker: Any, staged: Any):
+    client, emulator = sagemaker
+    missing = request(staged, "job-noprogram")
+    missing["HyperParameters"]["sagemaker_program"] = json.dumps("missing.py")
+    client.create_training_job(**missing)
+    described = wait_for(client, "job-noprogram", {"Completed", "Failed", "Stopped"})
+    job = emulator.jobs["job-noprogram"]
+    assert job.done.wait(5)
+    assert described["TrainingJobStatus"] == "Failed"
+    # The service's own reason, not an emulator fault the monitor would retry as SageMaker's.
+    assert described["FailureReason"] == f"ClientError: entry point missing.py not found in {staged['source']}"
+    assert client.describe_training_job(TrainingJobName="job-noprogram")["FailureReason"] == described["FailureReason"]
+    assert job.process is None and not job.log_path.exists()
+
+
+def test_the_end_of_every_job_is_announced_once(tmp_path: Path, staged: Any, s3: Any):
+    ended: list[tuple[str, str]] = []
+    emulator = LocalSageMaker(tmp_path / "jobs", s3, on_job_end=lambda job: ended.append((job.name, job.status)))
+    with emulator.installed():
+        client = boto3.client("sagemaker", region_name="us-east-1")
+        client.create_training_job(**request(staged, "job-a", steps="2"))
+        nodata = request(staged, "job-b")
+        nodata["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"] = f"s3://{BUCKET}/nothing/"
+        client.create_training_job(**nodata)
+        assert emulator.wait_all(timeout=30)
+    assert sorted(ended) == [("job-a", "Completed"), ("job-b", "Failed")]
 
 
 def test_max_runtime_stops_the_job(sagemaker: Any, staged: Any):
@@ -205,6 +279,11 @@ def test_empty_channel_fails_like_sagemaker(sagemaker: Any, staged: Any):
     described = wait_for(client, "job-nodata", {"Completed", "Failed", "Stopped"})
     assert described["TrainingJobStatus"] == "Failed"
     assert described["FailureReason"].startswith("ClientError: No S3 objects found under S3 URL")
+    # Stopped at the first failure, as the service does: no training process, no other reason later.
+    job = sagemaker[1].jobs["job-nodata"]
+    assert job.done.wait(5)
+    assert job.process is None
+    assert client.describe_training_job(TrainingJobName="job-nodata")["FailureReason"] == described["FailureReason"]
 
 
 def test_invalid_requests_are_rejected_before_anything_runs(sagemaker: Any, staged: Any):

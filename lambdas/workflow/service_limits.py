@@ -1,0 +1,134 @@
+"""The AWS limits an execution must fit, checked when the input is read, before anything launches.
+
+Step Functions: an execution that outlives its `TimeoutSeconds`, or writes more than 25,000
+history events, fails with no Catch and no notification (Step Functions developer guide, "Step
+Functions service quotas": 25,000 events in an execution's history, a hard quota). The
+workflow's own limits (`limits.max_monitor_transitions` checks at most `wait_seconds` apart,
+relaunches) must therefore end every execution well inside both.
+
+SageMaker: CreateTrainingJob rejects a hyperparameter value over 2,500 characters and a tag value
+outside `[\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*` or over 256 characters (botocore's SageMaker model,
+HyperParameterValue and TagValue; tests/unit/lambdas compare these constants with it). Found at
+input, such a request says which field to change instead of failing the first launch.
+
+Pure: a state or a request in, a list of problems (each naming its field) out.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+
+from workflow.state import WorkflowState
+
+# The definition's TimeoutSeconds (statemachine/stabilizer.asl.json; a test keeps them equal).
+EXECUTION_TIMEOUT_SECONDS = 2_678_400  # 31 days: room for limits.max_total_training_seconds (30 days)
+HISTORY_EVENT_QUOTA = 25_000
+
+# History events each part of an execution writes, counted by event type in Step Functions'
+# history (and measured in moto's interpreter by tests/asl/test_bounds.py, which must not exceed them):
+# - start and end: ExecutionStarted, ValidateInput (TaskStateEntered, TaskScheduled, TaskStarted,
+#   TaskSucceeded, TaskStateExited), the final state entered/exited and ExecutionSucceeded/Failed,
+#   with a failure path (StopJobAndNotify, NotifyFailure) on top;
+# - a launch: one Lambda task, 5 events;
+# - a check: AwaitJobChange (entered, scheduled, started, submitted, succeeded or timed out,
+#   exited: 6), or, when parking fails, its failure (5) plus WaitForProgress (2); then
+#   CheckJobAndRules (5) and DecideNextStep (2).
+EVENTS_START_AND_END = 20
+EVENTS_PER_LAUNCH = 5
+EVENTS_PER_CHECK = 14
+# A retried Lambda step writes TaskFailed, TaskScheduled and TaskStarted again; kept in reserve.
+EVENTS_RESERVED_FOR_RETRIES = 2_500
+
+# Wall time each part may take beyond waiting: a check's Lambda with its retries (six tries
+# 2..30 s apart plus the calls), and a launch with the capacity back-off (60+120+240+480+600 s).
+CHECK_SECONDS_BEYOND_WAIT = 120
+LAUNCH_SECONDS = 1_800
+
+HYPERPARAMETER_VALUE_MAX = 2_500
+TAG_VALUE_MAX = 256
+_TAG_PUNCTUATION = frozenset("_.:/=+-@")
+
+
+def history_events(state: WorkflowState) -> int:
+    """The most history events an execution with these limits can write (retries aside)."""
+    limits = state.limits
+    launches = limits.max_num_retraining + 1
+    return EVENTS_START_AND_END + launches * EVENTS_PER_LAUNCH + limits.max_monitor_transitions * EVENTS_PER_CHECK
+
+
+def longest_execution_seconds(state: WorkflowState) -> int:
+    """The longest an execution with these limits can run before its own limits end it.
+
+    Each check comes at most `wait_seconds` after the previous step (the await times out), so
+    `max_monitor_transitions` checks bound the watching; launches add their own time.
+    """
+    limits = state.limits
+    launches = limits.max_num_retraining + limits.max_infrastructure_retries + 1
+    return limits.max_monitor_transitions * (state.wait_seconds + CHECK_SECONDS_BEYOND_WAIT) + launches * LAUNCH_SECONDS
+
+
+def execution_problems(state: WorkflowState) -> list[str]:
+    """Input bounds that would let the execution outlive its timeout or its history quota."""
+    problems = []
+    limits = state.limits
+    budget = HISTORY_EVENT_QUOTA - EVENTS_RESERVED_FOR_RETRIES
+    events = history_events(state)
+    if events > budget:
+        most = (budget - EVENTS_START_AND_END - (limits.max_num_retraining + 1) * EVENTS_PER_LAUNCH) // EVENTS_PER_CHECK
+        problems.append(
+            f"limits.max_monitor_transitions: {limits.max_monitor_transitions} checks may write {events:,} "
+            f"history events; Step Functions allows {HISTORY_EVENT_QUOTA:,} per execution "
+            f"({EVENTS_RESERVED_FOR_RETRIES:,} kept for retries), so at most {max(most, 0)} checks fit"
+        )
+    seconds = longest_execution_seconds(state)
+    if seconds > EXECUTION_TIMEOUT_SECONDS:
+        problems.append(
+            f"wait_seconds x limits.max_monitor_transitions: {state.wait_seconds} s x "
+            f"{limits.max_monitor_transitions} checks (plus launches) may run {seconds:,} s, longer than "
+            f"the execution's timeout of {EXECUTION_TIMEOUT_SECONDS:,} s; lower either"
+        )
+    if limits.max_total_training_seconds > EXECUTION_TIMEOUT_SECONDS:
+        problems.append(
+            f"limits.max_total_training_seconds: {limits.max_total_training_seconds} s is longer than the "
+            f"execution's timeout of {EXECUTION_TIMEOUT_SECONDS:,} s"
+        )
+    return problems
+
+
+def _tag_value_ok(value: str) -> bool:
+    # \p{L} letters, \p{Z} separators, \p{N} numbers, and _.:/=+-@
+    return len(value) <= TAG_VALUE_MAX and all(
+        ch in _TAG_PUNCTUATION or unicodedata.category(ch)[0] in ("L", "Z", "N") for ch in value
+    )
+
+
+# Which input field a tag value comes from (requests.py writes these tags).
+_TAG_SOURCES = {
+    "stabilizer:execution": "execution name (the name given when the execution was started)",
+    "stabilizer:policy": "policy",
+}
+
+
+def request_problems(request: dict[str, Any], sources: dict[str, str] | None = None) -> list[str]:
+    """CreateTrainingJob values SageMaker would reject. `sources` names the input field behind
+    each hyperparameter (`sentinel_rules` -> `run_spec.rules`); unnamed ones are named as such."""
+    problems = []
+    for name, value in (request.get("HyperParameters") or {}).items():
+        if len(value) > HYPERPARAMETER_VALUE_MAX:
+            where = (sources or {}).get(name, f"hyperparameter {name!r}")
+            problems.append(
+                f"{where}: the training job's hyperparameter {name!r} would be {len(value):,} characters; "
+                f"SageMaker allows {HYPERPARAMETER_VALUE_MAX:,}"
+            )
+    for tag in request.get("Tags") or []:
+        if not _tag_value_ok(tag["Value"]):
+            where = _TAG_SOURCES.get(tag["Key"], f"tag {tag['Key']!r}")
+            problems.append(
+                f"{where}: {tag['Value']!r} cannot be a SageMaker tag value (letters, digits, spaces and "
+                f"_ . : / = + - @ only, at most {TAG_VALUE_MAX} characters); start the execution with a name "
+                f"made of those"
+                if tag["Key"] == "stabilizer:execution"
+                else f"{where}: {tag['Value']!r} cannot be a SageMaker tag value"
+            )
+    return problems

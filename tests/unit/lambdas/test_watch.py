@@ -1,0 +1,225 @@
+"""The watch function at the AWS edge: parking an execution, waking it on the job's end event,
+and cleaning up after an execution that ended abnormally. moto for S3, SNS and Step Functions;
+botocore Stubber where the exact SageMaker requests matter (ListTrainingJobs, StopTrainingJob)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import boto3
+import pytest
+import watch_handler
+from botocore.stub import ANY, Stubber
+from conftest import ENV, T0, new_state
+from moto import mock_aws
+from workflow import aws, watch
+from workflow.settings import WatchSettings
+from workflow.state import dump_state
+
+REGION = "us-east-1"
+BUCKET = ENV["BUCKET"]
+
+
+def described(name: str, status: str) -> dict[str, Any]:
+    """A DescribeTrainingJob response with the members it always has, so Stubber accepts it."""
+    return {
+        "TrainingJobName": name,
+        "TrainingJobArn": f"arn:aws:sagemaker:{REGION}:123456789012:training-job/{name}",
+        "TrainingJobStatus": status,
+        "SecondaryStatus": "Training" if status == "InProgress" else status,
+        "AlgorithmSpecification": {"TrainingInputMode": "File"},
+        "ModelArtifacts": {"S3ModelArtifacts": f"s3://{BUCKET}/out/model.tar.gz"},
+        "ResourceConfig": {"VolumeSizeInGB": 30},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+        "CreationTime": T0,
+    }
+
+
+class FakeExecutions:
+    """SendTaskSuccess and DescribeExecution as the watch function uses them (no interpreter here)."""
+
+    def __init__(self, error: str | None = None, gone: bool = False) -> None:
+        self.sent: list[tuple[str, dict]] = []
+        self.error = error
+        self.gone = gone
+
+    def wake(self, token: str, output: dict[str, Any]) -> bool:
+        self.sent.append((token, output))
+        return not self.gone
+
+    def describe(self, arn: str) -> dict[str, Any]:
+        return {"executionArn": arn, "status": "FAILED", "error": self.error, "cause": "boom"}
+
+
+@pytest.fixture
+def cloud(monkeypatch):
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(key, value)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        sns = boto3.client("sns", region_name=REGION)
+        topic = sns.create_topic(Name="stabilizer")["TopicArn"]
+        sqs = boto3.client("sqs", region_name=REGION)
+        queue = sqs.create_queue(QueueName="inbox")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn, Attributes={"RawMessageDelivery": "true"})
+        yield {"s3": s3, "sns": sns, "sqs": sqs, "queue": queue, "topic": topic}
+
+
+def _deps(cloud, sagemaker, executions) -> watch_handler.Collaborators:
+    settings = WatchSettings(bucket=BUCKET, topic_arn=cloud["topic"], job_name_prefix="stabilizer")
+    return watch_handler.Collaborators(
+        settings=settings,
+        jobs=aws.TrainingJobs(sagemaker),
+        tokens=aws.TaskTokens(cloud["s3"]),
+        executions=executions,
+        notifier=aws.Notifier(cloud["sns"], cloud["topic"]),
+    )
+
+
+def _launched(settings) -> dict:
+    from workflow.launch import launch
+
+    return dump_state(launch(new_state(settings), settings, T0).state)
+
+
+def _inbox(cloud) -> list[dict]:
+    got = cloud["sqs"].receive_message(QueueUrl=cloud["queue"], MaxNumberOfMessages=10,
+                                       MessageAttributeNames=["All"])
+    return got.get("Messages", [])
+
+
+def _job_event(name: str, status: str, checkpoint_uri: str) -> dict:
+    return {
+        "version": "0", "detail-type": "SageMaker Training Job State Change", "source": "aws.sagemaker",
+        "detail": {"TrainingJobName": name, "TrainingJobStatus": status,
+                   "CheckpointConfig": {"S3Uri": checkpoint_uri, "LocalPath": "/opt/ml/checkpoints"}},
+    }
+
+
+def test_parking_keeps_the_token_beside_the_attempt_and_the_job_end_sends_it(cloud, settings):
+    state = _launched(settings)
+    attempt = state["attempts"][-1]
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    executions = FakeExecutions()
+    with Stubber(sagemaker) as stub:
+        stub.add_response("describe_training_job", described(attempt["job_name"], "InProgress"),
+                          {"TrainingJobName": attempt["job_name"]})
+        parked = watch_handler.handle({"action": "await", "token": "tok-1", "state": state},
+                                      _deps(cloud, sagemaker, executions))
+    assert parked["parked"] is True
+    token_key = attempt["checkpoint_s3_uri"].split(BUCKET + "/")[1].rsplit("/", 1)[0] + "/wake-token.json"
+    assert json.loads(cloud["s3"].get_object(Bucket=BUCKET, Key=token_key)["Body"].read())["token"] == "tok-1"
+    assert executions.sent == []
+
+    woken = watch_handler.handle(_job_event(attempt["job_name"], "Failed", attempt["checkpoint_s3_uri"]),
+                                 _deps(cloud, sagemaker, executions))
+    assert woken["woken"] is True
+    assert executions.sent == [("tok-1", {"job_name": attempt["job_name"], "status": "Failed"})]
+    # Sent once: the token is gone, a repeated event wakes nothing.
+    again = watch_handler.handle(_job_event(attempt["job_name"], "Failed", attempt["checkpoint_s3_uri"]),
+                                 _deps(cloud, sagemaker, executions))
+    assert again["woken"] is False and len(executions.sent) == 1
+
+
+def test_a_job_that_ended_before_parking_wakes_the_execution_at_once(cloud, settings):
+    state = _launched(settings)
+    attempt = state["attempts"][-1]
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    executions = FakeExecutions()
+    with Stubber(sagemaker) as stub:
+        stub.add_response("describe_training_job", described(attempt["job_name"], "Completed"),
+                          {"TrainingJobName": attempt["job_name"]})
+        parked = watch_handler.handle({"action": "await", "token": "tok-2", "state": state},
+                                      _deps(cloud, sagemaker, executions))
+    assert parked["parked"] is False
+    assert executions.sent == [("tok-2", {"job_name": attempt["job_name"], "status": "Completed"})]
+    listed = cloud["s3"].list_objects_v2(Bucket=BUCKET, Prefix="executions/").get("Contents", [])
+    assert [o["Key"] for o in listed if o["Key"].endswith("wake-token.json")] == []
+
+
+def test_another_deployments_job_is_ignored(cloud, settings):
+    executions = FakeExecutions()
+    event = _job_event("stabilizer-abc-1", "Completed", "s3://someone-else/executions/x/attempt-1/checkpoints")
+    result = watch_handler.handle(event, _deps(cloud, boto3.client("sagemaker", region_name=REGION), executions))
+    assert result["woken"] is False and executions.sent == []
+
+
+def _execution_event(name: str, status: str) -> dict:
+    return {
+        "version": "0", "detail-type": "Step Functions Execution Status Change", "source": "aws.states",
+        "detail": {"executionArn": f"arn:aws:states:{REGION}:123456789012:execution:sm:{name}",
+                   "stateMachineArn": f"arn:aws:states:{REGION}:123456789012:stateMachine:sm",
+                   "name": name, "status": status, "startDate": 1, "stopDate": 2},
+    }
+
+
+def _summary(name: str) -> dict:
+    return {"TrainingJobName": name, "TrainingJobArn": f"arn:aws:sagemaker:{REGION}:123456789012:training-job/{name}",
+            "CreationTime": T0, "TrainingJobStatus": "InProgress"}
+
+
+def _running(name: str, execution: str, bucket: str = BUCKET) -> dict:
+    description = described(name, "InProgress")
+    description["CheckpointConfig"] = {"S3Uri": f"s3://{bucket}/executions/{execution}/attempt-2/checkpoints"}
+    return description
+
+
+def test_a_timed_out_execution_gets_its_job_stopped_and_someone_told(cloud):
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    with Stubber(sagemaker) as stub:
+        stub.add_response("list_training_jobs", {"TrainingJobSummaries": [
+            _summary("stabilizer-aaaa-2"), _summary("stabilizer-bbbb-1"), _summary("stabilizer-cccc-1")]},
+            {"NameContains": "stabilizer-", "StatusEquals": "InProgress"})
+        stub.add_response("describe_training_job", _running("stabilizer-aaaa-2", "run-7"), {"TrainingJobName": ANY})
+        stub.add_response("describe_training_job", _running("stabilizer-bbbb-1", "run-8"), {"TrainingJobName": ANY})
+        stub.add_response("describe_training_job", _running("stabilizer-cccc-1", "run-7", bucket="other"),
+                          {"TrainingJobName": ANY})
+        stub.add_response("stop_training_job", {}, {"TrainingJobName": "stabilizer-aaaa-2"})
+        result = watch_handler.handle(_execution_event("run-7", "TIMED_OUT"),
+                                      _deps(cloud, sagemaker, FakeExecutions(error="States.Timeout")))
+        stub.assert_no_pending_responses()
+    assert result == {"stopped": ["stabilizer-aaaa-2"], "notified": True}
+    [message] = _inbox(cloud)
+    body = message["Body"]
+    assert "run-7" in body and "timed out" in body and "stabilizer-aaaa-2" in body
+    assert message["MessageAttributes"]["event_type"]["StringValue"] == "failed"
+
+
+def test_a_failed_execution_whose_own_path_already_stopped_and_told_stays_quiet(cloud):
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    with Stubber(sagemaker) as stub:
+        stub.add_response("list_training_jobs", {"TrainingJobSummaries": []},
+                          {"NameContains": "stabilizer-", "StatusEquals": "InProgress"})
+        result = watch_handler.handle(_execution_event("run-9", "FAILED"),
+                                      _deps(cloud, sagemaker, FakeExecutions(error="AwsRequestRejected")))
+    assert result == {"stopped": [], "notified": False}
+    assert _inbox(cloud) == []
+
+
+def test_an_uncatchable_failure_is_told_even_with_no_job_left(cloud):
+    # The history quota or a data limit fails the execution with no Catch able to run.
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    with Stubber(sagemaker) as stub:
+        stub.add_response("list_training_jobs", {"TrainingJobSummaries": []},
+                          {"NameContains": "stabilizer-", "StatusEquals": "InProgress"})
+        result = watch_handler.handle(_execution_event("run-10", "FAILED"),
+                                      _deps(cloud, sagemaker, FakeExecutions(error="States.Runtime")))
+    assert result["notified"] is True
+    [message] = _inbox(cloud)
+    assert "States.Runtime" in message["Body"]
+
+
+def test_token_location_is_beside_the_checkpoints_not_in_them():
+    uri = "s3://b/executions/run-1/attempt-3/checkpoints"
+    assert watch.token_uri(uri) == "s3://b/executions/run-1/attempt-3/wake-token.json"
+    assert watch.token_uri(uri + "/") == "s3://b/executions/run-1/attempt-3/wake-token.json"
+
+
+def test_an_event_of_no_known_kind_is_refused(cloud):
+    with pytest.raises(Exception, match="expected action 'await'"):
+        watch_handler.handle({"detail-type": "Something Else"},
+                             _deps(cloud, boto3.client("sagemaker", region_name=REGION), FakeExecutions()))

@@ -1,0 +1,39 @@
+"""The project's own definition and handlers in the local engine, with the stand-in training
+script: a job's end wakes the parked execution at once (the local stand-in for EventBridge's
+"SageMaker Training Job State Change" rule), so a run is not paced by `wait_seconds`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from stabilizer.local.engine import LocalEngine, Project
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_jobs_end_wakes_the_execution_long_before_wait_seconds(tmp_path: Path):
+    for channel, n in (("train", 8), ("test", 4)):
+        directory = tmp_path / "data" / channel
+        directory.mkdir(parents=True)
+        np.save(directory / "x.npy", np.zeros((n, 32, 32, 3), dtype=np.float32))
+        np.save(directory / "y.npy", np.arange(n) % 10)
+    project = Project.discover(ROOT)
+    project = Project(project.root, project.definition, project.lambdas, FIXTURES / "fake_model")
+    with LocalEngine(tmp_path / "run", tmp_path / "data", project=project) as engine:
+        started = time.monotonic()
+        # wait_seconds 300: only the job's end event can make this run finish in seconds.
+        record = engine.run({"wait_seconds": 300}, name="wake-1")
+        seconds = time.monotonic() - started
+        history = engine.history(record.execution_arn)
+
+    assert record.status == "SUCCEEDED", (record.error, record.cause)
+    assert record.states[:3] == ["ValidateInput", "LaunchTrainingJob", "AwaitJobChange"]
+    assert record.states[-3:] == ["CheckJobAndRules", "DecideNextStep", "TrainingSucceeded"]
+    awaited = [e["type"] for e in history if e["type"] in ("TaskSucceeded", "TaskTimedOut", "TaskSubmitted")]
+    assert "TaskTimedOut" not in awaited
+    assert seconds < 120
+    assert [a.status for a in record.attempts] == ["Completed"]
