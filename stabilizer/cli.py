@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def prepare_data(args: argparse.Namespace, model_dir: Path, out: TextIO) -> Path:
-    from stabilizer.local.data import DataPreparationError, channels_present, ensure_offline_digits
+    from stabilizer.local.offline_digits import DataPreparationError, channels_present, ensure_offline_digits
 
     if args.data_dir is not None:
         for channel in ("train", "test"):

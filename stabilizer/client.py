@@ -345,8 +345,8 @@ class LocalClient(_Base):
         cls, run_dir: str | Path = "runs/notebook", data_dir: str | Path | None = None, settings: Any = None
     ) -> LocalClient:
         """Start a local engine for a notebook: the offline digits unless ``data_dir`` is given."""
-        from stabilizer.local.data import ensure_offline_digits
         from stabilizer.local.engine import LocalEngine, Project
+        from stabilizer.local.offline_digits import ensure_offline_digits
 
         project = Project.discover()
         data = Path(data_dir) if data_dir else ensure_offline_digits(Path(run_dir) / "data" / "digits", project.model)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from stabilizer.local.lambdas import LocalLambdas
+from stabilizer.local.lambda_seam import LocalLambdas
 from stabilizer.local.s3files import source_archive
 from stabilizer.local.sagemaker import LocalSageMaker, LocalTrainingJob
 from stabilizer.records import AttemptRecord, EvalPoint, MetricPoint, Notification, RunRecord, parse_log_line
@@ -376,7 +376,7 @@ class LocalEngine:
                     self._stack.callback(handler.setStream, previous)
 
     def _rule_evaluator(self) -> Any:
-        from stabilizer.local.rules import rule_evaluator_factory
+        from stabilizer.local.rule_jobs import rule_evaluator_factory
 
         return rule_evaluator_factory(python=self.python, region=REGION, account=ACCOUNT)
 
