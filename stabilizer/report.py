@@ -165,6 +165,8 @@ def markdown(record: RunRecord, plots: list[Path], run_dir: Path) -> str:
     lines += ["", "## Notifications", ""]
     for note in record.notifications:
         lines.append(f"- {note.received:.1f} s — {note.subject}")
+    for number, note in enumerate(record.notifications, start=1):
+        lines += ["", f"### {number}. {note.subject}", "", "```text", note.message.rstrip(), "```"]
     lines += ["", "## States", "", " → ".join(record.states), ""]
     lines += ["## Input", "", "```json", json.dumps(record.input, indent=2), "```", ""]
     return "\n".join(lines)

@@ -34,7 +34,15 @@ from unittest import mock
 from stabilizer.local.lambda_seam import LocalLambdas
 from stabilizer.local.s3files import source_archive
 from stabilizer.local.sagemaker import LocalSageMaker, LocalTrainingJob
-from stabilizer.records import AttemptRecord, EvalPoint, MetricPoint, Notification, RunRecord, parse_log_line
+from stabilizer.records import (
+    AttemptRecord,
+    EvalPoint,
+    MetricPoint,
+    Notification,
+    RunRecord,
+    TrainingPlan,
+    parse_log_line,
+)
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
 REGION = "us-east-1"
@@ -159,7 +167,7 @@ def placeholder_values(names: set[str], settings: LocalSettings, lambdas: LocalL
 class EngineEvent:
     """Something the follower observed; ``kind`` says which fields are set."""
 
-    kind: str  # state | notification | job | metric | eval | finding | rules
+    kind: str  # state | notification | job | plan | metric | eval | finding | rules
     attempt: AttemptRecord | None = None
     state: str | None = None
     notification: Notification | None = None
@@ -510,6 +518,9 @@ class LocalEngine:
                 elif isinstance(point, EvalPoint):
                     attempt.evals.append(point)
                     emit(EngineEvent(kind="eval", attempt=attempt, evaluation=point))
+                elif isinstance(point, TrainingPlan):
+                    attempt.plan = point
+                    emit(EngineEvent(kind="plan", attempt=attempt))
             self._poll_findings(follow, emit, job, attempt)
             with job.lock:
                 status = (job.status, job.secondary_status)
