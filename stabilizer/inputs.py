@@ -6,16 +6,15 @@ and asks the domain to validate it, so the CLI rejects exactly what the state ma
 before anything is launched. Problems are raised as ``InputProblemError`` with a one-line message.
 
 Keys may be dotted (``run_spec.num_epochs=1``, ``limits.max_num_retraining=3``); a bare key is
-looked up among the top-level fields, then the run_spec fields, then the limits fields. Values
+looked up among the top-level fields, then the run_spec fields, then the limits fields, then the
+original AWS sample's flat names (``init_warmup_learning_rate``, ``max_num_retraining``). Values
 are read as JSON when they parse (``1``, ``0.05``, ``true``, ``[...]``), else as text (``elu``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,18 +26,12 @@ class InputProblemError(Exception):
 
 def workflow_state_module(lambdas_dir: Path) -> ModuleType:
     """``workflow.state`` from the Lambda asset (the single definition of the execution input)."""
-    entry = str(lambdas_dir)
-    added = entry not in sys.path
-    if added:
-        sys.path.insert(0, entry)
+    from stabilizer.parts import PartMissingError, from_lambdas
+
     try:
-        return importlib.import_module("workflow.state")
-    except ImportError as error:
-        raise InputProblemError(f"cannot load the execution input model from {lambdas_dir}: {error}") from None
-    finally:
-        if added:
-            with contextlib.suppress(ValueError):
-                sys.path.remove(entry)
+        return from_lambdas("workflow.state", root=Path(lambdas_dir).parent)
+    except PartMissingError as error:
+        raise InputProblemError(f"cannot load the execution input model: {error}") from None
 
 
 def read_input_file(path: Path) -> dict[str, Any]:
@@ -74,9 +67,13 @@ def resolve_key(key: str, state_module: ModuleType) -> list[str]:
     top = _fields(state_module.ExecutionInput)
     nested = {"run_spec": _fields(state_module.RunSpec), "limits": _fields(state_module.Limits)}
     parts = key.split(".")
+    sample = _migration(state_module).SAMPLE_FIELDS
     if len(parts) == 1:
         if key in top and key not in nested:
             return parts
+        home = sample.get(key)
+        if home is not None and home.path is not None and home.path != _migration(state_module).CAPTURE_PATH:
+            return list(home.path)  # the original sample's name for a field that has moved
         for section, fields in nested.items():
             if key in fields:
                 return [section, key]
@@ -109,6 +106,13 @@ def build_input(
 ) -> dict[str, Any]:
     """The execution input, validated by the workflow domain; raises InputProblemError otherwise."""
     data: dict[str, Any] = read_input_file(input_file) if input_file else {}
+    # The original sample's flat input in today's shape first, so defaults and pairs land beside it.
+    try:
+        data = _migration(state_module).from_sample_input(data, list(state_module.RunSpec().capture))
+    except Exception as error:  # the domain's InvalidInput: where each of the sample's fields lives now
+        if type(error).__name__ != "InvalidInput":
+            raise
+        raise InputProblemError(str(error)) from None
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key:
@@ -125,6 +129,11 @@ def build_input(
         data["policy"] = policy
     _fill_defaults(data, defaults or {})
     return validate_execution_input(data, state_module)
+
+
+def _migration(state_module: ModuleType) -> ModuleType:
+    """``workflow.migration`` of the same asset as ``state_module`` (the original sample's names)."""
+    return importlib.import_module(f"{state_module.__package__}.migration")
 
 
 def validate_execution_input(data: dict[str, Any], state_module: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workflow.errors import InvalidInput, StateCorrupted
+from workflow.migration import from_sample_input
 
 STATE_VERSION = 1
 
@@ -330,6 +331,7 @@ def parse_execution_input(raw: Any) -> ExecutionInput:
         raw = {}
     if not isinstance(raw, dict):
         raise InvalidInput(f"input: expected a JSON object, got {type(raw).__name__}")
+    raw = from_sample_input(raw, default_collections=list(_default_capture()))  # the original sample's flat input
     try:
         # strict: "0.1" is not a learning rate and true is not an epoch count.
         return ExecutionInput.model_validate(raw, strict=True)
