@@ -86,9 +86,10 @@ class PeakMemory:
 
 
 def run_one(policy: str, pairs: list[str], data_dir: Path, run_root: Path) -> dict[str, Any]:
-    from stabilizer.cli import LOCAL_DEFAULTS, project_root
+    from stabilizer.cli import LOCAL_DEFAULTS
     from stabilizer.inputs import build_input, workflow_state_module
     from stabilizer.local.engine import LocalEngine, Project
+    from stabilizer.parts import project_root
     from stabilizer.report import outcome, timing, write_report
 
     project = Project.discover(project_root())
@@ -135,10 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pairs", nargs="*", metavar="key=value", help="execution input fields, as for stabilizer run")
     args = parser.parse_args(argv)
 
-    from stabilizer.cli import prepare_data, project_root
+    from stabilizer.cli import prepare_data
+    from stabilizer.parts import model_dir
 
     data_args = argparse.Namespace(data_dir=args.data_dir, run_dir=Path("runs"))
-    data_dir = prepare_data(data_args, project_root() / "model", sys.stdout)
+    data_dir = prepare_data(data_args, model_dir(), sys.stdout)
     policies = ["default", "original"] if args.policy == "both" else [args.policy]
     results = []
     print(f"cpus: {os.cpu_count()}  load average before: {os.getloadavg()[0]:.2f}")

@@ -25,11 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-MODEL_DIR = Path(__file__).resolve().parents[1] / "model"
+from stabilizer.parts import from_model, use_model
+
 EXPLODING = [{"name": "ExplodingTensor"}]
-if str(MODEL_DIR) not in sys.path:
-    sys.path.insert(0, str(MODEL_DIR))  # model/ is the training source directory, imported as in the job
-from rule_engine.capture import BUILTIN_COLLECTIONS as ALL_COLLECTIONS  # noqa: E402
+# model/ is the training source directory: its modules are imported as the job imports them.
+ALL_COLLECTIONS = from_model("rule_engine.capture").BUILTIN_COLLECTIONS
 
 CONFIGS: dict[str, tuple[list, dict] | None] = {
     "plain": None,
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 keeps torch's default")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(MODEL_DIR))
+    use_model()
     import torch
     from data import digits_arrays
 

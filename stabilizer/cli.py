@@ -143,11 +143,6 @@ def prepare_data(args: argparse.Namespace, model_dir: Path, out: TextIO) -> Path
         raise UsageError(str(error)) from None
 
 
-def project_root() -> Path:
-    """The repository this package runs from (the CLI runs the project's own parts)."""
-    return Path(__file__).resolve().parents[1]
-
-
 def exit_code(record: Any) -> int:
     from stabilizer.report import outcome
 
@@ -181,10 +176,11 @@ class Interrupts:
 def run_local(args: argparse.Namespace, out: TextIO) -> int:
     from stabilizer.inputs import build_input, workflow_state_module
     from stabilizer.local.engine import LocalEngine, LocalSettings, Project
+    from stabilizer.parts import lambdas_dir, project_root
 
     # The input is checked first: a wrong input is the person's to fix, whatever else is missing.
     execution_input = build_input(
-        state_module=workflow_state_module(project_root() / "lambdas"),
+        state_module=workflow_state_module(lambdas_dir()),
         input_file=args.input,
         pairs=args.pairs,
         policy=args.policy,

@@ -57,9 +57,14 @@ def used(directory: Path) -> Iterator[Path]:
                 sys.path.remove(entry)
 
 
+def use_model(root: Path | None = None) -> Path:
+    """``model/`` on the path for good: a notebook or benchmark imports ``data`` and ``rule_engine``."""
+    return use(model_dir(root))
+
+
 def from_model(module: str, root: Path | None = None) -> ModuleType:
     """A module of ``model/`` (``data``, ``rule_engine.trial``), imported as the job imports it."""
-    directory = use(model_dir(root))
+    directory = use_model(root)
     try:
         return importlib.import_module(module)
     except ImportError as error:
