@@ -16,6 +16,7 @@ The client observes and starts executions; it never changes what the workflow de
 
 from __future__ import annotations
 
+import atexit
 import json
 import threading
 import time
@@ -320,12 +321,16 @@ class LocalClient(_Base):
         engine.__enter__()
         client = cls(engine)
         client._owns_engine = True
+        # A notebook kernel that exits without close() must not leave training processes behind.
+        atexit.register(client.close)
         return client
 
     def close(self) -> None:
+        """Stop the engine this client started (its running jobs get SIGTERM)."""
         if self._owns_engine:
             self.engine.close()
             self._owns_engine = False
+            atexit.unregister(self.close)
 
     def __enter__(self) -> LocalClient:
         return self

@@ -145,3 +145,10 @@ def validate_execution_input(data: dict[str, Any], state_module: Any) -> dict[st
             raise
         raise InputProblemError(str(error)) from None
     return data
+
+
+def check_input(execution_input: dict[str, Any]) -> dict[str, Any]:
+    """Validate an execution input (a notebook's) as the state machine's first step would."""
+    from stabilizer.parts import lambdas_dir
+
+    return validate_execution_input(execution_input, workflow_state_module(lambdas_dir()))

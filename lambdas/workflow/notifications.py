@@ -10,6 +10,7 @@ gave_up, failed.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -71,10 +72,24 @@ def recipe_diff(changes: dict[str, list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def _recipe_line(spec: RunSpec) -> str:
-    bn = "BN" if spec.add_batch_norm else "no BN"
-    clip = f", clip {spec.grad_clip:g}" if spec.grad_clip else ""
-    return f"warm-up LR {spec.warmup_learning_rate:g}, LR {spec.learning_rate:g}, {bn}{clip}"
+def recipe_text(spec: RunSpec | Mapping[str, Any]) -> str:
+    """A recipe in a few words, ``warm-up LR 0.1, LR 0.1, no BN`` (``, clip 1`` when clipping).
+
+    The one summary of a recipe: notifications, the CLI's table, the report and the notebook all
+    use it. It takes a run_spec or a mapping of its fields (a state payload's, or a job's
+    hyperparameters read as JSON); a rate that is missing is left out.
+    """
+    values = spec.model_dump() if isinstance(spec, RunSpec) else spec
+    parts = [
+        f"{label} {values[key]:g}"
+        for key, label in (("warmup_learning_rate", "warm-up LR"), ("learning_rate", "LR"))
+        if isinstance(values.get(key), int | float)
+    ]
+    parts.append("BN" if values.get("add_batch_norm") in (1, True) else "no BN")
+    clip = values.get("grad_clip")
+    if isinstance(clip, int | float) and clip:
+        parts.append(f"clip {clip:g}")
+    return ", ".join(parts)
 
 
 def _trim_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
@@ -139,10 +154,10 @@ def _compose(state: WorkflowState, event: EventType, subject: str, lines: list[s
 
 
 def launched(state: WorkflowState, attempt: Attempt) -> Notification:
-    subject = clean_subject(f"Attempt {attempt.number} launched: {_recipe_line(attempt.run_spec)}")
+    subject = clean_subject(f"Attempt {attempt.number} launched: {recipe_text(attempt.run_spec)}")
     lines = [
         f"Training job {attempt.job_name} started.",
-        f"Recipe: {_recipe_line(attempt.run_spec)}",
+        f"Recipe: {recipe_text(attempt.run_spec)}",
         f"Checkpoints: {attempt.checkpoint_s3_uri}",
     ]
     if attempt.resumed_from:
@@ -230,7 +245,7 @@ def _attempts_table(state: WorkflowState) -> list[str]:
     lines = ["Attempts:"]
     for a in state.attempts:
         fired = f", {a.finding.rule} at step {a.finding.step}" if a.finding else ""
-        lines.append(f"  {a.number}. {a.job_name}: {a.status}{fired} [{_recipe_line(a.run_spec)}]")
+        lines.append(f"  {a.number}. {a.job_name}: {a.status}{fired} [{recipe_text(a.run_spec)}]")
     return lines
 
 
@@ -256,7 +271,7 @@ def finished(
     lines = [f"Outcome: {state.outcome}", f"Reason: {state.reason}", ""]
     lines += _finding_lines(finding, evidence or {})
     if attempt is not None:
-        lines.append(f"Final recipe: {_recipe_line(attempt.run_spec)}")
+        lines.append(f"Final recipe: {recipe_text(attempt.run_spec)}")
     lines += ["", *_attempts_table(state)]
     body = _compose(
         state, event, subject, lines, job_name=attempt.job_name if attempt else None, reason=state.reason
