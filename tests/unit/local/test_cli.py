@@ -27,7 +27,16 @@ def test_every_command_has_help(argv: list[str], capsys: pytest.CaptureFixture[s
     text = capsys.readouterr().out
     assert "usage: stabilizer" in text
     if argv[0] == "run":
-        for option in ("--local", "--input", "--policy", "--run-dir", "--data-dir", "--plain", "key=value"):
+        for option in (
+            "--local",
+            "--input",
+            "--policy",
+            "--run-dir",
+            "--data-dir",
+            "--plain",
+            "--verbose",
+            "key=value",
+        ):
             assert option in text
         assert "exit status: 0 succeeded, 2 gave up, 1 failed" in text
 
