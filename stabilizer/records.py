@@ -143,10 +143,15 @@ class AttemptRecord:
 
     @property
     def steps_done(self) -> int:
-        """Steps completed as far as the log says (a logged ``step=N`` is the N+1-th step)."""
+        """Steps run as far as the log and the findings say (step N is the N+1-th step). The job
+        logs every few steps, so a finding is often the latest word on where it got to."""
+        done = self.plan.start_step if self.plan else 0
         if self.metrics:
-            return self.metrics[-1].step + 1
-        return self.plan.start_step if self.plan else 0
+            done = max(done, self.metrics[-1].step + 1)
+        for finding in (self.findings or {}).get("findings", []):
+            if isinstance(finding.get("step"), int):
+                done = max(done, finding["step"] + 1)
+        return done
 
     @property
     def last(self) -> MetricPoint | None:
