@@ -44,9 +44,20 @@ def rows(record: RunRecord) -> list[AttemptRow]:
     return attempt_rows((record.state or {}).get("attempts") or [], record.attempts)
 
 
+TERMINAL_COLUMNS = ("#", "job", "recipe", "status", "steps", "seconds", "finding")
+
+
 def table_text(record: RunRecord) -> str:
-    """The attempts table for a terminal."""
-    return text_table([r.cells() for r in rows(record)])
+    """The attempts table for a terminal: a row per attempt (under 120 columns for the reference
+    problem), its decision and the reason on the line under it."""
+    attempts = rows(record)
+    table = text_table([r.cells() for r in attempts], TERMINAL_COLUMNS).splitlines()
+    lines = table[:2]
+    for row, line in zip(attempts, table[2:], strict=True):
+        lines.append(line)
+        if row.decision != "-":
+            lines.append(f"   -> {row.decision}: {row.reason}")
+    return "\n".join(lines)
 
 
 def markdown(record: RunRecord, plots: list[Path], run_dir: Path) -> str:

@@ -45,8 +45,9 @@ def test_plain_run_prints_subjects_table_and_report_path(
     assert lines[0] == f"execution terminal: policy default, given {' '.join(pairs)}"
     assert lines[1] == f"run directory: {tmp_path / 'terminal'}"
     assert [line.split("] ", 1)[1] for line in lines[2 : 2 + len(subjects)]] == subjects
-    # header, subjects, blank, table header and rule, a row per attempt, blank, outcome, reason, report
-    assert len(lines) == 2 + len(subjects) + 1 + 2 + attempts + 1 + 3, out
+    # header, subjects, blank, table header and rule, a row and its decision per attempt, blank,
+    # outcome, reason, report
+    assert len(lines) == 2 + len(subjects) + 1 + 2 + 2 * attempts + 1 + 3, out
     assert lines[-3].startswith(f"outcome: succeeded (SUCCEEDED) after {attempts} attempt(s)")
     assert lines[-1].startswith(f"report: {tmp_path / 'terminal' / 'report.md'}")
     assert "Details (JSON)" not in out and '"event_type"' not in out

@@ -88,8 +88,10 @@ def test_attempt_rows_join_the_workflow_record_with_what_was_observed():
     ]
     assert (rows[0].decision, rows[0].reason) == ("add_batch_norm", "exploded in warm-up")
     table = table_text(sample_record()).splitlines()
-    assert table[0].split() == ["#", "job", "recipe", "status", "steps", "seconds", "finding", "decision", "reason"]
-    assert "stabilizer-aaaa0000-2" in table[3]
+    assert table[0].split() == ["#", "job", "recipe", "status", "steps", "seconds", "finding"]
+    assert table[2].startswith("1  stabilizer-aaaa0000-1  warm-up LR 0.1, LR 0.1, no BN  Failed")
+    assert table[3] == "   -> add_batch_norm: exploded in warm-up"
+    assert table[4].startswith("2  stabilizer-aaaa0000-2") and table[5] == "   -> end: completed"
 
 
 def test_timing_and_outcome():
