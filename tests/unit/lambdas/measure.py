@@ -38,8 +38,10 @@ def payload_size() -> None:
     )
 
 
-def cold_imports() -> None:
+def cold_imports(tracing: bool = False) -> None:
     env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1"}
+    if tracing:
+        env["LAMBDA_TASK_ROOT"] = "/var/task"  # as in Lambda: Powertools traces, the X-Ray SDK is imported
     for handler in ("train_handler", "monitor_handler"):
         code = (
             "import time; t = time.perf_counter(); c = time.process_time(); "
@@ -76,7 +78,7 @@ def cold_imports() -> None:
                 )
             )
         print(
-            f"{handler}: cold import median {statistics.median(walls):.0f} ms "
+            f"{handler}{' (tracing on)' if tracing else ''}: cold import median {statistics.median(walls):.0f} ms "
             f"(min {min(walls):.0f}, max {max(walls):.0f}, {RUNS} fresh processes), "
             f"CPU time median {statistics.median(cpus):.0f} ms (what a busy machine inflates least); "
             f"-X importtime cumulative, median of 3: {statistics.median(cumulative):.0f} ms"
@@ -87,3 +89,4 @@ if __name__ == "__main__":
     print(f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     payload_size()
     cold_imports()
+    cold_imports(tracing=True)
