@@ -13,8 +13,6 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from workflow import monitor
 from workflow.aws import (
@@ -29,13 +27,10 @@ from workflow.aws import (
 from workflow.errors import StateCorrupted, WorkflowError
 from workflow.monitor import Effects
 from workflow.notifications import Notification, clean_subject
+from workflow.observability import MetricUnit, instrumented, logger, metrics
 from workflow.observation import Observation, observe
 from workflow.settings import MonitorSettings
 from workflow.state import WorkflowState, dump_state, load_state
-
-logger = Logger(service="stabilizer")
-tracer = Tracer(service="stabilizer")
-metrics = Metrics(namespace="Stabilizer", service="stabilizer")
 
 
 @lru_cache(maxsize=1)
@@ -177,9 +172,7 @@ def handle(
     return check(event, deps, now) if action == "check" else abort(event, deps, now)
 
 
-@logger.inject_lambda_context(log_event=False)
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@instrumented
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     invocation_deadline(context)
     return handle(event)

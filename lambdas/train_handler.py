@@ -13,8 +13,6 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from workflow.aws import (
     Artifacts,
@@ -29,13 +27,10 @@ from workflow.aws import (
 )
 from workflow.errors import StateCorrupted, TrainingDataMissing
 from workflow.launch import ArchiveReader, launch, prepare
+from workflow.observability import MetricUnit, instrumented, logger, metrics
 from workflow.settings import TrainSettings
 from workflow.sources import SourceArchives
 from workflow.state import dump_state, load_state
-
-logger = Logger(service="stabilizer")
-tracer = Tracer(service="stabilizer")
-metrics = Metrics(namespace="Stabilizer", service="stabilizer")
 
 
 @lru_cache(maxsize=1)
@@ -84,9 +79,7 @@ def handle(
     raise StateCorrupted(f"action: expected 'prepare' or 'launch', got {action!r}")
 
 
-@logger.inject_lambda_context(log_event=False)
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@instrumented
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     invocation_deadline(context)
     return handle(event)

@@ -170,7 +170,7 @@ class Row:
 
 
 def recipe_text(run_spec: dict[str, Any]) -> str:
-    from stabilizer.notebook_support import recipe
+    from stabilizer.attempts import recipe_text as recipe
 
     parts = [recipe(run_spec)]
     if run_spec.get("depth", 20) != 20:
@@ -246,8 +246,8 @@ def prepare_data_sets(digits: Path, root: Path) -> dict[str, Path]:
 
 
 def run_scenario(scenario: Scenario, policy: str, data: dict[str, Path], run_root: Path, *, small: bool = False) -> Row:
-    from stabilizer.cli import project_root
     from stabilizer.local.engine import LocalEngine, Project
+    from stabilizer.parts import project_root
     from stabilizer.report import timing
 
     name = f"{scenario.name}-{policy}-{time.strftime('%H%M%S')}"
@@ -335,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, help="the offline digits channels (default: prepared under runs/)")
     args = parser.parse_args(argv)
 
-    from stabilizer.cli import UsageError, prepare_data, project_root
+    from stabilizer.cli import UsageError, prepare_data
+    from stabilizer.parts import project_root
 
     try:
         scenarios = by_name(args.scenarios.split(",") if args.scenarios else None, small=args.small)

@@ -39,11 +39,11 @@ import tempfile
 import time
 from pathlib import Path
 
-MODEL_DIR = Path(__file__).resolve().parents[1] / "model"
+from stabilizer.parts import from_model, use_model
+
 EXPLODING = [{"name": "ExplodingTensor"}]
-if str(MODEL_DIR) not in sys.path:
-    sys.path.insert(0, str(MODEL_DIR))  # model/ is the training source directory, imported as in the job
-from rule_engine.capture import BUILTIN_COLLECTIONS as ALL_COLLECTIONS  # noqa: E402
+# model/ is the training source directory: its modules are imported as the job imports them.
+ALL_COLLECTIONS = from_model("rule_engine.capture").BUILTIN_COLLECTIONS
 
 LIBRARY = "library: watch()"
 LAUNCHER = "launcher: unchanged script"
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--configs: unknown {sorted(unknown)}")
     configs = {name: config for name, config in CONFIGS.items() if chosen is None or name in chosen}
-    sys.path.insert(0, str(MODEL_DIR))
+    use_model()
     import torch
     from data import digits_arrays
 

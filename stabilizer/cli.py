@@ -1,9 +1,10 @@
 """The ``stabilizer`` command.
 
 ``stabilizer run --local`` runs the project's state machine and Lambda code on this machine (the
-local engine), with each training job a real process, follows the execution with a live view,
-prints each SNS message as it is published, ends with a table of the attempts, and writes a
-report (run.json, report.md, plots) in the run directory.
+local engine), with each training job a real process. It prints one line per SNS notification
+(its subject) as it is published, shows a progress bar per attempt on a terminal, ends with a
+table of the attempts, and writes a report (run.json, report.md with every notification's body,
+plots) in the run directory. ``--verbose`` also prints the bodies and every observation.
 
 Exit status: 0 succeeded, 2 gave up (the remediation policy ran out of remedies or budget),
 stopped early (a plateau or overfitting; the best checkpoint is kept) or did not learn (the loss
@@ -75,10 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser(
         "run",
         help="run an execution of the workflow to its end",
-        description="Start an execution of the state machine and follow it to its end: a live view of the "
-        "attempt, step, loss, gradient norm, rule status and decisions; every SNS message as it is "
-        "published; a table of attempts at the end; a report (run.json, report.md, plots/) in the run "
-        "directory. Ctrl-C stops the running training job cleanly and says where its checkpoint is.",
+        description="Start an execution of the state machine and follow it to its end: one line per SNS "
+        "notification (its subject) as it is published; on a terminal, a progress bar per attempt with "
+        "steps, time left, loss and gradient norm; a table of attempts at the end; a report (run.json, "
+        "report.md with the notification bodies, plots/) in the run directory. Ctrl-C stops the running "
+        "training job cleanly and says where its checkpoint is.",
         epilog=RUN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -108,7 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--name", help="the execution name (default: local-<time>-<random>)")
     run.add_argument(
-        "--plain", action="store_true", help="plain lines instead of the live view (automatic when not on a terminal)"
+        "--plain",
+        action="store_true",
+        help="the same lines without the live progress bars (automatic when not on a terminal)",
     )
     run.add_argument(
         "--debugger-rules",
@@ -116,12 +120,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="also configure SageMaker Debugger built-in rules on each job (DEBUGGER_RULES_ENABLED); locally "
         "their statuses come from the rule engine's out-of-job evaluator",
     )
+    run.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also print each notification's body and every observation (states, job statuses, logged steps)",
+    )
     run.add_argument("pairs", nargs="*", metavar="key=value", help="execution input fields (see below)")
     return parser
 
 
 def prepare_data(args: argparse.Namespace, model_dir: Path, out: TextIO) -> Path:
-    from stabilizer.local.data import DataPreparationError, channels_present, ensure_offline_digits
+    from stabilizer.local.offline_digits import DataPreparationError, channels_present, ensure_offline_digits
 
     if args.data_dir is not None:
         for channel in ("train", "test"):
@@ -136,11 +146,6 @@ def prepare_data(args: argparse.Namespace, model_dir: Path, out: TextIO) -> Path
         return ensure_offline_digits(data_dir, model_dir)
     except DataPreparationError as error:
         raise UsageError(str(error)) from None
-
-
-def project_root() -> Path:
-    """The repository this package runs from (the CLI runs the project's own parts)."""
-    return Path(__file__).resolve().parents[1]
 
 
 def exit_code(record: Any) -> int:
@@ -178,10 +183,11 @@ class Interrupts:
 def run_local(args: argparse.Namespace, out: TextIO) -> int:
     from stabilizer.inputs import build_input, workflow_state_module
     from stabilizer.local.engine import LocalEngine, LocalSettings, Project
+    from stabilizer.parts import lambdas_dir, project_root
 
     # The input is checked first: a wrong input is the person's to fix, whatever else is missing.
     execution_input = build_input(
-        state_module=workflow_state_module(project_root() / "lambdas"),
+        state_module=workflow_state_module(lambdas_dir()),
         input_file=args.input,
         pairs=args.pairs,
         policy=args.policy,
@@ -197,15 +203,39 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
     # Library warnings (moto's interpreter logs every caught task failure) go to the run's log.
     logging.basicConfig(filename=run_dir / "engine.log", level=logging.WARNING, force=True)
     settings = LocalSettings(debugger_rules_enabled=args.debugger_rules)
-    out.write(f"execution {name}: input {json.dumps(execution_input)}\nrun directory: {run_dir}\n")
+    out.write(f"execution {name}: {input_summary(execution_input, args)}\nrun directory: {run_dir}\n")
     live = out.isatty() and not args.plain
     with LocalEngine(run_dir, data_dir, project=project, settings=settings) as engine, Interrupts() as interrupts:
         from stabilizer.progress import LiveProgress, PlainProgress
 
-        progress = LiveProgress(out, name) if live else PlainProgress(out)
+        progress = LiveProgress(out, name, verbose=args.verbose) if live else PlainProgress(out, verbose=args.verbose)
         with progress:
             record = engine.run(execution_input, name=name, observer=progress, interrupt=interrupts.requested)
     return finish(record, run_dir, out)
+
+
+def input_summary(execution_input: dict[str, Any], args: argparse.Namespace) -> str:
+    """The policy and the fields the person gave, in one line (the whole input is in the report)."""
+    from stabilizer.inputs import read_input_file
+
+    given = [
+        f"{key}={json.dumps(value, separators=(',', ':'))}"
+        for key, value in _flatten(read_input_file(args.input) if args.input else {})
+        if key != "policy"
+    ]
+    given += list(args.pairs)
+    policy = execution_input.get("policy", "default")
+    return f"policy {policy}, " + (f"given {' '.join(given)}" if given else "the reference problem with every default")
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    items: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            items += _flatten(value, f"{prefix}{key}.")
+        else:
+            items.append((f"{prefix}{key}", value))
+    return items
 
 
 def finish(record: Any, run_dir: Path, out: TextIO) -> int:

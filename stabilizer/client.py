@@ -16,6 +16,7 @@ The client observes and starts executions; it never changes what the workflow de
 
 from __future__ import annotations
 
+import atexit
 import json
 import threading
 import time
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from stabilizer.mailbox import Mailbox
 from stabilizer.records import Notification, RunRecord
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
@@ -107,17 +109,12 @@ def published_by_state_machine(events: list[dict[str, Any]]) -> list[Notificatio
 
 def _trial_factory() -> Any:
     """``rule_engine.trial.create_trial`` from the project's training source directory."""
-    import importlib
-    import sys
+    from stabilizer.parts import PartMissingError, from_model
 
-    model_dir = str(Path(__file__).resolve().parents[1] / "model")
-    if model_dir not in sys.path:
-        # rule_engine ships inside model/ (the SageMaker source directory) and imports as a top-level package.
-        sys.path.append(model_dir)
     try:
-        return importlib.import_module("rule_engine.trial").create_trial
-    except ImportError as error:
-        raise LookupError(f"the rule engine's Trial API is not available from {model_dir}: {error}") from None
+        return from_model("rule_engine.trial").create_trial
+    except PartMissingError as error:
+        raise LookupError(f"the rule engine's Trial API is not available: {error}") from None
 
 
 def _canonical(text: str) -> str:
@@ -125,13 +122,6 @@ def _canonical(text: str) -> str:
         return json.dumps(json.loads(text), sort_keys=True)
     except ValueError:
         return text
-
-
-def _belongs_to(note: Notification, name: str, arn: str) -> bool:
-    execution = note.attributes.get("execution")
-    if execution:
-        return execution in (name, arn)
-    return arn in note.message or f'"{name}"' in note.message
 
 
 class _Base:
@@ -248,7 +238,7 @@ class AwsClient(_Base):
         self.bucket = outputs["BucketName"]
         self.topic_arn = outputs["TopicArn"]
         self.mailbox_queue_url = mailbox_queue_url
-        self._mailbox: list[Notification] = []
+        self._mailbox = Mailbox(self.sqs, mailbox_queue_url) if mailbox_queue_url else None
         self._mailbox_started = time.monotonic()
 
     def with_job(
@@ -289,39 +279,16 @@ class AwsClient(_Base):
         sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": json.dumps(policy)})
         self.session.client("sns").subscribe(TopicArn=self.topic_arn, Protocol="sqs", Endpoint=arn)
         self.mailbox_queue_url = url
+        self._mailbox = Mailbox(self.sqs, url)
         return url
 
-    def _drain_mailbox(self) -> None:
-        if not self.mailbox_queue_url:
-            return
-        while True:
-            received = self.sqs.receive_message(
-                QueueUrl=self.mailbox_queue_url,
-                MaxNumberOfMessages=10,
-                WaitTimeSeconds=0,
-                MessageAttributeNames=["All"],
-            )
-            messages = received.get("Messages", [])
-            if not messages:
-                return
-            for message in messages:
-                envelope = json.loads(message["Body"])
-                self._mailbox.append(
-                    Notification(
-                        subject=envelope.get("Subject") or "",
-                        message=envelope.get("Message", ""),
-                        received=time.monotonic() - self._mailbox_started,
-                        attributes={
-                            k: str(v.get("Value", "")) for k, v in (envelope.get("MessageAttributes") or {}).items()
-                        },
-                    )
-                )
-                self.sqs.delete_message(QueueUrl=self.mailbox_queue_url, ReceiptHandle=message["ReceiptHandle"])
-
     def notifications(self, execution_arn: str) -> list[Notification]:
-        self._drain_mailbox()
         name = execution_arn.rsplit(":", 1)[1]
-        mine = [n for n in self._mailbox if _belongs_to(n, name, execution_arn)]
+        mine = []
+        if self._mailbox is not None:
+            self._mailbox.drain()
+            letters = self._mailbox.for_execution(name, execution_arn)
+            mine = [letter.notification(since=self._mailbox_started) for letter in letters]
         # What the state machine publishes itself is in the history; it is in the mailbox too
         # when one is subscribed, and is then listed once.
         seen = {(n.subject, _canonical(n.message)) for n in mine}
@@ -380,8 +347,8 @@ class LocalClient(_Base):
         cls, run_dir: str | Path = "runs/notebook", data_dir: str | Path | None = None, settings: Any = None
     ) -> LocalClient:
         """Start a local engine for a notebook: the offline digits unless ``data_dir`` is given."""
-        from stabilizer.local.data import ensure_offline_digits
         from stabilizer.local.engine import LocalEngine, Project
+        from stabilizer.local.offline_digits import ensure_offline_digits
 
         project = Project.discover()
         data = Path(data_dir) if data_dir else ensure_offline_digits(Path(run_dir) / "data" / "digits", project.model)
@@ -389,12 +356,16 @@ class LocalClient(_Base):
         engine.__enter__()
         client = cls(engine)
         client._owns_engine = True
+        # A notebook kernel that exits without close() must not leave training processes behind.
+        atexit.register(client.close)
         return client
 
     def close(self) -> None:
+        """Stop the engine this client started (its running jobs get SIGTERM)."""
         if self._owns_engine:
             self.engine.close()
             self._owns_engine = False
+            atexit.unregister(self.close)
 
     def __enter__(self) -> LocalClient:
         return self

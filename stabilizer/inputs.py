@@ -8,8 +8,9 @@ before anything is launched. Problems are raised as ``InputProblemError`` with a
 Keys may be dotted (``run_spec.num_epochs=1``, ``limits.max_num_retraining=3``,
 ``job.hyperparameters.lr=0.1``); a bare key is looked up among the top-level fields, then, when
 the input describes a job, among that job's hyperparameters, then the run_spec fields, then the
-limits fields. Values are read as JSON when they parse (``1``, ``0.05``, ``true``, ``[...]``),
-else as text (``elu``).
+limits fields, then the original AWS sample's flat names (``init_warmup_learning_rate``,
+``max_num_retraining``). Values are read as JSON when they parse (``1``, ``0.05``, ``true``,
+``[...]``), else as text (``elu``).
 
 A job's local paths (``job.source``, ``job.channels``) are relative to the input file (or to the
 current directory without one); they are made absolute and checked here, before anything starts
@@ -18,10 +19,8 @@ current directory without one); they are made absolute and checked here, before 
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,18 +32,12 @@ class InputProblemError(Exception):
 
 def workflow_state_module(lambdas_dir: Path) -> ModuleType:
     """``workflow.state`` from the Lambda asset (the single definition of the execution input)."""
-    entry = str(lambdas_dir)
-    added = entry not in sys.path
-    if added:
-        sys.path.insert(0, entry)
+    from stabilizer.parts import PartMissingError, from_lambdas
+
     try:
-        return importlib.import_module("workflow.state")
-    except ImportError as error:
-        raise InputProblemError(f"cannot load the execution input model from {lambdas_dir}: {error}") from None
-    finally:
-        if added:
-            with contextlib.suppress(ValueError):
-                sys.path.remove(entry)
+        return from_lambdas("workflow.state", root=Path(lambdas_dir).parent)
+    except PartMissingError as error:
+        raise InputProblemError(f"cannot load the execution input model: {error}") from None
 
 
 def read_input_file(path: Path) -> dict[str, Any]:
@@ -81,6 +74,7 @@ def resolve_key(key: str, state_module: ModuleType, data: dict[str, Any] | None 
     nested = {"run_spec": _fields(state_module.RunSpec), "limits": _fields(state_module.Limits)}
     parts = key.split(".")
     job = (data or {}).get("job")
+    sample = _migration(state_module).SAMPLE_FIELDS
     if parts[0] == "job" and len(parts) > 1:
         return parts  # the job's own fields and hyperparameters: the model checks them
     if len(parts) == 1:
@@ -88,6 +82,9 @@ def resolve_key(key: str, state_module: ModuleType, data: dict[str, Any] | None 
             return parts
         if isinstance(job, dict) and key in (job.get("hyperparameters") or {}):
             return ["job", "hyperparameters", key]
+        home = sample.get(key)
+        if home is not None and home.path is not None and home.path != _migration(state_module).CAPTURE_PATH:
+            return list(home.path)  # the original sample's name for a field that has moved
         for section, fields in nested.items():
             if key in fields:
                 return [section, key]
@@ -120,6 +117,13 @@ def build_input(
 ) -> dict[str, Any]:
     """The execution input, validated by the workflow domain; raises InputProblemError otherwise."""
     data: dict[str, Any] = read_input_file(input_file) if input_file else {}
+    # The original sample's flat input in today's shape first, so defaults and pairs land beside it.
+    try:
+        data = _migration(state_module).from_sample_input(data, list(state_module.RunSpec().capture))
+    except Exception as error:  # the domain's InvalidInput: where each of the sample's fields lives now
+        if type(error).__name__ != "InvalidInput":
+            raise
+        raise InputProblemError(str(error)) from None
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key:
@@ -149,6 +153,11 @@ def localize_job(data: dict[str, Any], base: Path) -> dict[str, Any]:
         raise InputProblemError(str(error)) from None
 
 
+def _migration(state_module: ModuleType) -> ModuleType:
+    """``workflow.migration`` of the same asset as ``state_module`` (the original sample's names)."""
+    return importlib.import_module(f"{state_module.__package__}.migration")
+
+
 def validate_execution_input(data: dict[str, Any], state_module: Any) -> dict[str, Any]:
     """Check an input as the state machine's first step does; InputProblemError names the field."""
     try:
@@ -158,3 +167,10 @@ def validate_execution_input(data: dict[str, Any], state_module: Any) -> dict[st
             raise
         raise InputProblemError(str(error)) from None
     return data
+
+
+def check_input(execution_input: dict[str, Any]) -> dict[str, Any]:
+    """Validate an execution input (a notebook's) as the state machine's first step would."""
+    from stabilizer.parts import lambdas_dir
+
+    return validate_execution_input(execution_input, workflow_state_module(lambdas_dir()))

@@ -15,6 +15,8 @@ from typing import Any
 # One line per logged step (docs/contracts.md section 1), e.g.
 #   step=12 epoch=1 loss=2.3012 lr=0.1 grad_norm=4.52
 #   eval epoch=3 test_loss=0.61 test_accuracy=0.8111
+# and, once training starts, how many steps it will take (model/train.py):
+#   training steps=36 steps_per_epoch=12 examples=1437 start_step=0
 _PAIR = re.compile(r"(\w+)=(\S+)")
 # A notification's text is followed by this line and a JSON object (docs/contracts.md).
 DETAILS_MARKER = "Details (JSON):"
@@ -43,9 +45,23 @@ class EvalPoint:
     test_accuracy: float | None
 
 
-def parse_log_line(line: str) -> MetricPoint | EvalPoint | None:
-    """A training log line as a metric point, or None when it is not one."""
+@dataclass
+class TrainingPlan:
+    """What a job announced before its first step: the steps it will run in all, and where it starts."""
+
+    total_steps: int
+    start_step: int = 0
+
+
+def parse_log_line(line: str) -> MetricPoint | EvalPoint | TrainingPlan | None:
+    """A training log line as a metric point (or the job's plan), or None when it is not one."""
     stripped = line.strip()
+    if stripped.startswith("training steps="):
+        pairs = dict(_PAIR.findall(stripped))
+        total, start = _number(pairs["steps"]), _number(pairs.get("start_step", "0"))
+        if total is None or total < 0:
+            return None
+        return TrainingPlan(total_steps=int(total), start_step=int(start or 0))
     if stripped.startswith("step="):
         pairs = dict(_PAIR.findall(stripped))
         step = _number(pairs["step"])
@@ -114,6 +130,28 @@ class AttemptRecord:
     checkpoint_uri: str | None = None
     tensor_store: str | None = None
     rule_statuses: list[dict[str, Any]] = field(default_factory=list)
+    plan: TrainingPlan | None = None  # from the job's log, once training started
+
+    @property
+    def total_steps(self) -> int | None:
+        """The steps this attempt will run: the job's own announcement, else a positive
+        ``max_steps`` hyperparameter (a cap the training script honours), else unknown."""
+        if self.plan is not None:
+            return self.plan.total_steps
+        cap = _number(str(self.hyperparameters.get("max_steps", "")).strip('"'))
+        return int(cap) if cap and cap > 0 else None
+
+    @property
+    def steps_done(self) -> int:
+        """Steps run as far as the log and the findings say (step N is the N+1-th step). The job
+        logs every few steps, so a finding is often the latest word on where it got to."""
+        done = self.plan.start_step if self.plan else 0
+        if self.metrics:
+            done = max(done, self.metrics[-1].step + 1)
+        for finding in (self.findings or {}).get("findings", []):
+            if isinstance(finding.get("step"), int):
+                done = max(done, finding["step"] + 1)
+        return done
 
     @property
     def last(self) -> MetricPoint | None:

@@ -8,98 +8,12 @@ and writes them under the run directory. It reads records; it never changes a ru
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from stabilizer import system_usage
-from stabilizer.records import AttemptRecord, RunRecord
-
-RECIPE_KEYS = ("warmup_learning_rate", "learning_rate", "add_batch_norm", "grad_clip")
-
-
-@dataclass
-class AttemptRow:
-    """One line of the attempts table."""
-
-    number: int
-    job_name: str
-    recipe: str
-    status: str
-    steps: str
-    seconds: str
-    finding: str
-    decision: str
-
-
-def _recipe(run_spec: dict[str, Any] | None, hyperparameters: dict[str, str]) -> str:
-    values: dict[str, Any] = {}
-    for key in RECIPE_KEYS:
-        if run_spec and key in run_spec:
-            values[key] = run_spec[key]
-        elif key in hyperparameters:
-            try:
-                values[key] = json.loads(hyperparameters[key])
-            except ValueError:
-                values[key] = hyperparameters[key]
-    if not values:
-        return "-"
-    parts = [
-        f"warm-up LR {values.get('warmup_learning_rate', '?'):g}"
-        if isinstance(values.get("warmup_learning_rate"), int | float)
-        else None,
-        f"LR {values.get('learning_rate'):g}" if isinstance(values.get("learning_rate"), int | float) else None,
-        "BN" if values.get("add_batch_norm") in (1, True, "1") else "no BN",
-        f"clip {values['grad_clip']:g}"
-        if isinstance(values.get("grad_clip"), int | float) and values["grad_clip"]
-        else None,
-    ]
-    return ", ".join(p for p in parts if p)
-
-
-def workflow_attempts(record: RunRecord) -> dict[str, dict[str, Any]]:
-    """The state payload's attempts, by job name."""
-    attempts = (record.state or {}).get("attempts") or []
-    return {a.get("job_name"): a for a in attempts if isinstance(a, dict)}
-
-
-def attempt_rows(record: RunRecord) -> list[AttemptRow]:
-    recorded = workflow_attempts(record)
-    rows = []
-    for attempt in record.attempts:
-        workflow = recorded.get(attempt.job_name, {})
-        finding = workflow.get("finding") or None
-        explosion = attempt.explosion()
-        if finding:
-            finding_text = f"{finding.get('rule')} at step {finding.get('step')}"
-        elif explosion:
-            finding_text = f"{explosion[1]} at step {explosion[0]}"
-        else:
-            finding_text = "-"
-        decision = workflow.get("decision") or {}
-        decision_text = "-"
-        if decision:
-            decision_text = decision.get("remedy") or decision.get("action") or "-"
-            if decision.get("reason"):
-                decision_text = f"{decision_text}: {decision['reason']}"
-        last = attempt.last
-        steps = workflow.get("steps")
-        if steps is None:
-            steps = last.step + 1 if last else 0
-        rows.append(
-            AttemptRow(
-                number=attempt.number,
-                job_name=attempt.job_name,
-                recipe=_recipe(workflow.get("run_spec"), attempt.hyperparameters),
-                status=attempt.status,
-                steps=str(steps),
-                seconds=f"{attempt.seconds:.1f}",
-                finding=finding_text,
-                decision=decision_text,
-            )
-        )
-    return rows
+from stabilizer.attempts import AttemptRow, attempt_rows, markdown_table, text_table
+from stabilizer.plots import plot_quantity
+from stabilizer.records import RunRecord
 
 
 def timing(record: RunRecord) -> dict[str, float]:
@@ -130,16 +44,24 @@ def outcome(record: RunRecord) -> str:
     return "failed" if record.status == "FAILED" else record.status.lower()
 
 
+def rows(record: RunRecord) -> list[AttemptRow]:
+    """The attempts of ``record``: the state payload's, joined with what was observed of each job."""
+    return attempt_rows((record.state or {}).get("attempts") or [], record.attempts, state=record.state)
+
+
+TERMINAL_COLUMNS = ("#", "job", "recipe", "status", "steps", "seconds", "finding")
+
+
 def table_text(record: RunRecord) -> str:
-    """The attempts table for a terminal."""
-    rows = attempt_rows(record)
-    headers = ["#", "job", "recipe", "status", "steps", "seconds", "finding", "decision"]
-    data = [[str(r.number), r.job_name, r.recipe, r.status, r.steps, r.seconds, r.finding, r.decision] for r in rows]
-    widths = [max(len(h), *(len(d[i][:60]) for d in data)) if data else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
-    lines.append("  ".join("-" * w for w in widths))
-    for d in data:
-        lines.append("  ".join(cell[:60].ljust(w) for cell, w in zip(d, widths, strict=True)))
+    """The attempts table for a terminal: a row per attempt (under 120 columns for the reference
+    problem), its decision and the reason on the line under it."""
+    attempts = rows(record)
+    table = text_table([r.cells() for r in attempts], TERMINAL_COLUMNS).splitlines()
+    lines = table[:2]
+    for row, line in zip(attempts, table[2:], strict=True):
+        lines.append(line)
+        if row.decision != "-":
+            lines.append(f"   -> {row.decision}: {row.reason}")
     return "\n".join(lines)
 
 
@@ -159,11 +81,7 @@ def markdown(record: RunRecord, plots: list[Path], run_dir: Path) -> str:
     ]
     if state.get("reason"):
         lines.append(f"- reason: {state['reason']}")
-    lines += ["", "## Attempts", "", "| # | job | recipe | status | steps | seconds | finding | decision |"]
-    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for r in attempt_rows(record):
-        cells = [str(r.number), r.job_name, r.recipe, r.status, r.steps, r.seconds, r.finding, r.decision]
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines += ["", "## Attempts", "", *markdown_table([r.cells() for r in rows(record)])]
     if plots:
         lines += ["", "## Loss and gradient norm", ""]
         lines += [f"![{p.stem}]({p.relative_to(run_dir).as_posix()})" for p in plots]
@@ -171,53 +89,27 @@ def markdown(record: RunRecord, plots: list[Path], run_dir: Path) -> str:
     lines += ["", "## Notifications", ""]
     for note in record.notifications:
         lines.append(f"- {note.received:.1f} s — {note.subject}")
+    for number, note in enumerate(record.notifications, start=1):
+        lines += ["", f"### {number}. {note.subject}", "", "```text", note.message.rstrip(), "```"]
     lines += ["", "## States", "", " → ".join(record.states), ""]
     lines += ["## Input", "", "```json", json.dumps(record.input, indent=2), "```", ""]
     return "\n".join(lines)
 
 
-def _finite_series(attempt: AttemptRecord, attribute: str) -> tuple[list[int], list[float]]:
-    steps, values = [], []
-    for step, value in attempt.series(attribute):
-        if math.isfinite(value) and value > 0:  # a log axis has no place for the others
-            steps.append(step)
-            values.append(value)
-    return steps, values
-
-
 def plot(record: RunRecord, directory: Path) -> list[Path]:
-    """One figure per quantity: a line per attempt, the explosion point marked with an x."""
+    """One figure per quantity (``loss.png``, ``grad_norm.png``): a line per attempt, where it blew up marked."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     directory.mkdir(parents=True, exist_ok=True)
+    marks = {a.number: explosion for a in record.attempts if (explosion := a.explosion()) is not None}
     written = []
     for attribute, label in (("loss", "training loss"), ("grad_norm", "gradient norm")):
-        figure, axes = plt.subplots(figsize=(8, 4.5))
-        for attempt in record.attempts:
-            steps, values = _finite_series(attempt, attribute)
-            if not steps and attempt.explosion() is None:
-                continue
-            (line,) = axes.plot(steps, values, marker=".", label=f"attempt {attempt.number}")
-            explosion = attempt.explosion()
-            if explosion is not None:
-                step, kind = explosion
-                # Marked at the last finite value before it (a non-finite value has no place on the axis).
-                before = [v for s, v in zip(steps, values, strict=True) if s <= step]
-                y = before[-1] if before else (values[-1] if values else 1.0)
-                axes.scatter([step], [y], marker="x", s=120, color=line.get_color(), zorder=5)
-                axes.annotate(f"{kind} @ {step}", (step, y), textcoords="offset points", xytext=(5, 8), fontsize=8)
-        axes.set_yscale("log")
-        axes.set_xlabel("step")
-        axes.set_ylabel(label)
-        axes.set_title(f"{label} per attempt — {record.name}")
-        if axes.get_legend_handles_labels()[0]:
-            axes.legend(fontsize=8)
-        axes.grid(alpha=0.3)
+        series = {a.number: a.series(attribute) for a in record.attempts}
+        figure = plot_quantity(series, marks, label, title=f"{label} per attempt — {record.name}")
         path = directory / f"{attribute}.png"
-        figure.tight_layout()
         figure.savefig(path, dpi=110)
         plt.close(figure)
         written.append(path)
@@ -230,7 +122,7 @@ def write_report(record: RunRecord, run_dir: Path) -> dict[str, Path]:
     data = record.to_dict()
     data["outcome"] = outcome(record)
     data["timing"] = timing(record)
-    data["attempts_table"] = [r.__dict__ for r in attempt_rows(record)]
+    data["attempts_table"] = [r.cells() for r in rows(record)]
     run_json = run_dir / "run.json"
     run_json.write_text(json.dumps(data, indent=2, default=str))
     plots = plot(record, run_dir / "plots") + system_usage.plot(record, run_dir / "plots")

@@ -8,8 +8,6 @@ records and stores; it never changes a run.
 
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +16,10 @@ from stabilizer.records import RunRecord
 SERIES = (("cpu_total", "CPU"), ("memory", "memory"), ("iowait", "IO wait"))
 
 
-def _profiler() -> Any:
-    """``rule_engine.profiler`` from the project's training source directory (model/)."""
-    model_dir = str(Path(__file__).resolve().parents[1] / "model")
-    if model_dir not in sys.path:
-        sys.path.append(model_dir)  # rule_engine ships in model/ and imports as a top-level package
-    return importlib.import_module("rule_engine.profiler")
+def _profiler():
+    from stabilizer.parts import from_model  # the one place that knows where model/ is
+
+    return from_model("rule_engine.profiler")
 
 
 def samples_by_attempt(record: RunRecord) -> dict[int, list[dict[str, Any]]]:

@@ -10,6 +10,7 @@ stopped_early, did_not_learn, gave_up, failed.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -73,23 +74,53 @@ def recipe_diff(changes: dict[str, list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def _recipe_line(state: WorkflowState, spec: dict[str, Any]) -> str:
-    """The recipe in a few words, through the job's knobs: ``warm-up LR 0.1, LR 0.1, no BN``."""
-    knobs = state.job.knobs.declared()
+# The reference job's hyperparameter for each knob role (workflow.reference declares the same).
+REFERENCE_KNOB_NAMES = {
+    "warmup_learning_rate": "warmup_learning_rate",
+    "learning_rate": "learning_rate",
+    "normalization": "add_batch_norm",
+    "grad_clip": "grad_clip",
+}
+
+
+def knob_names(state: WorkflowState | Mapping[str, Any] | None) -> dict[str, str]:
+    """Role -> the job's hyperparameter name, from a state or a state payload; the reference job's
+    names when the state says nothing of a job."""
+    if isinstance(state, WorkflowState):
+        return {role: knob.hyperparameter for role, knob in state.job.knobs.declared().items()}
+    knobs = ((state or {}).get("job") or {}).get("knobs") if isinstance(state, Mapping) else None
+    if not isinstance(knobs, Mapping):
+        return dict(REFERENCE_KNOB_NAMES)
+    return {role: knob["hyperparameter"] for role, knob in knobs.items()
+            if isinstance(knob, Mapping) and "hyperparameter" in knob}
+
+
+def recipe_text(spec: Mapping[str, Any], knobs: Mapping[str, str] | None = None) -> str:
+    """A recipe in a few words, through the job's knobs: ``warm-up LR 0.1, LR 0.1, no BN``.
+
+    The one summary of a recipe: notifications, the CLI's table, the report and the notebook all
+    use it. `spec` is a run_spec (the job's hyperparameters) or a mapping of them; `knobs` maps
+    knob roles to the job's hyperparameter names (`knob_names`), the reference job's by default.
+    A job whose knobs say nothing of the recipe shows its first hyperparameters as they are.
+    """
+    values = dict(spec)
+    names = REFERENCE_KNOB_NAMES if knobs is None else knobs
 
     def value(role: str) -> Any:
-        return spec.get(knobs[role].hyperparameter) if role in knobs else None
+        return values.get(names[role]) if role in names else None
 
-    parts = []
-    for role, label in (("warmup_learning_rate", "warm-up LR"), ("learning_rate", "LR")):
-        if isinstance(value(role), int | float):
-            parts.append(f"{label} {value(role):g}")
-    if "normalization" in knobs:
-        parts.append("BN" if value("normalization") not in (0, False) else "no BN")
-    if isinstance(value("grad_clip"), int | float) and value("grad_clip"):
-        parts.append(f"clip {value('grad_clip'):g}")
-    if not parts:  # no knob speaks of the recipe: show the first hyperparameters as they are
-        parts = [f"{key}={_fmt(item)}" for key, item in list(spec.items())[:4]]
+    parts = [
+        f"{label} {value(role):g}"
+        for role, label in (("warmup_learning_rate", "warm-up LR"), ("learning_rate", "LR"))
+        if isinstance(value(role), int | float)
+    ]
+    if "normalization" in names:
+        parts.append("BN" if value("normalization") in (1, True) else "no BN")
+    clip = value("grad_clip")
+    if isinstance(clip, int | float) and clip:
+        parts.append(f"clip {clip:g}")
+    if not parts:
+        parts = [f"{key}={_fmt(item)}" for key, item in list(values.items())[:4]]
     return ", ".join(parts) or "no hyperparameters"
 
 
@@ -155,10 +186,10 @@ def _compose(state: WorkflowState, event: EventType, subject: str, lines: list[s
 
 
 def launched(state: WorkflowState, attempt: Attempt) -> Notification:
-    subject = clean_subject(f"Attempt {attempt.number} launched: {_recipe_line(state, attempt.run_spec)}")
+    subject = clean_subject(f"Attempt {attempt.number} launched: {recipe_text(attempt.run_spec, knob_names(state))}")
     lines = [
         f"Training job {attempt.job_name} started.",
-        f"Recipe: {_recipe_line(state, attempt.run_spec)}",
+        f"Recipe: {recipe_text(attempt.run_spec, knob_names(state))}",
         f"Checkpoints: {attempt.checkpoint_s3_uri}",
     ]
     if attempt.resumed_from:
@@ -246,7 +277,7 @@ def _attempts_table(state: WorkflowState) -> list[str]:
     lines = ["Attempts:"]
     for a in state.attempts:
         fired = f", {a.finding.rule} at step {a.finding.step}" if a.finding else ""
-        lines.append(f"  {a.number}. {a.job_name}: {a.status}{fired} [{_recipe_line(state, a.run_spec)}]")
+        lines.append(f"  {a.number}. {a.job_name}: {a.status}{fired} [{recipe_text(a.run_spec, knob_names(state))}]")
     return lines
 
 
@@ -278,7 +309,7 @@ def finished(
     lines = [f"Outcome: {state.outcome}", f"Reason: {state.reason}", ""]
     lines += _finding_lines(finding, evidence or {})
     if attempt is not None:
-        lines.append(f"Final recipe: {_recipe_line(state, attempt.run_spec)}")
+        lines.append(f"Final recipe: {recipe_text(attempt.run_spec, knob_names(state))}")
     lines += ["", *_attempts_table(state)]
     body = _compose(
         state, event, subject, lines, job_name=attempt.job_name if attempt else None, reason=state.reason

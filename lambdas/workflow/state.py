@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from workflow.errors import InvalidInput, StateCorrupted
 from workflow.job import KNOB_ROLES, HyperparameterValue, Job, Strict
+from workflow.migration import from_sample_input
 from workflow.rule_catalogue import CATALOGUE
 from workflow.rule_checks import check_rule_config
 
@@ -398,6 +399,7 @@ def parse_execution_input(raw: Any, *, debugger_rules_enabled: bool | None = Non
         raw = {}
     if not isinstance(raw, dict):
         raise InvalidInput(f"input: expected a JSON object, got {type(raw).__name__}")
+    raw = from_sample_input(raw, default_collections=list(_default_capture()))  # the original sample's flat input
     try:
         # strict: "0.1" is not a learning rate and true is not an epoch count.
         return ExecutionInput.model_validate(

@@ -32,11 +32,21 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from stabilizer.local.lambdas import LocalLambdas
+from stabilizer.local.lambda_seam import LocalLambdas
 from stabilizer.local.s3files import source_archive
 from stabilizer.local.sagemaker import LOCAL_INTERRUPT_GRACE_SECONDS, LocalSageMaker, LocalTrainingJob
 from stabilizer.local.staging import StagingError, stage, upload_library
-from stabilizer.records import AttemptRecord, EvalPoint, MetricPoint, Notification, RunRecord, parse_log_line
+from stabilizer.mailbox import Mailbox
+from stabilizer.parts import project_root, used
+from stabilizer.records import (
+    AttemptRecord,
+    EvalPoint,
+    MetricPoint,
+    Notification,
+    RunRecord,
+    TrainingPlan,
+    parse_log_line,
+)
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
 REGION = "us-east-1"
@@ -66,7 +76,7 @@ class Project:
 
     @classmethod
     def discover(cls, root: Path | None = None) -> Project:
-        root = Path(root) if root else Path(__file__).resolve().parents[2]
+        root = Path(root) if root else project_root()
         statemachine = root / "statemachine"
         candidates = sorted(statemachine.glob("*.asl.json")) or sorted(statemachine.glob("*.json"))
         if not candidates:
@@ -168,7 +178,7 @@ def placeholder_values(
 class EngineEvent:
     """Something the follower observed; ``kind`` says which fields are set."""
 
-    kind: str  # state | notification | job | metric | eval | finding | rules
+    kind: str  # state | notification | job | plan | metric | eval | finding | rules
     attempt: AttemptRecord | None = None
     state: str | None = None
     notification: Notification | None = None
@@ -234,8 +244,7 @@ class LocalEngine:
         self._clients: dict[str, Any] = {}
         self._lambda_log: io.TextIOBase | None = None
         self._invoke_lock = threading.Lock()
-        self._mailbox: list[tuple[float, str, str, dict[str, str]]] = []
-        self._mailbox_lock = threading.Lock()
+        self._mailbox: Mailbox | None = None
         self.setup_seconds = 0.0
 
     # ---------------------------------------------------------------- lifecycle
@@ -337,12 +346,11 @@ class LocalEngine:
             "QueueArn"
         ]
         sns.subscribe(TopicArn=self.settings.topic_arn, Protocol="sqs", Endpoint=queue_arn)
+        self._mailbox = Mailbox(sqs, self._queue_url)
 
     def _register_handlers(self) -> None:
         lambdas_dir = str(self.project.lambdas)
-        if lambdas_dir not in sys.path:
-            sys.path.insert(0, lambdas_dir)
-            self._stack.callback(_remove_path, lambdas_dir)
+        self._stack.enter_context(used(self.project.lambdas))
         for function, module_name in (
             (self.settings.train_function, "train_handler"),
             (self.settings.monitor_function, "monitor_handler"),
@@ -388,7 +396,7 @@ class LocalEngine:
                     self._stack.callback(handler.setStream, previous)
 
     def _rule_evaluator(self) -> Any:
-        from stabilizer.local.rules import rule_evaluator_factory
+        from stabilizer.local.rule_jobs import rule_evaluator_factory
 
         return rule_evaluator_factory(python=self.python, region=REGION, account=ACCOUNT)
 
@@ -544,6 +552,9 @@ class LocalEngine:
                 elif isinstance(point, EvalPoint):
                     attempt.evals.append(point)
                     emit(EngineEvent(kind="eval", attempt=attempt, evaluation=point))
+                elif isinstance(point, TrainingPlan):
+                    attempt.plan = point
+                    emit(EngineEvent(kind="plan", attempt=attempt))
             self._poll_findings(follow, emit, job, attempt)
             with job.lock:
                 status = (job.status, job.secondary_status)
@@ -578,34 +589,12 @@ class LocalEngine:
         emit(EngineEvent(kind="finding", attempt=attempt))
 
     def _poll_notifications(self, follow: _Follow, emit: Observer) -> None:
-        # One queue serves every execution of this engine: drain it into the mailbox, then take
-        # the messages of this execution (by the execution attribute, else by the text).
-        sqs = self.client("sqs")
-        with self._mailbox_lock:
-            while True:
-                received = sqs.receive_message(QueueUrl=self._queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
-                messages = received.get("Messages", [])
-                if not messages:
-                    break
-                for message in messages:
-                    envelope = json.loads(message["Body"])
-                    self._mailbox.append(
-                        (
-                            time.monotonic(),
-                            envelope.get("Subject") or "",
-                            envelope.get("Message", ""),
-                            {
-                                key: str(value.get("Value", ""))
-                                for key, value in (envelope.get("MessageAttributes") or {}).items()
-                            },
-                        )
-                    )
-                    sqs.delete_message(QueueUrl=self._queue_url, ReceiptHandle=message["ReceiptHandle"])
-            record = follow.record
-            mine = [m for m in self._mailbox if _addressed_to(m[2], m[3], record.name, record.execution_arn)]
-            self._mailbox = [m for m in self._mailbox if m not in mine]
-        for arrived, subject, text, attributes in mine:
-            note = Notification(subject=subject, message=text, received=arrived - follow.started, attributes=attributes)
+        # One queue serves every execution of this engine: drain it, then take this execution's messages.
+        assert self._mailbox is not None
+        self._mailbox.drain()
+        record = follow.record
+        for letter in self._mailbox.for_execution(record.name, record.execution_arn, take=True):
+            note = letter.notification(since=follow.started)
             record.notifications.append(note)
             emit(EngineEvent(kind="notification", notification=note))
 
@@ -645,13 +634,6 @@ def _job_of(job: LocalTrainingJob, execution: str, known_before: set[str]) -> bo
     return job.name not in known_before
 
 
-def _addressed_to(text: str, attributes: dict[str, str], name: str, arn: str) -> bool:
-    execution = attributes.get("execution")
-    if execution:
-        return execution in (name, arn)
-    return arn in text or f'"{name}"' in text
-
-
 def _forget_modules_from_elsewhere(module_name: str, directory: Path) -> None:
     """Drop an earlier import of ``module_name`` (and its siblings) made from another asset root."""
     loaded = sys.modules.get(module_name)
@@ -665,11 +647,6 @@ def _forget_modules_from_elsewhere(module_name: str, directory: Path) -> None:
         file = getattr(module, "__file__", None)
         if file and other_root in Path(file).resolve().parents:
             del sys.modules[name]
-
-
-def _remove_path(entry: str) -> None:
-    with contextlib.suppress(ValueError):
-        sys.path.remove(entry)
 
 
 @contextlib.contextmanager

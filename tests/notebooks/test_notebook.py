@@ -110,20 +110,20 @@ def test_the_notebook_runs_top_to_bottom_in_local_mode(
 
     # Every plot cell drew a non-empty PNG: the curves per attempt, the layers of the exploded
     # attempt, the policies side by side.
-    for source in ("nbs.plot_curves(", "nbs.plot_layer_norms(", "axes_.bar("):
+    for source in ("plots.plot_loss_and_grad(", "plots.plot_layer_norms(", "axes_.bar("):
         pictures = images(cell_with(notebook, source))
         assert pictures, f"the cell with {source} drew no image"
         for png in pictures:
             assert png.startswith(PNG_MAGIC) and len(png) > 5_000, f"the cell with {source} drew an empty image"
 
     # What a reader is told along the way.
-    watched = text_of(cell_with(notebook, "view = nbs.watch("))
+    watched = text_of(cell_with(notebook, "view = executions.watch("))
     assert "SUCCEEDED" in watched, watched
     attempts = text_of(cell_with(notebook, 'title="attempts"'))
     assert "ExplodingTensor at step" in attempts, attempts
     notes = text_of(cell_with(notebook, "client.notifications(arn)"))
     assert "launched" in notes and "relaunching" in notes, notes
-    layers = text_of(cell_with(notebook, "nbs.first_nonfinite(trial)"))
+    layers = text_of(cell_with(notebook, "tensors.first_nonfinite(trial)"))
     assert "first non-finite layer:" in layers and "first saved step with a non-finite gradient" in layers, layers
     comparison = text_of(cell_with(notebook, 'title="policies on the same problem"'))
     # The headline: the default policy recovers in 2 jobs where the original ladder takes 7.

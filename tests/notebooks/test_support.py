@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stabilizer import notebook_support as nbs
+from stabilizer import attempts, executions
 from stabilizer.client import ExecutionView
 
 EXPLODED = {
@@ -40,31 +40,31 @@ def view(status: str = "SUCCEEDED", attempts: list | None = None) -> ExecutionVi
 
 
 def test_each_attempt_shows_its_recipe_finding_decision_and_reason():
-    rows = nbs.attempt_rows(view())
-    assert [r["recipe"] for r in rows] == ["warm-up LR 0.1, LR 0.1, no BN", "warm-up LR 0.1, LR 0.1, BN, clip 1.5"]
-    assert rows[0]["finding"] == "ExplodingTensor at step 3 (main), gradients/stem.weight = nan"
-    assert (rows[0]["decision"], rows[0]["reason"]) == ("add_batch_norm", "ExplodingTensor at step 3: add <BN>")
-    assert (rows[1]["finding"], rows[1]["decision"]) == ("-", "end")
-    assert (rows[0]["steps"], rows[1]["seconds"]) == ("4", "20")
+    rows = attempts.attempt_rows(view().attempts)
+    assert [r.recipe for r in rows] == ["warm-up LR 0.1, LR 0.1, no BN", "warm-up LR 0.1, LR 0.1, BN, clip 1.5"]
+    assert rows[0].finding == "ExplodingTensor at step 3 (main)"
+    assert (rows[0].decision, rows[0].reason) == ("add_batch_norm", "ExplodingTensor at step 3: add <BN>")
+    assert (rows[1].finding, rows[1].decision) == ("-", "end")
+    assert (rows[0].steps, rows[1].seconds) == ("4", "20")
 
 
 def test_the_html_table_escapes_what_the_workflow_wrote():
-    html = nbs.Table(nbs.attempt_rows(view()), title="attempts")._repr_html_()
+    html = attempts.Table(attempts.attempt_rows(view().attempts), title="attempts")._repr_html_()
     assert "add &lt;BN&gt;" in html and "<BN>" not in html
     assert html.count("<tr>") == 3  # header and two attempts
 
 
 def test_the_status_block_follows_the_execution_to_its_outcome():
-    running = nbs.status_text(view("RUNNING", [EXPLODED | {"decision": None, "status": "InProgress"}]))
+    running = executions.status_text(view("RUNNING", [EXPLODED | {"decision": None, "status": "InProgress"}]))
     assert running.splitlines()[0] == "exec-1: RUNNING"
     assert "outcome" not in running
-    done = nbs.status_text(view())
+    done = executions.status_text(view())
     assert "-> add_batch_norm: ExplodingTensor at step 3" in done
     assert done.splitlines()[-1] == "outcome: succeeded; attempt 2 completed with no rule firing"
 
 
 def test_the_policy_summary_adds_up_attempts_steps_and_seconds():
-    assert nbs.policy_summary(view()) == {
+    assert executions.policy_summary(view()) == {
         "policy": "default",
         "outcome": "succeeded",
         "attempts": "2",
@@ -82,7 +82,7 @@ def test_watch_refreshes_until_the_execution_ends():
             return next(views)
 
     shown: list[str] = []
-    last = nbs.watch(Client(), "arn:x:exec-1", poll_seconds=0, show=shown.append)
+    last = executions.watch(Client(), "arn:x:exec-1", poll_seconds=0, show=shown.append)
     assert last.status == "SUCCEEDED"
     assert len(shown) == 3
     assert shown[-1].endswith("attempt 2 completed with no rule firing")

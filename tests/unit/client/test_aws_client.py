@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from stabilizer import notebook_support as nbs
+from stabilizer import channels, executions, tensors
 from stabilizer.client import AwsClient
 
 REGION = "us-east-1"
@@ -197,7 +197,7 @@ def test_describe_a_finished_execution_reads_its_output_and_not_the_history(clie
 
     assert view.done
     assert view.state["outcome"] == "succeeded"
-    assert nbs.policy_summary(view)["outcome"] == "succeeded"
+    assert executions.policy_summary(view)["outcome"] == "succeeded"
 
 
 def test_describe_a_failed_execution_keeps_its_error_cause_and_last_state(client: AwsClient, sfn: Stubber):
@@ -220,7 +220,7 @@ def test_describe_a_failed_execution_keeps_its_error_cause_and_last_state(client
         "no remedy left (outcome gave_up)",
     )
     assert view.state["outcome"] == "gave_up"
-    assert "outcome: gave_up" in nbs.status_text(view)
+    assert "outcome: gave_up" in executions.status_text(view)
 
 
 def test_history_returns_every_event_of_every_page(client: AwsClient, sfn: Stubber):
@@ -325,7 +325,7 @@ def test_tensors_are_read_from_s3_through_the_trial_api(client: AwsClient, accou
         trial.tensor("gradients/stem.weight").value(1, mode="TRAIN"), written[1]["gradients/stem.weight"]
     )
 
-    curves = nbs.curves(trial)
+    curves = tensors.curves(trial)
     assert curves.loss_steps == [0, 1, 2]
     assert curves.loss == pytest.approx([2.3, 23.0, 230.0], rel=1e-6)
     expected = [
@@ -335,14 +335,14 @@ def test_tensors_are_read_from_s3_through_the_trial_api(client: AwsClient, accou
     assert curves.grad_norm[:2] == pytest.approx(expected, rel=1e-9)
     assert not math.isfinite(curves.grad_norm[2])
 
-    nonfinite = nbs.first_nonfinite(trial)
+    nonfinite = tensors.first_nonfinite(trial)
     assert nonfinite is not None
     assert (nonfinite.step, nonfinite.layers, nonfinite.total_layers) == (
         2,
         ["blocks.0.conv1.weight", "head.weight"],
         3,
     )
-    norms = nbs.layer_norms(trial, 1)
+    norms = tensors.layer_norms(trial, 1)
     assert list(norms) == list(LAYERS)
     assert norms["stem.weight"] == pytest.approx(float(np.linalg.norm(written[1]["gradients/stem.weight"])), rel=1e-6)
 
@@ -357,11 +357,11 @@ def test_a_store_still_being_synced_shows_only_complete_steps(client: AwsClient,
 
     assert not trial.loaded_all_steps
     assert trial.steps(mode="TRAIN") == [0, 1]
-    assert nbs.first_nonfinite(trial) is None
+    assert tensors.first_nonfinite(trial) is None
 
 
 # ------------------------------------------------------------------------------------ data upload
-def channels(directory: Path) -> Path:
+def tiny_channels(directory: Path) -> Path:
     for channel in ("train", "test"):
         (directory / channel).mkdir(parents=True)
         np.save(directory / channel / "x.npy", np.zeros((2, 32, 32, 3), dtype=np.uint8))
@@ -372,8 +372,8 @@ def channels(directory: Path) -> Path:
 def test_data_channels_go_to_the_stacks_default_channel_prefixes_once(
     client: AwsClient, account: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    data = channels(tmp_path / "cifar10")
-    uris = nbs.upload_channels(client, data)
+    data = tiny_channels(tmp_path / "cifar10")
+    uris = channels.upload_channels(client, data)
 
     assert uris == {"train": f"s3://{BUCKET}/data/train/", "test": f"s3://{BUCKET}/data/test/"}
     body = account.get_object(Bucket=BUCKET, Key="data/test/y.npy")["Body"].read()
@@ -381,15 +381,15 @@ def test_data_channels_go_to_the_stacks_default_channel_prefixes_once(
 
     sent: list[str] = []
     monkeypatch.setattr(client.s3, "upload_file", lambda path, bucket, key: sent.append(key))
-    nbs.upload_channels(client, data)
+    channels.upload_channels(client, data)
     assert sent == []  # already there with the same size
     np.save(data / "train" / "y.npy", np.arange(5))
-    nbs.upload_channels(client, data)
+    channels.upload_channels(client, data)
     assert sent == ["data/train/y.npy"]
 
 
 def test_a_missing_channel_file_is_named(client: AwsClient, tmp_path: Path):
-    data = channels(tmp_path / "cifar10")
+    data = tiny_channels(tmp_path / "cifar10")
     (data / "test" / "x.npy").unlink()
     with pytest.raises(FileNotFoundError, match=r"test channel: expected x\.npy"):
-        nbs.upload_channels(client, data)
+        channels.upload_channels(client, data)

@@ -4,8 +4,10 @@
 
 1. Serialised size of a state payload holding 30 fully recorded attempts (each with a finding and
    a decision), against the 64 KiB budget and the 256 KiB Step Functions limit.
-2. Cold import time of each handler: the wall time of `import <handler>` in a fresh interpreter
-   (median of several runs), and Python's own `-X importtime` cumulative figure for the module.
+2. Cold import time of each handler: the wall and CPU time of `import <handler>` in a fresh
+   interpreter (median of several runs), and Python's own `-X importtime` cumulative figure.
+   Outside Lambda tracing is off, so the X-Ray SDK is not imported (workflow/observability.py);
+   with `LAMBDA_TASK_ROOT` set (as in Lambda, tracing on) it is.
 """
 
 from __future__ import annotations
@@ -36,11 +38,16 @@ def payload_size() -> None:
     )
 
 
-def cold_imports() -> None:
+def cold_imports(tracing: bool = False) -> None:
     env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1"}
+    if tracing:
+        env["LAMBDA_TASK_ROOT"] = "/var/task"  # as in Lambda: Powertools traces, the X-Ray SDK is imported
     for handler in ("train_handler", "monitor_handler"):
-        code = f"import time; t = time.perf_counter(); import {handler}; print(time.perf_counter() - t)"
-        walls = []
+        code = (
+            "import time; t = time.perf_counter(); c = time.process_time(); "
+            f"import {handler}; print(time.perf_counter() - t, time.process_time() - c)"
+        )
+        walls, cpus = [], []
         for _ in range(RUNS):
             out = subprocess.run(
                 [sys.executable, "-c", code],
@@ -50,7 +57,9 @@ def cold_imports() -> None:
                 text=True,
                 check=True,
             )
-            walls.append(float(out.stdout) * 1000)
+            wall, cpu = (float(x) * 1000 for x in out.stdout.split())
+            walls.append(wall)
+            cpus.append(cpu)
         cumulative = []
         for _ in range(3):
             trace = subprocess.run(
@@ -69,8 +78,9 @@ def cold_imports() -> None:
                 )
             )
         print(
-            f"{handler}: cold import median {statistics.median(walls):.0f} ms "
-            f"(min {min(walls):.0f}, max {max(walls):.0f}, {RUNS} fresh processes); "
+            f"{handler}{' (tracing on)' if tracing else ''}: cold import median {statistics.median(walls):.0f} ms "
+            f"(min {min(walls):.0f}, max {max(walls):.0f}, {RUNS} fresh processes), "
+            f"CPU time median {statistics.median(cpus):.0f} ms (what a busy machine inflates least); "
             f"-X importtime cumulative, median of 3: {statistics.median(cumulative):.0f} ms"
         )
 
@@ -79,3 +89,4 @@ if __name__ == "__main__":
     print(f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     payload_size()
     cold_imports()
+    cold_imports(tracing=True)

@@ -44,7 +44,7 @@ def test_none_input_is_the_same_as_empty():
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
-        ({"learning_rate": 0.1}, "learning_rate: unknown field"),
+        ({"learnig_rate": 0.1}, "learnig_rate: unknown field"),
         ({"run_spec": {"learnig_rate": 0.1}}, "run_spec.learnig_rate: unknown field"),
         (
             {"run_spec": {"learning_rate": "0.1"}},

@@ -27,7 +27,16 @@ def test_every_command_has_help(argv: list[str], capsys: pytest.CaptureFixture[s
     text = capsys.readouterr().out
     assert "usage: stabilizer" in text
     if argv[0] == "run":
-        for option in ("--local", "--input", "--policy", "--run-dir", "--data-dir", "--plain", "key=value"):
+        for option in (
+            "--local",
+            "--input",
+            "--policy",
+            "--run-dir",
+            "--data-dir",
+            "--plain",
+            "--verbose",
+            "key=value",
+        ):
             assert option in text
         assert "exit status: 0 succeeded, 2 gave up / stopped early / did not learn, 1 failed" in text
 
@@ -119,3 +128,54 @@ def test_pairs_file_and_policy_combine_into_the_execution_input(tmp_path: Path, 
     }
     with pytest.raises(InputProblemError, match=r"unknown key 'limits\.nope'"):
         build_input(state_module=state_module, pairs=["limits.nope=1"])
+
+
+# The original AWS sample's flat input: its notebook started executions with this object.
+SAMPLE_INPUT = {
+    "init_warmup_learning_rate": 0.1,
+    "learning_rate": 0.1,
+    "add_batch_norm": 0,
+    "num_epochs": 3,
+    "bucket": "my-sample-bucket",
+    "base_job_name": "resnet-elu",
+    "instance_type": "ml.p3.2xlarge",
+    "region": "us-west-2",
+    "debugger_save_interval": 100,
+    "max_num_retraining": 10,
+    "max_monitor_transitions": 300,
+}
+
+
+def test_the_sample_input_file_gets_one_message_with_every_fields_new_home(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    given = tmp_path / "sample.json"
+    given.write_text(json.dumps(SAMPLE_INPUT))
+    runs = tmp_path / "runs"
+    assert main(["run", "--local", "--run-dir", str(runs), "--input", str(given)]) == EXIT_USAGE
+    assert not runs.exists(), "nothing may be launched"
+    err = capsys.readouterr().err
+    assert err.startswith("stabilizer: input: this is the original sample's flat input")
+    assert "unknown field" not in err
+    for field in SAMPLE_INPUT:
+        assert f"\n  {field}: " in err
+    assert "  region: a deployment setting" in err
+
+
+def test_the_sample_input_without_deployment_settings_is_read_as_meant(tmp_path: Path, state_module):
+    given = tmp_path / "sample.json"
+    given.write_text(
+        json.dumps({k: v for k, v in SAMPLE_INPUT.items() if k not in ("bucket", "base_job_name", "region")})
+    )
+    built = build_input(
+        state_module=state_module,
+        input_file=given,
+        pairs=["init_warmup_learning_rate=0.05", "max_num_retraining=3"],
+        defaults={"wait_seconds": 1, "limits": {"max_monitor_transitions": 3600}},
+    )
+    assert built["run_spec"]["warmup_learning_rate"] == 0.05  # the pair wins over the file, as for any key
+    assert built["run_spec"]["learning_rate"] == 0.1
+    assert built["run_spec"]["capture"]["gradients"] == {"save_interval": 100}
+    # The file's value is kept; the local default only fills what was not given.
+    assert built["limits"] == {"max_num_retraining": 3, "max_monitor_transitions": 300}
+    assert "init_warmup_learning_rate" not in built

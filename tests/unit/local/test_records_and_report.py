@@ -7,7 +7,8 @@ import math
 from pathlib import Path
 
 from stabilizer.records import AttemptRecord, EvalPoint, MetricPoint, Notification, RunRecord, parse_log_line
-from stabilizer.report import attempt_rows, outcome, table_text, timing, write_report
+from stabilizer.report import outcome, table_text, timing, write_report
+from stabilizer.report import rows as report_rows
 
 
 def test_log_lines_are_read_as_the_metric_definitions_read_them():
@@ -80,13 +81,17 @@ def sample_record() -> RunRecord:
 
 
 def test_attempt_rows_join_the_workflow_record_with_what_was_observed():
-    rows = attempt_rows(sample_record())
+    rows = report_rows(sample_record())
     assert [(r.recipe, r.status, r.steps, r.finding) for r in rows] == [
         ("warm-up LR 0.1, LR 0.1, no BN", "Failed", "3", "ExplodingTensor at step 2"),
         ("warm-up LR 0.1, LR 0.1, BN", "Completed", "5", "-"),
     ]
-    assert rows[0].decision == "add_batch_norm: exploded in warm-up"
-    assert "stabilizer-aaaa0000-2" in table_text(sample_record())
+    assert (rows[0].decision, rows[0].reason) == ("add_batch_norm", "exploded in warm-up")
+    table = table_text(sample_record()).splitlines()
+    assert table[0].split() == ["#", "job", "recipe", "status", "steps", "seconds", "finding"]
+    assert table[2].startswith("1  stabilizer-aaaa0000-1  warm-up LR 0.1, LR 0.1, no BN  Failed")
+    assert table[3] == "   -> add_batch_norm: exploded in warm-up"
+    assert table[4].startswith("2  stabilizer-aaaa0000-2") and table[5] == "   -> end: completed"
 
 
 def test_timing_and_outcome():

@@ -16,7 +16,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from stabilizer.local.rules import rule_evaluator_factory
+from stabilizer.local.rule_jobs import rule_evaluator_factory
 from stabilizer.local.sagemaker import LocalSageMaker, decode_hyperparameters, to_cmd_args
 from tests.unit.local.support import aws_env_fixture, s3_fixture, staged_fixture  # noqa: F401 fixtures
 

@@ -1,0 +1,58 @@
+"""``stabilizer run --local`` as a person reads it in a CI log: a two-line header, one line per
+notification, the table of attempts, the outcome and where the report is; the notification
+bodies are in report.md, not on the terminal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stabilizer.cli import EXIT_SUCCEEDED, main
+from tests.e2e.test_local_mode import SMALL_RUN, small_digits  # noqa: F401 - small_digits is a fixture
+
+pytestmark = pytest.mark.slow
+
+
+def test_plain_run_prints_subjects_table_and_report_path(
+    small_digits: Path,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+):
+    pairs = [f"{k}={json.dumps(v)}" for k, v in SMALL_RUN["run_spec"].items()]
+    code = main(
+        [
+            "run",
+            "--local",
+            "--plain",
+            "--run-dir",
+            str(tmp_path),
+            "--data-dir",
+            str(small_digits),
+            "--name",
+            "terminal",
+            *pairs,
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == EXIT_SUCCEEDED, out
+    lines = out.splitlines()
+    record = json.loads((tmp_path / "terminal" / "run.json").read_text())
+    subjects = [n["subject"] for n in record["notifications"]]
+    attempts = len(record["attempts"])
+
+    assert lines[0] == f"execution terminal: policy default, given {' '.join(pairs)}"
+    assert lines[1] == f"run directory: {tmp_path / 'terminal'}"
+    assert [line.split("] ", 1)[1] for line in lines[2 : 2 + len(subjects)]] == subjects
+    # header, subjects, blank, table header and rule, a row and its decision per attempt, blank,
+    # outcome, reason, report
+    assert len(lines) == 2 + len(subjects) + 1 + 2 + 2 * attempts + 1 + 3, out
+    assert lines[-3].startswith(f"outcome: succeeded (SUCCEEDED) after {attempts} attempt(s)")
+    assert lines[-1].startswith(f"report: {tmp_path / 'terminal' / 'report.md'}")
+    assert "Details (JSON)" not in out and '"event_type"' not in out
+
+    report = (tmp_path / "terminal" / "report.md").read_text()
+    assert report.count("Details (JSON):") == len(subjects)
+    for subject in subjects:
+        assert f". {subject}" in report

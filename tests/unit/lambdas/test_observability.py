@@ -1,0 +1,74 @@
+"""Logger, Metrics and Tracer are set up once for both handlers, from the environment; the X-Ray
+SDK is imported only where tracing is on (in Lambda), so cold imports elsewhere skip its cost."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import monitor_handler
+import train_handler
+from workflow import observability
+
+LAMBDAS = Path(__file__).resolve().parents[3] / "lambdas"
+
+PROBE = """
+import json, sys
+import train_handler, monitor_handler
+from workflow import observability
+print(json.dumps({
+    "xray_imported": "aws_xray_sdk.core" in sys.modules,
+    "tracer_created": observability.tracer.cache_info().currsize == 1,
+    "tracer_disabled": observability.tracer().disabled if observability.tracer.cache_info().currsize else None,
+    "namespace": observability.metrics.namespace,
+    "service": observability.logger.service,
+}))
+"""
+
+
+def probe(**environment: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("POWERTOOLS_", "LAMBDA_TASK_ROOT", "AWS_SAM"))}
+    env.update(AWS_DEFAULT_REGION="us-east-1", **environment)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=LAMBDAS, env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_both_handlers_share_one_logger_and_one_metrics():
+    assert train_handler.logger is monitor_handler.logger is observability.logger
+    assert train_handler.metrics is monitor_handler.metrics is observability.metrics
+
+
+def test_outside_lambda_the_tracing_sdk_is_not_imported():
+    seen = probe()
+    assert seen["xray_imported"] is False
+    assert seen["tracer_created"] is False
+    assert (seen["namespace"], seen["service"]) == ("Stabilizer", "stabilizer")
+
+
+def test_in_lambda_with_tracing_on_every_handler_is_traced():
+    seen = probe(LAMBDA_TASK_ROOT="/var/task")
+    assert seen["xray_imported"] is True
+    assert seen["tracer_created"] is True
+    assert seen["tracer_disabled"] is False
+
+
+def test_tracing_disabled_by_powertools_variable_even_in_lambda():
+    seen = probe(LAMBDA_TASK_ROOT="/var/task", POWERTOOLS_TRACE_DISABLED="true")
+    assert (seen["xray_imported"], seen["tracer_created"]) == (False, False)
+
+
+def test_namespace_and_service_come_from_the_environment():
+    seen = probe(POWERTOOLS_METRICS_NAMESPACE="TeamMetrics", POWERTOOLS_SERVICE_NAME="stabilizer-eu")
+    assert (seen["namespace"], seen["service"]) == ("TeamMetrics", "stabilizer-eu")
+
+
+def test_tracing_follows_powertools_rule():
+    assert observability.tracing_enabled({"LAMBDA_TASK_ROOT": "/var/task"}) is True
+    assert observability.tracing_enabled({}) is False
+    assert observability.tracing_enabled({"LAMBDA_TASK_ROOT": "/var/task", "AWS_SAM_LOCAL": "true"}) is False
+    assert observability.tracing_enabled({"LAMBDA_TASK_ROOT": "/var/task", "POWERTOOLS_TRACE_DISABLED": "1"}) is False
