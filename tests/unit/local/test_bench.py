@@ -85,8 +85,8 @@ def test_the_suite_covers_what_it_promises():
 
 
 def test_every_scenario_is_a_valid_execution_input():
-    from stabilizer.parts import project_root
     from stabilizer.inputs import workflow_state_module
+    from stabilizer.parts import project_root
 
     state = workflow_state_module(project_root() / "lambdas")
     for scenario in ALL:

@@ -114,7 +114,7 @@ def test_closing_stops_executions_still_running(tmp_path: Path, project: Project
 
 def test_the_projects_placeholders_come_from_the_one_map_cdk_reads_too(tmp_path: Path):
     from stabilizer.local.engine import LocalSettings, placeholder_values
-    from stabilizer.local.lambdas import LocalLambdas
+    from stabilizer.local.lambda_seam import LocalLambdas
 
     real = Project.discover(Path(__file__).resolve().parents[3])
     values = placeholder_values(real.placeholder_map, LocalSettings(), LocalLambdas("us-east-1", "123456789012"))
