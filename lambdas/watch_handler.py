@@ -20,7 +20,6 @@ import os
 from functools import lru_cache
 from typing import Any
 
-from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from workflow import watch
 from workflow.aws import (
@@ -35,11 +34,9 @@ from workflow.aws import (
     invocation_deadline,
 )
 from workflow.errors import StateCorrupted, WorkflowError
+from workflow.observability import instrumented, logger
 from workflow.settings import WatchSettings
 from workflow.state import load_state
-
-logger = Logger(service="stabilizer")
-tracer = Tracer(service="stabilizer")
 
 JOB_EVENT = "SageMaker Training Job State Change"
 EXECUTION_EVENT = "Step Functions Execution Status Change"
@@ -138,8 +135,7 @@ def handle(event: Any, deps: Collaborators | None = None) -> dict[str, Any]:
     )
 
 
-@logger.inject_lambda_context(log_event=False)
-@tracer.capture_lambda_handler
+@instrumented
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     invocation_deadline(context)
     return handle(event)
