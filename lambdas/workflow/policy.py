@@ -122,7 +122,7 @@ EXPLODING_TENSOR = (
         0.5,
         floor_ratio=0.01,
         phases=frozenset({"main", None}),
-        why="it exploded after warm-up, so half the learning rate",
+        why="it exploded after warm-up (or the job has none), so half the learning rate",
     ),
     Rung(
         "lower_lr",

@@ -46,16 +46,23 @@ def test_no_partition_is_written_anywhere_in_the_template(default_synth):
     assert "arn:${Partition}:states:::lambda:invoke" in dumps(definition)
 
 
-def test_a_redeploy_keeps_the_source_archive_running_jobs_use(default_synth):
+def test_a_redeploy_keeps_the_source_archive_and_library_running_jobs_use(default_synth):
     _, raw = default_synth
-    [deployment] = _resources(raw, "Custom::CDKBucketDeployment").values()
-    properties = deployment["Properties"]
-    # CDK's handler removes the old prefix on update unless RetainOnDelete is true, and prunes
-    # objects the new asset lacks unless Prune is false.
-    assert properties.get("RetainOnDelete", True) is True
-    assert properties["Prune"] is False
-    prefix = properties["DestinationBucketKeyPrefix"]
-    assert re.fullmatch(r"source/[0-9a-f]{20}/", prefix)
+    deployments = _resources(raw, "Custom::CDKBucketDeployment").values()
+    prefixes = set()
+    for deployment in deployments:
+        properties = deployment["Properties"]
+        # CDK's handler removes the old prefix on update unless RetainOnDelete is true, and prunes
+        # objects the new asset lacks unless Prune is false.
+        assert properties.get("RetainOnDelete", True) is True
+        assert properties["Prune"] is False
+        prefixes.add(properties["DestinationBucketKeyPrefix"])
+    # The source archive and the sentinel library (every job's `stabilizer` channel), each under
+    # a key that carries the content hash.
+    [source] = [p for p in prefixes if p.startswith("source/")]
+    [library] = [p for p in prefixes if p.startswith("library/")]
+    assert re.fullmatch(r"source/[0-9a-f]{20}/", source)
+    assert re.fullmatch(r"library/[0-9a-f]{20}/rule_engine/", library)
 
 
 def test_execution_role_deletes_only_checkpoints(default_synth):

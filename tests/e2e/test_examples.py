@@ -1,0 +1,54 @@
+"""The two bring-your-own-code examples, run exactly as their READMEs say.
+
+`stabilizer run --local --input examples/<name>/input.json` in a fresh run directory: each example
+starts from a recipe that diverges, the sentinel stops the first attempt at its first non-finite
+step, and the default policy fixes it through the knob the example declares, in the example's own
+hyperparameter names. One is a plain loop with the library's three lines, the other an unchanged
+script run through the launcher, whose loss comes from the log line its metric definition matches.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_example(name: str, run_dir: Path) -> tuple[subprocess.CompletedProcess[str], dict]:
+    result = subprocess.run(
+        [sys.executable, "-m", "stabilizer.cli", "run", "--local", "--plain",
+         "--input", f"examples/{name}/input.json", "--run-dir", str(run_dir)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
+    )
+    [run_json] = run_dir.glob("local-*/run.json")
+    return result, json.loads(run_json.read_text())
+
+
+@pytest.mark.parametrize(
+    ("name", "knob", "integration"),
+    [("transformer-digits", "lr", "library"), ("mlp-diabetes", "step_size", "launcher")],
+)
+def test_example_explodes_is_stopped_and_is_fixed_through_its_knob(tmp_path, name, knob, integration):
+    example = json.loads((ROOT / "examples" / name / "input.json").read_text())
+    assert example["job"]["integration"] == integration
+    assert example["job"]["knobs"]["learning_rate"]["hyperparameter"] == knob
+
+    result, record = run_example(name, tmp_path)
+
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    state = record["state"]
+    assert state["outcome"] == "succeeded"
+    first, *rest = state["attempts"]
+    assert first["finding"]["rule"] == "ExplodingTensor"
+    assert first["status"] == "Stopped"
+    assert first["decision"]["changes"][knob][1] < first["decision"]["changes"][knob][0]
+    # The relaunch changed only the declared knob, in the script's own hyperparameter name.
+    assert {key for key in first["decision"]["changes"]} == {knob}
+    assert rest and rest[-1]["status"] == "Completed" and rest[-1]["finding"] is None
+    assert rest[-1]["run_spec"][knob] < first["run_spec"][knob]
