@@ -29,7 +29,7 @@ def read_csv(directory: str) -> tuple[torch.Tensor, torch.Tensor]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--step_size", type=float, default=1.2)
-    parser.add_argument("--n_iters", type=int, default=300)
+    parser.add_argument("--n_iters", type=int, default=150)
     parser.add_argument("--minibatch", type=int, default=64)
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--random_state", type=int, default=0)
