@@ -12,9 +12,12 @@ The sentinel therefore runs two checks always, configured rules or not:
   - *never learned* (finding ``NotLearning``): no window mean has fallen ``min_decrease`` (5 %)
     below the first window's mean within ``patience`` steps of the main phase (warm-up steps do
     not count: a deliberately gentle warm-up may learn slowly), or by the end of a completed run;
-  - *plateaued* (finding ``LossNotDecreasing``, Debugger's name for a stalled loss): after it
-    learned, no window mean improved on the best one before it by ``plateau_decrease`` (1 %) for
-    ``plateau_patience`` steps.
+  - *plateaued* (finding ``LossNotDecreasing``, Debugger's name for a stalled loss), only when
+    ``plateau_patience`` is set: after it learned, no window mean improved on the best one before
+    it by ``plateau_decrease`` (1 %) for ``plateau_patience`` steps. Off in the sentinel's default
+    check: a loss that stops improving after the run learned is usually a run that converged
+    (a noisy small regression flattens within a hundred steps), and stopping it is a choice the
+    job makes by configuring Debugger's ``LossNotDecreasing`` rule, not a verdict of failure.
 
   Why a check of our own: Debugger's ``LossNotDecreasing`` compares consecutive 10-step windows
   against a 0.1 % decrease, which a healthy run with noisy mini-batches fails now and then; it
@@ -48,7 +51,9 @@ class LearningCheck:
     min_decrease: float = 0.05  # fraction below the first window that counts as having learned
     patience: int = 30  # main-phase steps a run may take to learn before it is stopped
     plateau_decrease: float = 0.01  # fraction below the best window that counts as progress
-    plateau_patience: int = 60  # steps without progress after learning that make a plateau
+    # Steps without progress after learning that make a plateau; None (the sentinel's default) turns
+    # the plateau check off: after learning, a flat loss is most often convergence.
+    plateau_patience: int | None = None
 
     def __post_init__(self) -> None:
         self._sum = 0.0
@@ -113,7 +118,8 @@ class LearningCheck:
             )
             return self._fire(NOT_LEARNING, step, message, last)
         best_step, best = self._best
-        if self._learned_at is not None and not at_end and last_step - best_step >= self.plateau_patience:
+        if (self.plateau_patience is not None and self._learned_at is not None and not at_end
+                and last_step - best_step >= self.plateau_patience):
             message = (
                 f"the loss plateaued: best mean {best:.4g} at step {best_step}, no improvement of "
                 f"{self.plateau_decrease * 100:g}% in the {last_step - best_step} steps since (now {last:.4g})"

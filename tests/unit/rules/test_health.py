@@ -49,9 +49,15 @@ def test_a_gentle_warmup_that_learns_slowly_is_not_stopped():
     assert feed(LearningCheck(), losses, warmup_steps=12) is None
 
 
-def test_a_loss_that_stops_improving_after_learning_is_a_plateau():
+def test_a_loss_that_flattens_after_learning_is_not_judged_by_default():
+    # Convergence is not failure: the default check only asks that the run learned.
+    losses = [2.3 - 0.02 * step for step in range(50)] + [1.3] * 150
+    assert feed(LearningCheck(), losses) is None
+
+
+def test_with_a_patience_a_loss_that_stops_improving_after_learning_is_a_plateau():
     losses = noisy([2.3 - 0.05 * step for step in range(20)] + [1.3] * 200)
-    finding = feed(LearningCheck(), losses)
+    finding = feed(LearningCheck(plateau_patience=60), losses)
     assert finding is not None and finding.rule == PLATEAU
     assert "plateaued" in finding.message
     assert 60 <= finding.step - 19 <= 70
