@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import sys
@@ -345,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, UsageError) as error:
         parser.error(str(error))
     data = prepare_data_sets(digits, args.run_dir / "data")
+    # The interpreter logs every Fail state as an error; executions' ends are in the table instead.
+    args.run_dir.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(filename=args.run_dir / "engine.log", level=logging.WARNING, force=True)
     policies = list(POLICIES) if args.policy == "both" else [args.policy]
     print(f"cpus: {os.cpu_count()}  load average before: {os.getloadavg()[0]:.2f}  "
           f"{len(scenarios)} scenarios x {len(policies)} policies{'  (small form)' if args.small else ''}", flush=True)
