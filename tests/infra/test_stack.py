@@ -163,9 +163,12 @@ def test_train_launches_and_monitor_stops(default_synth):
     assert {"sagemaker:StopTrainingJob", "sagemaker:StopProcessingJob"} <= monitor
     assert not {"sagemaker:CreateTrainingJob", "iam:PassRole"} & monitor
     # The train function reads no object; it only lists data/ to say what is missing before a launch.
-    assert "sns:Publish" in train and {a for a in train if a.startswith("s3:")} == {"s3:ListBucket"}
+    assert "sns:Publish" in train and {a for a in train if a.startswith("s3:")} == {"s3:ListBucket", "s3:GetObject"}
     [listing] = [s for s in _statements_of(raw, "TrainFunctionPolicy") if s["Action"] == "s3:ListBucket"]
-    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["data/*"]}}
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["data/*", "library/*"]}}
+    # ValidateInput reads users' source archives (to find the entry point) under source/ only.
+    [sources] = [s for s in _statements_of(raw, "TrainFunctionPolicy") if s.get("Sid") == "ReadSourceArchives"]
+    assert _object_patterns(sources) == {"/source/*"}
     assert {"sns:Publish", "s3:GetObject", "s3:ListBucket"} <= monitor
 
 
@@ -194,7 +197,7 @@ def test_execution_role_reads_inputs_and_writes_only_under_executions(default_sy
     statements = _statements_of(raw, "SageMakerExecutionPolicy")
     reads = [s for s in statements if as_list(s["Action"]) == ["s3:GetObject"]]
     writes = [s for s in statements if "s3:PutObject" in as_list(s["Action"])]
-    assert _object_patterns(reads[0]) == {"/data/*", "/source/*", "/executions/*/checkpoints/*"}
+    assert _object_patterns(reads[0]) == {"/data/*", "/source/*", "/library/*", "/executions/*/checkpoints/*"}
     assert _object_patterns(writes[0]) == {
         "/executions/*/output/*", "/executions/*/checkpoints/*", "/executions/*/debug/*",
     }

@@ -19,7 +19,7 @@ LAMBDA_ENVIRONMENT_LIMIT = 4096
 
 def _train_environment(raw: dict) -> dict:
     [train] = [r for k, r in raw["Resources"].items()
-               if k.startswith("TrainFunction") and r["Type"] == "AWS::Lambda::Function"]
+               if "TrainFunction" in k and r["Type"] == "AWS::Lambda::Function"]
     return train["Properties"]["Environment"]["Variables"]
 
 
