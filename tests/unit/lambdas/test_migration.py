@@ -77,7 +77,7 @@ def test_validate_input_from_the_console_accepts_the_sample_shape(settings):
     state = train_handler.handle(load_event("train-prepare-sample-input.json"), settings=settings)
     assert state["run_spec"]["warmup_learning_rate"] == 0.05
     assert state["run_spec"]["learning_rate"] == 0.1
-    assert state["run_spec"]["instance_type"] == "ml.p3.2xlarge"
+    assert state["job"]["instance_type"] == "ml.p3.2xlarge"
     assert state["limits"]["max_monitor_transitions"] == 300
     load_state(state)
 

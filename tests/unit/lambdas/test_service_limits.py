@@ -55,14 +55,17 @@ def test_an_execution_name_sagemaker_cannot_tag_is_refused_before_launch(setting
 
 
 def test_a_hyperparameter_over_2500_characters_is_refused_naming_its_field(settings):
-    names = ["ExplodingTensor", "VanishingGradient", "LossNotDecreasing", "Overfit", "Overtraining",
-             "PoorWeightInitialization", "SaturatedActivation", "TensorVariance", "WeightUpdateRatio",
-             "AllZero", "DeadRelu", "UnchangedTensor"]
+    # Valid rules (each passes the catalogue) and collections that together outgrow one value.
+    from workflow.rule_catalogue import CATALOGUE
+
+    names = [name for name, entry in CATALOGUE.items()
+             if entry.runs_in == "engine" and not entry.one_of and "tensor_regex" in entry.param_index]
     rules = [{"name": n, "parameters": {"tensor_regex": "x" * 250}} for n in names]
+    capture = {f"collection_{index:02d}_{'c' * 80}": {"save_interval": 10} for index in range(10)}
     with pytest.raises(InvalidInput) as error:
-        prepare({"run_spec": {"rules": rules}}, EXECUTION, settings)
-    assert str(error.value).startswith("run_spec.rules: the training job's hyperparameter 'sentinel_rules' would be")
-    assert "SageMaker allows 2,500" in str(error.value)
+        prepare({"run_spec": {"rules": rules, "capture": capture}}, EXECUTION, settings)
+    assert str(error.value).startswith("monitoring: the rules, capture settings and loss regex take ")
+    assert "SageMaker allows 2500" in str(error.value)
 
 
 def test_warm_pool_keeps_the_instance_for_the_next_attempt():
@@ -109,3 +112,14 @@ def test_a_call_that_could_outlast_the_invocation_is_not_started(monkeypatch):
 def test_the_worst_case_call_is_the_configured_arithmetic():
     # 3 tries x (3 s connect + 10 s read) + waits of at most 1 s and 2 s (+5 s retry-after each).
     assert aws.worst_case_call_seconds() == 3 * (3 + 10) + (1 + 5) + (2 + 5)
+
+
+def test_a_job_hyperparameter_over_2500_characters_is_refused_naming_it():
+    from workflow.state import parse_execution_input
+
+    job = {"source": "s3://bucket/src/sourcedir.tar.gz", "entry_point": "fit.py",
+           "hyperparameters": {"lr": 0.1, "notes": "x" * 2600}}
+    with pytest.raises(InvalidInput) as error:
+        parse_execution_input({"job": job})
+    assert "job.hyperparameters" in str(error.value) and "notes" in str(error.value)
+    assert "SageMaker allows 2500" in str(error.value)
