@@ -17,10 +17,9 @@ import os
 from pathlib import Path
 
 import numpy as np
+import rule_engine as sentinel  # stabilizer
 import torch
 from torch import nn
-
-import rule_engine as sentinel  # stabilizer
 
 
 class RowTransformer(nn.Module):
