@@ -108,9 +108,9 @@ def test_the_notebook_runs_top_to_bottom_in_local_mode(
         nbformat.write(notebook, tmp_path / "executed.ipynb")
         print(f"notebook ran in {time.monotonic() - started:.0f} s; executed copy: {tmp_path / 'executed.ipynb'}")
 
-    # Every plot cell drew a non-empty PNG: the curves per attempt, the layers of the exploded
-    # attempt, the policies side by side.
-    for source in ("plots.plot_loss_and_grad(", "plots.plot_layer_norms(", "axes_.bar("):
+    # Every plot cell drew a non-empty PNG: the curves per attempt, the system usage the jobs'
+    # profiler sampled, the layers of the exploded attempt, the policies side by side.
+    for source in ("plots.plot_loss_and_grad(", "trial.system_samples()", "plots.plot_layer_norms(", "axes_.bar("):
         pictures = images(cell_with(notebook, source))
         assert pictures, f"the cell with {source} drew no image"
         for png in pictures:
@@ -121,6 +121,8 @@ def test_the_notebook_runs_top_to_bottom_in_local_mode(
     assert "SUCCEEDED" in watched, watched
     attempts = text_of(cell_with(notebook, 'title="attempts"'))
     assert "ExplodingTensor at step" in attempts, attempts
+    usage = text_of(cell_with(notebook, "trial.system_samples()"))
+    assert "attempt 1:" in usage and "samples, CPU median" in usage, usage  # the job's profiler sampled
     notes = text_of(cell_with(notebook, "client.notifications(arn)"))
     assert "launched" in notes and "relaunching" in notes, notes
     layers = text_of(cell_with(notebook, "tensors.first_nonfinite(trial)"))
