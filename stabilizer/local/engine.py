@@ -386,6 +386,9 @@ class LocalEngine:
         # Powertools' Logger holds the stdout of its import time; point it at lambdas.log.
         for logger in [logging.getLogger(), *_all_loggers()]:
             for handler in logger.handlers:
+                # logging.lastResort's class follows sys.stderr by itself (its stream cannot be set).
+                if isinstance(handler, logging._StderrHandler):
+                    continue
                 if isinstance(handler, logging.StreamHandler) and handler.stream in (
                     sys.stdout,
                     sys.stderr,
