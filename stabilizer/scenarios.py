@@ -86,7 +86,7 @@ class Scenario:
             if self.small_run_spec is None:
                 raise ValueError(f"scenario {self.name} has no small form")
             spec.update(self.small_run_spec)
-        limits = {"max_num_retraining": 8, "max_monitor_transitions": 3600, **self.limits}
+        limits = {"max_num_retraining": 8, "max_monitor_transitions": 1500, **self.limits}
         return {"policy": policy, "wait_seconds": 1, "run_spec": spec, "limits": limits}
 
 

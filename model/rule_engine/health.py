@@ -11,7 +11,9 @@ The sentinel therefore runs two checks always, configured rules or not:
 
   - *never learned* (finding ``NotLearning``): no window mean has fallen ``min_decrease`` (5 %)
     below the first window's mean within ``patience`` steps of the main phase (warm-up steps do
-    not count: a deliberately gentle warm-up may learn slowly), or by the end of a completed run;
+    not count: a deliberately gentle warm-up may learn slowly), or by the end of a completed run.
+    A loss that is rising instead is left to the finite check while the run goes on: a diverging
+    run is an explosion in the making, and the explosion is what the remedies answer;
   - *plateaued* (finding ``LossNotDecreasing``, Debugger's name for a stalled loss), only when
     ``plateau_patience`` is set: after it learned, no window mean improved on the best one before
     it by ``plateau_decrease`` (1 %) for ``plateau_patience`` steps. Off in the sentinel's default
@@ -110,6 +112,12 @@ class LearningCheck:
         last_step, last = self._last
         if self._learned_at is None and (at_end or self._main_steps >= self.patience):
             change = (last - first) / abs(first) * 100 if first else 0.0
+            if not at_end and last > first * (1 + self.min_decrease):
+                # Rising, not flat: a run that is diverging. The finite check stops it when it
+                # overflows, and the explosion is what the remedies answer (a lower rate); calling
+                # it "never learned" first would end it with no remedy. Judged at the end if it
+                # never overflows.
+                return None
             when = "by the end of the run" if at_end else f"in {self._main_steps} steps after warm-up"
             message = (
                 f"the loss never learned {when}: mean {first:.4g} over the steps to {first_step}, "

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SMALL_RUN = {
     "wait_seconds": 1,
     "run_spec": {"warmup_epochs": 0, "num_epochs": 1, "batch_size": 64, "max_steps": 6, "checkpoint_every": 2},
-    "limits": {"max_monitor_transitions": 3600},
+    "limits": {"max_monitor_transitions": 1500},
 }
 
 

@@ -82,3 +82,12 @@ def test_a_completed_run_that_never_learned_leaves_a_finding(tmp_path):
     (finding,) = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())["findings"]
     assert finding["rule"] == NOT_LEARNING and finding["step"] == 11
     assert "never learned by the end of the run" in finding["message"]
+
+
+def test_a_rising_loss_is_left_to_the_finite_check_until_the_end():
+    # Diverging, not flat: the explosion the finite check will see is what the remedies answer.
+    rising = [2.3 * 1.1**step for step in range(60)]
+    check = LearningCheck()
+    assert feed(check, rising) is None
+    finding = check.at_end(59)
+    assert finding is not None and finding.rule == NOT_LEARNING and "by the end of the run" in finding.message
