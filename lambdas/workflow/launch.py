@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from pydantic import ValidationError
+
 from workflow import notifications
 from workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
 from workflow.images import default_image, training_image_for
@@ -30,6 +32,7 @@ from workflow.state import (
     Monitoring,
     RunSpec,
     WorkflowState,
+    format_validation_error,
     is_s3_uri,
     parse_execution_input,
 )
@@ -93,7 +96,10 @@ def prepare(
         raise StateCorrupted("execution: expected {'id': ..., 'name': ...} from the state machine's context")
     if given.job is None:
         spec = given.run_spec or RunSpec()
-        job = reference_job(spec, settings)
+        try:
+            job = reference_job(spec, settings)
+        except ValidationError as error:  # a run_spec value the reference job's knobs do not admit
+            raise InvalidInput(f"run_spec: {format_validation_error(error)}") from None
         monitoring = given.monitoring or spec.monitoring()
     else:
         job, monitoring = given.job, given.monitoring or Monitoring()

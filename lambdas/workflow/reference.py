@@ -31,8 +31,8 @@ METRIC_DEFINITIONS = [
 # `run_spec` section already enforces, so every recipe it accepts stays valid; the policies'
 # own limits (workflow.policy) keep remedies far inside them.
 KNOBS = Knobs(
-    learning_rate=Knob(hyperparameter="learning_rate", type="float", min=1e-8, max=10),
-    warmup_learning_rate=Knob(hyperparameter="warmup_learning_rate", type="float", min=1e-8, max=10),
+    learning_rate=Knob(hyperparameter="learning_rate", type="float", min=1e-12, max=10),
+    warmup_learning_rate=Knob(hyperparameter="warmup_learning_rate", type="float", min=1e-12, max=10),
     normalization=Knob(hyperparameter="add_batch_norm", type="int", min=0, max=1),
     grad_clip=Knob(hyperparameter="grad_clip", type="float", min=0, max=1e6),
     batch_size=Knob(hyperparameter="batch_size", type="int", min=1, max=8192),

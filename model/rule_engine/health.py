@@ -52,6 +52,9 @@ class LearningCheck:
     window: int = 5  # steps per window mean: one batch is too noisy, a whole epoch too slow
     min_decrease: float = 0.05  # fraction below the first window that counts as having learned
     patience: int = 30  # main-phase steps a run may take to learn before it is stopped
+    # A window mean this fraction above the first is a loss on its way up (diverging), far beyond
+    # the noise of a flat run's window means; the finite check is left to stop it.
+    diverging_increase: float = 0.5
     plateau_decrease: float = 0.01  # fraction below the best window that counts as progress
     # Steps without progress after learning that make a plateau; None (the sentinel's default) turns
     # the plateau check off: after learning, a flat loss is most often convergence.
@@ -112,7 +115,7 @@ class LearningCheck:
         last_step, last = self._last
         if self._learned_at is None and (at_end or self._main_steps >= self.patience):
             change = (last - first) / abs(first) * 100 if first else 0.0
-            if not at_end and last > first * (1 + self.min_decrease):
+            if not at_end and last > first * (1 + self.diverging_increase):
                 # Rising, not flat: a run that is diverging. The finite check stops it when it
                 # overflows, and the explosion is what the remedies answer (a lower rate); calling
                 # it "never learned" first would end it with no remedy. Judged at the end if it

@@ -122,7 +122,8 @@ def test_the_notebook_runs_top_to_bottom_in_local_mode(
     attempts = text_of(cell_with(notebook, 'title="attempts"'))
     assert "ExplodingTensor at step" in attempts, attempts
     usage = text_of(cell_with(notebook, "trial.system_samples()"))
-    assert "attempt 1:" in usage and "samples, CPU median" in usage, usage  # the job's profiler sampled
+    # The jobs' profiler sampled (an attempt stopped within its first half second may have none).
+    assert "samples, CPU median" in usage, usage
     notes = text_of(cell_with(notebook, "client.notifications(arn)"))
     assert "launched" in notes and "relaunching" in notes, notes
     layers = text_of(cell_with(notebook, "tensors.first_nonfinite(trial)"))
