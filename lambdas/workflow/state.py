@@ -144,8 +144,8 @@ class RunSpec(_Strict):
     0.1 then 0.1.
     """
 
-    warmup_learning_rate: Annotated[float, Field(ge=1e-12, le=10)] = 0.1
-    learning_rate: Annotated[float, Field(ge=1e-12, le=10)] = 0.1
+    warmup_learning_rate: Annotated[float, Field(gt=0, le=10)] = 0.1
+    learning_rate: Annotated[float, Field(gt=0, le=10)] = 0.1
     warmup_epochs: Annotated[int, Field(ge=0, le=1000)] = 1
     add_batch_norm: Annotated[int, Field(ge=0, le=1)] = 0
     num_epochs: Annotated[int, Field(ge=1, le=1000)] = 3

@@ -411,3 +411,9 @@ def test_job_hyperparameters_keep_their_types(job_settings):
     )
     assert given.job.hyperparameters == {"lr": 1, "name": "x", "on": True, "layers": [1, 2]}
     assert type(given.job.hyperparameters["lr"]) is int
+
+
+def test_a_run_spec_value_the_reference_knobs_refuse_is_named_not_a_crash(settings):
+    # 1e-15 is a positive rate (the run_spec accepts it) below the learning-rate knob's 1e-12.
+    text = problem(settings, {"run_spec": {"learning_rate": 1e-15}})
+    assert text.startswith("run_spec: ") and "learning_rate" in text and "1e-12" in text
