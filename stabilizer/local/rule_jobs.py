@@ -163,7 +163,7 @@ class ProcessRuleEvaluation:
         """
         for rule in self.processes:
             if rule.job_name.lower() == name.lower():
-                if not rule.running:
+                if rule.stop_requested or not rule.running:  # the evaluator may still be exiting
                     return rule.status()["RuleEvaluationStatus"]
                 rule.stop_requested = True
                 rule.signal(signal.SIGTERM)
