@@ -316,10 +316,11 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
         total_steps = min(total_steps, 3)
     if config.max_steps:
         total_steps = min(total_steps, config.max_steps)
-    step = restore(model, optimizer, paths, config)
     # The job's sagemaker_stabilizer configuration wins; the legacy hyperparameters fill what it leaves unset.
     guard = sentinel.watch(model, optimizer, rules=config.sentinel_rules, capture=config.capture,  # sentinel
-                           action=config.sentinel_action, start_step=step)
+                           action=config.sentinel_action)
+    # After watch(): the guard's hook reads its step count and learning check back from the optimizer's state.
+    step = restore(model, optimizer, paths, config)
     # The last healthy state, copied every few steps, is written as a checkpoint when a rule fires.
     guard.sentinel.rewind = Rewind(model, optimizer, checkpoint_dir=paths.checkpoint_dir,
                                    extra={"config": dataclasses.asdict(config)})

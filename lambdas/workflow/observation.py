@@ -26,6 +26,17 @@ _CHECKPOINT = re.compile(r"(?:^|/)checkpoint-(\d+)\.pt$")
 _STEP_IN_TEXT = re.compile(r"\bstep[ =](\d+)")
 
 
+def checkpoint_step(uri: str | None) -> int | None:
+    """The next step a checkpoint resumes at, read from its file name; None for another name."""
+    match = _CHECKPOINT.search(uri or "")
+    return int(match.group(1)) if match else None
+
+
+def _rate(value: float | str | None) -> float | None:
+    """A learning rate from findings.json: a number, or the text of a non-finite one ("nan")."""
+    return None if value is None else float(value)
+
+
 class SentinelFinding(BaseModel):
     """One entry of findings.json; unknown extra keys are kept readable but ignored."""
 
@@ -39,20 +50,23 @@ class SentinelFinding(BaseModel):
     tensor: str | None = None
     value: float | str | None = None
     message: str = ""
+    onset_step: int | None = None
+    stable_learning_rate: float | str | None = None
     evidence: dict[str, Any] = Field(default_factory=dict)
 
     def to_finding(self) -> Finding:
-        lr = self.learning_rate
         return Finding(
             rule=self.rule,
             step=self.step,
             epoch=self.epoch,
             phase=self.phase,
-            learning_rate=float(lr) if lr is not None else None,
+            learning_rate=_rate(self.learning_rate),
             tensor=self.tensor,
             value=None if self.value is None else str(self.value),
             message=self.message,
             source="sentinel",
+            onset_step=self.onset_step,
+            stable_learning_rate=_rate(self.stable_learning_rate),
         )
 
 

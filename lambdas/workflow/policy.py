@@ -14,18 +14,40 @@ Two named policies:
 * `original` reproduces the AWS sample's ladder exactly (whatever rule fired): halve the warm-up
   LR while warmup/5 >= 1e-3, then add batch norm, then LR x0.9 while LR x0.9 > 1e-3, else end.
   It is kept so that the two can be measured side by side.
-* `default` uses per-rule remedy ladders declared as data below, diagnosis-aware (a lower
-  warm-up LR only for an explosion that happened during warm-up), never repeats a recipe already
-  tried, and resumes from the last healthy checkpoint when the network is unchanged.
+* `default` uses per-rule remedy ladders declared as data below, chosen and sized by the
+  evidence of the attempts so far (`Evidence`), never repeats a recipe already tried, and resumes
+  from a checkpoint taken before the run-up to the explosion when the network is unchanged.
+
+What `default` reads, and why:
+
+* the **phase** of the explosion: a lower warm-up LR only for an explosion during warm-up (after
+  it, the warm-up LR no longer acts);
+* **normalisation**: a network without it is fixed at its cause first (batch norm), fresh;
+* the **last stable and the first failing learning rate** of this recipe family (attempts that
+  differ only in their rates): the sentinel reports the highest rate each attempt took at least
+  five healthy steps at (a warm-up that went well is such a rate) and the rate at the explosion.
+  The next rate is the geometric midpoint of the two (a bisection in log space, where learning
+  rates live), the stable rate itself once the two are within 2x, and a quarter of the failing
+  rate while no stable rate is known. A warm-up rate above the main rate is brought down to it,
+  and a main rate lowered below the warm-up rate takes the warm-up rate down with it (scale the
+  two together);
+* the **run-up**: the sentinel reports where it began (the first step at a new learning rate, or
+  where the gradient norm started to grow). The relaunch resumes from the newest checkpoint from
+  before it: a copy taken two steps into a rate the network cannot take already carries those
+  steps in its weights and momentum, and fails again at any rate;
+* whether **the last remedy moved the explosion**: a relaunch that exploded within
+  `REWIND_EVERY` steps of the checkpoint it resumed from starts fresh next time.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from workflow.job import Knob
+from workflow.observation import checkpoint_step
 from workflow.state import Attempt, Decision, Finding, WorkflowState
 
 Recipe = dict[str, Any]
@@ -48,6 +70,13 @@ ROLE_COUNTERS = {
 }
 # Turning these changes the network, so a checkpoint's weights no longer fit it.
 ARCHITECTURE_ROLES = frozenset({"normalization", "activation"})
+RATE_ROLES = ("learning_rate", "warmup_learning_rate")
+# The sentinel's rewind copies the training state every this many steps (rule_engine.rewind).
+REWIND_EVERY = 5
+# Sizing a learning rate from the evidence (op "size"): the step down while no stable rate is
+# known, and the ratio of failing to stable rate under which the stable rate itself is taken.
+BLIND_STEP = 0.25
+CLOSE_ENOUGH = 2.0
 
 
 @dataclass(frozen=True)
@@ -55,7 +84,8 @@ class Rung:
     """One remedy: turn one knob, within its bounds and the rung's own limits, when the diagnosis fits.
 
     op "switch_on" turns an off switch on (normalization); "set" writes `value` (clamped to the
-    knob's bounds) only while the knob is off, i.e. 0 (grad_clip); "scale" multiplies by `value`
+    knob's bounds) only while the knob is off, i.e. 0 (grad_clip); "size" sets a learning rate
+    from the evidence (module docstring), within the same limits as "scale"; "scale" multiplies by `value`
     while the result stays within the knob's bounds and within [`floor_ratio`, `ceiling_ratio`]
     times the job's starting value and above `floor`; "prefer" moves a choice knob to the value
     its declaration lists first; "stop_early" ends the execution keeping the best checkpoint.
@@ -63,7 +93,7 @@ class Rung:
     """
 
     name: str
-    op: Literal["switch_on", "set", "scale", "prefer", "stop_early"]
+    op: Literal["switch_on", "set", "size", "scale", "prefer", "stop_early"]
     role: str = ""
     value: Any = None
     floor: float | None = None
@@ -84,12 +114,11 @@ class Rung:
 #   2. a lower warm-up LR (or a longer warm-up), but only for an explosion during warm-up (after
 #      warm-up, the warm-up LR no longer acts, so lowering it would just burn a job);
 #   3. a lower main LR for an explosion after warm-up, where the phase is unknown, or during a
-#      warm-up the job has no separate knob for (a warm-up ramps up to the main LR);
+#      warm-up the job has no separate knob for;
 #   4. gradient clipping: it hides the symptom per step rather than fixing the dynamics, and a
 #      too-tight clip slows training;
 #   5. a larger batch last: less gradient noise at the same learning rate, at more memory.
-# Each LR step is x0.25 / x0.5 rather than the original's x0.5 / x0.9, so a bounded ladder reaches
-# a stable region in a few jobs instead of a dozen; none goes below 1/100 of the job's own value.
+# Learning rates are sized from the evidence (module docstring), never below 1/100 of the job's own.
 EXPLODING_TENSOR = (
     Rung(
         "add_batch_norm",
@@ -99,12 +128,11 @@ EXPLODING_TENSOR = (
     ),
     Rung(
         "lower_warmup_lr",
-        "scale",
+        "size",
         "warmup_learning_rate",
-        0.25,
         floor_ratio=0.01,
         phases=frozenset({"warmup"}),
-        why="it exploded during warm-up, so a 4x smaller warm-up learning rate",
+        why="it exploded during warm-up",
     ),
     Rung(
         "lengthen_warmup",
@@ -117,22 +145,20 @@ EXPLODING_TENSOR = (
     ),
     Rung(
         "lower_lr",
-        "scale",
+        "size",
         "learning_rate",
-        0.5,
         floor_ratio=0.01,
         phases=frozenset({"main", None}),
-        why="it exploded after warm-up (or the job has none), so half the learning rate",
+        why="it exploded after warm-up (or the job has none)",
     ),
     Rung(
         "lower_lr",
-        "scale",
+        "size",
         "learning_rate",
-        0.5,
         floor_ratio=0.01,
         phases=frozenset({"warmup"}),
         unless="warmup_learning_rate",
-        why="it exploded during warm-up and no warm-up learning rate is declared, so half the learning rate",
+        why="it exploded during warm-up and no warm-up learning rate is declared",
     ),
     Rung(
         "clip_gradients",
@@ -275,29 +301,107 @@ def no_knob_reason(what: str, rule: str, roles: list[str]) -> str:
 
 
 def healthy_checkpoint(attempt: Attempt, finding: Finding, checkpoints: Mapping[int, str]) -> str | None:
-    """The newest checkpoint written strictly before the step where the rule fired.
+    """The newest checkpoint from before the run-up to the step where the rule fired.
 
     `checkpoints` maps step -> the file name the job wrote, as listed in S3: the URI is built from
-    the real name, never from a name rebuilt here. Without a step (a Debugger verdict has none) no
-    checkpoint is known to be healthy. When the attempt wrote none before the step, the checkpoint
-    it started from (if any) still is.
+    the real name, never from a name rebuilt here. Before the run-up means a next step of at most
+    the sentinel's `onset_step`, and always before the failing step itself (whose weights produced
+    the bad gradient). Without a step (a Debugger verdict has none) no checkpoint is known to be
+    healthy. When the attempt wrote none that qualifies, the checkpoint it started from still does,
+    unless it exploded within `REWIND_EVERY` steps of it: then that state carries the run-up too.
     """
     if finding.step is None:
         return None
-    before = [step for step in checkpoints if step < finding.step]
+    last = finding.step - 1 if finding.onset_step is None else min(finding.onset_step, finding.step - 1)
+    before = [step for step in checkpoints if step <= last]
     if before:
         return f"{attempt.checkpoint_s3_uri}/{checkpoints[max(before)]}"
+    resumed_at = checkpoint_step(attempt.resumed_from)
+    if resumed_at is not None and finding.step - resumed_at <= REWIND_EVERY:
+        return None
     return attempt.resumed_from
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What this recipe family's attempts say about the learning rate (actual rates, not knob values).
+
+    A family is the attempts whose recipes differ from the current one in their rates alone: a
+    rate that exploded without batch norm says nothing about the network with it.
+    """
+
+    failing: float | None  # the lowest rate an attempt of the family exploded at
+    stable: float | None  # the highest rate below it that an attempt took healthy steps at
+
+    def next_rate(self) -> tuple[float, str] | None:
+        """The rate to try next, and why; None without a failing rate to size from."""
+        if self.failing is None:
+            return None
+        failing = _fmt(self.failing)
+        if self.stable is None:
+            return self.failing * BLIND_STEP, f"no stable rate is known yet: a quarter of the failing {failing}"
+        stable = _fmt(self.stable)
+        if self.failing / self.stable <= CLOSE_ENOUGH:
+            return self.stable, f"the last stable rate {stable} (the failing {failing} is within 2x)"
+        middle = math.sqrt(self.stable * self.failing)
+        return middle, f"bisect between the last stable rate {stable} and the failing {failing}"
+
+
+def _rate_names(state: WorkflowState) -> set[str]:
+    knobs = state.job.knobs.declared()
+    return {knobs[role].hyperparameter for role in RATE_ROLES if role in knobs}
+
+
+def rate_evidence(state: WorkflowState) -> Evidence:
+    attempt = state.current
+    assert attempt is not None
+    rates = _rate_names(state)
+
+    def family(spec: Mapping[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in spec.items() if key not in rates}
+
+    mine = family(attempt.run_spec)
+    findings = [a.finding for a in state.attempts if a.finding is not None and family(a.run_spec) == mine]
+    failing = [
+        f.learning_rate
+        for f in findings
+        if f.rule == "ExplodingTensor" and f.learning_rate is not None and math.isfinite(f.learning_rate)
+    ]
+    low = min(failing, default=None)
+    stable = [
+        f.stable_learning_rate
+        for f in findings
+        if f.stable_learning_rate is not None and (low is None or f.stable_learning_rate < low)
+    ]
+    return Evidence(low, max(stable, default=None))
 
 
 def _is_off(knob: Knob, value: Any) -> bool:
     return value is False or (not isinstance(value, bool) and value == 0)
 
 
-def _apply(rung: Rung, knob: Knob, spec: Recipe, start: Recipe) -> Recipe | None:
-    """The recipe with this rung's knob turned, or None when the rung does not apply to it."""
+def _within(rung: Rung, knob: Knob, new: Any, current: Any, initial: Any, *, clamp: bool) -> Any:
+    """`new` inside the knob's bounds and the rung's limits; clamped to them, or None when outside."""
+    lowest = max(b for b in [knob.min, rung.floor, initial * rung.floor_ratio if rung.floor_ratio else None]
+                 if b is not None)
+    highest = min([knob.max] + ([initial * rung.ceiling_ratio] if rung.ceiling_ratio else []))
+    if knob.type == "int":
+        new = round(new)
+    if clamp and lowest < current:
+        new = min(max(new, lowest), highest)
+    if new < lowest or new > highest:
+        return None
+    return new
+
+
+def _apply(
+    rung: Rung, knob: Knob, state: WorkflowState, finding: Finding, spec: Recipe
+) -> tuple[Recipe, str] | None:
+    """The recipe with this rung's knob turned and why, or None when the rung does not apply to it."""
     name = knob.hyperparameter
     current = spec[name]
+    start = state.job.hyperparameters
+    why = rung.why
     if rung.op == "switch_on":
         if not _is_off(knob, current):
             return None
@@ -311,18 +415,57 @@ def _apply(rung: Rung, knob: Knob, spec: Recipe, start: Recipe) -> Recipe | None
     elif rung.op == "prefer":
         assert knob.values is not None
         new = knob.values[0]
+    elif rung.op == "size":
+        sized = _size_rate(rung, knob, state, finding, spec)
+        if sized is None:
+            return None
+        new, how = sized
+        why = f"{rung.why}: {how}"
     else:
-        new = current * rung.value
-        initial = start.get(name, current)
-        lowest = [knob.min, rung.floor] + ([initial * rung.floor_ratio] if rung.floor_ratio else [])
-        highest = [knob.max] + ([initial * rung.ceiling_ratio] if rung.ceiling_ratio else [])
-        if knob.type == "int":
-            new = round(new)
-        if new < max(b for b in lowest if b is not None) or new > min(highest):
+        new = _within(rung, knob, current * rung.value, current, start.get(name, current), clamp=False)
+        if new is None:
             return None
     if new == current:
         return None
-    return {**spec, name: new}
+    recipe = {**spec, name: new}
+    if rung.op == "size":
+        recipe = _keep_warmup_below_main(state, recipe)
+    return recipe, why
+
+
+def _size_rate(rung: Rung, knob: Knob, state: WorkflowState, finding: Finding, spec: Recipe) -> tuple[Any, str] | None:
+    """A rate knob's next value from the evidence: the knob moves by the ratio of the next to the failing rate."""
+    name = knob.hyperparameter
+    current = spec[name]
+    evidence = rate_evidence(state)
+    rate = finding.learning_rate if finding.learning_rate and math.isfinite(finding.learning_rate) else None
+    if rate is None:  # no rate in the finding: the knob's own value is the failing rate
+        rate, evidence = current, Evidence(current, None)
+    target = evidence.next_rate()
+    if target is None:
+        return None
+    next_rate, how = target
+    new = current * next_rate / rate
+    knobs = state.job.knobs.declared()
+    main = knobs.get("learning_rate")
+    # A warm-up is a gentler start than the main rate; one above it defeats its purpose.
+    if rung.role == "warmup_learning_rate" and main is not None and spec[main.hyperparameter] < min(current, new):
+        new, how = spec[main.hyperparameter], "a warm-up rate above the main rate is brought down to the main rate"
+    new = _within(rung, knob, new, current, state.job.hyperparameters.get(name, current), clamp=True)
+    if new is None:
+        return None
+    return new, how
+
+
+def _keep_warmup_below_main(state: WorkflowState, recipe: Recipe) -> Recipe:
+    """A main rate lowered below the warm-up rate takes the warm-up rate down with it."""
+    knobs = state.job.knobs.declared()
+    main, warmup = knobs.get("learning_rate"), knobs.get("warmup_learning_rate")
+    if main is None or warmup is None:
+        return recipe
+    if recipe[warmup.hyperparameter] > recipe[main.hyperparameter]:
+        return {**recipe, warmup.hyperparameter: warmup.clamp(recipe[main.hyperparameter])}
+    return recipe
 
 
 def plan_default(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str]) -> Plan:
@@ -357,9 +500,10 @@ def plan_default(state: WorkflowState, finding: Finding, checkpoints: Mapping[in
         knob = knobs.get(rung.role)
         if knob is None:
             continue
-        new = _apply(rung, knob, spec, state.job.hyperparameters)
-        if new is None or state.tried(new):
+        turned = _apply(rung, knob, state, finding, spec)
+        if turned is None or state.tried(turned[0]):
             continue
+        new, why = turned
         # Weights only carry over to the same network; a new architecture starts from scratch.
         resume = None if rung.role in ARCHITECTURE_ROLES else healthy
         changes = _changes(spec, new)
@@ -370,7 +514,7 @@ def plan_default(state: WorkflowState, finding: Finding, checkpoints: Mapping[in
                 remedy=rung.name,
                 changes=changes,
                 resume_from=resume,
-                reason=f"{what}: {_summary(changes)} ({rung.why}); {start}",
+                reason=f"{what}: {_summary(changes)} ({why}); {start}",
             ),
             new,
             (ROLE_COUNTERS[rung.role],),

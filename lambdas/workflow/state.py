@@ -283,6 +283,11 @@ class Finding(BaseModel):
     value: str | None = None
     message: str = ""
     source: Literal["sentinel", "debugger", "failure_reason"] = "sentinel"
+    # The sentinel's reading of the run-up (rule_engine.health.run_up): checkpoints whose next step
+    # is at most onset_step are from before it; stable_learning_rate is the highest rate the run
+    # took healthy steps at. The default policy sizes and places its remedies with them.
+    onset_step: int | None = None
+    stable_learning_rate: float | None = None
 
 
 class Decision(BaseModel):

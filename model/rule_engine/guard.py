@@ -19,9 +19,10 @@ itself at interpreter exit (``guard.close()`` closes it earlier).
 
 Step numbers count optimizer steps from ``start_step`` (0, or the step a resumed run starts at: the
 guard also stores its step in the optimizer's state_dict, so a loop that checkpoints the optimizer
-resumes the count by itself). The loss reported since the last optimizer step belongs to the next
-one. With ``optimizer.step(closure)`` gradients exist only after the step, so the check runs in the
-post-hook and a stopping step has already been applied.
+resumes the count by itself; the learning check's start travels the same way, so a resumed run is
+judged against the loss its lineage started from). The loss reported since the last optimizer step
+belongs to the next one. With ``optimizer.step(closure)`` gradients exist only after the step, so
+the check runs in the post-hook and a stopping step has already been applied.
 
 Under DDP (``torch.distributed`` initialised, world size > 1) every rank checks its own loss and the
 (all-reduced) gradients; one 2-integer all-reduce per step tells every rank whether any rank found
@@ -49,6 +50,7 @@ from rule_engine.job_config import JobPaths, StabilizerConfig, load_config
 from rule_engine.sentinel import Verdict, build_monitoring
 
 STATE_KEY = "stabilizer_step"
+LEARNING_KEY = "stabilizer_learning"  # the learning check's start, so a resumed run is judged from its lineage
 FINITE_CHECK_RULE = "ExplodingTensor"
 
 
@@ -235,12 +237,15 @@ class Guard:
 
     def _save_step(self, optimizer: torch.optim.Optimizer, state_dict: dict) -> dict:
         state_dict[STATE_KEY] = self.step_number
+        state_dict[LEARNING_KEY] = self.sentinel.learning.state_dict()
         return state_dict
 
     def _load_step(self, optimizer: torch.optim.Optimizer, state_dict: dict) -> None:
         if STATE_KEY in state_dict:
             self.step_number = int(state_dict.pop(STATE_KEY))
             self.capture.begin_step(self.step_number)
+        if LEARNING_KEY in state_dict:
+            self.sentinel.learning.load_state_dict(state_dict.pop(LEARNING_KEY))
 
     # -- stopping, under DDP too
     def _agree(self, verdict: Verdict, stop: bool) -> bool:

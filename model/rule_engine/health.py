@@ -27,13 +27,20 @@ The sentinel therefore runs two checks always, configured rules or not:
   start (never learned) or against the best so far (plateau), with thresholds far above the
   noise of a window mean of mini-batch losses, so a run that learns is never called stalled.
 
+Two more readings of the same numbers serve the remediation policy (``run_up``): where the run-up
+to an explosion began (the checkpoints before it are the healthy ones to resume from) and the
+highest learning rate the run took healthy steps at (the stable end of a bisection).
+
 This module must not touch the model, the optimizer or files: it watches numbers.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rule_engine.rules import ExplodingTensor, RuleFinding
 from rule_engine.trial import Trial
@@ -45,6 +52,67 @@ PLATEAU = "LossNotDecreasing"
 def default_finite_rule(trial: Trial) -> ExplodingTensor:
     """The finite check's rule when the rule list has no ExplodingTensor of its own."""
     return ExplodingTensor(trial)
+
+
+# run_up(): a step belongs to the run-up when its gradient norm is this many times the median of
+# the BASELINE steps before it; an explosion within RATE_CHANGE_REACH steps of a change of the
+# learning rate is put down to that change; a rate is stable after STABLE_STEPS healthy steps.
+GROWTH = 2.0
+BASELINE = 5
+RATE_CHANGE_REACH = 20
+STABLE_STEPS = 5
+
+
+@dataclass(frozen=True)
+class RunUp:
+    """What preceded an explosion at ``step``, for the policy.
+
+    ``onset_step``: checkpoints whose next step is at most this hold state from before the run-up
+    (the first step at a new learning rate, or the state before the gradient norm started to grow).
+    ``stable_learning_rate``: the highest rate the run took at least ``STABLE_STEPS`` finite steps
+    at before the onset; None when it took none.
+    """
+
+    onset_step: int
+    stable_learning_rate: float | None
+
+
+def run_up(norms: Sequence[tuple[int, float]], rates: Sequence[tuple[int, float | None]], step: int) -> RunUp:
+    """Where the run-up to an explosion at ``step`` began, from the per-step gradient norms and rates.
+
+    Two causes are read: a change of the learning rate shortly before (warm-up ending at a rate
+    the network cannot take), and a growing gradient norm (each step of the run-up at least
+    ``GROWTH`` times the median of the ``BASELINE`` steps before it). The onset is the earlier.
+    """
+    onset = step - 1  # without evidence: the state before the step that failed
+    rate_at = {s: r for s, r in rates if r is not None and s < step}
+    steps = sorted(rate_at)
+    if steps and step in {s for s, _ in rates}:
+        current = next((r for s, r in rates if s == step), None)
+        changed = None
+        for s in reversed(steps):
+            if rate_at[s] != current:
+                changed = s + 1  # the first step at the current rate
+                break
+        if changed is not None and step - changed <= RATE_CHANGE_REACH:
+            onset = min(onset, changed)
+    finite = [(s, n) for s, n in norms if s < step and math.isfinite(n)]
+    index = len(finite)
+    while index > BASELINE:
+        s, n = finite[index - 1]
+        baseline = statistics.median(v for _, v in finite[index - 1 - BASELINE : index - 1])
+        if n <= GROWTH * baseline:
+            break
+        index -= 1
+    if index < len(finite):  # finite[index] is the first step of the growth; its weights already
+        onset = min(onset, finite[index][0] - 1)  # led there, so the state one step earlier
+    healthy: dict[float, int] = {}
+    for s, _ in finite:
+        rate = rate_at.get(s)
+        if s < onset and rate is not None:
+            healthy[rate] = healthy.get(rate, 0) + 1
+    stable = [rate for rate, count in healthy.items() if count >= STABLE_STEPS]
+    return RunUp(onset, max(stable) if stable else None)
 
 
 @dataclass
@@ -74,6 +142,16 @@ class LearningCheck:
     def learned(self) -> bool:
         return self._learned_at is not None
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to be judged from the start of its lineage, not its own first steps."""
+        return {"first": self._first, "learned_at": self._learned_at, "main_steps": self._main_steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        first = state.get("first")
+        self._first = self._best = None if first is None else (int(first[0]), float(first[1]))
+        self._learned_at = state.get("learned_at")
+        self._main_steps = int(state.get("main_steps", 0))
+
     def observe(self, step: int, loss: float, phase: str | None) -> RuleFinding | None:
         """Record one training step's loss; a finding when the run is found not to be learning."""
         if self._fired:
@@ -92,7 +170,12 @@ class LearningCheck:
         return self._judge(step, at_end=False)
 
     def at_end(self, step: int) -> RuleFinding | None:
-        """The verdict on a run that completed: it must have learned (needs two windows)."""
+        """The verdict on a run that completed: it must end below where it started (needs two windows).
+
+        A run that learned and then climbed back to its starting loss did not learn either. For a
+        resumed run the start is its lineage's first window (``load_state_dict``), so a short
+        relaunch is judged too.
+        """
         if self._fired or self._first is None or self._last is None or self._last[0] == self._first[0]:
             return None
         return self._judge(step, at_end=True)
@@ -113,7 +196,8 @@ class LearningCheck:
             return None
         first_step, first = self._first
         last_step, last = self._last
-        if self._learned_at is None and (at_end or self._main_steps >= self.patience):
+        ended_high = at_end and last > first * (1 - self.min_decrease)
+        if ended_high or (self._learned_at is None and self._main_steps >= self.patience):
             change = (last - first) / abs(first) * 100 if first else 0.0
             if not at_end and last > first * (1 + self.diverging_increase):
                 # Rising, not flat: a run that is diverging. The finite check stops it when it

@@ -40,7 +40,7 @@ from torch import nn
 from rule_engine import profiler as system_profiler
 from rule_engine import store
 from rule_engine.capture import Capture, parse_capture
-from rule_engine.health import LearningCheck, default_finite_rule
+from rule_engine.health import LearningCheck, default_finite_rule, run_up
 from rule_engine.rules import ExplodingTensor, Rule, RuleConfigError, RuleFinding, parse_rule_list
 from rule_engine.trial import MemoryTrial
 
@@ -48,7 +48,7 @@ EXIT_RULE_STOP = 86
 FAILURE_PREFIX = "RuleStop:"
 FINDINGS_FILE = "findings.json"
 ACTIONS = ("stop", "notify")
-HISTORY = 20
+HISTORY = 50
 # Profiler rules read samples, not saved tensors: evaluated every this many steps.
 SYSTEM_RULES_EVERY = 10
 
@@ -106,6 +106,7 @@ class Sentinel:
         self._findings: list[dict[str, Any]] = []
         self.loss_history: deque[tuple[int, float]] = deque(maxlen=HISTORY)
         self.grad_norm_history: deque[tuple[int, float]] = deque(maxlen=HISTORY)
+        self.rate_history: deque[tuple[int, float | None]] = deque(maxlen=HISTORY)
         self.first_nonfinite_layer: str | None = None
         self.stop_finding: dict[str, Any] | None = None
         # System profiling (rule_engine/profiler.py): set by build_monitoring when it runs.
@@ -148,6 +149,7 @@ class Sentinel:
         if loss_value is not None:
             self.loss_history.append((step, loss_value))
         self.grad_norm_history.append((step, norm_value))
+        self.rate_history.append((step, None if learning_rate is None else float(learning_rate)))
         cheap = self._finite_check(step, loss_value, norm_value)
         # A loop that reports no loss (the launcher before it found one) cannot be judged on learning.
         stalled = self.learning.observe(step, loss_value, phase) if loss_value is not None else None
@@ -270,8 +272,12 @@ class Sentinel:
             )
 
     def _entry(self, finding: RuleFinding, context: Mapping[str, Any]) -> dict[str, Any]:
+        # The run-up (rule_engine.health.run_up): which checkpoints are healthy, which rate was stable.
+        before = run_up(self.grad_norm_history, self.rate_history, finding.step)
         return {
             "rule": finding.rule,
+            "onset_step": before.onset_step,
+            "stable_learning_rate": before.stable_learning_rate,
             "step": finding.step,
             "epoch": context["epoch"],
             "phase": context["phase"],

@@ -329,15 +329,19 @@ def test_an_explosion_lowers_the_declared_learning_rate_under_the_users_name(job
     state, finding = _exploded(job_settings, job())
     plan = policy.plan(state, finding, [])
     assert plan.decision.remedy == "lower_lr"
-    assert plan.decision.changes == {"lr": [1.6, 0.8]}
-    assert plan.run_spec == {"lr": 0.8, "steps": 60, "clip": 0.0, "seed": 0}
+    # The finding reports no stable rate: a quarter of the failing one.
+    assert plan.decision.changes == {"lr": [1.6, pytest.approx(0.4)]}
+    assert plan.run_spec == {"lr": pytest.approx(0.4), "steps": 60, "clip": 0.0, "seed": 0}
     assert plan.counters == ("num_learning_rate_adjustments",)
 
 
 def test_a_remedy_never_leaves_the_knobs_bounds(job_settings):
     knobs = {"learning_rate": {"hyperparameter": "lr", "type": "float", "min": 1.0, "max": 2.0}}
     state, finding = _exploded(job_settings, job(knobs=knobs))
-    plan = policy.plan(state, finding, [])  # 0.8 would be below min 1.0
+    plan = policy.plan(state, finding, [])  # 0.4 would be below min 1.0: the knob's min, once
+    assert plan.run_spec["lr"] == 1.0
+    state.attempts[-1].run_spec = plan.run_spec
+    plan = policy.plan(state, finding, [])
     assert (plan.decision.action, plan.decision.outcome) == ("end", "gave_up")
     assert "used up" in plan.decision.reason
 
@@ -345,16 +349,16 @@ def test_a_remedy_never_leaves_the_knobs_bounds(job_settings):
 def test_clipping_goes_through_the_grad_clip_knob_once_the_learning_rate_is_at_its_floor(job_settings):
     state, finding = _exploded(job_settings, job(hyperparameters={"lr": 0.02, "steps": 60, "clip": 0.0, "seed": 0}))
     plan = policy.plan(state, finding, [])
-    assert plan.decision.changes == {"lr": [0.02, 0.01]}
+    assert plan.decision.changes == {"lr": [0.02, 0.005]}
     state.attempts[-1].run_spec = {"lr": 0.0002, "steps": 60, "clip": 0.0, "seed": 0}
-    plan = policy.plan(state, finding, [])  # 0.0001 would be below 1/100 of the job's own 0.02
+    plan = policy.plan(state, finding, [])  # 1/100 of the job's own 0.02: no lower
     assert plan.decision.remedy == "clip_gradients"
     assert plan.decision.changes == {"clip": [0.0, 1.0]}
 
 
 def test_a_warmup_explosion_without_a_warmup_knob_lowers_the_learning_rate(job_settings):
     state, finding = _exploded(job_settings, job(), phase="warmup")
-    assert policy.plan(state, finding, []).decision.changes == {"lr": [1.6, 0.8]}
+    assert policy.plan(state, finding, []).decision.changes == {"lr": [1.6, pytest.approx(0.4)]}
 
 
 def test_with_no_declared_knob_the_decision_names_the_knob_to_declare(job_settings):

@@ -81,12 +81,17 @@ def test_default_lowers_warmup_lr_only_for_an_explosion_during_warmup(settings):
     assert in_warmup.run_spec["learning_rate"] == 0.1
     after_warmup = policy.plan(state, _finding(step=500, phase="main"), written())
     assert after_warmup.decision.remedy == "lower_lr"
-    assert after_warmup.run_spec["warmup_learning_rate"] == 0.1
-    assert after_warmup.run_spec["learning_rate"] == pytest.approx(0.05)
+    # No stable rate known (the finding carries none): a quarter; the warm-up rate, now above the
+    # main rate, comes down with it.
+    assert after_warmup.run_spec["learning_rate"] == pytest.approx(0.025)
+    assert after_warmup.run_spec["warmup_learning_rate"] == pytest.approx(0.025)
 
 
 def test_default_clips_gradients_once_learning_rates_are_at_their_floor(settings):
     state = _with_spec(launched(settings), add_batch_norm=1, warmup_learning_rate=0.002)
+    # A quarter of 0.002 is below the floor (1/100 of the job's 0.1): the floor itself, once.
+    assert policy.plan(state, _finding(phase="warmup"), written()).run_spec["warmup_learning_rate"] == 0.001
+    state = _with_spec(state, warmup_learning_rate=0.001)
     plan = policy.plan(state, _finding(phase="warmup"), written())
     assert plan.decision.remedy == "clip_gradients"
     assert plan.run_spec["grad_clip"] == 1.0
@@ -109,7 +114,7 @@ def test_default_never_repeats_a_recipe_already_tried(settings):
 
 def test_default_gives_up_when_every_remedy_is_used(settings):
     state = _with_spec(
-        launched(settings), add_batch_norm=1, warmup_learning_rate=0.002, grad_clip=0.15, batch_size=512
+        launched(settings), add_batch_norm=1, warmup_learning_rate=0.001, grad_clip=0.15, batch_size=512
     )
     plan = policy.plan(state, _finding(phase="warmup"), written())
     assert plan.decision.action == "end"
@@ -195,11 +200,15 @@ def test_an_explosion_nothing_fixes_ends_within_the_ladders_bounds(settings):
     assert all(spec["warmup_learning_rate"] >= 1e-3 for spec in specs)
     assert all(spec["grad_clip"] == 0 or spec["grad_clip"] >= 0.1 for spec in specs)
     assert len({recipe_key(spec) for spec in specs}) == len(specs)  # no recipe twice
-    # BN, warm-up 0.1 -> 0.025 -> 0.00625 -> 0.0015625, clip 1.0 -> 0.5 -> 0.25 -> 0.125, then
-    # batch 128 -> 256 -> 512 (4x the job's own at most).
-    assert [spec["batch_size"] for spec in specs[-3:]] == [128, 256, 512]
+    # BN, warm-up 0.1 -> 0.025 -> 0.00625 -> 0.0015625 -> 0.001 (the floor: 1/100 of the job's own),
+    # clip 1.0 -> 0.5 -> 0.25 -> 0.125, then batch 128 -> 256, where max_num_retraining (10) ends it.
+    assert [spec["warmup_learning_rate"] for spec in specs[:6]] == pytest.approx(
+        [0.1, 0.1, 0.025, 0.00625, 0.0015625, 0.001]
+    )
+    assert [spec["grad_clip"] for spec in specs[6:10]] == [1.0, 0.5, 0.25, 0.125]
+    assert [spec["batch_size"] for spec in specs[-2:]] == [128, 256]
     assert len(specs) == 11
-    assert "used up" in state.reason
+    assert "max_num_retraining" in state.reason
 
 
 def test_the_original_policy_on_the_same_hopeless_run_stops_at_max_num_retraining(settings):
@@ -208,3 +217,80 @@ def test_the_original_policy_on_the_same_hopeless_run_stops_at_max_num_retrainin
     assert state.history.num_retraining == 10
     assert len(state.attempts) == 11
     assert "max_num_retraining" in state.reason
+
+
+# -- remedies sized and placed by the evidence ------------------------------------------------------
+
+
+def _exploded(rate: float, *, step: int = 12, stable: float | None = 0.1, onset: int | None = 8) -> Finding:
+    """The sentinel's finding for an explosion after warm-up, with its reading of the run-up."""
+    return Finding(
+        rule="ExplodingTensor", step=step, phase="main", learning_rate=rate, stable_learning_rate=stable,
+        onset_step=onset, message="fired",
+    )
+
+
+def _history(settings, *attempts: tuple[dict, Finding], resumed_from: str | None = None) -> WorkflowState:
+    """A state whose attempts ran these recipes (changes to the reference's) and ended in these findings."""
+    base = launched(settings)
+    s = base.model_copy(deep=True)
+    s.attempts = []
+    for number, (changes, finding) in enumerate(attempts, start=1):
+        spec = {**base.run_spec, **changes}
+        s.attempts.append(
+            base.attempts[0].model_copy(update={"number": number, "run_spec": spec, "finding": finding})
+        )
+    s.attempts[-1].resumed_from = resumed_from
+    s.run_spec = s.attempts[-1].run_spec
+    return s
+
+
+def test_a_rate_that_explodes_after_a_stable_warmup_is_bisected_and_resumed_before_the_switch(settings):
+    state = _history(settings, ({"add_batch_norm": 1, "learning_rate": 3.0}, _exploded(3.0)))
+    plan = policy.plan(state, state.current.finding, written(5, 10))
+    assert plan.decision.remedy == "lower_lr"
+    # Geometric midpoint of the stable 0.1 (the warm-up's) and the failing 3.0.
+    assert plan.run_spec["learning_rate"] == pytest.approx((0.1 * 3.0) ** 0.5)
+    assert plan.run_spec["warmup_learning_rate"] == 0.1
+    # The copy at step 10 is two steps into the failing rate; the one at 5 is from before the switch (8).
+    assert plan.decision.resume_from.endswith("/checkpoint-00000005.pt")
+    assert "bisect between the last stable rate 0.1 and the failing 3" in plan.decision.reason
+
+
+def test_the_bisection_narrows_with_each_failure_and_settles_on_the_stable_rate(settings):
+    bn = {"add_batch_norm": 1}
+    middle = (0.1 * 3.0) ** 0.5
+    state = _history(settings, ({**bn, "learning_rate": 3.0}, _exploded(3.0)),
+                     ({**bn, "learning_rate": middle}, _exploded(middle)))
+    plan = policy.plan(state, state.current.finding, written(5, 10))
+    assert plan.run_spec["learning_rate"] == pytest.approx((0.1 * middle) ** 0.5)
+    close = _history(settings, ({**bn, "learning_rate": 0.15}, _exploded(0.15)))
+    assert policy.plan(close, close.current.finding, written(5)).run_spec["learning_rate"] == pytest.approx(0.1)
+
+
+def test_rates_that_exploded_in_another_network_are_not_evidence(settings):
+    # Without batch norm the network failed at 0.1; with it, only its own failure at 3.0 counts,
+    # and with no stable rate reported the step is a quarter.
+    state = _history(settings, ({}, _exploded(0.1, stable=None)),
+                     ({"add_batch_norm": 1, "learning_rate": 3.0}, _exploded(3.0, stable=None)))
+    plan = policy.plan(state, state.current.finding, written())
+    assert plan.run_spec["learning_rate"] == pytest.approx(0.75)
+
+
+def test_a_warmup_rate_above_the_main_rate_comes_down_to_it(settings):
+    finding = Finding(rule="ExplodingTensor", step=2, phase="warmup", learning_rate=3.0, message="fired")
+    state = _history(settings, ({"add_batch_norm": 1, "warmup_learning_rate": 3.0}, finding))
+    plan = policy.plan(state, finding, written())
+    assert plan.decision.remedy == "lower_warmup_lr"
+    assert (plan.run_spec["warmup_learning_rate"], plan.run_spec["learning_rate"]) == (0.1, 0.1)
+    assert plan.decision.resume_from is None
+
+
+def test_a_relaunch_that_explodes_right_after_its_checkpoint_starts_fresh(settings):
+    uri = "s3://bucket/executions/e/attempt-1/checkpoints/checkpoint-00000010.pt"
+    finding = _exploded(1.5, step=12, onset=None)
+    state = _history(settings, ({"add_batch_norm": 1, "learning_rate": 1.5}, finding), resumed_from=uri)
+    assert policy.plan(state, finding, written()).decision.resume_from is None
+    later = _exploded(1.5, step=40, onset=None)
+    state = _history(settings, ({"add_batch_norm": 1, "learning_rate": 1.5}, later), resumed_from=uri)
+    assert policy.plan(state, later, written()).decision.resume_from == uri

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 from rule_engine import create_trial, watch
-from rule_engine.guard import STATE_KEY
+from rule_engine.guard import LEARNING_KEY, STATE_KEY
 from torch import nn
 
 from tests.unit.library.support import FIXTURES, findings, job_env, logged, run
@@ -76,6 +76,24 @@ def test_the_step_count_survives_an_optimizer_checkpoint(tmp_path):
     _, resumed_optimizer, resumed = _tiny(tmp_path, {"rules": [{"name": "ExplodingTensor"}]})
     resumed_optimizer.load_state_dict(saved)
     assert resumed.step_number == 3
+    resumed.close()
+
+
+def test_the_learning_check_start_survives_an_optimizer_checkpoint(tmp_path):
+    model, optimizer, guard = _tiny(tmp_path, {"rules": [{"name": "ExplodingTensor"}]})
+    for _ in range(6):
+        optimizer.zero_grad()
+        loss = model(torch.ones(2, 4)).sum()
+        loss.backward()
+        guard.step(loss)
+        optimizer.step()
+    saved = optimizer.state_dict()
+    first = saved[LEARNING_KEY]["first"]
+    assert first is not None and first[0] == 4  # the first 5-step window ended at step 4
+    guard.close()
+    _, resumed_optimizer, resumed = _tiny(tmp_path, {"rules": [{"name": "ExplodingTensor"}]})
+    resumed_optimizer.load_state_dict(saved)
+    assert resumed.sentinel.learning.state_dict() == saved[LEARNING_KEY]
     resumed.close()
 
 

@@ -6,7 +6,7 @@ import json
 import math
 import random
 
-from rule_engine.health import NOT_LEARNING, PLATEAU, LearningCheck
+from rule_engine.health import NOT_LEARNING, PLATEAU, LearningCheck, run_up
 
 from tests.unit.rules.test_sentinel import loop
 
@@ -91,3 +91,61 @@ def test_a_rising_loss_is_left_to_the_finite_check_until_the_end():
     assert feed(check, rising) is None
     finding = check.at_end(59)
     assert finding is not None and finding.rule == NOT_LEARNING and "by the end of the run" in finding.message
+
+
+def test_a_learning_run_that_climbs_back_to_its_start_did_not_learn():
+    check = LearningCheck()
+    assert feed(check, [2.3, 2.3, 2.3, 2.3, 2.3] + [1.5] * 5 + [2.25] * 5) is None
+    finding = check.at_end(14)
+    assert finding is not None and finding.rule == NOT_LEARNING
+
+
+def test_a_resumed_run_is_judged_from_its_lineage_start():
+    before = LearningCheck()
+    feed(before, [2.3] * 10)  # the first attempt: two windows at 2.3, then it exploded
+    resumed = LearningCheck()
+    resumed.load_state_dict(before.state_dict())
+    # Six steps of its own, no lower than the lineage started: one window, judged at the end.
+    for step, loss in enumerate([2.31] * 6, start=10):
+        resumed.observe(step, loss, "main")
+    finding = resumed.at_end(15)
+    assert finding is not None and finding.rule == NOT_LEARNING
+    assert "over the steps to 4" in finding.message  # the first window is the lineage's
+    learned = LearningCheck()
+    learned.load_state_dict(before.state_dict())
+    for step, loss in enumerate([1.9] * 6, start=10):
+        learned.observe(step, loss, "main")
+    assert learned.at_end(15) is None
+
+
+def test_the_run_up_starts_at_a_change_of_the_learning_rate():
+    # Warm-up at 0.1 for steps 0-7, then 3.0: norms grow from step 9, non-finite at 12.
+    rates = [(s, 0.1 if s < 8 else 3.0) for s in range(13)]
+    norms = [(s, 1.0) for s in range(9)] + [(9, 5.0), (10, 40.0), (11, 900.0), (12, math.inf)]
+    found = run_up(norms, rates, 12)
+    assert found.onset_step == 8  # the state before the first step at 3.0
+    assert found.stable_learning_rate == 0.1
+
+
+def test_the_run_up_of_a_spike_at_a_constant_rate_is_where_the_norm_started_to_grow():
+    rates = [(s, 0.5) for s in range(40)]
+    norms = [(s, 1.0 + 0.01 * (s % 3)) for s in range(35)] + [(35, 3.0), (36, 9.0), (37, 50.0), (38, 400.0)]
+    found = run_up(norms, rates, 39)
+    assert found.onset_step == 34  # the growth began at 35; the state before it
+    assert found.stable_learning_rate == 0.5
+    # Without growth or a recent change, only the failing step's own state is excluded.
+    assert run_up([(s, 1.0) for s in range(10)], [(s, 0.5) for s in range(11)], 10).onset_step == 9
+    # Too few healthy steps at any rate: none is stable.
+    assert run_up([(0, 1.0), (1, 1.0)], [(0, 0.1), (1, 0.1), (2, 0.1)], 2).stable_learning_rate is None
+
+
+def test_the_sentinel_reports_the_run_up_with_its_finding(tmp_path):
+    def poison(step, model):
+        if step == 9:
+            for p in model.parameters():
+                p.grad.fill_(float("nan"))
+
+    _, _, verdicts = loop(tmp_path, [], 12, poison=poison)
+    (finding,) = verdicts[9].findings
+    assert finding["rule"] == "ExplodingTensor" and finding["onset_step"] == 8
+    assert finding["stable_learning_rate"] == 0.1
