@@ -47,6 +47,8 @@ _ENDS = (
 )
 _RULE_STOP = re.compile(r"^sentinel stopped the job (?:at|after the evaluation at) step (\d+)")
 _LOGGED = re.compile(r"^step=(\d+) ")
+# Any script the library protects: the guard's closing line (rule_engine.guard).
+_CHECKED = re.compile(r"^sentinel: checked steps (\d+)\.\.(\d+), ")
 
 
 # ---------------------------------------------------------------------------- memory of a process tree
@@ -121,13 +123,19 @@ class JobSteps:
         return max(0, self.end - self.start)
 
 
-def job_steps(log: str) -> JobSteps | None:
-    """None when the job never started training (a bad channel, a bad hyperparameter)."""
+def job_steps(log: str, clean_steps: int | None = None) -> JobSteps | None:
+    """None when the job never started training (a bad channel, a bad hyperparameter).
+
+    The reference script logs its total; for a user's script, `clean_steps` gives it, and the
+    guard's closing line the steps it checked.
+    """
     total = start = None
     end = None
     last_logged = None
     for line in log.splitlines():
-        if (match := _START.match(line)) is not None:
+        if (match := _CHECKED.match(line)) is not None and clean_steps is not None:
+            total, start, end = clean_steps, int(match.group(1)), int(match.group(2)) + 1
+        elif (match := _START.match(line)) is not None:
             total, start = int(match.group(1)), int(match.group(2))
         elif (match := _RULE_STOP.match(line)) is not None:
             end = int(match.group(1)) + 1
@@ -170,10 +178,10 @@ class Row:
         return self.steps_computed / self.clean_steps if self.clean_steps else float("nan")
 
 
-def recipe_text(run_spec: dict[str, Any]) -> str:
+def recipe_text(run_spec: dict[str, Any], state: dict[str, Any] | None = None) -> str:
     from stabilizer.attempts import recipe_text as recipe
 
-    parts = [recipe(run_spec)]
+    parts = [recipe(run_spec, state)]
     if run_spec.get("depth", 20) != 20:
         parts.append(f"depth {run_spec['depth']}")
     if run_spec.get("activation", "elu") != "elu":
@@ -184,7 +192,10 @@ def recipe_text(run_spec: dict[str, Any]) -> str:
 def measure(scenario: Scenario, policy: str, state: dict[str, Any], logs: list[str], wall: float) -> Row:
     """The benchmark row of one finished execution: its state payload and its jobs' logs."""
     attempts = state.get("attempts") or []
-    steps = [job_steps(log) for log in logs]
+    clean = [
+        scenario.clean_steps(a.get("run_spec") or {}) if scenario.clean_steps is not None else None for a in attempts
+    ]
+    steps = [job_steps(log, total) for log, total in zip(logs, clean + [None] * (len(logs) - len(clean)), strict=False)]
     computed = sum(s.computed for s in steps if s is not None)
     last = steps[-1] if steps else None
     outcome = state.get("outcome") or "unknown"
@@ -202,7 +213,7 @@ def measure(scenario: Scenario, policy: str, state: dict[str, Any], logs: list[s
         clean_steps=last.total if last is not None else 0,
         wasted_steps=max(0, computed - useful),
         wall_seconds=round(wall, 1),
-        final_recipe=recipe_text(state.get("run_spec") or {}),
+        final_recipe=recipe_text(state.get("run_spec") or {}, state),
         first_rule=(first.get("finding") or {}).get("rule"),
         first_remedy=(first.get("decision") or {}).get("remedy"),
         resumed_at=second_start if len(attempts) > 1 and attempts[1].get("resumed_from") else None,

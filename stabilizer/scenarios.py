@@ -41,14 +41,24 @@ Scenario: what is wrong; under `default`, first rule -> first remedy -> verdict.
 - overfits: 64 training examples for 30 epochs, with the Overfit rule.
   Overfit -> stop_early -> stopped_early.
 
-The two bring-your-own-code examples (a user's own training script through the library, and an
-unchanged script through the launcher) belong in `BRING_YOUR_OWN_CODE` below, once the execution
-input can describe a user's job.
+The two bring-your-own-code examples (`examples/`), run as their `input.json` describes them, with
+the knobs they declare (`BRING_YOUR_OWN_CODE`):
+
+- transformer-digits: a user's Transformer through the library (three lines), SGD at lr 0.25,
+  which diverges within the first epoch.
+  ExplodingTensor -> lower_lr -> succeeded.
+- mlp-diabetes: an unchanged regression script through the launcher, step size 1.2, which
+  overflows within ten iterations; its one knob is the learning rate.
+  ExplodingTensor -> lower_lr -> succeeded.
 """
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # Data sets the benchmark prepares from the offline digits (train examples, test examples).
@@ -79,14 +89,26 @@ class Scenario:
     data: str = "small"
     limits: dict[str, Any] = field(default_factory=dict)
     small_run_spec: dict[str, Any] | None = None  # the CI-sized form's changes; None: not in it
+    # A bring-your-own-code scenario: the directory under examples/ whose input.json it runs (its
+    # `run_spec` then changes that job's hyperparameters), and the steps of one clean run of a
+    # recipe (the user's script does not say; the reference script logs it).
+    example: str | None = None
+    clean_steps: Callable[[dict[str, Any]], int] | None = None
 
     def execution_input(self, policy: str, *, small: bool = False) -> dict[str, Any]:
+        limits = {"max_num_retraining": 8, "max_monitor_transitions": 1500, **self.limits}
+        if self.example is not None:
+            from stabilizer.inputs import localize_job
+
+            directory = EXAMPLES / self.example
+            data = json.loads((directory / "input.json").read_text())
+            data["job"]["hyperparameters"].update(self.run_spec)
+            return {**localize_job(data, directory), "policy": policy, "wait_seconds": 1, "limits": limits}
         spec = {**BASE_RUN_SPEC, **self.run_spec}
         if small:
             if self.small_run_spec is None:
                 raise ValueError(f"scenario {self.name} has no small form")
             spec.update(self.small_run_spec)
-        limits = {"max_num_retraining": 8, "max_monitor_transitions": 1500, **self.limits}
         return {"policy": policy, "wait_seconds": 1, "run_spec": spec, "limits": limits}
 
 
@@ -178,9 +200,36 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
 )
 
-# The two bring-your-own-code examples go here, as Scenarios whose execution input describes the
-# user's job (`job` and its `knobs`) instead of the reference recipe.
-BRING_YOUR_OWN_CODE: tuple[Scenario, ...] = ()
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _transformer_steps(hyperparameters: dict[str, Any]) -> int:
+    """examples/transformer-digits: `epochs` passes over its training set in batches of `batch`."""
+    import numpy as np
+
+    with np.load(EXAMPLES / "transformer-digits" / "data" / "train" / "digits.npz") as data:
+        examples = len(data["y"])
+    return int(hyperparameters["epochs"]) * math.ceil(examples / int(hyperparameters["batch"]))
+
+
+BRING_YOUR_OWN_CODE: tuple[Scenario, ...] = (
+    Scenario(
+        "transformer-digits",
+        "a user's Transformer through the library, SGD at lr 0.25: diverges in the first epoch",
+        {},
+        Expect("ExplodingTensor", "lower_lr", "succeeded"),
+        example="transformer-digits",
+        clean_steps=_transformer_steps,
+    ),
+    Scenario(
+        "mlp-diabetes",
+        "an unchanged regression script through the launcher, step size 1.2: overflows within ten iterations",
+        {},
+        Expect("ExplodingTensor", "lower_lr", "succeeded"),
+        example="mlp-diabetes",
+        clean_steps=lambda hyperparameters: int(hyperparameters["n_iters"]),
+    ),
+)
 
 ALL: tuple[Scenario, ...] = SCENARIOS + BRING_YOUR_OWN_CODE
 

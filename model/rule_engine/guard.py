@@ -114,6 +114,7 @@ class Guard:
         self._warned_late = False
         self.warn_when_loss_is_late = True  # the launcher reads losses from log lines, late by design
         self._closed = False
+        self.checked: tuple[int, int] | None = None  # the first and last step checked, for the closing line
         self._handles: list[Any] = []
         if install_hooks and optimizer is not None:
             self._handles += [
@@ -169,6 +170,7 @@ class Guard:
     def check(self) -> Verdict:
         """Check the gradients of the step about to be applied (the hooks call this; so may a framework)."""
         step = self.step_number
+        self.checked = (step if self.checked is None else self.checked[0], step)
         verdict = self.sentinel.after_backward(
             step, epoch=self.epoch, phase=self.phase, learning_rate=self.learning_rate, loss=self._loss,
             inputs=self._inputs, labels=self._labels, outputs=self._outputs,
@@ -195,7 +197,14 @@ class Guard:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        self._say_checked(status)
         self.sentinel.close(status=status)
+
+    def _say_checked(self, status: str) -> None:
+        """One line for the job's log: which steps this process checked, and how it ended."""
+        if self.checked is not None and self.primary:
+            first, last = self.checked
+            print(f"sentinel: checked steps {first}..{last}, {status}", flush=True)
 
     def __enter__(self) -> Guard:
         return self
@@ -268,6 +277,7 @@ class Guard:
     def _stop(self, when: str) -> None:
         finding = self.sentinel.stop_finding or {"message": "another rank stopped"}
         print(f"sentinel stopped the job {when}: {finding['message']}", flush=True)
+        self._say_checked("stopped")
         self._closed = True
         for handle in self._handles:
             handle.remove()

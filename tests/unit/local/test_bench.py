@@ -74,6 +74,7 @@ def test_the_summary_names_where_default_uses_more_than_original():
 def test_the_suite_covers_what_it_promises():
     names = {s.name for s in SCENARIOS}
     assert len(ALL) >= 10 and len(names) == len(SCENARIOS)
+    assert {s.name for s in ALL} - names == {"transformer-digits", "mlp-diabetes"}
     assert {"reference-seed0", "reference-seed1", "reference-seed2", "healthy", "never-learns", "overfits"} <= names
     depths = {s.run_spec.get("depth", 20) for s in SCENARIOS}
     assert min(depths) == 20 and max(depths) == 56
@@ -92,3 +93,19 @@ def test_every_scenario_is_a_valid_execution_input():
     for scenario in ALL:
         for small in (False, True) if scenario.small_run_spec is not None else (False,):
             state.parse_execution_input(scenario.execution_input("default", small=small))
+
+
+def test_steps_of_a_users_script_come_from_the_guards_closing_line():
+    log = "step=0 epoch=0 loss=2.3\nsentinel stopped the job at step 7: gradient norm is non-finite\n" \
+          "sentinel: checked steps 0..7, stopped\n"
+    assert bench.job_steps(log, 69) == bench.JobSteps(total=69, start=0, end=8)
+    assert bench.job_steps("sentinel: checked steps 0..149, completed\n", 150).computed == 150
+
+
+def test_the_examples_are_scenarios_run_as_their_input_describes():
+    (transformer,) = by_name(["transformer-digits"])
+    execution_input = transformer.execution_input("default")
+    assert execution_input["job"]["entry_point"] == "train.py"
+    assert execution_input["job"]["knobs"]["learning_rate"]["hyperparameter"] == "lr"
+    # 3 epochs over the training split in batches of 64.
+    assert transformer.clean_steps(execution_input["job"]["hyperparameters"]) % 3 == 0
