@@ -26,11 +26,11 @@ What `default` reads, and why:
 * the **last stable and the first failing learning rate** of this recipe family (attempts that
   differ only in their rates): the sentinel reports the highest rate each attempt took at least
   five healthy steps at (a warm-up that went well is such a rate) and the rate at the explosion.
-  The next rate is the geometric midpoint of the two (a bisection in log space, where learning
-  rates live), the stable rate itself once the two are within 2x, and a quarter of the failing
-  rate while no stable rate is known. A warm-up rate above the main rate is brought down to it,
-  and a main rate lowered below the warm-up rate takes the warm-up rate down with it (scale the
-  two together);
+  The next rate lies between the two, a quarter of the way from the stable one in log space
+  (where learning rates live; a bisection leaning to the safe side), the stable rate itself once
+  the two are within 2x, and a quarter of the failing rate while no stable rate is known. A
+  warm-up rate above the main rate is brought down to it, and a main rate lowered below the
+  warm-up rate takes the warm-up rate down with it (scale the two together);
 * the **run-up**: the sentinel reports where it began (the first step at a new learning rate, or
   where the gradient norm started to grow). The relaunch resumes from the newest checkpoint from
   before it: a copy taken two steps into a rate the network cannot take already carries those
@@ -77,6 +77,11 @@ REWIND_EVERY = 5
 # known, and the ratio of failing to stable rate under which the stable rate itself is taken.
 BLIND_STEP = 0.25
 CLOSE_ENOUGH = 2.0
+# How far from the stable toward the failing rate the next try goes, in log space. Not halfway: a
+# try that fails costs a relaunch and the steps to its explosion, one on the low side only trains
+# a little slower (seen in the scenario suite: from LR 0.1 stable and 2.0 failing, the midpoint
+# 0.45 exploded again).
+TOWARD_FAILING = 0.25
 
 
 @dataclass(frozen=True)
@@ -343,8 +348,8 @@ class Evidence:
         stable = _fmt(self.stable)
         if self.failing / self.stable <= CLOSE_ENOUGH:
             return self.stable, f"the last stable rate {stable} (the failing {failing} is within 2x)"
-        middle = math.sqrt(self.stable * self.failing)
-        return middle, f"bisect between the last stable rate {stable} and the failing {failing}"
+        step = self.stable * (self.failing / self.stable) ** TOWARD_FAILING
+        return step, f"a quarter of the way from the last stable rate {stable} to the failing {failing}"
 
 
 def _rate_names(state: WorkflowState) -> set[str]:

@@ -249,21 +249,21 @@ def test_a_rate_that_explodes_after_a_stable_warmup_is_bisected_and_resumed_befo
     state = _history(settings, ({"add_batch_norm": 1, "learning_rate": 3.0}, _exploded(3.0)))
     plan = policy.plan(state, state.current.finding, written(5, 10))
     assert plan.decision.remedy == "lower_lr"
-    # Geometric midpoint of the stable 0.1 (the warm-up's) and the failing 3.0.
-    assert plan.run_spec["learning_rate"] == pytest.approx((0.1 * 3.0) ** 0.5)
+    # A quarter of the way (in log space) from the stable 0.1 (the warm-up's) to the failing 3.0.
+    assert plan.run_spec["learning_rate"] == pytest.approx(0.1 * 30**0.25)
     assert plan.run_spec["warmup_learning_rate"] == 0.1
     # The copy at step 10 is two steps into the failing rate; the one at 5 is from before the switch (8).
     assert plan.decision.resume_from.endswith("/checkpoint-00000005.pt")
-    assert "bisect between the last stable rate 0.1 and the failing 3" in plan.decision.reason
+    assert "a quarter of the way from the last stable rate 0.1 to the failing 3" in plan.decision.reason
 
 
 def test_the_bisection_narrows_with_each_failure_and_settles_on_the_stable_rate(settings):
     bn = {"add_batch_norm": 1}
-    middle = (0.1 * 3.0) ** 0.5
+    tried = 0.1 * 30**0.25
     state = _history(settings, ({**bn, "learning_rate": 3.0}, _exploded(3.0)),
-                     ({**bn, "learning_rate": middle}, _exploded(middle)))
+                     ({**bn, "learning_rate": tried}, _exploded(tried)))
     plan = policy.plan(state, state.current.finding, written(5, 10))
-    assert plan.run_spec["learning_rate"] == pytest.approx((0.1 * middle) ** 0.5)
+    assert plan.run_spec["learning_rate"] == pytest.approx(0.1 * (tried / 0.1) ** 0.25)
     close = _history(settings, ({**bn, "learning_rate": 0.15}, _exploded(0.15)))
     assert policy.plan(close, close.current.finding, written(5)).run_spec["learning_rate"] == pytest.approx(0.1)
 
