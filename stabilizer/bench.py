@@ -3,6 +3,7 @@
     python -m stabilizer.bench                                  # every scenario, both policies
     python -m stabilizer.bench --small                          # the CI-sized form
     python -m stabilizer.bench --scenarios bn-lr-30x,healthy --policy default
+    python -m stabilizer.bench --report runs/bench/bench.json other/bench.json   # earlier runs, one table
 
 Each (scenario, policy) is one execution through the local engine (the project's ASL in moto's
 interpreter, the Lambda code in process, each training job a real process of model/train.py).
@@ -33,7 +34,7 @@ import re
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -336,6 +337,13 @@ def summary_lines(rows: list[Row]) -> list[str]:
     return lines
 
 
+def load_rows(path: Path) -> list[Row]:
+    """The rows an earlier run wrote to its bench.json, in its order."""
+    names = {f.name for f in fields(Row)}
+    entries = json.loads(path.read_text())
+    return [Row(**{key: value for key, value in entry.items() if key in names}) for entry in entries]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m stabilizer.bench", description=__doc__.splitlines()[0] if __doc__ else None
@@ -345,7 +353,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", action="store_true", help="the CI-sized form: its scenarios, shrunk")
     parser.add_argument("--run-dir", type=Path, default=Path("runs") / "bench")
     parser.add_argument("--data-dir", type=Path, help="the offline digits channels (default: prepared under runs/)")
+    parser.add_argument("--report", type=Path, nargs="+", metavar="BENCH_JSON",
+                        help="run nothing: print the table and summary of earlier runs' bench.json files, together")
     args = parser.parse_args(argv)
+    if args.report:
+        rows = [row for path in args.report for row in load_rows(path)]
+        for line in [*table_lines(rows), "", *summary_lines(rows)]:
+            print(line)
+        return 0
 
     from stabilizer.cli import UsageError, prepare_data
     from stabilizer.parts import project_root

@@ -71,6 +71,21 @@ def test_the_summary_names_where_default_uses_more_than_original():
     assert len(bench.table_lines([default, original])) == 4
 
 
+def test_earlier_runs_are_reported_together_as_one_table(tmp_path, capsys):
+    import json
+    from dataclasses import asdict
+
+    scenario = by_name(["bn-lr-30x"])[0]
+    default = bench.measure(scenario, "default", _state("succeeded"), [EXPLODED, RESUMED], wall=30.0)
+    original = bench.measure(scenario, "original", _state("succeeded"), [EXPLODED], wall=10.0)
+    for name, row in (("a", default), ("b", original)):
+        (tmp_path / f"{name}.json").write_text(json.dumps([{**asdict(row), "ratio": row.ratio}]))
+    assert bench.main(["--report", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-1] == "default uses more than original on: bn-lr-30x (2 vs 2 attempts, 27 vs 13 steps)"
+    assert sum(line.startswith("bn-lr-30x") for line in printed) == 2
+
+
 def test_the_suite_covers_what_it_promises():
     names = {s.name for s in SCENARIOS}
     assert len(ALL) >= 10 and len(names) == len(SCENARIOS)
