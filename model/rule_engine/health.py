@@ -143,13 +143,15 @@ class LearningCheck:
         return self._learned_at is not None
 
     def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs to be judged from the start of its lineage, not its own first steps."""
-        return {"first": self._first, "learned_at": self._learned_at, "main_steps": self._main_steps}
+        """What a resumed run needs to be judged against the start of its lineage, not its own first steps."""
+        return {"first": self._first, "main_steps": self._main_steps}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Judge this run against its lineage's first window. Whether it learned is not carried over:
+        a run resumed from a state already on its way to diverging must show, in its own windows,
+        a loss below where the lineage started."""
         first = state.get("first")
         self._first = self._best = None if first is None else (int(first[0]), float(first[1]))
-        self._learned_at = state.get("learned_at")
         self._main_steps = int(state.get("main_steps", 0))
 
     def observe(self, step: int, loss: float, phase: str | None) -> RuleFinding | None:
@@ -170,11 +172,10 @@ class LearningCheck:
         return self._judge(step, at_end=False)
 
     def at_end(self, step: int) -> RuleFinding | None:
-        """The verdict on a run that completed: it must end below where it started (needs two windows).
+        """The verdict on a run that completed: it must have learned (needs two windows).
 
-        A run that learned and then climbed back to its starting loss did not learn either. For a
-        resumed run the start is its lineage's first window (``load_state_dict``), so a short
-        relaunch is judged too.
+        For a resumed run the first window is its lineage's (``load_state_dict``), so a short
+        relaunch is judged too, on windows of its own.
         """
         if self._fired or self._first is None or self._last is None or self._last[0] == self._first[0]:
             return None
@@ -196,8 +197,7 @@ class LearningCheck:
             return None
         first_step, first = self._first
         last_step, last = self._last
-        ended_high = at_end and last > first * (1 - self.min_decrease)
-        if ended_high or (self._learned_at is None and self._main_steps >= self.patience):
+        if self._learned_at is None and (at_end or self._main_steps >= self.patience):
             change = (last - first) / abs(first) * 100 if first else 0.0
             if not at_end and last > first * (1 + self.diverging_increase):
                 # Rising, not flat: a run that is diverging. The finite check stops it when it
