@@ -204,7 +204,7 @@ class Guard:
         """One line for the job's log: which steps this process checked, and how it ended."""
         if self.checked is not None and self.primary:
             first, last = self.checked
-            print(f"sentinel: checked steps {first}..{last}, {status}", flush=True)
+            print(f"sentinel: checked steps {first}..{last}, {status}", file=sys.stderr, flush=True)
 
     def __enter__(self) -> Guard:
         return self
