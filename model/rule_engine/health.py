@@ -104,8 +104,8 @@ def run_up(norms: Sequence[tuple[int, float]], rates: Sequence[tuple[int, float 
         if n <= GROWTH * baseline:
             break
         index -= 1
-    if index < len(finite):  # finite[index] is the first step of the growth; its weights already
-        onset = min(onset, finite[index][0] - 1)  # led there, so the state one step earlier
+    if index < len(finite):  # finite[index] is the first step of the growth: the state before it
+        onset = min(onset, finite[index][0])  # has taken no abnormal step yet
     healthy: dict[float, int] = {}
     for s, _ in finite:
         rate = rate_at.get(s)

@@ -125,7 +125,7 @@ def test_the_run_up_of_a_spike_at_a_constant_rate_is_where_the_norm_started_to_g
     rates = [(s, 0.5) for s in range(40)]
     norms = [(s, 1.0 + 0.01 * (s % 3)) for s in range(35)] + [(35, 3.0), (36, 9.0), (37, 50.0), (38, 400.0)]
     found = run_up(norms, rates, 39)
-    assert found.onset_step == 34  # the growth began at 35; the state before it
+    assert found.onset_step == 35  # the growth began at 35: the state before that step
     assert found.stable_learning_rate == 0.5
     # Without growth or a recent change, only the failing step's own state is excluded.
     assert run_up([(s, 1.0) for s in range(10)], [(s, 0.5) for s in range(11)], 10).onset_step == 9
