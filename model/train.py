@@ -45,7 +45,6 @@ from resnet import ResNet
 from rule_engine.capture import CaptureConfigError, parse_capture
 from rule_engine.checkpoints import checkpoint_name, checkpoints_in, newest_checkpoint
 from rule_engine.job_config import StabilizerConfigError, load_config
-from rule_engine.rewind import Rewind
 from rule_engine.rules import RuleConfigError, parse_rule_list
 from rule_engine.sentinel import EXIT_RULE_STOP
 
@@ -321,9 +320,10 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
                            action=config.sentinel_action)
     # After watch(): the guard's hook reads its step count and learning check back from the optimizer's state.
     step = restore(model, optimizer, paths, config)
-    # The last healthy state, copied every few steps, is written as a checkpoint when a rule fires.
-    guard.sentinel.rewind = Rewind(model, optimizer, checkpoint_dir=paths.checkpoint_dir,
-                                   extra={"config": dataclasses.asdict(config)})
+    if guard.rewind is not None:
+        # The guard copies the last healthy state every few steps and writes it as a checkpoint when a
+        # rule fires; the config goes with it, as in every checkpoint restore() reads.
+        guard.rewind.extra = {"config": dataclasses.asdict(config)}
     stop = StopRequested()
     log(f"training steps={total_steps} steps_per_epoch={steps_per_epoch} examples={len(xt)} start_step={step} "
         f"device={device.type}")
@@ -358,7 +358,6 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
             torch.nn.utils.clip_grads_with_norm_(model.parameters(), config.grad_clip, usable_norm)
         optimizer.step()
         step += 1
-        guard.sentinel.rewind.after_step(step)
         if step % config.log_every == 0 or step == total_steps:
             log(f"step={step - 1} epoch={epoch} loss={loss.item():.6g} lr={lr:g} grad_norm={grad_norm.item():.6g}")
         if step % config.checkpoint_every == 0 or step == total_steps:

@@ -5,7 +5,9 @@ A user's own SageMaker script-mode training script, with its own hyperparameter 
 channels) and a model family of its own: a two-layer pre-norm Transformer encoder over the 8 rows of each 8x8
 image. Trained with SGD and momentum at lr 0.25 it diverges within the first epoch (lr 0.125
 trains). stabilizer protects it through the three
-lines marked `# stabilizer`; the library reaches the job on PYTHONPATH (the workflow supplies it).
+lines marked `# stabilizer`, and a fourth (`guard.restore()`) resumes a relaunch from the checkpoint the
+sentinel kept from a few steps before the explosion; the library reaches the job on PYTHONPATH (the
+workflow supplies it).
 
     python prepare_data.py
     SM_CHANNEL_TRAIN=data/train SM_CHANNEL_TEST=data/test SM_MODEL_DIR=/tmp/tf PYTHONPATH=../../model \\
@@ -59,9 +61,13 @@ def main() -> None:
     model = RowTransformer(args.d_model)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     guard = sentinel.watch(model, optimizer)  # stabilizer
+    start = guard.restore()  # stabilizer
     step = 0
     for epoch in range(args.epochs):
         for batch in torch.randperm(len(x)).split(args.batch):
+            if step < start:  # done before the checkpoint it resumed from; the permutations still advance
+                step += 1
+                continue
             loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
             optimizer.zero_grad()
             loss.backward()

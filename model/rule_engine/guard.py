@@ -17,6 +17,11 @@ capture of module outputs for the next forward pass; a forward hook on the model
 and outputs when the ``inputs`` or ``predictions`` collections are captured. The guard closes
 itself at interpreter exit (``guard.close()`` closes it earlier).
 
+With an optimizer, the guard also keeps the last healthy state (``guard.rewind``, rule_engine.rewind)
+and writes it as checkpoints at the first finding; an optional fourth line, ``start = guard.restore()``
+after ``watch()``, resumes a relaunch from the newest checkpoint (the job's own, else the ``resume``
+channel's) and returns the step to go on from.
+
 Step numbers count optimizer steps from ``start_step`` (0, or the step a resumed run starts at: the
 guard also stores its step in the optimizer's state_dict, so a loop that checkpoints the optimizer
 resumes the count by itself; the learning check's start travels the same way, so a resumed run is
@@ -46,7 +51,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from rule_engine.checkpoints import newest_checkpoint
 from rule_engine.job_config import JobPaths, StabilizerConfig, load_config
+from rule_engine.rewind import Rewind
 from rule_engine.sentinel import Verdict, build_monitoring
 
 STATE_KEY = "stabilizer_step"
@@ -84,6 +91,8 @@ class Guard:
         paths: JobPaths,
         start_step: int = 0,
         install_hooks: bool = True,
+        rewind_every: int = 0,
+        rewind_keep: int = 2,
     ) -> None:
         self.model = unwrap(model)
         self.optimizer = optimizer
@@ -103,6 +112,13 @@ class Guard:
             only_rules=None if self.primary else (FINITE_CHECK_RULE,),
         )
         self.step_number = start_step
+        # The last healthy states, copied every few steps and written as checkpoints at the first finding.
+        # Rank 0 alone keeps them: under DDP every rank holds the same weights.
+        self.rewind: Rewind | None = None
+        if rewind_every > 0 and optimizer is not None and self.primary:
+            self.rewind = Rewind(self.model, optimizer, checkpoint_dir=paths.checkpoint_dir, every=rewind_every,
+                                 keep=rewind_keep)
+            self.sentinel.rewind = self.rewind
         self.epoch: int | None = None
         self.phase: str | None = None
         self._loss: torch.Tensor | float | None = None
@@ -184,10 +200,50 @@ class Guard:
         return verdict
 
     def advance(self) -> None:
-        """Count the optimizer step just taken and arm capture for the next forward pass."""
+        """Count the optimizer step just taken, copy the state when due and arm capture for the next forward pass."""
         self.step_number += 1
+        if self.rewind is not None:
+            self.rewind.after_step(self.step_number)
         if not self._closed:
             self.capture.begin_step(self.step_number)
+
+    def restore(self) -> int:
+        """Load the newest checkpoint into the model and optimizer; returns the next step to run (0: none).
+
+        It looks in the job's own checkpoint directory first (a restarted job finds its own
+        checkpoints there), then in the ``resume`` input channel, where the workflow puts the
+        checkpoint a relaunch resumes from (the rewind's, a few steps before the explosion). The
+        optimizer's state (momentum, the guard's step count) comes back; its hyperparameters (learning
+        rate, ...) stay as the script set them, since a relaunch's remedy changes them. A checkpoint
+        that does not fit the model (another architecture: missing or unexpected keys, other shapes)
+        or the optimizer is reported in one line and left alone: training starts fresh.
+        """
+        source = newest_checkpoint(self.paths.checkpoint_dir) or newest_checkpoint(self.paths.resume_dir)
+        if source is None:
+            return 0
+        try:
+            state = torch.load(source, map_location="cpu", weights_only=True)
+        except Exception as exc:  # not a checkpoint this library can read: the loop's own business
+            print(f"sentinel: cannot read checkpoint {source} ({exc!r}); starting from step 0", flush=True)
+            return 0
+        misfit = _misfit(state, self.model, self.optimizer)
+        if misfit is not None:
+            print(f"sentinel: checkpoint {source} does not fit this model ({misfit}); starting from step 0",
+                  flush=True)
+            return 0
+        self.model.load_state_dict(state["model"])
+        if self.optimizer is not None:
+            # The hyperparameters stay as the script set them: a relaunch's remedy (a lower learning rate)
+            # comes in through them. The state (momentum, the step count, by the load hook) is the checkpoint's.
+            settings = [{key: value for key, value in group.items() if key != "params"}
+                        for group in self.optimizer.param_groups]
+            self.optimizer.load_state_dict(state["optimizer"])
+            for group, setting in zip(self.optimizer.param_groups, settings, strict=True):
+                group.update(setting)
+        self.step_number = next_step = int(state["next_step"])
+        self.capture.begin_step(next_step)
+        print(f"sentinel: resumed from {source} at step {next_step}", flush=True)
+        return next_step
 
     def close(self, status: str = "completed") -> None:
         """Remove the hooks and finish the tensor store (``training_end.json``); idempotent."""
@@ -269,6 +325,8 @@ class Guard:
             others = [entry for rank, entries in enumerate(gathered) if rank != self.rank for entry in entries]
             everyone = [entry for entries in gathered for entry in entries]
             if self.primary:
+                if self.rewind is not None and others:  # another rank's finding: keep the state before it
+                    self.rewind.persist(before_step=min(entry["step"] for entry in others))
                 self.sentinel.adopt(others)
             elif self.sentinel.stop_finding is None and everyone and self.sentinel.action == "stop":
                 self.sentinel.stop_finding = everyone[0]
@@ -282,6 +340,24 @@ class Guard:
         for handle in self._handles:
             handle.remove()
         self.sentinel.exit_for_rule_stop()  # exit status 86, failure file "RuleStop: ..."
+
+
+def _misfit(state: Any, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> str | None:
+    """Why a loaded checkpoint cannot go into ``model`` and ``optimizer``; None when it fits."""
+    if not isinstance(state, dict) or not {"model", "optimizer", "next_step"} <= set(state):
+        return "not a checkpoint with model, optimizer and next_step"
+    saved, current = state["model"], model.state_dict()
+    missing, unexpected = sorted(set(current) - set(saved)), sorted(set(saved) - set(current))
+    if missing or unexpected:
+        return f"missing keys {missing[:3]}, unexpected keys {unexpected[:3]}"
+    for key, value in current.items():
+        if isinstance(value, torch.Tensor) and getattr(saved[key], "shape", None) != value.shape:
+            return f"{key} has shape {tuple(saved[key].shape)}, the model {tuple(value.shape)}"
+    if optimizer is not None:
+        groups = [len(group["params"]) for group in state["optimizer"].get("param_groups", [])]
+        if groups != [len(group["params"]) for group in optimizer.param_groups]:
+            return f"optimizer parameter groups of sizes {groups}, the optimizer's differ"
+    return None
 
 
 def _has_closure(args: tuple, kwargs: dict) -> bool:
@@ -298,6 +374,8 @@ def watch(
     start_step: int = 0,
     environ: Mapping[str, str] | None = None,
     install_hooks: bool = True,
+    rewind_every: int = 5,
+    rewind_keep: int = 2,
 ) -> Guard:
     """Protect ``model`` trained by ``optimizer``, configured by the SageMaker job.
 
@@ -306,12 +384,23 @@ def watch(
     neither, the sentinel runs the finite check (``ExplodingTensor``) and stops the job when it fires.
     The finite check and the learning check (rule_engine.health) run whatever the rule list says;
     action ``notify`` records findings without stopping.
+
+    With an optimizer, the guard also keeps the last healthy training state (``guard.rewind``,
+    rule_engine.rewind): every ``rewind_every`` steps it copies the weights and the optimizer state
+    to host memory, keeps the newest ``rewind_keep`` copies, and at the first finding writes those
+    taken before it as checkpoints in the checkpoint directory, from which a relaunch resumes
+    (``guard.restore()``). It costs ``rewind_keep`` x (weights + optimizer state) of host memory and
+    one copy every ``rewind_every`` steps: a very large model may want it sparser or off
+    (``rewind_every=0``).
     """
+    if rewind_every < 0 or rewind_keep < 1:
+        raise ValueError(f"watch: rewind_every must be >= 0 and rewind_keep >= 1, got rewind_every={rewind_every}, "
+                         f"rewind_keep={rewind_keep}")
     config = load_config(environ).with_defaults(
         rules=json.loads(rules) if isinstance(rules, str) else (list(rules) if rules is not None else None),
         capture=json.loads(capture) if isinstance(capture, str) else (dict(capture) if capture is not None else None),
         action=action,
     )
     return Guard(model, optimizer, config=config, paths=JobPaths.from_env(environ), start_step=start_step,
-                 install_hooks=install_hooks)
+                 install_hooks=install_hooks, rewind_every=rewind_every, rewind_keep=rewind_keep)
 

@@ -155,11 +155,16 @@ def load_config(environ: Mapping[str, str] | None = None) -> StabilizerConfig:
 
 @dataclass(frozen=True)
 class JobPaths:
-    """Where findings, the tensor store and the failure reason go (docs/contracts.md, section 1)."""
+    """Where findings, the tensor store and the failure reason go, and where a resume checkpoint comes from.
+
+    ``resume_dir`` is the ``resume`` input channel (docs/contracts.md, section 1): the workflow puts the
+    checkpoint a relaunch resumes from there; ``guard.restore()`` reads it when the job has none of its own.
+    """
 
     checkpoint_dir: Path
     failure_file: Path
     tensor_dir: Path
+    resume_dir: Path | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> JobPaths:
@@ -169,4 +174,5 @@ class JobPaths:
             checkpoint_dir=checkpoint_dir,
             failure_file=Path(env.get("STABILIZER_FAILURE_FILE") or "/opt/ml/output/failure"),
             tensor_dir=Path(env.get("STABILIZER_TENSOR_DIR") or checkpoint_dir / "tensors"),
+            resume_dir=Path(env.get("SM_CHANNEL_RESUME") or "/opt/ml/input/data/resume"),  # read when it exists
         )

@@ -19,13 +19,22 @@ there replays the same batch on the same weights and fails the same way. With co
 Once it has persisted, it takes no more copies: after a finding the state is no longer known to
 be healthy (with the ``notify`` action the job goes on training).
 
-The training loop wires it like this (after the sentinel is built)::
+The library wires it: ``watch(model, optimizer)`` (rule_engine.guard) builds one on rank 0 with
+``rewind_every`` and ``rewind_keep`` (5 and 2; ``rewind_every=0`` builds none), exposes it as
+``guard.rewind``, hands it to the sentinel (``sentinel.rewind``, which persists it at the first
+finding, and the guard does for a finding of another DDP rank) and calls ``after_step`` with the
+next step from its optimizer post-hook; the optimizer state it copies carries the guard's step
+count. ``guard.restore()`` is the other half: a relaunch loads the newest checkpoint back. A loop
+without the guard wires it the same way by hand::
 
     rewind = Rewind(model, optimizer, checkpoint_dir=checkpoint_dir, extra={"config": config})
     sentinel.rewind = rewind            # the sentinel persists it when a rule fires
     ...
     optimizer.step(); step += 1
     rewind.after_step(step)             # step = the next step to run, as in checkpoint names
+
+``extra`` goes into every checkpoint it writes (model/train.py sets ``guard.rewind.extra`` to its
+config, which its own resume reads for the architecture check).
 
 This module must not decide anything about the run; it keeps and writes state.
 """
