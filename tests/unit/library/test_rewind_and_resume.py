@@ -67,7 +67,7 @@ def test_restore_resumes_the_weights_and_the_step_count_from_the_resume_channel(
     assert all(torch.equal(weights[key], expected[key]) for key in expected)
     # The loop skipped the steps done before the checkpoint, and the guard counted from there.
     assert [step for step, _ in logged(result.stdout)] == list(range(next_step, 20))
-    assert f"sentinel: checked steps {next_step}..19, completed" in result.stdout
+    assert f"sentinel: checked steps {next_step}..19, completed" in result.stderr
 
 
 def test_a_checkpoint_of_another_architecture_starts_fresh_and_says_so(tmp_path):
