@@ -17,6 +17,7 @@ from workflow.errors import MisconfiguredEnvironment, StateCorrupted
 from workflow.job import Job
 from workflow.reference import is_reference
 from workflow.rule_checks import is_profiler_rule, runs_in_engine
+from workflow.service_limits import hyperparameter_value_problem
 from workflow.settings import TrainSettings
 from workflow.state import Monitoring, RuleConfig, WorkflowState
 
@@ -35,7 +36,6 @@ LIBRARY_LOCAL_PATH = f"/opt/ml/input/data/{LIBRARY_CHANNEL}"
 CONFIG_HYPERPARAMETER = "sagemaker_stabilizer"
 # The library's launcher level starts from a `sitecustomize` module in this directory of the channel.
 LAUNCHER_AUTOSTART = f"{LIBRARY_LOCAL_PATH}/rule_engine/autostart"
-HYPERPARAMETER_VALUE_MAX = 2500
 
 
 def job_name(prefix: str, short_id: str, attempt: int) -> str:
@@ -102,13 +102,12 @@ def sentinel_configuration(job: Job, monitoring: Monitoring) -> str:
 
 def configuration_problem(job: Job, monitoring: Monitoring) -> str | None:
     """Why the configuration cannot travel as one hyperparameter value, or None."""
-    size = len(sentinel_configuration(job, monitoring))
-    if size > HYPERPARAMETER_VALUE_MAX:
-        return (
-            f"monitoring: the rules, capture settings and loss regex take {size} characters as the "
-            f"{CONFIG_HYPERPARAMETER} hyperparameter; SageMaker allows {HYPERPARAMETER_VALUE_MAX}"
-        )
-    return None
+    return hyperparameter_value_problem(
+        "monitoring",
+        CONFIG_HYPERPARAMETER,
+        sentinel_configuration(job, monitoring),
+        holding="the rules, capture settings and loss regex",
+    )
 
 
 def _reference_script_settings(monitoring: Monitoring) -> dict[str, Any]:

@@ -314,7 +314,7 @@ def test_a_configuration_too_long_for_one_hyperparameter_is_rejected(job_setting
     capture = {f"collection_{index:02d}_{'c' * 80}": {"save_interval": 10} for index in range(10)}
     text = problem(job_settings, {"job": job(), "monitoring": {"rules": rules, "capture": capture}})
     assert text.startswith("monitoring: the rules, capture settings and loss regex take ")
-    assert "SageMaker allows 2500" in text
+    assert "SageMaker allows at most 2,500" in text
 
 
 # --- remedies through knobs --------------------------------------------------------------------
