@@ -15,7 +15,6 @@ from typing import Any
 
 from workflow.errors import MisconfiguredEnvironment, StateCorrupted
 from workflow.job import Job
-from workflow.reference import is_reference
 from workflow.rule_checks import is_profiler_rule, runs_in_engine
 from workflow.service_limits import hyperparameter_value_problem
 from workflow.settings import TrainSettings
@@ -110,31 +109,18 @@ def configuration_problem(job: Job, monitoring: Monitoring) -> str | None:
     )
 
 
-def _reference_script_settings(monitoring: Monitoring) -> dict[str, Any]:
-    """The sentinel settings as the reference `train.py` reads them today, as its own hyperparameters.
-
-    Only the deployment's own script gets these; a user's script would reject unknown arguments.
-    Once `train.py` reads `sagemaker_stabilizer` like any other job, this goes.
-    """
-    return {
-        "sentinel_rules": json.dumps(_rules_json(_engine_rules(monitoring)), separators=(",", ":")),
-        "sentinel_action": monitoring.sentinel_action,
-        "capture": json.dumps(_capture_json(monitoring), separators=(",", ":")),
-    }
-
-
 def hyperparameters(state: WorkflowState, settings: TrainSettings) -> dict[str, str]:
     """The training job's hyperparameters, JSON-encoded as the SageMaker Python SDK sends them.
 
     The job's own hyperparameters (this attempt's recipe), then the framework container's
     `sagemaker_*` entries. The training toolkit JSON-decodes each value before passing it as
     `--name value`, so a string is sent as '"elu"' and a number as '0.1' (docs/contracts.md,
-    section 4). `sagemaker_stabilizer` holds the configuration's JSON text, decoded once.
+    section 4). `sagemaker_stabilizer` holds the configuration's JSON text, decoded once: the one
+    way the sentinel configuration reaches every job, the reference `train.py` included (the
+    library's `watch()` reads it; the toolkit keeps it out of the script's arguments).
     """
     job = state.job
     plain: dict[str, Any] = dict(state.run_spec)
-    if is_reference(job, settings):
-        plain.update(_reference_script_settings(state.monitoring))
     plain.update(
         {
             "sagemaker_program": job.entry_point,

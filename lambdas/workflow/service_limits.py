@@ -127,7 +127,7 @@ _TAG_SOURCES = {
 
 def request_problems(request: dict[str, Any], sources: dict[str, str] | None = None) -> list[str]:
     """CreateTrainingJob values SageMaker would reject. `sources` names the input field behind
-    each hyperparameter (`sentinel_rules` -> `run_spec.rules`); unnamed ones are named as such."""
+    each hyperparameter (`sagemaker_stabilizer` -> `monitoring`); unnamed ones are named as such."""
     problems = []
     for name, value in (request.get("HyperParameters") or {}).items():
         problem = hyperparameter_value_problem((sources or {}).get(name, f"hyperparameter {name!r}"), name, value)
