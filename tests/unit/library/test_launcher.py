@@ -60,3 +60,34 @@ def test_a_bad_configuration_fails_the_job_before_the_script_runs_naming_the_fie
     assert result.returncode == 2
     assert "step=" not in result.stdout
     assert (tmp_path / "failure").read_text().startswith("StabilizerConfigError: sagemaker_stabilizer.action")
+
+
+def test_the_attempts_table_counts_the_steps_of_a_script_whose_log_says_no_step(tmp_path):
+    # A script run through the launcher logs in its own words (here `iter=<n> mse=<loss>`); the
+    # launcher's closing line is what the attempts table counts its steps by.
+    from stabilizer.attempts import attempt_rows
+    from stabilizer.records import AttemptRecord, MetricPoint, parse_log_line
+
+    script = tmp_path / "fit.py"
+    script.write_text(SCRIPT.read_text().replace('f"step={step} loss=', 'f"iter={step} mse='))
+    result = run(["-m", "rule_engine.launch", str(script), "--lr", "0.05", "--steps", "12"], tmp_path,
+                 job_env(tmp_path / "job"))
+    assert result.returncode == 0, result.stderr
+    assert "step=" not in result.stdout  # the script's own output is left as it wrote it
+    assert result.stderr.splitlines()[-1] == "step=11 (stabilizer launcher: 12 optimizer steps taken)"
+
+    attempt = AttemptRecord(number=1, job_name="fit-1", status="Completed")
+    attempt.metrics = [p for p in map(parse_log_line, (result.stdout + result.stderr).splitlines())
+                       if isinstance(p, MetricPoint)]
+    assert attempt.steps_done == 12
+    (row,) = attempt_rows([], [attempt])
+    assert row.steps == "12"
+
+
+def test_a_stopped_script_under_the_launcher_still_says_how_far_it_got(tmp_path):
+    job = tmp_path / "job"
+    result = run(["-m", "rule_engine.launch", str(SCRIPT), *DIVERGING], SCRIPT.parent, job_env(job))
+    assert result.returncode == 86, result.stdout + result.stderr
+    (finding,) = findings(job)
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith(f"step={finding['step'] - 1} (stabilizer launcher: {finding['step']} optimizer steps")
