@@ -10,6 +10,7 @@ import pytest
 
 from stabilizer.cli import EXIT_USAGE, build_parser, main
 from stabilizer.inputs import InputProblemError, build_input, workflow_state_module
+from tests.helpers import SAMPLE_DEPLOYMENT_FIELDS, SAMPLE_INPUT
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -130,20 +131,6 @@ def test_pairs_file_and_policy_combine_into_the_execution_input(tmp_path: Path, 
         build_input(state_module=state_module, pairs=["limits.nope=1"])
 
 
-# The original AWS sample's flat input: its notebook started executions with this object.
-SAMPLE_INPUT = {
-    "init_warmup_learning_rate": 0.1,
-    "learning_rate": 0.1,
-    "add_batch_norm": 0,
-    "num_epochs": 3,
-    "bucket": "my-sample-bucket",
-    "base_job_name": "resnet-elu",
-    "instance_type": "ml.p3.2xlarge",
-    "region": "us-west-2",
-    "debugger_save_interval": 100,
-    "max_num_retraining": 10,
-    "max_monitor_transitions": 300,
-}
 
 
 def test_the_sample_input_file_gets_one_message_with_every_fields_new_home(
@@ -165,7 +152,7 @@ def test_the_sample_input_file_gets_one_message_with_every_fields_new_home(
 def test_the_sample_input_without_deployment_settings_is_read_as_meant(tmp_path: Path, state_module):
     given = tmp_path / "sample.json"
     given.write_text(
-        json.dumps({k: v for k, v in SAMPLE_INPUT.items() if k not in ("bucket", "base_job_name", "region")})
+        json.dumps({k: v for k, v in SAMPLE_INPUT.items() if k not in SAMPLE_DEPLOYMENT_FIELDS})
     )
     built = build_input(
         state_module=state_module,
