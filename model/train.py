@@ -15,9 +15,9 @@ arguments (or `SM_HPS`), channels from `SM_CHANNEL_TRAIN` / `SM_CHANNEL_TEST`, t
 It is an ordinary user of the sentinel library (``rule_engine``, the plain-loop level): the three
 lines marked ``# sentinel`` below, plus two optional calls a plain loop may leave out (the test
 loss for the ``Overfit`` rule, and closing with the job's status). The library reads its
-configuration from the job's ``sagemaker_stabilizer`` hyperparameter; the older ``sentinel_rules``,
-``capture`` and ``sentinel_action`` hyperparameters still apply where that configuration leaves a
-field unset.
+configuration from the job's ``sagemaker_stabilizer`` hyperparameter (the workflow sends it there
+alone); the ``--sentinel_rules``, ``--capture`` and ``--sentinel_action`` flags, for running this file
+directly, apply where that configuration leaves a field unset.
 
 It must not decide what to do about a failing run: it reports (log lines, findings, exit status)
 and the workflow decides.

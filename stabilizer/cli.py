@@ -4,7 +4,8 @@
 local engine), with each training job a real process. It prints one line per SNS notification
 (its subject) as it is published, shows a progress bar per attempt on a terminal, ends with a
 table of the attempts, and writes a report (run.json, report.md with every notification's body,
-plots) in the run directory. ``--verbose`` also prints the bodies and every observation.
+plots) in the run directory. It starts with a short header (what runs, the rules watching it, the
+limits); ``--verbose`` also prints the whole input, the bodies and every observation.
 
 Exit status: 0 succeeded, 2 gave up (the remediation policy ran out of remedies or budget),
 stopped early (a plateau or overfitting; the best checkpoint is kept) or did not learn (the loss
@@ -124,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-v",
         "--verbose",
         action="store_true",
-        help="also print each notification's body and every observation (states, job statuses, logged steps)",
+        help="also print the whole execution input, each notification's body and every observation (states, "
+        "job statuses, logged steps)",
     )
     run.add_argument("pairs", nargs="*", metavar="key=value", help="execution input fields (see below)")
     return parser
@@ -186,8 +188,9 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
     from stabilizer.parts import lambdas_dir, project_root
 
     # The input is checked first: a wrong input is the person's to fix, whatever else is missing.
+    state_module = workflow_state_module(lambdas_dir())
     execution_input = build_input(
-        state_module=workflow_state_module(lambdas_dir()),
+        state_module=state_module,
         input_file=args.input,
         pairs=args.pairs,
         policy=args.policy,
@@ -203,7 +206,7 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
     # Library warnings (moto's interpreter logs every caught task failure) go to the run's log.
     logging.basicConfig(filename=run_dir / "engine.log", level=logging.WARNING, force=True)
     settings = LocalSettings(debugger_rules_enabled=args.debugger_rules)
-    out.write(f"execution {name}: {input_summary(execution_input, args)}\nrun directory: {run_dir}\n")
+    out.write(header(name, run_dir, execution_input, state_module, verbose=args.verbose))
     live = out.isatty() and not args.plain
     with LocalEngine(run_dir, data_dir, project=project, settings=settings) as engine, Interrupts() as interrupts:
         from stabilizer.progress import LiveProgress, PlainProgress
@@ -214,28 +217,53 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
     return finish(record, run_dir, out)
 
 
-def input_summary(execution_input: dict[str, Any], args: argparse.Namespace) -> str:
-    """The policy and the fields the person gave, in one line (the whole input is in the report)."""
-    from stabilizer.inputs import read_input_file
-
-    given = [
-        f"{key}={json.dumps(value, separators=(',', ':'))}"
-        for key, value in _flatten(read_input_file(args.input) if args.input else {})
-        if key != "policy"
-    ]
-    given += list(args.pairs)
-    policy = execution_input.get("policy", "default")
-    return f"policy {policy}, " + (f"given {' '.join(given)}" if given else "the reference problem with every default")
+def header(name: str, run_dir: Path, execution_input: dict[str, Any], state_module: Any, verbose: bool) -> str:
+    """The lines a run starts with: what runs, what watches it, where its files go; with
+    ``verbose``, the whole execution input after them."""
+    what, watching = input_summary(execution_input, state_module)
+    text = f"execution {name}: {what}\n{watching}\nrun directory: {run_dir}\n"
+    if verbose:
+        text += "input: " + json.dumps(execution_input, indent=2) + "\n"
+    return text
 
 
-def _flatten(data: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    items: list[tuple[str, Any]] = []
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            items += _flatten(value, f"{prefix}{key}.")
-        else:
-            items.append((f"{prefix}{key}", value))
-    return items
+def input_summary(execution_input: dict[str, Any], state_module: Any) -> tuple[str, str]:
+    """Two lines: what runs and under which policy; what watches it and the limits (the whole
+    input is in the report, and on the terminal with --verbose)."""
+    given = state_module.parse_execution_input(execution_input)
+    if given.job is not None:
+        job = given.job
+        what = f"job {job.entry_point} from {_shown_path(job.source)}"
+        if job.integration == "launcher":
+            what += " through the launcher"
+        monitoring = given.monitoring or state_module.Monitoring()
+    else:
+        spec = given.run_spec or state_module.RunSpec()
+        changed = [
+            f"{key}={json.dumps(value, separators=(',', ':'))}"
+            for key, value in (execution_input.get("run_spec") or {}).items()
+            if key not in state_module.MONITORING_FIELDS
+        ]
+        what = "the reference ResNet" + (f" with {' '.join(changed)}" if changed else ", every default")
+        monitoring = given.monitoring or spec.monitoring()
+    rules = ", ".join(rule.name for rule in monitoring.rules) or "no rules"
+    limits = given.limits
+    watching = (
+        f"rules {rules} ({monitoring.sentinel_action} when one fires); at most {limits.max_num_retraining} "
+        f"relaunches, {limits.max_monitor_transitions} checks {given.wait_seconds} s apart, "
+        f"{limits.max_total_training_seconds / 3600:g} h of training"
+    )
+    return f"{what}; policy {given.policy}", watching
+
+
+def _shown_path(source: str) -> str:
+    """A local source as the person would type it from here; an s3:// URI as it is."""
+    if "://" in source:
+        return source
+    try:
+        return str(Path(source).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return source
 
 
 def finish(record: Any, run_dir: Path, out: TextIO) -> int:

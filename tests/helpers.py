@@ -1,4 +1,5 @@
-"""Helpers shared by every tier: run model/train.py as a SageMaker job would, read its log lines."""
+"""Helpers shared by every tier: run model/train.py as a SageMaker job would, read its log lines;
+the original AWS sample's execution input."""
 
 from __future__ import annotations
 
@@ -11,6 +12,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_DIR = ROOT / "model"
 TRAIN_SCRIPT = MODEL_DIR / "train.py"
+
+# The original AWS sample's flat execution input, every field of it (values as its notebook passed them).
+SAMPLE_INPUT = {
+    "init_warmup_learning_rate": 0.1,
+    "learning_rate": 0.1,
+    "add_batch_norm": 0,
+    "num_epochs": 3,
+    "bucket": "my-sample-bucket",
+    "base_job_name": "resnet-elu",
+    "instance_type": "ml.p3.2xlarge",
+    "region": "us-west-2",
+    "debugger_save_interval": 100,
+    "max_num_retraining": 10,
+    "max_monitor_transitions": 300,
+}
+# Its fields that are deployment settings, not per-execution input.
+SAMPLE_DEPLOYMENT_FIELDS = ("bucket", "base_job_name", "region")
 
 
 @dataclass

@@ -19,6 +19,8 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from workflow.service_limits import hyperparameter_value_problem
+
 KnobRole = Literal[
     "learning_rate",
     "warmup_learning_rate",
@@ -43,11 +45,10 @@ ROLE_TYPES: dict[str, tuple[str, ...]] = {
     "activation": ("choice",),
 }
 
-# SageMaker's CreateTrainingJob allows 100 hyperparameters of at most 2500 characters each
-# (botocore's HyperParameters and HyperParameterValue shapes); the workflow adds its own
+# SageMaker's CreateTrainingJob allows 100 hyperparameters (botocore's HyperParameters shape;
+# each value's length is checked by workflow.service_limits); the workflow adds its own
 # `sagemaker_*` and sentinel entries, so a job keeps 90 for itself.
 MAX_HYPERPARAMETERS = 90
-HYPERPARAMETER_VALUE_MAX = 2500
 RESERVED_PREFIX = "sagemaker_"
 # Channels the workflow adds to every job: the library and, when resuming, the checkpoint.
 RESERVED_CHANNELS = ("stabilizer", "resume")
@@ -237,11 +238,9 @@ class Job(Strict):
                 raise ValueError(f"{name!r}: a name of 1 to 256 characters")
             if name.startswith(RESERVED_PREFIX):
                 raise ValueError(f"{name}: names starting with {RESERVED_PREFIX} belong to the training toolkit")
-            encoded = json.dumps(item)
-            if len(encoded) > HYPERPARAMETER_VALUE_MAX:
-                raise ValueError(
-                    f"{name}: {len(encoded)} characters once JSON-encoded; SageMaker allows {HYPERPARAMETER_VALUE_MAX}"
-                )
+            problem = hyperparameter_value_problem(name, name, json.dumps(item))
+            if problem:
+                raise ValueError(problem)
         return value
 
     @field_validator("channels")

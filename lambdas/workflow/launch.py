@@ -134,8 +134,6 @@ def _hyperparameter_sources(own_job: bool, job: Job) -> dict[str, str]:
     return {
         **{name: f"{section}.{name}" for name in job.hyperparameters},
         "sagemaker_stabilizer": "monitoring",
-        "sentinel_rules": "monitoring.rules",
-        "capture": "monitoring.capture",
     }
 
 

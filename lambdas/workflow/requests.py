@@ -15,8 +15,8 @@ from typing import Any
 
 from workflow.errors import MisconfiguredEnvironment, StateCorrupted
 from workflow.job import Job
-from workflow.reference import is_reference
 from workflow.rule_checks import is_profiler_rule, runs_in_engine
+from workflow.service_limits import hyperparameter_value_problem
 from workflow.settings import TrainSettings
 from workflow.state import Monitoring, RuleConfig, WorkflowState
 
@@ -35,7 +35,6 @@ LIBRARY_LOCAL_PATH = f"/opt/ml/input/data/{LIBRARY_CHANNEL}"
 CONFIG_HYPERPARAMETER = "sagemaker_stabilizer"
 # The library's launcher level starts from a `sitecustomize` module in this directory of the channel.
 LAUNCHER_AUTOSTART = f"{LIBRARY_LOCAL_PATH}/rule_engine/autostart"
-HYPERPARAMETER_VALUE_MAX = 2500
 
 
 def job_name(prefix: str, short_id: str, attempt: int) -> str:
@@ -102,26 +101,12 @@ def sentinel_configuration(job: Job, monitoring: Monitoring) -> str:
 
 def configuration_problem(job: Job, monitoring: Monitoring) -> str | None:
     """Why the configuration cannot travel as one hyperparameter value, or None."""
-    size = len(sentinel_configuration(job, monitoring))
-    if size > HYPERPARAMETER_VALUE_MAX:
-        return (
-            f"monitoring: the rules, capture settings and loss regex take {size} characters as the "
-            f"{CONFIG_HYPERPARAMETER} hyperparameter; SageMaker allows {HYPERPARAMETER_VALUE_MAX}"
-        )
-    return None
-
-
-def _reference_script_settings(monitoring: Monitoring) -> dict[str, Any]:
-    """The sentinel settings as the reference `train.py` reads them today, as its own hyperparameters.
-
-    Only the deployment's own script gets these; a user's script would reject unknown arguments.
-    Once `train.py` reads `sagemaker_stabilizer` like any other job, this goes.
-    """
-    return {
-        "sentinel_rules": json.dumps(_rules_json(_engine_rules(monitoring)), separators=(",", ":")),
-        "sentinel_action": monitoring.sentinel_action,
-        "capture": json.dumps(_capture_json(monitoring), separators=(",", ":")),
-    }
+    return hyperparameter_value_problem(
+        "monitoring",
+        CONFIG_HYPERPARAMETER,
+        sentinel_configuration(job, monitoring),
+        holding="the rules, capture settings and loss regex",
+    )
 
 
 def hyperparameters(state: WorkflowState, settings: TrainSettings) -> dict[str, str]:
@@ -130,12 +115,12 @@ def hyperparameters(state: WorkflowState, settings: TrainSettings) -> dict[str, 
     The job's own hyperparameters (this attempt's recipe), then the framework container's
     `sagemaker_*` entries. The training toolkit JSON-decodes each value before passing it as
     `--name value`, so a string is sent as '"elu"' and a number as '0.1' (docs/contracts.md,
-    section 4). `sagemaker_stabilizer` holds the configuration's JSON text, decoded once.
+    section 4). `sagemaker_stabilizer` holds the configuration's JSON text, decoded once: the one
+    way the sentinel configuration reaches every job, the reference `train.py` included (the
+    library's `watch()` reads it; the toolkit keeps it out of the script's arguments).
     """
     job = state.job
     plain: dict[str, Any] = dict(state.run_spec)
-    if is_reference(job, settings):
-        plain.update(_reference_script_settings(state.monitoring))
     plain.update(
         {
             "sagemaker_program": job.entry_point,

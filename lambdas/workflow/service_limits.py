@@ -17,9 +17,10 @@ Pure: a state or a request in, a list of problems (each naming its field) out.
 from __future__ import annotations
 
 import unicodedata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workflow.state import WorkflowState
+if TYPE_CHECKING:  # annotations only: workflow.job checks its hyperparameters here before any state exists
+    from workflow.state import WorkflowState
 
 # The definition's TimeoutSeconds (statemachine/stabilizer.asl.json; a test keeps them equal).
 EXECUTION_TIMEOUT_SECONDS = 2_678_400  # 31 days: room for limits.max_total_training_seconds (30 days)
@@ -96,6 +97,20 @@ def execution_problems(state: WorkflowState) -> list[str]:
     return problems
 
 
+def hyperparameter_value_problem(field: str, name: str, value: str, holding: str = "") -> str | None:
+    """Why `value` (JSON text, as every value travels) cannot be the training job's hyperparameter
+    `name`, naming the input `field` behind it and, when given, what the value `holding`; None
+    when it fits. The one check of SageMaker's limit on a hyperparameter value: a job's own
+    hyperparameters, the sentinel configuration and the whole request all use it."""
+    if len(value) <= HYPERPARAMETER_VALUE_MAX:
+        return None
+    what = f"{holding} take " if holding else ""
+    return (
+        f"{field}: {what}{len(value):,} characters as the training job's hyperparameter {name!r} "
+        f"(JSON-encoded); SageMaker allows at most {HYPERPARAMETER_VALUE_MAX:,}"
+    )
+
+
 def _tag_value_ok(value: str) -> bool:
     # \p{L} letters, \p{Z} separators, \p{N} numbers, and _.:/=+-@
     return len(value) <= TAG_VALUE_MAX and all(
@@ -112,15 +127,12 @@ _TAG_SOURCES = {
 
 def request_problems(request: dict[str, Any], sources: dict[str, str] | None = None) -> list[str]:
     """CreateTrainingJob values SageMaker would reject. `sources` names the input field behind
-    each hyperparameter (`sentinel_rules` -> `run_spec.rules`); unnamed ones are named as such."""
+    each hyperparameter (`sagemaker_stabilizer` -> `monitoring`); unnamed ones are named as such."""
     problems = []
     for name, value in (request.get("HyperParameters") or {}).items():
-        if len(value) > HYPERPARAMETER_VALUE_MAX:
-            where = (sources or {}).get(name, f"hyperparameter {name!r}")
-            problems.append(
-                f"{where}: the training job's hyperparameter {name!r} would be {len(value):,} characters; "
-                f"SageMaker allows {HYPERPARAMETER_VALUE_MAX:,}"
-            )
+        problem = hyperparameter_value_problem((sources or {}).get(name, f"hyperparameter {name!r}"), name, value)
+        if problem:
+            problems.append(problem)
     for tag in request.get("Tags") or []:
         if not _tag_value_ok(tag["Value"]):
             where = _TAG_SOURCES.get(tag["Key"], f"tag {tag['Key']!r}")

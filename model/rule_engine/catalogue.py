@@ -440,6 +440,16 @@ def check_rule_list(
     raw: Any, *, debugger_enabled: bool | None = None, extra: Iterable[str] = (), where: str = "rules"
 ) -> list[CheckedRule]:
     """Check a whole rule list: a JSON text or the list itself (docs/contracts.md section 3)."""
+    extra = tuple(extra)
+    return [
+        check_rule(item, f"{where}[{i}]", debugger_enabled=debugger_enabled, extra=extra)
+        for i, item in enumerate(rule_items(raw, where))
+    ]
+
+
+def rule_items(raw: Any, where: str = "rules") -> list[Any]:
+    """The entries of a rule list given as JSON text or as the list itself; None or "" is no rules.
+    Each entry is still to be checked (``check_rule``)."""
     if raw is None or raw == "":
         return []
     if isinstance(raw, str):
@@ -449,8 +459,4 @@ def check_rule_list(
             raise RuleConfigError(f"{where}: expected a JSON list of rules, got {raw!r} ({exc})") from None
     if isinstance(raw, Mapping | str | bytes) or not isinstance(raw, Iterable):
         raise RuleConfigError(f'{where}: expected a list of {{"name": ..., "parameters": {{...}}}}, got {raw!r}')
-    extra = tuple(extra)
-    return [
-        check_rule(item, f"{where}[{i}]", debugger_enabled=debugger_enabled, extra=extra)
-        for i, item in enumerate(raw)
-    ]
+    return list(raw)

@@ -62,6 +62,17 @@ class RuleStatus:
         return out
 
 
+def _condition_met(status: RuleStatus, rule: Rule, step: int | None) -> None:
+    """Debugger's wording for a rule that fired, with the rule's own finding after it."""
+    detail = rule.finding.message if rule.finding else ""
+    status.set(
+        ISSUES,
+        f"RuleEvaluationConditionMet: Evaluation of the rule {status.name} at step {step} "
+        f"resulted in the condition being met. {detail}".strip(),
+        step,
+    )
+
+
 def configuration_names(names: list[str]) -> list[str]:
     """Debugger needs unique configuration names: a repeated rule gets ``-2``, ``-3``, ..."""
     seen: dict[str, int] = {}
@@ -112,13 +123,7 @@ class Evaluator:
                     changed = True
                     continue
                 if fired:
-                    detail = rule.finding.message if rule.finding else ""
-                    status.set(
-                        ISSUES,
-                        f"RuleEvaluationConditionMet: Evaluation of the rule {status.name} at step {step} "
-                        f"resulted in the condition being met. {detail}".strip(),
-                        step,
-                    )
+                    _condition_met(status, rule, step)
                     changed = True
             self.last_step = step
         if new:
@@ -146,13 +151,7 @@ class Evaluator:
                 changed = True
                 continue
             if fired:
-                detail = rule.finding.message if rule.finding else ""
-                status.set(
-                    ISSUES,
-                    f"RuleEvaluationConditionMet: Evaluation of the rule {status.name} at step {self.last_step} "
-                    f"resulted in the condition being met. {detail}".strip(),
-                    self.last_step,
-                )
+                _condition_met(status, rule, self.last_step)
                 changed = True
         return changed
 

@@ -19,6 +19,10 @@ What the global hooks do (PyTorch's own global hooks, nothing patched):
   ``torch.compile`` wrappers unwrapped), and a ``Guard`` (rule_engine.guard) is attached to that
   model and optimizer, as a plain loop's ``watch()`` would be; from then on its own hooks do the work.
   Other optimizers are not watched.
+- At the end of the script (``atexit``, after the guard has closed) rank 0 writes one line to
+  stderr in the log-line form of docs/contracts.md section 1, ``step=<last step> (stabilizer
+  launcher: <n> optimizer steps taken)``: the script's own log lines say nothing a reader can
+  count steps by, and this says how far it got.
 - The loss: the output of the loss module seen during discovery, through a forward hook on that
   module (every step, no host synchronisation); when the script computes its loss without a loss
   module (``F.cross_entropy(...)``), the last number its log lines report, read by the
@@ -36,6 +40,7 @@ other tensors; use the plain-loop level for those.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import os
@@ -103,6 +108,9 @@ class LauncherHooks:
         pattern = re.compile(config.effective_loss_regex)
         sys.stdout = _LossFromLog(sys.stdout, pattern, self._logged_loss)  # type: ignore[assignment]
         sys.stderr = _LossFromLog(sys.stderr, pattern, self._logged_loss)  # type: ignore[assignment]
+        self._closed = False
+        # Registered before the guard exists, so it runs after the guard's own close (atexit is LIFO).
+        atexit.register(self.close)
 
     # -- discovery, until the first optimizer step
     def _module_called(self, module: nn.Module, args: Any) -> None:
@@ -165,12 +173,29 @@ class LauncherHooks:
         else:
             self.guard.step(value)
 
+    def _report_steps(self) -> None:
+        guard = self.guard
+        if guard is None or not guard.primary or guard.step_number < 1:
+            return
+        stream = sys.stderr._stream if isinstance(sys.stderr, _LossFromLog) else sys.stderr  # not read as a loss
+        with contextlib.suppress(OSError, ValueError):  # a closed stream at exit: nothing to tell
+            stream.write(
+                f"step={guard.step_number - 1} (stabilizer launcher: {guard.step_number} optimizer steps taken)\n"
+            )
+            stream.flush()
+
     def close(self) -> None:
+        """Remove the hooks, close the guard and say how many steps it watched; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
         self._optimizer_handle.remove()
         for handle in self._module_handles:
             handle.remove()
         if self.guard is not None:
             self.guard.close()
+        self._report_steps()
         for name in ("stdout", "stderr"):
             stream = getattr(sys, name)
             if isinstance(stream, _LossFromLog):

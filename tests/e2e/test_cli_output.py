@@ -1,4 +1,4 @@
-"""``stabilizer run --local`` as a person reads it in a CI log: a two-line header, one line per
+"""``stabilizer run --local`` as a person reads it in a CI log: a three-line header, one line per
 notification, the table of attempts, the outcome and where the report is; the notification
 bodies are in report.md, not on the terminal."""
 
@@ -42,12 +42,13 @@ def test_plain_run_prints_subjects_table_and_report_path(
     subjects = [n["subject"] for n in record["notifications"]]
     attempts = len(record["attempts"])
 
-    assert lines[0] == f"execution terminal: policy default, given {' '.join(pairs)}"
-    assert lines[1] == f"run directory: {tmp_path / 'terminal'}"
-    assert [line.split("] ", 1)[1] for line in lines[2 : 2 + len(subjects)]] == subjects
+    assert lines[0] == f"execution terminal: the reference ResNet with {' '.join(pairs)}; policy default"
+    assert lines[1].startswith("rules ExplodingTensor, VanishingGradient (stop when one fires); at most ")
+    assert lines[2] == f"run directory: {tmp_path / 'terminal'}"
+    assert [line.split("] ", 1)[1] for line in lines[3 : 3 + len(subjects)]] == subjects
     # header, subjects, blank, table header and rule, a row and its decision per attempt, blank,
     # outcome, reason, report
-    assert len(lines) == 2 + len(subjects) + 1 + 2 + 2 * attempts + 1 + 3, out
+    assert len(lines) == 3 + len(subjects) + 1 + 2 + 2 * attempts + 1 + 3, out
     assert lines[-3].startswith(f"outcome: succeeded (SUCCEEDED) after {attempts} attempt(s)")
     assert lines[-1].startswith(f"report: {tmp_path / 'terminal' / 'report.md'}")
     assert "Details (JSON)" not in out and '"event_type"' not in out

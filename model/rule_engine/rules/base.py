@@ -16,7 +16,6 @@ This module must not stop jobs or write files.
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import re
 import types
@@ -27,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rule_engine.catalogue import CATALOGUE, DEBUGGER, RuleConfigError, check_rule
+from rule_engine.catalogue import CATALOGUE, DEBUGGER, RuleConfigError, check_rule, rule_items
 from rule_engine.trial import TensorUnavailableForStep, Trial, matches
 
 
@@ -207,16 +206,7 @@ def parse_rule(raw: Mapping[str, Any], where: str = "rule") -> RuleSpec:
 
 def parse_rule_list(raw: str | Iterable[Mapping[str, Any]] | None) -> list[RuleSpec]:
     """Parse a rule list (docs/contracts.md section 3): a JSON string or the list itself."""
-    if raw is None or raw == "":
-        return []
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise RuleConfigError(f"rules: expected a JSON list of rules, got {raw!r} ({exc})") from None
-    if isinstance(raw, Mapping) or not isinstance(raw, Iterable):
-        raise RuleConfigError(f'rules: expected a list of {{"name": ..., "parameters": {{...}}}}, got {raw!r}')
-    return [parse_rule(item, f"rules[{i}]") for i, item in enumerate(raw)]
+    return [parse_rule(item, f"rules[{i}]") for i, item in enumerate(rule_items(raw))]
 
 
 # ---------------------------------------------------------------------------- helpers for built-ins

@@ -292,12 +292,16 @@ def test_the_request_launches_the_users_job_with_the_library(job_settings):
 
 
 def test_the_reference_request_also_carries_the_configuration(job_settings):
-    request = requests.build_create_training_job(launching.prepare({}, EXECUTION, job_settings), job_settings, 1)
+    state = launching.prepare({}, EXECUTION, job_settings)
+    request = requests.build_create_training_job(state, job_settings, 1)
     assert_valid(request)
     hps = request["HyperParameters"]
     assert json.loads(hps["sagemaker_program"]) == "train.py"
-    assert json.loads(hps["sentinel_rules"])  # what train.py reads today
+    # The reference script reads the configuration as every job does, from sagemaker_stabilizer alone.
+    assert not {"sentinel_rules", "capture", "sentinel_action"} & set(hps)
     config = json.loads(hps["sagemaker_stabilizer"])
+    assert [rule["name"] for rule in config["rules"]] == [rule.name for rule in state.monitoring.rules]
+    assert config["action"] == state.monitoring.sentinel_action
     assert config["knobs"]["normalization"] == "add_batch_norm"
     assert config["loss_regex"] == r"step=\d+ epoch=\d+ loss=(\S+)"
 
@@ -314,7 +318,7 @@ def test_a_configuration_too_long_for_one_hyperparameter_is_rejected(job_setting
     capture = {f"collection_{index:02d}_{'c' * 80}": {"save_interval": 10} for index in range(10)}
     text = problem(job_settings, {"job": job(), "monitoring": {"rules": rules, "capture": capture}})
     assert text.startswith("monitoring: the rules, capture settings and loss regex take ")
-    assert "SageMaker allows 2500" in text
+    assert "SageMaker allows at most 2,500" in text
 
 
 # --- remedies through knobs --------------------------------------------------------------------

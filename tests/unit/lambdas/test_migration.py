@@ -12,25 +12,11 @@ from workflow.errors import InvalidInput
 from workflow.migration import SAMPLE_FIELDS
 from workflow.state import load_state, parse_execution_input
 
-# The sample's input, every field of it (values as its notebook passed them).
-SAMPLE_INPUT = {
-    "init_warmup_learning_rate": 0.1,
-    "learning_rate": 0.1,
-    "add_batch_norm": 0,
-    "num_epochs": 3,
-    "bucket": "my-sample-bucket",
-    "base_job_name": "resnet-elu",
-    "instance_type": "ml.p3.2xlarge",
-    "region": "us-west-2",
-    "debugger_save_interval": 100,
-    "max_num_retraining": 10,
-    "max_monitor_transitions": 300,
-}
-DEPLOYMENT = ("bucket", "base_job_name", "region")
+from tests.helpers import SAMPLE_DEPLOYMENT_FIELDS, SAMPLE_INPUT
 
 
 def test_the_sample_fields_without_deployment_settings_run_what_was_meant():
-    given = {k: v for k, v in SAMPLE_INPUT.items() if k not in DEPLOYMENT}
+    given = {k: v for k, v in SAMPLE_INPUT.items() if k not in SAMPLE_DEPLOYMENT_FIELDS}
     given.update(init_warmup_learning_rate="0.05", add_batch_norm="True")  # the sample's text hyperparameters
     parsed = parse_execution_input(given)
     spec = parsed.run_spec
@@ -49,8 +35,8 @@ def test_the_whole_sample_input_gets_one_message_naming_every_field():
     lines = message.splitlines()
     for field in SAMPLE_INPUT:
         (line,) = [line for line in lines if line.startswith(f"  {field}: ")]
-        assert ("deployment setting" in line) == (field in DEPLOYMENT), line
-        assert ("remove it" in line) == (field in DEPLOYMENT), line
+        assert ("deployment setting" in line) == (field in SAMPLE_DEPLOYMENT_FIELDS), line
+        assert ("remove it" in line) == (field in SAMPLE_DEPLOYMENT_FIELDS), line
     assert "  learning_rate: now run_spec.learning_rate" in lines
     assert "  base_job_name: a deployment setting: jobs are named <job_name_prefix>-" in message
     # The input to use instead is given, and it runs.

@@ -79,15 +79,18 @@ def test_request_carries_the_recipe_as_sdk_style_hyperparameters(settings):
     assert decoded["warmup_learning_rate"] == 0.05
     assert decoded["add_batch_norm"] == 1
     assert decoded["activation"] == "elu"
-    assert json.loads(decoded["sentinel_rules"])[0] == {
+    # The sentinel configuration travels once, in sagemaker_stabilizer, as for any other job.
+    assert not {"sentinel_rules", "capture", "sentinel_action"} & set(hps)
+    config = json.loads(hps["sagemaker_stabilizer"])
+    assert config["rules"][0] == {
         "name": "ExplodingTensor",
         "parameters": {"collection_names": "gradients", "only_nan": "False"},
     }
-    assert json.loads(decoded["capture"]) == {
+    assert config["capture"] == {
         "losses": {"save_interval": 10},
         "gradients": {"save_interval": 100},
     }
-    assert decoded["sentinel_action"] == "stop"
+    assert config["action"] == "stop"
 
 
 def test_request_layout_follows_the_s3_contract(settings):
@@ -256,6 +259,6 @@ def test_profiler_and_debugger_only_rules_go_to_debugger_and_the_sentinel_gets_w
     (profiler_rule,) = request["ProfilerRuleConfigurations"]
     assert profiler_rule["RuleParameters"] == {"rule_to_invoke": "LowGPUUtilization", "threshold_p95": "70"}
     assert request["ProfilerConfig"]["S3OutputPath"] == "s3://stabilizer-bucket/executions/run-1/attempt-1/profiler"
-    sentinel = json.loads(json.loads(request["HyperParameters"]["sentinel_rules"]))
+    sentinel = json.loads(request["HyperParameters"]["sagemaker_stabilizer"])["rules"]
     assert [r["name"] for r in sentinel] == ["ExplodingTensor", "LowGPUUtilization"]
     assert_valid(request)

@@ -65,7 +65,7 @@ def test_a_hyperparameter_over_2500_characters_is_refused_naming_its_field(setti
     with pytest.raises(InvalidInput) as error:
         prepare({"run_spec": {"rules": rules, "capture": capture}}, EXECUTION, settings)
     assert str(error.value).startswith("monitoring: the rules, capture settings and loss regex take ")
-    assert "SageMaker allows 2500" in str(error.value)
+    assert "SageMaker allows at most 2,500" in str(error.value)
 
 
 def test_warm_pool_keeps_the_instance_for_the_next_attempt():
@@ -122,4 +122,27 @@ def test_a_job_hyperparameter_over_2500_characters_is_refused_naming_it():
     with pytest.raises(InvalidInput) as error:
         parse_execution_input({"job": job})
     assert "job.hyperparameters" in str(error.value) and "notes" in str(error.value)
-    assert "SageMaker allows 2500" in str(error.value)
+    assert "SageMaker allows at most 2,500" in str(error.value)
+
+
+def test_a_job_hyperparameter_of_exactly_sagemakers_limit_is_accepted_and_one_more_is_not():
+    from workflow.state import parse_execution_input
+
+    limit = service_limits.HYPERPARAMETER_VALUE_MAX
+    job = {"source": "s3://bucket/src/sourcedir.tar.gz", "entry_point": "fit.py"}
+    # A string travels JSON-encoded: its two quotes count.
+    fits = parse_execution_input({"job": {**job, "hyperparameters": {"notes": "x" * (limit - 2)}}})
+    assert len(fits.job.hyperparameters["notes"]) == limit - 2
+    with pytest.raises(InvalidInput, match=r"job\.hyperparameters\.notes: 2,501 characters as the training job's "
+                                           r"hyperparameter 'notes' \(JSON-encoded\); SageMaker allows at most 2,500"):
+        parse_execution_input({"job": {**job, "hyperparameters": {"notes": "x" * (limit - 1)}}})
+
+
+def test_a_request_value_over_the_limit_is_named_by_its_source_or_as_a_hyperparameter():
+    request = {"HyperParameters": {"lr": "0.1", "notes": "x" * 2501, "sagemaker_extra": "y" * 2600}}
+    assert service_limits.request_problems(request, {"notes": "job.hyperparameters.notes"}) == [
+        "job.hyperparameters.notes: 2,501 characters as the training job's hyperparameter 'notes' (JSON-encoded); "
+        "SageMaker allows at most 2,500",
+        "hyperparameter 'sagemaker_extra': 2,600 characters as the training job's hyperparameter 'sagemaker_extra' "
+        "(JSON-encoded); SageMaker allows at most 2,500",
+    ]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import shutil
 
 import pytest
 
 from tests.helpers import MODEL_DIR
 from tests.unit.library.support import FIXTURES, findings, job_env, logged, run
 
-SCRIPT = FIXTURES / "unchanged" / "train.py"
+SCRIPT = FIXTURES / "regression" / "unchanged.py"
 DIVERGING = ["--lr", "3", "--steps", "12"]
 
 
@@ -42,21 +43,53 @@ def test_in_a_job_the_sitecustomize_activates_it_when_the_configuration_says_lau
     autostart = MODEL_DIR / "rule_engine" / "autostart"
     pythonpath = f"{MODEL_DIR}:{autostart}"
     launcher = job_env(tmp_path / "launcher", {"integration": "launcher"}, PYTHONPATH=pythonpath,
-                       SM_USER_ENTRY_POINT="train.py")
-    result = run(["train.py", *DIVERGING], SCRIPT.parent, launcher)
+                       SM_USER_ENTRY_POINT=SCRIPT.name)
+    result = run([SCRIPT.name, *DIVERGING], SCRIPT.parent, launcher)
     assert result.returncode == 86, result.stdout + result.stderr
     assert findings(tmp_path / "launcher")[0]["rule"] == "ExplodingTensor"
 
     library = job_env(tmp_path / "library", {"integration": "library"}, PYTHONPATH=pythonpath,
-                      SM_USER_ENTRY_POINT="train.py")
-    untouched = run(["train.py", *DIVERGING], SCRIPT.parent, library)
+                      SM_USER_ENTRY_POINT=SCRIPT.name)
+    untouched = run([SCRIPT.name, *DIVERGING], SCRIPT.parent, library)
     assert untouched.returncode == 0 and untouched.stdout.rstrip().endswith("done")
 
 
 def test_a_bad_configuration_fails_the_job_before_the_script_runs_naming_the_field(tmp_path):
     env = job_env(tmp_path, {"integration": "launcher", "action": "halt"},
-                  PYTHONPATH=f"{MODEL_DIR}:{MODEL_DIR / 'rule_engine' / 'autostart'}", SM_USER_ENTRY_POINT="train.py")
-    result = run(["train.py", *DIVERGING], SCRIPT.parent, env)
+                  PYTHONPATH=f"{MODEL_DIR}:{MODEL_DIR / 'rule_engine' / 'autostart'}", SM_USER_ENTRY_POINT=SCRIPT.name)
+    result = run([SCRIPT.name, *DIVERGING], SCRIPT.parent, env)
     assert result.returncode == 2
     assert "step=" not in result.stdout
     assert (tmp_path / "failure").read_text().startswith("StabilizerConfigError: sagemaker_stabilizer.action")
+
+
+def test_the_attempts_table_counts_the_steps_of_a_script_whose_log_says_no_step(tmp_path):
+    # A script run through the launcher logs in its own words (here `iter=<n> mse=<loss>`); the
+    # launcher's closing line is what the attempts table counts its steps by.
+    from stabilizer.attempts import attempt_rows
+    from stabilizer.records import AttemptRecord, MetricPoint, parse_log_line
+
+    script = tmp_path / "fit.py"
+    script.write_text(SCRIPT.read_text().replace('f"step={step} loss=', 'f"iter={step} mse='))
+    shutil.copy(SCRIPT.parent / "problem.py", tmp_path)
+    result = run(["-m", "rule_engine.launch", str(script), "--lr", "0.05", "--steps", "12"], tmp_path,
+                 job_env(tmp_path / "job"))
+    assert result.returncode == 0, result.stderr
+    assert "step=" not in result.stdout  # the script's own output is left as it wrote it
+    assert result.stderr.splitlines()[-1] == "step=11 (stabilizer launcher: 12 optimizer steps taken)"
+
+    attempt = AttemptRecord(number=1, job_name="fit-1", status="Completed")
+    attempt.metrics = [p for p in map(parse_log_line, (result.stdout + result.stderr).splitlines())
+                       if isinstance(p, MetricPoint)]
+    assert attempt.steps_done == 12
+    (row,) = attempt_rows([], [attempt])
+    assert row.steps == "12"
+
+
+def test_a_stopped_script_under_the_launcher_still_says_how_far_it_got(tmp_path):
+    job = tmp_path / "job"
+    result = run(["-m", "rule_engine.launch", str(SCRIPT), *DIVERGING], SCRIPT.parent, job_env(job))
+    assert result.returncode == 86, result.stdout + result.stderr
+    (finding,) = findings(job)
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith(f"step={finding['step'] - 1} (stabilizer launcher: {finding['step']} optimizer steps")

@@ -13,7 +13,7 @@ from torch import nn
 
 from tests.unit.library.support import FIXTURES, findings, job_env, logged, run
 
-SCRIPT = FIXTURES / "plain_loop" / "train.py"
+SCRIPT = FIXTURES / "regression" / "plain_loop.py"
 
 
 def test_the_integration_is_three_lines():

@@ -10,6 +10,7 @@ import pytest
 
 from stabilizer.cli import EXIT_USAGE, build_parser, main
 from stabilizer.inputs import InputProblemError, build_input, workflow_state_module
+from tests.helpers import SAMPLE_DEPLOYMENT_FIELDS, SAMPLE_INPUT
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -130,20 +131,6 @@ def test_pairs_file_and_policy_combine_into_the_execution_input(tmp_path: Path, 
         build_input(state_module=state_module, pairs=["limits.nope=1"])
 
 
-# The original AWS sample's flat input: its notebook started executions with this object.
-SAMPLE_INPUT = {
-    "init_warmup_learning_rate": 0.1,
-    "learning_rate": 0.1,
-    "add_batch_norm": 0,
-    "num_epochs": 3,
-    "bucket": "my-sample-bucket",
-    "base_job_name": "resnet-elu",
-    "instance_type": "ml.p3.2xlarge",
-    "region": "us-west-2",
-    "debugger_save_interval": 100,
-    "max_num_retraining": 10,
-    "max_monitor_transitions": 300,
-}
 
 
 def test_the_sample_input_file_gets_one_message_with_every_fields_new_home(
@@ -165,7 +152,7 @@ def test_the_sample_input_file_gets_one_message_with_every_fields_new_home(
 def test_the_sample_input_without_deployment_settings_is_read_as_meant(tmp_path: Path, state_module):
     given = tmp_path / "sample.json"
     given.write_text(
-        json.dumps({k: v for k, v in SAMPLE_INPUT.items() if k not in ("bucket", "base_job_name", "region")})
+        json.dumps({k: v for k, v in SAMPLE_INPUT.items() if k not in SAMPLE_DEPLOYMENT_FIELDS})
     )
     built = build_input(
         state_module=state_module,
@@ -179,3 +166,45 @@ def test_the_sample_input_without_deployment_settings_is_read_as_meant(tmp_path:
     # The file's value is kept; the local default only fills what was not given.
     assert built["limits"] == {"max_num_retraining": 3, "max_monitor_transitions": 300}
     assert "init_warmup_learning_rate" not in built
+
+
+# --- the header a run starts with ---------------------------------------------------------------
+
+
+def run_header(state_module, input_file: Path | None = None, pairs: list[str] = (), verbose: bool = False):
+    from stabilizer.cli import LOCAL_DEFAULTS, header
+
+    execution_input = build_input(state_module=state_module, input_file=input_file, pairs=list(pairs),
+                                  defaults=LOCAL_DEFAULTS)
+    return execution_input, header("run-1", Path("runs/run-1"), execution_input, state_module, verbose=verbose)
+
+
+def test_the_header_says_what_runs_what_watches_it_and_the_limits_in_two_lines(state_module):
+    _, text = run_header(state_module, pairs=["num_epochs=1", "max_steps=20", "max_num_retraining=3"])
+    assert text.splitlines() == [
+        "execution run-1: the reference ResNet with num_epochs=1 max_steps=20; policy default",
+        "rules ExplodingTensor, VanishingGradient (stop when one fires); at most 3 relaunches, "
+        "1500 checks 2 s apart, 4 h of training",
+        "run directory: runs/run-1",
+    ]
+
+
+def test_the_header_names_a_jobs_entry_point_and_source_not_its_whole_input(state_module):
+    example = ROOT / "examples" / "mlp-diabetes" / "input.json"
+    _, text = run_header(state_module, input_file=example)
+    first, second, _ = text.splitlines()
+    source = example.parent.resolve()
+    shown = source.relative_to(Path.cwd()) if source.is_relative_to(Path.cwd()) else source
+    assert first == f"execution run-1: job train.py from {shown} through the launcher; policy default"
+    assert second.startswith("rules ExplodingTensor, VanishingGradient (stop when one fires); at most 10 relaunches")
+    assert "step_size" not in text and "metric_definitions" not in text
+
+
+def test_verbose_adds_the_whole_execution_input_after_the_header(state_module):
+    example = ROOT / "examples" / "mlp-diabetes" / "input.json"
+    execution_input, text = run_header(state_module, input_file=example, verbose=True)
+    summary, _, whole = text.partition("run directory: runs/run-1\n")
+    assert summary.count("\n") == 2
+    assert whole.startswith("input: ")
+    assert json.loads(whole.removeprefix("input: ")) == execution_input
+    assert '"step_size": 1.2' in whole

@@ -133,3 +133,30 @@ def test_a_finished_store_is_evaluated_to_the_end_in_process(tmp_path):
                  "--status-file", str(status)]) == 0
     (only,) = statuses(status).values()
     assert only["RuleEvaluationStatus"] == "IssuesFound" and "at step 10" in only["StatusDetails"]
+
+
+def test_a_rule_that_fires_while_the_job_is_idle_is_reported_in_debuggers_words(tmp_path):
+    """StalledTrainingRule fires between steps; its status reads as a rule fired at a step does."""
+    from rule_engine.evaluator import Evaluator
+    from rule_engine.rules import parse_rule_list
+    from rule_engine.trial import create_trial
+
+    model = tiny_net()
+    capture = Capture(model, parse_capture({"losses": {"save_interval": 1}}), out_dir=tmp_path / "tensors")
+    for step in range(3):
+        capture.end_step(step, loss=1.0)
+    capture.flush()
+    trial = create_trial(tmp_path / "tensors")
+    (spec,) = parse_rule_list([{"name": "StalledTrainingRule", "parameters": {"threshold": "60"}}])
+    evaluator = Evaluator(trial, [spec.build(trial)], ["StalledTrainingRule"], tmp_path / "status.json")
+    evaluator.poll()
+    assert statuses(tmp_path / "status.json")["StalledTrainingRule"]["RuleEvaluationStatus"] == "InProgress"
+    evaluator.last_progress -= 61  # a minute without a new step
+    evaluator.poll()
+    stalled = statuses(tmp_path / "status.json")["StalledTrainingRule"]
+    assert stalled["RuleEvaluationStatus"] == "IssuesFound"
+    assert stalled["StatusDetails"].startswith(
+        "RuleEvaluationConditionMet: Evaluation of the rule StalledTrainingRule at step 2 resulted in the "
+        "condition being met."
+    )
+    capture.close()

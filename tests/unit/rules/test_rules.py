@@ -299,3 +299,15 @@ def test_a_user_written_rule_is_registered_by_name_and_configured_by_a_rule_list
             parse_rule_list('[{"name": "GradientAboveLimit", "parameters": {"threshold": "50"}}]')
     finally:
         RULES.pop("GradientAboveLimit", None)
+
+
+@pytest.mark.parametrize("raw", ['"ExplodingTensor"', "ExplodingTensor", b"[]", 3])
+def test_a_rule_list_that_is_not_a_list_is_refused_as_the_workflow_refuses_it(raw):
+    from rule_engine.catalogue import check_rule_list
+
+    with pytest.raises(RuleConfigError) as in_job:
+        parse_rule_list(raw)
+    with pytest.raises(RuleConfigError) as at_input:
+        check_rule_list(raw)
+    assert str(in_job.value) == str(at_input.value)
+    assert str(in_job.value).startswith("rules: expected a")
