@@ -12,7 +12,7 @@ from torch import nn
 
 from tests.unit.library.support import FIXTURES, findings, job_env, logged, run
 
-PLAIN = FIXTURES / "plain_loop" / "train.py"
+PLAIN = FIXTURES / "regression" / "plain_loop.py"
 RESUMING = FIXTURES / "resuming_loop" / "train.py"
 
 
