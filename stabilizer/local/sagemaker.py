@@ -1,17 +1,18 @@
-"""SageMaker training jobs on this machine: each job is a real subprocess of the training script.
+"""SageMaker training jobs on this machine: the API and each job's life, one real process a job.
 
 moto's SageMaker backend completes training jobs instantly and has no StopTrainingJob, so local
 mode serves CreateTrainingJob, DescribeTrainingJob, StopTrainingJob and ListTrainingJobs here,
-at the same API edge the Lambdas call through ``boto3.client("sagemaker")``. A job runs under
-the SageMaker container contract (script mode, as the framework containers run it):
+at the same API edge the Lambdas call through ``boto3.client("sagemaker")``, with the statuses,
+secondary statuses and timings the service reports:
 
-- a job directory standing for ``/opt/ml``: ``input/config/*.json``, ``input/data/<channel>``
-  (downloaded from S3 before the script starts), ``code`` (the extracted source archive),
-  ``model``, ``output/failure``, ``output/data`` and the checkpoint directory;
-- ``SM_*`` environment and the hyperparameters decoded and passed as ``--name value``, exactly as
-  the training toolkit does (values that parse as JSON are decoded first);
-- checkpoints downloaded from ``CheckpointConfig.S3Uri`` before the start and uploaded while the
-  job runs (on every describe and at the end), so findings reach S3 within one poll;
+- a request is validated against botocore's model; a job runs in its container
+  (``stabilizer.local.container``: ``/opt/ml``, channels, ``SM_*``, the entry point) and goes
+  ``Starting``, ``Downloading``, ``Training``, ``Uploading``, then ``Completed``, ``Failed`` or
+  ``Stopped``;
+- a job that fails before training (an empty channel, a missing entry point) ends ``Failed`` with
+  that reason at once, as the service does: the script is not started;
+- checkpoints reach S3 while the job runs (on every describe and at the end), so findings reach
+  S3 within one poll;
 - ``StopTrainingJob`` behaves as in SageMaker's framework containers: the job is ``Stopping``,
   the training script is sent nothing (the training toolkit that runs it as PID 1's child does
   not forward SIGTERM: aws/sagemaker-training-toolkit issues), and it is killed (SIGKILL) once
@@ -20,22 +21,19 @@ the SageMaker container contract (script mode, as the framework containers run i
   local-only Ctrl-C, not a SageMaker operation: the user's own machine asks the script to end
   cleanly (SIGTERM to its process group, as ``docker stop`` does), killing it if it has not ended
   within a minute;
-- the checkpoint directory is mirrored to ``CheckpointConfig.S3Uri`` both ways, deletions included;
-- a job that fails before training (an empty channel, a missing entry point) ends ``Failed`` with
-  that reason at once, as the service does: the script is not started;
-- ``FailureReason`` comes from the failure file; requests are validated against botocore's model;
-- when ``DebugRuleConfigurations`` are given, ``DebugRuleEvaluationStatuses`` come from an
-  out-of-job rule evaluator process running beside the job.
+- ``FailureReason`` comes from the failure file; ``FinalMetricDataList`` from the job's log and
+  its ``MetricDefinitions``;
+- when ``DebugRuleConfigurations`` are given, ``DebugRuleEvaluationStatuses`` come from
+  out-of-job rule evaluators running beside the job (``stabilizer.local.rule_jobs``), and
+  StopProcessingJob is served for them.
 
-StopProcessingJob is served for those rule-evaluation jobs. This module knows the container
-contract, not the training script or the workflow.
+This module knows the service, not the training script or the workflow.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import io
 import json
 import math
 import os
@@ -43,21 +41,19 @@ import re
 import signal
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from unittest import mock
 
-from stabilizer.local.s3files import DirectorySync, download_prefix, join_uri, parse_s3_uri
+from stabilizer.local.container import Container, ContainerError
+from stabilizer.local.rule_jobs import RuleEvaluation, RuleEvaluatorFactory, UnavailableRuleEvaluation
 from stabilizer.local.validation import request_errors
 
 TERMINAL_STATUSES = frozenset({"Completed", "Failed", "Stopped"})
-DEFAULT_CHECKPOINT_PATH = "/opt/ml/checkpoints"
-OPT_ML = "/opt/ml"
 # StopTrainingJob "delays job termination for 120 seconds" after SIGTERM to the container
 # (StopTrainingJob API reference); the script itself never sees that SIGTERM in the framework
 # containers, so all it gets is the kill at the end of the window.
@@ -81,82 +77,14 @@ class SageMakerRequestError(Exception):
         self.message = message
 
 
-class RuleEvaluation(Protocol):
-    """An out-of-job evaluator of one job's Debugger rules (the stand-in for Debugger's rule jobs)."""
-
-    def statuses(self) -> list[dict[str, Any]]:
-        """DebugRuleEvaluationStatuses entries, one per rule configuration."""
-        ...
-
-    def stop(self) -> None: ...
-
-
-RuleEvaluatorFactory = Callable[["LocalTrainingJob"], RuleEvaluation]
-
-
-class UnavailableRuleEvaluation:
-    """Reports every rule as Error when no out-of-job evaluator is available, instead of hiding it."""
-
-    def __init__(self, job: LocalTrainingJob, reason: str) -> None:
-        self._names = [r["RuleConfigurationName"] for r in job.request.get("DebugRuleConfigurations", [])]
-        self._reason = reason
-        self._time = now()
-
-    def statuses(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "RuleConfigurationName": name,
-                "RuleEvaluationStatus": "Error",
-                "StatusDetails": self._reason,
-                "LastModifiedTime": self._time,
-            }
-            for name in self._names
-        ]
-
-    def stop(self) -> None:
-        return None
-
-
-def decode_hyperparameters(raw: dict[str, str]) -> dict[str, Any]:
-    """The training toolkit's reading of hyperparameters.json: each value JSON-decoded when it can be."""
-    decoded: dict[str, Any] = {}
-    for key, value in raw.items():
-        try:
-            decoded[key] = json.loads(value)
-        except (ValueError, TypeError):
-            decoded[key] = value
-    return decoded
-
-
-def _arg_value(value: Any) -> str:
-    # The toolkit's to_cmd_args: mappings become k=v pairs, everything else str(); a JSON list
-    # therefore reaches the script as its Python repr. The script reads SM_HPS for exact values.
-    if isinstance(value, dict):
-        return ",".join(f"{k}={v}" for k, v in sorted(value.items()))
-    return str(value)
-
-
-def to_cmd_args(hyperparameters: dict[str, Any]) -> list[str]:
-    args: list[str] = []
-    for key in sorted(hyperparameters):
-        args += [f"--{key}" if len(key) > 1 else f"-{key}", _arg_value(hyperparameters[key])]
-    return args
-
-
-def _env_value(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
 @dataclass
 class LocalTrainingJob:
-    """One training job: its request, its directory, its process and its statuses."""
+    """One training job: its request, its container, its process and its statuses."""
 
     name: str
     arn: str
     request: dict[str, Any]
-    job_dir: Path
+    container: Container
     creation_time: dt.datetime = field(default_factory=now)
     status: str = "InProgress"
     secondary_status: str = "Starting"
@@ -170,7 +98,6 @@ class LocalTrainingJob:
     exit_code: int | None = None
     process: subprocess.Popen[bytes] | None = None
     stop_requested: str | None = None  # the secondary status the stop ends in
-    checkpoint_sync: DirectorySync | None = None
     rules: RuleEvaluation | None = None
     started_monotonic: float | None = None
     stopping_monotonic: float | None = None
@@ -179,25 +106,13 @@ class LocalTrainingJob:
     lock: threading.RLock = field(default_factory=threading.RLock)
     done: threading.Event = field(default_factory=threading.Event)
 
-    # Paths inside the job directory, each standing for its /opt/ml counterpart.
-    def opt_ml(self, path: str) -> Path:
-        """Map a container path under /opt/ml to the job directory."""
-        if path == OPT_ML or path.startswith(OPT_ML + "/"):
-            return self.job_dir / path[len(OPT_ML) :].lstrip("/")
-        return self.job_dir / path.lstrip("/")
-
     @property
     def log_path(self) -> Path:
-        return self.job_dir / "logs" / "training.log"
+        return self.container.log_path
 
     @property
     def checkpoint_dir(self) -> Path:
-        local = self.request.get("CheckpointConfig", {}).get("LocalPath") or DEFAULT_CHECKPOINT_PATH
-        return self.opt_ml(local)
-
-    @property
-    def failure_file(self) -> Path:
-        return self.job_dir / "output" / "failure"
+        return self.container.checkpoint_dir
 
     @property
     def seconds(self) -> float:
@@ -219,6 +134,12 @@ class LocalTrainingJob:
             if status in TERMINAL_STATUSES:
                 self.transitions[-1]["EndTime"] = stamp
             self.last_modified_time = stamp
+
+    def fail(self, reason: str) -> None:
+        """End the job as Failed with ``reason``, cut to the service's length."""
+        with self.lock:
+            self.failure_reason = reason[:FAILURE_REASON_LIMIT]
+            self.set_secondary("Failed", "Training job failed", status="Failed")
 
 
 class LocalSageMaker:
@@ -271,7 +192,7 @@ class LocalSageMaker:
                     "Training job names must be unique within an AWS account and region, and a "
                     f"training job with this name already exists ({arn})",
                 )
-            job = LocalTrainingJob(name=name, arn=arn, request=request, job_dir=self.root / name)
+            job = LocalTrainingJob(name=name, arn=arn, request=request, container=Container(self.root / name, request))
             self.jobs[name] = job
         job.set_secondary("Starting", "Launching requested ML instances", status="InProgress")
         thread = threading.Thread(target=self._run, args=(job,), name=f"training-job-{name}", daemon=True)
@@ -281,8 +202,8 @@ class LocalSageMaker:
 
     def describe_training_job(self, name: str) -> dict[str, Any]:
         job = self._job(name)
-        if job.checkpoint_sync is not None and job.status not in TERMINAL_STATUSES:
-            job.checkpoint_sync.sync()
+        if job.status not in TERMINAL_STATUSES:
+            job.container.sync_checkpoints()
         with job.lock:
             request = job.request
             response: dict[str, Any] = {
@@ -402,9 +323,8 @@ class LocalSageMaker:
     def stop_processing_job(self, name: str) -> dict[str, Any]:
         """StopProcessingJob for a rule-evaluation job started beside a training job."""
         for job in self.jobs.values():
-            owns = getattr(job.rules, "owns", None)
-            if owns is not None and owns(name):
-                already = job.rules.stop_processing_job(name)  # type: ignore[union-attr]
+            if job.rules is not None and job.rules.owns(name):
+                already = job.rules.stop_processing_job(name)
                 if already is not None:
                     raise SageMakerRequestError(
                         "ValidationException",
@@ -478,18 +398,18 @@ class LocalSageMaker:
 
     def _run(self, job: LocalTrainingJob) -> None:
         try:
-            self._prepare(job)
-            if job.status in TERMINAL_STATUSES:
-                return  # failed before training (a channel, the source): the script never starts
+            try:
+                self._prepare(job)
+            except ContainerError as error:
+                job.fail(str(error))  # failed before training (a channel, the source): no script
+                return
             if job.stop_requested is None:
                 self._train(job)
             self._finish(job)
         except Exception as exc:  # an emulator fault must still end the job, visibly
             with job.lock:
                 if job.status not in TERMINAL_STATUSES:  # never overwrite the job's own ending
-                    reason = f"InternalServerError: {type(exc).__name__}: {exc}"
-                    job.failure_reason = reason[:FAILURE_REASON_LIMIT]
-                    job.set_secondary("Failed", "Training job failed", status="Failed")
+                    job.fail(f"InternalServerError: {type(exc).__name__}: {exc}")
         finally:
             if job.rules is not None:
                 job.rules.stop()
@@ -508,149 +428,27 @@ class LocalSageMaker:
                   file=sys.stderr)
 
     def _prepare(self, job: LocalTrainingJob) -> None:
-        request = job.request
-        for sub in ("input/config", "input/data", "model", "output/data", "code", "logs"):
-            job.opt_ml(sub).mkdir(parents=True, exist_ok=True)
-        job.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        job.container.lay_out()
         job.set_secondary("Downloading", "Downloading input data")
-        hyperparameters = request.get("HyperParameters", {})
-        channels = {c["ChannelName"]: c for c in request.get("InputDataConfig", [])}
-        _write_json(job.opt_ml("input/config/hyperparameters.json"), hyperparameters)
-        _write_json(
-            job.opt_ml("input/config/inputdataconfig.json"),
-            {
-                name: {
-                    "TrainingInputMode": c.get("InputMode", "File"),
-                    "S3DistributionType": c["DataSource"]["S3DataSource"].get(
-                        "S3DataDistributionType", "FullyReplicated"
-                    ),
-                    "RecordWrapperType": c.get("RecordWrapperType", "None"),
-                    **({"ContentType": c["ContentType"]} if "ContentType" in c else {}),
-                }
-                for name, c in channels.items()
-                if "S3DataSource" in c.get("DataSource", {})
-            },
-        )
-        _write_json(
-            job.opt_ml("input/config/resourceconfig.json"),
-            {
-                "current_host": "algo-1",
-                "hosts": ["algo-1"],
-                "current_instance_type": request["ResourceConfig"].get("InstanceType", "local"),
-                "current_group_name": "homogeneousCluster",
-                "network_interface_name": "eth0",
-            },
-        )
-        for name, channel in channels.items():
-            source = channel.get("DataSource", {}).get("S3DataSource")
-            if source is None:
-                raise_client_error(job, f"channel {name}: only S3DataSource is supported in local mode")
-                return
-            count = download_prefix(self.s3, source["S3Uri"], job.opt_ml(f"input/data/{name}"))
-            if count == 0:
-                raise_client_error(
-                    job,
-                    f'ClientError: No S3 objects found under S3 URL "{source["S3Uri"]}" given in '
-                    f"input data source. Please ensure that the bucket exists in the selected region, "
-                    f"that objects exist under that S3 prefix, and that the role has access to it.",
-                )
-                return
-        checkpoint = request.get("CheckpointConfig")
-        if checkpoint:
-            # SageMaker restores the checkpoint prefix into the local path before the script starts.
-            download_prefix(self.s3, checkpoint["S3Uri"], job.checkpoint_dir)
-            job.checkpoint_sync = DirectorySync(self.s3, job.checkpoint_dir, checkpoint["S3Uri"])
-            job.checkpoint_sync.sync()  # files just downloaded are already there
-        submit = _plain(hyperparameters.get("sagemaker_submit_directory"))
-        program = _plain(hyperparameters.get("sagemaker_program"))
-        if not submit or not program:
-            raise_client_error(
-                job,
-                "ClientError: the hyperparameters sagemaker_program and sagemaker_submit_directory "
-                "are required by the framework container",
-            )
-            return
-        _extract_source(self.s3, submit, job.opt_ml("code"))
-        if not (job.opt_ml("code") / program).is_file():
-            raise_client_error(job, f"ClientError: entry point {program} not found in {submit}")
-            return
-        if request.get("DebugRuleConfigurations"):
+        job.container.provision(self.s3)
+        if job.request.get("DebugRuleConfigurations"):
             if self.rule_evaluator is None:
                 job.rules = UnavailableRuleEvaluation(job, "no out-of-job rule evaluator is installed")
             else:
                 job.rules = self.rule_evaluator(job)
 
-    def _environment(self, job: LocalTrainingJob, hyperparameters: dict[str, Any]) -> dict[str, str]:
-        request = job.request
-        channels = [c["ChannelName"] for c in request.get("InputDataConfig", [])]
-        program = _plain(hyperparameters.get("sagemaker_program")) or "train.py"
-        user_hps = {k: v for k, v in hyperparameters.items() if not k.startswith("sagemaker_")}
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("SM_")}
-        env.update(self.extra_env)
-        env.update(
-            {
-                "PYTHONUNBUFFERED": "1",
-                "TRAINING_JOB_NAME": job.name,
-                "TRAINING_JOB_ARN": job.arn,
-                "SM_CURRENT_HOST": "algo-1",
-                "SM_HOSTS": '["algo-1"]',
-                "SM_NUM_GPUS": "0",
-                "SM_NUM_CPUS": str(os.cpu_count() or 1),
-                "SM_MODEL_DIR": str(job.opt_ml("model")),
-                "SM_INPUT_DIR": str(job.opt_ml("input")),
-                "SM_INPUT_CONFIG_DIR": str(job.opt_ml("input/config")),
-                "SM_OUTPUT_DIR": str(job.opt_ml("output")),
-                "SM_OUTPUT_DATA_DIR": str(job.opt_ml("output/data")),
-                "SM_MODULE_DIR": str(job.opt_ml("code")),
-                "SM_MODULE_NAME": program.removesuffix(".py"),
-                "SM_USER_ENTRY_POINT": program,
-                "SM_CHANNELS": json.dumps(sorted(channels)),
-                "SM_HPS": json.dumps(user_hps, sort_keys=True),
-                "SM_USER_ARGS": json.dumps(to_cmd_args(user_hps)),
-                "SM_LOG_LEVEL": "20",
-                "STABILIZER_CHECKPOINT_DIR": str(job.checkpoint_dir),
-                "STABILIZER_FAILURE_FILE": str(job.failure_file),
-                "STABILIZER_TENSOR_DIR": str(job.checkpoint_dir / "tensors"),
-            }
-        )
-        for name in channels:
-            env[f"SM_CHANNEL_{name.upper()}"] = str(job.opt_ml(f"input/data/{name}"))
-        env["SM_TRAINING_ENV"] = json.dumps(_training_env(job, hyperparameters, channels, program))
-        for key, value in user_hps.items():
-            env[f"SM_HP_{key.upper()}"] = _env_value(value)
-        for key, value in request.get("Environment", {}).items():
-            # The request's environment speaks of container paths; they live in the job directory.
-            env[key] = value.replace(OPT_ML, str(job.job_dir)) if OPT_ML in value else value
-        return env
-
     def _train(self, job: LocalTrainingJob) -> None:
-        hyperparameters = decode_hyperparameters(job.request.get("HyperParameters", {}))
-        program = _plain(hyperparameters.get("sagemaker_program"))
-        user_hps = {k: v for k, v in hyperparameters.items() if not k.startswith("sagemaker_")}
-        command = [self.python, program, *to_cmd_args(user_hps)]
         max_runtime = float(job.request["StoppingCondition"].get("MaxRuntimeInSeconds", 86400))
         with job.lock:
             if job.stop_requested is not None:
                 return
-            log = job.log_path.open("wb")
-            job.process = subprocess.Popen(
-                command,
-                cwd=job.opt_ml("code"),
-                env=self._environment(job, hyperparameters),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                # Its own session: Ctrl-C at the terminal reaches the engine, which interrupts the
-                # job itself (interrupt_all).
-                start_new_session=True,
+            job.process = job.container.start(
+                self.python, job_name=job.name, job_arn=job.arn, extra_env=self.extra_env
             )
             job.started_monotonic = time.monotonic()
             job.training_start_time = now()
             job.set_secondary("Training", "Training image download completed. Training in progress.")
-        try:
-            self._supervise(job, max_runtime)
-        finally:
-            log.close()
+        self._supervise(job, max_runtime)
 
     def _supervise(self, job: LocalTrainingJob, max_runtime: float) -> None:
         assert job.process is not None
@@ -677,9 +475,8 @@ class LocalSageMaker:
         if job.status in TERMINAL_STATUSES:
             return
         job.set_secondary("Uploading", "Uploading generated training model")
-        if job.checkpoint_sync is not None:
-            job.checkpoint_sync.sync()
-        self._upload_outputs(job)
+        job.container.sync_checkpoints()
+        job.model_artifacts = job.container.upload_outputs(self.s3, job.name)
         job.final_metrics = _final_metrics(job)
         with job.lock:
             if job.stop_requested is not None:
@@ -693,18 +490,7 @@ class LocalSageMaker:
             elif job.exit_code == 0:
                 job.set_secondary("Completed", "Training job completed", status="Completed")
             else:
-                job.failure_reason = _failure_reason(job)
-                job.set_secondary("Failed", "Training job failed", status="Failed")
-
-    def _upload_outputs(self, job: LocalTrainingJob) -> None:
-        output = job.request["OutputDataConfig"]["S3OutputPath"]
-        base = join_uri(output, job.name, "output")
-        model_uri = join_uri(base, "model.tar.gz")
-        _upload_tar(self.s3, job.opt_ml("model"), model_uri)
-        job.model_artifacts = model_uri
-        data_dir = job.opt_ml("output/data")
-        if data_dir.is_dir() and any(data_dir.iterdir()):
-            _upload_tar(self.s3, data_dir, join_uri(base, "output.tar.gz"))
+                job.fail(job.container.failure_reason(job.exit_code))
 
     # ---------------------------------------------------------------- the API edge
     @contextlib.contextmanager
@@ -758,74 +544,9 @@ def _name(params: dict[str, Any]) -> str:
     return name
 
 
-# The hyperparameters the training toolkit consumes itself (sagemaker-training-toolkit,
-# sagemaker_training/params.py, SAGEMAKER_HYPERPARAMETERS); any other `sagemaker_*` one, such as
-# `sagemaker_stabilizer`, is an "additional framework parameter", kept out of the script's arguments.
-TOOLKIT_HYPERPARAMETERS = frozenset(
-    {
-        "sagemaker_program",
-        "sagemaker_submit_directory",
-        "sagemaker_enable_cloudwatch_metrics",
-        "sagemaker_region",
-        "sagemaker_container_log_level",
-        "sagemaker_job_name",
-        "default_user_module_name",
-        "_tuning_objective_metric",
-        "sagemaker_s3_output",
-    }
-)
-
-
-def _training_env(
-    job: LocalTrainingJob, hyperparameters: dict[str, Any], channels: list[str], program: str
-) -> dict[str, Any]:
-    """The toolkit's SM_TRAINING_ENV: one JSON object with the job's whole environment."""
-    return {
-        "job_name": job.name,
-        "current_host": "algo-1",
-        "hosts": ["algo-1"],
-        "num_gpus": 0,
-        "num_cpus": os.cpu_count() or 1,
-        "module_name": program.removesuffix(".py"),
-        "user_entry_point": program,
-        "module_dir": str(job.opt_ml("code")),
-        "model_dir": str(job.opt_ml("model")),
-        "input_dir": str(job.opt_ml("input")),
-        "input_config_dir": str(job.opt_ml("input/config")),
-        "output_dir": str(job.opt_ml("output")),
-        "output_data_dir": str(job.opt_ml("output/data")),
-        "channel_input_dirs": {name: str(job.opt_ml(f"input/data/{name}")) for name in channels},
-        "hyperparameters": {k: v for k, v in hyperparameters.items() if not k.startswith("sagemaker_")},
-        "additional_framework_parameters": {
-            k: v for k, v in hyperparameters.items() if k.startswith("sagemaker_") and k not in TOOLKIT_HYPERPARAMETERS
-        },
-        "log_level": 20,
-    }
-
-
-def raise_client_error(job: LocalTrainingJob, reason: str) -> None:
-    """End the job as Failed with ``reason`` (the service's way for a bad channel or source)."""
-    with job.lock:
-        job.failure_reason = reason[:FAILURE_REASON_LIMIT]
-        job.set_secondary("Failed", "Training job failed", status="Failed")
-
-
 def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, sig)
-
-
-def _plain(value: Any) -> str | None:
-    """A hyperparameter as the SDK writes it: framework values are JSON-encoded strings."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            decoded = json.loads(value)
-        except ValueError:
-            return value
-        return decoded if isinstance(decoded, str) else value
-    return str(value)
 
 
 def _as_datetime(value: Any) -> dt.datetime:
@@ -834,36 +555,6 @@ def _as_datetime(value: Any) -> dt.datetime:
     if isinstance(value, int | float):
         return dt.datetime.fromtimestamp(value, tz=dt.UTC)
     return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-
-
-def _write_json(path: Path, value: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value, indent=2))
-
-
-def _extract_source(s3: Any, uri: str, dest: Path) -> None:
-    bucket, key = parse_s3_uri(uri)
-    body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-    with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as archive:
-        archive.extractall(dest, filter="data")
-
-
-def _upload_tar(s3: Any, directory: Path, uri: str) -> None:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        for path in sorted(directory.rglob("*")):
-            archive.add(path, arcname=path.relative_to(directory).as_posix(), recursive=False)
-    bucket, key = parse_s3_uri(uri)
-    s3.put_object(Bucket=bucket, Key=key, Body=buffer.getvalue())
-
-
-def _failure_reason(job: LocalTrainingJob) -> str:
-    text = ""
-    if job.failure_file.is_file():
-        text = job.failure_file.read_text(errors="replace").strip()
-    if not text:
-        text = f"ExecuteUserScriptError: ExitCode {job.exit_code}"
-    return f"AlgorithmError: {text}"[:FAILURE_REASON_LIMIT]
 
 
 def _final_metrics(job: LocalTrainingJob) -> list[dict[str, Any]]:
