@@ -6,8 +6,9 @@ the offline data set, fills the ASL file's ``${placeholders}`` from the map CDK 
 (``statemachine/placeholders.json``), routes the three Lambda functions to the handler functions
 in ``lambdas/`` (the same code CDK deploys), serves SageMaker training jobs as local subprocesses,
 and delivers each job's end to the watch function as EventBridge's rule does in the cloud. Then
-it starts executions and follows them: history, notifications (through an SQS queue subscribed to
-the topic, as a person's mailbox would be), and each job's log for its loss and gradient norm.
+it starts executions, stops them, and hands each one to ``stabilizer.local.execution_follower``,
+which follows it: history, notifications (through an SQS queue subscribed to the topic, as a
+person's mailbox would be), and each job's log for its loss and gradient norm.
 
 It must not decide anything about the workflow: every decision is made by the state machine and
 the handlers, exactly as in the cloud.
@@ -27,26 +28,19 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from stabilizer.local.execution_follower import ExecutionFollower, Observer, unobserved
 from stabilizer.local.lambda_seam import LocalLambdas
 from stabilizer.local.s3files import source_archive
 from stabilizer.local.sagemaker import LOCAL_INTERRUPT_GRACE_SECONDS, LocalSageMaker, LocalTrainingJob
 from stabilizer.local.staging import StagingError, stage, upload_library
 from stabilizer.mailbox import Mailbox
 from stabilizer.parts import project_root, used
-from stabilizer.records import (
-    AttemptRecord,
-    EvalPoint,
-    MetricPoint,
-    Notification,
-    RunRecord,
-    TrainingPlan,
-    parse_log_line,
-)
+from stabilizer.records import RunRecord
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
 REGION = "us-east-1"
@@ -172,51 +166,6 @@ def placeholder_values(
     if unknown:
         raise EngineError(f"no local value for {', '.join(unknown)} (statemachine/placeholders.json)")
     return {name: local[key] for name, key in mapping.items()}
-
-
-@dataclass
-class EngineEvent:
-    """Something the follower observed; ``kind`` says which fields are set."""
-
-    kind: str  # state | notification | job | plan | metric | eval | finding | rules
-    attempt: AttemptRecord | None = None
-    state: str | None = None
-    notification: Notification | None = None
-    metric: MetricPoint | None = None
-    evaluation: EvalPoint | None = None
-    detail: str | None = None
-
-
-Observer = Callable[[EngineEvent], None]
-
-
-@dataclass
-class _Tail:
-    path: Path
-    offset: int = 0
-    partial: str = ""
-
-    def lines(self) -> list[str]:
-        if not self.path.is_file():
-            return []
-        with self.path.open("rb") as handle:
-            handle.seek(self.offset)
-            chunk = handle.read()
-        self.offset += len(chunk)
-        text = self.partial + chunk.decode(errors="replace")
-        *complete, self.partial = text.split("\n")
-        return complete
-
-
-@dataclass
-class _Follow:
-    record: RunRecord
-    started: float
-    seen_events: int = 0
-    tails: dict[str, _Tail] = field(default_factory=dict)
-    job_status: dict[str, str] = field(default_factory=dict)
-    findings_mtime: dict[str, int] = field(default_factory=dict)
-    rule_verdicts: dict[str, str] = field(default_factory=dict)
 
 
 class LocalEngine:
@@ -465,34 +414,18 @@ class LocalEngine:
         interrupt: threading.Event | None = None,
         record: RunRecord | None = None,
     ) -> RunRecord:
-        """Follow an execution to its end, filling ``record`` (a new one unless given) as it goes."""
-        sfn = self.client("stepfunctions")
+        """Follow an execution to its end, filling ``record`` (a new one unless given) as it goes;
+        Ctrl-C (``interrupt``) stops it and its running job."""
+        assert self._mailbox is not None
         name = arn.rsplit(":", 1)[1]
-        record = record or RunRecord(execution_arn=arn, name=name, input=execution_input)
-        follow = _Follow(record, time.monotonic())
-        emit = observer or (lambda event: None)
-        known_jobs = set(self.sagemaker.jobs) if self.sagemaker else set()
-        while True:
-            described = sfn.describe_execution(executionArn=arn)
-            self._poll(follow, emit, known_jobs)
-            if described["status"] != "RUNNING":
-                break
-            if interrupt is not None and interrupt.is_set():
-                follow.record.interrupted = True
-                self.stop(arn)
-                continue
-            time.sleep(poll_seconds)
-        # One more pass: the last notification and the final job state may land with the end.
-        time.sleep(min(poll_seconds, 0.2))
-        self._poll(follow, emit, known_jobs)
-        record = follow.record
-        record.status = described["status"]
-        record.error = described.get("error")
-        record.cause = described.get("cause")
-        if described.get("output"):
-            record.state = state_payload(described["output"]) or record.state
-        record.wall_seconds = time.monotonic() - follow.started
-        return record
+        follower = ExecutionFollower(
+            self.client("stepfunctions"),
+            self.sagemaker,
+            self._mailbox,
+            record or RunRecord(execution_arn=arn, name=name, input=execution_input),
+            observer or unobserved,
+        )
+        return follower.follow(poll_seconds=poll_seconds, interrupt=interrupt, on_interrupt=lambda: self.stop(arn))
 
     def stop(self, arn: str) -> list[LocalTrainingJob]:
         """Ctrl-C: stop the execution (so nothing new launches), then ask its running job to end
@@ -506,101 +439,6 @@ class LocalEngine:
             job.done.wait(LOCAL_INTERRUPT_GRACE_SECONDS + 10)
         return stopped
 
-    # ---------------------------------------------------------------- following
-    def _poll(self, follow: _Follow, emit: Observer, known_jobs: set[str]) -> None:
-        self._poll_history(follow, emit)
-        self._poll_jobs(follow, emit, known_jobs)
-        self._poll_notifications(follow, emit)
-
-    def _poll_history(self, follow: _Follow, emit: Observer) -> None:
-        events = self.client("stepfunctions").get_execution_history(executionArn=follow.record.execution_arn)["events"]
-        for event in events[follow.seen_events :]:
-            entered = event.get("stateEnteredEventDetails")
-            if entered and event["type"].endswith("StateEntered"):
-                follow.record.states.append(entered["name"])
-                emit(EngineEvent(kind="state", state=entered["name"], detail=event["type"]))
-            exited = event.get("stateExitedEventDetails") or event.get("executionSucceededEventDetails")
-            if exited and exited.get("output"):
-                payload = state_payload(exited["output"])
-                if payload is not None:
-                    follow.record.state = payload
-            failed = event.get("taskFailedEventDetails")
-            if failed:
-                emit(EngineEvent(kind="state", state=None, detail=f"{failed.get('error')}: task failed"))
-        follow.seen_events = len(events)
-
-    def _poll_jobs(self, follow: _Follow, emit: Observer, known_jobs: set[str]) -> None:
-        if self.sagemaker is None:
-            return
-        record = follow.record
-        jobs = [job for job in self.sagemaker.jobs.values() if _job_of(job, record.name, known_jobs)]
-        for number, job in enumerate(jobs, start=1):
-            if len(record.attempts) < number:
-                attempt = AttemptRecord(
-                    number=number,
-                    job_name=job.name,
-                    hyperparameters=dict(job.request.get("HyperParameters", {})),
-                    checkpoint_dir=str(job.checkpoint_dir),
-                    checkpoint_uri=job.request.get("CheckpointConfig", {}).get("S3Uri"),
-                    tensor_store=str(job.checkpoint_dir / "tensors"),
-                )
-                record.attempts.append(attempt)
-                follow.tails[job.name] = _Tail(job.log_path)
-            attempt = record.attempts[number - 1]
-            for line in follow.tails[job.name].lines():
-                point = parse_log_line(line)
-                if isinstance(point, MetricPoint):
-                    attempt.metrics.append(point)
-                    emit(EngineEvent(kind="metric", attempt=attempt, metric=point))
-                elif isinstance(point, EvalPoint):
-                    attempt.evals.append(point)
-                    emit(EngineEvent(kind="eval", attempt=attempt, evaluation=point))
-                elif isinstance(point, TrainingPlan):
-                    attempt.plan = point
-                    emit(EngineEvent(kind="plan", attempt=attempt))
-            self._poll_findings(follow, emit, job, attempt)
-            with job.lock:
-                status = (job.status, job.secondary_status)
-                attempt.status, attempt.secondary_status = status
-                attempt.failure_reason = job.failure_reason
-                attempt.seconds = job.seconds
-                if job.rules is not None:
-                    attempt.rule_statuses = job.rules.statuses()
-            verdicts = ", ".join(
-                f"{r['RuleConfigurationName']}={r['RuleEvaluationStatus']}" for r in attempt.rule_statuses
-            )
-            if verdicts and follow.rule_verdicts.get(job.name) != verdicts:
-                follow.rule_verdicts[job.name] = verdicts
-                emit(EngineEvent(kind="rules", attempt=attempt, detail=verdicts))
-            if follow.job_status.get(job.name) != f"{status}":
-                follow.job_status[job.name] = f"{status}"
-                emit(EngineEvent(kind="job", attempt=attempt, detail=f"{status[0]}/{status[1]}"))
-
-    def _poll_findings(self, follow: _Follow, emit: Observer, job: LocalTrainingJob, attempt: AttemptRecord) -> None:
-        path = job.checkpoint_dir / "findings.json"
-        try:
-            mtime = path.stat().st_mtime_ns
-        except FileNotFoundError:
-            return
-        if follow.findings_mtime.get(job.name) == mtime:
-            return
-        try:
-            attempt.findings = json.loads(path.read_text())
-        except ValueError:
-            return  # written by rename, so a partial read means it is being replaced; next poll
-        follow.findings_mtime[job.name] = mtime
-        emit(EngineEvent(kind="finding", attempt=attempt))
-
-    def _poll_notifications(self, follow: _Follow, emit: Observer) -> None:
-        # One queue serves every execution of this engine: drain it, then take this execution's messages.
-        assert self._mailbox is not None
-        self._mailbox.drain()
-        record = follow.record
-        for letter in self._mailbox.for_execution(record.name, record.execution_arn, take=True):
-            note = letter.notification(since=follow.started)
-            record.notifications.append(note)
-            emit(EngineEvent(kind="notification", notification=note))
-
     # ---------------------------------------------------------------- inspection (tests, client)
     def history(self, arn: str) -> list[dict[str, Any]]:
         return self.client("stepfunctions").get_execution_history(executionArn=arn)["events"]
@@ -609,32 +447,10 @@ class LocalEngine:
         return [] if self.sagemaker is None else self.sagemaker.running_jobs()
 
 
-def state_payload(text: str) -> dict[str, Any] | None:
-    """The workflow state in a state's output: ``{"state": {...}}`` between steps, bare at the end."""
-    try:
-        payload = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(payload, dict):
-        return None
-    inner = payload.get("state")
-    if isinstance(inner, dict):
-        return inner
-    return payload if "attempts" in payload else None
-
-
 def _all_loggers() -> Iterator[logging.Logger]:
     for logger in list(logging.root.manager.loggerDict.values()):
         if isinstance(logger, logging.Logger):
             yield logger
-
-
-def _job_of(job: LocalTrainingJob, execution: str, known_before: set[str]) -> bool:
-    """Whether a job belongs to an execution: its checkpoints live under executions/<name>/."""
-    uri = job.request.get("CheckpointConfig", {}).get("S3Uri")
-    if uri:
-        return f"/executions/{execution}/" in uri
-    return job.name not in known_before
 
 
 def _forget_modules_from_elsewhere(module_name: str, directory: Path) -> None:
