@@ -35,6 +35,7 @@ from unittest import mock
 
 from stabilizer.local.execution_follower import ExecutionFollower, Observer, unobserved
 from stabilizer.local.lambda_seam import LocalLambdas
+from stabilizer.local.rule_jobs import rule_evaluator_factory
 from stabilizer.local.s3files import source_archive
 from stabilizer.local.sagemaker import LOCAL_INTERRUPT_GRACE_SECONDS, LocalSageMaker, LocalTrainingJob
 from stabilizer.local.staging import StagingError, stage, upload_library
@@ -265,7 +266,7 @@ class LocalEngine:
             account=ACCOUNT,
             python=self.python,
             stop_grace_seconds=self.settings.stop_grace_seconds,
-            rule_evaluator=self._rule_evaluator(),
+            rule_evaluator=rule_evaluator_factory(python=self.python, region=REGION, account=ACCOUNT),
             on_job_end=self._job_ended,
         )
         self._stack.enter_context(self.sagemaker.installed())
@@ -346,11 +347,6 @@ class LocalEngine:
                 ):
                     previous = handler.setStream(self._lambda_log)  # type: ignore[arg-type]
                     self._stack.callback(handler.setStream, previous)
-
-    def _rule_evaluator(self) -> Any:
-        from stabilizer.local.rule_jobs import rule_evaluator_factory
-
-        return rule_evaluator_factory(python=self.python, region=REGION, account=ACCOUNT)
 
     def _job_ended(self, job: LocalTrainingJob) -> None:
         """EventBridge's rule, locally: the job's "SageMaker Training Job State Change" to the watch function."""

@@ -22,10 +22,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from stabilizer.local.sagemaker import LocalTrainingJob
+from stabilizer.local.container import Container
 
 # After the training process ends, an evaluator that has not seen the end-of-job marker gets this
 # long to catch up before it is stopped.
@@ -51,14 +50,15 @@ class RuleEvaluation(Protocol):
     def stop(self) -> None: ...
 
 
-RuleEvaluatorFactory = Callable[["LocalTrainingJob"], RuleEvaluation]
+# Starts the rule evaluation of one training job, given its name and its container.
+RuleEvaluatorFactory = Callable[[str, Container], RuleEvaluation]
 
 
 class UnavailableRuleEvaluation:
     """Reports every rule as Error when no out-of-job evaluator is available, instead of hiding it."""
 
-    def __init__(self, job: LocalTrainingJob, reason: str) -> None:
-        self._names = [r["RuleConfigurationName"] for r in job.request.get("DebugRuleConfigurations", [])]
+    def __init__(self, container: Container, reason: str) -> None:
+        self._names = [r["RuleConfigurationName"] for r in container.request.get("DebugRuleConfigurations", [])]
         self._reason = reason
         self._time = dt.datetime.now(tz=dt.UTC)
 
@@ -151,7 +151,8 @@ class ProcessRuleEvaluation:
 
     def __init__(
         self,
-        job: LocalTrainingJob,
+        training_job: str,
+        container: Container,
         *,
         python: str,
         region: str,
@@ -159,16 +160,15 @@ class ProcessRuleEvaluation:
         poll_seconds: float = 1.0,
         finish_grace_seconds: float = FINISH_GRACE_SECONDS,
     ) -> None:
-        self.job = job
         self.finish_grace_seconds = finish_grace_seconds
         self._lock = threading.Lock()
-        directory = job.container.job_dir / "rules"
+        directory = container.job_dir / "rules"
         directory.mkdir(parents=True, exist_ok=True)
-        tensors = _tensor_dir(job)
+        tensors = _tensor_dir(container)
         self.processes: list[_RuleProcess] = []
-        for configuration in job.request.get("DebugRuleConfigurations", []):
+        for configuration in container.request.get("DebugRuleConfigurations", []):
             name = configuration["RuleConfigurationName"]
-            job_name = processing_job_name(job.name, name)
+            job_name = processing_job_name(training_job, name)
             status_file = directory / f"{name}.status.json"
             rules_file = directory / f"{name}.rules.json"
             rules_file.write_text(json.dumps([rule_list_entry(configuration)]))
@@ -187,7 +187,7 @@ class ProcessRuleEvaluation:
                     "--poll-seconds",
                     str(poll_seconds),
                 ],
-                cwd=job.container.opt_ml("code"),
+                cwd=container.opt_ml("code"),
                 env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -241,17 +241,17 @@ class ProcessRuleEvaluation:
                     rule.signal(signal.SIGKILL)
 
 
-def _tensor_dir(job: LocalTrainingJob) -> Path:
-    configured = job.request.get("Environment", {}).get("STABILIZER_TENSOR_DIR")
-    return job.container.opt_ml(configured) if configured else job.container.checkpoint_dir / "tensors"
+def _tensor_dir(container: Container) -> Path:
+    configured = container.request.get("Environment", {}).get("STABILIZER_TENSOR_DIR")
+    return container.opt_ml(configured) if configured else container.checkpoint_dir / "tensors"
 
 
 def rule_evaluator_factory(*, python: str, region: str, account: str) -> RuleEvaluatorFactory:
     """Start evaluators for a job, or report every rule as Error when its source has no evaluator."""
 
-    def start(job: LocalTrainingJob) -> RuleEvaluation:
-        if not (job.container.opt_ml("code") / "rule_engine" / "evaluator.py").is_file():
-            return UnavailableRuleEvaluation(job, "the source directory has no rule_engine/evaluator.py")
-        return ProcessRuleEvaluation(job, python=python, region=region, account=account)
+    def start(training_job: str, container: Container) -> RuleEvaluation:
+        if not (container.opt_ml("code") / "rule_engine" / "evaluator.py").is_file():
+            return UnavailableRuleEvaluation(container, "the source directory has no rule_engine/evaluator.py")
+        return ProcessRuleEvaluation(training_job, container, python=python, region=region, account=account)
 
     return start

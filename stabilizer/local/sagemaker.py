@@ -433,9 +433,9 @@ class LocalSageMaker:
         job.container.provision(self.s3)
         if job.request.get("DebugRuleConfigurations"):
             if self.rule_evaluator is None:
-                job.rules = UnavailableRuleEvaluation(job, "no out-of-job rule evaluator is installed")
+                job.rules = UnavailableRuleEvaluation(job.container, "no out-of-job rule evaluator is installed")
             else:
-                job.rules = self.rule_evaluator(job)
+                job.rules = self.rule_evaluator(job.name, job.container)
 
     def _train(self, job: LocalTrainingJob) -> None:
         max_runtime = float(job.request["StoppingCondition"].get("MaxRuntimeInSeconds", 86400))
