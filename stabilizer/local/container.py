@@ -15,8 +15,8 @@ world before it starts and collects what it leaves behind. Locally:
 - after the script: ``model.tar.gz`` and ``output.tar.gz`` uploaded under the output path, and the
   failure reason read from the failure file.
 
-This module knows the container, not the API: when each step happens, and the statuses a caller
-sees, belong to ``stabilizer.local.sagemaker``.
+This module knows the container, not the service: when each step happens and the statuses a caller
+sees belong to ``stabilizer.local.training_job``, the API to ``stabilizer.local.sagemaker``.
 """
 
 from __future__ import annotations

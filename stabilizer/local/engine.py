@@ -37,8 +37,9 @@ from stabilizer.local.execution_follower import ExecutionFollower, Observer, uno
 from stabilizer.local.lambda_seam import LocalLambdas
 from stabilizer.local.rule_jobs import rule_evaluator_factory
 from stabilizer.local.s3files import source_archive
-from stabilizer.local.sagemaker import LOCAL_INTERRUPT_GRACE_SECONDS, LocalSageMaker, LocalTrainingJob
+from stabilizer.local.sagemaker import LocalSageMaker
 from stabilizer.local.staging import StagingError, stage, upload_library
+from stabilizer.local.training_job import LOCAL_INTERRUPT_GRACE_SECONDS, LocalTrainingJob
 from stabilizer.mailbox import Mailbox
 from stabilizer.parts import project_root, used
 from stabilizer.records import RunRecord

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stabilizer.local.sagemaker import LocalSageMaker, LocalTrainingJob
+from stabilizer.local.sagemaker import LocalSageMaker
+from stabilizer.local.training_job import LocalTrainingJob
 from stabilizer.mailbox import Mailbox
 from stabilizer.records import (
     AttemptRecord,
