@@ -184,7 +184,8 @@ class Interrupts:
 
 def run_local(args: argparse.Namespace, out: TextIO) -> int:
     from stabilizer.inputs import build_input, workflow_state_module
-    from stabilizer.local.engine import LocalEngine, LocalSettings, Project
+    from stabilizer.local.deployment import LocalSettings, Project
+    from stabilizer.local.engine import LocalEngine
     from stabilizer.parts import lambdas_dir, project_root
 
     # The input is checked first: a wrong input is the person's to fix, whatever else is missing.
@@ -315,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except Exception as error:
         from stabilizer.inputs import InputProblemError
-        from stabilizer.local.engine import EngineError
+        from stabilizer.local.deployment import EngineError
 
         if isinstance(error, InputProblemError | EngineError):
             sys.stderr.write(f"stabilizer: {error}\n")

@@ -70,7 +70,7 @@ class Client(Protocol):
 
 def latest_state(events: list[dict[str, Any]], output: str | None = None) -> dict[str, Any] | None:
     """The newest state payload in an execution's history (or its output, once it succeeded)."""
-    from stabilizer.local.engine import state_payload
+    from stabilizer.local.execution_follower import state_payload
 
     if output:
         found = state_payload(output)
@@ -347,7 +347,8 @@ class LocalClient(_Base):
         cls, run_dir: str | Path = "runs/notebook", data_dir: str | Path | None = None, settings: Any = None
     ) -> LocalClient:
         """Start a local engine for a notebook: the offline digits unless ``data_dir`` is given."""
-        from stabilizer.local.engine import LocalEngine, Project
+        from stabilizer.local.deployment import Project
+        from stabilizer.local.engine import LocalEngine
         from stabilizer.local.offline_digits import ensure_offline_digits
 
         project = Project.discover()
@@ -378,7 +379,7 @@ class LocalClient(_Base):
     ) -> dict[str, Any]:
         """As on every client, plus: an image named by framework and version becomes the SDK's URI for
         the local engine's region (local jobs run on this machine; the URI only has to be the right one)."""
-        from stabilizer.local.engine import REGION
+        from stabilizer.local.deployment import REGION
 
         if job is not None and not isinstance(job, dict):
             options = {"region": REGION, **options}

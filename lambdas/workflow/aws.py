@@ -2,8 +2,11 @@
 
 Clients are created lazily by cached factories (`get_sagemaker()` ...), never at import, so a
 test or the local engine can swap the endpoint (moto, a local emulator) before first use, and a
-cold start pays only for the clients a handler touches. No decisions here: an adapter does one
-call and translates its errors.
+cold start pays only for the clients a handler touches. boto3 itself is imported by the first
+factory called, not with this module: the handlers' import stays light, and what needs only
+the domain (a rejected input, a test of a decision) never loads the SDK. botocore's exceptions
+(a few small modules) are imported here, for the `except` clauses. No decisions here: an
+adapter does one call and translates its errors.
 """
 
 from __future__ import annotations
@@ -14,8 +17,6 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import urlparse
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
 
 from workflow.errors import AwsRequestRejected, CapacityUnavailable, TransientAwsError, WorkflowError
@@ -46,11 +47,6 @@ CAPACITY = {"ResourceLimitExceeded", "CapacityError", "InsufficientCapacity"}
 MAX_ATTEMPTS = 3  # botocore's max_attempts counts the first try
 CONNECT_TIMEOUT_SECONDS = 3
 READ_TIMEOUT_SECONDS = 10
-_CONFIG = Config(
-    retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
-    connect_timeout=CONNECT_TIMEOUT_SECONDS,
-    read_timeout=READ_TIMEOUT_SECONDS,
-)
 # botocore's standard mode waits rand(0,1) * min(2 ** (attempt - 1), 20) s between tries
 # (throttling scale 1 s), raised to a server's x-amz-retry-after by at most 5 s more
 # (botocore/retries/standard.py, ExponentialBackoff).
@@ -104,8 +100,22 @@ def _check_deadline(event_name: str = "", **_: Any) -> None:
         )
 
 
+@lru_cache(maxsize=1)
+def client_config() -> Any:
+    """The botocore Config of every client: standard retries, bounded connect and read waits."""
+    from botocore.config import Config
+
+    return Config(
+        retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+        connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        read_timeout=READ_TIMEOUT_SECONDS,
+    )
+
+
 def _client(service: str) -> Any:
-    client = boto3.client(service, config=_CONFIG)
+    import boto3  # here, not at the top: see the module docstring
+
+    client = boto3.client(service, config=client_config())
     client.meta.events.register_first("before-call.*.*", _check_deadline)
     return client
 

@@ -12,6 +12,11 @@ Chalice, and without ``POWERTOOLS_TRACE_DISABLED`` (the rule of
 ``aws_lambda_powertools.tracing.Tracer._is_tracer_disabled``, Powertools 3.x). The deployed
 functions run with active tracing, so in the cloud every invocation is traced as before.
 
+The Tracer patches botocore alone (``TRACED_LIBRARIES``): every AWS call the handlers make goes
+through it and appears as a subsegment. Powertools' default patches every library the X-Ray SDK
+knows that is importable (requests, httpx, sqlite3, database drivers...), importing each of them
+at the cold start although the handlers use none.
+
 Nothing here decides anything about a run.
 """
 
@@ -31,6 +36,8 @@ DEFAULT_SERVICE = "stabilizer"
 DEFAULT_NAMESPACE = "Stabilizer"
 
 Handler = Callable[[Any, Any], Any]
+# The libraries whose calls appear in traces: the handlers reach AWS through botocore only.
+TRACED_LIBRARIES = ("botocore",)
 
 service = os.environ.get(constants.SERVICE_NAME_ENV) or DEFAULT_SERVICE
 logger = Logger(service=service)
@@ -53,7 +60,7 @@ def tracer() -> Any:
     """The Tracer, created on first use (it imports the X-Ray SDK)."""
     from aws_lambda_powertools.tracing import Tracer
 
-    return Tracer(service=service)
+    return Tracer(service=service, patch_modules=TRACED_LIBRARIES)
 
 
 def instrumented(handler: Handler) -> Handler:

@@ -3,11 +3,13 @@
 The engine starts moto (``mock_aws`` with its Step Functions interpreter executing definitions),
 creates the bucket and topic the CDK app would create, uploads the packaged ``model/`` source and
 the offline data set, fills the ASL file's ``${placeholders}`` from the map CDK reads too
-(``statemachine/placeholders.json``), routes the three Lambda functions to the handler functions
+(``statemachine/placeholders.json``; the deployment's local stand-ins are
+``stabilizer.local.deployment``'s), routes the three Lambda functions to the handler functions
 in ``lambdas/`` (the same code CDK deploys), serves SageMaker training jobs as local subprocesses,
 and delivers each job's end to the watch function as EventBridge's rule does in the cloud. Then
-it starts executions and follows them: history, notifications (through an SQS queue subscribed to
-the topic, as a person's mailbox would be), and each job's log for its loss and gradient norm.
+it starts executions, stops them, and hands each one to ``stabilizer.local.execution_follower``,
+which follows it: history, notifications (through an SQS queue subscribed to the topic, as a
+person's mailbox would be), and each job's log for its loss and gradient norm.
 
 It must not decide anything about the workflow: every decision is made by the state machine and
 the handlers, exactly as in the cloud.
@@ -21,202 +23,34 @@ import io
 import json
 import logging
 import os
-import re
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from stabilizer.local.lambda_seam import LocalLambdas
-from stabilizer.local.s3files import source_archive
-from stabilizer.local.sagemaker import LOCAL_INTERRUPT_GRACE_SECONDS, LocalSageMaker, LocalTrainingJob
-from stabilizer.local.staging import StagingError, stage, upload_library
-from stabilizer.mailbox import Mailbox
-from stabilizer.parts import project_root, used
-from stabilizer.records import (
-    AttemptRecord,
-    EvalPoint,
-    MetricPoint,
-    Notification,
-    RunRecord,
-    TrainingPlan,
-    parse_log_line,
+from stabilizer.local.deployment import (
+    ACCOUNT,
+    REGION,
+    EngineError,
+    LocalSettings,
+    Project,
+    fill_placeholders,
+    placeholder_values,
 )
-
-PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
-REGION = "us-east-1"
-ACCOUNT = "123456789012"
-
-
-class EngineError(Exception):
-    """The local engine cannot start (a missing part of the project, a bad definition)."""
-
-
-@dataclass(frozen=True)
-class Project:
-    """Where the parts of the project live on disk."""
-
-    root: Path
-    definition: Path
-    lambdas: Path
-    model: Path
-
-    @property
-    def placeholder_map(self) -> dict[str, str]:
-        """``statemachine/placeholders.json``: placeholder name -> the value it stands for."""
-        path = self.definition.parent / "placeholders.json"
-        if not path.is_file():
-            raise EngineError(f"no placeholder map beside the definition: {path}")
-        return dict(json.loads(path.read_text())["placeholders"])
-
-    @classmethod
-    def discover(cls, root: Path | None = None) -> Project:
-        root = Path(root) if root else project_root()
-        statemachine = root / "statemachine"
-        candidates = sorted(statemachine.glob("*.asl.json")) or sorted(statemachine.glob("*.json"))
-        if not candidates:
-            raise EngineError(f"no ASL definition (*.asl.json) found in {statemachine}")
-        if len(candidates) > 1:
-            names = ", ".join(p.name for p in candidates)
-            raise EngineError(f"more than one ASL definition in {statemachine}: {names}")
-        for part in ("lambdas", "model"):
-            if not (root / part).is_dir():
-                raise EngineError(f"the project has no {part}/ directory under {root}")
-        return cls(root=root, definition=candidates[0], lambdas=root / "lambdas", model=root / "model")
-
-
-@dataclass(frozen=True)
-class LocalSettings:
-    """Deployment-level values the CDK app bakes in, with local stand-ins."""
-
-    bucket: str = "stabilizer-local"
-    topic_name: str = "stabilizer-local"
-    state_machine_name: str = "stabilizer-local"
-    train_function: str = "stabilizer-train"
-    monitor_function: str = "stabilizer-monitor"
-    watch_function: str = "stabilizer-watch"
-    job_name_prefix: str = "stabilizer"
-    instance_type: str = "ml.m5.xlarge"
-    training_image: str = (
-        "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-cpu-py311-ubuntu22.04-sagemaker"
-    )
-    sagemaker_role: str = f"arn:aws:iam::{ACCOUNT}:role/stabilizer-sagemaker"
-    states_role: str = f"arn:aws:iam::{ACCOUNT}:role/stabilizer-states"
-    debugger_rules_enabled: bool = False
-    # SageMaker kills a stopped job 120 s after StopTrainingJob; the local default is the same.
-    stop_grace_seconds: float = 120.0
-
-    @property
-    def topic_arn(self) -> str:
-        return f"arn:aws:sns:{REGION}:{ACCOUNT}:{self.topic_name}"
-
-    @property
-    def source_uri(self) -> str:
-        return f"s3://{self.bucket}/source/sourcedir.tar.gz"
-
-    @property
-    def library_uri(self) -> str:
-        """Where the in-job library lies, as the stack deploys it: the jobs' `stabilizer` channel."""
-        return f"s3://{self.bucket}/library/"
-
-    def data_uri(self, channel: str) -> str:
-        return f"s3://{self.bucket}/data/{channel}/"
-
-    def lambda_environment(self) -> dict[str, str]:
-        """The Lambda environment of docs/contracts.md section 4."""
-        return {
-            "BUCKET": self.bucket,
-            "TOPIC_ARN": self.topic_arn,
-            "SAGEMAKER_ROLE_ARN": self.sagemaker_role,
-            "TRAINING_IMAGE_URI": self.training_image,
-            "SOURCE_S3_URI": self.source_uri,
-            "TRAIN_DATA_S3_URI": self.data_uri("train"),
-            "TEST_DATA_S3_URI": self.data_uri("test"),
-            "LIBRARY_S3_URI": self.library_uri,
-            "JOB_NAME_PREFIX": self.job_name_prefix,
-            "DEFAULT_INSTANCE_TYPE": self.instance_type,
-            "DEBUGGER_RULES_ENABLED": "true" if self.debugger_rules_enabled else "false",
-            "POWERTOOLS_SERVICE_NAME": "stabilizer",
-            "POWERTOOLS_METRICS_NAMESPACE": "stabilizer",
-            # No X-Ray daemon on a laptop.
-            "POWERTOOLS_TRACE_DISABLED": "true",
-            "POWERTOOLS_METRICS_DISABLED": "true",
-        }
-
-
-def fill_placeholders(definition: str, values: dict[str, str]) -> str:
-    """Replace every ``${Name}``; an unknown name is an error naming it, never left in place."""
-    missing = sorted({m for m in PLACEHOLDER.findall(definition) if m not in values})
-    if missing:
-        raise EngineError(f"no local value for the definition's placeholder(s): {', '.join(missing)}")
-    return PLACEHOLDER.sub(lambda m: values[m.group(1)], definition)
-
-
-def placeholder_values(
-    mapping: dict[str, str], settings: LocalSettings, lambdas: LocalLambdas
-) -> dict[str, str]:
-    """The local value of each placeholder, by the key ``statemachine/placeholders.json`` gives it."""
-    local = {
-        "partition": "aws",
-        "train_function_arn": lambdas.arn(settings.train_function),
-        "monitor_function_arn": lambdas.arn(settings.monitor_function),
-        "watch_function_arn": lambdas.arn(settings.watch_function),
-        "topic_arn": settings.topic_arn,
-    }
-    unknown = sorted(key for key in mapping.values() if key not in local)
-    if unknown:
-        raise EngineError(f"no local value for {', '.join(unknown)} (statemachine/placeholders.json)")
-    return {name: local[key] for name, key in mapping.items()}
-
-
-@dataclass
-class EngineEvent:
-    """Something the follower observed; ``kind`` says which fields are set."""
-
-    kind: str  # state | notification | job | plan | metric | eval | finding | rules
-    attempt: AttemptRecord | None = None
-    state: str | None = None
-    notification: Notification | None = None
-    metric: MetricPoint | None = None
-    evaluation: EvalPoint | None = None
-    detail: str | None = None
-
-
-Observer = Callable[[EngineEvent], None]
-
-
-@dataclass
-class _Tail:
-    path: Path
-    offset: int = 0
-    partial: str = ""
-
-    def lines(self) -> list[str]:
-        if not self.path.is_file():
-            return []
-        with self.path.open("rb") as handle:
-            handle.seek(self.offset)
-            chunk = handle.read()
-        self.offset += len(chunk)
-        text = self.partial + chunk.decode(errors="replace")
-        *complete, self.partial = text.split("\n")
-        return complete
-
-
-@dataclass
-class _Follow:
-    record: RunRecord
-    started: float
-    seen_events: int = 0
-    tails: dict[str, _Tail] = field(default_factory=dict)
-    job_status: dict[str, str] = field(default_factory=dict)
-    findings_mtime: dict[str, int] = field(default_factory=dict)
-    rule_verdicts: dict[str, str] = field(default_factory=dict)
+from stabilizer.local.execution_follower import ExecutionFollower, Observer, unobserved
+from stabilizer.local.lambda_seam import LocalLambdas
+from stabilizer.local.rule_jobs import rule_evaluator_factory
+from stabilizer.local.s3files import source_archive
+from stabilizer.local.sagemaker import LocalSageMaker
+from stabilizer.local.staging import StagingError, stage, upload_library
+from stabilizer.local.training_job import LOCAL_INTERRUPT_GRACE_SECONDS, LocalTrainingJob
+from stabilizer.mailbox import Mailbox
+from stabilizer.parts import used
+from stabilizer.records import RunRecord
 
 
 class LocalEngine:
@@ -316,7 +150,7 @@ class LocalEngine:
             account=ACCOUNT,
             python=self.python,
             stop_grace_seconds=self.settings.stop_grace_seconds,
-            rule_evaluator=self._rule_evaluator(),
+            rule_evaluator=rule_evaluator_factory(python=self.python, region=REGION, account=ACCOUNT),
             on_job_end=self._job_ended,
         )
         self._stack.enter_context(self.sagemaker.installed())
@@ -398,11 +232,6 @@ class LocalEngine:
                     previous = handler.setStream(self._lambda_log)  # type: ignore[arg-type]
                     self._stack.callback(handler.setStream, previous)
 
-    def _rule_evaluator(self) -> Any:
-        from stabilizer.local.rule_jobs import rule_evaluator_factory
-
-        return rule_evaluator_factory(python=self.python, region=REGION, account=ACCOUNT)
-
     def _job_ended(self, job: LocalTrainingJob) -> None:
         """EventBridge's rule, locally: the job's "SageMaker Training Job State Change" to the watch function."""
         assert self.sagemaker is not None
@@ -465,34 +294,18 @@ class LocalEngine:
         interrupt: threading.Event | None = None,
         record: RunRecord | None = None,
     ) -> RunRecord:
-        """Follow an execution to its end, filling ``record`` (a new one unless given) as it goes."""
-        sfn = self.client("stepfunctions")
+        """Follow an execution to its end, filling ``record`` (a new one unless given) as it goes;
+        Ctrl-C (``interrupt``) stops it and its running job."""
+        assert self._mailbox is not None
         name = arn.rsplit(":", 1)[1]
-        record = record or RunRecord(execution_arn=arn, name=name, input=execution_input)
-        follow = _Follow(record, time.monotonic())
-        emit = observer or (lambda event: None)
-        known_jobs = set(self.sagemaker.jobs) if self.sagemaker else set()
-        while True:
-            described = sfn.describe_execution(executionArn=arn)
-            self._poll(follow, emit, known_jobs)
-            if described["status"] != "RUNNING":
-                break
-            if interrupt is not None and interrupt.is_set():
-                follow.record.interrupted = True
-                self.stop(arn)
-                continue
-            time.sleep(poll_seconds)
-        # One more pass: the last notification and the final job state may land with the end.
-        time.sleep(min(poll_seconds, 0.2))
-        self._poll(follow, emit, known_jobs)
-        record = follow.record
-        record.status = described["status"]
-        record.error = described.get("error")
-        record.cause = described.get("cause")
-        if described.get("output"):
-            record.state = state_payload(described["output"]) or record.state
-        record.wall_seconds = time.monotonic() - follow.started
-        return record
+        follower = ExecutionFollower(
+            self.client("stepfunctions"),
+            self.sagemaker,
+            self._mailbox,
+            record or RunRecord(execution_arn=arn, name=name, input=execution_input),
+            observer or unobserved,
+        )
+        return follower.follow(poll_seconds=poll_seconds, interrupt=interrupt, on_interrupt=lambda: self.stop(arn))
 
     def stop(self, arn: str) -> list[LocalTrainingJob]:
         """Ctrl-C: stop the execution (so nothing new launches), then ask its running job to end
@@ -506,101 +319,6 @@ class LocalEngine:
             job.done.wait(LOCAL_INTERRUPT_GRACE_SECONDS + 10)
         return stopped
 
-    # ---------------------------------------------------------------- following
-    def _poll(self, follow: _Follow, emit: Observer, known_jobs: set[str]) -> None:
-        self._poll_history(follow, emit)
-        self._poll_jobs(follow, emit, known_jobs)
-        self._poll_notifications(follow, emit)
-
-    def _poll_history(self, follow: _Follow, emit: Observer) -> None:
-        events = self.client("stepfunctions").get_execution_history(executionArn=follow.record.execution_arn)["events"]
-        for event in events[follow.seen_events :]:
-            entered = event.get("stateEnteredEventDetails")
-            if entered and event["type"].endswith("StateEntered"):
-                follow.record.states.append(entered["name"])
-                emit(EngineEvent(kind="state", state=entered["name"], detail=event["type"]))
-            exited = event.get("stateExitedEventDetails") or event.get("executionSucceededEventDetails")
-            if exited and exited.get("output"):
-                payload = state_payload(exited["output"])
-                if payload is not None:
-                    follow.record.state = payload
-            failed = event.get("taskFailedEventDetails")
-            if failed:
-                emit(EngineEvent(kind="state", state=None, detail=f"{failed.get('error')}: task failed"))
-        follow.seen_events = len(events)
-
-    def _poll_jobs(self, follow: _Follow, emit: Observer, known_jobs: set[str]) -> None:
-        if self.sagemaker is None:
-            return
-        record = follow.record
-        jobs = [job for job in self.sagemaker.jobs.values() if _job_of(job, record.name, known_jobs)]
-        for number, job in enumerate(jobs, start=1):
-            if len(record.attempts) < number:
-                attempt = AttemptRecord(
-                    number=number,
-                    job_name=job.name,
-                    hyperparameters=dict(job.request.get("HyperParameters", {})),
-                    checkpoint_dir=str(job.checkpoint_dir),
-                    checkpoint_uri=job.request.get("CheckpointConfig", {}).get("S3Uri"),
-                    tensor_store=str(job.checkpoint_dir / "tensors"),
-                )
-                record.attempts.append(attempt)
-                follow.tails[job.name] = _Tail(job.log_path)
-            attempt = record.attempts[number - 1]
-            for line in follow.tails[job.name].lines():
-                point = parse_log_line(line)
-                if isinstance(point, MetricPoint):
-                    attempt.metrics.append(point)
-                    emit(EngineEvent(kind="metric", attempt=attempt, metric=point))
-                elif isinstance(point, EvalPoint):
-                    attempt.evals.append(point)
-                    emit(EngineEvent(kind="eval", attempt=attempt, evaluation=point))
-                elif isinstance(point, TrainingPlan):
-                    attempt.plan = point
-                    emit(EngineEvent(kind="plan", attempt=attempt))
-            self._poll_findings(follow, emit, job, attempt)
-            with job.lock:
-                status = (job.status, job.secondary_status)
-                attempt.status, attempt.secondary_status = status
-                attempt.failure_reason = job.failure_reason
-                attempt.seconds = job.seconds
-                if job.rules is not None:
-                    attempt.rule_statuses = job.rules.statuses()
-            verdicts = ", ".join(
-                f"{r['RuleConfigurationName']}={r['RuleEvaluationStatus']}" for r in attempt.rule_statuses
-            )
-            if verdicts and follow.rule_verdicts.get(job.name) != verdicts:
-                follow.rule_verdicts[job.name] = verdicts
-                emit(EngineEvent(kind="rules", attempt=attempt, detail=verdicts))
-            if follow.job_status.get(job.name) != f"{status}":
-                follow.job_status[job.name] = f"{status}"
-                emit(EngineEvent(kind="job", attempt=attempt, detail=f"{status[0]}/{status[1]}"))
-
-    def _poll_findings(self, follow: _Follow, emit: Observer, job: LocalTrainingJob, attempt: AttemptRecord) -> None:
-        path = job.checkpoint_dir / "findings.json"
-        try:
-            mtime = path.stat().st_mtime_ns
-        except FileNotFoundError:
-            return
-        if follow.findings_mtime.get(job.name) == mtime:
-            return
-        try:
-            attempt.findings = json.loads(path.read_text())
-        except ValueError:
-            return  # written by rename, so a partial read means it is being replaced; next poll
-        follow.findings_mtime[job.name] = mtime
-        emit(EngineEvent(kind="finding", attempt=attempt))
-
-    def _poll_notifications(self, follow: _Follow, emit: Observer) -> None:
-        # One queue serves every execution of this engine: drain it, then take this execution's messages.
-        assert self._mailbox is not None
-        self._mailbox.drain()
-        record = follow.record
-        for letter in self._mailbox.for_execution(record.name, record.execution_arn, take=True):
-            note = letter.notification(since=follow.started)
-            record.notifications.append(note)
-            emit(EngineEvent(kind="notification", notification=note))
-
     # ---------------------------------------------------------------- inspection (tests, client)
     def history(self, arn: str) -> list[dict[str, Any]]:
         return self.client("stepfunctions").get_execution_history(executionArn=arn)["events"]
@@ -609,32 +327,10 @@ class LocalEngine:
         return [] if self.sagemaker is None else self.sagemaker.running_jobs()
 
 
-def state_payload(text: str) -> dict[str, Any] | None:
-    """The workflow state in a state's output: ``{"state": {...}}`` between steps, bare at the end."""
-    try:
-        payload = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(payload, dict):
-        return None
-    inner = payload.get("state")
-    if isinstance(inner, dict):
-        return inner
-    return payload if "attempts" in payload else None
-
-
 def _all_loggers() -> Iterator[logging.Logger]:
     for logger in list(logging.root.manager.loggerDict.values()):
         if isinstance(logger, logging.Logger):
             yield logger
-
-
-def _job_of(job: LocalTrainingJob, execution: str, known_before: set[str]) -> bool:
-    """Whether a job belongs to an execution: its checkpoints live under executions/<name>/."""
-    uri = job.request.get("CheckpointConfig", {}).get("S3Uri")
-    if uri:
-        return f"/executions/{execution}/" in uri
-    return job.name not in known_before
 
 
 def _forget_modules_from_elsewhere(module_name: str, directory: Path) -> None:

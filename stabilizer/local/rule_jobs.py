@@ -5,7 +5,8 @@ rule-evaluation processing job per rule beside the training job and reports
 ``DebugRuleEvaluationStatuses``. Locally, each rule is one process of the rule engine's evaluator
 (``python -m rule_engine.evaluator``, from the job's own source directory) following the tensor
 store the job writes. This module starts and stops those processes and translates their status
-files into the shapes DescribeTrainingJob reports; it must not evaluate rules itself.
+files into the shapes DescribeTrainingJob reports (every rule ``Error``, with the reason, where no
+evaluator can run); it must not evaluate rules itself.
 """
 
 from __future__ import annotations
@@ -18,17 +19,68 @@ import os
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from stabilizer.local.sagemaker import LocalTrainingJob
+from stabilizer.local.container import Container
 
 # After the training process ends, an evaluator that has not seen the end-of-job marker gets this
 # long to catch up before it is stopped.
 FINISH_GRACE_SECONDS = 15.0
 PROCESSING_JOB_NAME_MAX = 63
+
+
+class RuleEvaluation(Protocol):
+    """An out-of-job evaluator of one job's Debugger rules (the stand-in for Debugger's rule jobs)."""
+
+    def statuses(self) -> list[dict[str, Any]]:
+        """DebugRuleEvaluationStatuses entries, one per rule configuration."""
+        ...
+
+    def owns(self, name: str) -> bool:
+        """Whether the processing job ``name`` is one of these rule jobs."""
+        ...
+
+    def stop_processing_job(self, name: str) -> str | None:
+        """StopProcessingJob: None when stopped, else the status it is already in."""
+        ...
+
+    def stop(self) -> None: ...
+
+
+# Starts the rule evaluation of one training job, given its name and its container.
+RuleEvaluatorFactory = Callable[[str, Container], RuleEvaluation]
+
+
+class UnavailableRuleEvaluation:
+    """Reports every rule as Error when no out-of-job evaluator is available, instead of hiding it."""
+
+    def __init__(self, container: Container, reason: str) -> None:
+        self._names = [r["RuleConfigurationName"] for r in container.request.get("DebugRuleConfigurations", [])]
+        self._reason = reason
+        self._time = dt.datetime.now(tz=dt.UTC)
+
+    def statuses(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "RuleConfigurationName": name,
+                "RuleEvaluationStatus": "Error",
+                "StatusDetails": self._reason,
+                "LastModifiedTime": self._time,
+            }
+            for name in self._names
+        ]
+
+    def owns(self, name: str) -> bool:
+        return False  # no processing job was started
+
+    def stop_processing_job(self, name: str) -> str | None:
+        raise KeyError(name)
+
+    def stop(self) -> None:
+        return None
 
 
 def processing_job_name(training_job: str, rule: str) -> str:
@@ -99,7 +151,8 @@ class ProcessRuleEvaluation:
 
     def __init__(
         self,
-        job: LocalTrainingJob,
+        training_job: str,
+        container: Container,
         *,
         python: str,
         region: str,
@@ -107,16 +160,15 @@ class ProcessRuleEvaluation:
         poll_seconds: float = 1.0,
         finish_grace_seconds: float = FINISH_GRACE_SECONDS,
     ) -> None:
-        self.job = job
         self.finish_grace_seconds = finish_grace_seconds
         self._lock = threading.Lock()
-        directory = job.job_dir / "rules"
+        directory = container.job_dir / "rules"
         directory.mkdir(parents=True, exist_ok=True)
-        tensors = _tensor_dir(job)
+        tensors = _tensor_dir(container)
         self.processes: list[_RuleProcess] = []
-        for configuration in job.request.get("DebugRuleConfigurations", []):
+        for configuration in container.request.get("DebugRuleConfigurations", []):
             name = configuration["RuleConfigurationName"]
-            job_name = processing_job_name(job.name, name)
+            job_name = processing_job_name(training_job, name)
             status_file = directory / f"{name}.status.json"
             rules_file = directory / f"{name}.rules.json"
             rules_file.write_text(json.dumps([rule_list_entry(configuration)]))
@@ -135,7 +187,7 @@ class ProcessRuleEvaluation:
                     "--poll-seconds",
                     str(poll_seconds),
                 ],
-                cwd=job.opt_ml("code"),
+                cwd=container.opt_ml("code"),
                 env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -189,18 +241,17 @@ class ProcessRuleEvaluation:
                     rule.signal(signal.SIGKILL)
 
 
-def _tensor_dir(job: LocalTrainingJob) -> Path:
-    configured = job.request.get("Environment", {}).get("STABILIZER_TENSOR_DIR")
-    return job.opt_ml(configured) if configured else job.checkpoint_dir / "tensors"
+def _tensor_dir(container: Container) -> Path:
+    configured = container.request.get("Environment", {}).get("STABILIZER_TENSOR_DIR")
+    return container.opt_ml(configured) if configured else container.checkpoint_dir / "tensors"
 
 
-def rule_evaluator_factory(*, python: str, region: str, account: str) -> Any:
+def rule_evaluator_factory(*, python: str, region: str, account: str) -> RuleEvaluatorFactory:
     """Start evaluators for a job, or report every rule as Error when its source has no evaluator."""
-    from stabilizer.local.sagemaker import UnavailableRuleEvaluation
 
-    def start(job: LocalTrainingJob) -> Any:
-        if not (job.opt_ml("code") / "rule_engine" / "evaluator.py").is_file():
-            return UnavailableRuleEvaluation(job, "the source directory has no rule_engine/evaluator.py")
-        return ProcessRuleEvaluation(job, python=python, region=region, account=account)
+    def start(training_job: str, container: Container) -> RuleEvaluation:
+        if not (container.opt_ml("code") / "rule_engine" / "evaluator.py").is_file():
+            return UnavailableRuleEvaluation(container, "the source directory has no rule_engine/evaluator.py")
+        return ProcessRuleEvaluation(training_job, container, python=python, region=region, account=account)
 
     return start

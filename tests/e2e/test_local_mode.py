@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from stabilizer.local.engine import LocalEngine, Project
+from stabilizer.local.deployment import Project
+from stabilizer.local.engine import LocalEngine
 from stabilizer.records import RunRecord
 
 pytestmark = pytest.mark.slow

@@ -91,21 +91,22 @@ def test_debugger_rules_get_their_output_and_their_images():
 
 def test_one_aws_call_fits_the_function_timeout_with_room(default_synth):
     from workflow.aws import (
-        _CONFIG,
         CONNECT_TIMEOUT_SECONDS,
         DEADLINE_SAFETY_SECONDS,
         MAX_ATTEMPTS,
         READ_TIMEOUT_SECONDS,
+        client_config,
         worst_case_call_seconds,
     )
 
     # The client configuration the handlers use is the one the arithmetic is about.
     # botocore rewrites the dict in place once a client is built from it ("max_attempts" retries
     # become "total_max_attempts" tries), so read it in either form.
-    retries = _CONFIG.retries
+    config = client_config()
+    retries = config.retries
     assert retries["mode"] == "standard"
     assert retries.get("total_max_attempts", retries.get("max_attempts", -1) + 1) == MAX_ATTEMPTS + 1
-    assert (_CONFIG.connect_timeout, _CONFIG.read_timeout) == (CONNECT_TIMEOUT_SECONDS, READ_TIMEOUT_SECONDS)
+    assert (config.connect_timeout, config.read_timeout) == (CONNECT_TIMEOUT_SECONDS, READ_TIMEOUT_SECONDS)
     _, raw = default_synth
     for name in ("Train", "Monitor", "Watch"):
         timeout = _function(raw, name)[1]["Properties"]["Timeout"]

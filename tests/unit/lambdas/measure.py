@@ -8,6 +8,9 @@
    interpreter (median of several runs), and Python's own `-X importtime` cumulative figure.
    Outside Lambda tracing is off, so the X-Ray SDK is not imported (workflow/observability.py);
    with `LAMBDA_TASK_ROOT` set (as in Lambda, tracing on) it is.
+   Then, in the same process, the CPU time of the first SageMaker client (`get_sagemaker()`):
+   boto3 is imported by the client factories, not by the handlers, so a cold start in the cloud
+   (whose first invocation always makes an AWS call) pays the import and this together.
 """
 
 from __future__ import annotations
@@ -45,9 +48,11 @@ def cold_imports(tracing: bool = False) -> None:
     for handler in ("train_handler", "monitor_handler"):
         code = (
             "import time; t = time.perf_counter(); c = time.process_time(); "
-            f"import {handler}; print(time.perf_counter() - t, time.process_time() - c)"
+            f"import {handler}; w, i = time.perf_counter() - t, time.process_time() - c; "
+            "from workflow.aws import get_sagemaker; get_sagemaker(); "
+            "print(w, i, time.process_time() - c - i)"
         )
-        walls, cpus = [], []
+        walls, cpus, clients = [], [], []
         for _ in range(RUNS):
             out = subprocess.run(
                 [sys.executable, "-c", code],
@@ -57,9 +62,10 @@ def cold_imports(tracing: bool = False) -> None:
                 text=True,
                 check=True,
             )
-            wall, cpu = (float(x) * 1000 for x in out.stdout.split())
+            wall, cpu, client = (float(x) * 1000 for x in out.stdout.split())
             walls.append(wall)
             cpus.append(cpu)
+            clients.append(client)
         cumulative = []
         for _ in range(3):
             trace = subprocess.run(
@@ -81,7 +87,8 @@ def cold_imports(tracing: bool = False) -> None:
             f"{handler}{' (tracing on)' if tracing else ''}: cold import median {statistics.median(walls):.0f} ms "
             f"(min {min(walls):.0f}, max {max(walls):.0f}, {RUNS} fresh processes), "
             f"CPU time median {statistics.median(cpus):.0f} ms (what a busy machine inflates least); "
-            f"-X importtime cumulative, median of 3: {statistics.median(cumulative):.0f} ms"
+            f"-X importtime cumulative, median of 3: {statistics.median(cumulative):.0f} ms; "
+            f"then the first SageMaker client: CPU time median {statistics.median(clients):.0f} ms"
         )
 
 

@@ -1,5 +1,6 @@
 """Logger, Metrics and Tracer are set up once for both handlers, from the environment; the X-Ray
-SDK is imported only where tracing is on (in Lambda), so cold imports elsewhere skip its cost."""
+SDK is imported only where tracing is on (in Lambda), so cold imports elsewhere skip its cost, and
+boto3 only with the first client."""
 
 from __future__ import annotations
 
@@ -21,8 +22,11 @@ import train_handler, monitor_handler
 from workflow import observability
 print(json.dumps({
     "xray_imported": "aws_xray_sdk.core" in sys.modules,
+    "boto3_imported": "boto3" in sys.modules,
     "tracer_created": observability.tracer.cache_info().currsize == 1,
     "tracer_disabled": observability.tracer().disabled if observability.tracer.cache_info().currsize else None,
+    "patched": sorted(sys.modules["aws_xray_sdk.core.patcher"]._PATCHED_MODULES)
+    if "aws_xray_sdk.core.patcher" in sys.modules else None,
     "namespace": observability.metrics.namespace,
     "service": observability.logger.service,
 }))
@@ -46,6 +50,8 @@ def test_both_handlers_share_one_logger_and_one_metrics():
 def test_outside_lambda_the_tracing_sdk_is_not_imported():
     seen = probe()
     assert seen["xray_imported"] is False
+    # boto3 comes with the first client (workflow/aws.py), not with the handlers.
+    assert seen["boto3_imported"] is False
     assert seen["tracer_created"] is False
     assert (seen["namespace"], seen["service"]) == ("Stabilizer", "stabilizer")
 
@@ -55,6 +61,8 @@ def test_in_lambda_with_tracing_on_every_handler_is_traced():
     assert seen["xray_imported"] is True
     assert seen["tracer_created"] is True
     assert seen["tracer_disabled"] is False
+    # Every AWS call is traced (botocore patched), and only the libraries the handlers use.
+    assert seen["patched"] == ["botocore"]
 
 
 def test_tracing_disabled_by_powertools_variable_even_in_lambda():

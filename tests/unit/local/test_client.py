@@ -14,7 +14,8 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from stabilizer.client import AwsClient, LocalClient
-from stabilizer.local.engine import LocalEngine, Project
+from stabilizer.local.deployment import Project
+from stabilizer.local.engine import LocalEngine
 from tests.unit.local.support import aws_env_fixture  # noqa: F401 fixture
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stabilizer.local.engine import EngineError, LocalEngine, Project, fill_placeholders
+from stabilizer.local.deployment import EngineError, Project, fill_placeholders
+from stabilizer.local.engine import LocalEngine
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -113,7 +114,7 @@ def test_closing_stops_executions_still_running(tmp_path: Path, project: Project
 
 
 def test_the_projects_placeholders_come_from_the_one_map_cdk_reads_too(tmp_path: Path):
-    from stabilizer.local.engine import LocalSettings, placeholder_values
+    from stabilizer.local.deployment import LocalSettings, placeholder_values
     from stabilizer.local.lambda_seam import LocalLambdas
 
     real = Project.discover(Path(__file__).resolve().parents[3])

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from stabilizer.local.engine import LocalEngine, Project
+from stabilizer.local.deployment import Project
+from stabilizer.local.engine import LocalEngine
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parents[3]

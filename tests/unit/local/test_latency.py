@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from stabilizer import latency
 from stabilizer.bench_latency import table
-from stabilizer.local.sagemaker import SAGEMAKER_STOP_GRACE_SECONDS
+from stabilizer.local.training_job import SAGEMAKER_STOP_GRACE_SECONDS
 
 
 def test_the_model_uses_the_workflows_own_settings():

@@ -17,7 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from stabilizer.local.rule_jobs import rule_evaluator_factory
-from stabilizer.local.sagemaker import LocalSageMaker, decode_hyperparameters, to_cmd_args
+from stabilizer.local.sagemaker import LocalSageMaker
 from tests.unit.local.support import aws_env_fixture, s3_fixture, staged_fixture  # noqa: F401 fixtures
 
 BUCKET = "stabilizer-test"  # the bucket of tests/unit/local/support.py
@@ -413,9 +413,3 @@ def test_stop_processing_job_stops_one_rule_evaluation(sagemaker_with_rules: Any
     # The training job itself keeps running.
     assert client.describe_training_job(TrainingJobName="job-rules-stop")["TrainingJobStatus"] == "InProgress"
 
-
-def test_hyperparameters_are_decoded_and_passed_as_the_toolkit_does():
-    decoded = decode_hyperparameters({"lr": "0.1", "name": "elu", "flag": "true", "rules": "[1, 2]"})
-    assert decoded == {"lr": 0.1, "name": "elu", "flag": True, "rules": [1, 2]}
-    assert to_cmd_args(decoded) == ["--flag", "True", "--lr", "0.1", "--name", "elu", "--rules", "[1, 2]"]
-    assert to_cmd_args({"capture": {"b": 1, "a": 2}}) == ["--capture", "a=2,b=1"]

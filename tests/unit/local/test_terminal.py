@@ -9,7 +9,7 @@ import json
 import re
 from collections.abc import Callable
 
-from stabilizer.local.engine import EngineEvent
+from stabilizer.local.execution_follower import EngineEvent
 from stabilizer.progress import LiveProgress, Pace, PlainProgress, time_left_text
 from stabilizer.records import AttemptRecord, EvalPoint, MetricPoint, Notification, TrainingPlan, parse_log_line
 

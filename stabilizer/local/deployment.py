@@ -1,0 +1,149 @@
+"""The deployment local mode stands in for: the project's parts, the settings CDK bakes in, the placeholders.
+
+``Project`` says where the state machine's definition, the Lambda asset (``lambdas/``) and the
+training source (``model/``) lie. ``LocalSettings`` holds the deployment-level values the CDK app
+gives the functions (bucket, topic, roles, image, the Lambda environment of docs/contracts.md
+section 4), with local stand-ins. The definition's ``${placeholders}`` are filled from the map
+CDK reads too (``statemachine/placeholders.json``), each by the local value of its key; a
+placeholder with no local value is an error naming it, never left in place.
+
+Nothing here starts anything: ``stabilizer.local.engine`` stands the deployment up.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from stabilizer.parts import project_root
+
+if TYPE_CHECKING:
+    from stabilizer.local.lambda_seam import LocalLambdas
+
+PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+
+
+class EngineError(Exception):
+    """The local engine cannot start (a missing part of the project, a bad definition)."""
+
+
+@dataclass(frozen=True)
+class Project:
+    """Where the parts of the project live on disk."""
+
+    root: Path
+    definition: Path
+    lambdas: Path
+    model: Path
+
+    @property
+    def placeholder_map(self) -> dict[str, str]:
+        """``statemachine/placeholders.json``: placeholder name -> the value it stands for."""
+        path = self.definition.parent / "placeholders.json"
+        if not path.is_file():
+            raise EngineError(f"no placeholder map beside the definition: {path}")
+        return dict(json.loads(path.read_text())["placeholders"])
+
+    @classmethod
+    def discover(cls, root: Path | None = None) -> Project:
+        root = Path(root) if root else project_root()
+        statemachine = root / "statemachine"
+        candidates = sorted(statemachine.glob("*.asl.json")) or sorted(statemachine.glob("*.json"))
+        if not candidates:
+            raise EngineError(f"no ASL definition (*.asl.json) found in {statemachine}")
+        if len(candidates) > 1:
+            names = ", ".join(p.name for p in candidates)
+            raise EngineError(f"more than one ASL definition in {statemachine}: {names}")
+        for part in ("lambdas", "model"):
+            if not (root / part).is_dir():
+                raise EngineError(f"the project has no {part}/ directory under {root}")
+        return cls(root=root, definition=candidates[0], lambdas=root / "lambdas", model=root / "model")
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """Deployment-level values the CDK app bakes in, with local stand-ins."""
+
+    bucket: str = "stabilizer-local"
+    topic_name: str = "stabilizer-local"
+    state_machine_name: str = "stabilizer-local"
+    train_function: str = "stabilizer-train"
+    monitor_function: str = "stabilizer-monitor"
+    watch_function: str = "stabilizer-watch"
+    job_name_prefix: str = "stabilizer"
+    instance_type: str = "ml.m5.xlarge"
+    training_image: str = (
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-cpu-py311-ubuntu22.04-sagemaker"
+    )
+    sagemaker_role: str = f"arn:aws:iam::{ACCOUNT}:role/stabilizer-sagemaker"
+    states_role: str = f"arn:aws:iam::{ACCOUNT}:role/stabilizer-states"
+    debugger_rules_enabled: bool = False
+    # SageMaker kills a stopped job 120 s after StopTrainingJob; the local default is the same.
+    stop_grace_seconds: float = 120.0
+
+    @property
+    def topic_arn(self) -> str:
+        return f"arn:aws:sns:{REGION}:{ACCOUNT}:{self.topic_name}"
+
+    @property
+    def source_uri(self) -> str:
+        return f"s3://{self.bucket}/source/sourcedir.tar.gz"
+
+    @property
+    def library_uri(self) -> str:
+        """Where the in-job library lies, as the stack deploys it: the jobs' `stabilizer` channel."""
+        return f"s3://{self.bucket}/library/"
+
+    def data_uri(self, channel: str) -> str:
+        return f"s3://{self.bucket}/data/{channel}/"
+
+    def lambda_environment(self) -> dict[str, str]:
+        """The Lambda environment of docs/contracts.md section 4."""
+        return {
+            "BUCKET": self.bucket,
+            "TOPIC_ARN": self.topic_arn,
+            "SAGEMAKER_ROLE_ARN": self.sagemaker_role,
+            "TRAINING_IMAGE_URI": self.training_image,
+            "SOURCE_S3_URI": self.source_uri,
+            "TRAIN_DATA_S3_URI": self.data_uri("train"),
+            "TEST_DATA_S3_URI": self.data_uri("test"),
+            "LIBRARY_S3_URI": self.library_uri,
+            "JOB_NAME_PREFIX": self.job_name_prefix,
+            "DEFAULT_INSTANCE_TYPE": self.instance_type,
+            "DEBUGGER_RULES_ENABLED": "true" if self.debugger_rules_enabled else "false",
+            "POWERTOOLS_SERVICE_NAME": "stabilizer",
+            "POWERTOOLS_METRICS_NAMESPACE": "stabilizer",
+            # No X-Ray daemon on a laptop.
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "POWERTOOLS_METRICS_DISABLED": "true",
+        }
+
+
+def fill_placeholders(definition: str, values: dict[str, str]) -> str:
+    """Replace every ``${Name}``; an unknown name is an error naming it, never left in place."""
+    missing = sorted({m for m in PLACEHOLDER.findall(definition) if m not in values})
+    if missing:
+        raise EngineError(f"no local value for the definition's placeholder(s): {', '.join(missing)}")
+    return PLACEHOLDER.sub(lambda m: values[m.group(1)], definition)
+
+
+def placeholder_values(
+    mapping: dict[str, str], settings: LocalSettings, lambdas: LocalLambdas
+) -> dict[str, str]:
+    """The local value of each placeholder, by the key ``statemachine/placeholders.json`` gives it."""
+    local = {
+        "partition": "aws",
+        "train_function_arn": lambdas.arn(settings.train_function),
+        "monitor_function_arn": lambdas.arn(settings.monitor_function),
+        "watch_function_arn": lambdas.arn(settings.watch_function),
+        "topic_arn": settings.topic_arn,
+    }
+    unknown = sorted(key for key in mapping.values() if key not in local)
+    if unknown:
+        raise EngineError(f"no local value for {', '.join(unknown)} (statemachine/placeholders.json)")
+    return {name: local[key] for name, key in mapping.items()}
