@@ -12,7 +12,8 @@ capture or sentinel calls at all). Writing the store, including the final flush,
 evaluation and checkpoints are not. Tensors go to a temporary directory removed afterwards.
 
 Two configurations measure the sentinel library as users meet it: ``library: watch()`` is the
-plain-loop level (``guard.step(loss)`` each step, everything else in the optimizer hooks), and
+plain-loop level with its defaults, the rewind's copy every 5 steps included (``guard.step(loss)``
+each step, everything else in the optimizer hooks), and
 ``launcher: unchanged script`` is the unchanged-script level (``rule_engine.launch``'s global hooks
 find the model, its ``nn.CrossEntropyLoss`` module and the optimizer; the loop makes no call of ours).
 Both run the finite check (``ExplodingTensor``) every step; their hook time is inside the step, so
