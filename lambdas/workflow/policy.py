@@ -29,14 +29,21 @@ What `default` reads, and why:
   The next rate lies between the two, a tenth of the way from the stable one in log space
   (where learning rates live; a bisection leaning well to the safe side), the stable rate itself once
   the two are within 2x, and a quarter of the failing rate while no stable rate is known. A
-  warm-up rate above the main rate is brought down to it, and a main rate lowered below the
-  warm-up rate takes the warm-up rate down with it (scale the two together);
-* the **run-up**: the sentinel reports where it began (the first step at a new learning rate, or
-  where the gradient norm started to grow). The relaunch resumes from the newest checkpoint from
-  before it: a copy taken two steps into a rate the network cannot take already carries those
-  steps in its weights and momentum, and fails again at any rate;
+  warm-up rate above the main rate is brought down to it, a main rate lowered below the
+  warm-up rate takes the warm-up rate down with it, and a warm-up that failed at a rate the main
+  rate reaches too (a warm-up at the main rate) takes the main rate down with it (scale the two
+  together);
+* the **run-up**: the sentinel reports where it began (the first step at a new learning rate,
+  where the gradient norm started to grow, or the last state whose loss was under twice where the
+  lineage started). The relaunch resumes from the newest checkpoint from before it: a copy taken
+  two steps into a rate the network cannot take already carries those steps in its weights and
+  momentum, and fails again at any rate;
 * whether **the last remedy moved the explosion**: a relaunch that exploded within
-  `REWIND_EVERY` steps of the checkpoint it resumed from starts fresh next time.
+  `REWIND_EVERY` steps of the checkpoint it resumed from, or whose run-up began before it,
+  starts fresh next time.
+
+A `Diverging` finding (the sentinel's loss at ten times where it started, finite or not) is an
+explosion caught before the overflow: the same ladder answers it, and its rate counts as failing.
 """
 
 from __future__ import annotations
@@ -73,6 +80,8 @@ ARCHITECTURE_ROLES = frozenset({"normalization", "activation"})
 RATE_ROLES = ("learning_rate", "warmup_learning_rate")
 # The sentinel's rewind copies the training state every this many steps (rule_engine.rewind).
 REWIND_EVERY = 5
+# Findings that are an explosion, caught at the overflow or before it (the sentinel's own check).
+EXPLOSIONS = frozenset({"ExplodingTensor", "Diverging"})
 # Sizing a learning rate from the evidence (op "size"): the step down while no stable rate is
 # known, and the ratio of failing to stable rate under which the stable rate itself is taken.
 BLIND_STEP = 0.25
@@ -249,6 +258,7 @@ OVERFIT = (
 
 LADDERS: dict[str, tuple[Rung, ...]] = {
     "ExplodingTensor": EXPLODING_TENSOR,
+    "Diverging": EXPLODING_TENSOR,
     "VanishingGradient": VANISHING_GRADIENT,
     "LossNotDecreasing": LOSS_NOT_DECREASING,
     "Overfit": OVERFIT,
@@ -313,7 +323,8 @@ def healthy_checkpoint(attempt: Attempt, finding: Finding, checkpoints: Mapping[
     the sentinel's `onset_step`, and always before the failing step itself (whose weights produced
     the bad gradient). Without a step (a Debugger verdict has none) no checkpoint is known to be
     healthy. When the attempt wrote none that qualifies, the checkpoint it started from still does,
-    unless it exploded within `REWIND_EVERY` steps of it: then that state carries the run-up too.
+    unless it exploded within `REWIND_EVERY` steps of it or the run-up began before it: then that
+    state carries the run-up too.
     """
     if finding.step is None:
         return None
@@ -322,7 +333,7 @@ def healthy_checkpoint(attempt: Attempt, finding: Finding, checkpoints: Mapping[
     if before:
         return f"{attempt.checkpoint_s3_uri}/{checkpoints[max(before)]}"
     resumed_at = checkpoint_step(attempt.resumed_from)
-    if resumed_at is not None and finding.step - resumed_at <= REWIND_EVERY:
+    if resumed_at is not None and (finding.step - resumed_at <= REWIND_EVERY or last < resumed_at):
         return None
     return attempt.resumed_from
 
@@ -370,7 +381,7 @@ def rate_evidence(state: WorkflowState) -> Evidence:
     failing = [
         f.learning_rate
         for f in findings
-        if f.rule == "ExplodingTensor" and f.learning_rate is not None and math.isfinite(f.learning_rate)
+        if f.rule in EXPLOSIONS and f.learning_rate is not None and math.isfinite(f.learning_rate)
     ]
     low = min(failing, default=None)
     stable = [
@@ -434,7 +445,8 @@ def _apply(
         return None
     recipe = {**spec, name: new}
     if rung.op == "size":
-        recipe = _keep_warmup_below_main(state, recipe)
+        recipe, also = _main_down_with_the_warmup(state, spec, _keep_warmup_below_main(state, recipe))
+        why += also
     return recipe, why
 
 
@@ -471,6 +483,26 @@ def _keep_warmup_below_main(state: WorkflowState, recipe: Recipe) -> Recipe:
     if recipe[warmup.hyperparameter] > recipe[main.hyperparameter]:
         return {**recipe, warmup.hyperparameter: warmup.clamp(recipe[main.hyperparameter])}
     return recipe
+
+
+def _main_down_with_the_warmup(state: WorkflowState, spec: Recipe, recipe: Recipe) -> tuple[Recipe, str]:
+    """A warm-up that failed at a rate the main rate reaches too: the main rate comes down with it.
+
+    A warm-up at the main rate warms nothing: the rate itself failed from the first steps, and the
+    main phase would meet it again (depth 32 at 0.2: the warm-up lowered alone, the run diverged
+    five steps after the switch back to 0.2). A main rate below the failing warm-up rate is left
+    alone: that is a warm-up too steep for the start, which lowering it answers.
+    """
+    knobs = state.job.knobs.declared()
+    main, warmup = knobs.get("learning_rate"), knobs.get("warmup_learning_rate")
+    if main is None or warmup is None:
+        return recipe, ""
+    failed, lowered = spec[warmup.hyperparameter], recipe[warmup.hyperparameter]
+    if recipe[main.hyperparameter] < failed or lowered >= failed:
+        return recipe, ""
+    main_rate = _fmt(recipe[main.hyperparameter])
+    also = f"; the main rate {main_rate} is no lower than the warm-up rate that failed, so it comes down too"
+    return {**recipe, main.hyperparameter: main.clamp(lowered)}, also
 
 
 def plan_default(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str]) -> Plan:

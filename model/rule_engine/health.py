@@ -1,7 +1,7 @@
 """The checks behind the verdict, on whatever rule list the job was given.
 
 An attempt is healthy only if its loss and gradients stayed finite the whole run and it learned.
-The sentinel therefore runs two checks always, configured rules or not:
+The sentinel therefore runs three checks always, configured rules or not:
 
 * **finite**: the loss and the total gradient norm of every step (Debugger's ``ExplodingTensor``
   semantics; ``default_finite_rule`` is the rule the sentinel uses when the list has none, so the
@@ -27,6 +27,12 @@ The sentinel therefore runs two checks always, configured rules or not:
   start (never learned) or against the best so far (plateau), with thresholds far above the
   noise of a window mean of mini-batch losses, so a run that learns is never called stalled.
 
+* **diverging** (finding ``Diverging``, also a check of our own): a step's loss at least
+  ``diverged`` (10) times the mean of the first window (the lineage's, for a resumed run). A loss
+  an order of magnitude above where the run started has left training behind, whether or not it
+  ever overflows: a deep network can saturate at a finite 1e9 and run to its end. Stopping there
+  saves the steps to the overflow, and the remedies answer it as they answer an explosion.
+
 Two more readings of the same numbers serve the remediation policy (``run_up``): where the run-up
 to an explosion began (the checkpoints before it are the healthy ones to resume from) and the
 highest learning rate the run took healthy steps at (the stable end of a bisection).
@@ -46,6 +52,7 @@ from rule_engine.rules import ExplodingTensor, RuleFinding
 from rule_engine.trial import Trial
 
 NOT_LEARNING = "NotLearning"
+DIVERGING = "Diverging"
 PLATEAU = "LossNotDecreasing"
 
 
@@ -55,10 +62,13 @@ def default_finite_rule(trial: Trial) -> ExplodingTensor:
 
 
 # run_up(): a step belongs to the run-up when its gradient norm is this many times the median of
-# the BASELINE steps before it; an explosion within RATE_CHANGE_REACH steps of a change of the
-# learning rate is put down to that change; a rate is stable after STABLE_STEPS healthy steps.
+# the BASELINE steps before it, or when its loss is RISE times the mean of the lineage's first
+# window (a state whose loss is twice where training started has lost what it learned, and more);
+# an explosion within RATE_CHANGE_REACH steps of a change of the learning rate is put down to that
+# change; a rate is stable after STABLE_STEPS healthy steps.
 GROWTH = 2.0
 BASELINE = 5
+RISE = 2.0
 RATE_CHANGE_REACH = 20
 STABLE_STEPS = 5
 
@@ -68,7 +78,9 @@ class RunUp:
     """What preceded an explosion at ``step``, for the policy.
 
     ``onset_step``: checkpoints whose next step is at most this hold state from before the run-up
-    (the first step at a new learning rate, or the state before the gradient norm started to grow).
+    (the first step at a new learning rate, the state before the gradient norm started to grow, or
+    the last state whose loss was below ``RISE`` times the first window's). It can be earlier than
+    the run's first step: a resumed run whose first states were already on the way up.
     ``stable_learning_rate``: the highest rate the run took at least ``STABLE_STEPS`` finite steps
     at before the onset; None when it took none.
     """
@@ -77,12 +89,20 @@ class RunUp:
     stable_learning_rate: float | None
 
 
-def run_up(norms: Sequence[tuple[int, float]], rates: Sequence[tuple[int, float | None]], step: int) -> RunUp:
-    """Where the run-up to an explosion at ``step`` began, from the per-step gradient norms and rates.
+def run_up(
+    norms: Sequence[tuple[int, float]],
+    rates: Sequence[tuple[int, float | None]],
+    step: int,
+    losses: Sequence[tuple[int, float]] = (),
+    start_loss: float | None = None,
+) -> RunUp:
+    """Where the run-up to an explosion at ``step`` began, from the per-step gradient norms, rates and losses.
 
-    Two causes are read: a change of the learning rate shortly before (warm-up ending at a rate
-    the network cannot take), and a growing gradient norm (each step of the run-up at least
-    ``GROWTH`` times the median of the ``BASELINE`` steps before it). The onset is the earlier.
+    Three signs are read: a change of the learning rate shortly before (warm-up ending at a rate
+    the network cannot take); a growing gradient norm (each step of the run-up at least ``GROWTH``
+    times the median of the ``BASELINE`` steps before it); and a loss that has risen above
+    ``RISE`` times ``start_loss`` (the mean of the lineage's first window), which catches a loss
+    that jumps and stays up while its gradients grow slowly. The onset is the earliest.
     """
     onset = step - 1  # without evidence: the state before the step that failed
     rate_at = {s: r for s, r in rates if r is not None and s < step}
@@ -106,6 +126,13 @@ def run_up(norms: Sequence[tuple[int, float]], rates: Sequence[tuple[int, float 
         index -= 1
     if index < len(finite):  # finite[index] is the first step of the growth: the state before it
         onset = min(onset, finite[index][0])  # has taken no abnormal step yet
+    if start_loss is not None and start_loss > 0:
+        before = [(s, v) for s, v in losses if s < step]
+        index = len(before)
+        while index > 0 and not before[index - 1][1] <= RISE * start_loss:  # a non-finite loss is risen too
+            index -= 1
+        if index < len(before):  # the state that gave before[index]'s loss was already up: the one before it
+            onset = min(onset, before[index][0] - 1)
     healthy: dict[float, int] = {}
     for s, _ in finite:
         rate = rate_at.get(s)
@@ -127,6 +154,8 @@ class LearningCheck:
     # Steps without progress after learning that make a plateau; None (the sentinel's default) turns
     # the plateau check off: after learning, a flat loss is most often convergence.
     plateau_patience: int | None = None
+    # A step's loss this many times the first window's mean has diverged (finding Diverging).
+    diverged: float = 10.0
 
     def __post_init__(self) -> None:
         self._sum = 0.0
@@ -141,6 +170,11 @@ class LearningCheck:
     @property
     def learned(self) -> bool:
         return self._learned_at is not None
+
+    @property
+    def start_loss(self) -> float | None:
+        """The mean loss of the lineage's first window: where training started; None before it closes."""
+        return None if self._first is None else self._first[1]
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to be judged against the start of its lineage, not its own first steps."""
@@ -162,6 +196,11 @@ class LearningCheck:
             self._main_steps += 1
         if not math.isfinite(loss):
             return None  # the finite check's business
+        start = self.start_loss
+        if start is not None and start > 0 and loss >= self.diverged * start:
+            message = (f"the loss {loss:.4g} is {loss / start:.3g}x the mean of the first window ({start:.4g}): "
+                       f"diverging (at least {self.diverged:g}x is)")
+            return self._fire(DIVERGING, step, message, loss)
         self._sum += loss
         self._count += 1
         if self._count < self.window:

@@ -273,7 +273,8 @@ class Sentinel:
 
     def _entry(self, finding: RuleFinding, context: Mapping[str, Any]) -> dict[str, Any]:
         # The run-up (rule_engine.health.run_up): which checkpoints are healthy, which rate was stable.
-        before = run_up(self.grad_norm_history, self.rate_history, finding.step)
+        before = run_up(self.grad_norm_history, self.rate_history, finding.step,
+                        losses=self.loss_history, start_loss=self.learning.start_loss)
         return {
             "rule": finding.rule,
             "onset_step": before.onset_step,

@@ -31,10 +31,11 @@ def run_example(name: str, run_dir: Path) -> tuple[subprocess.CompletedProcess[s
 
 
 @pytest.mark.parametrize(
-    ("name", "knob", "integration"),
-    [("transformer-digits", "lr", "library"), ("mlp-diabetes", "step_size", "launcher")],
+    ("name", "knob", "integration", "rule"),
+    # Both diverge; the sentinel stops each at its first loss ten times its start, before the overflow.
+    [("transformer-digits", "lr", "library", "Diverging"), ("mlp-diabetes", "step_size", "launcher", "Diverging")],
 )
-def test_example_explodes_is_stopped_and_is_fixed_through_its_knob(tmp_path, name, knob, integration):
+def test_example_explodes_is_stopped_and_is_fixed_through_its_knob(tmp_path, name, knob, integration, rule):
     example = json.loads((ROOT / "examples" / name / "input.json").read_text())
     assert example["job"]["integration"] == integration
     assert example["job"]["knobs"]["learning_rate"]["hyperparameter"] == knob
@@ -45,7 +46,7 @@ def test_example_explodes_is_stopped_and_is_fixed_through_its_knob(tmp_path, nam
     state = record["state"]
     assert state["outcome"] == "succeeded"
     first, *rest = state["attempts"]
-    assert first["finding"]["rule"] == "ExplodingTensor"
+    assert first["finding"]["rule"] == rule
     # The sentinel ends the job itself (Failed, RuleStop) unless the monitor's StopTrainingJob
     # came first (Stopped); either way it never completed.
     assert first["status"] in ("Stopped", "Failed")

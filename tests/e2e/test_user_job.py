@@ -77,7 +77,8 @@ def test_user_job_explodes_and_recovers_through_its_learning_rate_knob(
     assert first["status"] in ("Failed", "Stopped")
     if first["status"] == "Failed":
         assert "RuleStop:" in first["failure_reason"]
-    assert first["finding"]["rule"] == "ExplodingTensor"
+    # Its loss reached ten times its start before it overflowed: stopped as diverging.
+    assert first["finding"]["rule"] == "Diverging"
     assert first["decision"]["remedy"] == "lower_lr"
     # A constant rate that exploded: no lower rate is known stable, so a quarter of it.
     assert first["decision"]["changes"] == {"lr": [1.6, pytest.approx(0.4)]}
@@ -116,7 +117,7 @@ def test_user_job_without_knobs_is_stopped_and_left_to_a_person(
     assert record.error == "TrainingNotRecovered"
     assert state["outcome"] == "gave_up"
     assert len(state["attempts"]) == 1
-    assert state["attempts"][0]["finding"]["rule"] == "ExplodingTensor"
-    assert "no declared knob can remedy ExplodingTensor; declare a `learning_rate` knob" in state["reason"]
+    assert state["attempts"][0]["finding"]["rule"] == "Diverging"
+    assert "no declared knob can remedy Diverging; declare a `learning_rate` knob" in state["reason"]
     gave_up = [n for n in record.notifications if n.attributes.get("event_type") == "gave_up"]
     assert gave_up and "declare a `learning_rate` knob" in gave_up[0].message

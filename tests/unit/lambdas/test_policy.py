@@ -78,7 +78,13 @@ def test_default_lowers_warmup_lr_only_for_an_explosion_during_warmup(settings):
     in_warmup = policy.plan(state, _finding(phase="warmup"), written())
     assert in_warmup.decision.remedy == "lower_warmup_lr"
     assert in_warmup.run_spec["warmup_learning_rate"] == pytest.approx(0.025)
-    assert in_warmup.run_spec["learning_rate"] == 0.1
+    # The warm-up ran at the main rate (0.1), so the main phase would meet the failing rate again.
+    assert in_warmup.run_spec["learning_rate"] == pytest.approx(0.025)
+    assert "no lower than the warm-up rate that failed" in in_warmup.decision.reason
+    # A main rate below the failing warm-up rate is left alone: the warm-up was too steep for the start.
+    steep = _with_spec(launched(settings), add_batch_norm=1, warmup_learning_rate=0.2, learning_rate=0.1)
+    lowered = policy.plan(steep, _finding(phase="warmup"), written()).run_spec
+    assert (lowered["warmup_learning_rate"], lowered["learning_rate"]) == (pytest.approx(0.05), 0.1)
     after_warmup = policy.plan(state, _finding(step=500, phase="main"), written())
     assert after_warmup.decision.remedy == "lower_lr"
     # No stable rate known (the finding carries none): a quarter; the warm-up rate, now above the
@@ -296,3 +302,25 @@ def test_a_relaunch_that_explodes_right_after_its_checkpoint_starts_fresh(settin
     later = _exploded(1.5, step=40, onset=None)
     state = _history(settings, ({"add_batch_norm": 1, "learning_rate": 1.5}, later), resumed_from=uri)
     assert policy.plan(state, later, written()).decision.resume_from == uri
+
+
+def test_a_relaunch_whose_run_up_began_before_its_checkpoint_starts_fresh(settings):
+    # Resumed at step 5 from a state whose loss was already twice the start: the sentinel places the
+    # onset at 4, before the run's first step, so that checkpoint carries the run-up.
+    uri = "s3://bucket/executions/e/attempt-1/checkpoints/checkpoint-00000005.pt"
+    finding = _exploded(0.05, step=23, onset=4)
+    state = _history(settings, ({"add_batch_norm": 1, "learning_rate": 0.05}, finding), resumed_from=uri)
+    assert policy.plan(state, finding, written(10, 15, 20)).decision.resume_from is None
+    healthy = _exploded(0.05, step=23, onset=18)
+    state = _history(settings, ({"add_batch_norm": 1, "learning_rate": 0.05}, healthy), resumed_from=uri)
+    assert policy.plan(state, healthy, written(10, 15, 20)).decision.resume_from.endswith("/checkpoint-00000015.pt")
+
+
+def test_a_diverging_loss_is_answered_as_an_explosion(settings):
+    # The sentinel's Diverging (a finite loss ten times its start) at 3.0 after a stable warm-up at 0.1.
+    diverging = _exploded(3.0, step=10).model_copy(update={"rule": "Diverging"})
+    state = _history(settings, ({"add_batch_norm": 1, "learning_rate": 3.0}, diverging))
+    plan = policy.plan(state, diverging, written(5))
+    assert plan.decision.remedy == "lower_lr"
+    assert plan.run_spec["learning_rate"] == pytest.approx(0.1 * 30**0.1)  # 3.0 counts as the failing rate
+    assert plan.decision.resume_from.endswith("/checkpoint-00000005.pt")

@@ -24,7 +24,7 @@ def _state(outcome: str, *, resumed: bool = True) -> dict:
         "outcome": outcome,
         "run_spec": {"warmup_learning_rate": 0.1, "learning_rate": 1.5, "add_batch_norm": 1, "grad_clip": 0.0},
         "attempts": [
-            {"job_name": "j-1", "status": "Failed", "finding": {"rule": "ExplodingTensor"},
+            {"job_name": "j-1", "status": "Failed", "finding": {"rule": "Diverging"},
              "decision": {"remedy": "lower_lr"}},
             {"job_name": "j-2", "status": "Completed", "resumed_from": "s3://b/j-1/checkpoint-00000010.pt" if resumed
              else None},

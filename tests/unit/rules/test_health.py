@@ -6,7 +6,7 @@ import json
 import math
 import random
 
-from rule_engine.health import NOT_LEARNING, PLATEAU, LearningCheck, run_up
+from rule_engine.health import DIVERGING, NOT_LEARNING, PLATEAU, LearningCheck, run_up
 
 from tests.unit.rules.test_sentinel import loop
 
@@ -84,13 +84,35 @@ def test_a_completed_run_that_never_learned_leaves_a_finding(tmp_path):
     assert "never learned by the end of the run" in finding["message"]
 
 
-def test_a_rising_loss_is_left_to_the_finite_check_until_the_end():
-    # Diverging, not flat: the explosion the finite check will see is what the remedies answer.
-    rising = [2.3 * 1.1**step for step in range(60)]
+def test_a_slowly_rising_loss_is_not_called_stalled_while_it_runs():
+    # Rising, not flat, and never ten times where it started (about 6x at the end): judged at the end.
+    rising = [2.3 * 1.03**step for step in range(60)]
     check = LearningCheck()
     assert feed(check, rising) is None
     finding = check.at_end(59)
     assert finding is not None and finding.rule == NOT_LEARNING and "by the end of the run" in finding.message
+
+
+def test_a_loss_ten_times_its_first_window_is_diverging_even_while_finite():
+    # A deep network without a bound on its loss: 2.3 for a window, then up by 1.5x a step to a finite 1e9.
+    losses = [2.3] * 5 + [2.3 * 1.5**k for k in range(1, 60)]
+    check = LearningCheck()
+    finding = feed(check, losses)
+    assert finding is not None and finding.rule == DIVERGING
+    assert finding.step == 10  # 2.3 * 1.5**6 = 26.2 is the first at least 23.0
+    assert "11.4x the mean of the first window (2.3)" in finding.message
+    # Just under ten times is not: a loss bump that stays below it is left to the other checks.
+    calm = LearningCheck()
+    assert feed(calm, [2.3] * 5 + [22.9] * 3 + [2.0] * 10) is None
+
+
+def test_a_resumed_run_diverges_against_its_lineage_start():
+    before = LearningCheck()
+    feed(before, [2.3] * 5)
+    resumed = LearningCheck()
+    resumed.load_state_dict(before.state_dict())
+    finding = resumed.observe(10, 30.0, "main")  # the first step of a relaunch from a state already up
+    assert finding is not None and finding.rule == DIVERGING and finding.step == 10
 
 
 def test_a_resumed_run_is_judged_from_its_lineage_start():
@@ -131,6 +153,23 @@ def test_the_run_up_of_a_spike_at_a_constant_rate_is_where_the_norm_started_to_g
     assert run_up([(s, 1.0) for s in range(10)], [(s, 0.5) for s in range(11)], 10).onset_step == 9
     # Too few healthy steps at any rate: none is stable.
     assert run_up([(0, 1.0), (1, 1.0)], [(0, 0.1), (1, 0.1), (2, 0.1)], 2).stable_learning_rate is None
+
+
+def test_the_run_up_of_a_loss_that_jumped_and_stayed_up_is_before_the_jump():
+    # Warm-up at 0.2: the loss jumps from 2.4 to 7 at step 1 and stays there while the gradient norm
+    # grows too slowly to count, until it overflows at 11. The states from step 1 on are worse than
+    # the start: only the first is healthy, and 0.2 was never a stable rate.
+    losses = [(0, 2.4), (1, 7.5), (2, 7.7), (3, 8.0), (4, 6.7), (5, 21.0), (6, 146.0), (7, 240.0), (8, 8.8e3),
+              (9, 1.8e6), (10, 4e16), (11, math.nan)]
+    norms = [(s, 20.0 + s) for s in range(11)] + [(11, math.nan)]
+    rates = [(s, 0.2) for s in range(12)]
+    found = run_up(norms, rates, 11, losses=losses, start_loss=2.4)
+    assert found.onset_step == 0
+    assert found.stable_learning_rate is None
+    # Resumed at step 5 from a state already up: the onset is before the run's first step.
+    assert run_up(norms[5:], rates[5:], 11, losses=losses[5:], start_loss=2.4).onset_step == 4
+    # Without the lineage's start the loss says nothing, and the norms alone cannot place the rise.
+    assert run_up(norms, rates, 11, losses=losses).onset_step == 10
 
 
 def test_the_sentinel_reports_the_run_up_with_its_finding(tmp_path):
