@@ -384,15 +384,16 @@ def main(argv: list[str] | None = None) -> int:
             row = run_scenario(scenario, policy, data, args.run_dir, small=args.small)
             rows.append(row)
             print("  " + table_lines([row])[-1], flush=True)
+            _write_rows(args.run_dir / "bench.json", rows)  # after every row: a run cut short keeps what it measured
     print()
     for line in [*table_lines(rows), "", *summary_lines(rows)]:
         print(line)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
-    args.run_dir.mkdir(parents=True, exist_ok=True)
-    (args.run_dir / "bench.json").write_text(
-        json.dumps([{**asdict(r), "ratio": r.ratio} for r in rows], indent=2, default=str)
-    )
     return 0
+
+
+def _write_rows(path: Path, rows: list[Row]) -> None:
+    path.write_text(json.dumps([{**asdict(r), "ratio": r.ratio} for r in rows], indent=2, default=str))
 
 
 if __name__ == "__main__":
