@@ -130,7 +130,9 @@ class Guard:
         self._warned_late = False
         self.warn_when_loss_is_late = True  # the launcher reads losses from log lines, late by design
         self._closed = False
-        self.checked: tuple[int, int] | None = None  # the first and last step checked, for the closing line
+        # The first and last step checked, for the closing line; the first is None until a step is checked.
+        self.first_checked: int | None = None
+        self.last_checked = 0
         self._handles: list[Any] = []
         if install_hooks and optimizer is not None:
             self._handles += [
@@ -186,7 +188,9 @@ class Guard:
     def check(self) -> Verdict:
         """Check the gradients of the step about to be applied (the hooks call this; so may a framework)."""
         step = self.step_number
-        self.checked = (step if self.checked is None else self.checked[0], step)
+        if self.first_checked is None:
+            self.first_checked = step
+        self.last_checked = step
         verdict = self.sentinel.after_backward(
             step, epoch=self.epoch, phase=self.phase, learning_rate=self.learning_rate, loss=self._loss,
             inputs=self._inputs, labels=self._labels, outputs=self._outputs,
@@ -258,9 +262,9 @@ class Guard:
 
     def _say_checked(self, status: str) -> None:
         """One line for the job's log: which steps this process checked, and how it ended."""
-        if self.checked is not None and self.primary:
-            first, last = self.checked
-            print(f"sentinel: checked steps {first}..{last}, {status}", file=sys.stderr, flush=True)
+        if self.first_checked is not None and self.primary:
+            print(f"sentinel: checked steps {self.first_checked}..{self.last_checked}, {status}", file=sys.stderr,
+                  flush=True)
 
     def __enter__(self) -> Guard:
         return self

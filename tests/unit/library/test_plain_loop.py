@@ -63,14 +63,19 @@ def _tiny(tmp_path, config):
     return model, optimizer, watch(model, optimizer, environ=env)
 
 
-def test_the_step_count_survives_an_optimizer_checkpoint(tmp_path):
-    model, optimizer, guard = _tiny(tmp_path, {"rules": [{"name": "ExplodingTensor"}]})
-    for _ in range(3):
+def _train(guard, optimizer, model, steps: int) -> None:
+    """``steps`` healthy steps on one constant batch, each loss reported before the optimizer step."""
+    for _ in range(steps):
         optimizer.zero_grad()
         loss = model(torch.ones(2, 4)).sum()
         loss.backward()
         guard.step(loss)
         optimizer.step()
+
+
+def test_the_step_count_survives_an_optimizer_checkpoint(tmp_path):
+    model, optimizer, guard = _tiny(tmp_path, {"rules": [{"name": "ExplodingTensor"}]})
+    _train(guard, optimizer, model, 3)
     saved = optimizer.state_dict()
     assert saved[STATE_KEY] == 3
     guard.close()
@@ -82,12 +87,7 @@ def test_the_step_count_survives_an_optimizer_checkpoint(tmp_path):
 
 def test_the_learning_check_start_survives_an_optimizer_checkpoint(tmp_path):
     model, optimizer, guard = _tiny(tmp_path, {"rules": [{"name": "ExplodingTensor"}]})
-    for _ in range(6):
-        optimizer.zero_grad()
-        loss = model(torch.ones(2, 4)).sum()
-        loss.backward()
-        guard.step(loss)
-        optimizer.step()
+    _train(guard, optimizer, model, 6)
     saved = optimizer.state_dict()
     first = saved[LEARNING_KEY]["first"]
     assert first is not None and first[0] == 4  # the first 5-step window ended at step 4

@@ -13,7 +13,7 @@ from torch import nn
 from tests.unit.library.support import FIXTURES, findings, job_env, logged, run
 
 PLAIN = FIXTURES / "regression" / "plain_loop.py"
-RESUMING = FIXTURES / "resuming_loop" / "train.py"
+RESUMING = FIXTURES / "regression" / "resuming_loop.py"
 
 
 def _first_non_finite(script, root, *args: str) -> int:

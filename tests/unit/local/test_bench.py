@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import math
+
+import numpy as np
 import pytest
 
 from stabilizer import bench
 from stabilizer.scenarios import ALL, SCENARIOS, by_name
+from tests.helpers import ROOT
 
 EXPLODED = """training steps=24 steps_per_epoch=8 examples=512 start_step=0
 step=9 epoch=1 loss=2.1 lr=3 grad_norm=40
@@ -122,5 +127,13 @@ def test_the_examples_are_scenarios_run_as_their_input_describes():
     execution_input = transformer.execution_input("default")
     assert execution_input["job"]["entry_point"] == "train.py"
     assert execution_input["job"]["knobs"]["learning_rate"]["hyperparameter"] == "lr"
-    # 3 epochs over the training split in batches of 64.
-    assert transformer.clean_steps(execution_input["job"]["hyperparameters"]) % 3 == 0
+    # A clean run is `epochs` passes over the train channel's examples in batches of `batch`.
+    example = ROOT / "examples" / "transformer-digits"
+    described = json.loads((example / "input.json").read_text())["job"]
+    with np.load(example / described["channels"]["train"] / "digits.npz") as data:
+        examples = len(data["x"])  # train.py iterates over a permutation of len(x)
+    hyperparameters = described["hyperparameters"]
+    expected = hyperparameters["epochs"] * math.ceil(examples / hyperparameters["batch"])
+    assert transformer.clean_steps(execution_input["job"]["hyperparameters"]) == expected
+    other = {**hyperparameters, "epochs": 2, "batch": 100}
+    assert transformer.clean_steps(other) == 2 * math.ceil(examples / 100)
