@@ -28,24 +28,28 @@ class BakedImages(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, config: DeploymentConfig) -> None:
         super().__init__(scope, construct_id)
         self.config = config
-        cpu = pytorch_training(PYTORCH_VERSION, "cpu")
-        self._training = CfnMapping(
-            self, "TrainingImageRegistry",
-            mapping={region: {"account": account} for region, account in sorted(cpu.accounts.items())},
-        )
-        self._training_account = self._training.find_in_map(Aws.REGION, "account")
-        self.environment: dict[str, str] = {
-            "FRAMEWORK_IMAGES": self._framework_images(),
-        }
         if config.training_image_uri:
-            # One image of the user's for every instance type (workflow/images.py).
-            self.environment["TRAINING_IMAGE_URI"] = config.training_image_uri
+            # The user's image for every instance type (workflow/images.py), and nothing that looks
+            # the region up in a mapping: a custom image is how a region the SDK does not know
+            # deploys, and Fn::FindInMap fails the whole stack there. Framework images by version
+            # are then not offered (the train Lambda says to give job.image as a URI).
+            self.environment: dict[str, str] = {
+                "FRAMEWORK_IMAGES": "{}",
+                "TRAINING_IMAGE_URI": config.training_image_uri,
+            }
+            self.repository_arns = [_repository_arn_of(config.training_image_uri)]
         else:
-            self.environment["TRAINING_IMAGE_URI"] = self._uri(cpu)
-            self.environment["TRAINING_IMAGE_URI_GPU"] = self._uri(pytorch_training(PYTORCH_VERSION, "gpu"))
-        self.repository_arns = [self._repository_arn(self._training_account, cpu.repository)]
-        if config.training_image_uri:
-            self.repository_arns.append(_repository_arn_of(config.training_image_uri))
+            cpu = pytorch_training(PYTORCH_VERSION, "cpu")
+            self._training_account = CfnMapping(
+                self, "TrainingImageRegistry",
+                mapping={region: {"account": account} for region, account in sorted(cpu.accounts.items())},
+            ).find_in_map(Aws.REGION, "account")
+            self.environment = {
+                "FRAMEWORK_IMAGES": self._framework_images(),
+                "TRAINING_IMAGE_URI": self._uri(cpu),
+                "TRAINING_IMAGE_URI_GPU": self._uri(pytorch_training(PYTORCH_VERSION, "gpu")),
+            }
+            self.repository_arns = [self._repository_arn(self._training_account, cpu.repository)]
         if config.debugger_rules_enabled:
             rules = debugger_rules()
             mapping = CfnMapping(

@@ -4,7 +4,8 @@
   prefix): the job's end, not the next check, moves the execution: the watch function sends the
   parked execution its task token. SageMaker sends this event to the default event bus whenever
   TrainingJobStatus changes (EventBridge reference, "Amazon SageMaker AI events"); its detail is
-  DescribeTrainingJob's response.
+  a part of DescribeTrainingJob's response without CheckpointConfig (tests/events/README.md), so
+  the watch function finds the execution from OutputDataConfig.S3OutputPath or the job's tags.
 - "Step Functions Execution Status Change" (FAILED, TIMED_OUT, ABORTED; this state machine):
   whatever ends an execution abnormally (a timeout, a StopExecution, the history quota, an error
   no Catch handled), the watch function stops the training job it left running and tells someone.
@@ -99,7 +100,8 @@ class JobEvents(Construct):
     def _rules(self) -> None:
         # The job's end moves the execution, not the next poll: SageMaker sends "SageMaker Training
         # Job State Change" to the default event bus whenever TrainingJobStatus changes (EventBridge
-        # reference, "Amazon SageMaker AI events"); the detail is DescribeTrainingJob's response.
+        # reference, "Amazon SageMaker AI events"); the detail is a part of DescribeTrainingJob's
+        # response, without CheckpointConfig (tests/events/README.md).
         events.Rule(
             self,
             "TrainingJobEnded",

@@ -84,10 +84,10 @@ def park(event: dict[str, Any], deps: Collaborators) -> dict[str, Any]:
 
 
 def wake(event: dict[str, Any], deps: Collaborators) -> dict[str, Any]:
-    ended = watch.job_ended(event)
-    if ended is None or not watch.in_bucket(ended.checkpoint_s3_uri, deps.settings.bucket):
+    ended = watch.job_ended(event, deps.settings.bucket)
+    if ended is None or not watch.in_bucket(ended.attempt_prefix, deps.settings.bucket):
         return {"woken": False, "reason": "not a job of this deployment that ended"}
-    uri = watch.token_uri(ended.checkpoint_s3_uri or "")
+    uri = watch.attempt_token_uri(ended.attempt_prefix or "")
     token = deps.tokens.read(uri)
     if token is None:
         # Nobody waits (the execution is checking, or ended): its next check will see the job.

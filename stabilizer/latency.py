@@ -20,6 +20,11 @@ The two ways, step by step:
   execution its task token; the monitor decides, the train function launches; with a warm pool
   (`warm_pool_seconds`) the next job starts on the instance the last one used.
 
+Whether the job-end event wakes the execution is not assumed: `python -m stabilizer.bench_latency`
+runs the true path in local mode (the event in the shape SageMaker documents, the project's watch
+function, the task token) and measures it. When the event does not wake the execution, the
+execution sees the job's end only at its next check, and the model says so (`WakeMeasurement`).
+
 This module must not import the workflow or call AWS.
 """
 
@@ -123,13 +128,38 @@ def sample_way() -> Way:
     ))
 
 
-def stabilizer_way(warm_pool: bool) -> Way:
+@dataclass(frozen=True)
+class WakeMeasurement:
+    """What the true path did in local mode: did the job-end event wake the parked execution, and
+    how long from the job's end to the execution's next check (seconds, wall clock)."""
+
+    woken: bool
+    seconds: float
+    wait_seconds: int
+
+    @property
+    def source(self) -> str:
+        how = ("woken by the job-end event" if self.woken
+               else f"NOT woken: timed out after wait_seconds={self.wait_seconds}")
+        return f"local mode, SageMaker's documented event shape: {how}, {self.seconds:.1f} s job end to check"
+
+
+def stabilizer_way(warm_pool: bool, wake: WakeMeasurement | None = None) -> Way:
+    """stabilizer's way; `wake` is the measured true path (None: the event is taken to wake it)."""
     start = WARM_START if warm_pool else COLD_START
+    if wake is None or wake.woken:
+        seen = (
+            Part("job-end event to the watch function", EVENT_DELIVERY),
+            Part("execution woken (SendTaskSuccess)", LAMBDA_COLD),
+        )
+    else:
+        # The event found no parked execution: the job's end is seen at the next check.
+        seen = (Part("job end seen at the next check (event did not wake)", Figure(
+            POLL_DELAY.seconds, DERIVED, f"{POLL_DELAY.source}; {wake.source}")),)
     return Way(f"stabilizer (sentinel, job-end event, {'warm pool' if warm_pool else 'no warm pool'})", (
         Part("explosion seen by the sentinel", SENTINEL),
         Part("job ends itself (Uploading, Failed)", JOB_END),
-        Part("job-end event to the watch function", EVENT_DELIVERY),
-        Part("execution woken (SendTaskSuccess)", LAMBDA_COLD),
+        *seen,
         Part("decide and launch", Figure(LAMBDA_COLD.seconds * 2 + TRANSITIONS.seconds, ASSUMED,
                                          "two Lambda steps and transitions")),
         Part("instance for the next job", start),
@@ -137,5 +167,5 @@ def stabilizer_way(warm_pool: bool) -> Way:
     ))
 
 
-def ways() -> list[Way]:
-    return [sample_way(), stabilizer_way(warm_pool=False), stabilizer_way(warm_pool=True)]
+def ways(wake: WakeMeasurement | None = None) -> list[Way]:
+    return [sample_way(), stabilizer_way(warm_pool=False, wake=wake), stabilizer_way(warm_pool=True, wake=wake)]

@@ -3,8 +3,14 @@ EventBridge event is about, which jobs an ended execution left running, and what
 
 Pure: events and descriptions in, names and notifications out. The AWS calls are the handler's
 (`watch_handler.py`). Event shapes, from the EventBridge events reference:
-- "SageMaker Training Job State Change": `detail` is the job's DescribeTrainingJob response
-  (`TrainingJobName`, `TrainingJobStatus`, `CheckpointConfig`, ...);
+- "SageMaker Training Job State Change": `detail` is a part of the job's DescribeTrainingJob
+  response: `TrainingJobName`, `TrainingJobStatus`, `OutputDataConfig`, `HyperParameters`,
+  `Tags` (a map), ... but no `CheckpointConfig` (AWS's page "Events that Amazon SageMaker AI
+  sends to Amazon EventBridge", section "Training job state change", and the EventBridge schema
+  `aws.sagemaker@SageMakerTrainingJobStateChange`; tests/events/README.md). The attempt is found
+  from `OutputDataConfig.S3OutputPath`, which the train function sets to
+  `s3://<bucket>/executions/<execution>/attempt-<n>/output`, or else from the job's
+  `stabilizer:execution` and `stabilizer:attempt` tags;
 - "Step Functions Execution Status Change": `detail` has `executionArn`, `stateMachineArn`,
   `name`, `status`, `startDate`, `stopDate`, `input`, `output` (no error or cause: the handler
   asks DescribeExecution for those).
@@ -24,21 +30,28 @@ TERMINAL_JOB_STATUSES = ("Completed", "Failed", "Stopped")
 UNCATCHABLE_ERRORS = ("States.Runtime", "States.DataLimitExceeded")
 
 
+OUTPUT_FOLDER = "output"  # OutputDataConfig.S3OutputPath is <attempt prefix>/output (workflow.requests)
+
+
 def token_uri(checkpoint_s3_uri: str) -> str:
     """`s3://b/executions/<e>/attempt-<n>/checkpoints` -> `s3://b/executions/<e>/attempt-<n>/wake-token.json`.
 
     Beside the checkpoints, not in them: SageMaker mirrors the job's checkpoint directory to S3,
     deletions included, and this file is not the job's.
     """
-    attempt = checkpoint_s3_uri.rstrip("/").rsplit("/", 1)[0]
-    return f"{attempt}/{TOKEN_FILE}"
+    return attempt_token_uri(checkpoint_s3_uri.rstrip("/").rsplit("/", 1)[0])
+
+
+def attempt_token_uri(attempt_prefix: str) -> str:
+    """`s3://b/executions/<e>/attempt-<n>` -> its `wake-token.json`."""
+    return f"{attempt_prefix.rstrip('/')}/{TOKEN_FILE}"
 
 
 @dataclass(frozen=True)
 class JobEnded:
     job_name: str
     status: str
-    checkpoint_s3_uri: str | None
+    attempt_prefix: str | None  # s3://<bucket>/executions/<execution>/attempt-<n>, None when not ours
 
 
 @dataclass(frozen=True)
@@ -48,13 +61,37 @@ class ExecutionEnded:
     status: str
 
 
-def job_ended(event: dict[str, Any]) -> JobEnded | None:
+def _tags(detail: dict[str, Any]) -> dict[str, str]:
+    """The event's tags: a map in the event (the page's example); DescribeTrainingJob's list form too."""
+    tags = detail.get("Tags")
+    if isinstance(tags, dict):
+        return {str(k): str(v) for k, v in tags.items()}
+    if isinstance(tags, list):
+        return {str(t.get("Key")): str(t.get("Value")) for t in tags if isinstance(t, dict)}
+    return {}
+
+
+def attempt_of(detail: dict[str, Any], bucket: str) -> str | None:
+    """`s3://<bucket>/executions/<execution>/attempt-<n>` of the job an event is about, from what the
+    event carries: its output path, else its tags. None when neither says (not this workflow's job)."""
+    output = (detail.get("OutputDataConfig") or {}).get("S3OutputPath")
+    if isinstance(output, str):
+        prefix, _, last = output.rstrip("/").rpartition("/")
+        if last == OUTPUT_FOLDER and prefix.rsplit("/", 1)[-1].startswith("attempt-"):
+            return prefix
+    tags = _tags(detail)
+    execution, attempt = tags.get("stabilizer:execution"), tags.get("stabilizer:attempt")
+    if execution and attempt and attempt.isdigit():
+        return f"s3://{bucket}/executions/{execution}/attempt-{attempt}"
+    return None
+
+
+def job_ended(event: dict[str, Any], bucket: str) -> JobEnded | None:
     detail = event.get("detail") or {}
     name, status = detail.get("TrainingJobName"), detail.get("TrainingJobStatus")
     if not isinstance(name, str) or status not in TERMINAL_JOB_STATUSES:
         return None
-    uri = (detail.get("CheckpointConfig") or {}).get("S3Uri")
-    return JobEnded(name, str(status), uri if isinstance(uri, str) else None)
+    return JobEnded(name, str(status), attempt_of(detail, bucket))
 
 
 def execution_ended(event: dict[str, Any]) -> ExecutionEnded | None:

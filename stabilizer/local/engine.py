@@ -42,6 +42,7 @@ from stabilizer.local.deployment import (
     placeholder_values,
 )
 from stabilizer.local.execution_follower import ExecutionFollower, Observer, unobserved
+from stabilizer.local.job_state_events import job_state_change
 from stabilizer.local.lambda_seam import LocalLambdas
 from stabilizer.local.rule_jobs import rule_evaluator_factory
 from stabilizer.local.s3files import source_archive
@@ -233,20 +234,14 @@ class LocalEngine:
                     self._stack.callback(handler.setStream, previous)
 
     def _job_ended(self, job: LocalTrainingJob) -> None:
-        """EventBridge's rule, locally: the job's "SageMaker Training Job State Change" to the watch function."""
+        """EventBridge's rule, locally: the job's "SageMaker Training Job State Change" to the watch
+        function, in the shape SageMaker sends (no CheckpointConfig: `job_state_events`)."""
         assert self.sagemaker is not None
-        detail = json.loads(json.dumps(self.sagemaker.describe_training_job(job.name), default=str))
-        event = {
-            "version": "0",
-            "id": str(uuid.uuid4()),
-            "detail-type": "SageMaker Training Job State Change",
-            "source": "aws.sagemaker",
-            "account": ACCOUNT,
-            "region": REGION,
-            "resources": [job.arn],
-            "detail": detail,
-        }
-        self.lambdas.invoke(self.settings.watch_function, event)
+        event = job_state_change(
+            self.sagemaker.describe_training_job(job.name), job.request.get("Tags", []),
+            account=ACCOUNT, region=REGION,
+        )
+        self.lambdas.invoke(self.settings.watch_function, json.loads(json.dumps(event)))
 
     def _create_state_machine(self) -> None:
         text = self.project.definition.read_text()

@@ -133,4 +133,30 @@ def test_a_full_image_uri_in_context_is_used_for_every_instance_type():
     [pull] = [s for _, s in policy_statements(raw) if s.get("Sid") == "PullTrainingImage"]
     assert "arn:aws:ecr:eu-west-1:123456789012:repository/my-training" in [
         render(r, raw, "eu-west-1") for r in as_list(pull["Resource"])]
-    json.loads(render(env["FRAMEWORK_IMAGES"], raw, "eu-west-1"))  # versions stay available by name
+
+
+
+def test_a_custom_image_deploys_in_a_region_the_sdk_does_not_know():
+    # A custom image is the way to deploy where the SDK has no registry account: nothing in the
+    # template may look the region up in a mapping, or CloudFormation refuses the stack there.
+    uri = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/my-training:v7"
+    _, raw = synth(training_image_uri=uri)
+    assert _region_lookups(raw) == []
+    assert "TrainingImageRegistry" not in raw.get("Mappings", {})
+    env = _train_environment(raw)
+    assert json.loads(env["FRAMEWORK_IMAGES"]) == {}  # images by version need the SDK's region table
+
+
+def _region_lookups(value) -> list:
+    """Every Fn::FindInMap keyed on AWS::Region in a template (one keyed on the partition is fine)."""
+    found = []
+    if isinstance(value, dict):
+        lookup = value.get("Fn::FindInMap")
+        if lookup and lookup[1] == {"Ref": "AWS::Region"}:
+            found.append(lookup)
+        for item in value.values():
+            found += _region_lookups(item)
+    elif isinstance(value, list):
+        for item in value:
+            found += _region_lookups(item)
+    return found

@@ -11,7 +11,7 @@ import boto3
 import pytest
 import watch_handler
 from botocore.stub import ANY, Stubber
-from conftest import ENV, T0, new_state
+from conftest import ENV, EVENTS, T0, new_state
 from moto import mock_aws
 from workflow import aws, watch
 from workflow.settings import WatchSettings
@@ -81,9 +81,13 @@ def _deps(cloud, sagemaker, executions) -> watch_handler.Collaborators:
 
 
 def _launched(settings) -> dict:
+    return dump_state(_plan(settings).state)
+
+
+def _plan(settings):
     from workflow.launch import launch
 
-    return dump_state(launch(new_state(settings), settings, T0).state)
+    return launch(new_state(settings), settings, T0)
 
 
 def _inbox(cloud) -> list[dict]:
@@ -92,37 +96,88 @@ def _inbox(cloud) -> list[dict]:
     return got.get("Messages", [])
 
 
-def _job_event(name: str, status: str, checkpoint_uri: str) -> dict:
-    return {
-        "version": "0", "detail-type": "SageMaker Training Job State Change", "source": "aws.sagemaker",
-        "detail": {"TrainingJobName": name, "TrainingJobStatus": status,
-                   "CheckpointConfig": {"S3Uri": checkpoint_uri, "LocalPath": "/opt/ml/checkpoints"}},
-    }
+def _documented_event() -> dict:
+    """AWS's "SageMaker Training Job State Change" example (tests/events/README.md)."""
+    return json.loads((EVENTS / "sagemaker-training-job-state-change.json").read_text())
+
+
+def _job_event(request: dict, status: str, *, output: bool = True, tags: bool = True) -> dict:
+    """The event SageMaker sends for the job `request` created: the documented shape, filled with
+    that job's values; no member the documented event lacks."""
+    event = _documented_event()
+    detail = event["detail"]
+    detail["TrainingJobName"] = request["TrainingJobName"]
+    detail["TrainingJobStatus"] = detail["SecondaryStatus"] = status
+    detail["HyperParameters"] = dict(request["HyperParameters"])
+    detail["OutputDataConfig"]["S3OutputPath"] = request["OutputDataConfig"]["S3OutputPath"]
+    detail["Tags"] = {tag["Key"]: tag["Value"] for tag in request["Tags"]}
+    if not output:
+        del detail["OutputDataConfig"]
+    if not tags:
+        detail["Tags"] = {}
+    if status == "Failed":
+        detail["FailureReason"] = "AlgorithmError: the sentinel stopped training (exit 86)"
+    assert "CheckpointConfig" not in detail
+    return event
+
+
+def _park(cloud, settings, executions, token="tok-1"):
+    plan = _plan(settings)
+    state = dump_state(plan.state)
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    with Stubber(sagemaker) as stub:
+        stub.add_response("describe_training_job", described(plan.attempt.job_name, "InProgress"),
+                          {"TrainingJobName": plan.attempt.job_name})
+        parked = watch_handler.handle({"action": "await", "token": token, "state": state},
+                                      _deps(cloud, sagemaker, executions))
+    assert parked["parked"] is True
+    return plan, sagemaker
 
 
 def test_parking_keeps_the_token_beside_the_attempt_and_the_job_end_sends_it(cloud, settings):
-    state = _launched(settings)
-    attempt = state["attempts"][-1]
-    sagemaker = boto3.client("sagemaker", region_name=REGION)
     executions = FakeExecutions()
-    with Stubber(sagemaker) as stub:
-        stub.add_response("describe_training_job", described(attempt["job_name"], "InProgress"),
-                          {"TrainingJobName": attempt["job_name"]})
-        parked = watch_handler.handle({"action": "await", "token": "tok-1", "state": state},
-                                      _deps(cloud, sagemaker, executions))
-    assert parked["parked"] is True
-    token_key = attempt["checkpoint_s3_uri"].split(BUCKET + "/")[1].rsplit("/", 1)[0] + "/wake-token.json"
+    plan, sagemaker = _park(cloud, settings, executions)
+    attempt = plan.attempt
+    token_key = attempt.checkpoint_s3_uri.split(BUCKET + "/")[1].rsplit("/", 1)[0] + "/wake-token.json"
     assert json.loads(cloud["s3"].get_object(Bucket=BUCKET, Key=token_key)["Body"].read())["token"] == "tok-1"
     assert executions.sent == []
 
-    woken = watch_handler.handle(_job_event(attempt["job_name"], "Failed", attempt["checkpoint_s3_uri"]),
-                                 _deps(cloud, sagemaker, executions))
+    woken = watch_handler.handle(_job_event(plan.request, "Failed"), _deps(cloud, sagemaker, executions))
     assert woken["woken"] is True
-    assert executions.sent == [("tok-1", {"job_name": attempt["job_name"], "status": "Failed"})]
-    # Sent once: the token is gone, a repeated event wakes nothing.
-    again = watch_handler.handle(_job_event(attempt["job_name"], "Failed", attempt["checkpoint_s3_uri"]),
-                                 _deps(cloud, sagemaker, executions))
+    assert executions.sent == [("tok-1", {"job_name": attempt.job_name, "status": "Failed"})]
+    # Sent once: the token is gone, a repeated event (SageMaker may send several) wakes nothing.
+    again = watch_handler.handle(_job_event(plan.request, "Failed"), _deps(cloud, sagemaker, executions))
     assert again["woken"] is False and len(executions.sent) == 1
+
+
+def test_the_job_end_event_as_aws_documents_it_wakes_the_execution_without_waiting_for_the_check(
+        cloud, settings):
+    # The documented event carries no CheckpointConfig: the execution is found from what it does carry.
+    event = _job_event(_plan(settings).request, "Completed")
+    documented = _documented_event()["detail"]
+    assert set(event["detail"]) <= set(documented)
+    executions = FakeExecutions()
+    plan, sagemaker = _park(cloud, settings, executions, token="tok-doc")
+    result = watch_handler.handle(event, _deps(cloud, sagemaker, executions))
+    assert result == {"woken": True, "job_name": plan.attempt.job_name, "status": "Completed"}
+    assert executions.sent == [("tok-doc", {"job_name": plan.attempt.job_name, "status": "Completed"})]
+
+
+def test_the_jobs_tags_find_the_execution_when_the_event_has_no_output_path(cloud, settings):
+    executions = FakeExecutions()
+    plan, sagemaker = _park(cloud, settings, executions, token="tok-tags")
+    result = watch_handler.handle(_job_event(plan.request, "Stopped", output=False),
+                                  _deps(cloud, sagemaker, executions))
+    assert result["woken"] is True and executions.sent[0][0] == "tok-tags"
+
+
+def test_the_token_is_found_where_parking_kept_it_from_the_event_alone(settings):
+    plan = _plan(settings)
+    from_checkpoints = watch.token_uri(plan.attempt.checkpoint_s3_uri)
+    for output, tags in ((True, True), (False, True)):
+        detail = _job_event(plan.request, "Completed", output=output, tags=tags)["detail"]
+        assert watch.attempt_token_uri(watch.attempt_of(detail, BUCKET)) == from_checkpoints
+    assert watch.attempt_of(_job_event(plan.request, "Completed", output=False, tags=False)["detail"], BUCKET) is None
 
 
 def test_a_job_that_ended_before_parking_wakes_the_execution_at_once(cloud, settings):
@@ -143,7 +198,9 @@ def test_a_job_that_ended_before_parking_wakes_the_execution_at_once(cloud, sett
 
 def test_another_deployments_job_is_ignored(cloud, settings):
     executions = FakeExecutions()
-    event = _job_event("stabilizer-abc-1", "Completed", "s3://someone-else/executions/x/attempt-1/checkpoints")
+    event = _documented_event()
+    event["detail"]["TrainingJobName"] = "stabilizer-abc-1"
+    event["detail"]["OutputDataConfig"]["S3OutputPath"] = "s3://someone-else/executions/x/attempt-1/output"
     result = watch_handler.handle(event, _deps(cloud, boto3.client("sagemaker", region_name=REGION), executions))
     assert result["woken"] is False and executions.sent == []
 
