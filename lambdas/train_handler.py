@@ -16,16 +16,18 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from workflow.aws import (
     Artifacts,
+    Executions,
     Notifier,
     TrainingJobs,
     empty_channels,
     get_s3,
     get_sagemaker,
     get_sns,
+    get_stepfunctions,
     invocation_deadline,
     missing_data_message,
 )
-from workflow.errors import StateCorrupted, TrainingDataMissing
+from workflow.errors import AccessDenied, StateCorrupted, TrainingDataMissing
 from workflow.launch import ArchiveReader, launch, prepare
 from workflow.observability import MetricUnit, instrumented, logger, metrics
 from workflow.settings import TrainSettings
@@ -46,9 +48,13 @@ def handle(
     notifier: Notifier | None = None,
     sources: ArchiveReader | None = None,
     artifacts: Artifacts | None = None,
+    executions: Executions | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
-    """The handler's work with its collaborators injectable; `lambda_handler` uses the defaults."""
+    """The handler's work with its collaborators injectable; `lambda_handler` uses the defaults.
+
+    With `executions`, a launch checks after CreateTrainingJob that its execution still runs
+    (`lambda_handler` always passes it)."""
     if not isinstance(event, dict):
         raise StateCorrupted(f"event: expected a JSON object, got {type(event).__name__}")
     settings = settings or get_settings()
@@ -67,6 +73,8 @@ def handle(
             # Said now, before any job is created, instead of by a job failing minutes later.
             raise TrainingDataMissing(missing_data_message(empty))
         existing = jobs.create(plan.request)
+        if executions is not None and _ended_meanwhile(plan.state, plan.attempt.job_name, jobs, executions):
+            return dump_state(plan.state)
         logger.info(
             "training job started" if not existing else "training job already started by an earlier try",
             job_name=plan.attempt.job_name,
@@ -79,7 +87,30 @@ def handle(
     raise StateCorrupted(f"action: expected 'prepare' or 'launch', got {action!r}")
 
 
+def _ended_meanwhile(state: Any, name: str, jobs: TrainingJobs, executions: Executions) -> bool:
+    """Stop the new job when its execution ended (aborted, timed out) while this launch ran.
+
+    Step Functions does not stop a running Lambda when its execution ends, and the clean-up on
+    the execution's end (the watch function) lists the running jobs once, possibly before this
+    call created one. Checked after the create, the two cannot both miss the job.
+    """
+    try:
+        status = executions.status(state.execution.id)
+    except AccessDenied as error:
+        # A deployment whose role may not describe executions still launches; the watch function's
+        # clean-up remains the guard.
+        logger.warning("cannot check that the execution still runs", error=str(error), job_name=name)
+        return False
+    if status in ("RUNNING", ""):
+        return False
+    stopped = jobs.stop(name)
+    logger.warning("the execution ended while its job was being created; job stopped",
+                   job_name=name, execution_status=status, stopped=stopped)
+    return True
+
+
 @instrumented
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     invocation_deadline(context)
-    return handle(event)
+    action = event.get("action") if isinstance(event, dict) else None
+    return handle(event, executions=Executions(get_stepfunctions()) if action == "launch" else None)

@@ -1,10 +1,12 @@
 """Watch Lambda: park an execution until its job ends, wake it when it does, clean up after
 executions that end abnormally (docs/contracts.md, section 5).
 
-Three kinds of event:
+Four kinds of event:
 - `{"action": "await", "token", "state"}` from the state machine's `AwaitJobChange` task
   (`.waitForTaskToken`): keep the token beside the attempt, and send it back at once if the job
   has already ended (its end event may have come before the token was kept);
+- `{"action": "stop_launch", "state"}` from `StopJobOfFailedLaunch`, when `LaunchTrainingJob`
+  failed: stop the job its CreateTrainingJob may have created all the same;
 - "SageMaker Training Job State Change" (EventBridge): send the kept token, so the execution
   checks the job now instead of at the next timeout;
 - "Step Functions Execution Status Change" to FAILED, TIMED_OUT or ABORTED (EventBridge): stop
@@ -35,6 +37,7 @@ from workflow.aws import (
 )
 from workflow.errors import StateCorrupted, WorkflowError
 from workflow.observability import instrumented, logger
+from workflow.requests import attempt_prefix, job_name
 from workflow.settings import WatchSettings
 from workflow.state import load_state
 
@@ -120,18 +123,46 @@ def clean_up(event: dict[str, Any], deps: Collaborators) -> dict[str, Any]:
     return {"stopped": stopped, "notified": note is not None}
 
 
+def stop_unrecorded(event: dict[str, Any], deps: Collaborators) -> dict[str, Any]:
+    """`LaunchTrainingJob` failed: stop the job its CreateTrainingJob may have created anyway.
+
+    The launch's error reaches the Catch with the state from before the launch, which does not
+    record the new attempt, so the abort would stop only the previous job. A job's name is known
+    before it is created (`<prefix>-<execution short id>-<attempt>`, workflow.requests.job_name), so
+    whatever the timing (the call timed out, the function was cut off after it, the notification
+    failed) a job of that name under this execution's prefix is stopped here.
+    """
+    state = load_state(event.get("state"))
+    if state.next_action != "launch_new":
+        return {"stopped": [], "job_name": None}
+    number = len(state.attempts) + 1
+    name = job_name(deps.settings.job_name_prefix, state.execution.short_id, number)
+    described = deps.jobs.find(name)
+    if described is None or not watch.launched_by(described, attempt_prefix(deps.settings.bucket,
+                                                                             state.execution.name, number)):
+        logger.info("no job was created by the failed launch", job_name=name)
+        return {"stopped": [], "job_name": name}
+    stopped = described.get("TrainingJobStatus") == "InProgress" and deps.jobs.stop(name)
+    logger.warning("stopped the job of a failed launch" if stopped else "the failed launch's job already ended",
+                   job_name=name, attempt=number)
+    return {"stopped": [name] if stopped else [], "job_name": name}
+
+
 def handle(event: Any, deps: Collaborators | None = None) -> dict[str, Any]:
     if not isinstance(event, dict):
         raise StateCorrupted(f"event: expected a JSON object, got {type(event).__name__}")
     deps = deps or Collaborators()
     if event.get("action") == "await":
         return park(event, deps)
+    if event.get("action") == "stop_launch":
+        return stop_unrecorded(event, deps)
     if event.get("detail-type") == JOB_EVENT:
         return wake(event, deps)
     if event.get("detail-type") == EXECUTION_EVENT:
         return clean_up(event, deps)
     raise StateCorrupted(
-        f"event: expected action 'await' or the EventBridge events {JOB_EVENT!r} or {EXECUTION_EVENT!r}"
+        f"event: expected action 'await' or 'stop_launch', or the EventBridge events {JOB_EVENT!r} or "
+        f"{EXECUTION_EVENT!r}"
     )
 
 

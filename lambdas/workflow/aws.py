@@ -19,9 +19,17 @@ from urllib.parse import urlparse
 
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
 
-from workflow.errors import AwsRequestRejected, CapacityUnavailable, TransientAwsError, WorkflowError
+from workflow.errors import (
+    AccessDenied,
+    AwsRequestRejected,
+    CapacityUnavailable,
+    ServiceQuotaExceeded,
+    TransientAwsError,
+    WorkflowError,
+)
 from workflow.notifications import Notification
 from workflow.observation import FindingsDocument, parse_findings
+from workflow.service_limits import quota_advice
 
 THROTTLING = {
     "Throttling",
@@ -40,7 +48,17 @@ THROTTLING = {
     "ServiceUnavailable",
     "ServiceUnavailableException",
 }
-CAPACITY = {"ResourceLimitExceeded", "CapacityError", "InsufficientCapacity"}
+# Capacity that comes back by itself: retried with the state machine's long back-off.
+CAPACITY = {"CapacityError", "InsufficientCapacity", "InsufficientCapacityError"}
+# An account quota: SageMaker's CreateTrainingJob answers ResourceLimitExceeded ("The account-level
+# service limit '<quota>' is N Instances ..."; SageMaker API reference, Common Errors and
+# CreateTrainingJob Errors). Not retried: waiting does not raise a quota.
+QUOTA = {"ResourceLimitExceeded"}
+# S3's answers for an object that is not there. A 403 is not one of them: S3 answers 403 for a
+# missing object only when the caller may not list the prefix (S3 API reference, GetObject,
+# "Permissions"), and the functions' roles may list theirs (docs/contracts.md, section 4, IAM).
+NOT_THERE = {"NoSuchKey", "404", "NotFound"}
+DENIED = {"AccessDenied", "AccessDeniedException", "403", "Forbidden"}
 
 # Standard retry mode already retries throttling a few times inside one invocation; what is
 # left over is raised as TransientAwsError for the state machine's longer backoff.
@@ -127,18 +145,26 @@ def error_code(error: ClientError) -> str:
 def translate(error: Exception, doing: str) -> WorkflowError:
     """A botocore failure as the named error the state machine retries or catches."""
     if isinstance(error, ClientError):
-        code = error_code(error)
-        message = error.response.get("Error", {}).get("Message", "")
-        status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-        text = f"{doing}: {code}: {message}"
-        if code in CAPACITY:
-            return CapacityUnavailable(text)
-        if code in THROTTLING or status >= 500:
-            return TransientAwsError(text)
-        return AwsRequestRejected(text)
+        return _client_error(error, doing)
     if isinstance(error, ConnectionError | HTTPClientError):
         return TransientAwsError(f"{doing}: {error}")
     return AwsRequestRejected(f"{doing}: {error}")
+
+
+def _client_error(error: ClientError, doing: str) -> WorkflowError:
+    code = error_code(error)
+    message = error.response.get("Error", {}).get("Message", "")
+    status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    text = f"{doing}: {code}: {message}"
+    if code in QUOTA:
+        return ServiceQuotaExceeded(f"{text}. {quota_advice(message)}")
+    if code in CAPACITY:
+        return CapacityUnavailable(text)
+    if code in THROTTLING or status >= 500:
+        return TransientAwsError(text)
+    if code in DENIED or status == 403:
+        return AccessDenied(f"{text} (HTTP 403: this function's role may not do this)")
+    return AwsRequestRejected(text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,6 +205,15 @@ def _already_over(error: ClientError) -> bool:
     )
 
 
+def _no_such_job(error: ClientError) -> bool:
+    """SageMaker answers a describe of an unknown job with ValidationException "Requested resource
+    not found." (ResourceNotFound in some APIs)."""
+    message = error.response.get("Error", {}).get("Message", "").lower()
+    return error_code(error) == "ResourceNotFound" or (
+        error_code(error) == "ValidationException" and "not found" in message
+    )
+
+
 class TrainingJobs:
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -205,6 +240,17 @@ class TrainingJobs:
         try:
             return self.client.describe_training_job(TrainingJobName=name)
         except (ClientError, BotoCoreError) as error:
+            raise translate(error, f"DescribeTrainingJob {name}") from error
+
+    def find(self, name: str) -> dict[str, Any] | None:
+        """The job's description, or None when SageMaker has no job of that name (yet)."""
+        try:
+            return self.client.describe_training_job(TrainingJobName=name)
+        except ClientError as error:
+            if _no_such_job(error):
+                return None
+            raise translate(error, f"DescribeTrainingJob {name}") from error
+        except BotoCoreError as error:
             raise translate(error, f"DescribeTrainingJob {name}") from error
 
     def stop(self, name: str) -> bool:
@@ -257,13 +303,14 @@ class Artifacts:
         self.client = client
 
     def findings(self, checkpoint_uri: str) -> tuple[FindingsDocument | None, str | None]:
-        """(document, None), (None, None) when there is no file, or (None, why) when unreadable."""
+        """(document, None), (None, None) when there is no file yet (404), or (None, why) when
+        unreadable; a 403 raises AccessDenied, never read as "no file yet"."""
         bucket, prefix = split_s3_uri(checkpoint_uri)
         key = f"{prefix.rstrip('/')}/findings.json"
         try:
             body = self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
         except ClientError as error:
-            if error_code(error) in ("NoSuchKey", "404", "NotFound"):
+            if error_code(error) in NOT_THERE:
                 return None, None
             raise translate(error, f"GetObject s3://{bucket}/{key}") from error
         except BotoCoreError as error:
@@ -336,12 +383,12 @@ class TaskTokens:
             raise translate(error, f"PutObject s3://{bucket}/{key}") from error
 
     def read(self, uri: str) -> str | None:
-        """The token kept at `uri`; None when there is none (or it is unreadable)."""
+        """The token kept at `uri`; None when there is none (404) or it is unreadable; a 403 raises AccessDenied."""
         bucket, key = split_s3_uri(uri)
         try:
             body = self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
         except ClientError as error:
-            if error_code(error) in ("NoSuchKey", "404", "NotFound"):
+            if error_code(error) in NOT_THERE:
                 return None
             raise translate(error, f"GetObject s3://{bucket}/{key}") from error
         except BotoCoreError as error:
@@ -385,6 +432,10 @@ class Executions:
             return self.client.describe_execution(executionArn=arn)
         except (ClientError, BotoCoreError) as error:
             raise translate(error, f"DescribeExecution {arn}") from error
+
+    def status(self, arn: str) -> str:
+        """RUNNING, SUCCEEDED, FAILED, TIMED_OUT, ABORTED or PENDING_REDRIVE."""
+        return str(self.describe(arn).get("status", ""))
 
 
 class Notifier:

@@ -38,3 +38,13 @@ class MisconfiguredEnvironment(WorkflowError):  # noqa: N818 - the name is the c
 
 class TrainingDataMissing(WorkflowError):  # noqa: N818 - the name is the contract
     """A channel of the stack's bucket holds no object: the message says what to upload where."""
+
+
+class AccessDenied(AwsRequestRejected):
+    """AWS answered 403: the function's role may not do this (or, for an S3 object, may not list
+    its prefix, so a missing object reads as 403 too). Never taken for "not there yet"."""
+
+
+class ServiceQuotaExceeded(WorkflowError):  # noqa: N818 - the name is the contract
+    """SageMaker's ResourceLimitExceeded: an account quota is used up. Waiting does not raise a
+    quota, so it is not retried; the message names the quota and how to raise it."""

@@ -16,6 +16,7 @@ Pure: a state or a request in, a list of problems (each naming its field) out.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import TYPE_CHECKING, Any
 
@@ -144,3 +145,23 @@ def request_problems(request: dict[str, Any], sources: dict[str, str] | None = N
                 else f"{where}: {tag['Value']!r} cannot be a SageMaker tag value"
             )
     return problems
+
+
+_QUOTA_NAME = re.compile(r"service limit '([^']+)'")
+
+
+def quota_advice(message: str) -> str:
+    """What to do about SageMaker's ResourceLimitExceeded `message`, naming the quota it names.
+
+    SageMaker's message reads "The account-level service limit '<quota>' is N Instances, with
+    current utilization of M Instances and a request delta of K Instances. Please use AWS Service
+    Quotas to request an increase for this quota." Quotas are raised in the Service Quotas console
+    (service "Amazon SageMaker"); they do not come back by waiting, so the launch is not retried.
+    """
+    found = _QUOTA_NAME.search(message or "")
+    quota = f"the SageMaker quota {found.group(1)!r}" if found else "a SageMaker account quota"
+    return (
+        f"{quota} is used up: request an increase in Service Quotas (service Amazon SageMaker), "
+        "stop the account's other jobs that use it, or start the execution with a job.instance_type "
+        "you have quota for"
+    )

@@ -94,6 +94,13 @@ def job_ended(event: dict[str, Any], bucket: str) -> JobEnded | None:
     return JobEnded(name, str(status), attempt_of(detail, bucket))
 
 
+def launched_by(description: dict[str, Any], attempt_prefix: str) -> bool:
+    """Whether a described job is the one this execution's attempt launched: its output path lies
+    under that attempt's prefix (another deployment with the same job-name prefix writes elsewhere)."""
+    output = str((description.get("OutputDataConfig") or {}).get("S3OutputPath", ""))
+    return output.rstrip("/") == f"{attempt_prefix.rstrip('/')}/{OUTPUT_FOLDER}"
+
+
 def execution_ended(event: dict[str, Any]) -> ExecutionEnded | None:
     detail = event.get("detail") or {}
     arn, name, status = detail.get("executionArn"), detail.get("name"), detail.get("status")

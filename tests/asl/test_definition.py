@@ -60,14 +60,15 @@ def test_execution_has_the_timeout_the_input_checks_against(definition):
 def test_every_lambda_task_retries_transient_errors_and_capacity_errors_longer(definition):
     lambda_tasks = {n: s for n, s in _tasks(definition).items() if ":lambda:invoke" in s["Resource"]}
     assert set(lambda_tasks) == {
-        "ValidateInput", "LaunchTrainingJob", "AwaitJobChange", "CheckJobAndRules", "StopJobAndNotify",
+        "ValidateInput", "LaunchTrainingJob", "StopJobOfFailedLaunch", "AwaitJobChange", "CheckJobAndRules",
+        "StopJobAndNotify",
     }
     for name, task in lambda_tasks.items():
         by_error = {error: retrier for retrier in task["Retry"] for error in retrier["ErrorEquals"]}
         assert set(by_error) >= TRANSIENT, name
         transient = by_error["TransientAwsError"]
         assert transient["BackoffRate"] > 1 and transient["MaxAttempts"] >= 3, name
-        if name == "AwaitJobChange":
+        if name in ("AwaitJobChange", "StopJobOfFailedLaunch"):
             continue  # the watch function creates nothing, so it never meets a capacity limit
         capacity = by_error["CapacityUnavailable"]
         assert capacity["IntervalSeconds"] > transient["MaxDelaySeconds"], name
@@ -86,10 +87,15 @@ def test_every_task_catches_everything_and_keeps_the_error(definition):
 def test_failures_end_with_the_original_error(definition):
     fail = definition["States"]["FailWithOriginalError"]
     assert (fail["ErrorPath"], fail["CausePath"]) == ("$.error.Error", "$.error.Cause")
-    for name in ("LaunchTrainingJob", "CheckJobAndRules"):
+    catches = {"LaunchTrainingJob": "StopJobOfFailedLaunch", "CheckJobAndRules": "StopJobAndNotify"}
+    for name, after in catches.items():
         assert definition["States"][name]["Catch"][-1] == {
-            "ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "StopJobAndNotify"
+            "ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": after
         }
+    # Stopping the failed launch's job keeps $.error and goes on to the same failure path.
+    stop = definition["States"]["StopJobOfFailedLaunch"]
+    assert stop["ResultPath"] is None and stop["Next"] == "StopJobAndNotify"
+    assert stop["Catch"][-1]["Next"] == "StopJobAndNotify" and stop["Catch"][-1]["ResultPath"] != "$.error"
 
 
 def test_every_state_is_reachable(definition):

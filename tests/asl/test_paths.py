@@ -157,16 +157,67 @@ def test_capacity_never_available_stops_notifies_and_fails(workflow):
         {},
         prepare=[ok(PREPARED)],
         launch=[raises("CapacityUnavailable", no_capacity)] * 6,
+        stop_launch=[ok({"stopped": []})],
         abort=[ok(PREPARED)],
     )
 
     assert outcome.status == "FAILED"
     assert outcome.error == "CapacityUnavailable"
-    assert outcome.actions() == ["prepare"] + ["launch"] * 6 + ["abort"]
+    assert outcome.actions() == ["prepare"] + ["launch"] * 6 + ["stop_launch", "abort"]
     assert outcome.retry_sleeps == [60, 120, 240, 480, 600]  # capped by MaxDelaySeconds
     assert outcome.states == [
-        "ValidateInput", "LaunchTrainingJob", "StopJobAndNotify", "FailWithOriginalError",
+        "ValidateInput", "LaunchTrainingJob", "StopJobOfFailedLaunch", "StopJobAndNotify", "FailWithOriginalError",
     ]
+
+
+def test_a_used_up_quota_fails_at_once_naming_it(workflow):
+    quota = ("CreateTrainingJob stabilizer-0a1b2c3d-1: ResourceLimitExceeded: The account-level service limit "
+             "'ml.p3.2xlarge for training job usage' is 0 Instances. the SageMaker quota "
+             "'ml.p3.2xlarge for training job usage' is used up: request an increase in Service Quotas")
+    outcome = workflow.run(
+        {},
+        prepare=[ok(PREPARED)],
+        launch=[raises("ServiceQuotaExceeded", quota)],
+        stop_launch=[ok({"stopped": []})],
+        abort=[ok(PREPARED)],
+    )
+
+    assert outcome.status == "FAILED"
+    assert outcome.error == "ServiceQuotaExceeded"
+    assert outcome.retry_sleeps == []  # no 25 minutes of back-off for a quota that will not move
+    assert "ml.p3.2xlarge for training job usage" in json.loads(outcome.cause)["errorMessage"]
+
+
+def test_a_launch_that_fails_after_creating_its_job_stops_that_job(workflow):
+    # The notification after CreateTrainingJob was refused: the job exists, the state does not know it.
+    outcome = workflow.run(
+        {},
+        prepare=[ok(PREPARED)],
+        launch=[raises("AwsRequestRejected", "Publish launched: AuthorizationError")],
+        stop_launch=[ok({"stopped": ["stabilizer-exec-1-1"], "job_name": "stabilizer-exec-1-1"})],
+        abort=[ok(PREPARED)],
+    )
+
+    assert outcome.status == "FAILED" and outcome.error == "AwsRequestRejected"
+    assert outcome.states == [
+        "ValidateInput", "LaunchTrainingJob", "StopJobOfFailedLaunch", "StopJobAndNotify", "FailWithOriginalError",
+    ]
+    [stop] = outcome.events_of("stop_launch")
+    assert stop["state"] == PREPARED  # the state the launch started from: the watch function derives the name
+    assert outcome.events_of("abort")[0]["error"]["Error"] == "AwsRequestRejected"
+
+
+def test_a_failure_to_stop_the_launchs_job_still_aborts_with_the_original_error(workflow):
+    outcome = workflow.run(
+        {},
+        prepare=[ok(PREPARED)],
+        launch=[raises("AwsRequestRejected", "CreateTrainingJob: ValidationException")],
+        stop_launch=[raises("AccessDenied", "StopTrainingJob: AccessDeniedException")],
+        abort=[ok(PREPARED)],
+    )
+
+    assert outcome.states[-3:] == ["StopJobOfFailedLaunch", "StopJobAndNotify", "FailWithOriginalError"]
+    assert outcome.error == "AwsRequestRejected"
 
 
 def test_unexpected_error_stops_job_notifies_and_fails(workflow):

@@ -18,10 +18,12 @@ from conftest import ENV, RULE_STOP, T0, describe, launched, load_event
 from moto import mock_aws
 from workflow import aws, requests
 from workflow.errors import (
+    AccessDenied,
     AwsRequestRejected,
     CapacityUnavailable,
     InvalidInput,
     MisconfiguredEnvironment,
+    ServiceQuotaExceeded,
     StateCorrupted,
     TransientAwsError,
 )
@@ -223,11 +225,12 @@ def test_a_name_clash_with_a_job_that_is_not_ours_is_rejected(cloud):
 @pytest.mark.parametrize(
     ("code", "status", "error"),
     [
-        ("ResourceLimitExceeded", 400, CapacityUnavailable),
+        ("ResourceLimitExceeded", 400, ServiceQuotaExceeded),
+        ("InsufficientCapacityError", 400, CapacityUnavailable),
         ("ThrottlingException", 400, TransientAwsError),
         ("InternalFailure", 500, TransientAwsError),
         ("ValidationException", 400, AwsRequestRejected),
-        ("AccessDeniedException", 400, AwsRequestRejected),
+        ("AccessDeniedException", 400, AccessDenied),
     ],
 )
 def test_client_errors_become_named_errors_the_state_machine_can_catch(cloud, code, status, error):
@@ -239,13 +242,52 @@ def test_client_errors_become_named_errors_the_state_machine_can_catch(cloud, co
     assert messages(cloud) == []  # nothing launched, nothing announced
 
 
+class EndedExecution:
+    """DescribeExecution of an execution that was aborted while its launch was under way."""
+
+    def __init__(self, status: str) -> None:
+        self.asked: list[str] = []
+        self.answer = status
+
+    def status(self, arn: str) -> str:
+        self.asked.append(arn)
+        return self.answer
+
+
+def test_a_job_created_after_its_execution_was_aborted_is_stopped_at_once(cloud):
+    state = _prepared()
+    name = requests.job_name("stabilizer", load_state(state).execution.short_id, 1)
+    client, stub = stubbed_sagemaker()
+    stub.add_response("create_training_job", {"TrainingJobArn": f"arn:aws:sagemaker:{REGION}:1:training-job/{name}"})
+    stub.add_response("stop_training_job", {}, {"TrainingJobName": name})
+    executions = EndedExecution("ABORTED")
+    with stub:
+        train_handler.handle({"action": "launch", "state": state}, jobs=aws.TrainingJobs(client),
+                             executions=executions, now=T0)
+    stub.assert_no_pending_responses()
+    assert executions.asked == [load_state(state).execution.id]
+    assert messages(cloud) == []  # nothing announced as launched
+
+
+def test_a_launch_of_a_running_execution_is_not_stopped(cloud):
+    state = _prepared()
+    client, stub = stubbed_sagemaker()
+    stub.add_response("create_training_job", {"TrainingJobArn": f"arn:aws:sagemaker:{REGION}:1:training-job/x"})
+    with stub:
+        new = train_handler.handle({"action": "launch", "state": state}, jobs=aws.TrainingJobs(client),
+                                   executions=EndedExecution("RUNNING"), now=T0)
+    stub.assert_no_pending_responses()
+    assert new["next_action"] == "monitor"
+    assert [m["MessageAttributes"]["event_type"]["Value"] for m in messages(cloud)] == ["launched"]
+
+
 def test_a_failure_is_raised_through_the_powertools_decorators_not_returned(cloud, monkeypatch):
     state = _prepared()
     client, stub = stubbed_sagemaker()
     stub.add_client_error("create_training_job", "ResourceLimitExceeded", "quota 0")
     monkeypatch.setattr(aws, "get_sagemaker", lambda: client)
     monkeypatch.setattr(train_handler, "get_sagemaker", lambda: client)
-    with stub, pytest.raises(CapacityUnavailable):
+    with stub, pytest.raises(ServiceQuotaExceeded):
         train_handler.lambda_handler({"action": "launch", "state": state}, Context())
 
 
@@ -427,7 +469,14 @@ def _full(response: dict[str, Any]) -> dict[str, Any]:
 
 def test_prepare_launch_check_through_lambda_handler_on_moto(cloud):
     """Default lazily-created clients, Powertools decorators, moto's SageMaker: the shape of a run."""
-    state = train_handler.lambda_handler(load_event("train-prepare-console.json"), Context())
+    prepare = load_event("train-prepare-console.json")
+    # The launch checks that its execution still runs: there is one, as under the state machine.
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    definition = json.dumps({"StartAt": "A", "States": {"A": {"Type": "Pass", "End": True}}})
+    machine = sfn.create_state_machine(name="stabilizer", definition=definition,
+                                       roleArn="arn:aws:iam::123456789012:role/sfn")["stateMachineArn"]
+    sfn.start_execution(stateMachineArn=machine, name=prepare["execution"]["name"])
+    state = train_handler.lambda_handler(prepare, Context())
     state = train_handler.lambda_handler({"action": "launch", "state": state}, Context())
     name = state["history"]["latest_job_name"]
     described = boto3.client("sagemaker", region_name=REGION).describe_training_job(TrainingJobName=name)

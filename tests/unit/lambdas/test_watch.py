@@ -14,6 +14,7 @@ from botocore.stub import ANY, Stubber
 from conftest import ENV, EVENTS, T0, new_state
 from moto import mock_aws
 from workflow import aws, watch
+from workflow.errors import AccessDenied
 from workflow.settings import WatchSettings
 from workflow.state import dump_state
 
@@ -280,3 +281,76 @@ def test_an_event_of_no_known_kind_is_refused(cloud):
     with pytest.raises(Exception, match="expected action 'await'"):
         watch_handler.handle({"detail-type": "Something Else"},
                              _deps(cloud, boto3.client("sagemaker", region_name=REGION), FakeExecutions()))
+
+
+# --- a launch that failed ---------------------------------------------------------------------
+
+
+def _launch_failed(settings) -> tuple[dict, dict]:
+    """The state the failed launch started from (no new attempt recorded) and the request it sent."""
+    plan = _plan(settings)
+    return dump_state(new_state(settings)), plan.request
+
+
+def test_a_failed_launch_whose_job_was_created_gets_that_job_stopped(cloud, settings):
+    state, request = _launch_failed(settings)
+    name = request["TrainingJobName"]
+    created = described(name, "InProgress")
+    created["OutputDataConfig"] = request["OutputDataConfig"]
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    with Stubber(sagemaker) as stub:
+        stub.add_response("describe_training_job", created, {"TrainingJobName": name})
+        stub.add_response("stop_training_job", {}, {"TrainingJobName": name})
+        result = watch_handler.handle({"action": "stop_launch", "state": state},
+                                      _deps(cloud, sagemaker, FakeExecutions()))
+        stub.assert_no_pending_responses()
+    assert result == {"stopped": [name], "job_name": name}
+
+
+def test_a_failed_launch_that_created_nothing_stops_nothing(cloud, settings):
+    state, request = _launch_failed(settings)
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    with Stubber(sagemaker) as stub:
+        stub.add_client_error("describe_training_job", "ValidationException", "Requested resource not found.")
+        result = watch_handler.handle({"action": "stop_launch", "state": state},
+                                      _deps(cloud, sagemaker, FakeExecutions()))
+    assert result == {"stopped": [], "job_name": request["TrainingJobName"]}
+
+
+def test_a_job_of_the_same_name_from_another_deployment_is_left_alone(cloud, settings):
+    state, request = _launch_failed(settings)
+    name = request["TrainingJobName"]
+    theirs = described(name, "InProgress")
+    theirs["OutputDataConfig"] = {"S3OutputPath": "s3://someone-else/executions/x/attempt-1/output"}
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    with Stubber(sagemaker) as stub:
+        stub.add_response("describe_training_job", theirs, {"TrainingJobName": name})
+        result = watch_handler.handle({"action": "stop_launch", "state": state},
+                                      _deps(cloud, sagemaker, FakeExecutions()))
+        stub.assert_no_pending_responses()
+    assert result["stopped"] == []
+
+
+# --- S3: not there yet is not access denied ---------------------------------------------------
+
+
+def test_a_missing_token_is_not_there_yet_but_a_denied_read_is_a_named_error():
+    s3 = boto3.client("s3", region_name=REGION)
+    uri = f"s3://{BUCKET}/executions/run-1/attempt-1/wake-token.json"
+    with Stubber(s3) as stub:
+        stub.add_client_error("get_object", "NoSuchKey", "The specified key does not exist.", 404)
+        assert aws.TaskTokens(s3).read(uri) is None
+        stub.add_client_error("get_object", "AccessDenied", "Access Denied", 403)
+        with pytest.raises(AccessDenied, match="403"):
+            aws.TaskTokens(s3).read(uri)
+
+
+def test_missing_findings_are_not_there_yet_but_denied_findings_are_a_named_error():
+    s3 = boto3.client("s3", region_name=REGION)
+    uri = f"s3://{BUCKET}/executions/run-1/attempt-1/checkpoints"
+    with Stubber(s3) as stub:
+        stub.add_client_error("get_object", "NoSuchKey", "The specified key does not exist.", 404)
+        assert aws.Artifacts(s3).findings(uri) == (None, None)
+        stub.add_client_error("get_object", "AccessDenied", "Access Denied", 403)
+        with pytest.raises(AccessDenied, match=r"findings\.json"):
+            aws.Artifacts(s3).findings(uri)
