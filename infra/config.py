@@ -37,6 +37,13 @@ UNPUBLISHED_POWERTOOLS_VERSIONS = frozenset({"3.23.0"})
 # reporter resolved /aws/service/powertools/python/x86_64/python3.13/3.22.1 to the layer ARN while
 # 3.23.0's was missing. Pinned, so a redeploy does not change the layer under the code the tests ran.
 POWERTOOLS_VERSION = "3.22.1"
+# The state machine's TimeoutSeconds (statemachine/stabilizer.asl.json, 2,678,400 s; tests/infra keep
+# them equal). An execution's checkpoints (it may resume from attempt 1's), findings and wake tokens
+# must outlive it: S3 expires an object the given days after its creation, rounded up to the next
+# midnight UTC (S3 user guide, "Lifecycle configuration elements", Expiration), so a retention of one
+# day more than the timeout never expires an object a running execution still reads.
+EXECUTION_TIMEOUT_DAYS = 31
+MIN_ARTIFACT_RETENTION_DAYS = EXECUTION_TIMEOUT_DAYS + 1
 # SageMaker managed warm pools keep an instance at most 3600 s after a job (KeepAlivePeriodInSeconds).
 WARM_POOL_MAX_SECONDS = 3600
 
@@ -55,8 +62,9 @@ class DeploymentConfig:
     training_image_uri: str = ""
     # Training-job names start with this; IAM scopes SageMaker actions to `training-job/<prefix>*`.
     job_name_prefix: str = "stabilizer"
-    # Days until checkpoints, tensors and outputs under executions/ expire.
-    artifact_retention_days: int = 30
+    # Days until checkpoints, tensors and outputs under executions/ expire: longer than an
+    # execution may run (EXECUTION_TIMEOUT_DAYS), with a few days to read a finished one.
+    artifact_retention_days: int = 35
     # Powertools layer version resolved from its public SSM parameter (a version, or `latest`,
     # which moves under the deployed code at every deploy).
     powertools_version: str = POWERTOOLS_VERSION
@@ -116,7 +124,7 @@ def read_config(source: ContextSource) -> DeploymentConfig:
         training_image_uri=_text(source, "training_image_uri", defaults.training_image_uri),
         job_name_prefix=_text(source, "job_name_prefix", defaults.job_name_prefix),
         artifact_retention_days=_count(
-            source, "artifact_retention_days", defaults.artifact_retention_days, 1
+            source, "artifact_retention_days", defaults.artifact_retention_days, MIN_ARTIFACT_RETENTION_DAYS
         ),
         powertools_version=_text(source, "powertools_version", defaults.powertools_version),
         log_retention_days=_count(source, "log_retention_days", defaults.log_retention_days, 1),

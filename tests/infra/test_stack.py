@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from aws_cdk.assertions import Match
 
-from infra.config import ContextError, read_config
+from infra.config import EXECUTION_TIMEOUT_DAYS, ContextError, read_config
 from infra.stack import LAMBDA_MEMORY_MB
 from tests.infra.synth import REPO_ROOT, as_list, dumps, policy_statements, synth
 
@@ -68,9 +68,30 @@ def test_bucket_blocks_public_access_is_encrypted_and_expires_artifacts(default_
         "BucketEncryption": {"ServerSideEncryptionConfiguration": [
             {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]},
         "LifecycleConfiguration": {"Rules": Match.array_with([
-            Match.object_like({"Prefix": "executions/", "ExpirationInDays": 30, "Status": "Enabled"}),
+            Match.object_like({"Prefix": "executions/", "ExpirationInDays": 35, "Status": "Enabled"}),
         ])},
     })
+
+
+def test_an_executions_artifacts_outlive_the_longest_execution(default_synth):
+    # A running execution reads its checkpoints (resuming from an early attempt's), findings and
+    # wake tokens: none may expire before the execution's own timeout ends it.
+    _, raw = default_synth
+    _, bucket = _one(raw, "AWS::S3::Bucket")
+    [rule] = [r for r in bucket["Properties"]["LifecycleConfiguration"]["Rules"] if r.get("Prefix") == "executions/"]
+    timeout = json.loads((REPO_ROOT / "statemachine" / "stabilizer.asl.json").read_text())["TimeoutSeconds"]
+    assert timeout == EXECUTION_TIMEOUT_DAYS * 86_400
+    assert rule["ExpirationInDays"] * 86_400 > timeout
+
+
+def test_a_retention_shorter_than_an_execution_is_refused():
+    class Context(dict):
+        def try_get_context(self, key):
+            return self.get(key)
+
+    minimum = EXECUTION_TIMEOUT_DAYS + 1
+    with pytest.raises(ContextError, match=f"'artifact_retention_days' must be an integer >= {minimum}"):
+        read_config(Context({"artifact_retention_days": 30}))
 
 
 def test_bucket_and_topic_refuse_requests_without_tls(default_synth):
