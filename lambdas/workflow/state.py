@@ -23,7 +23,16 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from workflow.errors import InvalidInput, StateCorrupted
 from workflow.job import KNOB_ROLES, HyperparameterValue, Job, Strict
@@ -57,6 +66,27 @@ _S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$")
 
 
 _Strict = Strict
+
+
+# Text that comes from outside the workflow (SageMaker's failure reasons and statuses, the job's
+# findings: rule and tensor names, values, messages, exception lines; reasons quoting them) is cut
+# to a bound of UTF-8 bytes as it enters the state, so that a state with the most attempts the
+# limits allow stays under Step Functions' 256 KB payload quota (workflow.service_limits checks
+# the rest at input; tests/unit/lambdas/test_state_size.py builds the largest state).
+def _clipped(max_bytes: int) -> BeforeValidator:
+    def clip(value: Any) -> Any:
+        if isinstance(value, str) and len(value.encode()) > max_bytes:
+            return value.encode()[: max_bytes - 3].decode(errors="ignore") + "..."
+        return value
+
+    return BeforeValidator(clip)
+
+
+NAME_MAX_BYTES, VALUE_MAX_BYTES, TEXT_MAX_BYTES = 128, 40, 240
+ExternalName = Annotated[str, _clipped(NAME_MAX_BYTES)]  # a rule, tensor or status name
+ExternalValue = Annotated[str, _clipped(VALUE_MAX_BYTES)]  # a tensor's value as text
+ExternalText = Annotated[str, _clipped(TEXT_MAX_BYTES)]  # a message, failure reason or reason
+ExecutionReason = Annotated[str, _clipped(4 * TEXT_MAX_BYTES)]  # the execution's one reason, quoting the above
 
 
 class RuleConfig(_Strict):
@@ -274,14 +304,14 @@ class Finding(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rule: str
+    rule: ExternalName
     step: int | None = None
     epoch: int | None = None
     phase: Phase | None = None
     learning_rate: float | None = None
-    tensor: str | None = None
-    value: str | None = None
-    message: str = ""
+    tensor: ExternalName | None = None
+    value: ExternalValue | None = None
+    message: ExternalText = ""
     source: Literal["sentinel", "debugger", "failure_reason"] = "sentinel"
     # The sentinel's reading of the run-up (rule_engine.health.run_up): checkpoints whose next step
     # is at most onset_step are from before it; stable_learning_rate is the highest rate the run
@@ -297,10 +327,10 @@ class Decision(BaseModel):
 
     action: Literal["relaunch", "end"]
     outcome: Outcome | None = None
-    remedy: str | None = None
+    remedy: ExternalName | None = None
     changes: dict[str, list[Any]] = Field(default_factory=dict)  # field -> [old, new]
     resume_from: str | None = None
-    reason: str
+    reason: ExecutionReason  # the policy's sentence, quoting a finding
 
 
 class Attempt(BaseModel):
@@ -317,8 +347,8 @@ class Attempt(BaseModel):
     started_at: datetime
     ended_at: datetime | None = None
     status: TrainingJobStatus = "InProgress"
-    secondary_status: str | None = None
-    failure_reason: str | None = None
+    secondary_status: ExternalName | None = None
+    failure_reason: ExternalText | None = None
     finding: Finding | None = None
     steps: int | None = None
     seconds: int | None = None
@@ -336,7 +366,7 @@ class WorkflowState(BaseModel):
     wait_seconds: int = Field(300, ge=1, le=3600)
     next_action: NextAction = "launch_new"
     job_status: TrainingJobStatus | None = None
-    rule_status: str | None = None
+    rule_status: ExternalName | None = None
     # The job as resolved at ValidateInput: source, image and instance are always set.
     job: Job
     monitoring: Monitoring = Field(default_factory=Monitoring)
@@ -348,7 +378,7 @@ class WorkflowState(BaseModel):
     history: History = Field(default_factory=History)
     attempts: list[Attempt] = Field(default_factory=list)
     outcome: Outcome | None = None
-    reason: str | None = None
+    reason: ExecutionReason | None = None
 
     @property
     def current(self) -> Attempt | None:
