@@ -10,7 +10,7 @@ import re
 import pytest
 
 from infra.config import ContextError, read_config
-from tests.infra.synth import as_list, dumps, policy_statements, synth
+from tests.infra.synth import REPO_ROOT, as_list, dumps, policy_statements, synth
 
 
 def _resources(raw: dict, kind: str) -> dict[str, dict]:
@@ -173,3 +173,15 @@ def test_powertools_layer_is_pinned_to_a_published_parameter():
     # 3.23.0's python3.13 x86_64 parameter was never published (powertools-lambda-python#7689).
     with pytest.raises(ContextError, match=r"'powertools_version' 3\.23\.0 has no published"):
         read_config(Context({"powertools_version": "3.23.0"}))
+
+
+def test_the_tests_pin_the_powertools_the_layer_deploys():
+    # The deployed functions import Powertools from the layer of POWERTOOLS_VERSION; the `lambda`
+    # extra pins the same release, so local runs and tests exercise that code, not a newer one.
+    import tomllib
+
+    from infra.config import POWERTOOLS_VERSION
+
+    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    [pin] = [r for r in extras["lambda"] if r.startswith("aws-lambda-powertools")]
+    assert pin.split("==")[1] == POWERTOOLS_VERSION
