@@ -31,12 +31,12 @@ HISTORY_EVENT_QUOTA = 25_000
 # history (and measured in moto's interpreter by tests/asl/test_bounds.py, which must not exceed them):
 # - start and end: ExecutionStarted, ValidateInput (TaskStateEntered, TaskScheduled, TaskStarted,
 #   TaskSucceeded, TaskStateExited), the final state entered/exited and ExecutionSucceeded/Failed,
-#   with a failure path (StopJobAndNotify, NotifyFailure) on top;
+#   with a failure path (StopJobOfFailedLaunch, StopJobAndNotify, NotifyFailure) on top;
 # - a launch: one Lambda task, 5 events;
 # - a check: AwaitJobChange (entered, scheduled, started, submitted, succeeded or timed out,
 #   exited: 6), or, when parking fails, its failure (5) plus WaitForProgress (2); then
 #   CheckJobAndRules (5) and DecideNextStep (2).
-EVENTS_START_AND_END = 20
+EVENTS_START_AND_END = 25
 EVENTS_PER_LAUNCH = 5
 EVENTS_PER_CHECK = 14
 # A retried Lambda step writes TaskFailed, TaskScheduled and TaskStarted again; kept in reserve.
