@@ -154,7 +154,7 @@ def stabilizer_way(warm_pool: bool, wake: WakeMeasurement | None = None) -> Way:
         )
     else:
         # The event found no parked execution: the job's end is seen at the next check.
-        seen = (Part("job end seen at the next check (event did not wake)", Figure(
+        seen = (Part("job end seen at next check (no wake)", Figure(
             POLL_DELAY.seconds, DERIVED, f"{POLL_DELAY.source}; {wake.source}")),)
     return Way(f"stabilizer (sentinel, job-end event, {'warm pool' if warm_pool else 'no warm pool'})", (
         Part("explosion seen by the sentinel", SENTINEL),
