@@ -56,7 +56,7 @@ CAPACITY = {"CapacityError", "InsufficientCapacity", "InsufficientCapacityError"
 QUOTA = {"ResourceLimitExceeded"}
 # S3's answers for an object that is not there. A 403 is not one of them: S3 answers 403 for a
 # missing object only when the caller may not list the prefix (S3 API reference, GetObject,
-# "Permissions"), and the functions' roles may list theirs (docs/contracts.md, section 4, IAM).
+# "Permissions"), and the functions' roles may list theirs (docs/contracts.md, "What the Lambdas may do (IAM)").
 NOT_THERE = {"NoSuchKey", "404", "NotFound"}
 DENIED = {"AccessDenied", "AccessDeniedException", "403", "Forbidden"}
 
