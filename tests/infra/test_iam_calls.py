@@ -233,3 +233,18 @@ def test_the_profiler_output_path_is_writable_by_the_execution_role():
     assert [r.resource.split(f"{BUCKET}/", 1)[1].split("/")[3] for r in writes] == ["debug", "profiler"]
     for write in writes:
         assert evaluate(role.documents, write).allowed, write
+
+
+def test_data_buckets_is_read_from_the_command_line_or_cdk_json_and_checked():
+    from infra.config import ContextError, read_config
+
+    class Context(dict):
+        def try_get_context(self, key):
+            return self.get(key)
+
+    assert read_config(Context({"data_buckets": []})).data_buckets == ()  # cdk.json's default
+    assert read_config(Context({"data_buckets": "shared-datasets, team.data"})).data_buckets == (
+        "shared-datasets", "team.data")
+    assert read_config(Context({"data_buckets": ["shared-datasets"]})).data_buckets == ("shared-datasets",)
+    with pytest.raises(ContextError, match="'data_buckets' must hold S3 bucket names, got 'Shared_Data'"):
+        read_config(Context({"data_buckets": "Shared_Data"}))
