@@ -149,7 +149,9 @@ class LocalSettings:
 
         names = self.deployment_names(lambdas)
         where = Where(region=REGION, account=ACCOUNT, state_machine_arn=self.state_machine_arn)
-        return AccessChecker(synthesized_policies(names), where, strict=True)
+        # The stack this local deployment stands for: with Debugger rules, the one deployed with them.
+        context = {"debugger_rules_enabled": "true"} if self.debugger_rules_enabled else {}
+        return AccessChecker(synthesized_policies(names, **context), where, strict=True)
 
     def lambda_environment(self) -> dict[str, str]:
         """The Lambda environment of docs/contracts.md section 4."""

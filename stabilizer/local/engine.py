@@ -11,6 +11,11 @@ it starts executions, stops them, and hands each one to ``stabilizer.local.execu
 which follows it: history, notifications (through an SQS queue subscribed to the topic, as a
 person's mailbox would be), and each job's log for its loss and gradient norm.
 
+In strict mode (``strict=True``, ``STABILIZER_STRICT=1``, ``stabilizer run --local --strict``)
+every AWS call of the functions, the state machine and the training jobs is judged by the IAM
+policies of the synthesized stack, and what AWS would deny is refused with the same error
+(``stabilizer.local.access_check``).
+
 It must not decide anything about the workflow: every decision is made by the state machine and
 the handlers, exactly as in the cloud.
 """
