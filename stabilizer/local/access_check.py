@@ -116,7 +116,7 @@ def access_denied(principal: PrincipalPolicies, request: IamRequest, verdict: Ve
         f"{request.action} on resource: {request.resource} because {verdict.why} the {request.action} action"
         if verdict.why.startswith("no ")
         else f"User: arn:aws:sts::{account}:assumed-role/{role}/{principal.principal} is not authorized to "
-        f"perform: {request.action} on resource: {request.resource} with an explicit deny"
+        f"perform: {request.action} on resource: {request.resource} with an {verdict.why}"
     )
     code = "AccessDenied" if operation.startswith("s3.") else "AccessDeniedException"
     return ClientError(

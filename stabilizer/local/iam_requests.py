@@ -18,8 +18,9 @@ keys for ..." pages, gives each action's resource type and condition keys):
   aws/aws-cdk#32294: "not authorized to perform: sagemaker:AddTags on resource:
   arn:aws:sagemaker:...:training-job/... because no identity-based policy allows the
   sagemaker:AddTags action"). ListTrainingJobs supports no resource type (`*`).
-- Step Functions: SendTaskSuccess is authorized against the state machine whose execution issued
-  the token; a token names no ARN in the request, so the caller passes the state machine.
+- Step Functions: the request of SendTaskSuccess names no ARN (only the token), so it is judged
+  against the state machine that issued the token, the resource CDK's `grantTaskResponse` scopes
+  it to (the stack's watch grant does the same); an assumption, not checked against AWS here.
 
 An operation not listed here is returned as `<service>:<Operation>` on `*`, marked `mapped=False`,
 so a new call shows up (and a test can refuse it) instead of passing unexamined.

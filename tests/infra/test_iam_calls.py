@@ -61,11 +61,25 @@ def cloud() -> Iterator[dict[str, Any]]:
         s3 = boto3.client("s3", region_name=REGION)
         s3.create_bucket(Bucket=BUCKET)
         for key in ("data/train/x.npy", "data/test/x.npy", "library/rule_engine/__init__.py",
-                    "mydata/train/x.npy", "source/jobs/mine/sourcedir.tar.gz", RESUME_FROM.split("/", 3)[3]):
+                    "mydata/train/x.npy", RESUME_FROM.split("/", 3)[3]):
             s3.put_object(Bucket=BUCKET, Key=key, Body=b"x")
+        s3.put_object(Bucket=BUCKET, Key="source/jobs/mine/sourcedir.tar.gz", Body=_archive("fit.py"))
         boto3.client("sns", region_name=REGION).create_topic(Name=SETTINGS.topic_name)
         yield {"s3": s3, "sagemaker": boto3.client("sagemaker", region_name=REGION),
                "sns": boto3.client("sns", region_name=REGION)}
+
+
+def _archive(*names: str) -> bytes:
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name in names:
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"#"))
+    return buffer.getvalue()
 
 
 def _train_settings(**env: str):
@@ -78,10 +92,12 @@ def _launch_twice(cloud: dict[str, Any], policies, raw_input: dict[str, Any]) ->
     """Prepare, launch attempt 1, then relaunch resuming from attempt 1's checkpoint, as the train role."""
     import train_handler
     from workflow.aws import Artifacts, Notifier, TrainingJobs
+    from workflow.sources import SourceArchives
 
     settings = _train_settings()
     tools = {
         "settings": settings,
+        "sources": SourceArchives(cloud["s3"]),
         "jobs": TrainingJobs(cloud["sagemaker"]),
         "notifier": Notifier(cloud["sns"], settings.topic_arn),
         "artifacts": Artifacts(cloud["s3"]),
@@ -131,11 +147,13 @@ def test_a_channel_at_another_prefix_of_the_stack_bucket_is_listed_and_read(clou
         "channels": {"train": f"s3://{BUCKET}/mydata/train/"},
         "knobs": {"learning_rate": {"hyperparameter": "lr", "type": "float", "min": 1e-4, "max": 1.0}},
     }
-    with mock.patch("workflow.launch._check_entry_point"):  # the archive's members are not the point here
-        checker = _launch_twice(cloud, policies, {"job": job})
+    checker = _launch_twice(cloud, policies, {"job": job})
     assert checker.denied() == [], checker.table()
     listing = (TRAIN, "s3:ListBucket", f"arn:aws:s3:::{BUCKET} [s3:max-keys=1, s3:prefix=mydata/train/]", "allowed")
     assert listing in _allowed(checker, TRAIN, "s3:ListBucket")
+    # ValidateInput read the job's archive (HeadObject, GetObject) to find its entry point.
+    archive = (TRAIN, "s3:GetObject", f"arn:aws:s3:::{BUCKET}/source/jobs/mine/sourcedir.tar.gz", "allowed")
+    assert archive in _allowed(checker, TRAIN, "s3:GetObject")
     role = policies[EXECUTION_ROLE].documents
     for request in (requests_for("s3", "ListObjectsV2", {"Bucket": BUCKET, "Prefix": "mydata/train/"}, WHERE)
                     + requests_for("s3", "GetObject", {"Bucket": BUCKET, "Key": "mydata/train/x.npy"}, WHERE)):
