@@ -92,6 +92,15 @@ def _evaluator() -> Callable[..., bool]:
     return policy_has_matching_statement
 
 
+def evaluator_problem() -> str | None:
+    """Why the evaluator cannot be loaded (its package is missing), or None."""
+    try:
+        _evaluator()
+    except RuntimeError as error:
+        return str(error)
+    return None
+
+
 def evaluate(documents: list[dict[str, Any]], request: IamRequest) -> Verdict:
     """IAM's decision for one request against identity policies: explicit deny, allow, implicit deny."""
     matches = _evaluator()  # first: it makes principalmapper importable

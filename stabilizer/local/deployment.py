@@ -143,15 +143,22 @@ class LocalSettings:
 
     def strict_access_checker(self, lambdas: LocalLambdas) -> AccessChecker:
         """Synthesize the stack (seconds) and refuse every call its roles could not make."""
-        from stabilizer.local.access_check import AccessChecker
+        from stabilizer.local.access_check import AccessChecker, evaluator_problem
         from stabilizer.local.iam_requests import Where
-        from stabilizer.local.stack_policies import synthesized_policies
+        from stabilizer.local.stack_policies import TemplateError, synthesized_policies
 
+        problem = evaluator_problem()
+        if problem:
+            raise EngineError(f"strict mode: {problem}")
         names = self.deployment_names(lambdas)
         where = Where(region=REGION, account=ACCOUNT, state_machine_arn=self.state_machine_arn)
         # The stack this local deployment stands for: with Debugger rules, the one deployed with them.
         context = {"debugger_rules_enabled": "true"} if self.debugger_rules_enabled else {}
-        return AccessChecker(synthesized_policies(names, **context), where, strict=True)
+        try:
+            policies = synthesized_policies(names, **context)
+        except TemplateError as error:
+            raise EngineError(f"strict mode: {error}") from None
+        return AccessChecker(policies, where, strict=True)
 
     def lambda_environment(self) -> dict[str, str]:
         """The Lambda environment of docs/contracts.md section 4."""

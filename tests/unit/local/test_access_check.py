@@ -175,3 +175,17 @@ def test_a_tagged_client_is_its_principals_whoever_calls_it(s3):
     with checker.installed(), acting_as("Other"):
         s3.list_objects_v2(Bucket="bkt", Prefix="data/")
     assert [c.principal for c in checker.calls] == ["Job"]
+
+
+def test_strict_mode_without_the_evaluator_says_what_to_install(monkeypatch):
+    from stabilizer.local import access_check
+    from stabilizer.local.deployment import EngineError, LocalSettings
+    from stabilizer.local.lambda_seam import LocalLambdas
+
+    def missing():
+        raise RuntimeError("judging calls by the stack's IAM policies needs principalmapper (No module named "
+                           "'principalmapper'); install the `dev` extra")
+
+    monkeypatch.setattr(access_check, "_evaluator", missing)
+    with pytest.raises(EngineError, match=r"^strict mode: .*needs principalmapper.*install the `dev` extra"):
+        LocalSettings().strict_access_checker(LocalLambdas("us-east-1", "123456789012"))
