@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from stabilizer.local.access_check import AccessChecker, acting_as, evaluate, tag_client
+from stabilizer.local.deployment import LocalSettings
 from stabilizer.local.iam_requests import IamRequest, Where, job_requests, requests_for
 from stabilizer.local.stack_policies import PrincipalPolicies, principal_policies
 
@@ -179,7 +180,7 @@ def test_a_tagged_client_is_its_principals_whoever_calls_it(s3):
 
 def test_strict_mode_without_the_evaluator_says_what_to_install(monkeypatch):
     from stabilizer.local import access_check
-    from stabilizer.local.deployment import EngineError, LocalSettings
+    from stabilizer.local.deployment import EngineError
     from stabilizer.local.lambda_seam import LocalLambdas
 
     def missing():
@@ -189,3 +190,34 @@ def test_strict_mode_without_the_evaluator_says_what_to_install(monkeypatch):
     monkeypatch.setattr(access_check, "_evaluator", missing)
     with pytest.raises(EngineError, match=r"^strict mode: .*needs principalmapper.*install the `dev` extra"):
         LocalSettings().strict_access_checker(LocalLambdas("us-east-1", "123456789012"))
+
+
+def test_the_state_machines_own_notification_and_invocations_are_its_calls(tmp_path):
+    """A deployment fault at prepare (not an input error) ends in NotifyFailure: the state machine publishes."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from stabilizer.local.deployment import Project
+    from stabilizer.local.engine import LocalEngine
+    from stabilizer.local.stack_policies import STATE_MACHINE, TRAIN
+
+    for channel in ("train", "test"):
+        (tmp_path / "data" / channel).mkdir(parents=True)
+        np.save(tmp_path / "data" / channel / "x.npy", np.zeros((2, 1), dtype=np.float32))
+    settings = LocalSettings(job_name_prefix="not_a_prefix")  # MisconfiguredEnvironment in the train function
+    machine = PrincipalPolicies(STATE_MACHINE, settings.states_role, policy(
+        {"Effect": "Allow", "Action": "lambda:InvokeFunction", "Resource": "*"},
+        {"Effect": "Allow", "Action": "sns:Publish", "Resource": settings.topic_arn},
+    ))
+    train = PrincipalPolicies(TRAIN, "arn:aws:iam::123456789012:role/train", policy())
+    checker = AccessChecker({STATE_MACHINE: machine, TRAIN: train}, Where())
+    root = Path(__file__).resolve().parents[3]
+    with LocalEngine(tmp_path / "run", tmp_path / "data", project=Project.discover(root), settings=settings,
+                     access=checker) as engine:
+        record = engine.run({}, name="exec-misconfigured")
+    assert record.status == "FAILED" and record.error == "MisconfiguredEnvironment"
+    rows = checker.table()
+    assert (STATE_MACHINE, "lambda:InvokeFunction", f"arn:aws:lambda:us-east-1:123456789012:function:"
+            f"{settings.train_function}", "allowed") in rows
+    assert (STATE_MACHINE, "sns:Publish", settings.topic_arn, "allowed") in rows
