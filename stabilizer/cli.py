@@ -237,7 +237,10 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
 def access_summary(access: Any, path: Path) -> str:
     """Write every (principal, action, resource, verdict) to `path`; one line saying how many were denied."""
     rows = access.table()
-    path.write_text("".join("\t".join(row) + "\n" for row in [("principal", "action", "resource", "verdict"), *rows]))
+    # The API operation each request came from, as a fifth column (one operation may ask several).
+    operations = list(dict.fromkeys((*call.row(), call.operation) for call in access.calls))
+    header = ("principal", "action", "resource", "verdict", "operation")
+    path.write_text("".join("\t".join(row) + "\n" for row in [header, *operations]))
     denied = [row for row in rows if row[3] != "allowed"]
     lines = f"strict: {len(access.calls)} IAM requests judged ({len(rows)} distinct), {len(denied)} denied: {path}\n"
     return lines + "".join(f"  DENIED {who} {action} on {resource}\n" for who, action, resource, _ in denied)
