@@ -221,3 +221,26 @@ def test_the_state_machines_own_notification_and_invocations_are_its_calls(tmp_p
     assert (STATE_MACHINE, "lambda:InvokeFunction", f"arn:aws:lambda:us-east-1:123456789012:function:"
             f"{settings.train_function}", "allowed") in rows
     assert (STATE_MACHINE, "sns:Publish", settings.topic_arn, "allowed") in rows
+
+
+def test_strict_mode_fails_a_job_whose_image_its_role_cannot_pull():
+    from stabilizer.local.stack_policies import EXECUTION_ROLE
+
+    role = PrincipalPolicies(EXECUTION_ROLE, "arn:aws:iam::123456789012:role/job", policy(
+        {"Effect": "Allow", "Action": ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer",
+                                       "ecr:BatchCheckLayerAvailability"],
+         "Resource": "arn:aws:ecr:us-east-1:763104351884:repository/pytorch-training"},
+        {"Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"},
+    ))
+    request = {"TrainingJobName": "j", "AlgorithmSpecification": {"TrainingImage": ""}}
+    ours = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.8.0-cpu-py312"
+    theirs = "111122223333.dkr.ecr.us-east-1.amazonaws.com/mine:1"
+    strict = AccessChecker({EXECUTION_ROLE: role}, Where(), strict=True)
+    assert strict.job_refusal({**request, "AlgorithmSpecification": {"TrainingImage": ours}}) is None
+    assert strict.job_refusal({**request, "AlgorithmSpecification": {"TrainingImage": theirs}}) == (
+        "ClientError: AccessDenied: the execution role cannot ecr:BatchGetImage on "
+        "arn:aws:ecr:us-east-1:111122223333:repository/mine (the training image; no identity-based policy allows)"
+    )
+    # Not strict: judged and recorded by the caller, never refused here.
+    assert AccessChecker({EXECUTION_ROLE: role}, Where()).job_refusal(
+        {**request, "AlgorithmSpecification": {"TrainingImage": theirs}}) is None
