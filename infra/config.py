@@ -27,6 +27,8 @@ class ContextError(ValueError):
 _JOB_PREFIX = re.compile(r"^(?=.{1,31}$)[a-z0-9](-*[a-z0-9])*$")  # as the Lambdas check it, lower case
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _INSTANCE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
+# S3 bucket names: 3-63 lower-case letters, digits, dots and hyphens (S3 user guide, "Bucket naming rules").
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _POWERTOOLS_VERSION = re.compile(r"^(latest|\d+\.\d+\.\d+)$")
 # Releases whose /aws/service/powertools/python/x86_64/python3.13/<version> parameter was never
 # published, so a deploy pinned to them fails to resolve the layer: 3.23.0's release workflow
@@ -74,6 +76,9 @@ class DeploymentConfig:
     warm_pool_seconds: int = 0
     # Days of Lambda, state machine logs kept.
     log_retention_days: int = 30
+    # Buckets besides the stack's that jobs may read channels from (read only); a channel in any
+    # other bucket is refused at ValidateInput (lambdas/workflow/access.py).
+    data_buckets: tuple[str, ...] = ()
 
     @property
     def uses_gpu(self) -> bool:
@@ -113,6 +118,18 @@ def _count(source: ContextSource, key: str, default: int, minimum: int) -> int:
     return number
 
 
+def _names(source: ContextSource, key: str) -> tuple[str, ...]:
+    """A comma-separated string (`-c key=a,b`) or a JSON list of strings (cdk.json)."""
+    value = source.try_get_context(key)
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(name.strip() for name in value.split(",") if name.strip())
+    if isinstance(value, list) and all(isinstance(name, str) for name in value):
+        return tuple(name.strip() for name in value if name.strip())
+    raise ContextError(f"context '{key}' must be a comma-separated string or a list of strings, got {value!r}")
+
+
 def read_config(source: ContextSource) -> DeploymentConfig:
     """Read and check every deployment setting; raise ContextError naming the first bad key."""
     defaults = DeploymentConfig()
@@ -129,7 +146,11 @@ def read_config(source: ContextSource) -> DeploymentConfig:
         powertools_version=_text(source, "powertools_version", defaults.powertools_version),
         log_retention_days=_count(source, "log_retention_days", defaults.log_retention_days, 1),
         warm_pool_seconds=_count(source, "warm_pool_seconds", defaults.warm_pool_seconds, 0),
+        data_buckets=_names(source, "data_buckets"),
     )
+    for bucket in config.data_buckets:
+        if not _BUCKET.match(bucket):
+            raise ContextError(f"context 'data_buckets' must hold S3 bucket names, got {bucket!r}")
     if config.notification_email and not _EMAIL.match(config.notification_email):
         raise ContextError(
             f"context 'notification_email' must be an email address, got {config.notification_email!r}"

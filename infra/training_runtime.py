@@ -9,7 +9,7 @@ images, whose processing jobs run with this role and read the Debugger output).
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Stack
+from aws_cdk import ArnFormat, Aws, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
@@ -39,26 +39,30 @@ class TrainingRuntime(Construct):
             assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
             description="Runs stabilizer training jobs: reads data and source, writes executions/.",
         )
-        # library/: the in-job sentinel library, the jobs' `stabilizer` channel.
-        read = ["data/*", "source/*", "library/*", "executions/*/checkpoints/*"]
-        if self.config.debugger_rules_enabled:
-            read.append("executions/*/debug/*")  # the rule jobs read what the hook wrote
+        # A job reads its channels wherever they lie in the stack's bucket (data/, a user's own
+        # prefix, the `resume` channel under executions/, the library/ channel), the source
+        # archive, and the checkpoints SageMaker restores; and the buckets `data_buckets` grants.
+        # workflow/access.py refuses at ValidateInput a channel in any other bucket.
+        buckets = [self.storage.bucket.bucket_arn, *(f"arn:{Aws.PARTITION}:s3:::{b}" for b in self.config.data_buckets)]
         statements = [
             iam.PolicyStatement(
-                sid="ReadDataSourceAndCheckpoints",
+                sid="ReadChannelsSourceAndCheckpoints",
                 actions=["s3:GetObject"],
-                resources=self._objects(*read),
+                resources=[f"{bucket}/*" for bucket in buckets],
             ),
             iam.PolicyStatement(
+                sid="ListChannelsAndCheckpoints",
                 actions=["s3:ListBucket"],
-                resources=[self.storage.bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": ["data/*", "source/*", "library/*", "executions/*"]}},
+                resources=buckets,
             ),
             iam.PolicyStatement(
                 sid="WriteOutputCheckpointsFindingsTensors",
                 actions=["s3:PutObject", "s3:AbortMultipartUpload"],
+                # profiler/: ProfilerConfig.S3OutputPath, set with Debugger's profiler rules
+                # (workflow/requests.py); SageMaker writes the profiler's output as this role.
                 resources=self._objects(
-                    "executions/*/output/*", "executions/*/checkpoints/*", "executions/*/debug/*"
+                    "executions/*/output/*", "executions/*/checkpoints/*", "executions/*/debug/*",
+                    "executions/*/profiler/*",
                 ),
             ),
             iam.PolicyStatement(
@@ -106,17 +110,23 @@ class TrainingRuntime(Construct):
     def _acknowledge(self, policy: iam.Policy) -> None:
         bucket = nag.logical_id(self.storage.bucket)
         findings = [
-            (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/data/*]",
-             "Training reads every object of the data prefix (x.npy, y.npy per channel)."),
-            (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/source/*]",
-             "Training reads sourcedir.tar.gz, whose key carries its content hash."),
-            (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/library/*]",
-             "Every job downloads the sentinel library (the `stabilizer` channel) under library/<hash>/."),
+            (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/*]",
+             "Training reads its channels wherever the user put them in this stack's bucket (data/, "
+             "their own prefixes, the resume channel under executions/), the source archive under "
+             "source/ and the sentinel library under library/; nothing outside this bucket."),
+            *(
+                (f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{b}/*]",
+                 f"The deployment grants jobs the data bucket {b} (data_buckets); read only.")
+                for b in self.config.data_buckets
+            ),
             (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/executions/*/checkpoints/*]",
              "Each attempt syncs its checkpoint directory (checkpoints, findings.json, tensors) "
              "both ways under executions/<execution>/attempt-<n>/, named at run time."),
             (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/executions/*/output/*]",
              "SageMaker writes the model artifact under the attempt's output/ prefix, named at run time."),
+            (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/executions/*/profiler/*]",
+             "Debugger's profiler (with profiler rules) writes under the attempt's profiler/ prefix, "
+             "named at run time."),
             (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/executions/*/debug/*]",
              "Debugger (when enabled) writes under the attempt's debug/ prefix, named at run time, and "
              "its rule jobs read it back."),

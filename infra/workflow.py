@@ -149,6 +149,7 @@ class Workflow(Construct):
             "DEFAULT_INSTANCE_TYPE": self.config.instance_type,
             "DEBUGGER_RULES_ENABLED": "true" if self.config.debugger_rules_enabled else "false",
             "WARM_POOL_SECONDS": str(self.config.warm_pool_seconds),
+            **({"DATA_BUCKETS": ",".join(self.config.data_buckets)} if self.config.data_buckets else {}),
         }
 
     def _function(self, construct_id: str, handler: str, asset: BuiltAsset, powertools: lambda_.ILayerVersion,
@@ -217,11 +218,17 @@ class Workflow(Construct):
                     resources=[self.runtime.execution_role.role_arn],
                     conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
                 ),
-                # Before launching: is there an object under each channel of this bucket (data, the library)?
-                self.list_bucket("data/*", "library/*"),
-                # ValidateInput lists a user's source archive to find the entry point in it.
-                iam.PolicyStatement(sid="ReadSourceArchives", actions=["s3:GetObject"],
-                                    resources=self.objects("source/*")),
+                # Before launching: is there an object under each channel of this bucket? Channels
+                # may lie at any prefix of it: data/, a user's own, the library, and the `resume`
+                # channel under executions/ (every resuming relaunch lists it).
+                iam.PolicyStatement(sid="ListChannelsOfThisBucket", actions=["s3:ListBucket"],
+                                    resources=[self.storage.bucket.bucket_arn]),
+                # ValidateInput lists a user's source archive to find the entry point in it: under
+                # source/ of this bucket, or in a bucket the deployment grants (data_buckets).
+                iam.PolicyStatement(sid="ReadSourceArchives", actions=["s3:GetObject"], resources=[
+                    *self.objects("source/*"),
+                    *(f"arn:{Aws.PARTITION}:s3:::{bucket}/*" for bucket in self.config.data_buckets),
+                ]),
                 self.notify(),
             ],
         )
@@ -232,6 +239,11 @@ class Workflow(Construct):
             *self.job_arn_reasons(),
             (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/source/*]",
              "Source archives of users' jobs are uploaded under source/jobs/<hash>/, named at run time."),
+            *(
+                (f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{b}/*]",
+                 f"ValidateInput reads users' source archives in {b}, which the deployment grants (data_buckets).")
+                for b in self.config.data_buckets
+            ),
         )
 
     def _grant_monitor(self) -> None:

@@ -55,6 +55,7 @@ examples:
   stabilizer run --local --policy original                the original sample's remedy ladder
   stabilizer run --local num_epochs=1 max_steps=20        shorter runs (run_spec fields)
   stabilizer run --local --input input.json limits.max_num_retraining=3
+  stabilizer run --local --strict num_epochs=1            refuse what the stack's IAM would deny on AWS
 
 local defaults (when not given): wait_seconds=2, limits.max_monitor_transitions=1500.
 
@@ -122,6 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
         "their statuses come from the rule engine's out-of-job evaluator",
     )
     run.add_argument(
+        "--strict",
+        action="store_true",
+        help="judge every AWS call of the functions, the state machine and the training jobs by the IAM "
+        "policies of the synthesized stack, and refuse (AccessDenied) what AWS would deny; needs the dev "
+        "extra and Node.js to synthesize (also: STABILIZER_STRICT=1). The calls and verdicts go to "
+        "iam-calls.tsv in the run directory",
+    )
+    run.add_argument(
         "-v",
         "--verbose",
         action="store_true",
@@ -184,7 +193,7 @@ class Interrupts:
 
 def run_local(args: argparse.Namespace, out: TextIO) -> int:
     from stabilizer.inputs import build_input, workflow_state_module
-    from stabilizer.local.deployment import LocalSettings, Project
+    from stabilizer.local.deployment import LocalSettings, Project, strict_from_environment
     from stabilizer.local.engine import LocalEngine
     from stabilizer.parts import lambdas_dir, project_root
 
@@ -208,14 +217,33 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
     logging.basicConfig(filename=run_dir / "engine.log", level=logging.WARNING, force=True)
     settings = LocalSettings(debugger_rules_enabled=args.debugger_rules)
     out.write(header(name, run_dir, execution_input, state_module, verbose=args.verbose))
+    strict = args.strict or strict_from_environment()
+    if strict:
+        out.write("strict: every AWS call judged by the synthesized stack's IAM policies (synthesizing it first)\n")
+        out.flush()
     live = out.isatty() and not args.plain
-    with LocalEngine(run_dir, data_dir, project=project, settings=settings) as engine, Interrupts() as interrupts:
+    engine = LocalEngine(run_dir, data_dir, project=project, settings=settings, strict=strict)
+    with engine, Interrupts() as interrupts:
         from stabilizer.progress import LiveProgress, PlainProgress
 
         progress = LiveProgress(out, name, verbose=args.verbose) if live else PlainProgress(out, verbose=args.verbose)
         with progress:
             record = engine.run(execution_input, name=name, observer=progress, interrupt=interrupts.requested)
+    if engine.access is not None:
+        out.write(access_summary(engine.access, run_dir / "iam-calls.tsv"))
     return finish(record, run_dir, out)
+
+
+def access_summary(access: Any, path: Path) -> str:
+    """Write every (principal, action, resource, verdict) to `path`; one line saying how many were denied."""
+    rows = access.table()
+    # The API operation each request came from, as a fifth column (one operation may ask several).
+    operations = list(dict.fromkeys((*call.row(), call.operation) for call in access.calls))
+    header = ("principal", "action", "resource", "verdict", "operation")
+    path.write_text("".join("\t".join(row) + "\n" for row in [header, *operations]))
+    denied = [row for row in rows if row[3] != "allowed"]
+    lines = f"strict: {len(access.calls)} IAM requests judged ({len(rows)} distinct), {len(denied)} denied: {path}\n"
+    return lines + "".join(f"  DENIED {who} {action} on {resource}\n" for who, action, resource, _ in denied)
 
 
 def header(name: str, run_dir: Path, execution_input: dict[str, Any], state_module: Any, verbose: bool) -> str:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from workflow import notifications
+from workflow.access import check_job_access
 from workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
 from workflow.images import default_image, training_image_for
 from workflow.job import Job
@@ -104,6 +105,7 @@ def prepare(
     else:
         job, monitoring = given.job, given.monitoring or Monitoring()
     job = _resolve(job, settings, "job.instance_type" if given.job else "run_spec.instance_type")
+    check_job_access(job, settings)  # what the execution role could not read or pull
     too_big = configuration_problem(job, monitoring)
     if too_big:
         raise InvalidInput(too_big)

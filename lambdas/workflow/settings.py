@@ -77,6 +77,15 @@ class TrainSettings(BaseModel):
     # The S3 prefix holding the in-job library (`rule_engine/...`), delivered to every job as the
     # `stabilizer` channel; unset, only the reference job (which carries its own copy) can run.
     library_s3_uri: str | None = None
+    # Buckets besides the stack's that the deployment lets jobs read channels from (`data_buckets`).
+    data_buckets: tuple[str, ...] = ()
+
+    @field_validator("data_buckets", mode="before")
+    @classmethod
+    def _buckets(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(name.strip() for name in value.split(",") if name.strip())
+        return value
 
     @field_validator("source_s3_uri", "train_data_s3_uri", "test_data_s3_uri", "library_s3_uri")
     @classmethod
@@ -117,6 +126,7 @@ class TrainSettings(BaseModel):
                 "warm_pool_seconds": "WARM_POOL_SECONDS",
                 "region": "AWS_REGION",
                 "library_s3_uri": "LIBRARY_S3_URI",
+                "data_buckets": "DATA_BUCKETS",
             },
             fallbacks={"region": "AWS_DEFAULT_REGION"},
         )

@@ -13,6 +13,7 @@ Nothing here starts anything: ``stabilizer.local.engine`` stands the deployment 
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +22,20 @@ from typing import TYPE_CHECKING
 from stabilizer.parts import project_root
 
 if TYPE_CHECKING:
+    from stabilizer.local.access_check import AccessChecker
     from stabilizer.local.lambda_seam import LocalLambdas
+    from stabilizer.local.stack_policies import DeploymentNames
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
+# Strict mode: every call of the stack's principals judged by the synthesized IAM, denied ones
+# refused as AWS would (`stabilizer run --local --strict`, or this variable set to 1).
+STRICT_VARIABLE = "STABILIZER_STRICT"
+
+
+def strict_from_environment() -> bool:
+    return os.environ.get(STRICT_VARIABLE, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 class EngineError(Exception):
@@ -101,6 +111,54 @@ class LocalSettings:
 
     def data_uri(self, channel: str) -> str:
         return f"s3://{self.bucket}/data/{channel}/"
+
+    @property
+    def state_machine_arn(self) -> str:
+        return f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{self.state_machine_name}"
+
+    def principal_of(self, function: str) -> str:
+        """The stack's principal (stabilizer.local.stack_policies) a local function stands for."""
+        from stabilizer.local.stack_policies import MONITOR, TRAIN, WATCH
+
+        return {self.train_function: TRAIN, self.monitor_function: MONITOR, self.watch_function: WATCH}[function]
+
+    def deployment_names(self, lambdas: LocalLambdas) -> DeploymentNames:
+        """The stack's resources under their local names, to resolve the synthesized policies with."""
+        from stabilizer.local.stack_policies import EXECUTION_ROLE, STATE_MACHINE, DeploymentNames
+
+        functions = (self.train_function, self.monitor_function, self.watch_function)
+        return DeploymentNames(
+            bucket=self.bucket,
+            topic_arn=self.topic_arn,
+            state_machine_arn=self.state_machine_arn,
+            function_arns={self.principal_of(f): lambdas.arn(f) for f in functions},
+            role_arns={
+                **{self.principal_of(f): f"arn:aws:iam::{ACCOUNT}:role/{f}" for f in functions},
+                STATE_MACHINE: self.states_role,
+                EXECUTION_ROLE: self.sagemaker_role,
+            },
+            region=REGION,
+            account=ACCOUNT,
+        )
+
+    def strict_access_checker(self, lambdas: LocalLambdas) -> AccessChecker:
+        """Synthesize the stack (seconds) and refuse every call its roles could not make."""
+        from stabilizer.local.access_check import AccessChecker, evaluator_problem
+        from stabilizer.local.iam_requests import Where
+        from stabilizer.local.stack_policies import TemplateError, synthesized_policies
+
+        problem = evaluator_problem()
+        if problem:
+            raise EngineError(f"strict mode: {problem}")
+        names = self.deployment_names(lambdas)
+        where = Where(region=REGION, account=ACCOUNT, state_machine_arn=self.state_machine_arn)
+        # The stack this local deployment stands for: with Debugger rules, the one deployed with them.
+        context = {"debugger_rules_enabled": "true"} if self.debugger_rules_enabled else {}
+        try:
+            policies = synthesized_policies(names, **context)
+        except TemplateError as error:
+            raise EngineError(f"strict mode: {error}") from None
+        return AccessChecker(policies, where, strict=True)
 
     def lambda_environment(self) -> dict[str, str]:
         """The Lambda environment of docs/contracts.md section 4."""

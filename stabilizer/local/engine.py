@@ -11,6 +11,11 @@ it starts executions, stops them, and hands each one to ``stabilizer.local.execu
 which follows it: history, notifications (through an SQS queue subscribed to the topic, as a
 person's mailbox would be), and each job's log for its loss and gradient norm.
 
+In strict mode (``strict=True``, ``STABILIZER_STRICT=1``, ``stabilizer run --local --strict``)
+every AWS call of the functions, the state machine and the training jobs is judged by the IAM
+policies of the synthesized stack, and what AWS would deny is refused with the same error
+(``stabilizer.local.access_check``).
+
 It must not decide anything about the workflow: every decision is made by the state machine and
 the handlers, exactly as in the cloud.
 """
@@ -32,6 +37,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from stabilizer.local.access_check import AccessChecker, acting_as, state_machine_clients, tag_client
 from stabilizer.local.deployment import (
     ACCOUNT,
     REGION,
@@ -40,6 +46,7 @@ from stabilizer.local.deployment import (
     Project,
     fill_placeholders,
     placeholder_values,
+    strict_from_environment,
 )
 from stabilizer.local.execution_follower import ExecutionFollower, Observer, unobserved
 from stabilizer.local.job_state_events import job_state_change
@@ -65,7 +72,12 @@ class LocalEngine:
         project: Project | None = None,
         settings: LocalSettings | None = None,
         python: str = sys.executable,
+        strict: bool | None = None,
+        access: AccessChecker | None = None,
     ) -> None:
+        """`access` records and judges every call of the stack's principals by the synthesized
+        IAM; `strict` (default: STABILIZER_STRICT) builds one from a synth that refuses what AWS
+        would deny (stabilizer.local.access_check)."""
         self.run_dir = Path(run_dir).resolve()
         self.data_dir = Path(data_dir).resolve()
         self.project = project or Project.discover()
@@ -81,6 +93,8 @@ class LocalEngine:
         self._invoke_lock = threading.Lock()
         self._mailbox: Mailbox | None = None
         self.setup_seconds = 0.0
+        self.strict = strict_from_environment() if strict is None else strict
+        self.access = access
 
     # ---------------------------------------------------------------- lifecycle
     def __enter__(self) -> LocalEngine:
@@ -140,19 +154,32 @@ class LocalEngine:
             self._stack.enter_context(_unset(variable))
         self._stack.enter_context(mock_aws(config={"stepfunctions": {"execute_state_machine": True}}))
         self._stack.callback(self._clients.clear)
+        if self.access is None and self.strict:
+            self.access = self.settings.strict_access_checker(self.lambdas)
+        job_s3 = self.client("s3")
+        if self.access is not None:
+            import boto3
+
+            from stabilizer.local.stack_policies import EXECUTION_ROLE, STATE_MACHINE
+
+            self._stack.enter_context(self.access.installed())
+            self._stack.enter_context(state_machine_clients(STATE_MACHINE))
+            # What a training job does in S3, it does as the SageMaker execution role.
+            job_s3 = tag_client(boto3.client("s3", region_name=REGION), EXECUTION_ROLE)
         self._create_resources()
         self._lambda_log = self._stack.enter_context((self.run_dir / "lambdas.log").open("a"))
         self._register_handlers()
         self._stack.enter_context(self.lambdas.installed())
         self.sagemaker = LocalSageMaker(
             self.run_dir / "jobs",
-            self.client("s3"),
+            job_s3,
             region=REGION,
             account=ACCOUNT,
             python=self.python,
             stop_grace_seconds=self.settings.stop_grace_seconds,
             rule_evaluator=rule_evaluator_factory(python=self.python, region=REGION, account=ACCOUNT),
             on_job_end=self._job_ended,
+            admission=self.access.job_refusal if self.access is not None else None,
         )
         self._stack.enter_context(self.sagemaker.installed())
         self._create_state_machine()
@@ -196,11 +223,12 @@ class LocalEngine:
             module_file = Path(module.__file__ or "").resolve()
             if self.project.lambdas.resolve() not in module_file.parents:
                 raise EngineError(f"{module_name} was imported from {module_file}, not {lambdas_dir}")
-            self.lambdas.register(function, self._quiet(module.lambda_handler))
+            self.lambdas.register(function, self._quiet(module.lambda_handler, self.settings.principal_of(function)))
         self._route_handler_logs()
 
-    def _quiet(self, handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-        """Send what a handler prints to lambdas.log (CloudWatch's place), not the terminal."""
+    def _quiet(self, handler: Callable[[Any, Any], Any], principal: str | None = None) -> Callable[[Any, Any], Any]:
+        """Send what a handler prints to lambdas.log (CloudWatch's place), not the terminal; its
+        AWS calls are `principal`'s (its function's role)."""
         log = self._lambda_log
         # redirect_stdout swaps the process-wide sys.stdout: two executions invoking handlers at
         # once would restore each other's stream and leave stdout pointing at a closed log. The
@@ -209,7 +237,8 @@ class LocalEngine:
 
         def invoke(event: Any, context: Any) -> Any:
             assert log is not None
-            with lock, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            acting = acting_as(principal) if principal else contextlib.nullcontext()
+            with lock, acting, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
                 try:
                     return handler(event, context)
                 finally:
@@ -258,7 +287,9 @@ class LocalEngine:
         name = name or f"local-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         # A job of your own: its local directory and data go to the local S3 first, as on AWS.
         try:
-            execution_input = stage(execution_input, self.client("s3"), self.settings.bucket, f"jobs/{name}")
+            # Under source/, where the stack's train role reads source archives (ValidateInput), as
+            # the AWS client uploads them (source/jobs/<hash>/).
+            execution_input = stage(execution_input, self.client("s3"), self.settings.bucket, f"source/jobs/{name}")
         except StagingError as error:
             raise EngineError(str(error)) from None
         started = self.client("stepfunctions").start_execution(

@@ -67,6 +67,7 @@ class LocalSageMaker:
         rule_evaluator: RuleEvaluatorFactory | None = None,
         extra_env: dict[str, str] | None = None,
         on_job_end: Callable[[LocalTrainingJob], None] | None = None,
+        admission: Callable[[dict[str, Any]], str | None] | None = None,
     ) -> None:
         self.root = Path(root).resolve()  # the job runs in its code directory: every path is absolute
         self.region = region
@@ -78,6 +79,7 @@ class LocalSageMaker:
             rule_evaluator=rule_evaluator,
             stop_grace_seconds=stop_grace_seconds,
             on_job_end=on_job_end,
+            admission=admission,
         )
         self.jobs: dict[str, LocalTrainingJob] = {}
         self._lock = threading.Lock()

@@ -68,6 +68,9 @@ class JobHost:
     # Called once a job reached Completed, Failed or Stopped: the local stand-in for the
     # "SageMaker Training Job State Change" event EventBridge delivers in the cloud.
     on_job_end: Callable[[LocalTrainingJob], None] | None = None
+    # Why SageMaker could not run a request as its execution role (strict mode: the image it
+    # cannot pull, an output path it cannot write), or None; the job then fails before training.
+    admission: Callable[[dict[str, Any]], str | None] | None = None
 
 
 @dataclass
@@ -181,6 +184,9 @@ class LocalTrainingJob:
                   file=sys.stderr)
 
     def _prepare(self, host: JobHost) -> None:
+        refusal = host.admission(self.request) if host.admission else None
+        if refusal:
+            raise ContainerError(refusal)
         self.container.lay_out()
         self.set_secondary("Downloading", "Downloading input data")
         self.container.provision(host.s3)

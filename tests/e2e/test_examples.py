@@ -20,10 +20,10 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_example(name: str, run_dir: Path) -> tuple[subprocess.CompletedProcess[str], dict]:
+def run_example(name: str, run_dir: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
     result = subprocess.run(
         [sys.executable, "-m", "stabilizer.cli", "run", "--local", "--plain",
-         "--input", f"examples/{name}/input.json", "--run-dir", str(run_dir)],
+         "--input", f"examples/{name}/input.json", "--run-dir", str(run_dir), *extra],
         cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
     )
     [run_json] = run_dir.glob("local-*/run.json")
@@ -40,7 +40,9 @@ def test_example_explodes_is_stopped_and_is_fixed_through_its_knob(tmp_path, nam
     assert example["job"]["integration"] == integration
     assert example["job"]["knobs"]["learning_rate"]["hyperparameter"] == knob
 
-    result, record = run_example(name, tmp_path)
+    # One example runs strict: every AWS call judged by the synthesized IAM, as AWS would.
+    strict = name == "transformer-digits"
+    result, record = run_example(name, tmp_path, *(["--strict"] if strict else []))
 
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     state = record["state"]
@@ -55,3 +57,18 @@ def test_example_explodes_is_stopped_and_is_fixed_through_its_knob(tmp_path, nam
     assert {key for key in first["decision"]["changes"]} == {knob}
     assert rest and rest[-1]["status"] == "Completed" and rest[-1]["finding"] is None
     assert rest[-1]["run_spec"][knob] < first["run_spec"][knob]
+    if strict:
+        check_strict_run(result.stdout, next(tmp_path.glob("local-*/iam-calls.tsv")), rest[0]["resumed_from"])
+
+
+def check_strict_run(stdout: str, calls: Path, resumed_from: str | None) -> None:
+    """Nothing denied, every principal seen, and the relaunch's check of its resume channel among them."""
+    assert " 0 denied: " in stdout, stdout[-3000:]
+    rows = [line.split("\t") for line in calls.read_text().splitlines()[1:]]
+    assert {row[3] for row in rows} == {"allowed"}
+    assert {row[0] for row in rows} == {
+        "TrainFunction", "MonitorFunction", "WatchFunction", "StateMachine", "SageMakerExecutionRole"}
+    assert resumed_from, "the relaunch resumes from the rewind's checkpoint"
+    prefix = resumed_from.split("/", 3)[3]
+    assert any(row[0] == "TrainFunction" and row[1] == "s3:ListBucket" and f"s3:prefix={prefix}]" in row[2]
+               for row in rows)

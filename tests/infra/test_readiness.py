@@ -70,17 +70,19 @@ def test_execution_role_deletes_only_checkpoints(default_synth):
     statements = _statements(raw, "SageMakerExecutionPolicy")
     deletes = [s for s in statements if "s3:DeleteObject" in as_list(s["Action"])]
     assert [_object_patterns(s) for s in deletes] == [{"/executions/*/checkpoints/*"}]
-    # Without Debugger rules, no read of the debug prefix and no rule image.
+    # Jobs read their channels anywhere in the stack's bucket, and nothing outside it; without
+    # Debugger rules, no rule image.
     reads = {p for s in statements if "s3:GetObject" in as_list(s["Action"]) for p in _object_patterns(s)}
-    assert "/executions/*/debug/*" not in reads
+    assert reads == {"/*"}
     assert "sagemaker-debugger-rules" not in dumps(statements)
 
 
 def test_debugger_rules_get_their_output_and_their_images():
     _, raw = synth(debugger_rules_enabled="true")
     statements = _statements(raw, "SageMakerExecutionPolicy")
+    # The rule jobs read the hook's output under executions/*/debug/, within the bucket-wide read.
     reads = {p for s in statements if as_list(s["Action"]) == ["s3:GetObject"] for p in _object_patterns(s)}
-    assert "/executions/*/debug/*" in reads
+    assert reads == {"/*"}
     [pull] = [s for s in statements if s.get("Sid") == "PullDebuggerRuleImages"]
     assert "ecr:BatchGetImage" in pull["Action"]
     # The rule image's own account in this region (the SDK's table, baked in as a mapping), not `*`.

@@ -183,10 +183,11 @@ def test_train_launches_and_monitor_stops(default_synth):
     assert not {"sagemaker:StopTrainingJob", "sagemaker:StopProcessingJob"} & train
     assert {"sagemaker:StopTrainingJob", "sagemaker:StopProcessingJob"} <= monitor
     assert not {"sagemaker:CreateTrainingJob", "iam:PassRole"} & monitor
-    # The train function reads no object; it only lists data/ to say what is missing before a launch.
+    # The train function reads no data; it lists its bucket (channels may lie at any prefix of it,
+    # the resume channel under executions/) to say what is missing before a launch.
     assert "sns:Publish" in train and {a for a in train if a.startswith("s3:")} == {"s3:ListBucket", "s3:GetObject"}
     [listing] = [s for s in _statements_of(raw, "TrainFunctionPolicy") if s["Action"] == "s3:ListBucket"]
-    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["data/*", "library/*"]}}
+    assert "Condition" not in listing and listing["Resource"] == {"Fn::GetAtt": [_bucket_id(raw), "Arn"]}
     # ValidateInput reads users' source archives (to find the entry point) under source/ only.
     [sources] = [s for s in _statements_of(raw, "TrainFunctionPolicy") if s.get("Sid") == "ReadSourceArchives"]
     assert _object_patterns(sources) == {"/source/*"}
@@ -204,6 +205,11 @@ def test_pass_role_is_the_execution_role_to_sagemaker_only(default_synth):
     assert statement["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
 
 
+def _bucket_id(raw: dict) -> str:
+    [bucket] = _resources(raw, "AWS::S3::Bucket")
+    return bucket
+
+
 def _object_patterns(statement: dict) -> set[str]:
     patterns = set()
     for resource in as_list(statement["Resource"]):
@@ -218,9 +224,10 @@ def test_execution_role_reads_inputs_and_writes_only_under_executions(default_sy
     statements = _statements_of(raw, "SageMakerExecutionPolicy")
     reads = [s for s in statements if as_list(s["Action"]) == ["s3:GetObject"]]
     writes = [s for s in statements if "s3:PutObject" in as_list(s["Action"])]
-    assert _object_patterns(reads[0]) == {"/data/*", "/source/*", "/library/*", "/executions/*/checkpoints/*"}
+    # Channels wherever they lie in the stack's bucket; writes only under executions/.
+    assert _object_patterns(reads[0]) == {"/*"}
     assert _object_patterns(writes[0]) == {
-        "/executions/*/output/*", "/executions/*/checkpoints/*", "/executions/*/debug/*",
+        "/executions/*/output/*", "/executions/*/checkpoints/*", "/executions/*/debug/*", "/executions/*/profiler/*",
     }
     actions = {a for s in statements for a in as_list(s["Action"])}
     assert {"logs:PutLogEvents", "cloudwatch:PutMetricData", "ecr:BatchGetImage",

@@ -30,7 +30,10 @@ SOURCE = "s3://user-bucket/jobs/regression/sourcedir.tar.gz"
 
 @pytest.fixture
 def job_settings() -> TrainSettings:
-    return TrainSettings.from_env({**ENV, "LIBRARY_S3_URI": "s3://stabilizer-bucket/library/"})
+    # The user's job lives in their own bucket, which this deployment grants (data_buckets).
+    return TrainSettings.from_env(
+        {**ENV, "LIBRARY_S3_URI": "s3://stabilizer-bucket/library/", "DATA_BUCKETS": "user-bucket"}
+    )
 
 
 def job(**changes: Any) -> dict[str, Any]:
