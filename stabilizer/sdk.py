@@ -83,6 +83,13 @@ def _plan(directory: Path | None, *, extra: Sequence[Path] = (), ignore_patterns
         raise SdkJobError(str(error)) from None
 
 
+def _packed(plan: SourcePlan, shown_as: str) -> Packed:
+    try:
+        return pack(plan, shown_as=shown_as)
+    except SourceError as error:
+        raise SdkJobError(str(error)) from None
+
+
 def pack_source(plan: SourcePlan, cache: Path | None = None, shown_as: str = "the source") -> str:
     """`sourcedir.tar.gz` of `plan` (stabilizer.sourcedir), written where the content's hash says.
 
@@ -90,10 +97,7 @@ def pack_source(plan: SourcePlan, cache: Path | None = None, shown_as: str = "th
     ``create_tar_file`` is not used: it packs links, `.git`, virtual environments and earlier runs
     alike; what is left out, and the size limit, are `stabilizer.sourcedir`'s.
     """
-    try:
-        packed = pack(plan, shown_as=shown_as)
-    except SourceError as error:
-        raise SdkJobError(str(error)) from None
+    packed = _packed(plan, shown_as)
     home = (cache or Path(tempfile.gettempdir()) / "stabilizer-sources") / packed.digest[:16]
     home.mkdir(parents=True, exist_ok=True)
     target = home / ARCHIVE_NAME
@@ -381,11 +385,6 @@ def _digest(path: Path) -> str:
     return sha.hexdigest()[:16]
 
 
-def summary_of(plan: SourcePlan, archive: Path, shown_as: str) -> str:
-    """The line the person sees before a source goes up: files, sizes, what was left out."""
-    return Packed(archive.read_bytes(), plan).summary(shown_as)
-
-
 def upload_local_files(job: dict[str, Any], s3: Any, bucket: str,
                        say: Callable[[str], None] = print) -> dict[str, Any]:
     """The job with a local source packed and uploaded under `source/`, local channels under `data/`.
@@ -402,13 +401,15 @@ def upload_local_files(job: dict[str, Any], s3: Any, bucket: str,
     if isinstance(source, str) and not _is_s3(source):
         path = Path(source)
         if path.is_dir():
-            plan = _plan(path)
-            path = Path(pack_source(plan, shown_as=source))
-            say(f"uploading {summary_of(plan, path, source)}")
-        elif not path.is_file():
+            packed = _packed(_plan(path), shown_as=source)
+            say(f"uploading {packed.summary(source)}")  # before anything goes up
+            key = f"source/jobs/{packed.digest[:16]}/{ARCHIVE_NAME}"
+            s3.put_object(Bucket=bucket, Key=key, Body=packed.data)
+        elif path.is_file():
+            key = f"source/jobs/{_digest(path)}/{ARCHIVE_NAME}"
+            s3.upload_file(str(path), bucket, key)
+        else:
             raise SdkJobError(f"job.source: no such directory or archive: {path}")
-        key = f"source/jobs/{_digest(path)}/sourcedir.tar.gz"
-        s3.upload_file(str(path), bucket, key)
         result["source"] = f"s3://{bucket}/{key}"
     channels = {}
     for name, location in (result.get("channels") or {}).items():

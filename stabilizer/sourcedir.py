@@ -230,17 +230,22 @@ class SourcePlan:
             sizes[key] = sizes.get(key, 0) + entry.size
         return sorted(sizes.items(), key=lambda item: (-item[1], item[0]))[:count]
 
-    def left_out_text(self, shown: int = 6) -> str:
-        """``left out: runs/ (run directory), .venv/ (virtual environment), 3 paths by .stabilizerignore``."""
+    def left_out_text(self) -> str:
+        """``left out: runs/ (run directory), __pycache__/ and 3 more (cache), 2 paths by .stabilizerignore``."""
         if not self.left_out:
             return "nothing left out"
-        named = [(name, why) for name, why in self.left_out if why != IGNORE_FILE]
-        parts = [f"{name} ({why})" for name, why in named[:shown]]
-        if len(named) > shown:
-            parts.append(f"{len(named) - shown} more")
-        by_file = len(self.left_out) - len(named)
-        if by_file:
-            parts.append(f"{by_file} path{'s' if by_file != 1 else ''} by {IGNORE_FILE}")
+        by_reason: dict[str, list[str]] = {}
+        for name, why in self.left_out:
+            by_reason.setdefault(why, []).append(name)
+        parts = []
+        for why, names in by_reason.items():
+            if why == IGNORE_FILE:
+                continue
+            more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+            parts.append(f"{names[0]}{more} ({why})")
+        if IGNORE_FILE in by_reason:
+            count = len(by_reason[IGNORE_FILE])
+            parts.append(f"{count} path{'s' if count != 1 else ''} by {IGNORE_FILE}")
         return "left out: " + ", ".join(parts)
 
     def _signature(self) -> tuple:
@@ -280,7 +285,7 @@ def _walk(plan: SourcePlan, path: Path, name: str, rules: IgnoreRules, leave_out
     try:
         info = path.stat()  # follows links, as create_tar_file's dereference=True does
     except OSError:
-        plan.left_out.append((name, "broken link"))
+        plan.left_out.append((name, "broken link or unreadable"))
         return
     is_dir = stat.S_ISDIR(info.st_mode)
     why = _why_left_out(path, path.name, is_dir, leave_out)
