@@ -1,52 +1,28 @@
 """Package `model/` as `sourcedir.tar.gz`, the SageMaker script-mode source archive.
 
-The archive is reproducible (sorted entries, fixed owner and time), so an unchanged `model/`
-gives the same bytes and CDK does not upload it again. It is written to a staging directory
-that holds nothing else; the stack deploys that directory to `source/` in the project bucket.
-This module must not import the training code.
+What goes in, and how (reproducible bytes: sorted entries, fixed owner and time), is
+`stabilizer.sourcedir`'s, the one packer of every job's source; an unchanged `model/` gives the
+same bytes and CDK does not upload it again. It is written to a staging directory that holds
+nothing else; the stack deploys that directory to `source/` in the project bucket. This module
+must not import the training code.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import os
-import tarfile
 from pathlib import Path
 
-ARCHIVE_NAME = "sourcedir.tar.gz"
-# Not part of what the container runs: caches, local data, test files.
-_SKIPPED_PARTS = frozenset({"__pycache__", ".pytest_cache", "tests", "data", ".ipynb_checkpoints"})
+from stabilizer.sourcedir import ARCHIVE_NAME, source_archive
 
-
-def _members(model_dir: Path) -> list[Path]:
-    return [
-        path
-        for path in sorted(model_dir.rglob("*"))
-        if path.is_file()
-        and not _SKIPPED_PARTS.intersection(path.relative_to(model_dir).parts)
-        and path.suffix != ".pyc"
-    ]
+__all__ = ["ARCHIVE_NAME", "archive_bytes", "stage_source_archive"]
 
 
 def archive_bytes(model_dir: Path) -> bytes:
     """The gzip'd tar of `model_dir`'s files at the archive root, byte-for-byte reproducible."""
     if not model_dir.is_dir():
         raise FileNotFoundError(f"the training source directory {model_dir} does not exist")
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path in _members(model_dir):
-            info = tarfile.TarInfo(str(path.relative_to(model_dir)))
-            info.size = path.stat().st_size
-            info.mode = 0o644
-            info.mtime = 0
-            with path.open("rb") as handle:
-                tar.addfile(info, handle)
-    out = io.BytesIO()
-    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as gz:
-        gz.write(raw.getvalue())
-    return out.getvalue()
+    return source_archive(model_dir)
 
 
 def stage_source_archive(model_dir: Path, cache_root: Path) -> Path:

@@ -195,7 +195,9 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
     from stabilizer.inputs import build_input, workflow_state_module
     from stabilizer.local.deployment import LocalSettings, Project, strict_from_environment
     from stabilizer.local.engine import LocalEngine
+    from stabilizer.local.staging import source_summary
     from stabilizer.parts import lambdas_dir, project_root
+    from stabilizer.sourcedir import mark_run_directory
 
     # The input is checked first: a wrong input is the person's to fix, whatever else is missing.
     state_module = workflow_state_module(lambdas_dir())
@@ -205,6 +207,7 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
         pairs=args.pairs,
         policy=args.policy,
         defaults=LOCAL_DEFAULTS,
+        leave_out=[args.run_dir],
     )
     project = Project.discover(project_root())
     data_dir = prepare_data(args, project.model, out)
@@ -213,10 +216,14 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
     if run_dir.exists():
         raise UsageError(f"the run directory {run_dir} already exists; choose another --name")
     run_dir.mkdir(parents=True)
+    mark_run_directory(args.run_dir)  # earlier runs never travel in a job's source
     # Library warnings (moto's interpreter logs every caught task failure) go to the run's log.
     logging.basicConfig(filename=run_dir / "engine.log", level=logging.WARNING, force=True)
     settings = LocalSettings(debugger_rules_enabled=args.debugger_rules)
     out.write(header(name, run_dir, execution_input, state_module, verbose=args.verbose))
+    source = source_summary(execution_input, _shown_path(str((execution_input.get("job") or {}).get("source"))))
+    if source:
+        out.write(source + "\n")
     strict = args.strict or strict_from_environment()
     if strict:
         out.write("strict: every AWS call judged by the synthesized stack's IAM policies (synthesizing it first)\n")

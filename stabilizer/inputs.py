@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -114,8 +115,13 @@ def build_input(
     pairs: list[str] = (),  # type: ignore[assignment]
     policy: str | None = None,
     defaults: dict[str, Any] | None = None,
+    leave_out: Sequence[Path] = (),
 ) -> dict[str, Any]:
-    """The execution input, validated by the workflow domain; raises InputProblemError otherwise."""
+    """The execution input, validated by the workflow domain; raises InputProblemError otherwise.
+
+    `leave_out` names run directories that a job's source directory must not carry (the CLI's
+    ``--run-dir``); the source is packed here, so one over the size limit is refused now.
+    """
     data: dict[str, Any] = read_input_file(input_file) if input_file else {}
     # The original sample's flat input in today's shape first, so defaults and pairs land beside it.
     try:
@@ -140,15 +146,15 @@ def build_input(
         data["policy"] = policy
     _fill_defaults(data, defaults or {})
     validate_execution_input(data, state_module)
-    return localize_job(data, Path(input_file).resolve().parent if input_file else Path.cwd())
+    return localize_job(data, Path(input_file).resolve().parent if input_file else Path.cwd(), leave_out)
 
 
-def localize_job(data: dict[str, Any], base: Path) -> dict[str, Any]:
+def localize_job(data: dict[str, Any], base: Path, leave_out: Sequence[Path] = ()) -> dict[str, Any]:
     """The input with its job's local paths absolute and checked; InputProblemError names the field."""
     from stabilizer.local.staging import StagingError, localize
 
     try:
-        return localize(data, base)
+        return localize(data, base, leave_out)
     except StagingError as error:
         raise InputProblemError(str(error)) from None
 

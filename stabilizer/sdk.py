@@ -27,13 +27,15 @@ attributes and convert too.
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from stabilizer.sourcedir import ARCHIVE_NAME, Packed, SourceError, SourcePlan, pack, plan_source
 
 RESERVED_PREFIX = "sagemaker_"
 # What the SDK's ModelTrainer leaves out of a source upload by default (SourceCode.ignore_patterns).
@@ -74,22 +76,35 @@ def _is_estimator(definition: Any) -> bool:
 # --- source ---------------------------------------------------------------------------------------
 
 
-def pack_source(files: list[str], cache: Path | None = None) -> str:
-    """`sourcedir.tar.gz` of these files and directories, by the SDK's own `create_tar_file`.
+def _plan(directory: Path | None, *, extra: Sequence[Path] = (), ignore_patterns: Sequence[str] = ()) -> SourcePlan:
+    try:
+        return plan_source(directory, extra=extra, ignore_patterns=ignore_patterns)
+    except SourceError as error:
+        raise SdkJobError(str(error)) from None
 
-    The archive lands in a directory named by the content's hash, so the same source packs to
-    the same path (and, on AWS, the same key).
+
+def _packed(plan: SourcePlan, shown_as: str) -> Packed:
+    try:
+        return pack(plan, shown_as=shown_as)
+    except SourceError as error:
+        raise SdkJobError(str(error)) from None
+
+
+def pack_source(plan: SourcePlan, cache: Path | None = None, shown_as: str = "the source") -> str:
+    """`sourcedir.tar.gz` of `plan` (stabilizer.sourcedir), written where the content's hash says.
+
+    The same source packs to the same path (and, on AWS, the same key). The SDK's own
+    ``create_tar_file`` is not used: it packs links, `.git`, virtual environments and earlier runs
+    alike; what is left out, and the size limit, are `stabilizer.sourcedir`'s.
     """
-    from sagemaker.utils import create_tar_file
-
-    scratch = Path(tempfile.mkdtemp(prefix="stabilizer-source-"))
-    archive = Path(create_tar_file(files, str(scratch / "sourcedir.tar.gz")))
-    digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
-    home = (cache or Path(tempfile.gettempdir()) / "stabilizer-sources") / digest
+    packed = _packed(plan, shown_as)
+    home = (cache or Path(tempfile.gettempdir()) / "stabilizer-sources") / packed.digest[:16]
     home.mkdir(parents=True, exist_ok=True)
-    target = home / "sourcedir.tar.gz"
-    archive.replace(target)
-    scratch.rmdir()
+    target = home / ARCHIVE_NAME
+    if not target.is_file():
+        scratch = home / f".{ARCHIVE_NAME}.{os.getpid()}"
+        scratch.write_bytes(packed.data)
+        scratch.replace(target)
     return str(target)
 
 
@@ -108,14 +123,16 @@ def _estimator_source(estimator: Any) -> tuple[str, str]:
         if not (directory / entry_point).is_file():
             raise SdkJobError(f"entry_point: {entry_point!r} is not in source_dir {directory}")
         if not dependencies:
-            return str(directory), entry_point  # local mode reads the directory; AWS packs it
-        files = [str(directory / name) for name in sorted(os.listdir(directory))]
-        return pack_source(files + dependencies), entry_point
+            return str(directory), entry_point  # local mode packs the directory, and so does the AWS upload
+        # source_dir's entries and each dependency at the archive root (`tar_and_upload_dir`).
+        extra = [Path(d).expanduser() for d in dependencies]
+        return pack_source(_plan(directory, extra=extra), shown_as=str(directory)), entry_point
     script = Path(entry_point).expanduser().resolve()
     if not script.is_file():
         raise SdkJobError(f"entry_point: no such file {script}")
     # No source_dir: the SDK uploads the entry point alone (with any dependencies).
-    return pack_source([str(script), *dependencies]), script.name
+    extra = [script, *(Path(d).expanduser() for d in dependencies)]
+    return pack_source(_plan(None, extra=extra), shown_as=str(script)), script.name
 
 
 def _trainer_source(trainer: Any) -> tuple[str, str]:
@@ -139,12 +156,13 @@ def _trainer_source(trainer: Any) -> tuple[str, str]:
     if _is_s3(source_dir) or str(source_dir).endswith(".tar.gz"):
         return str(source_dir), entry
     directory = Path(source_dir).expanduser().resolve()
-    patterns = list(getattr(code, "ignore_patterns", None) or _MODEL_TRAINER_IGNORED)
-    names = sorted(os.listdir(directory))
-    kept = [name for name in names if not any(fnmatch.fnmatch(name, pattern) for pattern in patterns)]
-    if kept == names:
-        return str(directory), entry
-    return pack_source([str(directory / name) for name in kept]), entry
+    # ModelTrainer copies source_dir with shutil.ignore_patterns(*ignore_patterns): each pattern
+    # matched against every name at every depth, which is what a gitignore line without a "/" does.
+    patterns = [str(p) for p in (getattr(code, "ignore_patterns", None) or _MODEL_TRAINER_IGNORED)]
+    trimmed = _plan(directory, ignore_patterns=patterns)
+    if [e.name for e in trimmed.files] == [e.name for e in _plan(directory).files]:
+        return str(directory), entry  # the patterns leave nothing out: the directory as it is
+    return pack_source(trimmed, shown_as=str(directory)), entry
 
 
 # --- channels -------------------------------------------------------------------------------------
@@ -367,8 +385,12 @@ def _digest(path: Path) -> str:
     return sha.hexdigest()[:16]
 
 
-def upload_local_files(job: dict[str, Any], s3: Any, bucket: str) -> dict[str, Any]:
+def upload_local_files(job: dict[str, Any], s3: Any, bucket: str,
+                       say: Callable[[str], None] = print) -> dict[str, Any]:
     """The job with a local source packed and uploaded under `source/`, local channels under `data/`.
+
+    A source directory is packed by `stabilizer.sourcedir` (what goes up, what is left out, the
+    size limit); `say` receives one line on it (files, sizes, left out) before the upload.
 
     Keys carry the content's hash, so a rerun of the same code and data uploads nothing new under
     a new name and a running job's archive is never replaced. The stack's SageMaker execution role
@@ -379,10 +401,15 @@ def upload_local_files(job: dict[str, Any], s3: Any, bucket: str) -> dict[str, A
     if isinstance(source, str) and not _is_s3(source):
         path = Path(source)
         if path.is_dir():
-            ignored = _MODEL_TRAINER_IGNORED
-            path = Path(pack_source([str(p) for p in sorted(path.iterdir()) if p.name not in ignored]))
-        key = f"source/jobs/{_digest(path)}/sourcedir.tar.gz"
-        s3.upload_file(str(path), bucket, key)
+            packed = _packed(_plan(path), shown_as=source)
+            say(f"uploading {packed.summary(source)}")  # before anything goes up
+            key = f"source/jobs/{packed.digest[:16]}/{ARCHIVE_NAME}"
+            s3.put_object(Bucket=bucket, Key=key, Body=packed.data)
+        elif path.is_file():
+            key = f"source/jobs/{_digest(path)}/{ARCHIVE_NAME}"
+            s3.upload_file(str(path), bucket, key)
+        else:
+            raise SdkJobError(f"job.source: no such directory or archive: {path}")
         result["source"] = f"s3://{bucket}/{key}"
     channels = {}
     for name, location in (result.get("channels") or {}).items():

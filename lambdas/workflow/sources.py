@@ -4,7 +4,9 @@ Pure helpers plus one small S3 reader; boto3 is imported only when the reader is
 SageMaker only finds a missing entry point after it has started an instance and downloaded the
 archive; reading the archive's member list at ValidateInput turns that into an `InvalidInput`
 naming `job.entry_point`. Archives are small (scripts, not data); one larger than
-`MAX_ARCHIVE_BYTES` is not read and the check is skipped (SageMaker then reports it).
+`MAX_ARCHIVE_BYTES` is not read and the check is skipped (SageMaker then reports it). The
+clients never pack a local source larger than this (stabilizer/sourcedir.py, same limit), so
+every archive they upload is checked here.
 """
 
 from __future__ import annotations

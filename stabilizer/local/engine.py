@@ -52,13 +52,13 @@ from stabilizer.local.execution_follower import ExecutionFollower, Observer, uno
 from stabilizer.local.job_state_events import job_state_change
 from stabilizer.local.lambda_seam import LocalLambdas
 from stabilizer.local.rule_jobs import rule_evaluator_factory
-from stabilizer.local.s3files import source_archive
 from stabilizer.local.sagemaker import LocalSageMaker
 from stabilizer.local.staging import StagingError, stage, upload_library
 from stabilizer.local.training_job import LOCAL_INTERRUPT_GRACE_SECONDS, LocalTrainingJob
 from stabilizer.mailbox import Mailbox
 from stabilizer.parts import used
 from stabilizer.records import RunRecord
+from stabilizer.sourcedir import mark_run_directory, source_archive
 
 
 class LocalEngine:
@@ -140,7 +140,8 @@ class LocalEngine:
     def _start(self) -> None:
         from moto import mock_aws
 
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        # Marked, so that no job's source (a job of one's own in "." packs the whole directory) carries runs.
+        mark_run_directory(self.run_dir)
         environment = {
             "AWS_DEFAULT_REGION": REGION,
             "AWS_REGION": REGION,

@@ -102,24 +102,3 @@ class DirectorySync:
                 self.s3.delete_object(Bucket=bucket, Key=key)
                 del self._seen[relative]
         return uploaded
-
-
-# Not part of what the container runs: caches, local data, test files (as the CDK app skips them).
-_NOT_SOURCE = frozenset({"__pycache__", ".pytest_cache", "tests", "data", ".ipynb_checkpoints"})
-
-
-def source_archive(directory: Path) -> bytes:
-    """``sourcedir.tar.gz`` of a SageMaker source directory, as the SDK packages it (no caches)."""
-    import io
-    import tarfile
-
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        for path in sorted(Path(directory).rglob("*")):
-            relative = path.relative_to(directory)
-            if any(part in _NOT_SOURCE for part in relative.parts):
-                continue
-            if path.suffix == ".pyc":
-                continue
-            archive.add(path, arcname=relative.as_posix(), recursive=False)
-    return buffer.getvalue()

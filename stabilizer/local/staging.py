@@ -3,9 +3,11 @@
 On AWS a job's `source` is an S3 URI of `sourcedir.tar.gz` and its channels are S3 prefixes. In
 local mode they may be paths on this machine: `localize()` makes them absolute (relative paths
 are relative to the input file) and checks them before anything starts (the source exists, the
-entry point is in it, every channel exists); `stage()` then packs the source as the SageMaker
-Python SDK does and uploads source and channels to the local S3, so the state machine, the
-Lambdas and the training-job emulator see exactly what they would see on AWS.
+entry point is in it, every channel exists, the source packs to an archive within the limit);
+`stage()` then uploads the packed source and the channels to the local S3, so the state machine,
+the Lambdas and the training-job emulator see exactly what they would see on AWS. What a source
+directory packs to is `stabilizer.sourcedir`'s to say (the SageMaker SDK's whole `source_dir`, less
+run directories, `.git`, virtual environments, caches and what `.stabilizerignore` names).
 
 It knows paths and S3 keys, nothing about the workflow's decisions.
 """
@@ -14,10 +16,12 @@ from __future__ import annotations
 
 import copy
 import tarfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stabilizer.local.s3files import source_archive
+from stabilizer import sourcedir
+from stabilizer.sourcedir import Packed, SourceError, pack, plan_source, size_text
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 
@@ -43,15 +47,30 @@ def _archive_members(path: Path) -> list[str]:
         raise StagingError(f"job.source: {path} is not a tar archive: {error}") from None
 
 
-def _check_source(source: str, entry_point: Any) -> None:
+def packed_source(source: str, leave_out: Sequence[Path] = ()) -> Packed:
+    """A source directory packed as it will go to the job; StagingError names `job.source`."""
+    try:
+        return pack(plan_source(Path(source), leave_out=leave_out), shown_as=source)
+    except SourceError as error:
+        raise StagingError(str(error)) from None
+
+
+def _check_source(source: str, entry_point: Any, leave_out: Sequence[Path]) -> None:
     path = Path(source)
     if path.is_dir():
         if isinstance(entry_point, str) and not (path / entry_point).is_file():
             scripts = sorted(p.name for p in path.glob("*.py"))[:8]
             found = f" (its scripts: {', '.join(scripts)})" if scripts else " (it holds no .py file)"
             raise StagingError(f"job.entry_point: {entry_point!r} is not in {path}{found}")
+        packed_source(source, leave_out)
         return
     if path.is_file() and path.name.endswith(ARCHIVE_SUFFIXES):
+        if path.stat().st_size > sourcedir.MAX_ARCHIVE_BYTES:
+            raise StagingError(
+                f"job.source: the archive {path} is {size_text(path.stat().st_size)}, over the "
+                f"{size_text(sourcedir.MAX_ARCHIVE_BYTES)} limit for a source archive; give data to the job "
+                "as a channel (job.channels)"
+            )
         if isinstance(entry_point, str) and entry_point.removeprefix("./") not in _archive_members(path):
             raise StagingError(f"job.entry_point: {entry_point!r} is not in the archive {path}")
         return
@@ -60,8 +79,12 @@ def _check_source(source: str, entry_point: Any) -> None:
     raise StagingError(f"job.source: no such directory or archive: {path}")
 
 
-def localize(execution_input: dict[str, Any], base: Path) -> dict[str, Any]:
-    """The input with the job's local paths made absolute and checked; S3 URIs are left as they are."""
+def localize(execution_input: dict[str, Any], base: Path, leave_out: Sequence[Path] = ()) -> dict[str, Any]:
+    """The input with the job's local paths made absolute and checked; S3 URIs are left as they are.
+
+    A source directory is packed here (and kept for `stage()`), so one over the size limit is
+    refused before anything starts; `leave_out` names run directories to leave out of it.
+    """
     job = execution_input.get("job")
     if not isinstance(job, dict):
         return execution_input
@@ -71,7 +94,7 @@ def localize(execution_input: dict[str, Any], base: Path) -> dict[str, Any]:
         raise StagingError("job.source: missing; give your source directory (or its .tar.gz)")
     if isinstance(job["source"], str) and not _is_s3(job["source"]):
         job["source"] = _absolute(job["source"], base)
-        _check_source(job["source"], job.get("entry_point"))
+        _check_source(job["source"], job.get("entry_point"), leave_out)
     channels = job.get("channels")
     if isinstance(channels, dict):
         for name, location in channels.items():
@@ -93,17 +116,27 @@ def _upload_tree(s3: Any, directory: Path, bucket: str, prefix: str) -> int:
     return count
 
 
-def stage(execution_input: dict[str, Any], s3: Any, bucket: str, prefix: str) -> dict[str, Any]:
+def source_summary(execution_input: dict[str, Any], shown_as: str, leave_out: Sequence[Path] = ()) -> str | None:
+    """One line on the job's local source directory as it will be packed, or None when there is none."""
+    job = execution_input.get("job")
+    source = job.get("source") if isinstance(job, dict) else None
+    if not isinstance(source, str) or _is_s3(source) or not Path(source).is_dir():
+        return None
+    return packed_source(source, leave_out).summary(shown_as)
+
+
+def stage(execution_input: dict[str, Any], s3: Any, bucket: str, prefix: str,
+          leave_out: Sequence[Path] = ()) -> dict[str, Any]:
     """Upload the job's local source and channels under `s3://bucket/prefix/`; returns the input with S3 URIs."""
     job = execution_input.get("job")
     if not isinstance(job, dict):
         return execution_input
-    result = localize(execution_input, Path.cwd())
+    result = localize(execution_input, Path.cwd(), leave_out)
     job = result["job"]
     source = job.get("source")
     if isinstance(source, str) and not _is_s3(source):
         path = Path(source)
-        body = source_archive(path) if path.is_dir() else path.read_bytes()
+        body = packed_source(source, leave_out).data if path.is_dir() else path.read_bytes()
         key = f"{prefix}/source/sourcedir.tar.gz"
         s3.put_object(Bucket=bucket, Key=key, Body=body)
         job["source"] = f"s3://{bucket}/{key}"

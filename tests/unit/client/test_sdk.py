@@ -176,11 +176,16 @@ def test_a_model_trainer_becomes_the_same_job(session, source, points):
     }
 
 
-def test_a_model_trainer_source_with_ignored_files_is_packed_without_them(session, source, points):
-    (source / "__pycache__").mkdir()
-    (source / "__pycache__" / "fit.cpython-311.pyc").write_bytes(b"\0")
+def test_a_model_trainer_source_leaves_out_what_its_ignore_patterns_name_at_every_depth(session, source, points):
+    # ModelTrainer copies source_dir with shutil.ignore_patterns: every name at every depth.
+    (source / ".env").write_text("TOKEN=secret\n")
+    (source / "pkg").mkdir()
+    (source / "pkg" / "model.py").write_text("M = 1\n")
+    (source / "pkg" / ".DS_Store").write_bytes(b"\0")
     job = job_from_sdk(model_trainer(session, source, points))
-    assert members(job["source"]) == ["fit.py", "utils.py"]
+    assert members(job["source"]) == ["fit.py", "pkg/model.py", "utils.py"]
+    own = job_from_sdk(model_trainer(session, source, points, ignore_patterns=["*.py"]))
+    assert members(own["source"]) == [".env", "pkg/.DS_Store"]  # the trainer's own patterns replace the defaults
 
 
 @pytest.mark.parametrize(
@@ -291,3 +296,37 @@ def test_the_local_client_hands_the_job_to_the_engine_as_it_is(session, source, 
                       "version": "2.7"}})
     assert engine.started[2]["job"]["image"] == (
         "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.7-cpu-py312")  # the SDK keeps the alias
+
+
+def test_the_aws_upload_carries_what_the_sdk_would_less_runs_git_and_environments(session, source):
+    from stabilizer.sdk import upload_local_files
+    from stabilizer.sourcedir import mark_run_directory
+
+    for name, content in {"data/corpus.txt": "words\n", "tests/test_fit.py": "", ".git/HEAD": "ref: main\n",
+                          "env/pyvenv.cfg": "home = /usr/bin\n", "runs/old/ckpt.pt": "0" * 1000}.items():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_text(content)
+    mark_run_directory(source / "runs")
+    said: list[str] = []
+    s3 = boto3.client("s3", region_name=REGION)
+    job = upload_local_files({"source": str(source), "entry_point": "fit.py"}, s3, BUCKET, say=said.append)
+    body = s3.get_object(Bucket=BUCKET, Key=job["source"].split("/", 3)[3])["Body"].read()
+    # A script's ./data and ./tests go up, as the SDK's tar_and_upload_dir sends the whole source_dir.
+    assert members(body) == ["data/corpus.txt", "fit.py", "tests/test_fit.py", "utils.py"]
+    [line] = said
+    assert line.startswith(f"uploading source: {source} -> sourcedir.tar.gz, 4 files, {len(body)} B (")
+    assert line.endswith("left out: .git/ (git), env/ (virtual environment), runs/ (run directory)")
+
+
+def test_the_aws_upload_refuses_a_source_over_the_limit_before_uploading_anything(session, source, monkeypatch):
+    from stabilizer import sourcedir
+    from stabilizer.sdk import upload_local_files
+
+    monkeypatch.setattr(sourcedir, "MAX_ARCHIVE_BYTES", 4096)
+    (source / "data").mkdir()
+    (source / "data" / "corpus.bin").write_bytes(os.urandom(20_000))
+    s3 = boto3.client("s3", region_name=REGION)
+    refused = r"^job\.source: .* packs to more than 4\.0 KiB.*biggest entries: data/ 19\.5 KiB"
+    with pytest.raises(SdkJobError, match=refused):
+        upload_local_files({"source": str(source), "entry_point": "fit.py"}, s3, BUCKET, say=lambda _: None)
+    assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="source/")

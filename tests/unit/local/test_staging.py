@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -142,3 +143,130 @@ def test_the_library_is_uploaded_as_the_stack_deploys_it():
         assert count == len(keys)
         assert "library/rule_engine/sentinel.py" in keys
         assert not any("__pycache__" in key for key in keys)
+
+
+# --- what of the source goes to the job (stabilizer.sourcedir) -------------------------------------
+
+
+def staged_members(given: dict, leave_out=()) -> list[str]:
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="local")
+        staged = stage(given, s3, "local", "jobs/run-1", **({"leave_out": leave_out} if leave_out else {}))
+        body = s3.get_object(Bucket="local", Key=staged["job"]["source"].split("/", 3)[3])["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as archive:
+        return sorted(m.name for m in archive.getmembers() if m.isfile())
+
+
+def test_a_source_folder_named_data_or_tests_reaches_the_job(project: Path):
+    src = project / "src"
+    for name in ("data/corpus.txt", "tests/test_fit.py", "tests/data/golden.json"):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text("{}")
+    assert staged_members(job_input(source=str(src), channels={})) == [
+        "data/corpus.txt", "fit.py", "tests/data/golden.json", "tests/test_fit.py"]
+
+
+def test_runs_git_environments_and_caches_stay_out_of_a_source_that_holds_them(project: Path):
+    # `"source": "."` beside the default ./runs: earlier runs, the repository, a venv, caches.
+    files = {"runs/local-1/jobs/ckpt.pt": "0" * 4096, ".git/HEAD": "ref\n", "env-3.11/pyvenv.cfg": "home\n",
+             "env-3.11/lib/torch.py": "x", "__pycache__/fit.pyc": "x", ".mypy_cache/x.json": "x",
+             ".ruff_cache/x": "x", ".pytest_cache/v": "x", "nb/.ipynb_checkpoints/a.ipynb": "x", "nb/a.ipynb": "{}"}
+    for name, content in files.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(content)
+    given = job_input(source=str(project), entry_point="src/fit.py", channels={})
+    kept = staged_members(given, leave_out=[project / "runs"])
+    assert kept == ["data/points/x.npy", "nb/a.ipynb", "src/fit.py"]
+
+
+def test_what_stabilizerignore_names_stays_out_of_the_source(project: Path):
+    src = project / "src"
+    (src / "scratch").mkdir()
+    (src / "scratch" / "big.bin").write_bytes(b"\0" * 100)
+    (src / "notes.tmp").write_text("x")
+    (src / "keep.tmp").write_text("x")
+    (src / ".stabilizerignore").write_text("# not for the job\nscratch/\n*.tmp\n!keep.tmp\n")
+    assert staged_members(job_input(source=str(src), channels={})) == [".stabilizerignore", "fit.py", "keep.tmp"]
+
+
+class NoEngine:
+    """Stands in for LocalEngine: records whether the CLI got as far as starting one, then stages the
+    job as the engine does (to the local S3) and stops there as a Ctrl-C would."""
+
+    started: list[bytes] = []
+
+    def __init__(self, run_dir, data_dir, **_: object) -> None:
+        self.run_dir = run_dir
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def run(self, execution_input, **_: object):
+        with mock_aws():
+            s3 = boto3.client("s3", region_name="us-east-1")
+            s3.create_bucket(Bucket="local")
+            staged = stage(execution_input, s3, "local", "jobs/run-1")
+            key = staged["job"]["source"].split("/", 3)[3]
+            NoEngine.started.append(s3.get_object(Bucket="local", Key=key)["Body"].read())
+        raise KeyboardInterrupt
+
+
+@pytest.fixture
+def no_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    import stabilizer.local.engine
+
+    monkeypatch.setattr(stabilizer.local.engine, "LocalEngine", NoEngine)
+    NoEngine.started = []
+    digits = tmp_path / "digits"
+    for channel in ("train", "test"):
+        (digits / channel).mkdir(parents=True)
+        for name in ("x.npy", "y.npy"):
+            (digits / channel / name).write_bytes(b"")
+    return ["--data-dir", str(digits)]
+
+
+def test_the_cli_prints_the_archive_before_launching_and_earlier_runs_stay_out(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_engine: list[str]
+):
+    monkeypatch.chdir(project)
+    (project / "fit.py").write_text("print('fit')\n")
+    old_run = project / "runs" / "local-earlier" / "jobs" / "job-1" / "checkpoints"
+    old_run.mkdir(parents=True)
+    (old_run / "ckpt.pt").write_bytes(b"\0" * 50_000)  # a run from before runs were marked
+    given = write(project, job_input(source=".", channels={"points": "data/points"}))
+    code = main(["run", "--local", "--plain", "--name", "now", *no_engine, "--input", str(given)])
+    out = capsys.readouterr().out
+    assert code == 130  # the stand-in engine stops as Ctrl-C would, after staging
+    [archive] = NoEngine.started
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        names = sorted(m.name for m in tar.getmembers() if m.isfile())
+    assert names == ["data/points/x.npy", "fit.py", "input.json", "src/fit.py"]
+    [line] = [line for line in out.splitlines() if line.startswith("source: ")]
+    assert line.startswith(f"source: . -> sourcedir.tar.gz, 4 files, {len(archive)} B (")
+    assert line.endswith("; left out: runs/ (run directory)")
+    assert (project / "runs" / ".stabilizer-run").is_file()
+
+
+def test_the_cli_refuses_a_source_over_the_limit_in_one_line_and_launches_nothing(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    no_engine: list[str],
+):
+    from stabilizer import sourcedir
+
+    monkeypatch.setattr(sourcedir, "MAX_ARCHIVE_BYTES", 64 * 1024)
+    (project / "src" / "corpus").mkdir()
+    (project / "src" / "corpus" / "words.bin").write_bytes(os.urandom(100_000))
+    runs = tmp_path / "runs"
+    given = write(project, job_input())
+    code = main(["run", "--local", "--run-dir", str(runs), *no_engine, "--input", str(given)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == EXIT_USAGE
+    assert not runs.exists() and NoEngine.started == []
+    assert len(err) == 1
+    assert err[0].startswith(
+        f"stabilizer: job.source: {project / 'src'} packs to more than 64.0 KiB, the limit for a source archive "
+        "(2 files, 97.7 KiB unpacked); biggest entries: corpus/ 97.7 KiB, fit.py 13 B.")
