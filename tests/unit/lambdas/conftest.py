@@ -153,7 +153,9 @@ def summary(**changes: Any) -> dict[str, Any]:
     return {**base, **changes}
 
 
-def watched_findings(*, findings: list[dict] | None = None, job_action: str = "stop", **changes: Any) -> FindingsDocument:
+def watched_findings(
+    *, findings: list[dict] | None = None, job_action: str = "stop", **changes: Any
+) -> FindingsDocument:
     """A version 2 findings.json: the given findings (none by default) and a summary."""
     return FindingsDocument.model_validate(
         {"version": 2, "job_action": job_action, "findings": findings or [], "summary": summary(**changes)}

@@ -434,6 +434,7 @@ def test_a_job_without_a_loss_metric_is_accepted_and_its_integration_reaches_the
     state = launching.launch(
         prepared(job_settings, job(integration=integration, loss_metric=None)), job_settings, T0
     ).state
-    config = json.loads(requests.build_create_training_job(state, job_settings, 1)["HyperParameters"]["sagemaker_stabilizer"])
+    request = requests.build_create_training_job(state, job_settings, 1)
+    config = json.loads(request["HyperParameters"]["sagemaker_stabilizer"])
     assert config["integration"] == integration
     assert config["loss_regex"] is None

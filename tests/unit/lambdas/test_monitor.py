@@ -68,7 +68,8 @@ def test_a_finding_in_notify_mode_is_announced_once_and_the_job_runs_on(settings
     assert first.state.next_action == "monitor"
     assert first.effects.notification.event_type == "issue_found"
     assert "the job runs on" in first.effects.notification.subject
-    again = monitor.check(first.state, observation(first.state, "InProgress", findings=sentinel_findings(job_action="notify")), LATER)
+    still = observation(first.state, "InProgress", findings=sentinel_findings(job_action="notify"))
+    again = monitor.check(first.state, still, LATER)
     assert (again.effects.stop_job, again.effects.notification) == (None, None)
 
 

@@ -335,3 +335,27 @@ def test_a_diverging_loss_is_answered_as_an_explosion(settings):
     assert plan.decision.remedy == "lower_lr"
     assert plan.run_spec["learning_rate"] == pytest.approx(0.1 * 30**0.1)  # 3.0 counts as the failing rate
     assert plan.decision.resume_from.endswith("/checkpoint-00000005.pt")
+
+
+# -- a rising loss is a divergence, whatever fired -------------------------------------------------
+
+
+@pytest.mark.parametrize("last_loss", [41.7, "nan"])
+def test_a_diverging_nll_run_that_fired_vanishing_gradient_gets_a_lower_learning_rate_not_a_doubled_one(
+    settings, last_loss
+):
+    # An NLL classifier whose loss climbed from 2.3 while its softmax saturated and its gradients
+    # went flat: VanishingGradient fired, and the run used to be relaunched with twice the rate.
+    state = _with_spec(launched(settings), add_batch_norm=1)
+    state.attempts[-1].watched = Watched(integration="library", restores=True, first_loss=2.3, last_loss=last_loss)
+    plan = policy.plan(state, _finding(rule="VanishingGradient", step=300, phase="main"), written(250))
+    assert plan.decision.remedy == "lower_lr"
+    assert plan.run_spec["learning_rate"] < state.run_spec["learning_rate"]
+    assert plan.decision.reason.startswith("Diverging at step 300 (main)")
+
+
+def test_vanishing_gradient_with_a_flat_loss_still_gets_its_own_ladder(settings):
+    state = _with_spec(launched(settings), add_batch_norm=1)
+    state.attempts[-1].watched = Watched(integration="library", restores=True, first_loss=2.3, last_loss=2.31)
+    plan = policy.plan(state, _finding(rule="VanishingGradient", step=300, phase="main"), written(250))
+    assert plan.decision.remedy == "raise_lr"
