@@ -74,6 +74,24 @@ def table_text(record: RunRecord) -> str:
     return "\n".join(lines)
 
 
+def evidence_lines(state: dict) -> list[str]:
+    """What each attempt's summary showed, the evidence its verdict rests on (docs/contracts.md, 10)."""
+    lines = []
+    for attempt in state.get("attempts") or []:
+        seen = attempt.get("watched")
+        if not seen:
+            lines.append(f"- attempt {attempt.get('number')}: no summary (nothing watched it, or it had not ended)")
+            continue
+        skipped = f", {seen['steps_skipped']} skipped" if seen.get("steps_skipped") else ""
+        lines.append(
+            f"- attempt {attempt.get('number')}: watched by the {seen.get('integration') or 'sentinel'}; "
+            f"{seen.get('steps_observed')} of {seen.get('steps_taken')} steps checked{skipped}; "
+            f"loss {seen.get('first_loss')} -> {seen.get('last_loss')}; learned {seen.get('learned')}; "
+            f"started from {seen.get('started_from') or 'scratch'}; restores on a relaunch: {seen.get('restores')}"
+        )
+    return lines
+
+
 def markdown(record: RunRecord, plots: list[Path], run_dir: Path) -> str:
     t = timing(record)
     state = record.state or {}
@@ -91,6 +109,8 @@ def markdown(record: RunRecord, plots: list[Path], run_dir: Path) -> str:
     if state.get("reason"):
         lines.append(f"- reason: {state['reason']}")
     lines += ["", "## Attempts", "", *markdown_table([r.cells() for r in rows(record)])]
+    if state.get("attempts"):
+        lines += ["", "## Evidence", "", *evidence_lines(state)]
     if plots:
         lines += ["", "## Loss and gradient norm", ""]
         lines += [f"![{p.stem}]({p.relative_to(run_dir).as_posix()})" for p in plots]

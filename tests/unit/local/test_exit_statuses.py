@@ -43,3 +43,19 @@ def test_every_outcome_has_its_exit_status_and_its_words(status, error, ended, w
 def test_an_interrupted_run_exits_130_whatever_its_state_says():
     record = _record("ABORTED", None, None, interrupted=True)
     assert (outcome(record), exit_code(record)) == ("interrupted", 130)
+
+
+def test_the_report_shows_the_evidence_each_verdict_rests_on(tmp_path):
+    from stabilizer.report import markdown
+
+    record = _record("FAILED", "TrainingNotRecovered", "unverified")
+    record.state["attempts"] = [
+        {"number": 1, "job_name": "j-1", "watched": {"integration": "launcher", "steps_taken": 36,
+                                                      "steps_observed": 20, "first_loss": 2.3, "last_loss": 0.4,
+                                                      "learned": True, "restores": True}},
+        {"number": 2, "job_name": "j-2"},
+    ]
+    text = markdown(record, [], tmp_path)
+    assert "- outcome: **unverified**" in text
+    assert "- attempt 1: watched by the launcher; 20 of 36 steps checked; loss 2.3 -> 0.4; learned True" in text
+    assert "- attempt 2: no summary" in text
