@@ -245,4 +245,4 @@ def why_fresh(integration: str, attempt: Attempt) -> str | None:
             return "the script does not call guard.restore()"
     if integration == "launcher":
         return None
-    return "nothing says the script loads a checkpoint (no summary with restores from its last attempt)"
+    return "no summary of the last attempt says its script loads a checkpoint"

@@ -221,11 +221,14 @@ def _infrastructure_failure(state: WorkflowState, attempt: Attempt, obs: Observa
         f"{attempt.checkpoint_s3_uri}/{obs.checkpoint_files[newest]}" if newest is not None else attempt.resumed_from
     )
     fresh = evidence.why_fresh(state.job.integration, attempt) if resume else "no checkpoint was written"
-    start = f"starts fresh ({fresh})" if fresh else f"resumes from {resume.rsplit('/', 1)[-1]}"  # type: ignore[union-attr]
+    if fresh or resume is None:
+        resume, start = None, f"starts fresh ({fresh})"
+    else:
+        start = f"resumes from {resume.rsplit('/', 1)[-1]}"
     decision = Decision(
         action="relaunch",
         remedy="retry",
-        resume_from=None if fresh else resume,
+        resume_from=resume,
         reason=f"SageMaker failed the job ({reason_text.split(':')[0]}), not the training code; "
         f"same recipe again, {start}",
     )
@@ -247,8 +250,8 @@ def _while_running(
         new = attempt.finding is None or (attempt.finding.rule, attempt.finding.step) != (issue.rule, issue.step)
         attempt.finding = issue
         notify_only = obs.notify_only or s.monitoring.sentinel_action == "notify"
-        note = notifications.issue_found(s, attempt, issue, evidence_of(obs, issue), stopping=not notify_only) \
-            if new else None
+        if new:
+            note = notifications.issue_found(s, attempt, issue, evidence_of(obs, issue), stopping=not notify_only)
         if not notify_only:
             # Decide the next recipe only once the job has stopped: its last checkpoint is then in
             # S3, and no two jobs of one execution run at once. Stopping again is harmless.

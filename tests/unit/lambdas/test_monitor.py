@@ -188,6 +188,18 @@ def test_failed_by_sagemaker_retries_the_same_recipe_from_the_newest_checkpoint(
     }
 
 
+def test_a_retry_after_sagemaker_failed_a_job_that_left_no_summary_says_it_starts_fresh(settings):
+    state = launched(settings)
+    keys = ["executions/run-1/attempt-1/checkpoints/checkpoint-00000050.pt"]
+    obs = observation(state, "Failed", failure_reason="CapacityError: no capacity", checkpoint_keys=keys)
+    result = monitor.check(state, obs, LATER)
+    assert result.state.next_action == "launch_new"
+    assert result.state.resume_from is None
+    assert result.state.attempts[-1].decision.reason.endswith(
+        "starts fresh (no summary of the last attempt says its script loads a checkpoint)"
+    )
+
+
 def test_infrastructure_retries_are_bounded(settings):
     state = launched(settings, {"limits": {"max_infrastructure_retries": 0}})
     obs = observation(
