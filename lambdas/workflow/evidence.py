@@ -185,6 +185,10 @@ def judge_completed(obs: Observation, attempt: Attempt) -> Verdict:
     of = f" of {taken} taken" if taken is not None else ""
     if observed <= 0:
         return Verdict("unverified", f"attempt {n} completed{by} but the sentinel checked no step{of}")
+    if summary.ended == "interrupted":
+        # A run cut short (a signal) is not a finished run, whatever its loss did so far.
+        cut = f"({observed} steps checked{of})"
+        return Verdict("unverified", f"attempt {n} completed{by} but its summary says it was interrupted {cut}")
     if taken is not None and observed + skipped < taken:
         return Verdict(
             "unverified",

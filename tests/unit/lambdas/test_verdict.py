@@ -53,6 +53,7 @@ def test_a_completed_job_that_left_no_summary_ends_unwatched_and_says_how_to_wat
         ({"steps_observed": 20}, "the sentinel checked 20 steps (0 skipped) of 36 taken; the rest ran unchecked"),
         ({"last_loss": None}, "no loss was seen in its 36 steps checked"),
         ({"learned": None}, "too few steps to judge whether it learned"),
+        ({"ended": "interrupted"}, "its summary says it was interrupted (36 steps checked of 36 taken)"),
     ],
 )
 def test_a_run_watched_too_little_to_judge_is_unverified_and_says_what_is_missing(settings, changes, said):
