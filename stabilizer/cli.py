@@ -7,10 +7,11 @@ table of the attempts, and writes a report (run.json, report.md with every notif
 plots) in the run directory. It starts with a short header (what runs, the rules watching it, the
 limits); ``--verbose`` also prints the whole input, the bodies and every observation.
 
-Exit status: 0 succeeded, 2 gave up (the remediation policy ran out of remedies or budget),
-stopped early (a plateau or overfitting; the best checkpoint is kept) or did not learn (the loss
-never fell): the workflow ended on its own terms without a success, as the state machine's
-TrainingNotRecovered; 1 failed, 130 interrupted (Ctrl-C: the running job is stopped and its checkpoint kept),
+Exit status, one per outcome (docs/contracts.md, "Outcomes"): 0 succeeded (every step watched, a
+finite loss, learned) or stopped early (a plateau or overfitting after the run learned; the best
+checkpoint is kept); 3 unwatched (nothing watched the job) or unverified (watched too little to
+judge); 2 diverged, did not learn or gave up (the workflow ended on its own terms without a
+success); 1 failed; 130 interrupted (Ctrl-C: the running job is stopped and its checkpoint kept);
 64 bad usage or input (nothing was launched).
 """
 
@@ -30,8 +31,21 @@ from typing import Any, NoReturn, TextIO
 EXIT_SUCCEEDED = 0
 EXIT_FAILED = 1
 EXIT_GAVE_UP = 2
+EXIT_UNVERIFIED = 3
 EXIT_USAGE = 64
 EXIT_INTERRUPTED = 130
+# The exit status of each outcome (stabilizer.report.verdict).
+EXIT_STATUS = {
+    "succeeded": EXIT_SUCCEEDED,
+    "stopped_early": EXIT_SUCCEEDED,
+    "unwatched": EXIT_UNVERIFIED,
+    "unverified": EXIT_UNVERIFIED,
+    "diverged": EXIT_GAVE_UP,
+    "did_not_learn": EXIT_GAVE_UP,
+    "gave_up": EXIT_GAVE_UP,
+    "failed": EXIT_FAILED,
+    "interrupted": EXIT_INTERRUPTED,
+}
 # Local jobs start in about a second, and a check is a few milliseconds in process: checking every
 # second reacts to a finding within a second (in the cloud the default wait is 300 s). At that
 # pace the cloud's cap of 300 checks would end a run after five minutes, so the local cap is an hour.
@@ -63,8 +77,8 @@ keys: the fields of the execution input (lambdas/workflow/state.py, schemas/exec
   policy, wait_seconds, run_spec.<field> (or just <field>), limits.<field>.
   Values are JSON when they parse (1, 0.05, true, [..]), text otherwise (elu).
 
-exit status: 0 succeeded, 2 gave up / stopped early / did not learn, 1 failed, 130 interrupted,
-64 bad input (nothing launched).
+exit status: 0 succeeded or stopped early, 3 unwatched or unverified, 2 diverged / did not learn /
+gave up, 1 failed, 130 interrupted, 64 bad input (nothing launched).
 """
 
 
@@ -160,15 +174,9 @@ def prepare_data(args: argparse.Namespace, model_dir: Path, out: TextIO) -> Path
 
 
 def exit_code(record: Any) -> int:
-    from stabilizer.report import outcome
+    from stabilizer.report import verdict
 
-    return {
-        "succeeded": EXIT_SUCCEEDED,
-        "gave up": EXIT_GAVE_UP,
-        "stopped early": EXIT_GAVE_UP,
-        "did not learn": EXIT_GAVE_UP,
-        "interrupted": EXIT_INTERRUPTED,
-    }.get(outcome(record), EXIT_FAILED)
+    return EXIT_STATUS.get(verdict(record), EXIT_FAILED)
 
 
 class Interrupts:

@@ -28,20 +28,29 @@ def timing(record: RunRecord) -> dict[str, float]:
     }
 
 
-def outcome(record: RunRecord) -> str:
+# The outcomes of an execution (workflow.state.Outcome; docs/contracts.md, "Outcomes"): the
+# state machine ends the first two in a Succeed state, the others in TrainingNotRecovered.
+SUCCESSES = ("succeeded", "stopped_early")
+NOT_RECOVERED = ("unwatched", "unverified", "diverged", "did_not_learn", "gave_up", "failed")
+
+
+def verdict(record: RunRecord) -> str:
+    """The execution's outcome as the workflow named it (``stopped_early``, ``unwatched``, ...),
+    ``interrupted`` for a run stopped with Ctrl-C, ``failed`` when the workflow itself broke."""
     if record.interrupted:
         return "interrupted"
+    ended = (record.state or {}).get("outcome")
     if record.status == "SUCCEEDED":
-        return "succeeded"
+        return ended if ended in SUCCESSES else "succeeded"
     if record.status == "FAILED" and record.error == "TrainingNotRecovered":
-        # The workflow ended on its own terms: its state says whether it gave up (remedies or
-        # limits used up), stopped early (plateau, overfitting), found a run that did not learn,
-        # or failed (a job crashed in a way no recipe change fixes).
-        ended = (record.state or {}).get("outcome")
-        return {"failed": "failed", "stopped_early": "stopped early", "did_not_learn": "did not learn"}.get(
-            ended, "gave up"
-        )
+        # The workflow ended on its own terms; its state says what the evidence showed.
+        return ended if ended in NOT_RECOVERED else "gave_up"
     return "failed" if record.status == "FAILED" else record.status.lower()
+
+
+def outcome(record: RunRecord) -> str:
+    """The outcome in words: ``succeeded``, ``stopped early``, ``did not learn``, ..."""
+    return verdict(record).replace("_", " ")
 
 
 def rows(record: RunRecord) -> list[AttemptRow]:
@@ -65,6 +74,24 @@ def table_text(record: RunRecord) -> str:
     return "\n".join(lines)
 
 
+def evidence_lines(state: dict) -> list[str]:
+    """What each attempt's summary showed, the evidence its verdict rests on (docs/contracts.md, 10)."""
+    lines = []
+    for attempt in state.get("attempts") or []:
+        seen = attempt.get("watched")
+        if not seen:
+            lines.append(f"- attempt {attempt.get('number')}: no summary (nothing watched it, or it had not ended)")
+            continue
+        skipped = f", {seen['steps_skipped']} skipped" if seen.get("steps_skipped") else ""
+        lines.append(
+            f"- attempt {attempt.get('number')}: watched by the {seen.get('integration') or 'sentinel'}; "
+            f"{seen.get('steps_observed')} of {seen.get('steps_taken')} steps checked{skipped}; "
+            f"loss {seen.get('first_loss')} -> {seen.get('last_loss')}; learned {seen.get('learned')}; "
+            f"started from {seen.get('started_from') or 'scratch'}; restores on a relaunch: {seen.get('restores')}"
+        )
+    return lines
+
+
 def markdown(record: RunRecord, plots: list[Path], run_dir: Path) -> str:
     t = timing(record)
     state = record.state or {}
@@ -82,6 +109,8 @@ def markdown(record: RunRecord, plots: list[Path], run_dir: Path) -> str:
     if state.get("reason"):
         lines.append(f"- reason: {state['reason']}")
     lines += ["", "## Attempts", "", *markdown_table([r.cells() for r in rows(record)])]
+    if state.get("attempts"):
+        lines += ["", "## Evidence", "", *evidence_lines(state)]
     if plots:
         lines += ["", "## Loss and gradient norm", ""]
         lines += [f"![{p.stem}]({p.relative_to(run_dir).as_posix()})" for p in plots]

@@ -195,10 +195,12 @@ class Job(Strict):
         "a .tar.gz file on this machine",
     )
     entry_point: str = Field(min_length=1, max_length=256, description="the script to run, relative to the source")
-    integration: Literal["library", "launcher"] = Field(
-        "library",
-        description="library: the script uses stabilizer's library; launcher: the script runs unchanged "
-        "under stabilizer's launcher, which reads the loss from the log line `loss_metric` matches",
+    integration: Literal["auto", "library", "launcher"] = Field(
+        "auto",
+        description="auto: the launcher stands by and takes over at the first optimizer step unless the "
+        "script called watch() before it; library: the script calls stabilizer's watch(); launcher: the "
+        "script runs unchanged under stabilizer's launcher, which finds the loss in torch.nn loss modules, "
+        "else in the log line `loss_metric` matches",
     )
     image: str | ImageSpec | None = Field(
         None, description="an image URI, or {framework, version}; the deployment's training image when left out"
@@ -276,11 +278,6 @@ class Job(Strict):
             raise ValueError(
                 f"loss_metric: {self.loss_metric!r} is not the Name of any metric_definitions entry "
                 f"({', '.join(names) or 'none given'})"
-            )
-        if self.integration == "launcher" and self.loss_metric is None:
-            raise ValueError(
-                "loss_metric: required when integration is launcher (the launcher reads the loss from the "
-                "log line that metric's Regex matches)"
             )
         return self
 

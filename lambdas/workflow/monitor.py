@@ -1,5 +1,9 @@
 """The monitor's decisions: what to do after looking at a training job once.
 
+What an attempt's evidence says (its verdict when no rule fired, a failed job's diagnosis, the
+job's own loss lines) is read by `workflow.evidence`; which remedy follows a finding is
+`workflow.policy`'s to say. This module joins them into one decision per look.
+
 Pure: `check()` takes the state, an `Observation` and the time, and returns the next state plus
 the effects the handler must carry out (stop a job, stop lingering rule-evaluation jobs, publish
 one notification). No AWS call and no clock in here, so every job-status x rule-status case is a
@@ -14,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from workflow import notifications, policy
+from workflow import evidence, notifications, policy
 from workflow.errors import StateCorrupted
+from workflow.ladders import EXPLOSIONS
 from workflow.notifications import Notification
 from workflow.observation import Observation, evidence_of
 from workflow.state import Attempt, Decision, Finding, WorkflowState
@@ -55,6 +60,8 @@ def _record(attempt: Attempt, obs: Observation, now: datetime) -> None:
     steps = obs.steps_consumed()
     if steps is not None:
         attempt.steps = steps
+    if obs.summary is not None:
+        attempt.watched = evidence.watched(obs)
 
 
 def _monitoring_limit(state: WorkflowState) -> str | None:
@@ -150,19 +157,24 @@ def _relaunch(
 def verdict(outcome: str, finding: Finding) -> str:
     """The outcome of an execution that ends on an attempt where `finding` fired.
 
-    Only an attempt that completed, stayed finite and learned is a success, and such an attempt
-    has no finding: a policy that ends early keeping the best checkpoint (a plateau, overfitting)
-    ends `stopped_early`; a run whose loss never fell ends `did_not_learn`, whatever stopped the
-    remedies. Every other ending keeps the policy's word.
+    An attempt with a finding is never `succeeded`: a policy that ends early keeping the best
+    checkpoint of a run that learned says `stopped_early`; when the remedies or the limits run out,
+    a run whose loss never fell ends `did_not_learn` and one whose loss blew up ends `diverged`.
+    Every other ending keeps the policy's word.
     """
     if outcome == "succeeded":
         return "stopped_early"
-    if finding.rule == NOT_LEARNING and outcome == "gave_up":
+    if outcome == "gave_up" and finding.rule == NOT_LEARNING:
         return "did_not_learn"
+    if outcome == "gave_up" and finding.rule in EXPLOSIONS:
+        return "diverged"
     return outcome
 
 
 def _remediate(state: WorkflowState, attempt: Attempt, obs: Observation, finding: Finding) -> CheckResult:
+    # Read against the losses first: a VanishingGradient beside a climbing loss is a divergence.
+    history = evidence_of(obs, finding).get("loss_history")
+    finding = evidence.rediagnose(finding, attempt.watched, history)
     attempt.finding = finding
     planned = policy.plan(state, finding, obs.checkpoint_files)
     decision = planned.decision
@@ -203,17 +215,22 @@ def _infrastructure_failure(state: WorkflowState, attempt: Attempt, obs: Observa
     blocked = _relaunch_blocked(state)
     if blocked:
         return _end(state, attempt, obs, "gave_up", f"SageMaker failed the job ({reason_text}); {blocked}")
-    # No rule fired, so the newest checkpoint is healthy.
+    # No rule fired, so the newest checkpoint is healthy; it counts only if the relaunch loads it.
     newest = max(obs.checkpoint_files) if obs.checkpoint_files else None
     resume = (
         f"{attempt.checkpoint_s3_uri}/{obs.checkpoint_files[newest]}" if newest is not None else attempt.resumed_from
     )
+    fresh = evidence.why_fresh(state.job.integration, attempt) if resume else "no checkpoint was written"
+    if fresh or resume is None:
+        resume, start = None, f"starts fresh ({fresh})"
+    else:
+        start = f"resumes from {resume.rsplit('/', 1)[-1]}"
     decision = Decision(
         action="relaunch",
         remedy="retry",
         resume_from=resume,
         reason=f"SageMaker failed the job ({reason_text.split(':')[0]}), not the training code; "
-        f"same recipe again, {'resume from ' + resume.rsplit('/', 1)[-1] if resume else 'start fresh'}",
+        f"same recipe again, {start}",
     )
     return _relaunch(
         state, attempt, obs=obs, decision=decision, finding=None, counters=("num_infrastructure_retries",)
@@ -223,19 +240,25 @@ def _infrastructure_failure(state: WorkflowState, attempt: Attempt, obs: Observa
 def _while_running(
     s: WorkflowState, attempt: Attempt, obs: Observation, issue: Finding | None
 ) -> CheckResult:
-    """InProgress, Stopping, or Completed while Debugger rules are still evaluating."""
+    """InProgress, Stopping, or Completed while Debugger rules are still evaluating.
+
+    A finding stops the job, unless the sentinel was told to notify only (`sentinel_action`
+    notify): then each new finding is announced once and the job runs on.
+    """
+    note = None
     if obs.status == "InProgress" and issue is not None:
-        first_sighting = attempt.finding is None
+        new = attempt.finding is None or (attempt.finding.rule, attempt.finding.step) != (issue.rule, issue.step)
         attempt.finding = issue
-        # Decide the next recipe only once the job has stopped: its last checkpoint is then in S3,
-        # and no two jobs of one execution run at once. Stopping again is harmless.
-        note = (
-            notifications.issue_found(s, attempt, issue, evidence_of(obs, issue)) if first_sighting else None
-        )
-        return _continue(s, Effects(stop_job=attempt.job_name, notification=note))
+        notify_only = obs.notify_only or s.monitoring.sentinel_action == "notify"
+        if new:
+            note = notifications.issue_found(s, attempt, issue, evidence_of(obs, issue), stopping=not notify_only)
+        if not notify_only:
+            # Decide the next recipe only once the job has stopped: its last checkpoint is then in
+            # S3, and no two jobs of one execution run at once. Stopping again is harmless.
+            return _continue(s, Effects(stop_job=attempt.job_name, notification=note))
     limit = _monitoring_limit(s)
     if limit is None:
-        return _continue(s)
+        return _continue(s, Effects(notification=note))
     if obs.status == "InProgress":
         return _end(s, attempt, obs, "gave_up", f"stopped attempt {attempt.number}: {limit}", stop_job=True)
     if obs.status == "Stopping":
@@ -245,21 +268,47 @@ def _while_running(
 
 
 def _after_end(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResult:
-    """Completed, Failed or Stopped with no finding."""
+    """Completed, Failed or Stopped with no finding: the evidence decides (workflow.evidence)."""
+    if obs.status == "Failed" and (obs.failure_reason or "").startswith(INFRASTRUCTURE_FAILURES):
+        return _infrastructure_failure(s, attempt, obs)
+    # The job's own loss lines are a second channel: a non-finite loss there is an explosion
+    # even when no hook saw it.
+    exploded = evidence.explosion_in_logs(obs, s.job.loss_metric)
+    if exploded is not None and obs.status in ("Completed", "Failed"):
+        return _remediate(s, attempt, obs, exploded)
     if obs.status == "Completed":
-        reason = f"attempt {attempt.number} completed with no rule firing"
-        unknown = obs.rules_without_verdict()
-        if unknown:
-            # Not a failure of the training run; say plainly which verdicts are missing.
-            reason += f" (Debugger gave no verdict for {', '.join(unknown)}; the in-job sentinel saw nothing)"
-        return _end(s, attempt, obs, "succeeded", reason)
+        return _completed(s, attempt, obs)
     if obs.status == "Failed":
-        reason_text = obs.failure_reason or ""
-        if reason_text.startswith(INFRASTRUCTURE_FAILURES):
-            return _infrastructure_failure(s, attempt, obs)
-        return _end(
-            s, attempt, obs, "failed", f"training job failed: {reason_text or 'no FailureReason given'}"
-        )
+        return _failed(s, attempt, obs)
+    return _stopped(s, attempt, obs)
+
+
+def _completed(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResult:
+    """Success is earned: the summary must show every step watched, a finite loss, learning."""
+    judged = evidence.judge_completed(obs, attempt)
+    if judged.finding is not None:
+        return _remediate(s, attempt, obs, judged.finding)
+    reason = judged.reason
+    unknown = obs.rules_without_verdict()
+    if unknown:
+        # Not a failure of the training run; say plainly which verdicts are missing.
+        reason += f" (Debugger gave no verdict for {', '.join(unknown)})"
+    return _end(s, attempt, obs, judged.outcome or "unverified", reason)
+
+
+def _failed(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResult:
+    """A job that died is diagnosed before it is called a plain failure: a loss that blew up before
+    the crash (7 -> 628, then an overflow) is a divergence, remedied like one."""
+    diverged = evidence.crash_diagnosis(obs)
+    if diverged is not None:
+        return _remediate(s, attempt, obs, diverged)
+    summary = obs.summary
+    said = f"; the script ended with {summary.exception}" if summary is not None and summary.exception else ""
+    given = obs.failure_reason or "no FailureReason given"
+    return _end(s, attempt, obs, "failed", f"training job failed: {given}{said}")
+
+
+def _stopped(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResult:
     # Stopped without any finding: nobody in this workflow asked for it.
     if obs.secondary_status == "MaxRuntimeExceeded":
         limit = s.job.max_runtime_seconds

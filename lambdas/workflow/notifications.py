@@ -3,8 +3,9 @@ evidence, and message attributes for subscription filters.
 
 Pure formatting: no AWS calls. One decision makes exactly one `Notification`.
 
-Event types (the `event_type` attribute): launched, issue_found, relaunching, completed,
-stopped_early, did_not_learn, gave_up, failed.
+Event types (the `event_type` attribute): launched, issue_found, relaunching, and one per outcome
+at the end: completed (succeeded), stopped_early, unwatched, unverified, diverged, did_not_learn,
+gave_up, failed.
 """
 
 from __future__ import annotations
@@ -17,8 +18,39 @@ from typing import Any, Literal
 from workflow.state import Attempt, Decision, Finding, WorkflowState
 
 EventType = Literal[
-    "launched", "issue_found", "relaunching", "completed", "stopped_early", "did_not_learn", "gave_up", "failed"
+    "launched",
+    "issue_found",
+    "relaunching",
+    "completed",
+    "stopped_early",
+    "unwatched",
+    "unverified",
+    "diverged",
+    "did_not_learn",
+    "gave_up",
+    "failed",
 ]
+# The last message's event and headline for each outcome.
+FINAL_EVENTS: dict[str, str] = {
+    "succeeded": "completed",
+    "stopped_early": "stopped_early",
+    "unwatched": "unwatched",
+    "unverified": "unverified",
+    "diverged": "diverged",
+    "did_not_learn": "did_not_learn",
+    "gave_up": "gave_up",
+    "failed": "failed",
+}
+HEADLINES = {
+    "completed": "Training completed after {jobs}",
+    "stopped_early": "Stopped early after {jobs}, best checkpoint kept",
+    "unwatched": "Unwatched: nothing checked the training in {jobs}",
+    "unverified": "Unverified after {jobs}: too little was watched",
+    "diverged": "Diverged after {jobs}",
+    "did_not_learn": "Did not learn after {jobs}",
+    "gave_up": "Gave up after {jobs}",
+    "failed": "Failed after {jobs}",
+}
 
 # SNS: subjects are under 100 characters, ASCII, with no line breaks.
 SUBJECT_MAX = 99
@@ -206,16 +238,21 @@ def launched(state: WorkflowState, attempt: Attempt) -> Notification:
 
 
 def issue_found(
-    state: WorkflowState, attempt: Attempt, finding: Finding, evidence: dict[str, Any]
+    state: WorkflowState, attempt: Attempt, finding: Finding, evidence: dict[str, Any], *, stopping: bool = True
 ) -> Notification:
+    """A rule fired in a running job: it is being stopped, or (sentinel_action notify) it runs on."""
     where = f" at step {finding.step}" if finding.step is not None else ""
-    subject = clean_subject(f"{finding.rule}{where} in attempt {attempt.number}: stopping the job")
-    lines = [
-        f"Training job {attempt.job_name} is being stopped; the next recipe is decided once it has stopped",
-        "and its last checkpoint is in S3.",
-        "",
-        *_finding_lines(finding, evidence),
-    ]
+    what = "stopping the job" if stopping else "notified, the job runs on"
+    subject = clean_subject(f"{finding.rule}{where} in attempt {attempt.number}: {what}")
+    said = (
+        [
+            f"Training job {attempt.job_name} is being stopped; the next recipe is decided once it has stopped",
+            "and its last checkpoint is in S3.",
+        ]
+        if stopping
+        else [f"Training job {attempt.job_name} runs on: the sentinel was told to notify, not stop (sentinel_action)."]
+    )
+    lines = [*said, "", *_finding_lines(finding, evidence)]
     body = _compose(
         state,
         "issue_found",
@@ -254,7 +291,7 @@ def relaunching(
         f"Why: {decision.reason}",
         "Next recipe:",
         recipe_diff(decision.changes),
-        f"Starts from: {decision.resume_from or 'scratch'}",
+        f"Starts from: {decision.resume_from or 'scratch (the reason says why)'}",
     ]
     body = _compose(
         state,
@@ -288,28 +325,19 @@ def finished(
     evidence: dict[str, Any] | None = None,
 ) -> Notification:
     """The last message of an execution: completed, gave up or failed, per `state.outcome`."""
-    event: EventType = {
-        "succeeded": "completed",
-        "stopped_early": "stopped_early",
-        "did_not_learn": "did_not_learn",
-        "gave_up": "gave_up",
-        "failed": "failed",
-    }[state.outcome or "failed"]
+    event: EventType = FINAL_EVENTS[state.outcome or "failed"]  # type: ignore[assignment]
     count = len(state.attempts)
-    jobs = f"{count} job{'s' if count != 1 else ''}"
-    headline = {
-        "completed": f"Training completed after {jobs}",
-        "stopped_early": f"Stopped early after {jobs}, best checkpoint kept",
-        "did_not_learn": f"Did not learn after {jobs}",
-        "gave_up": f"Gave up after {jobs}",
-        "failed": f"Failed after {jobs}",
-    }[event]
+    headline = HEADLINES[event].format(jobs=f"{count} job{'s' if count != 1 else ''}")
     reason = (state.reason or "").split(";")[0]
     subject = clean_subject(f"{headline}: {reason}" if reason else headline)
     lines = [f"Outcome: {state.outcome}", f"Reason: {state.reason}", ""]
     lines += _finding_lines(finding, evidence or {})
     if attempt is not None:
         lines.append(f"Final recipe: {recipe_text(attempt.run_spec, knob_names(state))}")
+        if attempt.decision is not None and attempt.decision.resume_from and state.outcome == "stopped_early":
+            lines.append(f"Best checkpoint kept: {attempt.decision.resume_from}")
+        if attempt.watched is not None:
+            lines.append("Summary: " + json.dumps(attempt.watched.model_dump(exclude_none=True), default=str))
     lines += ["", *_attempts_table(state)]
     body = _compose(
         state, event, subject, lines, job_name=attempt.job_name if attempt else None, reason=state.reason

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from workflow.state import KNOWN_RULES, Finding, Phase, TrainingJobStatus
+from workflow.state import KNOWN_RULES, Finding, Phase, TrainingJobStatus, Watched
 
 RuleEvaluationStatus = Literal["InProgress", "NoIssuesFound", "IssuesFound", "Error", "Stopping", "Stopped"]
 
@@ -70,12 +70,98 @@ class SentinelFinding(BaseModel):
         )
 
 
+Number = float | str | None  # findings.json writes a non-finite number as "nan", "inf" or "-inf"
+
+
+def finite(value: Number) -> float | None:
+    """A finite float from findings.json, or None for a missing, non-finite or unreadable one."""
+    try:
+        number = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+    return number if number is not None and math.isfinite(number) else None
+
+
+def nonfinite(value: Number) -> bool:
+    """True for a value written and not finite ("nan", "inf", a float NaN)."""
+    return value is not None and finite(value) is None
+
+
+class LogLoss(BaseModel):
+    """The summary's `log_loss`: the loss as the job's own log lines printed it (the second channel)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    last: Number = None
+    nonfinite_step: int | None = None
+    lines: int = 0
+
+    @property
+    def exploded(self) -> bool:
+        return self.nonfinite_step is not None or nonfinite(self.last)
+
+
+class Summary(BaseModel):
+    """findings.json's `summary` (docs/contracts.md, section 2): what the watching saw, start to end.
+
+    Every key is optional for a reader; unknown keys are ignored.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    integration: str | None = None
+    ended: str | None = None
+    exception: str | None = None
+    steps_taken: int | None = None
+    steps_observed: int | None = None
+    steps_skipped: int | None = None
+    first_step: int | None = None
+    last_step: int | None = None
+    first_loss: Number = None
+    last_loss: Number = None
+    best_loss: Number = None
+    learned: bool | None = None
+    started_from: str | None = None
+    restores: bool | None = None
+    evaluations: list[tuple[int, Number]] = Field(default_factory=list)
+    log_loss: LogLoss | None = None
+
+    def best_evaluation(self) -> tuple[int, float] | None:
+        """The step and value of the lowest finite validation value (a loss: lower is better)."""
+        scored = [(value, step) for step, raw in self.evaluations if (value := finite(raw)) is not None]
+        if not scored:
+            return None
+        value, step = min(scored)
+        return step, value
+
+    def watched(self) -> Watched:
+        """The few numbers the state keeps of it."""
+        last = self.last_loss
+        return Watched(
+            integration=self.integration,
+            ended=self.ended,
+            steps_taken=self.steps_taken,
+            steps_observed=self.steps_observed,
+            steps_skipped=self.steps_skipped,
+            first_loss=finite(self.first_loss),
+            last_loss=finite(last) if finite(last) is not None else (None if last is None else str(last)),
+            best_loss=finite(self.best_loss),
+            learned=self.learned,
+            best_evaluation=self.best_evaluation(),
+            started_from=self.started_from,
+            restores=self.restores,
+            exception=(self.exception or "")[:300] or None,
+        )
+
+
 class FindingsDocument(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     version: int = 1
     job_action: Literal["stop", "notify"] = "stop"
     findings: list[SentinelFinding] = Field(default_factory=list)
+    # Version 2: written at every end of a watched job; absent when nothing watched it.
+    summary: Summary | None = None
 
 
 class RuleStatus(BaseModel):
@@ -109,6 +195,15 @@ class Observation(BaseModel):
     end_time: datetime | None = None
     training_seconds: int | None = None
     final_metrics: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def summary(self) -> Summary | None:
+        return self.findings.summary if self.findings is not None else None
+
+    @property
+    def notify_only(self) -> bool:
+        """The sentinel was told to notify, not stop: its findings are news, not a stop."""
+        return self.findings is not None and self.findings.job_action == "notify"
 
     @property
     def checkpoint_steps(self) -> list[int]:
@@ -158,6 +253,8 @@ class Observation(BaseModel):
         ]
 
     def steps_consumed(self) -> int | None:
+        if self.summary is not None and self.summary.steps_taken is not None:
+            return self.summary.steps_taken
         if "train:step" in self.final_metrics:
             return int(self.final_metrics["train:step"]) + 1
         issue = self.primary_issue()
@@ -233,6 +330,7 @@ def observe(
         )
         for item in description.get("DebugRuleEvaluationStatuses") or []
     ]
+    # A metric's value may be NaN or infinite: the job's log said so, and that is evidence.
     metrics = {
         item["MetricName"]: float(item["Value"])
         for item in description.get("FinalMetricDataList") or []

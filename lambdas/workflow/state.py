@@ -44,10 +44,18 @@ from workflow.rule_checks import check_rule_config
 STATE_VERSION = 2
 
 NextAction = Literal["launch_new", "monitor", "end"]
-# succeeded: the last attempt completed, stayed finite and learned. stopped_early: ended on a
-# plateau or overfitting, keeping the best checkpoint (usable, not a success). did_not_learn: the
-# loss never fell. gave_up: remedies or limits used up. failed: a job or the workflow broke.
-Outcome = Literal["succeeded", "stopped_early", "did_not_learn", "gave_up", "failed"]
+# What the evidence says of an execution (docs/contracts.md, "Outcomes"). succeeded: the last
+# attempt was watched over every step it took, ended with a finite loss and learned (or, started
+# from a trained state, did not degrade). stopped_early: a stop-early rule ended a run that had
+# learned, keeping the best checkpoint by its validation metric (a success). unwatched: no summary,
+# nothing watched the job. unverified: watched, but too little was seen to call it healthy.
+# diverged: the loss blew up and no remedy is left. did_not_learn: the loss never fell. gave_up:
+# remedies or limits used up. failed: a job or the workflow broke for a reason no remedy addresses.
+Outcome = Literal[
+    "succeeded", "stopped_early", "unwatched", "unverified", "diverged", "did_not_learn", "gave_up", "failed"
+]
+# The outcomes a person can use the model of: the state machine ends them in a Succeed state.
+SUCCESS_OUTCOMES = ("succeeded", "stopped_early")
 PolicyName = Literal["original", "default"]
 Phase = Literal["warmup", "main"]
 TrainingJobStatus = Literal["InProgress", "Completed", "Failed", "Stopping", "Stopped"]
@@ -312,7 +320,9 @@ class Finding(BaseModel):
     tensor: ExternalName | None = None
     value: ExternalValue | None = None
     message: ExternalText = ""
-    source: Literal["sentinel", "debugger", "failure_reason"] = "sentinel"
+    # summary: read from findings.json's summary (a failed job's losses); log: from the job's own
+    # loss lines (the summary's log_loss, or the loss metric's final value in DescribeTrainingJob).
+    source: Literal["sentinel", "debugger", "failure_reason", "summary", "log"] = "sentinel"
     # The sentinel's reading of the run-up (rule_engine.health.run_up): checkpoints whose next step
     # is at most onset_step are from before it; stable_learning_rate is the highest rate the run
     # took healthy steps at. The default policy sizes and places its remedies with them.
@@ -331,6 +341,31 @@ class Decision(BaseModel):
     changes: dict[str, list[Any]] = Field(default_factory=dict)  # field -> [old, new]
     resume_from: str | None = None
     reason: ExecutionReason  # the policy's sentence, quoting a finding
+
+
+class Watched(BaseModel):
+    """What findings.json's summary said of one attempt: the evidence its verdict rests on.
+
+    A few numbers only (the whole summary is in S3 beside the checkpoints); a non-finite loss is
+    kept as its text ("nan", "inf").
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    integration: ExternalName | None = None
+    ended: ExternalName | None = None
+    steps_taken: int | None = None
+    steps_observed: int | None = None
+    steps_skipped: int | None = None
+    first_loss: float | None = None
+    last_loss: float | ExternalValue | None = None
+    best_loss: float | None = None
+    learned: bool | None = None
+    # [step, value] of the lowest validation value the job reported (summary `evaluations`).
+    best_evaluation: tuple[int, float] | None = None
+    started_from: ExternalName | None = None
+    restores: bool | None = None
+    exception: ExternalText | None = None
 
 
 class Attempt(BaseModel):
@@ -352,6 +387,8 @@ class Attempt(BaseModel):
     finding: Finding | None = None
     steps: int | None = None
     seconds: int | None = None
+    # The summary the job left (None: it left none, or has not ended yet).
+    watched: Watched | None = None
     decision: Decision | None = None
 
 

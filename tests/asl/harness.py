@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,10 +48,17 @@ class Reply:
     error_type: str | None = None
     message: str = ""
     wake: bool = False  # AwaitJobChange only: send the task token back
+    # Computed from the event instead of scripted: the project's own decision code answers.
+    compute: Callable[[dict], Any] | None = None
 
 
 def ok(payload: Any) -> Reply:
     return Reply(payload=payload)
+
+
+def computed(decide: Callable[[dict], Any]) -> Reply:
+    """An answer the project's own code computes from the event (the real prepare, launch, check)."""
+    return Reply(compute=decide)
 
 
 def raises(error_type: str, message: str) -> Reply:
@@ -117,7 +125,8 @@ class LambdaScript:
             response_headers["x-amz-function-error"] = "Unhandled"
             body = {"errorType": reply.error_type, "errorMessage": reply.message, "stackTrace": []}
             return json.dumps(body).encode()
-        return json.dumps(reply.payload).encode()
+        payload = reply.compute(event) if reply.compute is not None else reply.payload
+        return json.dumps(payload).encode()
 
 
 def _send_task_success(token: str) -> None:

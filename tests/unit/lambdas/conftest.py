@@ -114,15 +114,52 @@ def sentinel_findings(
     phase: str = "warmup",
     learning_rate: float = 0.1,
     job_action: str = "stop",
+    **summary_changes: Any,
 ) -> FindingsDocument:
+    """The sentinel's findings.json with one finding; its summary is the event file's (a job
+    stopped at step 2 by a non-finite loss, whose script restores) with `summary_changes`."""
     doc = load_event("findings-exploding.json")
     finding = doc["findings"][0]
     finding.update(rule=rule, step=step, phase=phase, learning_rate=learning_rate)
     doc["job_action"] = job_action
+    doc["summary"].update(summary_changes)
     return FindingsDocument.model_validate(doc)
 
 
 RULE_STOP = "AlgorithmError: RuleStop: ExplodingTensor fired at step 2"
+
+
+def summary(**changes: Any) -> dict[str, Any]:
+    """findings.json's summary (docs/contracts.md, section 2) of a watched job that completed healthy:
+    every step it took checked, a finite falling loss, learned. `changes` override keys."""
+    base: dict[str, Any] = {
+        "integration": "library",
+        "ended": "completed",
+        "exception": None,
+        "steps_taken": 36,
+        "steps_observed": 36,
+        "steps_skipped": 0,
+        "first_step": 0,
+        "last_step": 35,
+        "first_loss": 2.3,
+        "last_loss": 0.41,
+        "best_loss": 0.41,
+        "learned": True,
+        "started_from": None,
+        "restores": True,
+        "evaluations": [],
+        "log_loss": {"last": 0.41, "nonfinite_step": None, "lines": 4},
+    }
+    return {**base, **changes}
+
+
+def watched_findings(
+    *, findings: list[dict] | None = None, job_action: str = "stop", **changes: Any
+) -> FindingsDocument:
+    """A version 2 findings.json: the given findings (none by default) and a summary."""
+    return FindingsDocument.model_validate(
+        {"version": 2, "job_action": job_action, "findings": findings or [], "summary": summary(**changes)}
+    )
 
 
 def state_with_exploded_attempts(settings: TrainSettings, count: int) -> WorkflowState:
@@ -175,7 +212,7 @@ def simulate(
                 findings=sentinel_findings(learning_rate=state.run_spec.get("warmup_learning_rate", 0.1)),
             )
         else:
-            obs = observe(describe(state, "Completed", seconds=300))
+            obs = observe(describe(state, "Completed", seconds=300), findings=watched_findings())
         state = monitor.check(state, obs, now).state
     raise AssertionError("the simulated execution did not end")
 

@@ -14,7 +14,7 @@ import monitor_handler
 import pytest
 import train_handler
 from botocore.stub import Stubber
-from conftest import ENV, RULE_STOP, T0, describe, launched, load_event
+from conftest import ENV, RULE_STOP, T0, describe, launched, load_event, summary
 from moto import mock_aws
 from workflow import aws, requests
 from workflow.errors import (
@@ -481,12 +481,27 @@ def test_prepare_launch_check_through_lambda_handler_on_moto(cloud):
     name = state["history"]["latest_job_name"]
     described = boto3.client("sagemaker", region_name=REGION).describe_training_job(TrainingJobName=name)
     assert described["CheckpointConfig"]["S3Uri"] == state["attempts"][0]["checkpoint_s3_uri"]
-    # moto's training jobs complete at once and report no rule statuses.
+    # moto's training jobs complete at once and report no rule statuses; the job's summary is
+    # what the sentinel leaves beside the checkpoints.
+    bucket, prefix = aws.split_s3_uri(state["attempts"][0]["checkpoint_s3_uri"])
+    document = {"version": 2, "job_action": "stop", "findings": [], "summary": summary()}
+    cloud["s3"].put_object(Bucket=bucket, Key=f"{prefix}/findings.json", Body=json.dumps(document).encode())
     state = monitor_handler.lambda_handler({"action": "check", "state": state}, Context())
     assert state["job_status"] == "Completed"
     assert (state["next_action"], state["outcome"]) == ("end", "succeeded")
+    assert state["attempts"][0]["watched"]["steps_observed"] == 36
     events = sorted(m["MessageAttributes"]["event_type"]["Value"] for m in messages(cloud))
     assert events == ["completed", "launched"]
+
+
+def test_a_job_that_left_no_summary_ends_unwatched_through_the_handler(cloud):
+    state = train_handler.lambda_handler(load_event("train-prepare-console.json"), Context())
+    state = train_handler.lambda_handler({"action": "launch", "state": state}, Context())
+    state = monitor_handler.lambda_handler({"action": "check", "state": state}, Context())
+    assert (state["next_action"], state["outcome"]) == ("end", "unwatched")
+    assert "the script never called watch() and the launcher never attached" in state["reason"]
+    events = sorted(m["MessageAttributes"]["event_type"]["Value"] for m in messages(cloud))
+    assert events == ["launched", "unwatched"]
 
 
 def test_abort_with_an_unreadable_state_still_stops_the_job_and_notifies(cloud):

@@ -142,10 +142,6 @@ def test_image_and_instance_default_to_the_deployment(job_settings):
             "job.loss_metric: 'loss' is not the Name of any metric_definitions entry (train:loss)",
         ),
         (
-            {"job": job(integration="launcher", loss_metric=None)},
-            "job.loss_metric: required when integration is launcher",
-        ),
-        (
             {"job": job(metric_definitions=[{"Name": "train:loss", "Regex": "mse=\\S+"}])},
             "job.metric_definitions.0.Regex: needs one capture group",
         ),
@@ -278,7 +274,7 @@ def test_the_request_launches_the_users_job_with_the_library(job_settings):
     config = json.loads(hps["sagemaker_stabilizer"])
     assert config["knobs"] == {"learning_rate": "lr", "grad_clip": "clip"}
     assert config["loss_regex"] == r"mse=(\S+)"
-    assert config["integration"] == "library"
+    assert config["integration"] == "auto"
     assert [rule["name"] for rule in config["rules"]] == ["ExplodingTensor", "VanishingGradient"]
     channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in request["InputDataConfig"]}
     assert channels == {
@@ -400,18 +396,19 @@ def test_a_choice_knob_moves_only_toward_the_preferred_value(job_settings):
 
 
 def test_a_job_without_knobs_is_stopped_and_ends_for_a_person(job_settings):
-    """Through the monitor: the finding stops the job, the attempt ends as gave_up with the reason."""
+    """Through the monitor: the finding stops the job; with no knob to turn, the explosion stands:
+    the attempt ends as diverged with the reason."""
     state = launching.launch(prepared(job_settings, job(knobs={})), job_settings, T0).state
     seen = observe(describe(state, "InProgress"), findings=sentinel_findings(step=40, phase="main"))
     running = monitor.check(state, seen, T0)
     assert running.effects.stop_job == state.attempts[-1].job_name
     seen = observe(describe(running.state, "Stopped"), findings=sentinel_findings(step=40, phase="main"))
     ended = monitor.check(running.state, seen, T0)
-    assert (ended.state.outcome, ended.state.next_action) == ("gave_up", "end")
+    assert (ended.state.outcome, ended.state.next_action) == ("diverged", "end")
     assert "declare a `learning_rate` knob" in ended.state.reason
     note = ended.effects.notification
-    assert note is not None and note.event_type == "gave_up"
-    assert "no declared knob can remedy ExplodingTensor" in note.subject
+    assert note is not None and note.event_type == "diverged"
+    assert "no declared knob can remedy" in note.subject
     assert "declare a `learning_rate` knob" in note.body
     assert "Final recipe: lr=1.6, steps=60, clip=0, seed=0" in note.body
 
@@ -428,3 +425,19 @@ def test_a_run_spec_value_the_reference_knobs_refuse_is_named_not_a_crash(settin
     # 1e-15 is a positive rate (the run_spec accepts it) below the learning-rate knob's 1e-12.
     text = problem(settings, {"run_spec": {"learning_rate": 1e-15}})
     assert text.startswith("run_spec: ") and "learning_rate" in text and "1e-12" in text
+
+
+def test_a_job_is_watched_by_default_through_auto(job_settings):
+    state = prepared(job_settings, job())
+    assert state.job.integration == "auto"
+
+
+@pytest.mark.parametrize("integration", ["auto", "launcher"])
+def test_a_job_without_a_loss_metric_is_accepted_and_its_integration_reaches_the_job(job_settings, integration):
+    state = launching.launch(
+        prepared(job_settings, job(integration=integration, loss_metric=None)), job_settings, T0
+    ).state
+    request = requests.build_create_training_job(state, job_settings, 1)
+    config = json.loads(request["HyperParameters"]["sagemaker_stabilizer"])
+    assert config["integration"] == integration
+    assert config["loss_regex"] is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from conftest import RULE_STOP, T0, describe, launched, observation, sentinel_findings
+from conftest import RULE_STOP, T0, describe, launched, observation, sentinel_findings, watched_findings
 from workflow import monitor
 from workflow.errors import StateCorrupted
 from workflow.observation import FindingsDocument, observe
@@ -60,12 +60,17 @@ def test_in_progress_with_debugger_issues_found_stops_the_job_and_says_so(settin
     assert result.state.rule_status == "VanishingGradient:NoIssuesFound, ExplodingTensor:IssuesFound"
 
 
-def test_in_progress_with_sentinel_findings_in_notify_mode_stops_the_job(settings):
+def test_a_finding_in_notify_mode_is_announced_once_and_the_job_runs_on(settings):
     state = launched(settings)
     obs = observation(state, "InProgress", findings=sentinel_findings(job_action="notify"))
-    result = monitor.check(state, obs, LATER)
-    assert result.effects.stop_job == state.history.latest_job_name
-    assert result.effects.notification.event_type == "issue_found"
+    first = monitor.check(state, obs, LATER)
+    assert first.effects.stop_job is None
+    assert first.state.next_action == "monitor"
+    assert first.effects.notification.event_type == "issue_found"
+    assert "the job runs on" in first.effects.notification.subject
+    still = observation(first.state, "InProgress", findings=sentinel_findings(job_action="notify"))
+    again = monitor.check(first.state, still, LATER)
+    assert (again.effects.stop_job, again.effects.notification) == (None, None)
 
 
 def test_a_second_look_at_a_job_still_running_stops_again_without_a_second_message(settings):
@@ -165,6 +170,7 @@ def test_failed_by_sagemaker_retries_the_same_recipe_from_the_newest_checkpoint(
         state,
         "Failed",
         failure_reason="InternalServerError: We encountered an internal error.",
+        findings=watched_findings(ended="exception", learned=None),
         checkpoint_keys=[
             "executions/run-1/attempt-1/checkpoints/checkpoint-00000050.pt",
             "executions/run-1/attempt-1/checkpoints/checkpoint-00000100.pt",
@@ -174,11 +180,24 @@ def test_failed_by_sagemaker_retries_the_same_recipe_from_the_newest_checkpoint(
     assert result.state.next_action == "launch_new"
     assert result.state.run_spec == state.run_spec
     assert result.state.resume_from.endswith("attempt-1/checkpoints/checkpoint-00000100.pt")
+    assert "resumes from checkpoint-00000100.pt" in result.state.attempts[-1].decision.reason
     assert _moved(state, result.state) == {
         "num_monitor_transitions": 1,
         "num_retraining": 1,
         "num_infrastructure_retries": 1,
     }
+
+
+def test_a_retry_after_sagemaker_failed_a_job_that_left_no_summary_says_it_starts_fresh(settings):
+    state = launched(settings)
+    keys = ["executions/run-1/attempt-1/checkpoints/checkpoint-00000050.pt"]
+    obs = observation(state, "Failed", failure_reason="CapacityError: no capacity", checkpoint_keys=keys)
+    result = monitor.check(state, obs, LATER)
+    assert result.state.next_action == "launch_new"
+    assert result.state.resume_from is None
+    assert result.state.attempts[-1].decision.reason.endswith(
+        "starts fresh (no summary of the last attempt says its script loads a checkpoint)"
+    )
 
 
 def test_infrastructure_retries_are_bounded(settings):
@@ -209,7 +228,7 @@ def test_unreadable_findings_file_is_reported_not_ignored(settings):
 )
 def test_completed_with_no_issue_succeeds(settings, rules):
     state = launched(settings)
-    result = monitor.check(state, observation(state, "Completed", rules=rules), LATER)
+    result = monitor.check(state, observation(state, "Completed", rules=rules, findings=watched_findings()), LATER)
     assert (result.state.next_action, result.state.outcome) == ("end", "succeeded")
     assert result.effects.notification.event_type == "completed"
     assert result.state.attempts[-1].seconds == 120
@@ -218,7 +237,7 @@ def test_completed_with_no_issue_succeeds(settings, rules):
 def test_completed_with_issues_found_is_not_a_success(settings):
     state = launched(settings)
     rules = [("VanishingGradient", "NoIssuesFound"), ("ExplodingTensor", "IssuesFound")]
-    result = monitor.check(state, observation(state, "Completed", rules=rules), LATER)
+    result = monitor.check(state, observation(state, "Completed", rules=rules, findings=watched_findings()), LATER)
     assert result.state.outcome is None
     assert result.state.next_action == "launch_new"
     assert result.effects.notification.event_type == "relaunching"
@@ -235,7 +254,7 @@ def test_completed_with_sentinel_findings_is_not_a_success(settings):
 def test_completed_while_a_rule_is_still_evaluating_waits_for_its_verdict(settings):
     state = launched(settings)
     rules = [("ExplodingTensor", "NoIssuesFound"), ("VanishingGradient", "InProgress")]
-    result = monitor.check(state, observation(state, "Completed", rules=rules), LATER)
+    result = monitor.check(state, observation(state, "Completed", rules=rules, findings=watched_findings()), LATER)
     assert result.state.next_action == "monitor"
     assert result.state.outcome is None
 
@@ -244,7 +263,7 @@ def test_completed_while_a_rule_is_still_evaluating_waits_for_its_verdict(settin
 def test_completed_with_a_rule_that_gave_no_verdict_succeeds_but_says_so(settings, rule_status):
     state = launched(settings)
     rules = [("ExplodingTensor", rule_status), ("VanishingGradient", "NoIssuesFound")]
-    result = monitor.check(state, observation(state, "Completed", rules=rules), LATER)
+    result = monitor.check(state, observation(state, "Completed", rules=rules, findings=watched_findings()), LATER)
     assert result.state.outcome == "succeeded"
     assert f"no verdict for ExplodingTensor ({rule_status})" in result.state.reason
     assert f"ExplodingTensor:{rule_status}" in result.state.rule_status
@@ -289,9 +308,10 @@ def test_retraining_cap_blocks_a_relaunch(settings):
     state = launched(settings, {"limits": {"max_num_retraining": 0}})
     obs = observation(state, "Failed", failure_reason=RULE_STOP, findings=sentinel_findings())
     result = monitor.check(state, obs, LATER)
-    assert (result.state.next_action, result.state.outcome) == ("end", "gave_up")
+    # An explosion with no relaunch left: the loss diverged and stays so.
+    assert (result.state.next_action, result.state.outcome) == ("end", "diverged")
     assert "max_num_retraining" in result.state.reason
-    assert result.effects.notification.event_type == "gave_up"
+    assert result.effects.notification.event_type == "diverged"
     assert _moved(state, result.state) == {"num_monitor_transitions": 1}
 
 

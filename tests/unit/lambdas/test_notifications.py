@@ -6,7 +6,7 @@ import json
 from datetime import timedelta
 
 import pytest
-from conftest import RULE_STOP, T0, launched, observation, sentinel_findings
+from conftest import RULE_STOP, T0, launched, observation, sentinel_findings, watched_findings
 from workflow import launch as launching
 from workflow import monitor, notifications
 from workflow.notifications import SUBJECT_MAX, clean_subject
@@ -56,7 +56,7 @@ def test_completed_message_lists_every_attempt(settings):
         state, observation(state, "Failed", failure_reason=RULE_STOP, findings=sentinel_findings()), T0
     ).state
     state = launching.launch(state, settings, T0).state
-    note = monitor.check(state, observation(state, "Completed"), T0).effects.notification
+    note = monitor.check(state, observation(state, "Completed", findings=watched_findings()), T0).effects.notification
     assert note.event_type == "completed"
     assert note.subject.startswith("Training completed after 2 jobs")
     assert "1. stabilizer-" in note.body and "ExplodingTensor at step 2" in note.body
@@ -85,7 +85,17 @@ def test_every_event_type_has_a_subject_under_the_sns_limit(settings):
             state, observation(state, "InProgress", rules=[("ExplodingTensor", "IssuesFound")]), T0
         ).effects.notification,
         _relaunch_note(settings),
+        monitor.check(state, observation(state, "Completed", findings=watched_findings()), T0).effects.notification,
         monitor.check(state, observation(state, "Completed"), T0).effects.notification,
+        monitor.check(
+            state, observation(state, "Completed", findings=watched_findings(steps_observed=0)), T0
+        ).effects.notification,
+        monitor.check(
+            state, observation(state, "Failed", failure_reason=RULE_STOP, findings=sentinel_findings()), T0
+        ).effects.notification,
+        monitor.check(
+            state, observation(state, "Completed", findings=watched_findings(learned=False)), T0
+        ).effects.notification,
         monitor.check(state, observation(state, "InProgress"), T0).effects.notification,
         monitor.check(
             state, observation(state, "Failed", failure_reason="AlgorithmError: " + "e" * 400), T0
@@ -96,6 +106,10 @@ def test_every_event_type_has_a_subject_under_the_sns_limit(settings):
         "issue_found",
         "relaunching",
         "completed",
+        "unwatched",
+        "unverified",
+        "diverged",
+        "did_not_learn",
         "gave_up",
         "failed",
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import launched, simulate
 from workflow import policy
-from workflow.state import Finding, WorkflowState, recipe_key
+from workflow.state import Finding, Watched, WorkflowState, recipe_key
 
 
 def written(*steps: int) -> dict[int, str]:
@@ -15,6 +15,14 @@ def written(*steps: int) -> dict[int, str]:
 
 def _finding(rule="ExplodingTensor", step=2, phase="warmup") -> Finding:
     return Finding(rule=rule, step=step, phase=phase, message="fired")
+
+
+def restoring(state: WorkflowState) -> WorkflowState:
+    """The current attempt's summary says its script loads the checkpoint it is handed (the
+    reference train.py does)."""
+    s = state.model_copy(deep=True)
+    s.attempts[-1].watched = Watched(integration="library", restores=True)
+    return s
 
 
 def _with_spec(state: WorkflowState, **changes) -> WorkflowState:
@@ -129,11 +137,11 @@ def test_default_gives_up_when_every_remedy_is_used(settings):
 
 
 def test_resume_from_last_healthy_checkpoint_when_the_network_is_unchanged(settings):
-    state = _with_spec(launched(settings), add_batch_norm=1)
+    state = restoring(_with_spec(launched(settings), add_batch_norm=1))
     plan = policy.plan(state, _finding(step=475, phase="main"), written(50, 100, 450, 500))
     assert plan.decision.remedy == "lower_lr"
     assert plan.decision.resume_from == f"{state.attempts[-1].checkpoint_s3_uri}/checkpoint-00000450.pt"
-    assert "resume from checkpoint-00000450.pt" in plan.decision.reason
+    assert "resumes from checkpoint-00000450.pt" in plan.decision.reason
 
 
 def test_a_new_architecture_starts_from_scratch(settings):
@@ -141,7 +149,7 @@ def test_a_new_architecture_starts_from_scratch(settings):
     plan = policy.plan(state, _finding(step=475, phase="main"), written(50, 100, 450))
     assert plan.decision.remedy == "add_batch_norm"
     assert plan.decision.resume_from is None
-    assert "start fresh" in plan.decision.reason
+    assert "starts fresh (the network changes" in plan.decision.reason
 
 
 def test_without_a_step_no_checkpoint_is_trusted(settings):
@@ -157,7 +165,7 @@ def test_plateau_after_warmup_ends_early_keeping_the_best_checkpoint(settings):
     state = launched(settings)
     plan = policy.plan(state, _finding(rule="LossNotDecreasing", step=900, phase="main"), written(800, 850, 900))
     assert plan.decision.action == "end"
-    assert plan.decision.outcome == "succeeded"
+    assert plan.decision.outcome == "stopped_early"
     assert plan.decision.resume_from.endswith("/checkpoint-00000850.pt")
     assert "stopped early" in plan.decision.reason
 
@@ -172,7 +180,7 @@ def test_loss_that_never_decreased_gets_a_remedy_not_an_early_stop(settings):
 def test_overfit_ends_early(settings):
     state = launched(settings)
     plan = policy.plan(state, _finding(rule="Overfit", step=1200, phase="main"), written(1000, 1150))
-    assert (plan.decision.action, plan.decision.outcome) == ("end", "succeeded")
+    assert (plan.decision.action, plan.decision.outcome) == ("end", "stopped_early")
 
 
 def test_vanishing_gradient_ladder(settings):
@@ -201,7 +209,7 @@ def test_every_relaunch_decision_has_a_one_line_reason(settings, rule):
 
 def test_an_explosion_nothing_fixes_ends_within_the_ladders_bounds(settings):
     state = simulate(settings, {}, explodes=lambda spec: True)
-    assert state.outcome == "gave_up"
+    assert state.outcome == "diverged"
     specs = [attempt.run_spec for attempt in state.attempts]
     assert all(spec["warmup_learning_rate"] >= 1e-3 for spec in specs)
     assert all(spec["grad_clip"] == 0 or spec["grad_clip"] >= 0.1 for spec in specs)
@@ -219,7 +227,7 @@ def test_an_explosion_nothing_fixes_ends_within_the_ladders_bounds(settings):
 
 def test_the_original_policy_on_the_same_hopeless_run_stops_at_max_num_retraining(settings):
     state = simulate(settings, {"policy": "original"}, explodes=lambda spec: True)
-    assert state.outcome == "gave_up"
+    assert state.outcome == "diverged"
     assert state.history.num_retraining == 10
     assert len(state.attempts) == 11
     assert "max_num_retraining" in state.reason
@@ -244,7 +252,10 @@ def _history(settings, *attempts: tuple[dict, Finding], resumed_from: str | None
     for number, (changes, finding) in enumerate(attempts, start=1):
         spec = {**base.run_spec, **changes}
         s.attempts.append(
-            base.attempts[0].model_copy(update={"number": number, "run_spec": spec, "finding": finding})
+            base.attempts[0].model_copy(
+                update={"number": number, "run_spec": spec, "finding": finding,
+                        "watched": Watched(integration="library", restores=True)}
+            )
         )
     s.attempts[-1].resumed_from = resumed_from
     s.run_spec = s.attempts[-1].run_spec
@@ -324,3 +335,27 @@ def test_a_diverging_loss_is_answered_as_an_explosion(settings):
     assert plan.decision.remedy == "lower_lr"
     assert plan.run_spec["learning_rate"] == pytest.approx(0.1 * 30**0.1)  # 3.0 counts as the failing rate
     assert plan.decision.resume_from.endswith("/checkpoint-00000005.pt")
+
+
+# -- a rising loss is a divergence, whatever fired -------------------------------------------------
+
+
+@pytest.mark.parametrize("last_loss", [41.7, "nan"])
+def test_a_diverging_nll_run_that_fired_vanishing_gradient_gets_a_lower_learning_rate_not_a_doubled_one(
+    settings, last_loss
+):
+    # An NLL classifier whose loss climbed from 2.3 while its softmax saturated and its gradients
+    # went flat: VanishingGradient fired, and the run used to be relaunched with twice the rate.
+    state = _with_spec(launched(settings), add_batch_norm=1)
+    state.attempts[-1].watched = Watched(integration="library", restores=True, first_loss=2.3, last_loss=last_loss)
+    plan = policy.plan(state, _finding(rule="VanishingGradient", step=300, phase="main"), written(250))
+    assert plan.decision.remedy == "lower_lr"
+    assert plan.run_spec["learning_rate"] < state.run_spec["learning_rate"]
+    assert plan.decision.reason.startswith("Diverging at step 300 (main)")
+
+
+def test_vanishing_gradient_with_a_flat_loss_still_gets_its_own_ladder(settings):
+    state = _with_spec(launched(settings), add_batch_norm=1)
+    state.attempts[-1].watched = Watched(integration="library", restores=True, first_loss=2.3, last_loss=2.31)
+    plan = policy.plan(state, _finding(rule="VanishingGradient", step=300, phase="main"), written(250))
+    assert plan.decision.remedy == "raise_lr"

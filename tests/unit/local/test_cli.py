@@ -39,7 +39,7 @@ def test_every_command_has_help(argv: list[str], capsys: pytest.CaptureFixture[s
             "key=value",
         ):
             assert option in text
-        assert "exit status: 0 succeeded, 2 gave up / stopped early / did not learn, 1 failed" in text
+        assert "exit status: 0 succeeded or stopped early, 3 unwatched or unverified, 2 diverged" in text
 
 
 def run_bad(argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
