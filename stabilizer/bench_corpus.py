@@ -182,7 +182,13 @@ def _worker_init(log_file: str) -> None:
 
 def _execute_by_name(name: str, policy: str, data_dir: str, run_root: str) -> Result:
     [run] = select(load(), names=[name])
-    return execute(run, policy, Path(data_dir), Path(run_root))
+    try:
+        return execute(run, policy, Path(data_dir), Path(run_root))
+    except Exception as error:  # one broken execution is a row of the table, not the end of the benchmark
+        logging.exception("execution of %s with %s failed", name, policy)
+        return judge(run, Result(run=run.name, kind=run.kind, policy=policy, healthy=run.healthy,
+                                 outcome=f"error {type(error).__name__}", attempts=0, first_call="none",
+                                 steps_computed=0, wasted_steps=0, wall_seconds=0.0))
 
 
 # ---------------------------------------------------------------------------- the tables
