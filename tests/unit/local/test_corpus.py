@@ -147,3 +147,13 @@ def test_the_summary_puts_both_policies_side_by_side_per_kind_and_in_total():
     listing = bench_corpus.listing_lines([good, missed])
     assert "original false negatives (1):" in listing
     assert "  rnn-lr3.5-noclip: first attempt called succeeded" in listing
+
+
+def test_an_execution_that_raises_becomes_a_row_naming_the_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    def broken(*args: object) -> None:
+        raise RuntimeError("engine broke")
+
+    monkeypatch.setattr(bench_corpus, "execute", broken)
+    result = bench_corpus._execute_by_name("gan-lr3", "default", str(tmp_path), str(tmp_path))
+    assert (result.outcome, result.attempts, result.outcome_met) == ("error RuntimeError", 0, False)
+    assert bench_corpus.verdict(result).startswith("FN: first attempt called none")
