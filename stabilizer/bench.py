@@ -4,6 +4,7 @@
     python -m stabilizer.bench --small                          # the CI-sized form
     python -m stabilizer.bench --scenarios bn-lr-30x,healthy --policy default
     python -m stabilizer.bench --report runs/bench/bench.json other/bench.json   # earlier runs, one table
+    python -m stabilizer.bench --corpus --jobs 2                # the calibration corpus (stabilizer.bench_corpus)
 
 Each (scenario, policy) is one execution through the local engine (the project's ASL in moto's
 interpreter, the Lambda code in process, each training job a real process of model/train.py).
@@ -38,6 +39,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from stabilizer import bench_corpus
 from stabilizer.scenarios import DATA_SETS, Scenario, by_name
 
 POLICIES = ("default", "original")
@@ -355,7 +357,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, help="the offline digits channels (default: prepared under runs/)")
     parser.add_argument("--report", type=Path, nargs="+", metavar="BENCH_JSON",
                         help="run nothing: print the table and summary of earlier runs' bench.json files, together")
+    parser.add_argument("--corpus", action="store_true",
+                        help="run the calibration corpus (tests/corpus) instead of the scenarios")
+    bench_corpus.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.corpus:
+        return bench_corpus.main(args)
     if args.report:
         rows = [row for path in args.report for row in load_rows(path)]
         for line in [*table_lines(rows), "", *summary_lines(rows)]:

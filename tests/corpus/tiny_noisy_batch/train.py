@@ -1,0 +1,42 @@
+"""Logistic-regression-sized network on a synthetic classification set with noisy labels,
+trained on batches of four: every step's loss is noisy, the trend is what counts.
+
+    python train.py --lr 0.05 --batch_size 4 --steps 300
+"""
+
+import argparse
+
+import torch
+from sklearn.datasets import make_classification
+from torch import nn
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--batch_size", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--flip_y", type=float, default=0.1, help="share of labels assigned at random")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    torch.manual_seed(args.seed)
+    features, labels = make_classification(n_samples=1000, n_features=20, n_informative=8, n_classes=3,
+                                           flip_y=args.flip_y, class_sep=1.5, random_state=args.seed)
+    x = torch.tensor(features, dtype=torch.float32)
+    y = torch.tensor(labels)
+    model = nn.Sequential(nn.Linear(20, 16), nn.ReLU(), nn.Linear(16, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    for step in range(args.steps):
+        batch = torch.randint(len(x), (args.batch_size,))
+        loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print(f"step:{step} batch_loss:{loss.item():.5f}", flush=True)
+    with torch.no_grad():
+        print(f"final accuracy {(model(x).argmax(1) == y).float().mean().item():.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

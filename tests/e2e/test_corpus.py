@@ -1,0 +1,38 @@
+"""A slice of the calibration corpus, end to end in local mode through the benchmark's own code
+path (`stabilizer.bench_corpus.execute`), each run judged against its manifest: no false positive,
+no false negative, no misdiagnosis, and an outcome the manifest allows.
+
+The slice: a healthy character RNN that clips its gradients, and a regression with gradient
+accumulation whose rate is far too high (it must be stopped, relaunched at a lower rate, and end
+`succeeded`), both through the library's three lines, under the `default` policy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stabilizer import bench_corpus
+from stabilizer.corpus import load, select
+
+pytestmark = pytest.mark.slow
+SLICE = ["rnn-lr0.5-clip1", "accum-lr1.5"]
+
+
+@pytest.mark.parametrize("name", SLICE)
+def test_corpus_run_ends_as_its_manifest_says(name: str, digits_channels: dict[str, Path], tmp_path: Path):
+    [run] = select(load(), names=[name])
+    result = bench_corpus.execute(run, "default", digits_channels["train"].parent, tmp_path)
+    assert bench_corpus.verdict(result) == "ok", result
+    assert result.outcome in run.expect.outcome
+    if run.healthy:
+        assert result.attempts == 1 and result.wasted_steps == 0
+    else:
+        assert result.attempts > 1 and result.first_call in run.expect.first_attempt
+        for moved in result.changes:
+            for hyperparameter, direction in run.expect.remedy.items():
+                if hyperparameter in moved:
+                    old, new = moved[hyperparameter]
+                    assert (new < old) if direction == "down" else (new > old), moved
+    assert result.steps_computed > 0

@@ -1,0 +1,159 @@
+"""The calibration corpus's manifests, and how its benchmark judges an execution (no training here)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from stabilizer import bench, bench_corpus
+from stabilizer.corpus import CORPUS_DIR, ManifestError, Run, load, load_kind, select
+from stabilizer.inputs import check_input, localize_job
+
+RUNS = load()
+REQUIRED_KINDS = {
+    "onecycle_classifier", "transformer_cosine", "finetune_checkpoint", "amp_gradscaler", "grad_accumulation", "gan",
+    "lbfgs", "manual_sgd", "gaussian_nll", "tiny_noisy_batch", "rnn_lm", "late_divergence", "slow_plateau",
+}
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[r.name for r in RUNS])
+def test_every_corpus_run_is_an_execution_input_the_workflow_accepts(run: Run):
+    for policy in bench_corpus.POLICIES:
+        execution_input = run.execution_input(policy)
+        check_input(execution_input)  # raises InputProblemError naming the field
+        localize_job(execution_input, CORPUS_DIR)  # the source directory and entry point exist
+    names = {definition["Name"]: definition["Regex"] for definition in run.job["metric_definitions"]}
+    assert run.job["loss_metric"] in names
+    for name in run.expect.remedy:
+        assert name in run.job["hyperparameters"]
+
+
+def test_the_corpus_has_thirty_healthy_and_thirty_failing_runs_across_its_kinds():
+    kinds = {r.kind for r in RUNS}
+    assert kinds >= REQUIRED_KINDS
+    for kind in kinds:
+        mine = [r for r in RUNS if r.kind == kind]
+        assert any(r.healthy for r in mine), kind
+        assert any(not r.healthy for r in mine), kind
+    assert sum(r.healthy for r in RUNS) >= 30
+    assert sum(not r.healthy for r in RUNS) >= 30
+
+
+def test_a_manifest_says_truly_whether_its_script_calls_watch():
+    by_kind = {r.kind: r for r in RUNS}
+    calls = {kind: "sentinel.watch(" in (CORPUS_DIR / kind / "train.py").read_text() for kind in by_kind}
+    for kind, run in by_kind.items():
+        assert (run.watch == "library") == calls[kind], kind
+    # About half the scripts use the library's three lines; the others rely on the default integration.
+    assert 0.3 <= sum(calls.values()) / len(calls) <= 0.7
+
+
+def test_a_malformed_manifest_is_refused_naming_the_field(tmp_path: Path):
+    kind = tmp_path / "broken"
+    kind.mkdir()
+    (kind / "train.py").write_text("print('loss=1')\n")
+    manifest = {"watch": "none", "step_regex": r"step (\d+)", "job": {"entry_point": "train.py",
+                "hyperparameters": {"lr": 0.1}},
+                "runs": [{"name": "a", "healthy": False,
+                          "expect": {"first_attempt": "exploded", "outcome": "succeeded"}}]}
+    (kind / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match=r"runs\[0\]\.expect\.first_attempt: expected one of diverged"):
+        load_kind(kind)
+    manifest["runs"][0]["expect"] = {"first_attempt": "diverged", "outcome": "succeeded", "remedy": {"rate": "down"}}
+    (kind / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match=r"expect\.remedy\.rate: not one of the job's hyperparameters"):
+        load_kind(kind)
+
+
+def test_unknown_kinds_or_runs_are_refused_naming_them():
+    with pytest.raises(ValueError, match="--kinds: unknown nope"):
+        select(RUNS, kinds=["nope"])
+    assert bench.main(["--corpus", "--runs", "no-such-run"]) == 64
+
+
+# ---------------------------------------------------------------------------- judging one execution
+def _run(name: str) -> Run:
+    return select(RUNS, names=[name])[0]
+
+
+def _attempt(n: int, lr: float, *, rule: str | None = None, status: str = "Completed") -> dict:
+    return {"number": n, "job_name": f"j-{n}", "run_spec": {"lr": lr, "clip": 0.0}, "status": status,
+            "finding": {"rule": rule} if rule else None}
+
+
+def _log(first: int, last: int) -> str:
+    return "".join(f"| step {s:4d} | loss   1.0000 | ppl 2.7\n" for s in range(first, last + 1))
+
+
+def test_a_healthy_run_that_was_stopped_is_a_false_positive():
+    run = _run("rnn-lr0.5-clip1")
+    state = {"outcome": "succeeded", "attempts": [_attempt(1, 0.5, rule="Diverging", status="Failed"),
+                                                  _attempt(2, 0.25)]}
+    result = bench_corpus.measure(run, "default", state, "SUCCEEDED", [_log(0, 20), _log(0, 149)], 10.0)
+    assert result.false_positive == "2 attempts (first called diverged)"
+    assert (result.steps_computed, result.wasted_steps) == (21 + 150, 21)
+
+
+def test_a_failing_run_that_ended_succeeded_in_one_attempt_is_a_false_negative():
+    run = _run("rnn-lr3.5-noclip")
+    state = {"outcome": "succeeded", "attempts": [_attempt(1, 3.5)]}
+    result = bench_corpus.measure(run, "default", state, "SUCCEEDED", [_log(0, 149)], 10.0)
+    assert result.false_negative == "first attempt called succeeded"
+    assert not result.false_positive and not result.misdiagnosis
+
+
+def test_a_relaunch_that_raises_the_rate_of_a_diverging_run_is_a_misdiagnosis():
+    run = _run("rnn-lr3.5-noclip")
+    state = {"outcome": "succeeded", "attempts": [_attempt(1, 3.5, rule="Diverging", status="Failed"),
+                                                  _attempt(2, 7.0)]}
+    result = bench_corpus.measure(run, "original", state, "SUCCEEDED", [_log(0, 6), _log(0, 149)], 10.0)
+    assert result.misdiagnosis == "attempt 2: lr 3.5 -> 7.0, expected down"
+    assert not result.false_negative and not result.outcome_met
+
+
+def test_a_diverging_run_fixed_by_a_lower_rate_after_a_relaunch_is_a_true_positive():
+    run = _run("rnn-lr3.5-noclip")
+    state = {"outcome": "succeeded", "attempts": [_attempt(1, 3.5, rule="ExplodingTensor", status="Failed"),
+                                                  _attempt(2, 0.875)]}
+    result = bench_corpus.measure(run, "default", state, "SUCCEEDED", [_log(0, 6), _log(5, 149)], 10.0)
+    assert bench_corpus.verdict(result) == "ok"
+    # Resumed at step 5: 7 steps of the first attempt, 145 of the second, of which 150 are in the final lineage.
+    assert (result.steps_computed, result.wasted_steps) == (152, 2)
+
+
+def test_an_unfixable_run_ending_succeeded_after_relaunches_is_a_false_negative():
+    run = _run("noisy-random-labels")
+    state = {"outcome": "succeeded", "attempts": [_attempt(1, 0.05, rule="NotLearning", status="Failed"),
+                                                  _attempt(2, 0.2)]}
+    result = bench_corpus.measure(run, "default", state, "SUCCEEDED", ["", ""], 1.0)
+    assert result.false_negative.startswith("ended succeeded after 2 attempts")
+
+
+def test_the_summary_puts_both_policies_side_by_side_per_kind_and_in_total():
+    run = _run("rnn-lr3.5-noclip")
+    relaunched = [_attempt(1, 3.5, rule="Diverging", status="Failed"), _attempt(2, 0.8)]
+    good = bench_corpus.measure(run, "default", {"outcome": "succeeded", "attempts": relaunched}, "SUCCEEDED",
+                                [_log(0, 6), _log(0, 149)], 5)
+    missed = bench_corpus.measure(run, "original", {"outcome": "succeeded", "attempts": [_attempt(1, 3.5)]},
+                                  "SUCCEEDED", [_log(0, 149)], 5)
+    lines = bench_corpus.summary_lines([good, missed])
+    total = next(line for line in lines if line.startswith("total"))
+    # kind, runs, FP, FN, misdiagnosed, right, attempts, steps, wasted: default | original
+    expected = r"total\s+0/1\s+0 \| 0\s+0 \| 1\s+0 \| 0\s+1/1 \| 0/1\s+2 \| 1\s+157 \| 150\s+7 \| 150"
+    assert re.search(expected, total), total
+    listing = bench_corpus.listing_lines([good, missed])
+    assert "original false negatives (1):" in listing
+    assert "  rnn-lr3.5-noclip: first attempt called succeeded" in listing
+
+
+def test_an_execution_that_raises_becomes_a_row_naming_the_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    def broken(*args: object) -> None:
+        raise RuntimeError("engine broke")
+
+    monkeypatch.setattr(bench_corpus, "execute", broken)
+    result = bench_corpus._execute_by_name("gan-lr3", "default", str(tmp_path), str(tmp_path))
+    assert (result.outcome, result.attempts, result.outcome_met) == ("error RuntimeError", 0, False)
+    assert bench_corpus.verdict(result).startswith("FN: first attempt called none")
