@@ -38,6 +38,7 @@ SETTINGS = TrainSettings.from_env(
         "DEFAULT_INSTANCE_TYPE": "ml.m5.xlarge",
         "DEBUGGER_RULES_ENABLED": "false",
         "LIBRARY_S3_URI": "s3://stabilizer-bucket/library/",
+        "DATA_BUCKETS": "user-bucket",  # the job below lives in a bucket granted at deploy time
         "AWS_REGION": "us-east-1",
     }
 )

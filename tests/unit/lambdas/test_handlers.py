@@ -467,15 +467,19 @@ def _full(response: dict[str, Any]) -> dict[str, Any]:
 # --- the whole loop on moto, through the real entry points and default clients ----------------
 
 
-def test_prepare_launch_check_through_lambda_handler_on_moto(cloud):
-    """Default lazily-created clients, Powertools decorators, moto's SageMaker: the shape of a run."""
-    prepare = load_event("train-prepare-console.json")
-    # The launch checks that its execution still runs: there is one, as under the state machine.
+def running_execution(prepare: dict) -> dict:
+    """The launch checks that its execution still runs: start one, as under the state machine."""
     sfn = boto3.client("stepfunctions", region_name=REGION)
     definition = json.dumps({"StartAt": "A", "States": {"A": {"Type": "Pass", "End": True}}})
     machine = sfn.create_state_machine(name="stabilizer", definition=definition,
                                        roleArn="arn:aws:iam::123456789012:role/sfn")["stateMachineArn"]
     sfn.start_execution(stateMachineArn=machine, name=prepare["execution"]["name"])
+    return prepare
+
+
+def test_prepare_launch_check_through_lambda_handler_on_moto(cloud):
+    """Default lazily-created clients, Powertools decorators, moto's SageMaker: the shape of a run."""
+    prepare = running_execution(load_event("train-prepare-console.json"))
     state = train_handler.lambda_handler(prepare, Context())
     state = train_handler.lambda_handler({"action": "launch", "state": state}, Context())
     name = state["history"]["latest_job_name"]
@@ -495,7 +499,7 @@ def test_prepare_launch_check_through_lambda_handler_on_moto(cloud):
 
 
 def test_a_job_that_left_no_summary_ends_unwatched_through_the_handler(cloud):
-    state = train_handler.lambda_handler(load_event("train-prepare-console.json"), Context())
+    state = train_handler.lambda_handler(running_execution(load_event("train-prepare-console.json")), Context())
     state = train_handler.lambda_handler({"action": "launch", "state": state}, Context())
     state = monitor_handler.lambda_handler({"action": "check", "state": state}, Context())
     assert (state["next_action"], state["outcome"]) == ("end", "unwatched")

@@ -131,7 +131,8 @@ def test_an_explosion_with_no_relaunch_left_ends_diverged(settings):
 @pytest.fixture
 def user_job_state():
     """A user's script with one knob, the learning rate, launched once."""
-    settings = TrainSettings.from_env({**ENV, "LIBRARY_S3_URI": "s3://stabilizer-bucket/library/"})
+    settings = TrainSettings.from_env(
+        {**ENV, "LIBRARY_S3_URI": "s3://stabilizer-bucket/library/", "DATA_BUCKETS": "user-bucket"})
     job = {
         "source": "s3://user-bucket/jobs/nll/sourcedir.tar.gz",
         "entry_point": "fit.py",
