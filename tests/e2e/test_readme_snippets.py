@@ -61,7 +61,7 @@ def test_the_readme_sdk_snippet_runs_locally_as_written(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
     namespace: dict = {}
-    exec(compile(snippet, "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
+    exec(compile(snippet, "README.md", "exec"), namespace)  # the README's own code
     view = namespace["view"]
     state = view.state or {}
     assert view.status == "SUCCEEDED", (view.error, view.cause, state.get("reason"))
