@@ -112,7 +112,7 @@ def test_a_loss_ten_times_its_first_window_is_diverging_even_while_finite():
 
 
 def test_a_hard_batch_or_two_above_the_bound_is_not_a_divergence():
-    spikes = noisy([2.3] * 20) + [30.0, 31.0] + noisy([2.2] * 20) + [40.0] + noisy([2.1] * 20)
+    spikes = [*noisy([2.3] * 20), 30.0, 31.0, *noisy([2.2] * 20), 40.0, *noisy([2.1] * 20)]
     assert feed(LearningCheck(), spikes) is None
     assert feed(LearningCheck(persistence=1), spikes).rule == DIVERGING  # the persistence is the reason
 
