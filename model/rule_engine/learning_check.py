@@ -19,7 +19,8 @@
   times the per-step noise. For a positive loss far from zero that is the classic "ten times
   where it started"; for a loss that is negative or near zero (a log-likelihood, a fine-tune from
   a trained state) the range and the noise set it, never a ratio. One or two steps above the
-  bound are hard batches of a noisy run; three in a row are a trend.
+  bound are hard batches of a noisy run; three in a row are a trend, and so is one step
+  ``jump_spreads`` scales above the baseline (an explosion, caught before it overflows).
 * **LossNotDecreasing** (a plateau after learning), only when ``plateau_patience`` is set.
 
 The job's rule list overrides every default: an entry named ``NotLearning`` or ``Diverging``
@@ -76,6 +77,7 @@ class LearningCheck:
     spreads: float = 9.0  # 9 scales above a positive start is ten times it, the classic bound
     noise_spreads: float = 3.0  # the scale is at least this many per-step noise deviations
     persistence: int = 3  # steps in a row above the bound: one or two are hard batches, three a trend
+    jump_spreads: float = 90.0  # one step this many scales above the baseline is diverging at once
     rising: float = 0.5  # a loss this fraction of the scale above its best is climbing, not flat
     baseline: float | None = None  # the bound's reference; None: the mean of the first window
     scale: float | None = None  # the bound's scale; None: derived from the run
@@ -197,6 +199,11 @@ class LearningCheck:
             return None  # a non-finite loss is the finite check's business
         if self._bound is not None:
             self._above = self._above + 1 if loss > self._bound else 0
+            base = self._bound - self.spreads * self._scale
+            if loss > base + self.jump_spreads * self._scale:  # no batch is that far off; an explosion is
+                message = (f"the loss {loss:.4g} jumped above {base + self.jump_spreads * self._scale:.4g}, "
+                           f"{self.jump_spreads:g} x the loss's scale above the start ({self._bound_reason()})")
+                return self._fire(DIVERGING, step, message, loss)
             if self._above >= self.persistence:
                 message = (f"the loss {loss:.4g} has been above the divergence bound {self._bound:.4g} for "
                            f"{self._above} steps ({self._bound_reason()})")
