@@ -2,17 +2,18 @@
 
 ``LearningCheck`` reads one loss (and the learning rate) per step and finds three things:
 
-* **NotLearning**: the loss has not fallen below where the run started. "Fallen" means below the
-  mean of the first window by more than both ``min_decrease`` of its magnitude and ``confidence``
-  standard errors of the difference of two window means (the per-step noise comes from the run,
-  ``NoiseEstimate``), or a least-squares slope over the run's steps that is ``confidence``
-  standard errors below zero and a line that ends below the start. The check gives up on a run
-  only after ``patience`` main-phase steps: by default the longest of ``patience_windows``
-  windows, ``warmup_multiple`` times the warm-up the run took, and ``run_fraction`` of the run
-  when its length (``run_steps``) is known. Warm-up steps do not count, and when the script does
-  not say which steps are warm-up the learning rate does (``PhaseTracker``). A completed run that
-  never learned is found at its end. A loss that is rising instead is left to the divergence
-  bound while the run goes on.
+* **NotLearning**: the loss has not fallen below where the run started. "Fallen" means windows
+  below the mean of the first window by more than both ``min_decrease`` of its magnitude and
+  ``confidence`` standard errors of the difference of two window means (the per-step noise comes
+  from the run, ``NoiseEstimate``), or a least-squares line through the run's steps that fell by
+  ``confidence`` standard errors and ends below the start, ``CONFIRM_WINDOWS`` windows in a row.
+  The check gives up on a run only after ``patience`` main-phase steps: by default the longest of
+  ``patience_windows`` windows, ``warmup_multiple`` times the warm-up the run took, and
+  ``run_fraction`` of the run when its length (``run_steps``) is known. Warm-up steps do not
+  count, and when the script does not say which steps are warm-up the learning rate does
+  (``PhaseTracker``). Even then it waits while the noise could still hide a fall, or while the
+  loss rises (the divergence bound's business). A completed run that never learned is found at
+  its end.
 * **Diverging**: ``persistence`` consecutive steps above the bound ``baseline + spreads * scale``.
   The baseline is the first window's mean (the lineage's, for a resumed run); the scale is the
   largest of the loss's magnitude there, the range it has fallen since, and ``noise_spreads``
@@ -45,18 +46,18 @@ NOT_LEARNING = "NotLearning"
 DIVERGING = "Diverging"
 PLATEAU = "LossNotDecreasing"
 VANISHING = "VanishingGradient"
-# A step's loss further than this many noise deviations from the last window's mean is an outlier
-# to the trend line: beyond 4 deviations a normal batch falls once in 16 000 steps.
+# A step's loss further than this many noise deviations from the median of the recent steps is an
+# outlier to the trend line: beyond 4 deviations a normal batch falls once in 16 000 steps.
 OUTLIER = 4.0
 # The trend line's centre is the median of this many recent steps: a window of five can hold three spikes.
 CENTRE_STEPS = 25
 # Windows in a row that must be below the start (by the margin) for the run to have learned; at the
 # end of a completed run the last window alone will do. A window that happens to be low is then not
-# enough, even against a first window that happened to be high (3 in a row: once in 800 windows of a
-# flat run whose first window was 3 standard errors high).
+# enough, even against a first window that happened to be high (with normal noise, 3 in a row come
+# once in 800 windows of a flat run whose first window was 3 standard errors high).
 CONFIRM_WINDOWS = 3
 # Second differences the noise estimate must rest on before a window counts towards having learned:
-# a median of fewer is off by a factor of two too often.
+# an estimate from fewer is too often far off.
 RELIABLE_NOISE = 24
 
 
@@ -101,6 +102,7 @@ class LearningCheck:
         self._recent: deque[float] = deque(maxlen=self.window)
         self._around: deque[float] = deque(maxlen=max(CENTRE_STEPS, self.window))
         self._centre: float | None = None
+        self._window_noise: float | None = None
         self._bound: float | None = None
         self._scale = 0.0
         self._above = 0
@@ -219,6 +221,7 @@ class LearningCheck:
         mean = self._sum / self._count
         self._sum, self._count = 0.0, 0
         self._centre = statistics.median(self._around)  # robust to a burst of spikes among the last steps
+        self._window_noise = self.noise
         self._close_window(step, mean)
         return self._judge(step, at_end=False)
 
@@ -339,7 +342,7 @@ class LearningCheck:
         A batch far worse than the rest (a hard example in a tiny batch) would tilt the line more
         than a hundred ordinary steps; the window means and the bound still see it whole.
         """
-        sigma = self.noise
+        sigma = self._window_noise  # as of the last window: the estimate is not recomputed every step
         if self._centre is None or not sigma:
             return loss
         return min(max(loss, self._centre - OUTLIER * sigma), self._centre + OUTLIER * sigma)
