@@ -325,16 +325,20 @@ class LearningCheck:
 
         It should when its loss rose by more than the noise (a run on its way to diverging: the
         bound stops it, and the remedies answer that with a lower rate, where "never learned"
-        would end it with none), and when the noise could still hide a fall of ``min_decrease``
-        (the upper confidence limit of the line's fall reaches it): a noisy run shows its
-        progress later, and a run whose noise never lets it is judged at its end.
+        would end it with none); while this process has too few steps of its own to measure its
+        noise or draw its line (a run resumed late in its patience); and when the noise could
+        still hide a fall of ``min_decrease`` (the upper confidence limit of the line's fall
+        reaches it): a noisy run shows its progress later, and a run whose noise never lets it is
+        judged at its end.
         """
         sigma = self.noise or 0.0
         floor = self.min_decrease * abs(first)
         if last - first > max(floor, self.confidence * sigma * math.sqrt(2.0 / self.window)):
             return True
         fall = self._trend_fall(sigma)
-        return fall is not None and fall[0] + self.confidence * fall[1] >= floor > 0
+        if fall is None or self._noise.samples < RELIABLE_NOISE:
+            return True
+        return fall[0] + self.confidence * fall[1] >= floor > 0
 
     def _clipped(self, loss: float) -> float:
         """The loss for the trend line: within ``OUTLIER`` noise deviations of the recent median.

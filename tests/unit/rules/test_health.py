@@ -147,6 +147,19 @@ def test_a_resumed_run_is_judged_from_its_lineage_start():
     assert learned.at_end(15) is None
 
 
+def test_a_run_resumed_late_in_its_patience_is_judged_on_steps_of_its_own():
+    before = LearningCheck()
+    feed(before, noisy([2.3] * 25, spread=0.1))  # the first attempt: 25 main-phase steps, then it exploded
+    resumed = LearningCheck()
+    resumed.load_state_dict(before.state_dict())
+    # The relaunch at a lower rate learns slowly under batch noise: the patience is spent within five
+    # steps, but not a verdict on the relaunch until it has steps enough to measure its noise and trend.
+    learning = noisy([2.3 - 0.004 * step for step in range(200)], spread=0.1, seed=1)
+    findings = [resumed.observe(step, loss, "main") for step, loss in enumerate(learning, start=25)]
+    assert [f for f in findings if f is not None] == []
+    assert resumed.learned
+
+
 def test_the_run_up_starts_at_a_change_of_the_learning_rate():
     # Warm-up at 0.1 for steps 0-7, then 3.0: norms grow from step 9, non-finite at 12.
     rates = [(s, 0.1 if s < 8 else 3.0) for s in range(13)]
