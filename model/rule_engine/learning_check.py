@@ -51,10 +51,8 @@ VANISHING = "VanishingGradient"
 OUTLIER = 4.0
 # The trend line's centre is the median of this many recent steps: a window of five can hold three spikes.
 CENTRE_STEPS = 25
-# Windows in a row that must be below the start (by the margin) for the run to have learned; at the
-# end of a completed run the last window alone will do. A window that happens to be low is then not
-# enough, even against a first window that happened to be high (with normal noise, 3 in a row come
-# once in 800 windows of a flat run whose first window was 3 standard errors high).
+# Windows in a row that must show the fall (at a run's end the last alone will do): with normal noise,
+# 3 in a row come once in 800 windows of a flat run even when its first window was 3 errors high.
 CONFIRM_WINDOWS = 3
 # Second differences the noise estimate must rest on before a window counts towards having learned:
 # an estimate from fewer is too often far off.
@@ -133,11 +131,6 @@ class LearningCheck:
     def best_loss(self) -> float | None:
         """The lowest window mean seen (the lineage's, for a resumed run); None before a window closes."""
         return self._lowest
-
-    @property
-    def bound(self) -> float | None:
-        """The divergence bound in force; None until it can be known."""
-        return self._bound
 
     @property
     def scale_of_loss(self) -> float | None:
