@@ -9,6 +9,9 @@ rules" and "List of built-in profiler rules" guides; where the guide gives valid
 none, the bounds are the values that mean something (a percentage lies in [0, 100], a count is
 at least 1, a threshold of a magnitude is not negative).
 
+``NotLearning`` and ``Diverging`` (``SENTINEL_CHECKS``) are not Debugger's: an entry of either name
+carries thresholds of the sentinel's own checks (docs/rules.md), and Debugger never receives it.
+
 Each entry says where it runs: ``engine`` (the open rule engine: the in-job sentinel and the
 out-of-job evaluator run it) or ``debugger`` (only SageMaker Debugger runs it; a rule list may name it
 only where Debugger rules are enabled). ``family`` is ``tensor`` (Debugger's ``Rule``, reads captured
@@ -37,6 +40,12 @@ PROFILER = "profiler"
 PARAMETER_TEXT_MAX = 256
 # Debugger runs at most 20 rules of each kind per training job.
 MAX_RULES = 20
+
+# The sentinel's own checks: entries of these names configure them and add no rule. They run in the
+# job only; SageMaker Debugger has no rule of these names, so they never go to Debugger.
+NOT_LEARNING = "NotLearning"
+DIVERGING = "Diverging"
+SENTINEL_CHECKS = (NOT_LEARNING, DIVERGING)
 
 _TRUE = frozenset({"true", "1", "yes"})
 _FALSE = frozenset({"false", "0", "no"})
@@ -308,6 +317,28 @@ _ENTRIES = (
         Param("min_diag", "float", 0.9, low=0, high=1),
         Param("max_off_diag", "float", 0.1, low=0, high=1),
     ), summary="the confusion matrix's diagonal or off-diagonal ratios are out of bounds"),
+    # The sentinel's own checks (not Debugger's): an entry carries their thresholds (docs/rules.md).
+    RuleEntry(NOT_LEARNING, (
+        Param("window", "int", 5, low=1),
+        Param("patience", "int", None, optional=True, low=1),
+        Param("min_decrease", "float", 0.05, low=0, high=1, high_open=True),
+        Param("confidence", "float", 3.0, low=0),
+        Param("patience_windows", "int", 6, low=1),
+        Param("warmup_multiple", "float", 1.0, low=0),
+        Param("run_fraction", "float", 0.1, low=0, high=1),
+        Param("run_steps", "int", None, optional=True, low=1),
+        Param("infer_phase", "bool", True),
+        Param("lr_rise", "float", 1e-3, low=0),
+    ), summary="sentinel check: the loss never fell below where the run started within its patience"),
+    RuleEntry(DIVERGING, (
+        Param("spreads", "float", 9.0, low=0, low_open=True),
+        Param("noise_spreads", "float", 3.0, low=0),
+        Param("persistence", "int", 3, low=1),
+        Param("jump_spreads", "float", 90.0, low=0, low_open=True),
+        Param("rising", "float", 0.5, low=0, low_open=True),
+        Param("baseline", "float", None, optional=True),
+        Param("scale", "float", None, optional=True, low=0, low_open=True),
+    ), summary="sentinel check: the loss stayed above baseline + spreads x scale for persistence steps"),
     # Profiler rules (Debugger's ProfilerRule), over the system metrics the profiler samples.
     RuleEntry("LowGPUUtilization", (
         _percent("threshold_p95", 70), _percent("threshold_p5", 10),

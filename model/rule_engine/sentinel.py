@@ -100,7 +100,8 @@ class Sentinel:
         self._exploding = [rule for rule in self.rules if isinstance(rule, ExplodingTensor)] or [
             default_finite_rule(memory)
         ]
-        self.learning = LearningCheck()
+        # Thresholds from the run, overridden by the list's NotLearning / Diverging entries.
+        self.learning = LearningCheck.configured(self.rules)
         self._last: tuple[int, dict[str, Any]] | None = None  # step and context of the last step seen
         self._fired: set[int] = set()
         self._findings: list[dict[str, Any]] = []
@@ -152,7 +153,9 @@ class Sentinel:
         self.rate_history.append((step, None if learning_rate is None else float(learning_rate)))
         cheap = self._finite_check(step, loss_value, norm_value)
         # A loop that reports no loss (the launcher before it found one) cannot be judged on learning.
-        stalled = self.learning.observe(step, loss_value, phase) if loss_value is not None else None
+        # The learning rate tells warm-up from the main phase when the script does not say.
+        stalled = (self.learning.observe(step, loss_value, phase, learning_rate)
+                   if loss_value is not None else None)
         self._last = (step, context)
         force = ("gradients", "losses") if cheap is not None else ()
         if self.profiler is not None:
@@ -168,6 +171,7 @@ class Sentinel:
             new.extend(self._invoke(step))
         elif self._system_rules and step % SYSTEM_RULES_EVERY == 0:
             new.extend(self._invoke(step, self._system_rules))
+        new = self.learning.arbitrate(step, new)  # never VanishingGradient while the loss climbs
         return self._report(new, context)
 
     def after_eval(
@@ -274,7 +278,8 @@ class Sentinel:
     def _entry(self, finding: RuleFinding, context: Mapping[str, Any]) -> dict[str, Any]:
         # The run-up (rule_engine.health.run_up): which checkpoints are healthy, which rate was stable.
         before = run_up(self.grad_norm_history, self.rate_history, finding.step,
-                        losses=self.loss_history, start_loss=self.learning.start_loss)
+                        losses=self.loss_history, start_loss=self.learning.start_loss,
+                        scale=self.learning.scale_of_loss)
         return {
             "rule": finding.rule,
             "onset_step": before.onset_step,

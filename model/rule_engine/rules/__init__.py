@@ -6,6 +6,7 @@
 ``activations``    DeadRelu, SaturatedActivation
 ``classification`` ClassImbalance, Confusion, CheckInputImages
 ``system``         LowGPUUtilization, CPUBottleneck, IOBottleneck, OverallSystemUsage (system metrics)
+``checks``         NotLearning, Diverging: thresholds of the sentinel's own checks, not rules of their own
 
 Every built-in rule keeps Debugger's name, parameters and defaults as the rule catalogue
 (``rule_engine.catalogue``) lists them. Rules read tensors only through the Trial API, so they run
@@ -25,6 +26,7 @@ from rule_engine.rules.base import (
     register_rule,
     rule_parameters,
 )
+from rule_engine.rules.checks import Diverging, NotLearning
 from rule_engine.rules.classification import CheckInputImages, ClassImbalance, Confusion
 from rule_engine.rules.system import CPUBottleneck, IOBottleneck, LowGPUUtilization, OverallSystemUsage
 from rule_engine.rules.tensors import (
@@ -46,10 +48,12 @@ __all__ = [
     "ClassImbalance",
     "Confusion",
     "DeadRelu",
+    "Diverging",
     "ExplodingTensor",
     "IOBottleneck",
     "LossNotDecreasing",
     "LowGPUUtilization",
+    "NotLearning",
     "OverallSystemUsage",
     "Overfit",
     "PoorWeightInitialization",

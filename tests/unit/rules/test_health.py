@@ -31,9 +31,13 @@ def test_a_loss_that_never_moves_is_stopped_after_the_patience_of_the_main_phase
     assert "never learned in 30 steps after warm-up" in finding.message
 
 
-def test_warmup_steps_do_not_count_against_the_patience():
+def test_warmup_steps_do_not_count_and_a_long_warmup_earns_a_longer_patience():
+    # 40 warm-up steps, then max(6 windows, 1 x the warm-up) = 40 main-phase steps.
     finding = feed(LearningCheck(), noisy([2.30] * 200), warmup_steps=40)
-    assert finding is not None and finding.step == 69
+    assert finding is not None and finding.step == 79
+    assert "in 40 steps after warm-up (patience 40)" in finding.message
+    short = feed(LearningCheck(), noisy([2.30] * 200), warmup_steps=10)
+    assert short is not None and short.step == 39  # 10 + the minimum of 30
 
 
 def test_a_run_that_learns_is_never_called_stalled():
@@ -95,30 +99,39 @@ def test_a_slowly_rising_loss_is_not_called_stalled_while_it_runs():
 
 def test_a_loss_ten_times_its_first_window_is_diverging_even_while_finite():
     # A deep network without a bound on its loss: 2.3 for a window, then up by 1.5x a step to a finite 1e9.
-    losses = [2.3] * 5 + [2.3 * 1.5**k for k in range(1, 60)]
+    losses = noisy([2.3] * 5) + [2.3 * 1.5**k for k in range(1, 60)]
     check = LearningCheck()
     finding = feed(check, losses)
     assert finding is not None and finding.rule == DIVERGING
-    assert finding.step == 10  # 2.3 * 1.5**6 = 26.2 is the first at least 23.0
-    assert "11.4x the mean of the first window (2.3)" in finding.message
+    # 2.3 * 1.5**6 = 26.2 (step 10) is the first above 2.3 + 9 x 2.3; the third in a row is step 12.
+    assert finding.step == 12
+    assert "above the divergence bound 23.0" in finding.message and "for 3 steps" in finding.message
     # Just under ten times is not: a loss bump that stays below it is left to the other checks.
     calm = LearningCheck()
     assert feed(calm, [2.3] * 5 + [22.9] * 3 + [2.0] * 10) is None
 
 
+def test_a_hard_batch_or_two_above_the_bound_is_not_a_divergence():
+    spikes = [*noisy([2.3] * 20), 30.0, 31.0, *noisy([2.2] * 20), 40.0, *noisy([2.1] * 20)]
+    assert feed(LearningCheck(), spikes) is None
+    assert feed(LearningCheck(persistence=1), spikes).rule == DIVERGING  # the persistence is the reason
+
+
 def test_a_resumed_run_diverges_against_its_lineage_start():
     before = LearningCheck()
-    feed(before, [2.3] * 5)
+    feed(before, noisy([2.3] * 5))
     resumed = LearningCheck()
     resumed.load_state_dict(before.state_dict())
-    finding = resumed.observe(10, 30.0, "main")  # the first step of a relaunch from a state already up
-    assert finding is not None and finding.rule == DIVERGING and finding.step == 10
+    # A relaunch from a state already up: its first three steps are above the lineage's bound.
+    findings = [resumed.observe(step, 30.0 + step, "main") for step in (10, 11, 12)]
+    assert findings[:2] == [None, None]
+    assert findings[2] is not None and findings[2].rule == DIVERGING and findings[2].step == 12
 
 
 def test_a_resumed_run_is_judged_from_its_lineage_start():
     before = LearningCheck()
     feed(before, [2.3] * 5 + [1.9] * 5)  # the first attempt learned, then exploded
-    assert before.learned
+    assert before.at_end(9) is None and before.learned
     resumed = LearningCheck()
     resumed.load_state_dict(before.state_dict())
     # Six steps of its own, no lower than the lineage started: one window, judged at the end.
@@ -132,6 +145,19 @@ def test_a_resumed_run_is_judged_from_its_lineage_start():
     for step, loss in enumerate([1.9] * 6, start=10):
         learned.observe(step, loss, "main")
     assert learned.at_end(15) is None
+
+
+def test_a_run_resumed_late_in_its_patience_is_judged_on_steps_of_its_own():
+    before = LearningCheck()
+    feed(before, noisy([2.3] * 25, spread=0.1))  # the first attempt: 25 main-phase steps, then it exploded
+    resumed = LearningCheck()
+    resumed.load_state_dict(before.state_dict())
+    # The relaunch at a lower rate learns slowly under batch noise: the patience is spent within five
+    # steps, but not a verdict on the relaunch until it has steps enough to measure its noise and trend.
+    learning = noisy([2.3 - 0.004 * step for step in range(200)], spread=0.1, seed=1)
+    findings = [resumed.observe(step, loss, "main") for step, loss in enumerate(learning, start=25)]
+    assert [f for f in findings if f is not None] == []
+    assert resumed.learned
 
 
 def test_the_run_up_starts_at_a_change_of_the_learning_rate():

@@ -58,7 +58,8 @@ def test_built_in_rules_have_the_guides_names_parameters_and_defaults():
     check_input = {p: d for p, (_, d) in rule_parameters(RULES["CheckInputImages"]).items()}
     assert check_input == {"threshold_mean": 0.2, "threshold_samples": 500, "channel": 1,
                            "regex": OUR_DEFAULTS[("CheckInputImages", "regex")]}
-    assert set(RULES) == {*GUIDE_DEFAULTS, "CheckInputImages"}
+    # Beside Debugger's rules, the entries that carry the sentinel's own checks' thresholds.
+    assert set(RULES) == {*GUIDE_DEFAULTS, "CheckInputImages", "NotLearning", "Diverging"}
 
 
 def grads(trial: MemoryTrial, step: int, **values: np.ndarray) -> None:

@@ -1,0 +1,131 @@
+"""The sentinel's own checks on runs users brought: thresholds from the run, configurable in the rule list.
+
+Each run is fed to a real sentinel (``build_monitoring``) the way a training loop feeds it: the
+loss and the optimizer's learning rate every step, no phase label, then ``close()`` for a run that
+completed. The losses are synthetic (tests/detection/trajectories.py) so that each case is exact.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from rule_engine.catalogue import RuleConfigError, check_rule_list
+from rule_engine.rules import parse_rule_list
+from rule_engine.sentinel import build_monitoring
+
+from tests.detection import trajectories as t
+from tests.unit.rules.tinynet import tiny_net
+
+
+def watched(tmp_path, run: t.Run, rules=(), *, capture=None, grads=None):
+    """The finding the sentinel reports for ``run`` (None for none), as findings.json has it.
+
+    ``grads(step)`` gives the value every gradient holds at that step (for the gradient rules).
+    """
+    model = tiny_net()
+    cap, sentinel = build_monitoring(model, sentinel_rules=list(rules), sentinel_action="stop",
+                                     capture=capture or {}, checkpoint_dir=tmp_path / "checkpoints",
+                                     tensor_dir=tmp_path / "checkpoints" / "tensors")
+    for step, (loss, rate) in enumerate(zip(run.losses, run.rates, strict=True)):
+        cap.begin_step(step)
+        if grads is not None:
+            for p in model.parameters():
+                p.grad = torch.full_like(p, grads(step))
+        verdict = sentinel.after_backward(step, epoch=None, phase=None, learning_rate=rate, loss=loss,
+                                          grad_norm=1.0)
+        if verdict.stop:
+            return verdict.findings[0]
+    sentinel.close()
+    path = tmp_path / "checkpoints" / "findings.json"
+    return json.loads(path.read_text())["findings"][0] if path.exists() else None
+
+
+def test_a_one_cycle_run_is_not_stopped_while_its_rate_warms_up(tmp_path):
+    # OneCycleLR over 600 steps, rising for the first 120: the loss falls less than 5 % in the first 30.
+    run = t.make_one_cycle(0)
+    assert sum(run.losses[25:30]) > 0.95 * sum(run.losses[:5])
+    assert watched(tmp_path, run) is None
+
+
+def test_the_patience_of_a_flat_run_grows_with_its_warmup_and_with_its_length(tmp_path):
+    # The rate rises for 100 steps, then stays: the loss never moves.
+    rates = [1e-3 * (step + 1) for step in range(100)] + [0.1] * 300
+    flat = t.Run(t.multiplicative([2.3] * 400, 0.02, 0), rates)
+    finding = watched(tmp_path / "warm-up", flat)
+    assert finding["rule"] == "NotLearning"
+    assert finding["step"] == 199  # 100 warm-up steps, then a patience of 1 x the warm-up
+    assert "in 100 steps after warm-up (patience 100)" in finding["message"]
+    # A run of 4000 steps whose length is known gets 10 % of it, 400 main-phase steps: more than
+    # this one has, so it is judged at its end.
+    known = [{"name": "NotLearning", "parameters": {"run_steps": "4000"}}]
+    finding = watched(tmp_path / "length", flat, known)
+    assert finding["step"] == 399 and "by the end of the run" in finding["message"]
+
+
+def test_the_patience_is_set_in_the_rule_list(tmp_path):
+    flat = t.make_flat(0)  # 300 steps, rate 0: the loss never moves
+    assert watched(tmp_path / "default", flat)["step"] < 60
+    rules = [{"name": "ExplodingTensor"}, {"name": "NotLearning", "parameters": {"patience": "200"}}]
+    finding = watched(tmp_path / "patient", flat, rules)
+    assert finding["rule"] == "NotLearning" and finding["step"] == 199
+
+
+def test_a_fine_tune_from_a_trained_state_is_not_called_diverging_by_a_hard_batch(tmp_path):
+    # The loss starts at 0.03; one batch in 25 is 15 times the rest (a hard example in a tiny batch).
+    run = t.make_fine_tune(0)
+    start = sum(run.losses[:5]) / 5
+    assert max(run.losses) > 10 * start  # today's bound, ten times the first window, is crossed
+    assert watched(tmp_path, run) is None
+
+
+def test_a_negative_log_likelihood_that_jumps_is_diverging_not_vanishing(tmp_path):
+    # A flow at -0.1 learns to -0.24, then at step 200 its loss jumps to +11.7 and climbs while its
+    # gradients saturate to 1e-9: VanishingGradient's condition holds, but the loss is running away.
+    run = t.make_nll_then_diverges(0)
+    rules = [{"name": "VanishingGradient"}]
+    finding = watched(tmp_path, run, rules, capture={"gradients": {"save_interval": 1}},
+                      grads=lambda step: 1e-9 if step >= 200 else 1e-2)
+    assert finding["rule"] == "Diverging" and finding["step"] == 200
+    assert "climbing" in finding["message"] and "while mean |" in finding["message"]
+
+
+def test_vanishing_gradients_under_a_flat_loss_are_still_vanishing_gradients(tmp_path):
+    run = t.make_flat(0)
+    rules = [{"name": "VanishingGradient"}]
+    finding = watched(tmp_path, run, rules, capture={"gradients": {"save_interval": 1}},
+                      grads=lambda step: 1e-9 if step >= 12 else 1e-2)
+    assert finding["rule"] == "VanishingGradient" and finding["step"] == 12
+
+
+def test_a_noisy_small_batch_run_is_judged_on_its_noise(tmp_path):
+    # Batches now and then twelve times the rest on a healthy run: neither a divergence nor a stall.
+    spiky = t.make_noisy_spikes(0)
+    assert max(spiky.losses) > 10 * sum(spiky.losses[:5]) / 5
+    assert watched(tmp_path / "spiky", spiky) is None
+    # A flat run with the same noise never learned, though some of its windows are 5 % below its first.
+    flat = t.make_flat_noisy(0)
+    assert watched(tmp_path / "flat", flat)["rule"] == "NotLearning"
+
+
+def test_the_divergence_bound_is_set_in_the_rule_list(tmp_path):
+    # Rising 1 % a step: past ten times its start at about step 232; with half the spread, far sooner.
+    run = t.make_slowly_rising(0)
+    assert watched(tmp_path / "default", run)["step"] > 200
+    rules = [{"name": "Diverging", "parameters": {"spreads": "4", "persistence": "1"}}]
+    finding = watched(tmp_path / "tight", run, rules)
+    assert finding["rule"] == "Diverging" and finding["step"] < 170
+
+
+def test_the_sentinel_checks_parameters_are_validated_by_name():
+    checked = check_rule_list([{"name": "NotLearning", "parameters": {"patience": "40", "infer_phase": "false"}},
+                               {"name": "Diverging", "parameters": {"baseline": "-0.5", "scale": "None"}}])
+    assert checked[0].parameters == {"patience": 40, "infer_phase": False}
+    assert checked[1].parameters == {"baseline": -0.5, "scale": None}
+    with pytest.raises(RuleConfigError, match=r"unknown parameter 'patiense'; NotLearning takes \[.*'patience'"):
+        parse_rule_list([{"name": "NotLearning", "parameters": {"patiense": "40"}}])
+    with pytest.raises(RuleConfigError, match=r"\(Diverging\)\.persistence: expected an integer >= 1, got '0'"):
+        check_rule_list([{"name": "Diverging", "parameters": {"persistence": "0"}}])
+    with pytest.raises(RuleConfigError, match=r"\(NotLearning\)\.run_fraction: expected a number in \[0, 1\]"):
+        check_rule_list([{"name": "NotLearning", "parameters": {"run_fraction": "1.5"}}])
