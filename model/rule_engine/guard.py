@@ -45,20 +45,26 @@ import json
 import os
 import sys
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-from rule_engine.checkpoints import newest_checkpoint
+from rule_engine import log_channel, resume
 from rule_engine.job_config import JobPaths, StabilizerConfig, load_config
 from rule_engine.rewind import Rewind
+from rule_engine.rules import RuleFinding
 from rule_engine.sentinel import Verdict, build_monitoring
+from rule_engine.step_clock import BackwardClock, ScalerWatch, follow_scaler, unfollow
+from rule_engine.summary import EXIT, RunRecord
 
 STATE_KEY = "stabilizer_step"
 LEARNING_KEY = "stabilizer_learning"  # the learning check's start, so a resumed run is judged from its lineage
 FINITE_CHECK_RULE = "ExplodingTensor"
+# Called by watch() before it builds a guard: the launcher's standby (rule_engine.launch) answers with the
+# guard it already attached to that optimizer, or stands down and answers None.
+ON_WATCH: list[Callable[[nn.Module, torch.optim.Optimizer | None], Any]] = []
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -93,6 +99,7 @@ class Guard:
         install_hooks: bool = True,
         rewind_every: int = 0,
         rewind_keep: int = 2,
+        integration: str = "library",
     ) -> None:
         self.model = unwrap(model)
         self.optimizer = optimizer
@@ -133,6 +140,12 @@ class Guard:
         # The first and last step checked, for the closing line; the first is None until a step is checked.
         self.first_checked: int | None = None
         self.last_checked = 0
+        # What the summary of findings.json says (rule_engine.summary); written at the end, findings or not.
+        self.record = RunRecord(integration=integration)
+        self.sentinel.summary = self._summary
+        EXIT.install()
+        self.scaler_watch = ScalerWatch(self)
+        self.clock: BackwardClock | None = None
         self._handles: list[Any] = []
         if install_hooks and optimizer is not None:
             self._handles += [
@@ -141,6 +154,13 @@ class Guard:
                 optimizer.register_state_dict_post_hook(self._save_step),
                 optimizer.register_load_state_dict_pre_hook(self._load_step),
             ]
+            follow_scaler(optimizer, self)
+        elif install_hooks:  # parameters updated by hand: each backward pass is a step (rule_engine.step_clock)
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            if params:
+                self.clock = BackwardClock(self, params, wait_for_loss=integration == "library")
+        if config.loss_regex is not None or log_channel.CHANNEL is not None:
+            log_channel.install(config.effective_loss_regex).attach(self)
         collections = set(self.capture.collections)
         if collections & {"inputs", "predictions"}:
             self._handles.append(self.model.register_forward_hook(self._keep_inputs_and_outputs))
@@ -169,11 +189,23 @@ class Guard:
             self.epoch = epoch
         if phase is not None:
             self.phase = phase
+        if self.clock is not None:
+            self.clock.loss_reported()
+
+    @property
+    def has_loss(self) -> bool:
+        return self._loss is not None
+
+    def take_loss(self) -> torch.Tensor | float | None:
+        """The loss reported for the step about to be counted without a check (a skipped step), cleared."""
+        loss, self._loss = self._loss, None
+        return loss
 
     def eval_loss(self, loss: float | torch.Tensor, *, labels: torch.Tensor | None = None,
                   outputs: torch.Tensor | None = None) -> Verdict:
         """Record an evaluation after the last optimizer step (the ``Overfit`` rule reads these)."""
         value = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
+        self.record.evaluations.append((max(self.step_number - 1, 0), value))
         verdict = self.sentinel.after_eval(
             max(self.step_number - 1, 0), epoch=self.epoch, phase=self.phase, learning_rate=self.learning_rate,
             loss=value, labels=labels, outputs=outputs,
@@ -196,6 +228,8 @@ class Guard:
             inputs=self._inputs, labels=self._labels, outputs=self._outputs,
         )
         self._loss = self._labels = self._inputs = self._outputs = None
+        history = self.sentinel.loss_history
+        self.record.observed(step, history[-1][1] if history and history[-1][0] == step else None)
         stop = verdict.stop or self._deferred_stop
         if self.world_size > 1 and torch.distributed.is_initialized():
             stop = self._agree(verdict, stop)
@@ -206,6 +240,7 @@ class Guard:
     def advance(self) -> None:
         """Count the optimizer step just taken, copy the state when due and arm capture for the next forward pass."""
         self.step_number += 1
+        self.record.steps_taken += 1
         if self.rewind is not None:
             self.rewind.after_step(self.step_number)
         if not self._closed:
@@ -215,50 +250,65 @@ class Guard:
         """Load the newest checkpoint into the model and optimizer; returns the next step to run (0: none).
 
         It looks in the job's own checkpoint directory first (a restarted job finds its own
-        checkpoints there), then in the ``resume`` input channel, where the workflow puts the
-        checkpoint a relaunch resumes from (the rewind's, a few steps before the explosion). The
-        optimizer's state (momentum, the guard's step count) comes back; its hyperparameters (learning
-        rate, ...) stay as the script set them, since a relaunch's remedy changes them. A checkpoint
-        that does not fit the model (another architecture: missing or unexpected keys, other shapes)
-        or the optimizer is reported in one line and left alone: training starts fresh.
+        checkpoints there), then in the ``resume`` input channel (rule_engine.resume). The optimizer's
+        state comes back, its hyperparameters stay as the script set them. A checkpoint that does not
+        fit the model or the optimizer is reported in one line and left alone: training starts fresh.
+        Calling it tells the workflow that a relaunch of this script resumes (summary ``restores``).
         """
-        source = newest_checkpoint(self.paths.checkpoint_dir) or newest_checkpoint(self.paths.resume_dir)
-        if source is None:
+        self.record.restores = True
+        restored = resume.restore(self.paths, self.model, self.optimizer)  # the load hook sets the step count
+        if restored is None:
             return 0
-        try:
-            state = torch.load(source, map_location="cpu", weights_only=True)
-        except Exception as exc:  # not a checkpoint this library can read: the loop's own business
-            print(f"sentinel: cannot read checkpoint {source} ({exc!r}); starting from step 0", flush=True)
-            return 0
-        misfit = _misfit(state, self.model, self.optimizer)
-        if misfit is not None:
-            print(f"sentinel: checkpoint {source} does not fit this model ({misfit}); starting from step 0",
-                  flush=True)
-            return 0
-        self.model.load_state_dict(state["model"])
-        if self.optimizer is not None:
-            # The hyperparameters stay as the script set them: a relaunch's remedy (a lower learning rate)
-            # comes in through them. The state (momentum, the step count, by the load hook) is the checkpoint's.
-            settings = [{key: value for key, value in group.items() if key != "params"}
-                        for group in self.optimizer.param_groups]
-            self.optimizer.load_state_dict(state["optimizer"])
-            for group, setting in zip(self.optimizer.param_groups, settings, strict=True):
-                group.update(setting)
-        self.step_number = next_step = int(state["next_step"])
+        source, next_step = restored
+        self.record.started_from = resume.started_from(source, self.paths)
+        self.step_number = next_step
         self.capture.begin_step(next_step)
-        print(f"sentinel: resumed from {source} at step {next_step}", flush=True)
         return next_step
 
-    def close(self, status: str = "completed") -> None:
-        """Remove the hooks and finish the tensor store (``training_end.json``); idempotent."""
+    def external_finding(self, step: int, tensor: str, value: float, message: str, *, source: str) -> None:
+        """An ExplodingTensor finding from outside the per-step check (the log, the loss scaler)."""
+        context = {"epoch": self.epoch, "phase": self.phase, "learning_rate": self.learning_rate}
+        verdict = self.sentinel.report(RuleFinding(FINITE_CHECK_RULE, step, tensor, value, message), context,
+                                       source=source)
+        if verdict.stop and source == "log":
+            self._deferred_stop = True  # printed from anywhere (another thread): stopped at the next step
+        elif verdict.stop:
+            self._stop(f"at step {step}")
+
+    def log_nonfinite(self, value: float) -> None:
+        """The job's log reported a non-finite loss (rule_engine.log_channel)."""
+        step = max(self.step_number - 1, 0)
+        self.external_finding(step, "losses/loss", value, f"the job's log reported a non-finite loss ({value}) "
+                              f"at step {step}", source="log")
+
+    def _summary(self, ended: str | None) -> dict[str, Any]:
+        return self.record.summary(self.sentinel.learning, ended=ended,
+                                   exception=EXIT.exception if ended in ("exception", "interrupted") else None)
+
+    def close(self, status: str | None = None) -> None:
+        """Remove the hooks, write the summary and finish the tensor store (``training_end.json``); idempotent.
+
+        ``status`` defaults to how the script ended: "exception" or "interrupted" after an uncaught
+        exception (rule_engine.summary.ExitWatch), else "completed".
+        """
         if self._closed:
             return
+        status = status or EXIT.ended or "completed"
         self._closed = True
+        self._remove_hooks()
+        if self.scaler_watch.scaler is not None:
+            self.scaler_watch.read_scale()
+        self._say_checked(status)
+        self.sentinel.close(status=status)
+
+    def _remove_hooks(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        self._say_checked(status)
-        self.sentinel.close(status=status)
+        if self.clock is not None:
+            self.clock.remove()
+        if self.optimizer is not None:
+            unfollow(self.optimizer, self)
 
     def _say_checked(self, status: str) -> None:
         """One line for the job's log: which steps this process checked, and how it ended."""
@@ -341,27 +391,8 @@ class Guard:
         print(f"sentinel stopped the job {when}: {finding['message']}", flush=True)
         self._say_checked("stopped")
         self._closed = True
-        for handle in self._handles:
-            handle.remove()
+        self._remove_hooks()
         self.sentinel.exit_for_rule_stop()  # exit status 86, failure file "RuleStop: ..."
-
-
-def _misfit(state: Any, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> str | None:
-    """Why a loaded checkpoint cannot go into ``model`` and ``optimizer``; None when it fits."""
-    if not isinstance(state, dict) or not {"model", "optimizer", "next_step"} <= set(state):
-        return "not a checkpoint with model, optimizer and next_step"
-    saved, current = state["model"], model.state_dict()
-    missing, unexpected = sorted(set(current) - set(saved)), sorted(set(saved) - set(current))
-    if missing or unexpected:
-        return f"missing keys {missing[:3]}, unexpected keys {unexpected[:3]}"
-    for key, value in current.items():
-        if isinstance(value, torch.Tensor) and getattr(saved[key], "shape", None) != value.shape:
-            return f"{key} has shape {tuple(saved[key].shape)}, the model {tuple(value.shape)}"
-    if optimizer is not None:
-        groups = [len(group["params"]) for group in state["optimizer"].get("param_groups", [])]
-        if groups != [len(group["params"]) for group in optimizer.param_groups]:
-            return f"optimizer parameter groups of sizes {groups}, the optimizer's differ"
-    return None
 
 
 def _has_closure(args: tuple, kwargs: dict) -> bool:
@@ -400,6 +431,10 @@ def watch(
     if rewind_every < 0 or rewind_keep < 1:
         raise ValueError(f"watch: rewind_every must be >= 0 and rewind_keep >= 1, got rewind_every={rewind_every}, "
                          f"rewind_keep={rewind_keep}")
+    for standby in list(ON_WATCH):
+        attached = standby(model, optimizer)
+        if attached is not None:
+            return attached  # the launcher watches this optimizer already: one guard, the launcher's
     config = load_config(environ).with_defaults(
         rules=json.loads(rules) if isinstance(rules, str) else (list(rules) if rules is not None else None),
         capture=json.loads(capture) if isinstance(capture, str) else (dict(capture) if capture is not None else None),
