@@ -65,6 +65,7 @@ FINITE_CHECK_RULE = "ExplodingTensor"
 # Called by watch() before it builds a guard: the launcher's standby (rule_engine.launch) answers with the
 # guard it already attached to that optimizer, or stands down and answers None.
 ON_WATCH: list[Callable[[nn.Module, torch.optim.Optimizer | None], Any]] = []
+PRELOADED: str | None = None  # a checkpoint the launcher loaded before the script called watch()
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -440,6 +441,9 @@ def watch(
         capture=json.loads(capture) if isinstance(capture, str) else (dict(capture) if capture is not None else None),
         action=action,
     )
-    return Guard(model, optimizer, config=config, paths=JobPaths.from_env(environ), start_step=start_step,
-                 install_hooks=install_hooks, rewind_every=rewind_every, rewind_keep=rewind_keep)
+    guard = Guard(model, optimizer, config=config, paths=JobPaths.from_env(environ), start_step=start_step,
+                  install_hooks=install_hooks, rewind_every=rewind_every, rewind_keep=rewind_keep)
+    if PRELOADED is not None:
+        guard.record.started_from, guard.record.restores = PRELOADED, True
+    return guard
 
