@@ -54,7 +54,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from rule_engine import guard as guard_module
-from rule_engine import log_channel, resume
+from rule_engine import log_channel, resume, step_clock
 from rule_engine.guard import Guard, unwrap
 from rule_engine.job_config import JobPaths, StabilizerConfig, load_config
 from rule_engine.summary import EXIT
@@ -84,6 +84,8 @@ class LauncherHooks:
             nn.modules.module.register_module_forward_hook(self._module_returned, always_call=True),
         ]
         self._optimizer_handle = register_optimizer_step_pre_hook(self._optimizer_stepping)
+        step_clock.wrap_scaler()
+        step_clock.STANDBY.append(self._scaler_stepping)
         self.channel = log_channel.install(config.effective_loss_regex)
         self.channel.listeners.append(self._logged_loss)
         guard_module.ON_WATCH.append(self._script_watches)
@@ -107,6 +109,7 @@ class LauncherHooks:
             guard_module.PRELOADED = resume.started_from(self._checkpoint[0], self.paths)
         for handle in (*self._module_handles, self._optimizer_handle):
             handle.remove()
+        self._unhook_scaler()
         self._fingerprints.clear()
         self.channel.listeners.remove(self._logged_loss)
 
@@ -141,10 +144,21 @@ class LauncherHooks:
 
     def _optimizer_stepping(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if self.guard is not None:
-            return  # the guard's own hooks on its optimizer do the work; other optimizers are not watched
+            if optimizer is not self.guard.optimizer:  # a second optimizer (a GAN's): checked at its steps
+                self.guard.add_optimizer(optimizer)
+            return
         # The guard's pre-hook, registered now, still runs for this step (PyTorch iterates the
         # optimizer's own hooks after the global ones).
         self._attach(self._model_of(optimizer), optimizer)
+
+    def _unhook_scaler(self) -> None:
+        with contextlib.suppress(ValueError):
+            step_clock.STANDBY.remove(self._scaler_stepping)
+
+    def _scaler_stepping(self, optimizer: torch.optim.Optimizer) -> None:
+        """A GradScaler steps ``optimizer``: attach now, the step may be skipped and call no optimizer hook."""
+        if self.guard is None and not self.stood_down:
+            self._attach(self._model_of(optimizer), optimizer)
 
     def _attach(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, start_step: int = 0) -> None:
         for handle in self._module_handles:
@@ -247,6 +261,7 @@ class LauncherHooks:
             handle.remove()
         with contextlib.suppress(ValueError):
             guard_module.ON_WATCH.remove(self._script_watches)
+        self._unhook_scaler()
         if self.guard is not None:
             self.guard.close()
         self._report_steps()

@@ -95,21 +95,23 @@ class LogChannel:
             self._busy = False
 
     def uninstall(self) -> None:
-        global CHANNEL
         for name in ("stdout", "stderr"):
             stream = getattr(sys, name)
             if isinstance(stream, _LossFromLog):
                 setattr(sys, name, stream._stream)
-        if CHANNEL is self:
-            CHANNEL = None
+        if _INSTALLED.get("channel") is self:
+            del _INSTALLED["channel"]
 
 
-CHANNEL: LogChannel | None = None
+_INSTALLED: dict[str, LogChannel] = {}  # the process's channel, once installed
+
+
+def current() -> LogChannel | None:
+    return _INSTALLED.get("channel")
 
 
 def install(pattern: str) -> LogChannel:
     """The process's log channel, installed with ``pattern`` the first time."""
-    global CHANNEL
-    if CHANNEL is None:
-        CHANNEL = LogChannel(pattern)
-    return CHANNEL
+    if "channel" not in _INSTALLED:
+        _INSTALLED["channel"] = LogChannel(pattern)
+    return _INSTALLED["channel"]

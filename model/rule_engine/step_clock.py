@@ -71,6 +71,7 @@ class ScalerWatch:
             guard.record.last_loss = value
         self.scale_stale = True
         guard.advance()
+        guard.stop_if_deferred(step)  # a finding of the log's, when no step is checked any more
         if value is None or math.isfinite(value):
             self.applied()
             return
@@ -95,14 +96,24 @@ class ScalerWatch:
             self.guard.external_finding(step, "loss_scale", scale, message, source="loss_scaler")
 
 
-def follow_scaler(optimizer: torch.optim.Optimizer, guard: Any) -> ScalerWatch:
-    """Count the steps a GradScaler skips for ``optimizer``, on ``guard``."""
+# Called with an optimizer a GradScaler steps that no guard follows yet: the launcher's standby
+# attaches there, since a skipped first step calls no optimizer hook.
+STANDBY: list[Any] = []
+
+
+def wrap_scaler() -> None:
+    """Wrap ``GradScaler.step`` and ``update`` once per process."""
     if not _ORIGINAL:
         from torch.amp import GradScaler
 
         _ORIGINAL.update(step=GradScaler.step, update=GradScaler.update)
         GradScaler.step = _scaler_step  # type: ignore[method-assign]
         GradScaler.update = _scaler_update  # type: ignore[method-assign]
+
+
+def follow_scaler(optimizer: torch.optim.Optimizer, guard: Any) -> ScalerWatch:
+    """Count the steps a GradScaler skips for ``optimizer``, on ``guard``."""
+    wrap_scaler()
     _GUARDS[id(optimizer)] = guard
     return guard.scaler_watch
 
@@ -113,6 +124,9 @@ def unfollow(optimizer: torch.optim.Optimizer, guard: Any) -> None:
 
 
 def _scaler_step(self: Any, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+    if id(optimizer) not in _GUARDS:
+        for standby in list(STANDBY):
+            standby(optimizer)
     guard = _GUARDS.get(id(optimizer))
     if guard is None or not self.is_enabled():
         return _ORIGINAL["step"](self, optimizer, *args, **kwargs)

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 from rule_engine import create_trial, watch
-from rule_engine.guard import LEARNING_KEY, STATE_KEY
+from rule_engine.optimizer_hooks import LEARNING_KEY, STATE_KEY
 from torch import nn
 
 from tests.unit.library.support import FIXTURES, findings, job_env, logged, run, summary
