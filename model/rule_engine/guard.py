@@ -286,8 +286,9 @@ class Guard(OptimizerHooks):
                               f"at step {step}", source="log")
 
     def _summary(self, ended: str | None) -> dict[str, Any]:
+        line = self.record.exception or EXIT.exception
         return self.record.summary(self.sentinel.learning, ended=ended,
-                                   exception=EXIT.exception if ended in ("exception", "interrupted") else None)
+                                   exception=line if ended in ("exception", "interrupted") else None)
 
     def close(self, status: str | None = None) -> None:
         """Remove the hooks, write the summary and finish the tensor store (``training_end.json``); idempotent.

@@ -8,7 +8,11 @@ would see no gradients; the callback drives the same ``Guard`` from Lightning's 
 the loss from ``on_before_backward``, the check from ``on_before_optimizer_step`` (after backward,
 before the update, so a stopped step never reaches the weights), step numbers from
 ``trainer.global_step``. A stop ends the process with status 86 and the failure file, as at the other
-levels. Only the first optimizer is watched. Needs the ``lightning`` package (extra ``lightning``).
+levels. Every optimizer of the module is checked (a GAN's second with the finite check of its
+gradients, rule_engine.optimizer_hooks); the first one's steps are the run's. The run's summary
+(integration "lightning") goes into findings.json at the end of training, or when it fails
+(``on_exception``: ended "exception" with the exception's line, or "interrupted"). Needs the
+``lightning`` package (extra ``lightning``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import lightning
 
 from rule_engine.guard import Guard
 from rule_engine.job_config import JobPaths, load_config
+from rule_engine.summary import describe
 
 
 class SentinelCallback(lightning.Callback):
@@ -42,7 +47,9 @@ class SentinelCallback(lightning.Callback):
     def on_train_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
         self.guard = Guard(pl_module, optimizer, config=self.config, paths=self.paths,
-                           start_step=trainer.global_step, install_hooks=False)
+                           start_step=trainer.global_step, install_hooks=False, integration="lightning")
+        for other in trainer.optimizers[1:]:
+            self.guard.add_optimizer(other)
 
     def on_train_batch_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
                              batch: Any, batch_idx: int) -> None:
@@ -60,7 +67,14 @@ class SentinelCallback(lightning.Callback):
         if self.guard is not None and optimizer is self.guard.optimizer:
             self.guard.step_number = trainer.global_step
             self.guard.check()
+            self.guard.record.steps_taken += 1  # Lightning counts its steps itself (trainer.global_step)
 
     def on_train_end(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
         if self.guard is not None:
             self.guard.close()
+
+    def on_exception(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
+                     exception: BaseException) -> None:
+        if self.guard is not None and not isinstance(exception, SystemExit):  # SystemExit: a rule stop, recorded
+            ended, self.guard.record.exception = describe(exception)
+            self.guard.close(status=ended)

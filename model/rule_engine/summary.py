@@ -38,6 +38,13 @@ def jsonable(value: float | str | None) -> float | str | None:
     return value
 
 
+def describe(error: BaseException) -> tuple[str, str]:
+    """How an exception ends a run: ("exception" or "interrupted", its one line ``TypeName: message``)."""
+    text = " ".join(str(error).split())
+    line = f"{type(error).__name__}: {text}"[:500] if text else type(error).__name__
+    return ("interrupted" if isinstance(error, KeyboardInterrupt) else "exception"), line
+
+
 class ExitWatch:
     """How the script ended: set by the chained ``sys.excepthook`` (an uncaught exception) or by a caller."""
 
@@ -56,11 +63,8 @@ class ExitWatch:
         sys.excepthook = self._hook
 
     def record(self, error: BaseException) -> None:
-        if self.ended is not None:
-            return
-        self.ended = "interrupted" if isinstance(error, KeyboardInterrupt) else "exception"
-        text = " ".join(str(error).split())
-        self.exception = f"{type(error).__name__}: {text}"[:500] if text else type(error).__name__
+        if self.ended is None:
+            self.ended, self.exception = describe(error)
 
     def _hook(self, kind: type[BaseException], error: BaseException, trace: types.TracebackType | None) -> None:
         self.record(error)
@@ -95,6 +99,7 @@ class RunRecord:
     last_loss: float | None = None
     started_from: str | None = None
     restores: bool = False
+    exception: str | None = None  # set by a framework that catches the exception itself (Lightning)
     evaluations: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=EVALUATIONS_KEPT))
     log: LogLoss | None = None
     scale_last: float | None = None
