@@ -355,6 +355,15 @@ class Guard(OptimizerHooks):
         self.sentinel.exit_for_rule_stop()  # exit status 86, failure file "RuleStop: ..."
 
 
+def claim(model: nn.Module, optimizer: Any) -> Guard | None:
+    """The script watches itself: the launcher's standby stands down, or hands over the guard it attached."""
+    for standby in list(ON_WATCH):
+        attached = standby(model, optimizer)
+        if attached is not None:
+            return attached
+    return None
+
+
 def watch(
     model: nn.Module,
     optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
@@ -387,10 +396,9 @@ def watch(
     if rewind_every < 0 or rewind_keep < 1:
         raise ValueError(f"watch: rewind_every must be >= 0 and rewind_keep >= 1, got rewind_every={rewind_every}, "
                          f"rewind_keep={rewind_keep}")
-    for standby in list(ON_WATCH):
-        attached = standby(model, optimizer)
-        if attached is not None:
-            return attached  # the launcher watches this optimizer already: one guard, the launcher's
+    attached = claim(model, optimizer)
+    if attached is not None:
+        return attached  # the launcher watches this optimizer already: one guard, the launcher's
     config = load_config(environ).with_defaults(
         rules=json.loads(rules) if isinstance(rules, str) else (list(rules) if rules is not None else None),
         capture=json.loads(capture) if isinstance(capture, str) else (dict(capture) if capture is not None else None),

@@ -22,7 +22,7 @@ from typing import Any
 
 import lightning
 
-from rule_engine.guard import Guard
+from rule_engine.guard import Guard, claim
 from rule_engine.job_config import JobPaths, load_config
 from rule_engine.summary import describe
 
@@ -46,6 +46,7 @@ class SentinelCallback(lightning.Callback):
 
     def on_train_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
+        claim(pl_module, optimizer)  # under "auto" the launcher stands by: it stands down for the callback
         self.guard = Guard(pl_module, optimizer, config=self.config, paths=self.paths,
                            start_step=trainer.global_step, install_hooks=False, integration="lightning")
         for other in trainer.optimizers[1:]:

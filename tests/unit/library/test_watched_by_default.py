@@ -104,3 +104,18 @@ def test_the_launcher_resumes_an_unchanged_script_from_the_newest_checkpoint(tmp
     written = summary(job)
     assert written["started_from"] == "checkpoint-00000030.pt" and written["restores"] is True
     assert (written["first_step"], written["last_step"], written["steps_taken"]) == (30, 34, 5)
+
+
+def test_auto_watches_a_lightning_script_through_the_launcher_or_stands_down_for_its_callback(tmp_path):
+    script = FIXTURES / "loops" / "lightning_fit.py"
+    launcher = in_a_job(tmp_path / "launcher", script, {"integration": "auto"}, "--nan-from", "3")
+    assert launcher.returncode == 86, launcher.stdout + launcher.stderr
+    (finding,) = findings(tmp_path / "launcher")
+    assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 3)
+    assert summary(tmp_path / "launcher")["integration"] == "launcher"
+
+    callback = in_a_job(tmp_path / "callback", script, {"integration": "auto"}, "--callback", "1")
+    assert callback.returncode == 0, callback.stderr
+    written = summary(tmp_path / "callback")
+    assert (written["integration"], written["steps_taken"], written["steps_observed"]) == ("lightning", 8, 8)
+    assert "stabilizer launcher" not in callback.stderr
