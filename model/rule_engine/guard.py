@@ -136,8 +136,7 @@ class Guard(OptimizerHooks):
         self._warned_late = False
         self.warn_when_loss_is_late = True  # the launcher reads losses from log lines, late by design
         self._closed = False
-        # The first and last step checked, for the closing line; the first is None until a step is checked.
-        self.first_checked: int | None = None
+        self.first_checked: int | None = None  # the first and last step checked, for the closing line
         self.last_checked = 0
         # What the summary of findings.json says (rule_engine.summary); written at the end, findings or not.
         self.record = RunRecord(integration=integration)
@@ -147,15 +146,8 @@ class Guard(OptimizerHooks):
         self.clock: BackwardClock | None = None
         self._handles: list[Any] = []
         if install_hooks and optimizer is not None:
-            self._handles += [
-                optimizer.register_step_pre_hook(self._before_optimizer_step),
-                optimizer.register_step_post_hook(self._after_optimizer_step),
-                optimizer.register_state_dict_post_hook(self._save_step),
-                optimizer.register_load_state_dict_pre_hook(self._load_step),
-            ]
+            self.hook_optimizers(optimizers)
             follow_scaler(optimizer, self)
-            for other in optimizers[1:]:
-                self.add_optimizer(other)
         elif install_hooks:  # parameters updated by hand: each backward pass is a step (rule_engine.step_clock)
             params = [p for p in self.model.parameters() if p.requires_grad]
             if params:
@@ -170,14 +162,8 @@ class Guard(OptimizerHooks):
         atexit.register(lambda: (guard := self_ref()) is not None and guard.close())
 
     # -- what the loop calls
-    def step(
-        self,
-        loss: torch.Tensor | float | None,
-        *,
-        labels: torch.Tensor | None = None,
-        epoch: int | None = None,
-        phase: str | None = None,
-    ) -> None:
+    def step(self, loss: torch.Tensor | float | None, *, labels: torch.Tensor | None = None,
+             epoch: int | None = None, phase: str | None = None) -> None:
         """Report this step's loss (no host synchronisation); call it before ``optimizer.step()``.
 
         ``labels`` feeds the ``labels`` collection; ``epoch`` and ``phase`` ("warmup" or "main")
@@ -193,9 +179,7 @@ class Guard(OptimizerHooks):
         if self.clock is not None:
             self.clock.loss_reported()
 
-    @property
-    def has_loss(self) -> bool:
-        return self._loss is not None
+    has_loss = property(lambda self: self._loss is not None)
 
     def take_loss(self) -> torch.Tensor | float | None:
         """The loss reported for the step about to be counted without a check (a skipped step), cleared."""
@@ -274,8 +258,7 @@ class Guard(OptimizerHooks):
         elif verdict.stop:
             self._stop(f"at step {step}")
 
-    def stop_if_deferred(self, step: int) -> None:
-        """Stop now for a finding that asked to stop at the next step (called where no check runs)."""
+    def stop_if_deferred(self, step: int) -> None:  # where no check runs (a skipped step)
         if self._deferred_stop:
             self._stop(f"at step {step}")
 
@@ -376,6 +359,7 @@ def watch(
     install_hooks: bool = True,
     rewind_every: int = 5,
     rewind_keep: int = 2,
+    started_from: str | None = None,
 ) -> Guard:
     """Protect ``model`` trained by ``optimizer``, configured by the SageMaker job.
 
@@ -386,7 +370,8 @@ def watch(
     action ``notify`` records findings without stopping.
 
     ``optimizer`` may be a list (a GAN's optimizers: the first one's steps are the run's) or None
-    (parameters updated by hand: each backward pass is a step).
+    (parameters updated by hand: each backward pass is a step). A script that fine-tunes a state it
+    loaded itself names it in ``started_from`` (the summary's; ``guard.restore()`` sets it itself).
 
     With an optimizer, the guard keeps the last healthy state (``guard.rewind``, rule_engine.rewind):
     every ``rewind_every`` steps a host copy of the weights and optimizer state, the newest
@@ -408,5 +393,7 @@ def watch(
                   install_hooks=install_hooks, rewind_every=rewind_every, rewind_keep=rewind_keep)
     if PRELOADED is not None:
         guard.record.started_from, guard.record.restores = PRELOADED, True
+    if started_from is not None:
+        guard.record.started_from = started_from
     return guard
 

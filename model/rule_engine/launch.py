@@ -6,29 +6,39 @@
 
 In a SageMaker job nothing wraps the command: ``rule_engine/autostart/sitecustomize.py`` calls
 ``activate()`` when the job's ``sagemaker_stabilizer`` configuration says ``"integration":
-"launcher"`` (docs/contracts.md, section 8).
+"launcher"`` or ``"auto"`` (the default the workflow sends; docs/contracts.md, section 8). The hooks
+then stand by: a script that calls ``watch()`` (or adds the Lightning ``SentinelCallback``) before
+its first optimizer step makes them stand down, and the library watches; otherwise they attach.
 
-What the global hooks do (PyTorch's own global hooks, nothing patched):
+What the global hooks do (PyTorch's own global hooks; the one wrapped method is GradScaler's,
+rule_engine.step_clock):
 
-- ``torch.nn.modules.module.register_module_forward_pre_hook`` / ``forward_hook`` watch every module
-  call until the first optimizer step: the outermost modules called are the candidate networks, and
-  modules that are ``torch.nn`` losses (``_Loss`` subclasses) are remembered. Both hooks are removed
-  at the first optimizer step, so later steps pay nothing for them.
-- ``torch.optim.optimizer.register_optimizer_step_pre_hook``: at the first step of the first
-  optimizer that steps, the network is the candidate sharing the most parameters with it (DDP and
-  ``torch.compile`` wrappers unwrapped), and a ``Guard`` (rule_engine.guard) is attached to that
-  model and optimizer, as a plain loop's ``watch()`` would be; from then on its own hooks do the work.
-  Other optimizers are not watched.
+- ``register_module_forward_pre_hook`` / ``forward_hook`` watch every module call until the hooks
+  attach: the outermost modules called are the candidate networks, and ``torch.nn`` loss modules
+  (``_Loss`` subclasses) are remembered. Both are removed when they attach.
+- ``register_optimizer_step_pre_hook``, and ``GradScaler.step`` (a skipped first step calls no
+  optimizer hook): at the first step of the first optimizer, the network is the candidate sharing
+  the most parameters with it (DDP and ``torch.compile`` wrappers unwrapped), and a ``Guard``
+  (rule_engine.guard) is attached to them as ``watch()`` would; its hooks do the rest. An optimizer
+  that steps later (a GAN's second) is added to it (``Guard.add_optimizer``).
+- **Updated by hand** (no optimizer, ``p.data -= lr * p.grad``): until they attach, the hooks keep a
+  copy of each candidate network's smallest parameter and compare it at its next training forward
+  pass (one comparison per forward pass, until attached); a network whose weights changed with no
+  optimizer step is attached with a backward-pass step clock (rule_engine.step_clock), counting
+  from step 1: its first update happened before anything could tell.
+- **Zero-code resume**: at the first forward pass of a network that fits the newest checkpoint (the
+  job's own, else the ``resume`` channel's: rule_engine.resume), its weights are loaded before that
+  pass; when the hooks attach, the optimizer's state too, and the step count goes on from the
+  checkpoint's. The summary records ``started_from`` and ``restores: true``. The script's own loop
+  and schedule start over: it trains its full length again, from the loaded state.
 - At the end of the script (``atexit``, after the guard has closed) rank 0 writes one line to
   stderr in the log-line form of docs/contracts.md section 1, ``step=<last step> (stabilizer
-  launcher: <n> optimizer steps taken)``: the script's own log lines say nothing a reader can
-  count steps by, and this says how far it got.
+  launcher: <n> optimizer steps taken)``.
 - The loss: the output of the loss module seen during discovery, through a forward hook on that
-  module (every step, no host synchronisation); when the script computes its loss without a loss
-  module (``F.cross_entropy(...)``), the last number its log lines report, read by the
-  ``loss_regex`` of the configuration (by default ``loss=<number>``, ``loss: <number>``, the line a
-  SageMaker metric definition matches) from what the script writes to ``sys.stdout``/``sys.stderr``.
-  A logged loss is checked with the next step's gradients.
+  module (every step, no host synchronisation); without a loss module (``F.cross_entropy(...)``), the
+  last number the log reports (rule_engine.log_channel, read with the configuration's ``loss_regex``,
+  by default ``loss=<number>``, ``loss: <number>``), checked with the next step's gradients. The log
+  is read in any case, as the second channel of the summary (``log_loss``).
 
 Rules at this level: everything that reads gradients, weights, biases or module outputs
 (``ExplodingTensor``, ``VanishingGradient``, ``WeightUpdateRatio``, ``AllZero``, ``UnchangedTensor``,

@@ -38,6 +38,18 @@ class OptimizerHooks:
     _warned_late: bool
     warn_when_loss_is_late: bool
 
+    def hook_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        """Hook the first optimizer (its steps are the run's) and check the others' steps."""
+        first = optimizers[0]
+        self._handles += [
+            first.register_step_pre_hook(self._before_optimizer_step),
+            first.register_step_post_hook(self._after_optimizer_step),
+            first.register_state_dict_post_hook(self._save_step),
+            first.register_load_state_dict_pre_hook(self._load_step),
+        ]
+        for other in optimizers[1:]:
+            self.add_optimizer(other)
+
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if _has_closure(args, kwargs):
             return  # gradients do not exist yet; checked after the step
