@@ -53,6 +53,13 @@ def test_a_script_that_dies_of_an_exception_leaves_a_summary_with_its_line_and_k
         assert (written["steps_taken"], written["last_step"]) == (5, 4)
 
 
+def test_an_interrupted_script_leaves_a_summary_that_says_so(tmp_path):
+    result = run([str(LOOPS), "--watch", "1", "--interrupt-at", "3"], LOOPS.parent, job_env(tmp_path))
+    assert result.returncode != 0 and "KeyboardInterrupt" in result.stderr
+    written = summary(tmp_path)
+    assert (written["ended"], written["exception"], written["steps_taken"]) == ("interrupted", "KeyboardInterrupt", 3)
+
+
 def test_an_rnn_language_model_updating_by_hand_is_stopped_as_diverging_before_its_loss_overflows(tmp_path):
     # Unwatched, its loss climbs from 6.9 to 152 at batch 22, then math.exp(loss) overflows in its log line.
     free = run([str(RNN), "--lr", "1", "--batches", "30"], RNN.parent, job_env(tmp_path / "free"))
