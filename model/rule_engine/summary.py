@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 EVALUATIONS_KEPT = 100
+# A script's own words for how it ended, in the summary's: model/train.py closes with "stopped" on SIGTERM.
+ENDINGS = {"stopped": "interrupted"}
 
 
 def jsonable(value: float | str | None) -> float | str | None:
@@ -128,7 +130,7 @@ class RunRecord:
         best = getattr(learning, "best_loss", None)
         document: dict[str, Any] = {
             "integration": self.integration,
-            "ended": ended,
+            "ended": ENDINGS.get(ended or "", ended),
             "exception": exception,
             "steps_taken": self.steps_taken,
             "steps_observed": self.steps_observed,
