@@ -11,7 +11,10 @@ before the update, so a stopped step never reaches the weights), step numbers fr
 levels. Every optimizer of the module is checked (a GAN's second with the finite check of its
 gradients, rule_engine.optimizer_hooks); the first one's steps are the run's. The run's summary
 (integration "lightning") goes into findings.json at the end of training, or when it fails
-(``on_exception``: ended "exception" with the exception's line, or "interrupted"). Needs the
+(``on_exception``: ended "exception" with the exception's line, or "interrupted"). Precision
+"16-mixed" (a GradScaler, GPU only in Lightning): the check runs before the scaler decides, so a
+step it skips is checked (its gradients' non-finite norm is an ExplodingTensor finding) rather than
+counted as skipped; "bf16-mixed" needs no scaler and is watched as any step. Needs the
 ``lightning`` package (extra ``lightning``).
 """
 
