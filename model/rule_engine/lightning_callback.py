@@ -12,9 +12,9 @@ levels. Every optimizer of the module is checked (a GAN's second with the finite
 gradients, rule_engine.optimizer_hooks); the first one's steps are the run's. The run's summary
 (integration "lightning") goes into findings.json at the end of training, or when it fails
 (``on_exception``: ended "exception" with the exception's line, or "interrupted"). Precision
-"16-mixed" (a GradScaler, GPU only in Lightning): the check runs before the scaler decides, so a
-step it skips is checked (its gradients' non-finite norm is an ExplodingTensor finding) rather than
-counted as skipped; "bf16-mixed" needs no scaler and is watched as any step. Needs the
+"16-mixed" with a GradScaler: the optimizer's hooks check the steps the scaler applies and the steps
+it skips are counted and judged as in a plain loop (rule_engine.step_clock), since Lightning's own
+hook comes before the scaler decides. "bf16-mixed" needs no scaler and is watched as any step. Needs the
 ``lightning`` package (extra ``lightning``).
 """
 
@@ -46,12 +46,17 @@ class SentinelCallback(lightning.Callback):
         )
         self.paths = JobPaths.from_env(environ)
         self.guard: Guard | None = None
+        self.scaled = False
 
     def on_train_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
         claim(pl_module, optimizer)  # under "auto" the launcher stands by: it stands down for the callback
+        scaler = getattr(trainer.precision_plugin, "scaler", None)
+        # With a GradScaler the optimizer's own hooks check the steps it applies and count those it skips
+        # (rule_engine.step_clock): checked here, a calibrating scaler's overflow would read as an explosion.
+        self.scaled = scaler is not None and scaler.is_enabled()
         self.guard = Guard(pl_module, optimizer, config=self.config, paths=self.paths,
-                           start_step=trainer.global_step, install_hooks=False, integration="lightning")
+                           start_step=trainer.global_step, install_hooks=self.scaled, integration="lightning")
         for other in trainer.optimizers[1:]:
             self.guard.add_optimizer(other)
 
@@ -68,7 +73,7 @@ class SentinelCallback(lightning.Callback):
 
     def on_before_optimizer_step(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
                                  optimizer: Any) -> None:
-        if self.guard is not None and optimizer is self.guard.optimizer:
+        if self.guard is not None and optimizer is self.guard.optimizer and not self.scaled:
             self.guard.step_number = trainer.global_step
             self.guard.check()
             self.guard.record.steps_taken += 1  # Lightning counts its steps itself (trainer.global_step)

@@ -32,7 +32,7 @@ class Regression(lightning.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.lr)
 
 
-def fit(tmp_path, lr: float, steps: int, fail_at: int = -1):
+def fit(tmp_path, lr: float, steps: int, fail_at: int = -1, plugins=None):
     torch.manual_seed(0)
     x = torch.randn(64, 8) * 3
     y = x @ torch.randn(8, 1)
@@ -42,7 +42,7 @@ def fit(tmp_path, lr: float, steps: int, fail_at: int = -1):
                "STABILIZER_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
                "STABILIZER_FAILURE_FILE": str(tmp_path / "failure")}
     trainer = lightning.Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False,
-                                enable_progress_bar=False, enable_model_summary=False,
+                                enable_progress_bar=False, enable_model_summary=False, plugins=plugins,
                                 callbacks=[SentinelCallback(environ=environ)], default_root_dir=tmp_path)
     return module, trainer, data
 
@@ -84,3 +84,36 @@ def test_a_module_that_fails_leaves_the_summary_with_its_exception(tmp_path):
     summary = document(tmp_path)["summary"]
     assert (summary["ended"], summary["exception"]) == ("exception", "ValueError: bad batch at step 4")
     assert summary["steps_taken"] == 4
+
+
+def test_float16_mixed_precision_calibrating_its_scale_is_healthy_and_its_skipped_steps_are_counted(tmp_path):
+    # Lightning's "16-mixed" with a real float16 GradScaler (Lightning builds none on the CPU): from the
+    # default scale (2**16) the first steps overflow and the scaler skips them, as it does on a GPU.
+    from lightning.pytorch.plugins import MixedPrecision
+
+    precision = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))
+    module, trainer, data = fit(tmp_path, lr=0.01, steps=16, plugins=[precision])
+    trainer.fit(module, data)
+    written = document(tmp_path)
+    assert written["findings"] == []
+    summary = written["summary"]
+    assert summary["steps_skipped"] >= 1
+    assert summary["steps_observed"] + summary["steps_skipped"] == summary["steps_taken"] == 16
+    assert summary["loss_scale"]["last"] < 2.0**16
+
+
+def test_float16_mixed_precision_whose_gradients_stay_non_finite_is_stopped_though_the_scaler_skips_them(tmp_path):
+    # At lr 3 the loss jumps to 4.6e5 and the gradients overflow float16 at every scale: the scaler skips
+    # every step and halves its scale down to 0.5, which no calibrating run reaches.
+    from lightning.pytorch.plugins import MixedPrecision
+
+    precision = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))
+    module, trainer, data = fit(tmp_path, lr=3.0, steps=40, plugins=[precision])
+    with pytest.raises(SystemExit) as stopped:
+        trainer.fit(module, data)
+    assert stopped.value.code == 86
+    (finding,) = document(tmp_path)["findings"]
+    assert (finding["rule"], finding["tensor"], finding["source"]) == ("ExplodingTensor", "loss_scale", "loss_scaler")
+    assert finding["value"] < 1 and len(module.losses) == finding["step"] + 1  # no step after it
+    summary = document(tmp_path)["summary"]
+    assert summary["steps_skipped"] > 4 and summary["ended"] == "rule_stop"
