@@ -285,7 +285,7 @@ class Guard(OptimizerHooks):
         self._closed = True
         self._remove_hooks()
         if self.scaler_watch.scaler is not None:
-            self.scaler_watch.read_scale()
+            self.scaler_watch.read_scale(judge=False)
         self._say_checked(status)
         self.sentinel.close(status=status)
 

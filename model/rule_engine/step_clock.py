@@ -28,7 +28,9 @@ gradients is computed and queues a callback at the end of that backward pass, wh
 is in place and before the loop can apply them: the check runs there (the gradient norm and the
 loss reported for that step) and a stop leaves from ``loss.backward()``, before the update. With the
 library the loss is the one ``guard.step(loss)`` reports, before or after ``backward()``; with the
-launcher it is the loss module's output, else the log's (checked with the next backward).
+launcher it is the loss module's output, else the log's (checked with the next backward). A library
+loop that never calls ``guard.step(loss)`` is noticed at its second backward pass; from then on each
+pass is checked when it ends, on its gradients alone.
 
 This module must not change gradients, weights or the scaler's decisions.
 """
@@ -83,13 +85,14 @@ class ScalerWatch:
                        f"({NONFINITE_LOSS_STEPS} in a row: not a scale calibrating)")
             guard.external_finding(self.nonfinite_since, "losses/loss", value, message, source="loss_scaler")
 
-    def read_scale(self) -> None:
+    def read_scale(self, *, judge: bool = True) -> None:
+        """Record the scaler's scale; ``judge``: a collapsed one is a finding (not at the end: nothing to stop)."""
         self.scale_stale = False
         if self.scaler is None or not self.scaler.is_enabled():
             return
         scale = float(self.scaler.get_scale())  # a host synchronisation: after skipped steps and at the end
         self.guard.record.loss_scale(scale)
-        if scale < MIN_LOSS_SCALE:
+        if judge and scale < MIN_LOSS_SCALE:
             step = max(self.guard.step_number - 1, 0)
             message = (f"the loss scale collapsed to {scale:.3g} at step {step} (below {MIN_LOSS_SCALE:g}: the "
                        "gradients overflow float16 at their true size)")
@@ -158,6 +161,9 @@ class BackwardClock:
         self._handle = torch.autograd.graph.register_multi_grad_hook(params, self._started, mode="any")
 
     def _started(self, grad: Any) -> None:
+        if self.ready:  # the last backward pass got no guard.step(loss): the loop reports none, count without
+            self.wait_for_loss = False
+            self.tick()
         torch.autograd.Variable._execution_engine.queue_callback(self._ended)
 
     def _ended(self) -> None:

@@ -133,3 +133,24 @@ def test_a_non_finite_loss_in_the_log_is_an_exploding_tensor_whatever_the_hooks_
     log_loss = summary(tmp_path)["log_loss"]
     assert log_loss == {"last": "nan", "nonfinite_step": 4, "lines": 5}
     assert "step=5 " not in result.stdout  # stopped at the next step, before it was applied
+
+
+def test_a_loop_updating_by_hand_that_reports_no_loss_is_still_checked_at_each_backward_pass(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    environ = {"STABILIZER_CONFIG": "{}", "STABILIZER_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+               "STABILIZER_FAILURE_FILE": str(tmp_path / "failure")}
+    watch(model, environ=environ)
+    updated = []
+    with pytest.raises(SystemExit) as stopped:
+        for step in range(8):
+            model.zero_grad()
+            x = torch.ones(2, 4) * (float("nan") if step >= 3 else 1.0)
+            nn.functional.mse_loss(model(x), torch.zeros(2, 1)).backward()
+            for p in model.parameters():
+                p.data -= 0.1 * p.grad
+            updated.append(step)
+    assert stopped.value.code == 86 and updated == [0, 1, 2]  # stopped in backward(), before the NaN update
+    (finding,) = findings(tmp_path)
+    assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 3)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
