@@ -9,31 +9,35 @@ A plain loop gains three lines (docs/contracts.md, section 8; README "Protect yo
         guard.step(loss)                             # before optimizer.step()
         optimizer.step()
 
-Everything else happens in hooks this module installs: an optimizer step pre-hook runs the finite
-check of the loss and the gradient norm and the configured rules on the gradients the optimizer is
-about to apply, writes findings.json and, when a rule stops the job, exits with status 86 and the
-failure file before the bad step reaches the weights; a step post-hook counts steps and arms the
-capture of module outputs for the next forward pass; a forward hook on the model keeps its inputs
-and outputs when the ``inputs`` or ``predictions`` collections are captured. The guard closes
-itself at interpreter exit (``guard.close()`` closes it earlier).
+Everything else happens in hooks: the optimizer's (rule_engine.optimizer_hooks) run the finite check
+of the loss and the gradient norm and the configured rules on the gradients about to be applied,
+write findings.json and, when a rule stops the job, exit with status 86 and the failure file before
+the bad step reaches the weights; then count the step and arm the capture of the next forward pass.
+The guard closes itself at interpreter exit and writes the run's summary into findings.json
+(rule_engine.summary: steps taken, checked and skipped, losses, how the script ended).
 
-With an optimizer, the guard also keeps the last healthy state (``guard.rewind``, rule_engine.rewind)
-and writes it as checkpoints at the first finding; an optional fourth line, ``start = guard.restore()``
-after ``watch()``, resumes a relaunch from the newest checkpoint (the job's own, else the ``resume``
-channel's) and returns the step to go on from.
+The loops people write (each with its test in tests/unit/library/test_loops.py):
 
-Step numbers count optimizer steps from ``start_step`` (0, or the step a resumed run starts at: the
-guard also stores its step in the optimizer's state_dict, so a loop that checkpoints the optimizer
-resumes the count by itself; the learning check's start travels the same way, so a resumed run is
-judged against the loss its lineage started from). The loss reported since the last optimizer step
-belongs to the next one. With ``optimizer.step(closure)`` gradients exist only after the step, so
-the check runs in the post-hook and a stopping step has already been applied.
+- mixed precision with ``torch.amp.GradScaler``: watched; steps the scaler skips are counted and
+  judged (rule_engine.step_clock); bfloat16 autocast: watched like any loop;
+- gradient accumulation (several ``backward()`` per step): watched, the last reported loss is the step's;
+- several optimizers (a GAN): ``watch(model, [optimizer_d, optimizer_g])``, the first one's steps
+  are the run's, the others' get the finite check (rule_engine.optimizer_hooks);
+- closures (``optimizer.step(closure)``, LBFGS): watched, checked after the step;
+- parameters updated by hand (no optimizer): ``watch(model)``; each backward pass is a step
+  (rule_engine.step_clock.BackwardClock) and ``guard.step(loss)`` may come before or after it;
+- ``torch.compile``d models: watched (the compiled wrapper is unwrapped to name the parameters).
+
+With an optimizer, the guard keeps the last healthy state (``guard.rewind``, rule_engine.rewind) and
+writes it as checkpoints at the first finding; ``start = guard.restore()`` after ``watch()`` resumes a
+relaunch from the newest checkpoint and returns the step to go on from. Step numbers count the
+optimizer steps the loop attempted from ``start_step``; the loss reported since the last step belongs
+to the next one.
 
 Under DDP (``torch.distributed`` initialised, world size > 1) every rank checks its own loss and the
 (all-reduced) gradients; one 2-integer all-reduce per step tells every rank whether any rank found
-something or must stop, so all ranks leave at the same step and none waits in a collective. Rank 0
-alone captures tensors, evaluates the rules other than the finite check and writes findings.json,
-including the findings of the other ranks (gathered only at a step where one fired).
+something or must stop, so all ranks leave at the same step. Rank 0 alone captures tensors, evaluates
+the rules other than the finite check and writes findings.json, with the other ranks' findings.
 
 This module must not checkpoint, log training metrics or change gradients or weights.
 """
@@ -42,23 +46,28 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import sys
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from rule_engine.checkpoints import newest_checkpoint
+from rule_engine import distributed, log_channel, resume
 from rule_engine.job_config import JobPaths, StabilizerConfig, load_config
+from rule_engine.optimizer_hooks import OptimizerHooks
 from rule_engine.rewind import Rewind
+from rule_engine.rules import RuleFinding
 from rule_engine.sentinel import Verdict, build_monitoring
+from rule_engine.step_clock import BackwardClock, ScalerWatch, follow_scaler, unfollow
+from rule_engine.summary import EXIT, RunRecord, jsonable
 
-STATE_KEY = "stabilizer_step"
-LEARNING_KEY = "stabilizer_learning"  # the learning check's start, so a resumed run is judged from its lineage
 FINITE_CHECK_RULE = "ExplodingTensor"
+# Called by watch() before it builds a guard: the launcher's standby (rule_engine.launch) answers with the
+# guard it already attached to that optimizer, or stands down and answers None.
+ON_WATCH: list[Callable[[nn.Module, torch.optim.Optimizer | None], Any]] = []
+PRELOADED: str | None = None  # a checkpoint the launcher loaded before the script called watch()
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -72,20 +81,13 @@ def unwrap(model: nn.Module) -> nn.Module:
         model = inner
 
 
-def _distributed() -> tuple[int, int]:
-    """(rank, world size): from torch.distributed when initialised, else torchrun's environment."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-
-
-class Guard:
+class Guard(OptimizerHooks):
     """The sentinel attached to one model and one optimizer; see the module docstring."""
 
     def __init__(
         self,
         model: nn.Module,
-        optimizer: torch.optim.Optimizer | None,
+        optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None,
         *,
         config: StabilizerConfig,
         paths: JobPaths,
@@ -93,12 +95,16 @@ class Guard:
         install_hooks: bool = True,
         rewind_every: int = 0,
         rewind_keep: int = 2,
+        integration: str = "library",
     ) -> None:
         self.model = unwrap(model)
-        self.optimizer = optimizer
+        optimizers = [] if optimizer is None else [optimizer] if isinstance(optimizer, torch.optim.Optimizer) \
+            else list(optimizer)
+        self.optimizer = optimizer = optimizers[0] if optimizers else None
+        self.others: list[torch.optim.Optimizer] = []  # checked at their steps; the first one's steps are counted
         self.config = config
         self.paths = paths
-        self.rank, self.world_size = _distributed()
+        self.rank, self.world_size = distributed.rank_and_size()
         self.primary = self.rank == 0
         self.capture, self.sentinel = build_monitoring(
             self.model,
@@ -130,17 +136,24 @@ class Guard:
         self._warned_late = False
         self.warn_when_loss_is_late = True  # the launcher reads losses from log lines, late by design
         self._closed = False
-        # The first and last step checked, for the closing line; the first is None until a step is checked.
-        self.first_checked: int | None = None
+        self.first_checked: int | None = None  # the first and last step checked, for the closing line
         self.last_checked = 0
+        # What the summary of findings.json says (rule_engine.summary); written at the end, findings or not.
+        self.record = RunRecord(integration=integration)
+        self.sentinel.summary = self._summary
+        EXIT.install()
+        self.scaler_watch = ScalerWatch(self)
+        self.clock: BackwardClock | None = None
         self._handles: list[Any] = []
         if install_hooks and optimizer is not None:
-            self._handles += [
-                optimizer.register_step_pre_hook(self._before_optimizer_step),
-                optimizer.register_step_post_hook(self._after_optimizer_step),
-                optimizer.register_state_dict_post_hook(self._save_step),
-                optimizer.register_load_state_dict_pre_hook(self._load_step),
-            ]
+            self.hook_optimizers(optimizers)
+            follow_scaler(optimizer, self)
+        elif install_hooks:  # parameters updated by hand: each backward pass is a step (rule_engine.step_clock)
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            if params:
+                self.clock = BackwardClock(self, params, wait_for_loss=integration == "library")
+        if config.loss_regex is not None or log_channel.current() is not None:
+            log_channel.install(config.effective_loss_regex).attach(self)
         collections = set(self.capture.collections)
         if collections & {"inputs", "predictions"}:
             self._handles.append(self.model.register_forward_hook(self._keep_inputs_and_outputs))
@@ -149,14 +162,8 @@ class Guard:
         atexit.register(lambda: (guard := self_ref()) is not None and guard.close())
 
     # -- what the loop calls
-    def step(
-        self,
-        loss: torch.Tensor | float | None,
-        *,
-        labels: torch.Tensor | None = None,
-        epoch: int | None = None,
-        phase: str | None = None,
-    ) -> None:
+    def step(self, loss: torch.Tensor | float | None, *, labels: torch.Tensor | None = None,
+             epoch: int | None = None, phase: str | None = None) -> None:
         """Report this step's loss (no host synchronisation); call it before ``optimizer.step()``.
 
         ``labels`` feeds the ``labels`` collection; ``epoch`` and ``phase`` ("warmup" or "main")
@@ -169,11 +176,21 @@ class Guard:
             self.epoch = epoch
         if phase is not None:
             self.phase = phase
+        if self.clock is not None:
+            self.clock.loss_reported()
+
+    has_loss = property(lambda self: self._loss is not None)
+
+    def take_loss(self) -> torch.Tensor | float | None:
+        """The loss reported for the step about to be counted without a check (a skipped step), cleared."""
+        loss, self._loss = self._loss, None
+        return loss
 
     def eval_loss(self, loss: float | torch.Tensor, *, labels: torch.Tensor | None = None,
                   outputs: torch.Tensor | None = None) -> Verdict:
         """Record an evaluation after the last optimizer step (the ``Overfit`` rule reads these)."""
         value = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
+        self.record.evaluations.append((max(self.step_number - 1, 0), value))
         verdict = self.sentinel.after_eval(
             max(self.step_number - 1, 0), epoch=self.epoch, phase=self.phase, learning_rate=self.learning_rate,
             loss=value, labels=labels, outputs=outputs,
@@ -196,9 +213,11 @@ class Guard:
             inputs=self._inputs, labels=self._labels, outputs=self._outputs,
         )
         self._loss = self._labels = self._inputs = self._outputs = None
+        history = self.sentinel.loss_history
+        self.record.observed(step, history[-1][1] if history and history[-1][0] == step else None)
         stop = verdict.stop or self._deferred_stop
         if self.world_size > 1 and torch.distributed.is_initialized():
-            stop = self._agree(verdict, stop)
+            stop = distributed.agree(self, verdict, stop)
         if stop:
             self._stop(f"at step {step}")
         return verdict
@@ -206,6 +225,7 @@ class Guard:
     def advance(self) -> None:
         """Count the optimizer step just taken, copy the state when due and arm capture for the next forward pass."""
         self.step_number += 1
+        self.record.steps_taken += 1
         if self.rewind is not None:
             self.rewind.after_step(self.step_number)
         if not self._closed:
@@ -214,51 +234,69 @@ class Guard:
     def restore(self) -> int:
         """Load the newest checkpoint into the model and optimizer; returns the next step to run (0: none).
 
-        It looks in the job's own checkpoint directory first (a restarted job finds its own
-        checkpoints there), then in the ``resume`` input channel, where the workflow puts the
-        checkpoint a relaunch resumes from (the rewind's, a few steps before the explosion). The
-        optimizer's state (momentum, the guard's step count) comes back; its hyperparameters (learning
-        rate, ...) stay as the script set them, since a relaunch's remedy changes them. A checkpoint
-        that does not fit the model (another architecture: missing or unexpected keys, other shapes)
-        or the optimizer is reported in one line and left alone: training starts fresh.
+        The job's own checkpoint directory first, then the ``resume`` channel (rule_engine.resume); one
+        that does not fit is reported in one line and left alone. Calling it tells the workflow that a
+        relaunch of this script resumes (summary ``restores``).
         """
-        source = newest_checkpoint(self.paths.checkpoint_dir) or newest_checkpoint(self.paths.resume_dir)
-        if source is None:
+        self.record.restores = True
+        restored = resume.restore(self.paths, self.model, self.optimizer)  # the load hook sets the step count
+        if restored is None:
             return 0
-        try:
-            state = torch.load(source, map_location="cpu", weights_only=True)
-        except Exception as exc:  # not a checkpoint this library can read: the loop's own business
-            print(f"sentinel: cannot read checkpoint {source} ({exc!r}); starting from step 0", flush=True)
-            return 0
-        misfit = _misfit(state, self.model, self.optimizer)
-        if misfit is not None:
-            print(f"sentinel: checkpoint {source} does not fit this model ({misfit}); starting from step 0",
-                  flush=True)
-            return 0
-        self.model.load_state_dict(state["model"])
-        if self.optimizer is not None:
-            # The hyperparameters stay as the script set them: a relaunch's remedy (a lower learning rate)
-            # comes in through them. The state (momentum, the step count, by the load hook) is the checkpoint's.
-            settings = [{key: value for key, value in group.items() if key != "params"}
-                        for group in self.optimizer.param_groups]
-            self.optimizer.load_state_dict(state["optimizer"])
-            for group, setting in zip(self.optimizer.param_groups, settings, strict=True):
-                group.update(setting)
-        self.step_number = next_step = int(state["next_step"])
+        source, next_step = restored
+        self.record.started_from = resume.started_from(source, self.paths)
+        self.step_number = next_step
         self.capture.begin_step(next_step)
-        print(f"sentinel: resumed from {source} at step {next_step}", flush=True)
         return next_step
 
-    def close(self, status: str = "completed") -> None:
-        """Remove the hooks and finish the tensor store (``training_end.json``); idempotent."""
+    def external_finding(self, step: int, tensor: str, value: float, message: str, *, source: str) -> None:
+        """An ExplodingTensor finding from outside the per-step check (the log, the loss scaler)."""
+        context = {"epoch": self.epoch, "phase": self.phase, "learning_rate": self.learning_rate}
+        verdict = self.sentinel.report(RuleFinding(FINITE_CHECK_RULE, step, tensor, jsonable(value), message),
+                                       context, source=source)
+        if verdict.stop and source == "log":
+            self._deferred_stop = True  # printed from anywhere (another thread): stopped at the next step
+        elif verdict.stop:
+            self._stop(f"at step {step}")
+
+    def stop_if_deferred(self, step: int) -> None:  # where no check runs (a skipped step)
+        if self._deferred_stop:
+            self._stop(f"at step {step}")
+
+    def log_nonfinite(self, value: float) -> None:
+        """The job's log reported a non-finite loss (rule_engine.log_channel)."""
+        step = max(self.step_number - 1, 0)
+        self.external_finding(step, "losses/loss", value, f"the job's log reported a non-finite loss ({value}) "
+                              f"at step {step}", source="log")
+
+    def _summary(self, ended: str | None) -> dict[str, Any]:
+        line = self.record.exception or EXIT.exception
+        return self.record.summary(self.sentinel.learning, ended=ended,
+                                   exception=line if ended in ("exception", "interrupted") else None)
+
+    def close(self, status: str | None = None) -> None:
+        """Remove the hooks, write the summary and finish the tensor store (``training_end.json``); idempotent.
+
+        ``status`` defaults to how the script ended: "exception" or "interrupted" after an uncaught
+        exception (rule_engine.summary.ExitWatch), else "completed".
+        """
         if self._closed:
             return
+        status = status or EXIT.ended or "completed"
         self._closed = True
+        self._remove_hooks()
+        if self.scaler_watch.scaler is not None:
+            self.scaler_watch.read_scale(judge=False)
+        self._say_checked(status)
+        self.sentinel.close(status=status)
+
+    def _remove_hooks(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        self._say_checked(status)
-        self.sentinel.close(status=status)
+        if self.clock is not None:
+            self.clock.remove()
+        if self.optimizer is not None:
+            unfollow(self.optimizer, self)
 
     def _say_checked(self, status: str) -> None:
         """One line for the job's log: which steps this process checked, and how it ended."""
@@ -284,93 +322,34 @@ class Guard:
         return self.sentinel.findings
 
     # -- hooks
-    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
-        if _has_closure(args, kwargs):
-            return  # gradients do not exist yet; checked after the step
-        if self._loss is None and self._reported_once and self.warn_when_loss_is_late and not self._warned_late:
-            self._warned_late = True
-            print("sentinel: guard.step(loss) came after optimizer.step(); each loss is checked with the next "
-                  "step's gradients. Call guard.step(loss) before optimizer.step().", file=sys.stderr)
-        self.check()
-
-    def _after_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
-        if _has_closure(args, kwargs):
-            self.check()
-        self.advance()
-
     def _keep_inputs_and_outputs(self, module: nn.Module, inputs: tuple, output: Any) -> None:
         if module.training:
             first = inputs[0] if inputs else None
             self._inputs = first.detach() if isinstance(first, torch.Tensor) else None
             self._outputs = output.detach() if isinstance(output, torch.Tensor) else None
 
-    def _save_step(self, optimizer: torch.optim.Optimizer, state_dict: dict) -> dict:
-        state_dict[STATE_KEY] = self.step_number
-        state_dict[LEARNING_KEY] = self.sentinel.learning.state_dict()
-        return state_dict
-
-    def _load_step(self, optimizer: torch.optim.Optimizer, state_dict: dict) -> None:
-        if STATE_KEY in state_dict:
-            self.step_number = int(state_dict.pop(STATE_KEY))
-            self.capture.begin_step(self.step_number)
-        if LEARNING_KEY in state_dict:
-            self.sentinel.learning.load_state_dict(state_dict.pop(LEARNING_KEY))
-
-    # -- stopping, under DDP too
-    def _agree(self, verdict: Verdict, stop: bool) -> bool:
-        dist = torch.distributed
-        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-        flags = torch.tensor([int(bool(verdict.findings)), int(stop)], dtype=torch.int32, device=device)
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        found, stop_any = (bool(v) for v in flags.tolist())
-        if found:
-            gathered: list[Any] = [None] * self.world_size
-            dist.all_gather_object(gathered, [dict(entry, rank=self.rank) for entry in verdict.findings])
-            others = [entry for rank, entries in enumerate(gathered) if rank != self.rank for entry in entries]
-            everyone = [entry for entries in gathered for entry in entries]
-            if self.primary:
-                if self.rewind is not None and others:  # another rank's finding: keep the state before it
-                    self.rewind.persist(before_step=min(entry["step"] for entry in others))
-                self.sentinel.adopt(others)
-            elif self.sentinel.stop_finding is None and everyone and self.sentinel.action == "stop":
-                self.sentinel.stop_finding = everyone[0]
-        return stop_any
-
+    # -- stopping
     def _stop(self, when: str) -> None:
         finding = self.sentinel.stop_finding or {"message": "another rank stopped"}
         print(f"sentinel stopped the job {when}: {finding['message']}", flush=True)
         self._say_checked("stopped")
         self._closed = True
-        for handle in self._handles:
-            handle.remove()
+        self._remove_hooks()
         self.sentinel.exit_for_rule_stop()  # exit status 86, failure file "RuleStop: ..."
 
 
-def _misfit(state: Any, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> str | None:
-    """Why a loaded checkpoint cannot go into ``model`` and ``optimizer``; None when it fits."""
-    if not isinstance(state, dict) or not {"model", "optimizer", "next_step"} <= set(state):
-        return "not a checkpoint with model, optimizer and next_step"
-    saved, current = state["model"], model.state_dict()
-    missing, unexpected = sorted(set(current) - set(saved)), sorted(set(saved) - set(current))
-    if missing or unexpected:
-        return f"missing keys {missing[:3]}, unexpected keys {unexpected[:3]}"
-    for key, value in current.items():
-        if isinstance(value, torch.Tensor) and getattr(saved[key], "shape", None) != value.shape:
-            return f"{key} has shape {tuple(saved[key].shape)}, the model {tuple(value.shape)}"
-    if optimizer is not None:
-        groups = [len(group["params"]) for group in state["optimizer"].get("param_groups", [])]
-        if groups != [len(group["params"]) for group in optimizer.param_groups]:
-            return f"optimizer parameter groups of sizes {groups}, the optimizer's differ"
+def claim(model: nn.Module, optimizer: Any) -> Guard | None:
+    """The script watches itself: the launcher's standby stands down, or hands over the guard it attached."""
+    for standby in list(ON_WATCH):
+        attached = standby(model, optimizer)
+        if attached is not None:
+            return attached
     return None
-
-
-def _has_closure(args: tuple, kwargs: dict) -> bool:
-    return (len(args) > 1 and args[1] is not None) or kwargs.get("closure") is not None
 
 
 def watch(
     model: nn.Module,
-    optimizer: torch.optim.Optimizer | None = None,
+    optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
     *,
     rules: list[Mapping[str, Any]] | str | None = None,
     capture: Mapping[str, Any] | str | None = None,
@@ -380,6 +359,7 @@ def watch(
     install_hooks: bool = True,
     rewind_every: int = 5,
     rewind_keep: int = 2,
+    started_from: str | None = None,
 ) -> Guard:
     """Protect ``model`` trained by ``optimizer``, configured by the SageMaker job.
 
@@ -389,22 +369,31 @@ def watch(
     The finite check and the learning check (rule_engine.health) run whatever the rule list says;
     action ``notify`` records findings without stopping.
 
-    With an optimizer, the guard also keeps the last healthy training state (``guard.rewind``,
-    rule_engine.rewind): every ``rewind_every`` steps it copies the weights and the optimizer state
-    to host memory, keeps the newest ``rewind_keep`` copies, and at the first finding writes those
-    taken before it as checkpoints in the checkpoint directory, from which a relaunch resumes
-    (``guard.restore()``). It costs ``rewind_keep`` x (weights + optimizer state) of host memory and
-    one copy every ``rewind_every`` steps: a very large model may want it sparser or off
-    (``rewind_every=0``).
+    ``optimizer`` may be a list (a GAN's optimizers: the first one's steps are the run's) or None
+    (parameters updated by hand: each backward pass is a step). A script that fine-tunes a state it
+    loaded itself names it in ``started_from`` (the summary's; ``guard.restore()`` sets it itself).
+
+    With an optimizer, the guard keeps the last healthy state (``guard.rewind``, rule_engine.rewind):
+    every ``rewind_every`` steps a host copy of the weights and optimizer state, the newest
+    ``rewind_keep`` kept and written as checkpoints at the first finding. It costs ``rewind_keep`` x
+    (weights + optimizer state) of host memory: a very large model may want it off (``rewind_every=0``).
     """
     if rewind_every < 0 or rewind_keep < 1:
         raise ValueError(f"watch: rewind_every must be >= 0 and rewind_keep >= 1, got rewind_every={rewind_every}, "
                          f"rewind_keep={rewind_keep}")
+    attached = claim(model, optimizer)
+    if attached is not None:
+        return attached  # the launcher watches this optimizer already: one guard, the launcher's
     config = load_config(environ).with_defaults(
         rules=json.loads(rules) if isinstance(rules, str) else (list(rules) if rules is not None else None),
         capture=json.loads(capture) if isinstance(capture, str) else (dict(capture) if capture is not None else None),
         action=action,
     )
-    return Guard(model, optimizer, config=config, paths=JobPaths.from_env(environ), start_step=start_step,
-                 install_hooks=install_hooks, rewind_every=rewind_every, rewind_keep=rewind_keep)
+    guard = Guard(model, optimizer, config=config, paths=JobPaths.from_env(environ), start_step=start_step,
+                  install_hooks=install_hooks, rewind_every=rewind_every, rewind_keep=rewind_keep)
+    if PRELOADED is not None:
+        guard.record.started_from, guard.record.restores = PRELOADED, True
+    if started_from is not None:
+        guard.record.started_from = started_from
+    return guard
 

@@ -29,7 +29,7 @@ from typing import Any
 
 HYPERPARAMETER = "sagemaker_stabilizer"
 ACTIONS = ("stop", "notify")
-INTEGRATIONS = ("library", "launcher")
+INTEGRATIONS = ("auto", "library", "launcher")
 # Matches "loss=0.93", "loss: 0.93", "Loss 0.93" but not "test_loss=..." or "val_loss=...".
 DEFAULT_LOSS_REGEX = r"(?:^|[\s,;|(\[{])loss\s*[=:]?\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf|NaN|Inf))"
 DEFAULT_RULES: tuple[dict[str, Any], ...] = ({"name": "ExplodingTensor"},)

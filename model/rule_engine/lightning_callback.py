@@ -8,7 +8,14 @@ would see no gradients; the callback drives the same ``Guard`` from Lightning's 
 the loss from ``on_before_backward``, the check from ``on_before_optimizer_step`` (after backward,
 before the update, so a stopped step never reaches the weights), step numbers from
 ``trainer.global_step``. A stop ends the process with status 86 and the failure file, as at the other
-levels. Only the first optimizer is watched. Needs the ``lightning`` package (extra ``lightning``).
+levels. Every optimizer of the module is checked (a GAN's second with the finite check of its
+gradients, rule_engine.optimizer_hooks); the first one's steps are the run's. The run's summary
+(integration "lightning") goes into findings.json at the end of training, or when it fails
+(``on_exception``: ended "exception" with the exception's line, or "interrupted"). Precision
+"16-mixed" with a GradScaler: the optimizer's hooks check the steps the scaler applies and the steps
+it skips are counted and judged as in a plain loop (rule_engine.step_clock), since Lightning's own
+hook comes before the scaler decides. "bf16-mixed" needs no scaler and is watched as any step. Needs the
+``lightning`` package (extra ``lightning``).
 """
 
 from __future__ import annotations
@@ -18,8 +25,9 @@ from typing import Any
 
 import lightning
 
-from rule_engine.guard import Guard
+from rule_engine.guard import Guard, claim
 from rule_engine.job_config import JobPaths, load_config
+from rule_engine.summary import describe
 
 
 class SentinelCallback(lightning.Callback):
@@ -38,11 +46,19 @@ class SentinelCallback(lightning.Callback):
         )
         self.paths = JobPaths.from_env(environ)
         self.guard: Guard | None = None
+        self.scaled = False
 
     def on_train_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
+        claim(pl_module, optimizer)  # under "auto" the launcher stands by: it stands down for the callback
+        scaler = getattr(trainer.precision_plugin, "scaler", None)
+        # With a GradScaler the optimizer's own hooks check the steps it applies and count those it skips
+        # (rule_engine.step_clock): checked here, a calibrating scaler's overflow would read as an explosion.
+        self.scaled = scaler is not None and scaler.is_enabled()
         self.guard = Guard(pl_module, optimizer, config=self.config, paths=self.paths,
-                           start_step=trainer.global_step, install_hooks=False)
+                           start_step=trainer.global_step, install_hooks=self.scaled, integration="lightning")
+        for other in trainer.optimizers[1:]:
+            self.guard.add_optimizer(other)
 
     def on_train_batch_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
                              batch: Any, batch_idx: int) -> None:
@@ -57,10 +73,17 @@ class SentinelCallback(lightning.Callback):
 
     def on_before_optimizer_step(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
                                  optimizer: Any) -> None:
-        if self.guard is not None and optimizer is self.guard.optimizer:
+        if self.guard is not None and optimizer is self.guard.optimizer and not self.scaled:
             self.guard.step_number = trainer.global_step
             self.guard.check()
+            self.guard.record.steps_taken += 1  # Lightning counts its steps itself (trainer.global_step)
 
     def on_train_end(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
         if self.guard is not None:
             self.guard.close()
+
+    def on_exception(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
+                     exception: BaseException) -> None:
+        if self.guard is not None and not isinstance(exception, SystemExit):  # SystemExit: a rule stop, recorded
+            ended, self.guard.record.exception = describe(exception)
+            self.guard.close(status=ended)

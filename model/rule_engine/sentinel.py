@@ -29,7 +29,7 @@ import math
 import os
 import sys
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -42,6 +42,7 @@ from rule_engine import store
 from rule_engine.capture import Capture, parse_capture
 from rule_engine.health import LearningCheck, default_finite_rule, run_up
 from rule_engine.rules import ExplodingTensor, Rule, RuleConfigError, RuleFinding, parse_rule_list
+from rule_engine.summary import jsonable as _jsonable
 from rule_engine.trial import MemoryTrial
 
 EXIT_RULE_STOP = 86
@@ -59,16 +60,6 @@ class Verdict:
 
     stop: bool = False
     findings: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _jsonable(value: float | str | None) -> float | str | None:
-    if value is None or isinstance(value, str):
-        return value
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return value
 
 
 class Sentinel:
@@ -115,6 +106,9 @@ class Sentinel:
         self._system_rules = [rule for rule in self.rules if rule.reads_system_metrics]
         # A rule_engine.rewind.Rewind, when the training loop keeps one: persisted at the first finding.
         self.rewind: Any = None
+        # The run's summary (rule_engine.summary), given how the run ended (None while it runs); set by
+        # whoever watches the job. With it, findings.json is written at the end too, findings or not.
+        self.summary: Callable[[str | None], dict[str, Any]] | None = None
 
     @property
     def findings(self) -> list[dict[str, Any]]:
@@ -252,10 +246,25 @@ class Sentinel:
                 found.append(rule.finding)
         return found
 
-    def _report(self, new: list[RuleFinding], context: Mapping[str, Any]) -> Verdict:
+    def report(self, finding: RuleFinding, context: Mapping[str, Any], *, source: str) -> Verdict:
+        """A finding from outside the per-step checks (``source``: "log", "loss_scaler", ...).
+
+        An ``ExplodingTensor`` finding counts as the finite check's: it is reported once per run.
+        """
+        finite = self._exploding[0]
+        if finding.rule == finite.name:
+            if id(finite) in self._fired:
+                return Verdict()
+            self._fired.add(id(finite))
+        return self._report([finding], context, source=source)
+
+    def _report(self, new: list[RuleFinding], context: Mapping[str, Any], source: str | None = None) -> Verdict:
         if not new:
             return Verdict()
         entries = [self._entry(finding, context) for finding in new]
+        if source is not None:
+            for entry in entries:
+                entry["source"] = source
         if self.rewind is not None:  # before findings.json: whoever reads it finds the checkpoint there
             self.rewind.persist(before_step=min(entry["step"] for entry in entries))
         for entry in entries:
@@ -270,10 +279,16 @@ class Sentinel:
         self._findings.extend(entries)
         if self.action == "stop" and self.stop_finding is None:
             self.stop_finding = entries[0]
-        if self.write_findings:
-            store.write_json_atomic(
-                self.findings_path, {"version": 1, "job_action": self.action, "findings": self._findings}
-            )
+        self.write(ended=None)
+
+    def write(self, ended: str | None) -> None:
+        """Write findings.json (rank 0): the findings and, when someone watches the run, its summary."""
+        if not self.write_findings:
+            return
+        document: dict[str, Any] = {"version": 2, "job_action": self.action, "findings": self._findings}
+        if self.summary is not None:
+            document["summary"] = self.summary(ended)
+        store.write_json_atomic(self.findings_path, document)
 
     def _entry(self, finding: RuleFinding, context: Mapping[str, Any]) -> dict[str, Any]:
         # The run-up (rule_engine.health.run_up): which checkpoints are healthy, which rate was stable.
@@ -306,6 +321,8 @@ class Sentinel:
             self.profiler.close()
         self.capture.close(status="rule_stop")
         reason = f"{FAILURE_PREFIX} {finding['rule']} at step {finding['step']}: {finding['message']}"
+        if self.summary is not None:
+            self.write(ended="rule_stop")
         if self.failure_file is not None:
             # Every rank may write it (one per node under multi-node DDP): same text, atomic rename.
             self.failure_file.parent.mkdir(parents=True, exist_ok=True)
@@ -324,6 +341,8 @@ class Sentinel:
                 self._report([final], context)
         if self.profiler is not None:
             self.profiler.close()
+        if self.summary is not None:
+            self.write(ended=status)
         self.capture.close(status=status)
 
 

@@ -10,7 +10,9 @@ entry point's PYTHONPATH, so the script's interpreter imports this module too. I
 only in the entry point's process: ``SM_USER_ENTRY_POINT`` is set (the toolkit sets it for the
 script, not for itself) and the command line runs that file or module, which also holds for each
 worker ``torchrun`` starts. There it reads the ``sagemaker_stabilizer`` configuration and, when it
-says ``"integration": "launcher"``, installs the global hooks of ``rule_engine.launch``. Any other
+says ``"integration": "launcher"`` or ``"auto"`` (the workflow's default), installs the global hooks of
+``rule_engine.launch``: with "auto" they stand by, and stand down if the script calls ``watch()``
+before its first optimizer step. Any other
 process pays one environment lookup. A bad configuration ends the process with status 2 and a
 failure file naming the field, before the script starts.
 

@@ -38,6 +38,11 @@ def findings(root: Path) -> list[dict]:
     return json.loads((root / "checkpoints" / "findings.json").read_text())["findings"]
 
 
+def summary(root: Path) -> dict:
+    """The ``summary`` of the job's findings.json (docs/contracts.md section 2); KeyError when it has none."""
+    return json.loads((root / "checkpoints" / "findings.json").read_text())["summary"]
+
+
 def logged(stdout: str, key: str = "grad_norm") -> list[tuple[int, float]]:
     rows = []
     for line in stdout.splitlines():

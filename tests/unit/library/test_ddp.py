@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.unit.library.support import FIXTURES, findings, job_env, run
+from tests.unit.library.support import FIXTURES, findings, job_env, run, summary
 
 pytestmark = pytest.mark.slow  # two torchrun workers: about 24 s each on a loaded 2-core machine
 
@@ -34,4 +34,5 @@ def test_a_healthy_ddp_run_finishes_on_every_rank(tmp_path):
     result = run(command, SCRIPT.parent, job_env(tmp_path), timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
     assert sorted(re.findall(r"rank=(\d) done", result.stdout)) == ["0", "1"]
-    assert not (tmp_path / "checkpoints" / "findings.json").exists()
+    assert findings(tmp_path) == []  # rank 0's file, with the summary of the run
+    assert (summary(tmp_path)["ended"], summary(tmp_path)["steps_taken"]) == ("completed", 6)

@@ -13,13 +13,16 @@ from rule_engine.lightning_callback import SentinelCallback  # noqa: E402
 
 
 class Regression(lightning.LightningModule):
-    def __init__(self, lr: float) -> None:
+    def __init__(self, lr: float, fail_at: int = -1) -> None:
         super().__init__()
         self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
         self.lr = lr
+        self.fail_at = fail_at
         self.losses: list[float] = []
 
     def training_step(self, batch, batch_idx):
+        if self.global_step == self.fail_at:
+            raise ValueError(f"bad batch at step {self.global_step}")
         x, y = batch
         loss = nn.functional.mse_loss(self.net(x), y)
         self.losses.append(loss.item())
@@ -29,17 +32,17 @@ class Regression(lightning.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.lr)
 
 
-def fit(tmp_path, lr: float, steps: int):
+def fit(tmp_path, lr: float, steps: int, fail_at: int = -1, plugins=None):
     torch.manual_seed(0)
     x = torch.randn(64, 8) * 3
     y = x @ torch.randn(8, 1)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=64)
-    module = Regression(lr)
+    module = Regression(lr, fail_at)
     environ = {"STABILIZER_CONFIG": json.dumps({"rules": [{"name": "ExplodingTensor"}]}),
                "STABILIZER_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
                "STABILIZER_FAILURE_FILE": str(tmp_path / "failure")}
     trainer = lightning.Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False,
-                                enable_progress_bar=False, enable_model_summary=False,
+                                enable_progress_bar=False, enable_model_summary=False, plugins=plugins,
                                 callbacks=[SentinelCallback(environ=environ)], default_root_dir=tmp_path)
     return module, trainer, data
 
@@ -57,8 +60,60 @@ def test_the_callback_stops_a_diverging_module_at_its_first_non_finite_step(tmp_
     assert (tmp_path / "failure").read_text().startswith(f"RuleStop: ExplodingTensor at step {first_bad}")
 
 
-def test_a_healthy_module_trains_to_the_end(tmp_path):
-    module, trainer, data = fit(tmp_path, lr=0.01, steps=5)
+def document(tmp_path) -> dict:
+    return json.loads((tmp_path / "ckpt" / "findings.json").read_text())
+
+
+def test_a_healthy_module_trains_to_the_end_and_the_callback_writes_its_summary(tmp_path):
+    module, trainer, data = fit(tmp_path, lr=0.01, steps=12)
     trainer.fit(module, data)
-    assert trainer.global_step == 5
-    assert not (tmp_path / "ckpt" / "findings.json").exists()
+    assert trainer.global_step == 12
+    written = document(tmp_path)
+    assert written["findings"] == []
+    summary = written["summary"]
+    assert (summary["integration"], summary["ended"]) == ("lightning", "completed")
+    assert (summary["steps_taken"], summary["steps_observed"], summary["first_step"], summary["last_step"]) == (
+        12, 12, 0, 11)
+    assert summary["learned"] is True
+
+
+def test_a_module_that_fails_leaves_the_summary_with_its_exception(tmp_path):
+    module, trainer, data = fit(tmp_path, lr=0.01, steps=12, fail_at=4)
+    with pytest.raises(ValueError, match="bad batch"):
+        trainer.fit(module, data)
+    summary = document(tmp_path)["summary"]
+    assert (summary["ended"], summary["exception"]) == ("exception", "ValueError: bad batch at step 4")
+    assert summary["steps_taken"] == 4
+
+
+def test_float16_mixed_precision_calibrating_its_scale_is_healthy_and_its_skipped_steps_are_counted(tmp_path):
+    # Lightning's "16-mixed" with a real float16 GradScaler (Lightning builds none on the CPU): from the
+    # default scale (2**16) the first steps overflow and the scaler skips them, as it does on a GPU.
+    from lightning.pytorch.plugins import MixedPrecision
+
+    precision = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))
+    module, trainer, data = fit(tmp_path, lr=0.01, steps=16, plugins=[precision])
+    trainer.fit(module, data)
+    written = document(tmp_path)
+    assert written["findings"] == []
+    summary = written["summary"]
+    assert summary["steps_skipped"] >= 1
+    assert summary["steps_observed"] + summary["steps_skipped"] == summary["steps_taken"] == 16
+    assert summary["loss_scale"]["last"] < 2.0**16
+
+
+def test_float16_mixed_precision_whose_gradients_stay_non_finite_is_stopped_though_the_scaler_skips_them(tmp_path):
+    # At lr 3 the loss jumps to 4.6e5 and the gradients overflow float16 at every scale: the scaler skips
+    # every step and halves its scale down to 0.5, which no calibrating run reaches.
+    from lightning.pytorch.plugins import MixedPrecision
+
+    precision = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))
+    module, trainer, data = fit(tmp_path, lr=3.0, steps=40, plugins=[precision])
+    with pytest.raises(SystemExit) as stopped:
+        trainer.fit(module, data)
+    assert stopped.value.code == 86
+    (finding,) = document(tmp_path)["findings"]
+    assert (finding["rule"], finding["tensor"], finding["source"]) == ("ExplodingTensor", "loss_scale", "loss_scaler")
+    assert finding["value"] < 1 and len(module.losses) == finding["step"] + 1  # no step after it
+    summary = document(tmp_path)["summary"]
+    assert summary["steps_skipped"] > 4 and summary["ended"] == "rule_stop"

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 from rule_engine import create_trial, watch
-from rule_engine.guard import LEARNING_KEY, STATE_KEY
+from rule_engine.optimizer_hooks import LEARNING_KEY, STATE_KEY
 from torch import nn
 
-from tests.unit.library.support import FIXTURES, findings, job_env, logged, run
+from tests.unit.library.support import FIXTURES, findings, job_env, logged, run, summary
 
 SCRIPT = FIXTURES / "regression" / "plain_loop.py"
 
@@ -47,7 +47,13 @@ def test_a_healthy_loop_runs_to_the_end_and_closes_the_store(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.rstrip().endswith("done")
     assert result.stderr.splitlines()[-1] == "sentinel: checked steps 0..11, completed"  # the guard's line at exit
-    assert not (tmp_path / "checkpoints" / "findings.json").exists()
+    assert findings(tmp_path) == []
+    written = summary(tmp_path)  # written at the end though no rule fired
+    assert written["integration"] == "library" and written["ended"] == "completed" and written["exception"] is None
+    assert (written["steps_taken"], written["steps_observed"], written["steps_skipped"]) == (12, 12, 0)
+    assert (written["first_step"], written["last_step"]) == (0, 11)
+    assert written["learned"] is True and written["last_loss"] < written["first_loss"]
+    assert written["restores"] is False and written["started_from"] is None
     end = json.loads((tmp_path / "checkpoints" / "tensors" / "training_end.json").read_text())
     assert end["status"] == "completed"  # closed at interpreter exit, with no close() in the script
     trial = create_trial(tmp_path / "checkpoints" / "tensors")

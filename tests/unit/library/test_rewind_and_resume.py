@@ -10,7 +10,7 @@ from rule_engine import watch
 from rule_engine.checkpoints import checkpoint_name, checkpoint_step, checkpoints_in
 from torch import nn
 
-from tests.unit.library.support import FIXTURES, findings, job_env, logged, run
+from tests.unit.library.support import FIXTURES, findings, job_env, logged, run, summary
 
 PLAIN = FIXTURES / "regression" / "plain_loop.py"
 RESUMING = FIXTURES / "regression" / "resuming_loop.py"
@@ -71,6 +71,8 @@ def test_restore_resumes_the_weights_and_the_step_count_from_the_resume_channel(
     # The loop skipped the steps done before the checkpoint, and the guard counted from there.
     assert [step for step, _ in logged(result.stdout)] == list(range(next_step, 20))
     assert f"sentinel: checked steps {next_step}..19, completed" in result.stderr
+    written = summary(job)  # the workflow reads where this run started, and that a relaunch resumes it
+    assert (written["started_from"], written["restores"], written["first_step"]) == (newest.name, True, next_step)
 
 
 def test_a_checkpoint_of_another_architecture_starts_fresh_and_says_so(tmp_path):
@@ -92,6 +94,16 @@ def test_restore_without_any_checkpoint_starts_at_step_0(tmp_path):
     assert guard.restore() == 0 and guard.step_number == 0
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     guard.close()
+    written = json.loads((tmp_path / "ckpt" / "findings.json").read_text())["summary"]
+    assert (written["started_from"], written["restores"]) == (None, True)  # it would resume a relaunch
+
+
+def test_a_fine_tuning_script_names_the_state_it_started_from(tmp_path):
+    model, optimizer = _tiny()
+    guard = watch(model, optimizer, environ=_env(tmp_path), started_from="s3://bucket/pretrained/model.pt")
+    guard.close()
+    written = json.loads((tmp_path / "ckpt" / "findings.json").read_text())["summary"]
+    assert (written["started_from"], written["restores"]) == ("s3://bucket/pretrained/model.pt", False)
 
 
 def _tiny() -> tuple[nn.Module, torch.optim.Optimizer]:

@@ -56,7 +56,7 @@ def test_first_non_finite_gradient_stops_the_step_and_writes_the_contract_findin
     assert max(verdicts) == 5 and verdicts[5].stop and not any(v.stop for s, v in verdicts.items() if s < 5)
     assert all(torch.isfinite(p).all() for p in model.parameters())  # the bad step never reached the weights
     findings = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
-    assert findings["version"] == 1 and findings["job_action"] == "stop"
+    assert findings["version"] == 2 and findings["job_action"] == "stop"
     (finding,) = findings["findings"]
     assert finding["rule"] == "ExplodingTensor" and finding["step"] == 5
     assert (finding["epoch"], finding["phase"], finding["learning_rate"]) == (1, "main", 0.1)

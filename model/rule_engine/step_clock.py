@@ -1,0 +1,186 @@
+"""Steps no optimizer hook announces: those a loss scaler skips, and loops that update by hand.
+
+**Mixed precision with a GradScaler.** ``scaler.step(optimizer)`` calls ``optimizer.step()`` only when
+the unscaled gradients are finite; otherwise it skips it, and with it every optimizer hook. A run
+whose loss turned NaN would then look like a run that stopped taking steps. So ``GradScaler.step``
+and ``GradScaler.update`` are wrapped once, at class level (the one place this library wraps a
+PyTorch method: the scaler has no hooks), for the optimizers a guard watches. A step the scaler
+skipped is counted (``steps_taken`` and ``steps_skipped`` of the summary, and the step number goes
+on, so step numbers count the steps the loop attempted); its loss is read (one host synchronisation,
+at skipped steps only: the scaler has just synchronised on its found-inf flag anyway), and after the
+scaler's update the new scale is read (idem; once more at the end for ``loss_scale.last``).
+
+What is healthy and what is not:
+
+- skipped steps with a finite loss are the scaler calibrating: its scale starts high (2**16) and
+  halves at each overflow until the scaled gradients fit float16. Healthy, however many;
+- a non-finite loss on ``NONFINITE_LOSS_STEPS`` (3) consecutive steps is an ``ExplodingTensor``
+  finding, at the first of them: the scale does not enter the forward pass, so lowering it cannot
+  cure a loss that overflows, and one bad batch makes one non-finite loss, not three in a row;
+- a scale below ``MIN_LOSS_SCALE`` (1.0) is an ``ExplodingTensor`` finding: the scaler only gets
+  there by multiplying gradients by less than one and still finding them non-finite, so they
+  overflow float16 at their true size (or are NaN): the gradients themselves have exploded.
+
+**Loops that update parameters by hand** (``p.data -= lr * p.grad``, no ``torch.optim``): a
+``BackwardClock`` makes each backward pass through the model's parameters a step. A multi-grad hook
+(``torch.autograd.graph.register_multi_grad_hook``, mode "any") fires when the first of their
+gradients is computed and queues a callback at the end of that backward pass, when every gradient
+is in place and before the loop can apply them: the check runs there (the gradient norm and the
+loss reported for that step) and a stop leaves from ``loss.backward()``, before the update. With the
+library the loss is the one ``guard.step(loss)`` reports, before or after ``backward()``; with the
+launcher it is the loss module's output, else the log's (checked with the next backward). A library
+loop that never calls ``guard.step(loss)`` is noticed at its second backward pass; from then on each
+pass is checked when it ends, on its gradients alone.
+
+This module must not change gradients, weights or the scaler's decisions.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Any
+
+import torch
+
+NONFINITE_LOSS_STEPS = 3
+MIN_LOSS_SCALE = 1.0
+
+_GUARDS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()  # id(optimizer) -> guard
+_ORIGINAL: dict[str, Any] = {}
+
+
+class ScalerWatch:
+    """One guard's view of the GradScaler that steps its optimizer."""
+
+    def __init__(self, guard: Any) -> None:
+        self.guard = guard
+        self.scaler: Any = None
+        self.nonfinite_since: int | None = None
+        self.nonfinite_count = 0
+        self.scale_stale = False
+
+    def applied(self) -> None:
+        self.nonfinite_since, self.nonfinite_count = None, 0
+
+    def skipped(self) -> None:
+        guard = self.guard
+        step = guard.step_number
+        loss = guard.take_loss()
+        value = float(loss) if loss is not None else None  # a host synchronisation, at skipped steps only
+        guard.record.steps_skipped += 1
+        if value is not None:
+            guard.record.last_loss = value
+        self.scale_stale = True
+        guard.advance()
+        guard.stop_if_deferred(step)  # a finding of the log's, when no step is checked any more
+        if value is None or math.isfinite(value):
+            self.applied()
+            return
+        if self.nonfinite_since is None:
+            self.nonfinite_since = step
+        self.nonfinite_count += 1
+        if self.nonfinite_count >= NONFINITE_LOSS_STEPS:
+            message = (f"loss is non-finite at steps {self.nonfinite_since}..{step}, all skipped by the loss scaler "
+                       f"({NONFINITE_LOSS_STEPS} in a row: not a scale calibrating)")
+            guard.external_finding(self.nonfinite_since, "losses/loss", value, message, source="loss_scaler")
+
+    def read_scale(self, *, judge: bool = True) -> None:
+        """Record the scaler's scale; ``judge``: a collapsed one is a finding (not at the end: nothing to stop)."""
+        self.scale_stale = False
+        if self.scaler is None or not self.scaler.is_enabled():
+            return
+        scale = float(self.scaler.get_scale())  # a host synchronisation: after skipped steps and at the end
+        self.guard.record.loss_scale(scale)
+        if judge and scale < MIN_LOSS_SCALE:
+            step = max(self.guard.step_number - 1, 0)
+            message = (f"the loss scale collapsed to {scale:.3g} at step {step} (below {MIN_LOSS_SCALE:g}: the "
+                       "gradients overflow float16 at their true size)")
+            self.guard.external_finding(step, "loss_scale", scale, message, source="loss_scaler")
+
+
+# Called with an optimizer a GradScaler steps that no guard follows yet: the launcher's standby
+# attaches there, since a skipped first step calls no optimizer hook.
+STANDBY: list[Any] = []
+
+
+def wrap_scaler() -> None:
+    """Wrap ``GradScaler.step`` and ``update`` once per process."""
+    if not _ORIGINAL:
+        from torch.amp import GradScaler
+
+        _ORIGINAL.update(step=GradScaler.step, update=GradScaler.update)
+        GradScaler.step = _scaler_step  # type: ignore[method-assign]
+        GradScaler.update = _scaler_update  # type: ignore[method-assign]
+
+
+def follow_scaler(optimizer: torch.optim.Optimizer, guard: Any) -> ScalerWatch:
+    """Count the steps a GradScaler skips for ``optimizer``, on ``guard``."""
+    wrap_scaler()
+    _GUARDS[id(optimizer)] = guard
+    return guard.scaler_watch
+
+
+def unfollow(optimizer: torch.optim.Optimizer, guard: Any) -> None:
+    if _GUARDS.get(id(optimizer)) is guard:
+        del _GUARDS[id(optimizer)]
+
+
+def _scaler_step(self: Any, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+    if id(optimizer) not in _GUARDS:
+        for standby in list(STANDBY):
+            standby(optimizer)
+    guard = _GUARDS.get(id(optimizer))
+    if guard is None or not self.is_enabled():
+        return _ORIGINAL["step"](self, optimizer, *args, **kwargs)
+    watch = guard.scaler_watch
+    watch.scaler = self
+    taken = guard.record.steps_taken
+    result = _ORIGINAL["step"](self, optimizer, *args, **kwargs)
+    if guard.record.steps_taken == taken:  # the optimizer's hooks never ran: the scaler skipped the step
+        watch.skipped()
+    else:
+        watch.applied()
+    return result
+
+
+def _scaler_update(self: Any, new_scale: Any = None) -> None:
+    _ORIGINAL["update"](self, new_scale)
+    for guard in list(_GUARDS.values()):
+        if guard.scaler_watch.scaler is self and guard.scaler_watch.scale_stale:
+            guard.scaler_watch.read_scale()
+
+
+class BackwardClock:
+    """A step per backward pass through ``params``: for loops that apply gradients without an optimizer."""
+
+    def __init__(self, guard: Any, params: list[torch.Tensor], *, wait_for_loss: bool) -> None:
+        self.guard = guard
+        self.wait_for_loss = wait_for_loss
+        self.ready = False  # a backward pass ended and waits for guard.step(loss)
+        self._handle = torch.autograd.graph.register_multi_grad_hook(params, self._started, mode="any")
+
+    def _started(self, grad: Any) -> None:
+        if self.ready:  # the last backward pass got no guard.step(loss): the loop reports none, count without
+            self.wait_for_loss = False
+            self.tick()
+        torch.autograd.Variable._execution_engine.queue_callback(self._ended)
+
+    def _ended(self) -> None:
+        if self.guard.has_loss or not self.wait_for_loss:
+            self.tick()
+        else:
+            self.ready = True
+
+    def loss_reported(self) -> None:
+        """The library's ``guard.step(loss)`` after ``backward()``: the step whose gradients wait is checked now."""
+        if self.ready:
+            self.tick()
+
+    def tick(self) -> None:
+        self.ready = False
+        self.guard.check()
+        self.guard.advance()
+
+    def remove(self) -> None:
+        self._handle.remove()
