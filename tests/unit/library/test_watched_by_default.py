@@ -61,7 +61,9 @@ def test_an_interrupted_script_leaves_a_summary_that_says_so(tmp_path):
 
 
 def test_an_rnn_language_model_updating_by_hand_is_stopped_as_diverging_before_its_loss_overflows(tmp_path):
-    # Unwatched, its loss climbs from 6.9 to 152 at batch 22, then math.exp(loss) overflows in its log line.
+    # Unwatched, its loss climbs from 6.9 to 152 at batch 22, then at batch 23 math.exp(loss) overflows
+    # in its log line. 152 is above Diverging's bound once; batch 23's loss is an explosion at once
+    # (jump_spreads), found at that batch's update, before its log line.
     free = run([str(RNN), "--lr", "1", "--batches", "30"], RNN.parent, job_env(tmp_path / "free"))
     assert free.returncode == 1 and "OverflowError: math range error" in free.stderr
 
@@ -70,7 +72,7 @@ def test_an_rnn_language_model_updating_by_hand_is_stopped_as_diverging_before_i
                job_env(notified, {"action": "notify"}))
     assert seen.returncode == 1 and "OverflowError" in seen.stderr  # recorded, and the script's own end kept
     (finding,) = findings(notified)
-    assert finding["rule"] == "Diverging" and finding["step"] == 22
+    assert finding["rule"] == "Diverging" and finding["step"] == 23
     written = summary(notified)
     assert written["ended"] == "exception" and written["exception"] == "OverflowError: math range error"
     assert written["integration"] == "launcher" and written["first_step"] == 1  # its first update went unseen

@@ -114,7 +114,9 @@ def test_rules_run_at_save_steps_on_tensors_held_in_memory(tmp_path):
     loop(tmp_path, rules, 30, action="notify", lr=0.0)
     findings = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())["findings"]
     by_rule = {f["rule"]: f for f in findings}
-    assert set(by_rule) == {"LossNotDecreasing"}  # weights are held every 100 steps: only step 0 so far
+    # Weights are held every 100 steps (only step 0 so far): WeightUpdateRatio has nothing to compare.
+    # A loss that never moves is also the sentinel's own NotLearning, which does not hide the rule.
+    assert set(by_rule) - {"NotLearning"} == {"LossNotDecreasing"}
     step = by_rule["LossNotDecreasing"]["step"]
     assert step % 5 == 0 and 5 <= step <= 15  # a check step; the first window may still look like progress
     # Rule-only collections stay in memory: nothing was asked of the disk.
