@@ -187,7 +187,8 @@ class _Base:
         return f"s3://{self.bucket}/executions/{name}/attempt-{attempt}"
 
     def findings(self, execution_arn: str, attempt: int) -> dict[str, Any] | None:
-        """The attempt's findings.json, or None when no rule fired."""
+        """The attempt's findings.json (its findings and the summary of what the sentinel saw), or
+        None when the job left none (it was never watched)."""
         key = f"{self.attempt_prefix(execution_arn, attempt)}/checkpoints/findings.json".split("/", 3)[3]
         try:
             body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
