@@ -15,6 +15,7 @@ from typing import Any
 
 from workflow.errors import MisconfiguredEnvironment, StateCorrupted
 from workflow.job import Job
+from workflow.rule_catalogue import SENTINEL_CHECKS
 from workflow.rule_checks import is_profiler_rule, runs_in_engine
 from workflow.service_limits import hyperparameter_value_problem
 from workflow.settings import TrainSettings
@@ -176,7 +177,9 @@ def _debugger(monitoring: Monitoring, settings: TrainSettings, prefix: str) -> d
         }
 
     # Debugger runs its profiler rules (ProfilerRule) beside a profiler, not beside the debug hook.
-    profiler_rules = [configuration(rule) for rule in monitoring.rules if is_profiler_rule(rule.name)]
+    # NotLearning and Diverging entries only set the sentinel's own checks: Debugger has no such rule.
+    debugger_rules = [rule for rule in monitoring.rules if rule.name not in SENTINEL_CHECKS]
+    profiler_rules = [configuration(rule) for rule in debugger_rules if is_profiler_rule(rule.name)]
     request: dict[str, Any] = {
         "DebugHookConfig": {
             "S3OutputPath": f"{prefix}/debug",
@@ -184,7 +187,7 @@ def _debugger(monitoring: Monitoring, settings: TrainSettings, prefix: str) -> d
             "CollectionConfigurations": configurations,
         },
         "DebugRuleConfigurations": [
-            configuration(rule) for rule in monitoring.rules if not is_profiler_rule(rule.name)
+            configuration(rule) for rule in debugger_rules if not is_profiler_rule(rule.name)
         ],
     }
     if profiler_rules:

@@ -55,6 +55,7 @@ import torch
 from torch import nn
 
 from rule_engine import distributed, log_channel, resume
+from rule_engine.catalogue import SENTINEL_CHECKS
 from rule_engine.job_config import JobPaths, StabilizerConfig, load_config
 from rule_engine.optimizer_hooks import OptimizerHooks
 from rule_engine.rewind import Rewind
@@ -115,7 +116,7 @@ class Guard(OptimizerHooks):
             tensor_dir=paths.tensor_dir if self.primary else None,
             failure_file=paths.failure_file,
             write_findings=self.primary,
-            only_rules=None if self.primary else (FINITE_CHECK_RULE,),
+            only_rules=None if self.primary else (FINITE_CHECK_RULE, *SENTINEL_CHECKS),  # their thresholds too
         )
         self.step_number = start_step
         # The last healthy states, copied every few steps and written as checkpoints at the first finding.

@@ -201,6 +201,20 @@ def test_debugger_configuration_comes_from_the_same_rule_list(debugger_settings)
     assert_valid(request)
 
 
+def test_the_sentinels_own_check_settings_never_reach_debugger(debugger_settings):
+    """NotLearning and Diverging entries set the sentinel's thresholds; Debugger has no such rules."""
+    raw = {"run_spec": {"rules": [
+        {"name": "ExplodingTensor"},
+        {"name": "NotLearning", "parameters": {"patience": "200"}},
+        {"name": "Diverging", "parameters": {"persistence": "2"}},
+    ]}}
+    request = _request(new_state(debugger_settings, raw), debugger_settings)
+    assert [r["RuleConfigurationName"] for r in request["DebugRuleConfigurations"]] == ["ExplodingTensor"]
+    sentinel = json.loads(request["HyperParameters"]["sagemaker_stabilizer"])
+    assert [rule["name"] for rule in sentinel["rules"]] == ["ExplodingTensor", "NotLearning", "Diverging"]
+    assert_valid(request)
+
+
 def test_a_rule_collection_the_capture_does_not_save_is_added_to_the_hook(debugger_settings):
     raw = {"run_spec": {"capture": {"losses": {"save_steps": [0, 5, 10]}}}}
     request = _request(new_state(debugger_settings, raw), debugger_settings)
