@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import Duration
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -41,12 +41,7 @@ class JobEvents(Construct):
         self._rules()
 
     def _grant_watch(self) -> None:
-        stack = Stack.of(self)
-        executions = stack.format_arn(
-            service="states", resource="execution",
-            resource_name=f"{self.workflow.state_machine.state_machine_name}:*",
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-        )
+        executions = self.workflow.executions_arn()
         policy = iam.Policy(
             self,
             "WatchFunctionPolicy",
@@ -82,16 +77,14 @@ class JobEvents(Construct):
         )
         policy.attach_to_role(self.workflow.watch_function.role)
         bucket = nag.logical_id(self.storage.bucket)
-        machine = nag.logical_id(self.workflow.state_machine)
         nag.acknowledge(
             policy,
             *self.workflow.job_arn_reasons(),
             (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/executions/*/wake-token.json]",
              "One task-token file per attempt, under executions/<execution>/attempt-<n>/ named at run time."),
-            (f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:"
-             f"execution:<{machine}.Name>:*]",
-             "DescribeExecution of this state machine's executions only, named at run time, to read why "
-             "one ended."),
+            self.workflow.execution_arn_reason(
+                "DescribeExecution of this state machine's executions only, named at run time, to read why "
+                "one ended."),
             ("AwsSolutions-IAM5[Resource::*]",
              "sagemaker:ListTrainingJobs supports no resource scoping; it finds the running jobs of an "
              "ended execution, which are then stopped under the job-name prefix scope above."),

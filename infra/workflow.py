@@ -21,7 +21,7 @@ keeps the Lambdas as they are, keeps `wait_seconds` as the longest silence, and 
 
 from __future__ import annotations
 
-from aws_cdk import AssetHashType, Aws, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, AssetHashType, Aws, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -83,6 +83,7 @@ class Workflow(Construct):
         self._grant_train()
         self._grant_monitor()
         self.state_machine = self._state_machine()
+        self._grant_train_its_execution()
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -208,8 +209,9 @@ class Workflow(Construct):
             statements=[
                 iam.PolicyStatement(
                     sid="LaunchTrainingJobs",
+                    # StopTrainingJob: a job created after its execution was aborted is stopped at once.
                     actions=["sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob",
-                             "sagemaker:AddTags"],
+                             "sagemaker:AddTags", "sagemaker:StopTrainingJob"],
                     resources=[self.training_job_arn()],
                 ),
                 iam.PolicyStatement(
@@ -233,6 +235,7 @@ class Workflow(Construct):
             ],
         )
         policy.attach_to_role(self.train_function.role)
+        self.train_policy = policy
         bucket = nag.logical_id(self.storage.bucket)
         nag.acknowledge(
             policy,
@@ -245,6 +248,31 @@ class Workflow(Construct):
                 for b in self.config.data_buckets
             ),
         )
+
+    def executions_arn(self) -> str:
+        """This state machine's executions, named at run time."""
+        return Stack.of(self).format_arn(
+            service="states", resource="execution",
+            resource_name=f"{self.state_machine.state_machine_name}:*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+
+    def execution_arn_reason(self, why: str) -> tuple[str, str]:
+        machine = nag.logical_id(self.state_machine)
+        return (f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:"
+                f"execution:<{machine}.Name>:*]", why)
+
+    def _grant_train_its_execution(self) -> None:
+        """After CreateTrainingJob the train function asks whether its execution still runs (one aborted
+        meanwhile would leave the job unwatched, so it stops it): DescribeExecution of this state
+        machine's executions, granted once the state machine exists."""
+        self.train_policy.add_statements(iam.PolicyStatement(
+            sid="CheckItsExecutionStillRuns", actions=["states:DescribeExecution"],
+            resources=[self.executions_arn()],
+        ))
+        nag.acknowledge(self.train_policy, self.execution_arn_reason(
+            "DescribeExecution of this state machine's executions only, named at run time, to stop a job "
+            "launched for an execution that was aborted meanwhile."))
 
     def _grant_monitor(self) -> None:
         policy = iam.Policy(

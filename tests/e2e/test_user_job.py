@@ -115,9 +115,10 @@ def test_user_job_without_knobs_is_stopped_and_left_to_a_person(
     state = record.state or {}
     assert record.status == "FAILED"
     assert record.error == "TrainingNotRecovered"
-    assert state["outcome"] == "gave_up"
+    # Its loss diverged and nothing it declared can fix that: the outcome says what is known.
+    assert state["outcome"] == "diverged"
     assert len(state["attempts"]) == 1
     assert state["attempts"][0]["finding"]["rule"] == "Diverging"
     assert "no declared knob can remedy Diverging; declare a `learning_rate` knob" in state["reason"]
-    gave_up = [n for n in record.notifications if n.attributes.get("event_type") == "gave_up"]
-    assert gave_up and "declare a `learning_rate` knob" in gave_up[0].message
+    ended = [n for n in record.notifications if n.attributes.get("event_type") == "diverged"]
+    assert ended and "declare a `learning_rate` knob" in ended[0].message

@@ -180,7 +180,12 @@ def test_train_launches_and_monitor_stops(default_synth):
     train = {a for s in _statements_of(raw, "TrainFunctionPolicy") for a in as_list(s["Action"])}
     monitor = {a for s in _statements_of(raw, "MonitorFunctionPolicy") for a in as_list(s["Action"])}
     assert {"sagemaker:CreateTrainingJob", "sagemaker:AddTags", "iam:PassRole"} <= train
-    assert not {"sagemaker:StopTrainingJob", "sagemaker:StopProcessingJob"} & train
+    # The train function stops only a job it created for an execution aborted meanwhile: it may ask
+    # whether that execution still runs, and stop training jobs of this deployment's prefix.
+    assert "sagemaker:StopProcessingJob" not in train
+    assert {"sagemaker:StopTrainingJob", "states:DescribeExecution"} <= train
+    [check] = [s for s in _statements_of(raw, "TrainFunctionPolicy") if s.get("Sid") == "CheckItsExecutionStillRuns"]
+    assert check["Action"] == "states:DescribeExecution" and ":execution:" in json.dumps(check["Resource"])
     assert {"sagemaker:StopTrainingJob", "sagemaker:StopProcessingJob"} <= monitor
     assert not {"sagemaker:CreateTrainingJob", "iam:PassRole"} & monitor
     # The train function reads no data; it lists its bucket (channels may lie at any prefix of it,
