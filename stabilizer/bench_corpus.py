@@ -20,7 +20,7 @@ counts, per kind and in total:
   `step_regex`; a script that logs every k-th step is counted to within k steps an attempt).
 
 then lists every false positive, false negative and misdiagnosis by run name. Figures are
-measured; `tests/e2e/test_corpus.py` runs a few runs through this code and asserts each against
+measured; `tests/e2e/test_corpus_slice.py` runs a few runs through this code and asserts each against
 its manifest.
 """
 
