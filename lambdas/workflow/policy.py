@@ -60,6 +60,9 @@ from workflow.observation import checkpoint_step
 from workflow.rates import RATE_ROLES, fmt, keep_warmup_below_main, main_down_with_the_warmup, size_rate, within
 from workflow.state import Attempt, Decision, Finding, WorkflowState
 
+# Findings that say the step was too large: the loss or the gradients ran away.
+EXPLOSIONS = ("ExplodingTensor", "Diverging")
+
 Recipe = dict[str, Any]
 
 # The sentinel's rewind copies the training state every this many steps (rule_engine.rewind).
@@ -239,6 +242,11 @@ def plan_default(state: WorkflowState, finding: Finding, checkpoints: Mapping[in
     # A plateau's remedies are bounded: they are guesses, and each costs a whole job.
     plateau_tries = _plateau_relaunches(state) if finding.rule in PLATEAU_RULES else 0
     climbing = loss_rise(attempt.watched) is not None
+    # A rate that exploded in this execution says the rates were too high: a later sign of too small
+    # a step (tiny gradients under Adam, dead units after the explosion) is not answered by going back up.
+    exploded_before = any(
+        a.finding is not None and a.finding.rule in EXPLOSIONS for a in state.attempts if a is not attempt
+    )
     wanted: list[str] = []  # roles this finding's rungs would turn, declared or not
     for rung in ladder:
         if finding.phase not in rung.phases or (rung.unless and rung.unless in knobs):
@@ -268,8 +276,9 @@ def plan_default(state: WorkflowState, finding: Finding, checkpoints: Mapping[in
                 f"{PLATEAU_RELAUNCHES} relaunches",
                 spec,
             )
-        # A rising loss is never answered with a higher learning rate.
-        if climbing and rung.role in RATE_ROLES and rung.op == "scale" and rung.value > 1:
+        # A rising loss is never answered with a higher learning rate, nor is any finding once a
+        # rate of this execution exploded.
+        if (climbing or exploded_before) and rung.role in RATE_ROLES and rung.op == "scale" and rung.value > 1:
             continue
         if rung.role not in wanted:
             wanted.append(rung.role)

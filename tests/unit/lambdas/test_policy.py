@@ -359,3 +359,15 @@ def test_vanishing_gradient_with_a_flat_loss_still_gets_its_own_ladder(settings)
     state.attempts[-1].watched = Watched(integration="library", restores=True, first_loss=2.3, last_loss=2.31)
     plan = policy.plan(state, _finding(rule="VanishingGradient", step=300, phase="main"), written(250))
     assert plan.decision.remedy == "raise_lr"
+
+
+def test_once_a_rate_exploded_tiny_gradients_are_not_answered_by_raising_the_rate_again(settings):
+    # Attempt 1 exploded at 0.4 and was relaunched at 0.1; at 0.1 the gradients went flat (Adam's
+    # dead units after a too-large step look like this). Going back up retraces the explosion.
+    flat = _finding(rule="VanishingGradient", step=40, phase="main")
+    state = _history(settings, ({"add_batch_norm": 1, "learning_rate": 0.4}, _exploded(0.4, stable=None)),
+                     ({"add_batch_norm": 1, "learning_rate": 0.1}, flat))
+    state.attempts[-1].watched = Watched(integration="library", restores=True, first_loss=2.3, last_loss=2.29)
+    plan = policy.plan(state, flat, written(30))
+    assert plan.decision.remedy != "raise_lr"
+    assert plan.run_spec["learning_rate"] <= 0.1
