@@ -320,6 +320,9 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
                            action=config.sentinel_action)
     # After watch(): the guard's hook reads its step count and learning check back from the optimizer's state.
     step = restore(model, optimizer, paths, config)
+    # This script loads the newest checkpoint itself (restore() above, with its architecture check), so
+    # a relaunch of it resumes: the summary says so, and the workflow's "resumes from X" is then true.
+    guard.record.restores = True
     if guard.rewind is not None:
         # The guard copies the last healthy state every few steps and writes it as a checkpoint when a
         # rule fires; the config goes with it, as in every checkpoint restore() reads.
