@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 CORPUS_DIR = Path(__file__).resolve().parents[1] / "tests" / "corpus"
-# The names of CONTRACT outcomes an expectation may use.
+# The outcomes an expectation may use (the state's Outcome, docs/contracts.md).
 SUCCESS = ("succeeded", "stopped_early")
 FAILURE_CALLS = ("diverged", "did_not_learn", "stopped_early", "unwatched", "unverified", "gave_up", "failed")
 OUTCOMES = (*SUCCESS, "diverged", "did_not_learn", "gave_up", "failed", "unwatched", "unverified")
