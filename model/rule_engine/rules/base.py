@@ -16,7 +16,6 @@ This module must not stop jobs or write files.
 from __future__ import annotations
 
 import inspect
-import math
 import re
 import types
 import typing
@@ -27,6 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rule_engine.catalogue import CATALOGUE, DEBUGGER, RuleConfigError, check_rule, rule_items
+from rule_engine.summary import jsonable
 from rule_engine.trial import TensorUnavailableForStep, Trial, matches
 
 
@@ -76,17 +76,6 @@ class Rule:
         """Record the finding and return True, so a rule can ``return self.fire(...)``."""
         self.finding = RuleFinding(self.name or type(self).__name__, step, tensor, jsonable(value), message, mode)
         return True
-
-
-def jsonable(value: Any) -> float | str | None:
-    if value is None or isinstance(value, str):
-        return value
-    number = float(value)
-    if math.isnan(number):
-        return "nan"
-    if math.isinf(number):
-        return "inf" if number > 0 else "-inf"
-    return number
 
 
 # ---------------------------------------------------------------------------- registry and parsing
