@@ -12,6 +12,9 @@ world before it starts and collects what it leaves behind. Locally:
   deletions included, whenever ``sync_checkpoints`` is called;
 - a channel with no data or a missing entry point is a ``ContainerError``: the script is not
   started;
+- a job of several instances has one container per host (``algo-1`` .. ``algo-N``), each with its
+  own directory, ``resourceconfig.json`` and ``SM_CURRENT_HOST``; how the entry point starts on a
+  host (torchrun or the script itself) is ``stabilizer.local.runners``'s;
 - after the script: ``model.tar.gz`` and ``output.tar.gz`` uploaded under the output path, and the
   failure reason read from the failure file.
 
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stabilizer.local import runners
 from stabilizer.local.s3files import DirectorySync, download_prefix, join_uri, parse_s3_uri
 
 OPT_ML = "/opt/ml"
@@ -117,6 +121,10 @@ class Container:
     job_dir: Path
     request: dict[str, Any]
     checkpoint_sync: DirectorySync | None = None
+    host: str = HOST
+    hosts: tuple[str, ...] = (HOST,)
+    num_gpus: int = 0  # local mode trains on this machine's CPU
+    master_port: int = runners.MASTER_PORT_ON_SAGEMAKER
 
     # Paths inside the job directory, each standing for its /opt/ml counterpart.
     def opt_ml(self, path: str) -> Path:
@@ -180,6 +188,13 @@ class Container:
             self.checkpoint_sync.sync()  # files just downloaded are already there
         submit = framework_value(hyperparameters.get("sagemaker_submit_directory"))
         program = self.program
+        refused = runners.refusal(self.hyperparameters)
+        try:
+            runners.processes_per_host(self.hyperparameters, self.num_gpus)
+        except runners.RunnerError as error:
+            refused = refused or str(error)
+        if refused:
+            raise ContainerError(refused)
         if not submit or not program:
             raise ContainerError(
                 "ClientError: the hyperparameters sagemaker_program and sagemaker_submit_directory "
@@ -209,8 +224,8 @@ class Container:
         _write_json(
             self.opt_ml("input/config/resourceconfig.json"),
             {
-                "current_host": HOST,
-                "hosts": [HOST],
+                "current_host": self.host,
+                "hosts": list(self.hosts),
                 "current_instance_type": self.request["ResourceConfig"].get("InstanceType", "local"),
                 "current_group_name": "homogeneousCluster",
                 "network_interface_name": "eth0",
@@ -219,10 +234,12 @@ class Container:
 
     # ------------------------------------------------------------------------ the script
     def start(self, python: str, *, job_name: str, job_arn: str, extra_env: dict[str, str]) -> subprocess.Popen[bytes]:
-        """Start the entry point as the toolkit does: ``python <program> --name value ...`` in the code
-        directory, its output to the log."""
+        """Start the entry point as the toolkit does: ``python <program> --name value ...`` (or through
+        torchrun, stabilizer.local.runners) in the code directory, its output to the log."""
         hyperparameters = self.hyperparameters
-        command = [python, str(self.program), *to_cmd_args(user_hyperparameters(hyperparameters))]
+        command = runners.command(python, str(self.program), to_cmd_args(user_hyperparameters(hyperparameters)),
+                                  hyperparameters, hosts=list(self.hosts), host=self.host,
+                                  num_gpus=self.num_gpus, master_port=self.master_port)
         with self.log_path.open("wb") as log:
             return subprocess.Popen(
                 command,
@@ -247,6 +264,7 @@ class Container:
         training_env = self._training_env(job_name, hyperparameters, channels, program)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("SM_")}
         env.update(extra_env)
+        env.update(runners.master_environment(self.master_port))
         env.update(
             {
                 "PYTHONUNBUFFERED": "1",
@@ -278,9 +296,11 @@ class Container:
         """The toolkit's SM_TRAINING_ENV: one JSON object with the job's whole environment."""
         return {
             "job_name": job_name,
-            "current_host": HOST,
-            "hosts": [HOST],
-            "num_gpus": 0,
+            "current_host": self.host,
+            "hosts": list(self.hosts),
+            "master_hostname": self.hosts[0],
+            "network_interface_name": "eth0",
+            "num_gpus": self.num_gpus,
             "num_cpus": os.cpu_count() or 1,
             "module_name": program.removesuffix(".py"),
             "user_entry_point": program,

@@ -7,7 +7,9 @@ StopProcessingJob for the rule-evaluation jobs beside them:
 
 - a request is validated against botocore's model and rejected with the service's error codes;
 - each job lives on its own thread (``stabilizer.local.training_job``: statuses, stops, timings)
-  in its own container (``stabilizer.local.container``: ``/opt/ml``, channels, ``SM_*``);
+  in its own container (``stabilizer.local.container``: ``/opt/ml``, channels, ``SM_*``), one per
+  host for ``InstanceCount`` > 1 (``<job>/algo-1`` .. ``<job>/algo-N``, the processes meeting on
+  loopback: ``stabilizer.local.runners``);
 - DescribeTrainingJob answers with what the service reports, and mirrors the job's checkpoints
   to S3 on every call, so findings reach S3 within one poll;
 - ``interrupt_all`` is the local-only Ctrl-C, not a SageMaker operation: the user's own machine
@@ -31,9 +33,11 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from stabilizer.local import runners
 from stabilizer.local.container import Container
 from stabilizer.local.rule_jobs import RuleEvaluatorFactory
 from stabilizer.local.training_job import (
+    HOST_FAILURE_GRACE_SECONDS,
     LOCAL_INTERRUPT_GRACE_SECONDS,
     SAGEMAKER_STOP_GRACE_SECONDS,
     TERMINAL_STATUSES,
@@ -68,6 +72,7 @@ class LocalSageMaker:
         extra_env: dict[str, str] | None = None,
         on_job_end: Callable[[LocalTrainingJob], None] | None = None,
         admission: Callable[[dict[str, Any]], str | None] | None = None,
+        host_failure_grace_seconds: float = HOST_FAILURE_GRACE_SECONDS,
     ) -> None:
         self.root = Path(root).resolve()  # the job runs in its code directory: every path is absolute
         self.region = region
@@ -78,6 +83,7 @@ class LocalSageMaker:
             extra_env=dict(extra_env or {}),
             rule_evaluator=rule_evaluator,
             stop_grace_seconds=stop_grace_seconds,
+            host_failure_grace_seconds=host_failure_grace_seconds,
             on_job_end=on_job_end,
             admission=admission,
         )
@@ -91,11 +97,6 @@ class LocalSageMaker:
         if problem:
             raise SageMakerRequestError("ValidationException", problem)
         name = request["TrainingJobName"]
-        resources = request.get("ResourceConfig", {})
-        if resources.get("InstanceCount", 1) != 1:
-            raise SageMakerRequestError(
-                "ValidationException", "local mode runs training jobs on one instance (InstanceCount 1)"
-            )
         arn = f"arn:aws:sagemaker:{self.region}:{self.account}:training-job/{name.lower()}"
         with self._lock:
             if name in self.jobs:
@@ -104,7 +105,8 @@ class LocalSageMaker:
                     "Training job names must be unique within an AWS account and region, and a "
                     f"training job with this name already exists ({arn})",
                 )
-            job = LocalTrainingJob(name=name, arn=arn, request=request, container=Container(self.root / name, request))
+            hosts = _containers(self.root / name, request)
+            job = LocalTrainingJob(name=name, arn=arn, request=request, container=hosts[0], hosts=hosts)
             self.jobs[name] = job
         job.set_secondary("Starting", "Launching requested ML instances", status="InProgress")
         thread = threading.Thread(target=job.run, args=(self.host,), name=f"training-job-{name}", daemon=True)
@@ -115,7 +117,8 @@ class LocalSageMaker:
     def describe_training_job(self, name: str) -> dict[str, Any]:
         job = self._job(name)
         if job.status not in TERMINAL_STATUSES:
-            job.container.sync_checkpoints()
+            for container in job.hosts:
+                container.sync_checkpoints()
         with job.lock:
             request = job.request
             response: dict[str, Any] = {
@@ -327,6 +330,15 @@ class LocalSageMaker:
             for attribute, method in patches.items():
                 stack.enter_context(mock.patch.object(SageMakerResponse, attribute, method, create=True))
             yield self
+
+
+def _containers(job_dir: Path, request: dict[str, Any]) -> list[Container]:
+    """One container per host: the job directory itself for one instance, ``<job>/algo-<i>`` for several."""
+    hosts = runners.hosts_of(request)
+    port = runners.free_port()  # the job's rendezvous; a fixed one could collide between local jobs
+    if len(hosts) == 1:
+        return [Container(job_dir, request, master_port=port)]
+    return [Container(job_dir / host, request, host=host, hosts=tuple(hosts), master_port=port) for host in hosts]
 
 
 def _name(params: dict[str, Any]) -> str:

@@ -16,6 +16,12 @@ stops jobs is ``stabilizer.local.sagemaker``'s.
   signals the script: SIGTERM to its process group, as ``docker stop`` does;
 - ``FailureReason`` comes from the failure file; ``FinalMetricDataList`` from the job's log and
   its ``MetricDefinitions``;
+- a job of several instances runs one container per host, each its own process group: it
+  completes when every host's script exits 0; the first host whose script fails fails the job
+  (its failure file is the reason) and the other hosts are killed ``host_failure_grace_seconds``
+  later (10 s: time for rank 0 to finish writing its findings); a stop or an interrupt reaches
+  every host; checkpoints are mirrored from every host, the model and the log are the first
+  host's (``algo-1``, where rank 0 runs);
 - when ``DebugRuleConfigurations`` are given, the rule evaluation starts once the job has its
   data and source, and stops when the job ends.
 """
@@ -48,6 +54,8 @@ SAGEMAKER_STOP_GRACE_SECONDS = 120.0
 # A local Ctrl-C gives the script this long to exit after SIGTERM before it is killed: it ends at
 # the end of its current step, which on a busy laptop can take many seconds.
 LOCAL_INTERRUPT_GRACE_SECONDS = 60.0
+# Once one host of a multi-instance job failed, the others are killed this much later.
+HOST_FAILURE_GRACE_SECONDS = 10.0
 FAILURE_REASON_LIMIT = 1024
 
 
@@ -65,6 +73,7 @@ class JobHost:
     extra_env: dict[str, str] = field(default_factory=dict)
     rule_evaluator: RuleEvaluatorFactory | None = None
     stop_grace_seconds: float = SAGEMAKER_STOP_GRACE_SECONDS
+    host_failure_grace_seconds: float = HOST_FAILURE_GRACE_SECONDS
     # Called once a job reached Completed, Failed or Stopped: the local stand-in for the
     # "SageMaker Training Job State Change" event EventBridge delivers in the cloud.
     on_job_end: Callable[[LocalTrainingJob], None] | None = None
@@ -80,7 +89,8 @@ class LocalTrainingJob:
     name: str
     arn: str
     request: dict[str, Any]
-    container: Container
+    container: Container  # the first host's (algo-1): its log, its checkpoint directory
+    hosts: list[Container] = field(default_factory=list)  # every host's, the first one first
     creation_time: dt.datetime = field(default_factory=now)
     status: str = "InProgress"
     secondary_status: str = "Starting"
@@ -92,7 +102,9 @@ class LocalTrainingJob:
     model_artifacts: str | None = None
     final_metrics: list[dict[str, Any]] = field(default_factory=list)
     exit_code: int | None = None
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[bytes] | None = None  # the first host's
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    failed_host: str | None = None
     stop_requested: str | None = None  # the secondary status the stop ends in
     rules: RuleEvaluation | None = None
     started_monotonic: float | None = None
@@ -101,6 +113,10 @@ class LocalTrainingJob:
     ended_monotonic: float | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
     done: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        if not self.hosts:
+            self.hosts = [self.container]
 
     @property
     def log_path(self) -> Path:
@@ -147,8 +163,10 @@ class LocalTrainingJob:
         self.stopping_monotonic = time.monotonic()
         self.kill_at_monotonic = self.stopping_monotonic + grace_seconds
         self.set_secondary("Stopping", message, status="Stopping")
-        if signal_to_send is not None and self.process is not None and self.process.poll() is None:
-            _signal_group(self.process, signal_to_send)
+        if signal_to_send is not None:
+            for process in self.processes:
+                if process.poll() is None:
+                    _signal_group(process, signal_to_send)
 
     # ---------------------------------------------------------------- the life, on its own thread
     def run(self, host: JobHost) -> None:
@@ -187,9 +205,11 @@ class LocalTrainingJob:
         refusal = host.admission(self.request) if host.admission else None
         if refusal:
             raise ContainerError(refusal)
-        self.container.lay_out()
+        for container in self.hosts:
+            container.lay_out()
         self.set_secondary("Downloading", "Downloading input data")
-        self.container.provision(host.s3)
+        for container in self.hosts:
+            container.provision(host.s3)
         if self.request.get("DebugRuleConfigurations"):
             if host.rule_evaluator is None:
                 self.rules = UnavailableRuleEvaluation(self.container, "no out-of-job rule evaluator is installed")
@@ -201,32 +221,49 @@ class LocalTrainingJob:
         with self.lock:
             if self.stop_requested is not None:
                 return
-            self.process = self.container.start(
-                host.python, job_name=self.name, job_arn=self.arn, extra_env=host.extra_env
-            )
+            self.processes = [
+                container.start(host.python, job_name=self.name, job_arn=self.arn, extra_env=host.extra_env)
+                for container in self.hosts
+            ]
+            self.process = self.processes[0]
             self.started_monotonic = time.monotonic()
             self.training_start_time = now()
             self.set_secondary("Training", "Training image download completed. Training in progress.")
-        self._supervise(max_runtime, host.stop_grace_seconds)
+        self._supervise(max_runtime, host.stop_grace_seconds, host.host_failure_grace_seconds)
 
-    def _supervise(self, max_runtime: float, stop_grace_seconds: float) -> None:
-        assert self.process is not None
+    def _supervise(self, max_runtime: float, stop_grace_seconds: float, host_failure_grace: float) -> None:
+        assert self.processes
         killed_at: float | None = None
+        first_failure_at: float | None = None
         while True:
-            try:
-                self.exit_code = self.process.wait(timeout=0.2)
+            codes = [process.poll() for process in self.processes]
+            if all(code is not None for code in codes):
+                failed = [(i, code) for i, code in enumerate(codes) if code != 0]
+                if self.failed_host is None and failed:
+                    self.failed_host = self.hosts[failed[0][0]].host
+                    self.exit_code = failed[0][1]
+                elif self.failed_host is None:
+                    self.exit_code = 0
                 break
-            except subprocess.TimeoutExpired:
-                pass
+            if first_failure_at is None and any(code not in (None, 0) for code in codes):
+                # The first host whose script failed fails the job; the others are torn down.
+                index = next(i for i, code in enumerate(codes) if code not in (None, 0))
+                self.failed_host, self.exit_code = self.hosts[index].host, codes[index]
+                first_failure_at = time.monotonic()
+            time.sleep(0.2)
             elapsed = self.seconds
             with self.lock:
                 if self.stop_requested is None and elapsed > max_runtime:
                     self.request_stop("MaxRuntimeExceeded", "Training job reached MaxRuntimeInSeconds",
                                       grace_seconds=stop_grace_seconds)
                 kill_at = self.kill_at_monotonic
+            if first_failure_at is not None:
+                torn_down = first_failure_at + host_failure_grace
+                kill_at = torn_down if kill_at is None else min(kill_at, torn_down)
             grace_over = kill_at is not None and time.monotonic() >= kill_at
             if grace_over and killed_at is None:
-                _signal_group(self.process, signal.SIGKILL)
+                for process in self.processes:
+                    _signal_group(process, signal.SIGKILL)
                 killed_at = time.monotonic()
         self.ended_monotonic = time.monotonic()
         self.training_end_time = now()
@@ -235,7 +272,8 @@ class LocalTrainingJob:
         if self.status in TERMINAL_STATUSES:
             return
         self.set_secondary("Uploading", "Uploading generated training model")
-        self.container.sync_checkpoints()
+        for container in self.hosts:
+            container.sync_checkpoints()
         self.model_artifacts = self.container.upload_outputs(host.s3, self.name)
         self.final_metrics = self._final_metrics()
         with self.lock:
@@ -250,7 +288,8 @@ class LocalTrainingJob:
             elif self.exit_code == 0:
                 self.set_secondary("Completed", "Training job completed", status="Completed")
             else:
-                self.fail(self.container.failure_reason(self.exit_code))
+                failing = next((c for c in self.hosts if c.host == self.failed_host), self.container)
+                self.fail(failing.failure_reason(self.exit_code))
 
     def _final_metrics(self) -> list[dict[str, Any]]:
         """The last value of each MetricDefinitions regex in the job's log, as SageMaker reports them."""
