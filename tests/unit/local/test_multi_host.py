@@ -15,8 +15,11 @@ import pytest
 
 from stabilizer.local.sagemaker import LocalSageMaker
 from stabilizer.sourcedir import source_archive
+from tests.helpers import MODEL_DIR, ROOT
 from tests.unit.local.support import BUCKET, FIXTURES, aws_env_fixture, s3_fixture  # noqa: F401 fixtures
 from tests.unit.local.test_sagemaker_emulator import request, wait_for
+
+DDP_FIXTURE = ROOT / "tests" / "fixtures" / "ddp"  # a DDP loop whose rank --bad-rank reports a NaN loss
 
 
 @pytest.fixture
@@ -88,3 +91,29 @@ def test_a_stop_reaches_every_host(sagemaker, hosts_source):
     described = wait_for(client, "job-stop", {"Completed", "Failed", "Stopped"}, timeout=30)
     assert described["TrainingJobStatus"] == "Stopped"
     assert [process.returncode for process in job.processes] == [-9, -9]
+
+
+@pytest.mark.slow  # four ranks of torch on two hosts: about 30 s on a loaded 2-core machine
+def test_a_rule_firing_on_host_2_rank_1_stops_every_rank_of_both_hosts_at_that_step(tmp_path, s3):
+    s3.put_object(Bucket=BUCKET, Key="data/train/x.npy", Body=b"x")
+    s3.put_object(Bucket=BUCKET, Key="source/ddp.tar.gz", Body=source_archive(DDP_FIXTURE))
+    staged = {"train": f"s3://{BUCKET}/data/train/", "source": f"s3://{BUCKET}/source/ddp.tar.gz",
+              "output": f"s3://{BUCKET}/output/", "checkpoints": f"s3://{BUCKET}/executions/e1/attempt-1/checkpoints"}
+    emulator = LocalSageMaker(tmp_path / "jobs", s3, stop_grace_seconds=1, extra_env={"PYTHONPATH": str(MODEL_DIR)})
+    with emulator.installed():
+        client = boto3.client("sagemaker", region_name="us-east-1")
+        # Global rank 3 is host algo-2's second rank; its loss goes NaN at step 5.
+        client.create_training_job(**on_hosts(staged, "job-rank3", 2, **{
+            "bad-rank": "3", "bad-step": "5", "steps": "20", "sagemaker_torch_distributed_enabled": "true",
+            "sagemaker_mpi_num_of_processes_per_host": "2"}))
+        described = wait_for(client, "job-rank3", {"Completed", "Failed", "Stopped"}, timeout=180)
+    assert described["TrainingJobStatus"] == "Failed"
+    assert "RuleStop: ExplodingTensor at step 5" in described["FailureReason"]
+    logs = {c.host: c.log_path.read_text() for c in emulator.jobs["job-rank3"].hosts}
+    stopped = [re.findall(r"sentinel stopped the job at step (\d+)", text) for text in logs.values()]
+    assert [sorted(steps) for steps in stopped] == [["5", "5"], ["5", "5"]], logs  # four ranks, one step
+    taken = [int(step) for text in logs.values() for step in re.findall(r"rank=\d step=(\d+)", text)]
+    assert max(taken) == 4  # no rank took the stopped step
+    body = s3.get_object(Bucket=BUCKET, Key="executions/e1/attempt-1/checkpoints/findings.json")["Body"].read()
+    (finding,) = json.loads(body)["findings"]  # one file, written by rank 0 on algo-1
+    assert (finding["rank"], finding["step"]) == (3, 5)
