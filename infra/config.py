@@ -77,7 +77,7 @@ class DeploymentConfig:
     # Days of Lambda, state machine logs kept.
     log_retention_days: int = 30
     # Buckets besides the stack's that jobs may read channels from (read only); a channel in any
-    # other bucket is refused at ValidateInput (lambdas/workflow/access.py).
+    # other bucket is refused at ValidateInput (lambdas/stabilizer_workflow/access.py).
     data_buckets: tuple[str, ...] = ()
 
     @property

@@ -1,10 +1,12 @@
 """Build the Lambda code asset without Docker: the handlers plus wheels for the Lambda platform.
 
 The deployed functions run python3.13 on x86_64 with the Powertools layer. The asset holds the
-`lambdas/` sources plus every third-party package the handlers import that neither the runtime
-(boto3 and its dependencies) nor the layer (Powertools) supplies. Those packages come from the
-`lambda` extra of pyproject.toml, pinned to the versions installed here so that the deployed code
-runs with the versions the tests ran with, and are installed by pip as wheels for the target
+`lambdas/` sources (the `stabilizer_workflow` package), the `stabilizer_contract` package copied
+from `model/` (the one part of the job side the workflow imports), and every third-party package
+the handlers import that neither the runtime (boto3 and its dependencies) nor the layer
+(Powertools) supplies. Those packages come from the `lambda` extra of pyproject.toml, pinned to the
+versions installed here so that the deployed code runs with the versions the tests ran with, and
+are installed by pip as wheels for the target
 platform (`--platform`, `--python-version`, `--only-binary=:all:`), never compiled for this
 machine's interpreter.
 
@@ -205,24 +207,33 @@ class BuiltAsset:
     key: str
 
 
+# Packages of the job side that the workflow imports, copied into the asset under their own name.
+CONTRACT_PACKAGES = (REPO_ROOT / "model" / "stabilizer_contract",)
+
+
 def build_lambda_asset(
     source_dir: Path = REPO_ROOT / "lambdas",
     target: LambdaTarget = DEPLOYED_TARGET,
     cache_root: Path | None = None,
     requirements: list[str] | None = None,
+    packages: tuple[Path, ...] = CONTRACT_PACKAGES,
 ) -> BuiltAsset:
     """The Lambda asset directory: dependencies for `target` with the handler sources on top."""
-    if not source_dir.is_dir():
-        raise FileNotFoundError(f"the Lambda source directory {source_dir} does not exist")
+    for directory in (source_dir, *packages):
+        if not directory.is_dir():
+            raise FileNotFoundError(f"the Lambda source directory {directory} does not exist")
     cache_root = cache_root or default_cache_root()
     requirements = asset_requirements() if requirements is None else requirements
     deps = build_dependencies(requirements, target, cache_root)
-    key = _digest(deps.name, _source_digest(source_dir))
+    key = _digest(deps.name, _source_digest(source_dir), *(f"{p.name}:{_source_digest(p)}" for p in packages))
 
     def build(tmp: Path) -> None:
         shutil.copytree(deps, tmp, dirs_exist_ok=True)
-        for path in _source_files(source_dir):
-            destination = tmp / path.relative_to(source_dir)
+        sources = [(path, path.relative_to(source_dir)) for path in _source_files(source_dir)]
+        for package in packages:
+            sources += [(path, package.name / path.relative_to(package)) for path in _source_files(package)]
+        for path, relative in sources:
+            destination = tmp / relative
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, destination)
 

@@ -115,22 +115,24 @@ class Storage(Construct):
         return f"s3://{self.bucket.bucket_name}/{prefix}{ARCHIVE_NAME}"
 
     def _library(self, model_dir: Path) -> str:
-        """`model/rule_engine` under `library/<hash>/rule_engine/`: every job's `stabilizer` channel.
+        """The in-job library (`stabilizer_sentinel`, `stabilizer_contract`) under `library/<hash>/`.
+
+        That prefix is every job's `stabilizer` channel.
 
         Users' jobs import it from there (docs/contracts.md, sections 8 and 9) without vendoring it;
         the key carries the content hash and old copies stay, as for the source archive.
         """
         from infra.lambda_asset import default_cache_root
-        from infra.training_source import stage_source_archive
+        from infra.training_source import stage_library, stage_source_archive
 
         digest = stage_source_archive(model_dir, default_cache_root()).name.removeprefix("sourcedir-")
         prefix = f"library/{digest}/"
         s3deploy.BucketDeployment(
             self,
             "SentinelLibrary",
-            sources=[s3deploy.Source.asset(str(model_dir / "rule_engine"), exclude=["__pycache__", "*.pyc"])],
+            sources=[s3deploy.Source.asset(str(stage_library(model_dir, default_cache_root())))],
             destination_bucket=self.bucket,
-            destination_key_prefix=f"{prefix}rule_engine/",
+            destination_key_prefix=prefix,
             retain_on_delete=True,
             prune=False,
         )

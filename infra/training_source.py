@@ -1,7 +1,7 @@
 """Package `model/` as `sourcedir.tar.gz`, the SageMaker script-mode source archive.
 
 What goes in, and how (reproducible bytes: sorted entries, fixed owner and time), is
-`stabilizer.sourcedir`'s, the one packer of every job's source; an unchanged `model/` gives the
+`stabilizer.client.sourcedir`'s, the one packer of every job's source; an unchanged `model/` gives the
 same bytes and CDK does not upload it again. It is written to a staging directory that holds
 nothing else; the stack deploys that directory to `source/` in the project bucket. This module
 must not import the training code.
@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from pathlib import Path
 
-from stabilizer.sourcedir import ARCHIVE_NAME, source_archive
+from stabilizer.client.sourcedir import ARCHIVE_NAME, source_archive
+from stabilizer.local.staging import library_files
 
-__all__ = ["ARCHIVE_NAME", "archive_bytes", "stage_source_archive"]
+__all__ = ["ARCHIVE_NAME", "archive_bytes", "stage_library", "stage_source_archive"]
 
 
 def archive_bytes(model_dir: Path) -> bytes:
@@ -35,4 +37,25 @@ def stage_source_archive(model_dir: Path, cache_root: Path) -> Path:
         tmp = stage / f".{ARCHIVE_NAME}.{os.getpid()}"
         tmp.write_bytes(data)
         tmp.replace(archive)
+    return stage
+
+
+def stage_library(model_dir: Path, cache_root: Path) -> Path:
+    """A directory holding only the in-job library's packages of `model_dir`, cached by content."""
+    files = library_files(model_dir)
+    digest = hashlib.sha256()
+    for relative in files:
+        content = hashlib.sha256((model_dir / relative).read_bytes()).digest()
+        digest.update(relative.as_posix().encode() + b"\0" + content)
+    stage = cache_root / f"library-{digest.hexdigest()[:20]}"
+    if not stage.is_dir():
+        tmp = cache_root / f".{stage.name}.{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        for relative in files:
+            (tmp / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(model_dir / relative, tmp / relative)
+        try:
+            tmp.rename(stage)
+        except OSError:  # another process published the same content first
+            shutil.rmtree(tmp, ignore_errors=True)
     return stage

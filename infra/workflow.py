@@ -41,9 +41,9 @@ from infra.training_runtime import TrainingRuntime
 # start) peaks at 68 MiB (VmHWM). 256 MB is almost four times that, room for the work (a state
 # payload, one findings file), and gives twice the CPU share of 128 MB, which shortens cold starts.
 LAMBDA_MEMORY_MB = 256
-# One AWS call may take workflow.aws.worst_case_call_seconds() (52 s) with botocore's retries and
+# One AWS call may take stabilizer_workflow.aws.worst_case_call_seconds() (52 s) with botocore's retries and
 # timeouts; the handlers start no call that could not finish before this timeout
-# (workflow.aws.invocation_deadline), so a slow call ends as TransientAwsError, which the state
+# (stabilizer_workflow.aws.invocation_deadline), so a slow call ends as TransientAwsError, which the state
 # machine retries, and never as a Lambda timeout (Lambda.Unknown). tests/infra checks the sum.
 LAMBDA_TIMEOUT_SECONDS = 120
 
@@ -67,16 +67,16 @@ class Workflow(Construct):
         self.runtime = runtime
         powertools = self._powertools_layer()
         self.train_function = self._function(
-            "TrainFunction", "train_handler.lambda_handler", lambda_asset, powertools,
+            "TrainFunction", "stabilizer_workflow.handlers.train.lambda_handler", lambda_asset, powertools,
             "Prepares the execution's state and launches each training job.", self._train_environment(),
         )
         self.monitor_function = self._function(
-            "MonitorFunction", "monitor_handler.lambda_handler", lambda_asset, powertools,
+            "MonitorFunction", "stabilizer_workflow.handlers.monitor.lambda_handler", lambda_asset, powertools,
             "Checks a training job and its rule findings, decides the next step, stops jobs.",
             self._common_environment(),
         )
         self.watch_function = self._function(
-            "WatchFunction", "watch_handler.lambda_handler", lambda_asset, powertools,
+            "WatchFunction", "stabilizer_workflow.handlers.watch.lambda_handler", lambda_asset, powertools,
             "Wakes the execution when its training job ends; cleans up after executions that end abnormally.",
             self._common_environment(),
         )

@@ -12,7 +12,7 @@ arguments (or `SM_HPS`), channels from `SM_CHANNEL_TRAIN` / `SM_CHANNEL_TEST`, t
     python train.py --dry-run          # a few steps on tiny data, for tests
     python train.py --help             # every hyperparameter, with its default
 
-It is an ordinary user of the sentinel library (``rule_engine``, the plain-loop level): the three
+It is an ordinary user of the sentinel library (``stabilizer_sentinel``, the plain-loop level): the three
 lines marked ``# sentinel`` below, plus two optional calls a plain loop may leave out (the test
 loss for the ``Overfit`` rule, and closing with the job's status). The library reads its
 configuration from the job's ``sagemaker_stabilizer`` hyperparameter (the workflow sends it there
@@ -37,16 +37,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import rule_engine as sentinel  # sentinel
 import torch
 import torch.nn.functional as F  # noqa: N812
+
+import stabilizer_sentinel as sentinel  # sentinel
 from data import read_channel
 from resnet import ResNet
-from rule_engine.capture import CaptureConfigError, parse_capture
-from rule_engine.checkpoints import checkpoint_name, checkpoints_in, newest_checkpoint
-from rule_engine.job_config import StabilizerConfigError, load_config
-from rule_engine.rules import RuleConfigError, parse_rule_list
-from rule_engine.sentinel import EXIT_RULE_STOP
+from stabilizer_sentinel.capture import CaptureConfigError, parse_capture
+from stabilizer_sentinel.checkpoints import checkpoint_name, checkpoints_in, newest_checkpoint
+from stabilizer_sentinel.job_config import StabilizerConfigError, load_config
+from stabilizer_sentinel.rules import RuleConfigError, parse_rule_list
+from stabilizer_sentinel.sentinel import EXIT_RULE_STOP
 
 SENTINEL_STOP_EXIT_CODE = EXIT_RULE_STOP  # docs/contracts.md: the sentinel stopped the job because a rule fired
 CHECKPOINTS_KEPT = 2

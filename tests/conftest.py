@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import JobDirs
+from tests.helpers import JobDirs, model_module
 
 
 @pytest.fixture(scope="session")
 def digits_channels(tmp_path_factory) -> dict[str, Path]:
     """scikit-learn's digits as train/test channels, written once per test session."""
-    from data import prepare_digits
+    _data = model_module("data")
+    prepare_digits = _data.prepare_digits
 
     return prepare_digits(tmp_path_factory.mktemp("digits"))
 

@@ -70,3 +70,38 @@ def step_lines(stdout: str) -> list[dict[str, str]]:
         if line.startswith("step="):
             rows.append(dict(part.split("=", 1) for part in line.split()))
     return rows
+
+
+def model_module(name: str):
+    """``model/<name>.py`` loaded from its file (``model/`` is a source directory, not a package).
+
+    ``data`` and ``resnet`` import no sibling and load as stabilizer's benchmarks load them;
+    ``train`` imports both as siblings (``from data import read_channel``), so they stand under
+    those names only while it loads.
+    """
+    import importlib.util
+
+    from stabilizer.local.reference_source import reference_module
+
+    if name != "train":
+        return reference_module(name, MODEL_DIR)
+    key = "stabilizer_reference_source_train"
+    if key not in sys.modules:
+        siblings = {sibling: reference_module(sibling, MODEL_DIR) for sibling in ("data", "resnet")}
+        saved = {sibling: sys.modules.get(sibling) for sibling in siblings}
+        sys.modules.update(siblings)
+        try:
+            spec = importlib.util.spec_from_file_location(key, TRAIN_SCRIPT)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[key] = module
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(key, None)
+            raise
+        finally:
+            for sibling, before in saved.items():
+                if before is None:
+                    sys.modules.pop(sibling, None)
+                else:
+                    sys.modules[sibling] = before
+    return sys.modules[key]

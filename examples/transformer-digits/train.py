@@ -19,9 +19,10 @@ import os
 from pathlib import Path
 
 import numpy as np
-import rule_engine as sentinel  # stabilizer
 import torch
 from torch import nn
+
+import stabilizer_sentinel as sentinel  # stabilizer
 
 
 class RowTransformer(nn.Module):

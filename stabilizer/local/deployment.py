@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stabilizer.parts import project_root
-
 if TYPE_CHECKING:
     from stabilizer.local.access_check import AccessChecker
     from stabilizer.local.lambda_seam import LocalLambdas
@@ -32,6 +30,11 @@ ACCOUNT = "123456789012"
 # Strict mode: every call of the stack's principals judged by the synthesized IAM, denied ones
 # refused as AWS would (`stabilizer run --local --strict`, or this variable set to 1).
 STRICT_VARIABLE = "STABILIZER_STRICT"
+
+
+def project_root() -> Path:
+    """The checkout stabilizer runs from: its state machine, Lambda asset and training source."""
+    return Path(__file__).resolve().parents[2]
 
 
 def strict_from_environment() -> bool:

@@ -23,7 +23,9 @@ the handlers, exactly as in the cloud.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
+import importlib.util
 import io
 import json
 import logging
@@ -34,9 +36,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 from unittest import mock
 
+from stabilizer.client.mailbox import Mailbox
+from stabilizer.client.sourcedir import mark_run_directory, source_archive
 from stabilizer.local.access_check import AccessChecker, acting_as, state_machine_clients, tag_client
 from stabilizer.local.deployment import (
     ACCOUNT,
@@ -55,10 +60,7 @@ from stabilizer.local.rule_jobs import rule_evaluator_factory
 from stabilizer.local.sagemaker import LocalSageMaker
 from stabilizer.local.staging import StagingError, stage, upload_library
 from stabilizer.local.training_job import LOCAL_INTERRUPT_GRACE_SECONDS, LocalTrainingJob
-from stabilizer.mailbox import Mailbox
-from stabilizer.parts import used
-from stabilizer.records import RunRecord
-from stabilizer.sourcedir import mark_run_directory, source_archive
+from stabilizer.reports.records import RunRecord
 
 
 class LocalEngine:
@@ -212,18 +214,12 @@ class LocalEngine:
         self._mailbox = Mailbox(sqs, self._queue_url)
 
     def _register_handlers(self) -> None:
-        lambdas_dir = str(self.project.lambdas)
-        self._stack.enter_context(used(self.project.lambdas))
-        for function, module_name in (
-            (self.settings.train_function, "train_handler"),
-            (self.settings.monitor_function, "monitor_handler"),
-            (self.settings.watch_function, "watch_handler"),
+        for function, name in (
+            (self.settings.train_function, "train"),
+            (self.settings.monitor_function, "monitor"),
+            (self.settings.watch_function, "watch"),
         ):
-            _forget_modules_from_elsewhere(module_name, self.project.lambdas)
-            module = importlib.import_module(module_name)
-            module_file = Path(module.__file__ or "").resolve()
-            if self.project.lambdas.resolve() not in module_file.parents:
-                raise EngineError(f"{module_name} was imported from {module_file}, not {lambdas_dir}")
+            module = _handler_module(self.project.lambdas, name)
             self.lambdas.register(function, self._quiet(module.lambda_handler, self.settings.principal_of(function)))
         self._route_handler_logs()
 
@@ -360,19 +356,28 @@ def _all_loggers() -> Iterator[logging.Logger]:
             yield logger
 
 
-def _forget_modules_from_elsewhere(module_name: str, directory: Path) -> None:
-    """Drop an earlier import of ``module_name`` (and its siblings) made from another asset root."""
-    loaded = sys.modules.get(module_name)
-    loaded_file = getattr(loaded, "__file__", None)
-    if loaded is None or loaded_file is None:
-        return
-    other_root = Path(loaded_file).resolve().parent
-    if other_root == directory.resolve():
-        return
-    for name, module in list(sys.modules.items()):
-        file = getattr(module, "__file__", None)
-        if file and other_root in Path(file).resolve().parents:
-            del sys.modules[name]
+def _handler_module(lambdas: Path, name: str) -> ModuleType:
+    """The handler ``stabilizer_workflow.handlers.<name>`` of the project whose asset root is ``lambdas``.
+
+    The project's own asset is the installed ``stabilizer_workflow``: its handler is imported by its
+    name, as Lambda imports it. Another project's (a test's stand-in asset) is loaded from its file
+    under a name of its own, so neither replaces the other in ``sys.modules``.
+    """
+    path = (lambdas / "stabilizer_workflow" / "handlers" / f"{name}.py").resolve()
+    if not path.is_file():
+        raise EngineError(f"the Lambda asset {lambdas} has no handler stabilizer_workflow/handlers/{name}.py")
+    module_name = f"stabilizer_workflow.handlers.{name}"
+    installed = importlib.util.find_spec(module_name)
+    if installed is not None and installed.origin and Path(installed.origin).resolve() == path:
+        return importlib.import_module(module_name)
+    key = f"_stabilizer_asset_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[key] = module
+    return sys.modules[key]
 
 
 @contextlib.contextmanager

@@ -3,7 +3,7 @@
 When a job asks for Debugger built-in rules (``DebugRuleConfigurations``), SageMaker runs one
 rule-evaluation processing job per rule beside the training job and reports
 ``DebugRuleEvaluationStatuses``. Locally, each rule is one process of the rule engine's evaluator
-(``python -m rule_engine.evaluator``, from the job's own source directory) following the tensor
+(``python -m stabilizer_sentinel.evaluator``, from the job's own source directory) following the tensor
 store the job writes. This module starts and stops those processes and translates their status
 files into the shapes DescribeTrainingJob reports (every rule ``Error``, with the reason, where no
 evaluator can run); it must not evaluate rules itself.
@@ -177,7 +177,7 @@ class ProcessRuleEvaluation:
                 [
                     python,
                     "-m",
-                    "rule_engine.evaluator",
+                    "stabilizer_sentinel.evaluator",
                     "--tensors",
                     str(tensors),
                     "--rules",
@@ -250,8 +250,8 @@ def rule_evaluator_factory(*, python: str, region: str, account: str) -> RuleEva
     """Start evaluators for a job, or report every rule as Error when its source has no evaluator."""
 
     def start(training_job: str, container: Container) -> RuleEvaluation:
-        if not (container.opt_ml("code") / "rule_engine" / "evaluator.py").is_file():
-            return UnavailableRuleEvaluation(container, "the source directory has no rule_engine/evaluator.py")
+        if not (container.opt_ml("code") / "stabilizer_sentinel" / "evaluator.py").is_file():
+            return UnavailableRuleEvaluation(container, "the source directory has no stabilizer_sentinel/evaluator.py")
         return ProcessRuleEvaluation(training_job, container, python=python, region=region, account=account)
 
     return start

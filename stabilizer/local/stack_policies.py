@@ -8,7 +8,7 @@ region and account. An intrinsic this module cannot resolve becomes `unresolved:
 string no request's resource matches, so an unknown name can only deny, never allow.
 
 The principals are found by what they run, not by logical ids: the function whose handler is
-`train_handler.lambda_handler` is `TrainFunction`, the state machine's role is `StateMachine`,
+`stabilizer_workflow.handlers.train.lambda_handler` is `TrainFunction`, the state machine's role is `StateMachine`,
 the role SageMaker assumes is `SageMakerExecutionRole`.
 
 It reads a template; it synthesizes nothing (tests/infra/synth.py and `synthesized_policies`
@@ -26,9 +26,9 @@ TRAIN, MONITOR, WATCH = "TrainFunction", "MonitorFunction", "WatchFunction"
 STATE_MACHINE, EXECUTION_ROLE = "StateMachine", "SageMakerExecutionRole"
 PRINCIPALS = (TRAIN, MONITOR, WATCH, STATE_MACHINE, EXECUTION_ROLE)
 HANDLERS = {
-    "train_handler.lambda_handler": TRAIN,
-    "monitor_handler.lambda_handler": MONITOR,
-    "watch_handler.lambda_handler": WATCH,
+    "stabilizer_workflow.handlers.train.lambda_handler": TRAIN,
+    "stabilizer_workflow.handlers.monitor.lambda_handler": MONITOR,
+    "stabilizer_workflow.handlers.watch.lambda_handler": WATCH,
 }
 
 
@@ -193,28 +193,41 @@ def managed_policy_arns(template: dict[str, Any]) -> dict[str, list[Any]]:
     }
 
 
+# Run from the checkout's root (`python -c` imports from the working directory): the template as JSON.
+_SYNTH = """
+import json, shutil, sys, tempfile
+import aws_cdk as cdk
+from aws_cdk.assertions import Template
+from app import build_app
+outdir = tempfile.mkdtemp(prefix="stabilizer-synth-")
+try:
+    _, stack = build_app(cdk.App(context=json.loads(sys.argv[1]), outdir=outdir))
+    print(json.dumps(Template.from_stack(stack).to_json()))
+finally:
+    shutil.rmtree(outdir, ignore_errors=True)
+"""
+
+
 def synthesized_policies(names: DeploymentNames, **context: Any) -> dict[str, PrincipalPolicies]:
-    """Synthesize the CDK app (seconds; needs the `infra` extra and Node.js) and resolve its policies."""
-    import shutil
-    import tempfile
-    from pathlib import Path
+    """Synthesize the CDK app (seconds; needs the `infra` extra and Node.js) and resolve its policies.
 
-    from stabilizer.parts import project_root, used
+    The app (`app.py`, `infra/`) belongs to the checkout, not to an installed package: it is run
+    from the checkout's root in its own interpreter, which prints the template.
+    """
+    import json
+    import subprocess
+    import sys
 
-    try:
-        import aws_cdk as cdk
-        from aws_cdk.assertions import Template
+    from stabilizer.local.deployment import project_root
 
-        with used(project_root()):
-            from app import build_app
-    except ImportError as error:
-        raise TemplateError(
-            f"synthesizing the stack needs the CDK app and its packages ({error}); install the `dev` extra"
-        ) from None
-    outdir = Path(tempfile.mkdtemp(prefix="stabilizer-synth-"))
-    try:
-        _, stack = build_app(cdk.App(context=context, outdir=str(outdir)))
-        template = Template.from_stack(stack).to_json()
-    finally:
-        shutil.rmtree(outdir, ignore_errors=True)
+    root = project_root()
+    if not (root / "app.py").is_file():
+        raise TemplateError(f"synthesizing the stack needs the CDK app (app.py), which {root} does not hold")
+    result = subprocess.run(
+        [sys.executable, "-c", _SYNTH, json.dumps(context)], cwd=root, capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no message"])[-1]
+        raise TemplateError(f"synthesizing the stack failed ({last}); install the `dev` extra")
+    template = json.loads(result.stdout)
     return principal_policies(template, names)

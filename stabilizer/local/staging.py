@@ -6,7 +6,7 @@ are relative to the input file) and checks them before anything starts (the sour
 entry point is in it, every channel exists, the source packs to an archive within the limit);
 `stage()` then uploads the packed source and the channels to the local S3, so the state machine,
 the Lambdas and the training-job emulator see exactly what they would see on AWS. What a source
-directory packs to is `stabilizer.sourcedir`'s to say (the SageMaker SDK's whole `source_dir`, less
+directory packs to is `stabilizer.client.sourcedir`'s to say (the SageMaker SDK's whole `source_dir`, less
 run directories, `.git`, virtual environments, caches and what `.stabilizerignore` names).
 
 It knows paths and S3 keys, nothing about the workflow's decisions.
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stabilizer import sourcedir
-from stabilizer.sourcedir import Packed, SourceError, pack, plan_source, size_text
+from stabilizer.client import sourcedir
+from stabilizer.client.sourcedir import Packed, SourceError, pack, plan_source, size_text
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 
@@ -153,23 +153,31 @@ def stage(execution_input: dict[str, Any], s3: Any, bucket: str, prefix: str,
     return result
 
 
-LIBRARY_PACKAGE = "rule_engine"
+# The in-job library and the contract it imports: what every job's `stabilizer` channel holds.
+LIBRARY_PACKAGES = ("stabilizer_sentinel", "stabilizer_contract")
+
+
+def library_files(model_dir: Path) -> list[Path]:
+    """The files of `LIBRARY_PACKAGES` under `model_dir`, caches left out, relative to `model_dir`."""
+    files = []
+    for name in LIBRARY_PACKAGES:
+        package = Path(model_dir) / name
+        if not package.is_dir():
+            raise StagingError(f"no library to deliver: {package} is not a directory")
+        for path in sorted(package.rglob("*")):
+            relative = path.relative_to(model_dir)
+            if path.is_file() and "__pycache__" not in relative.parts and path.suffix != ".pyc":
+                files.append(relative)
+    return files
 
 
 def upload_library(s3: Any, model_dir: Path, bucket: str, prefix: str) -> int:
-    """Upload the in-job library (`model/rule_engine`) as `prefix/rule_engine/...`, as the stack deploys it.
+    """Upload the in-job library (`LIBRARY_PACKAGES` of `model/`) under `prefix`, as the stack deploys it.
 
     The training job receives that prefix as its `stabilizer` channel, with PYTHONPATH pointing at
-    it (docs/contracts.md, section 8). Caches are left out.
+    it (docs/contracts.md, section 8).
     """
-    package = Path(model_dir) / LIBRARY_PACKAGE
-    if not package.is_dir():
-        raise StagingError(f"no library to deliver: {package} is not a directory")
-    count = 0
-    for path in sorted(package.rglob("*")):
-        relative = path.relative_to(model_dir)
-        if not path.is_file() or "__pycache__" in relative.parts or path.suffix == ".pyc":
-            continue
-        s3.upload_file(str(path), bucket, f"{prefix.rstrip('/')}/{relative.as_posix()}")
-        count += 1
-    return count
+    files = library_files(model_dir)
+    for relative in files:
+        s3.upload_file(str(Path(model_dir) / relative), bucket, f"{prefix.rstrip('/')}/{relative.as_posix()}")
+    return len(files)

@@ -15,12 +15,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from workflow import launch as launching
-from workflow import monitor
-from workflow.observation import FindingsDocument, Observation, observe
-from workflow.settings import TrainSettings
-from workflow.state import WorkflowState, dump_state, load_state
 
+from stabilizer_workflow import launch as launching
+from stabilizer_workflow import monitor
+from stabilizer_workflow.observation import FindingsDocument, Observation, observe
+from stabilizer_workflow.settings import TrainSettings
+from stabilizer_workflow.state import WorkflowState, dump_state, load_state
 from tests.asl.harness import computed, ok
 from tests.asl.test_paths import LAUNCHED, PREPARED
 

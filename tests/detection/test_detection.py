@@ -18,9 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from data import read_channel, write_channel
 
-from tests.helpers import JobDirs, run_train, step_lines
+from tests.helpers import JobDirs, model_module, run_train, step_lines
+
+_data = model_module("data")
+read_channel, write_channel = _data.read_channel, _data.write_channel
 
 pytestmark = pytest.mark.slow
 

@@ -17,10 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-from data import read_channel
 
 from tests.detection.test_detection import SMALL, derived_channel, findings
-from tests.helpers import MODEL_DIR, TRAIN_SCRIPT, JobDirs, run_train
+from tests.helpers import MODEL_DIR, TRAIN_SCRIPT, JobDirs, model_module, run_train
+
+_data = model_module("data")
+read_channel = _data.read_channel
 
 pytestmark = pytest.mark.slow
 
@@ -125,7 +127,7 @@ def test_a_job_that_stops_making_progress_is_flagged_by_stalled_training_rule(tm
         # Followed from its third saved step on, as Debugger's rule container joins a running job.
         wait_for_steps(tensors, 3)
         evaluator = subprocess.Popen(
-            [sys.executable, "-m", "rule_engine.evaluator", "--tensors", str(tensors), "--rules",
+            [sys.executable, "-m", "stabilizer_sentinel.evaluator", "--tensors", str(tensors), "--rules",
              json.dumps([{"name": "StalledTrainingRule", "parameters": {"threshold": "20"}}]),
              "--status-file", str(status), "--poll-seconds", "0.2"],
             cwd=MODEL_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stabilizer.cli import EXIT_SUCCEEDED, main
+from stabilizer.cli.commands import EXIT_SUCCEEDED, main
 from tests.e2e.test_local_mode import SMALL_RUN, small_digits  # noqa: F401 - small_digits is a fixture
 
 pytestmark = pytest.mark.slow

@@ -1,5 +1,5 @@
 """A slice of the calibration corpus, end to end in local mode through the benchmark's own code
-path (`stabilizer.bench_corpus.execute`), each run judged against its manifest: no false positive,
+path (`stabilizer.bench.calibration.execute`), each run judged against its manifest: no false positive,
 no false negative, no misdiagnosis, and an outcome the manifest allows.
 
 The slice: a healthy character RNN that clips its gradients, and a regression with gradient
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from stabilizer import bench_corpus
-from stabilizer.corpus import load, select
+from stabilizer.bench import calibration as bench_corpus
+from stabilizer.bench.corpus import load, select
 
 pytestmark = pytest.mark.slow
 SLICE = ["rnn-lr0.5-clip1", "accum-lr1.5"]

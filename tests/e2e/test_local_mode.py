@@ -25,7 +25,7 @@ import pytest
 
 from stabilizer.local.deployment import Project
 from stabilizer.local.engine import LocalEngine
-from stabilizer.records import RunRecord
+from stabilizer.reports.records import RunRecord
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,7 +175,7 @@ def test_ctrl_c_stops_the_running_job_and_keeps_its_checkpoint(small_digits: Pat
 
 
 def test_notebook_client_follows_an_execution_and_opens_its_tensors(small_digits: Path, tmp_path: Path):
-    from stabilizer.client import LocalClient
+    from stabilizer.client.clients import LocalClient
 
     with LocalClient.open(tmp_path / "nb", data_dir=small_digits) as client:
         arn = client.start({**SMALL_RUN, "policy": "default"}, name="e2e-notebook")

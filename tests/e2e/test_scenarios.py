@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from stabilizer import bench
-from stabilizer.scenarios import by_name
+from stabilizer.bench import remediation as bench
+from stabilizer.bench.scenarios import by_name
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ import pytest
 
 from stabilizer.local.deployment import Project
 from stabilizer.local.engine import LocalEngine
-from stabilizer.records import RunRecord
+from stabilizer.reports.records import RunRecord
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ def test_user_job_explodes_and_recovers_through_its_learning_rate_knob(
     assert json.loads(hps["sagemaker_stabilizer"])["knobs"] == {"learning_rate": "lr"}
     assert {c["ChannelName"] for c in request["InputDataConfig"]} == {"points", "stabilizer"}
     assert request["Environment"]["PYTHONPATH"] == (
-        "/opt/ml/input/data/stabilizer:/opt/ml/input/data/stabilizer/rule_engine/autostart"
+        "/opt/ml/input/data/stabilizer:/opt/ml/input/data/stabilizer/stabilizer_sentinel/autostart"
     )
     # The script itself saw the configuration and stopped or finished as the state says.
     assert 'knobs declared: {"learning_rate": "lr"}' in logs[0]

@@ -60,7 +60,7 @@ def cloud() -> Iterator[dict[str, Any]]:
     with mock.patch.dict(os.environ, env), mock_aws():
         s3 = boto3.client("s3", region_name=REGION)
         s3.create_bucket(Bucket=BUCKET)
-        for key in ("data/train/x.npy", "data/test/x.npy", "library/rule_engine/__init__.py",
+        for key in ("data/train/x.npy", "data/test/x.npy", "library/stabilizer_sentinel/__init__.py",
                     "mydata/train/x.npy", RESUME_FROM.split("/", 3)[3]):
             s3.put_object(Bucket=BUCKET, Key=key, Body=b"x")
         s3.put_object(Bucket=BUCKET, Key="source/jobs/mine/sourcedir.tar.gz", Body=_archive("fit.py"))
@@ -83,16 +83,16 @@ def _archive(*names: str) -> bytes:
 
 
 def _train_settings(**env: str):
-    from workflow.settings import TrainSettings
+    from stabilizer_workflow.settings import TrainSettings
 
     return TrainSettings.from_env({**SETTINGS.lambda_environment(), "AWS_REGION": REGION, **env})
 
 
 def _launch_twice(cloud: dict[str, Any], policies, raw_input: dict[str, Any]) -> AccessChecker:
     """Prepare, launch attempt 1, then relaunch resuming from attempt 1's checkpoint, as the train role."""
-    import train_handler
-    from workflow.aws import Artifacts, Notifier, TrainingJobs
-    from workflow.sources import SourceArchives
+    from stabilizer_workflow.aws import Artifacts, Notifier, TrainingJobs
+    from stabilizer_workflow.handlers import train as train_handler
+    from stabilizer_workflow.sources import SourceArchives
 
     settings = _train_settings()
     tools = {
@@ -161,8 +161,8 @@ def test_a_channel_at_another_prefix_of_the_stack_bucket_is_listed_and_read(clou
 
 
 def _refusal(raw_input: dict[str, Any], **env: str) -> str:
-    import train_handler
-    from workflow.errors import InvalidInput
+    from stabilizer_workflow.errors import InvalidInput
+    from stabilizer_workflow.handlers import train as train_handler
 
     with pytest.raises(InvalidInput) as caught:
         train_handler.handle({"action": "prepare", "input": raw_input, "execution": EXECUTION},
@@ -201,16 +201,16 @@ def test_a_bucket_granted_by_data_buckets_is_readable_and_accepted():
     assert not evaluate(role, IamRequest("s3:PutObject", "arn:aws:s3:::shared-datasets/train/x.npy")).allowed
     environment = next(r["Properties"]["Environment"]["Variables"] for r in raw["Resources"].values()
                        if r["Type"] == "AWS::Lambda::Function"
-                       and r["Properties"].get("Handler") == "train_handler.lambda_handler")
+                       and r["Properties"].get("Handler") == "stabilizer_workflow.handlers.train.lambda_handler")
     assert environment["DATA_BUCKETS"] == "shared-datasets"
-    from workflow.access import channel_problems
+    from stabilizer_workflow.access import channel_problems
 
     granted = _train_settings(DATA_BUCKETS="shared-datasets")
     assert channel_problems({"train": "s3://shared-datasets/train/"}, granted) == []
 
 
 def test_an_image_the_execution_role_cannot_pull_is_refused_naming_job_image(policies):
-    from workflow.access import image_problem, repository_of
+    from stabilizer_workflow.access import image_problem, repository_of
 
     settings = _train_settings()
     role = policies[EXECUTION_ROLE].documents
@@ -231,15 +231,15 @@ def test_an_image_the_execution_role_cannot_pull_is_refused_naming_job_image(pol
 
 
 def test_the_profiler_output_path_is_writable_by_the_execution_role():
-    from workflow.requests import build_create_training_job
-    from workflow.state import WorkflowState
+    from stabilizer_workflow.requests import build_create_training_job
+    from stabilizer_workflow.state import WorkflowState
 
     _, raw = synth(debugger_rules_enabled="true")
     role = principal_policies(raw, NAMES)[EXECUTION_ROLE]
     settings = _train_settings(DEBUGGER_RULES_ENABLED="true",
                                DEBUGGER_RULE_IMAGE="503895931360.dkr.ecr.us-east-1.amazonaws.com/"
                                                    "sagemaker-debugger-rules:latest")
-    import train_handler
+    from stabilizer_workflow.handlers import train as train_handler
 
     prepared = train_handler.handle(
         {"action": "prepare", "execution": EXECUTION,

@@ -11,6 +11,7 @@ asset that is deployed is checked for the 3.13 build of every compiled module.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from infra.stack import LAMBDA_MEMORY_MB
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LAMBDAS = REPO_ROOT / "lambdas"
-HANDLERS = ("train_handler", "monitor_handler", "watch_handler")
+HANDLERS = tuple(f"stabilizer_workflow.handlers.{name}" for name in ("train", "monitor", "watch"))
 LOCAL = LambdaTarget(python_version=f"{sys.version_info.major}.{sys.version_info.minor}")
 RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "six.py", "urllib3")
 
@@ -98,7 +99,6 @@ def _load_in_lambda_layout(tmp_path: Path, code: str) -> dict:
     layer = build_dependencies(layer_requirements(), LOCAL)
     script = (
         "import json, sys\n"
-        f"sys.path[:0] = {[str(asset), str(layer), str(_runtime_dir(tmp_path))]!r}\n"
         f"{code}\n"
         # VmHWM is this process image's peak RSS; ru_maxrss would include the forking parent's.
         "hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
@@ -118,14 +118,16 @@ def _load_in_lambda_layout(tmp_path: Path, code: str) -> dict:
         "JOB_NAME_PREFIX": "stabilizer", "DEFAULT_INSTANCE_TYPE": "ml.m5.xlarge",
         "DEBUGGER_RULES_ENABLED": "false", "POWERTOOLS_SERVICE_NAME": "stabilizer",
         "POWERTOOLS_TRACE_DISABLED": "true",
+        # Lambda's order: the asset (/var/task), the layer (/opt/python), the runtime's boto3.
+        "PYTHONPATH": os.pathsep.join([str(asset), str(layer), str(_runtime_dir(tmp_path))]),
     }
     # As on a cold start: nothing byte-compiled (the asset and the layer ship no .pyc), and -B
-    # so that nothing is written into the shared cache. -I: no user site, no PYTHON* variables;
-    # -S: no site-packages at all, only the stdlib.
+    # so that nothing is written into the shared cache. -s: no user site; -S: no site-packages at
+    # all, only the stdlib after the PYTHONPATH above (the environment holds no other PYTHON* variable).
     for directory in (asset, layer):
         for cache in directory.rglob("__pycache__"):
             shutil.rmtree(cache)
-    result = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", script], env=environment,
+    result = subprocess.run([sys.executable, "-s", "-S", "-B", "-c", script], env=environment,
                             capture_output=True, text=True, check=False, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -157,9 +159,10 @@ def test_asset_holds_no_sagemaker_sdk_and_picks_images_without_it(deployed_asset
     top_level = {p.name.lower() for p in deployed_asset.iterdir()}
     assert not {name for name in top_level if name.startswith(("sagemaker", "smdebug"))}, top_level
     code = (
-        "import json, train_handler, monitor_handler\n"
-        "from workflow.images import training_image_for\n"
-        "from workflow.settings import TrainSettings\n"
+        "import json\n"
+        "from stabilizer_workflow.handlers import monitor, train\n"
+        "from stabilizer_workflow.images import training_image_for\n"
+        "from stabilizer_workflow.settings import TrainSettings\n"
         "import os\n"
         "settings = TrainSettings.from_env(os.environ)\n"
         "assert training_image_for('ml.g5.xlarge', {'framework': 'pytorch', 'version': '2.8'}, settings)"
@@ -168,9 +171,11 @@ def test_asset_holds_no_sagemaker_sdk_and_picks_images_without_it(deployed_asset
     )
     report = _load_in_lambda_layout(tmp_path, code)
     assert not [name for name in report["modules"] if name.split(".")[0].startswith(("sagemaker", "smdebug"))]
-def test_asset_carries_the_rule_engines_catalogue_as_a_file(deployed_asset):
-    # ValidateInput checks rule lists with the engine's own catalogue; lambdas/ links to it.
-    copied = deployed_asset / "workflow" / "rule_catalogue.py"
-    assert copied.is_file() and not copied.is_symlink()
-    assert copied.read_bytes() == (REPO_ROOT / "model" / "rule_engine" / "catalogue.py").read_bytes()
-    assert "import numpy" not in copied.read_text() and "import torch" not in copied.read_text()
+def test_asset_carries_the_contract_package_as_files(deployed_asset):
+    # ValidateInput checks rule lists with the job's own catalogue: the asset build copies the package.
+    contract = REPO_ROOT / "model" / "stabilizer_contract"
+    for source in contract.glob("*.py"):
+        copied = deployed_asset / "stabilizer_contract" / source.name
+        assert copied.is_file() and not copied.is_symlink()
+        assert copied.read_bytes() == source.read_bytes()
+        assert "import numpy" not in copied.read_text() and "import torch" not in copied.read_text()

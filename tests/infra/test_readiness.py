@@ -62,7 +62,7 @@ def test_a_redeploy_keeps_the_source_archive_and_library_running_jobs_use(defaul
     [source] = [p for p in prefixes if p.startswith("source/")]
     [library] = [p for p in prefixes if p.startswith("library/")]
     assert re.fullmatch(r"source/[0-9a-f]{20}/", source)
-    assert re.fullmatch(r"library/[0-9a-f]{20}/rule_engine/", library)
+    assert re.fullmatch(r"library/[0-9a-f]{20}/", library)
 
 
 def test_execution_role_deletes_only_checkpoints(default_synth):
@@ -92,7 +92,7 @@ def test_debugger_rules_get_their_output_and_their_images():
 
 
 def test_one_aws_call_fits_the_function_timeout_with_room(default_synth):
-    from workflow.aws import (
+    from stabilizer_workflow.aws import (
         CONNECT_TIMEOUT_SECONDS,
         DEADLINE_SAFETY_SECONDS,
         MAX_ATTEMPTS,

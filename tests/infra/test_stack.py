@@ -277,8 +277,7 @@ def test_functions_runtime_layer_memory_tracing_and_logs(default_synth):
     functions = {k: r["Properties"] for k, r in _resources(raw, "AWS::Lambda::Function").items()
                  if any(f"{n}Function" in k for n in ("Train", "Monitor", "Watch"))}
     handlers = sorted(p["Handler"] for p in functions.values())
-    assert handlers == ["monitor_handler.lambda_handler", "train_handler.lambda_handler",
-                        "watch_handler.lambda_handler"]
+    assert handlers == [f"stabilizer_workflow.handlers.{name}.lambda_handler" for name in ("monitor", "train", "watch")]
     [parameter] = [k for k in raw["Parameters"] if k.startswith("SsmParameterValueawsservicepowertools")]
     layer = raw["Parameters"][parameter]["Default"]
     # Pinned (not latest) to a release whose python3.13 x86_64 parameter was published (#7689).
@@ -290,7 +289,7 @@ def test_functions_runtime_layer_memory_tracing_and_logs(default_synth):
         assert 30 <= properties["Timeout"] <= 900
         assert properties["TracingConfig"] == {"Mode": "Active"}
         assert properties["Layers"] == [{"Ref": parameter}]
-        kind = properties["Handler"].split("_")[0]
+        kind = properties["Handler"].split(".")[2]
         assert set(properties["Environment"]["Variables"]) == CONTRACT_ENVIRONMENT[kind]
         assert "LoggingConfig" in properties
     template.has_resource_properties("AWS::Logs::LogGroup", {"RetentionInDays": 30})
@@ -303,7 +302,7 @@ def test_environment_bakes_in_deployment_values(default_synth):
     assert env["BUCKET"] == {"Ref": bucket}
     assert env["JOB_NAME_PREFIX"] == PREFIX
     # What CDK bakes in must be what the Lambdas accept, or every execution fails at its first step.
-    from workflow.settings import MonitorSettings, TrainSettings
+    from stabilizer_workflow.settings import MonitorSettings, TrainSettings
 
     stand_ins = {"BUCKET": "stabilizer-bucket", "TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:topic",
                  "SAGEMAKER_ROLE_ARN": "arn:aws:iam::123456789012:role/sagemaker-execution",

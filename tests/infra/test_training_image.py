@@ -76,8 +76,8 @@ def test_training_images_are_the_sdks_in_every_region_it_knows(default_synth):
 
 
 def test_a_framework_version_resolves_in_the_lambda_to_the_sdks_image(default_synth):
-    from workflow.images import training_image_for
-    from workflow.settings import TrainSettings
+    from stabilizer_workflow.images import training_image_for
+    from stabilizer_workflow.settings import TrainSettings
 
     _, raw = default_synth
     env = _train_environment(raw)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from stabilizer import attempts, executions
-from stabilizer.client import ExecutionView
+from stabilizer.client.clients import ExecutionView
+from stabilizer.reports import attempts, executions
 
 EXPLODED = {
     "number": 1,

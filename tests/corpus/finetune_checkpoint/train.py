@@ -8,10 +8,11 @@ import argparse
 import os
 from pathlib import Path
 
-import rule_engine as sentinel
 import torch
 from sklearn.datasets import load_digits
 from torch import nn
+
+import stabilizer_sentinel as sentinel
 
 
 def body() -> nn.Module:

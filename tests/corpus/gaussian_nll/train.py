@@ -6,9 +6,10 @@ trained on the Gaussian negative log-likelihood, which goes below zero once the 
 
 import argparse
 
-import rule_engine as sentinel
 import torch
 from torch import nn
+
+import stabilizer_sentinel as sentinel
 
 
 class MeanVariance(nn.Module):

@@ -6,10 +6,11 @@ several micro-batches before each optimizer step.
 
 import argparse
 
-import rule_engine as sentinel
 import torch
 from sklearn.datasets import load_diabetes
 from torch import nn
+
+import stabilizer_sentinel as sentinel
 
 
 def main() -> None:

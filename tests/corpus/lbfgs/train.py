@@ -6,8 +6,9 @@ search by default, the step length set by --lr).
 
 import argparse
 
-import rule_engine as sentinel
 import torch
+
+import stabilizer_sentinel as sentinel
 
 
 def main() -> None:

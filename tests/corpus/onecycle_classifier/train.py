@@ -5,10 +5,11 @@
 
 import argparse
 
-import rule_engine as sentinel
 import torch
 from sklearn.datasets import load_digits
 from torch import nn
+
+import stabilizer_sentinel as sentinel
 
 
 def main() -> None:

@@ -7,9 +7,10 @@ gradient-norm clipping (`--clip`, 0 turns it off), truncated back-propagation th
 import argparse
 import random
 
-import rule_engine as sentinel
 import torch
 from torch import nn
+
+import stabilizer_sentinel as sentinel
 
 SUBJECTS = ["the cat", "a dog", "my friend", "the old man", "she", "we"]
 VERBS = ["sees", "likes", "finds", "walks past", "calls"]

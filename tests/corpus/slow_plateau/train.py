@@ -6,9 +6,10 @@ flattens out at the noise floor.
 
 import argparse
 
-import rule_engine as sentinel
 import torch
 from sklearn.datasets import make_regression
+
+import stabilizer_sentinel as sentinel
 
 
 def main() -> None:

@@ -25,8 +25,9 @@ from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from stabilizer import channels, executions, tensors
-from stabilizer.client import AwsClient
+from stabilizer.client import channels
+from stabilizer.client.clients import AwsClient
+from stabilizer.reports import executions, tensors
 
 REGION = "us-east-1"
 BUCKET = "stabilizer-bucket"
@@ -284,7 +285,7 @@ LAYERS = ("stem.weight", "blocks.0.conv1.weight", "head.weight")
 
 def write_store(directory: Path) -> dict[int, dict[str, np.ndarray]]:
     """A store as a job writes it: loss and gradients at steps 0..2, non-finite from the middle layer at 2."""
-    from rule_engine.store import StepRecord, StoreWriter
+    from stabilizer_sentinel.store import StepRecord, StoreWriter
 
     rng = np.random.default_rng(0)
     writer = StoreWriter(directory)

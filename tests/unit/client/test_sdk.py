@@ -1,5 +1,5 @@
 """A SageMaker Python SDK job definition, as a notebook user writes it, becomes the execution input's
-`job` (stabilizer.sdk), and the client starts an execution of it: locally as it is, on AWS with its
+`job` (stabilizer.client.sdk), and the client starts an execution of it: locally as it is, on AWS with its
 local source and data uploaded to the stack's bucket. No AWS call is made: every test runs inside
 moto, with a SageMaker session built on it."""
 
@@ -18,7 +18,7 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from stabilizer.sdk import SdkJobError, execution_input_for, job_from_sdk
+from stabilizer.client.sdk import SdkJobError, execution_input_for, job_from_sdk
 from tests.unit.client.test_aws_client import ARN, BUCKET, MACHINE, REGION, WHEN, stack_outputs_client
 
 os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
@@ -223,7 +223,7 @@ def test_the_execution_input_keeps_its_other_sections(session, source):
 
 
 def test_the_converted_job_is_a_valid_execution_input(session, source, points):
-    job_model = pytest.importorskip("workflow.job", reason="the execution input's job model")
+    job_model = pytest.importorskip("stabilizer_workflow.job", reason="the execution input's job model")
     for definition in (pytorch_estimator(session, source), model_trainer(session, source, points)):
         job = job_from_sdk(definition, knobs=KNOBS, loss_metric="train:loss")
         assert job_model.Job.model_validate(job).knobs.learning_rate.hyperparameter == "lr"
@@ -231,7 +231,7 @@ def test_the_converted_job_is_a_valid_execution_input(session, source, points):
 
 # ------------------------------------------------------------------------------------ the clients
 def test_the_aws_client_uploads_the_source_and_data_and_starts_the_job(session, source, points):
-    from stabilizer.client import AwsClient
+    from stabilizer.client.clients import AwsClient
 
     client = AwsClient("Stabilizer", region_name=REGION, cloudformation=stack_outputs_client())
     sent: list[dict[str, Any]] = []
@@ -260,7 +260,7 @@ def test_the_aws_client_uploads_the_source_and_data_and_starts_the_job(session, 
 
 
 def test_the_local_client_hands_the_job_to_the_engine_as_it_is(session, source, points):
-    from stabilizer.client import LocalClient
+    from stabilizer.client.clients import LocalClient
 
     class Engine:
         """Stands in for LocalEngine at the one call under test: what input the execution gets."""
@@ -299,8 +299,8 @@ def test_the_local_client_hands_the_job_to_the_engine_as_it_is(session, source, 
 
 
 def test_the_aws_upload_carries_what_the_sdk_would_less_runs_git_and_environments(session, source):
-    from stabilizer.sdk import upload_local_files
-    from stabilizer.sourcedir import mark_run_directory
+    from stabilizer.client.sdk import upload_local_files
+    from stabilizer.client.sourcedir import mark_run_directory
 
     for name, content in {"data/corpus.txt": "words\n", "tests/test_fit.py": "", ".git/HEAD": "ref: main\n",
                           "env/pyvenv.cfg": "home = /usr/bin\n", "runs/old/ckpt.pt": "0" * 1000}.items():
@@ -319,8 +319,8 @@ def test_the_aws_upload_carries_what_the_sdk_would_less_runs_git_and_environment
 
 
 def test_the_aws_upload_refuses_a_source_over_the_limit_before_uploading_anything(session, source, monkeypatch):
-    from stabilizer import sourcedir
-    from stabilizer.sdk import upload_local_files
+    from stabilizer.client import sourcedir
+    from stabilizer.client.sdk import upload_local_files
 
     monkeypatch.setattr(sourcedir, "MAX_ARCHIVE_BYTES", 4096)
     (source / "data").mkdir()

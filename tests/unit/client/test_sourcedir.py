@@ -1,4 +1,4 @@
-"""What a job's source directory packs to (stabilizer.sourcedir): everything the SageMaker SDK would
+"""What a job's source directory packs to (stabilizer.client.sourcedir): everything the SageMaker SDK would
 upload, less runs, `.git`, virtual environments, caches and what `.stabilizerignore` names; read as
 git reads the same patterns; reproducible; refused over the limit."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from stabilizer import sourcedir
-from stabilizer.sourcedir import (
+from stabilizer.client import sourcedir
+from stabilizer.client.sourcedir import (
     IGNORE_FILE,
     SourceTooLargeError,
     mark_run_directory,
@@ -124,7 +124,7 @@ def test_the_same_content_packs_to_the_same_bytes(tmp_path: Path):
 
 
 def test_the_limit_is_the_size_the_train_lambda_reads_at_validate_input():
-    from workflow.sources import MAX_ARCHIVE_BYTES
+    from stabilizer_workflow.sources import MAX_ARCHIVE_BYTES
 
     assert sourcedir.MAX_ARCHIVE_BYTES == MAX_ARCHIVE_BYTES == 64 * 1024 * 1024
 

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workflow import launch as launching
-from workflow import monitor
-from workflow.observation import FindingsDocument, Observation, observe
-from workflow.settings import TrainSettings
-from workflow.state import WorkflowState
+
+from stabilizer_workflow import launch as launching
+from stabilizer_workflow import monitor
+from stabilizer_workflow.observation import FindingsDocument, Observation, observe
+from stabilizer_workflow.settings import TrainSettings
+from stabilizer_workflow.state import WorkflowState
 
 PROCESSING_ARN = "arn:aws:sagemaker:us-east-1:123456789012:processing-job"
 EVENTS = Path(__file__).resolve().parents[2] / "events"

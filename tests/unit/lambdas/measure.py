@@ -1,6 +1,6 @@
 """Figures for the Lambda asset, printed, never asserted (timings do not belong in unit tests).
 
-    python tests/unit/lambdas/measure.py            # from the repository root
+    python -m tests.unit.lambdas.measure            # from the repository root
 
 1. Serialised size of a state payload holding 30 fully recorded attempts (each with a finding and
    a decision), against the 64 KiB budget and the 256 KiB Step Functions limit.
@@ -22,12 +22,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-sys.path[:0] = [str(ROOT / "lambdas"), str(Path(__file__).resolve().parent)]
+from stabilizer_workflow.settings import TrainSettings
+from stabilizer_workflow.state import dump_state
+from tests.unit.lambdas.conftest import ENV, state_with_exploded_attempts
 
-from conftest import ENV, state_with_exploded_attempts  # noqa: E402
-from workflow.settings import TrainSettings  # noqa: E402
-from workflow.state import dump_state  # noqa: E402
+ROOT = Path(__file__).resolve().parents[3]
 
 RUNS = 7
 
@@ -45,11 +44,11 @@ def cold_imports(tracing: bool = False) -> None:
     env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1"}
     if tracing:
         env["LAMBDA_TASK_ROOT"] = "/var/task"  # as in Lambda: Powertools traces, the X-Ray SDK is imported
-    for handler in ("train_handler", "monitor_handler"):
+    for handler in ("stabilizer_workflow.handlers.train", "stabilizer_workflow.handlers.monitor"):
         code = (
             "import time; t = time.perf_counter(); c = time.process_time(); "
             f"import {handler}; w, i = time.perf_counter() - t, time.process_time() - c; "
-            "from workflow.aws import get_sagemaker; get_sagemaker(); "
+            "from stabilizer_workflow.aws import get_sagemaker; get_sagemaker(); "
             "print(w, i, time.process_time() - c - i)"
         )
         walls, cpus, clients = [], [], []

@@ -7,15 +7,16 @@ import ast
 import sys
 from pathlib import Path
 
-ASSET = Path(__file__).resolve().parents[3] / "lambdas"
+ROOT = Path(__file__).resolve().parents[3]
+# What the asset build copies: lambdas/ and the contract package of model/.
+ASSET_SOURCES = (ROOT / "lambdas", ROOT / "model")
 ALLOWED = {
     "boto3",
     "botocore",
     "aws_lambda_powertools",
     "pydantic",
-    "workflow",
-    "train_handler",
-    "monitor_handler",
+    "stabilizer_workflow",
+    "stabilizer_contract",
 }
 
 
@@ -30,16 +31,20 @@ def _imported_roots(path: Path) -> set[str]:
 
 
 def test_asset_imports_only_the_standard_library_boto3_powertools_and_pydantic():
-    files = sorted(ASSET.rglob("*.py"))
-    assert {f.name for f in files} >= {"train_handler.py", "monitor_handler.py", "state.py", "policy.py"}
+    lambdas, model = ASSET_SOURCES
+    files = sorted([*lambdas.rglob("*.py"), *(model / "stabilizer_contract").rglob("*.py")])
+    names = {f.relative_to(lambdas if lambdas in f.parents else model).as_posix() for f in files}
+    assert names >= {"stabilizer_workflow/handlers/train.py", "stabilizer_workflow/handlers/monitor.py",
+                     "stabilizer_workflow/state.py", "stabilizer_workflow/policy.py",
+                     "stabilizer_contract/catalogue.py"}
     for path in files:
         foreign = _imported_roots(path) - ALLOWED - set(sys.stdlib_module_names) - {"__future__"}
-        assert not foreign, f"{path.relative_to(ASSET)} imports {sorted(foreign)}"
+        assert not foreign, f"{path.relative_to(ROOT)} imports {sorted(foreign)}"
 
 
 def test_handlers_expose_lambda_handler():
-    import monitor_handler
-    import train_handler
+    from stabilizer_workflow.handlers import monitor as monitor_handler
+    from stabilizer_workflow.handlers import train as train_handler
 
     assert callable(train_handler.lambda_handler)
     assert callable(monitor_handler.lambda_handler)

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import boto3
 import pytest
-import train_handler
 from botocore.stub import Stubber
 from conftest import ENV, EXECUTION, T0
 from moto import mock_aws
-from workflow import aws
-from workflow.errors import TrainingDataMissing
-from workflow.launch import prepare
-from workflow.settings import TrainSettings
-from workflow.state import dump_state
+
+from stabilizer_workflow import aws
+from stabilizer_workflow.errors import TrainingDataMissing
+from stabilizer_workflow.handlers import train as train_handler
+from stabilizer_workflow.launch import prepare
+from stabilizer_workflow.settings import TrainSettings
+from stabilizer_workflow.state import dump_state
 
 
 @pytest.fixture

@@ -10,14 +10,13 @@ from datetime import timedelta
 from typing import Any
 
 import boto3
-import monitor_handler
 import pytest
-import train_handler
 from botocore.stub import Stubber
 from conftest import ENV, RULE_STOP, T0, describe, launched, load_event, summary
 from moto import mock_aws
-from workflow import aws, requests
-from workflow.errors import (
+
+from stabilizer_workflow import aws, requests
+from stabilizer_workflow.errors import (
     AccessDenied,
     AwsRequestRejected,
     CapacityUnavailable,
@@ -27,8 +26,10 @@ from workflow.errors import (
     StateCorrupted,
     TransientAwsError,
 )
-from workflow.settings import MonitorSettings
-from workflow.state import dump_state, load_state
+from stabilizer_workflow.handlers import monitor as monitor_handler
+from stabilizer_workflow.handlers import train as train_handler
+from stabilizer_workflow.settings import MonitorSettings
+from stabilizer_workflow.state import dump_state, load_state
 
 REGION = "us-east-1"
 

@@ -1,4 +1,4 @@
-"""The training image follows the instance type, per request (workflow.images)."""
+"""The training image follows the instance type, per request (stabilizer_workflow.images)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import json
 
 import pytest
 from conftest import ENV
-from workflow.errors import InvalidInput
-from workflow.images import image_accelerator, image_cuda_major, instance_accelerator, training_image_for
-from workflow.settings import TrainSettings
+
+from stabilizer_workflow.errors import InvalidInput
+from stabilizer_workflow.images import image_accelerator, image_cuda_major, instance_accelerator, training_image_for
+from stabilizer_workflow.settings import TrainSettings
 
 REGISTRY = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training"
 CPU = f"{REGISTRY}:2.8.0-cpu-py312"

@@ -13,15 +13,16 @@ import pytest
 from conftest import ENV, EXECUTION, T0, describe, sentinel_findings
 from moto import mock_aws
 from test_requests import assert_valid
-from workflow import launch as launching
-from workflow import monitor, policy, requests
-from workflow.errors import InvalidInput, MisconfiguredEnvironment
-from workflow.images import check_image_fits_instance, image_accelerator
-from workflow.observation import observe
-from workflow.rule_catalogue import CATALOGUE
-from workflow.settings import TrainSettings
-from workflow.sources import SourceArchives
-from workflow.state import Finding, parse_execution_input
+
+from stabilizer_contract.catalogue import CATALOGUE
+from stabilizer_workflow import launch as launching
+from stabilizer_workflow import monitor, policy, requests
+from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment
+from stabilizer_workflow.images import check_image_fits_instance, image_accelerator
+from stabilizer_workflow.observation import observe
+from stabilizer_workflow.settings import TrainSettings
+from stabilizer_workflow.sources import SourceArchives
+from stabilizer_workflow.state import Finding, parse_execution_input
 
 CPU_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-cpu-py311-ubuntu22.04-sagemaker"
 GPU_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-sagemaker"
@@ -282,7 +283,7 @@ def test_the_request_launches_the_users_job_with_the_library(job_settings):
         "stabilizer": "s3://stabilizer-bucket/library/",
     }
     assert request["Environment"]["PYTHONPATH"] == (
-        "/opt/ml/input/data/stabilizer:/opt/ml/input/data/stabilizer/rule_engine/autostart"
+        "/opt/ml/input/data/stabilizer:/opt/ml/input/data/stabilizer/stabilizer_sentinel/autostart"
     )
     assert request["AlgorithmSpecification"]["TrainingImage"] == GPU_IMAGE
     assert request["AlgorithmSpecification"]["MetricDefinitions"] == [{"Name": "train:loss", "Regex": r"mse=(\S+)"}]

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-import train_handler
 from conftest import load_event
-from workflow.errors import InvalidInput
-from workflow.migration import SAMPLE_FIELDS
-from workflow.state import load_state, parse_execution_input
 
+from stabilizer_workflow.errors import InvalidInput
+from stabilizer_workflow.handlers import train as train_handler
+from stabilizer_workflow.migration import SAMPLE_FIELDS
+from stabilizer_workflow.state import load_state, parse_execution_input
 from tests.helpers import SAMPLE_DEPLOYMENT_FIELDS, SAMPLE_INPUT
 
 

@@ -6,9 +6,10 @@ from datetime import timedelta
 
 import pytest
 from conftest import RULE_STOP, T0, describe, launched, observation, sentinel_findings, watched_findings
-from workflow import monitor
-from workflow.errors import StateCorrupted
-from workflow.observation import FindingsDocument, observe
+
+from stabilizer_workflow import monitor
+from stabilizer_workflow.errors import StateCorrupted
+from stabilizer_workflow.observation import FindingsDocument, observe
 
 LATER = T0 + timedelta(minutes=5)
 COUNTERS = (

@@ -7,9 +7,10 @@ from datetime import timedelta
 
 import pytest
 from conftest import RULE_STOP, T0, launched, observation, sentinel_findings, watched_findings
-from workflow import launch as launching
-from workflow import monitor, notifications
-from workflow.notifications import SUBJECT_MAX, clean_subject
+
+from stabilizer_workflow import launch as launching
+from stabilizer_workflow import monitor, notifications
+from stabilizer_workflow.notifications import SUBJECT_MAX, clean_subject
 
 
 def _relaunch_note(settings):

@@ -10,16 +10,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import monitor_handler
-import train_handler
-from workflow import observability
+from stabilizer_workflow import observability
+from stabilizer_workflow.handlers import monitor as monitor_handler
+from stabilizer_workflow.handlers import train as train_handler
 
 LAMBDAS = Path(__file__).resolve().parents[3] / "lambdas"
 
 PROBE = """
 import json, sys
-import train_handler, monitor_handler
-from workflow import observability
+from stabilizer_workflow.handlers import monitor as monitor_handler
+from stabilizer_workflow.handlers import train as train_handler
+from stabilizer_workflow import observability
 print(json.dumps({
     "xray_imported": "aws_xray_sdk.core" in sys.modules,
     "boto3_imported": "boto3" in sys.modules,

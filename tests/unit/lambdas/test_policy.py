@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 from conftest import launched, simulate
-from workflow import policy
-from workflow.state import Finding, Watched, WorkflowState, recipe_key
+
+from stabilizer_workflow import policy
+from stabilizer_workflow.state import Finding, Watched, WorkflowState, recipe_key
 
 
 def written(*steps: int) -> dict[int, str]:

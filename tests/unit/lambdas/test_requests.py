@@ -10,10 +10,11 @@ import botocore.session
 import pytest
 from botocore.validate import ParamValidator
 from conftest import ENV, EXECUTION, launched, new_state
-from workflow import launch as launching
-from workflow import reference, requests
-from workflow.errors import MisconfiguredEnvironment
-from workflow.settings import TrainSettings
+
+from stabilizer_workflow import launch as launching
+from stabilizer_workflow import reference, requests
+from stabilizer_workflow.errors import MisconfiguredEnvironment
+from stabilizer_workflow.settings import TrainSettings
 
 MODEL = botocore.session.get_session().get_service_model("sagemaker")
 CREATE = MODEL.operation_model("CreateTrainingJob")
@@ -238,7 +239,7 @@ def test_rule_image_missing_with_debugger_enabled_is_a_clear_configuration_error
 
 
 def test_rule_parameters_longer_than_256_characters_never_reach_a_request(settings):
-    from workflow.errors import InvalidInput
+    from stabilizer_workflow.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="at most 256"):
         new_state(

@@ -5,11 +5,12 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from rule_engine import catalogue as engine_catalogue
-from rule_engine.rules import RULES, parse_rule_list, rule_parameters
-from workflow import rule_catalogue
-from workflow.errors import InvalidInput
-from workflow.state import parse_execution_input
+
+from stabilizer_contract import catalogue as engine_catalogue
+from stabilizer_contract import catalogue as rule_catalogue
+from stabilizer_sentinel.rules import RULES, parse_rule_list, rule_parameters
+from stabilizer_workflow.errors import InvalidInput
+from stabilizer_workflow.state import parse_execution_input
 
 
 def rules_input(*rules: dict) -> dict:

@@ -9,11 +9,12 @@ import botocore.session
 import pytest
 from botocore.stub import Stubber
 from conftest import ENV, EXECUTION
-from workflow import aws, service_limits
-from workflow.errors import InvalidInput, TransientAwsError
-from workflow.launch import prepare
-from workflow.requests import build_create_training_job
-from workflow.settings import TrainSettings
+
+from stabilizer_workflow import aws, service_limits
+from stabilizer_workflow.errors import InvalidInput, TransientAwsError
+from stabilizer_workflow.launch import prepare
+from stabilizer_workflow.requests import build_create_training_job
+from stabilizer_workflow.settings import TrainSettings
 
 
 def test_limits_are_sagemakers_own():
@@ -56,7 +57,7 @@ def test_an_execution_name_sagemaker_cannot_tag_is_refused_before_launch(setting
 
 def test_a_hyperparameter_over_2500_characters_is_refused_naming_its_field(settings):
     # Valid rules (each passes the catalogue) and collections that together outgrow one value.
-    from workflow.rule_catalogue import CATALOGUE
+    from stabilizer_contract.catalogue import CATALOGUE
 
     names = [name for name, entry in CATALOGUE.items()
              if entry.runs_in == "engine" and not entry.one_of and "tensor_regex" in entry.param_index]
@@ -115,7 +116,7 @@ def test_the_worst_case_call_is_the_configured_arithmetic():
 
 
 def test_a_job_hyperparameter_over_2500_characters_is_refused_naming_it():
-    from workflow.state import parse_execution_input
+    from stabilizer_workflow.state import parse_execution_input
 
     job = {"source": "s3://bucket/src/sourcedir.tar.gz", "entry_point": "fit.py",
            "hyperparameters": {"lr": 0.1, "notes": "x" * 2600}}
@@ -126,7 +127,7 @@ def test_a_job_hyperparameter_over_2500_characters_is_refused_naming_it():
 
 
 def test_a_job_hyperparameter_of_exactly_sagemakers_limit_is_accepted_and_one_more_is_not():
-    from workflow.state import parse_execution_input
+    from stabilizer_workflow.state import parse_execution_input
 
     limit = service_limits.HYPERPARAMETER_VALUE_MAX
     job = {"source": "s3://bucket/src/sourcedir.tar.gz", "entry_point": "fit.py"}

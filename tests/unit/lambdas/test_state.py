@@ -6,10 +6,11 @@ import json
 
 import pytest
 from conftest import EXECUTION, new_state, state_with_exploded_attempts
-from workflow import launch as launching
-from workflow import schemas
-from workflow.errors import InvalidInput, StateCorrupted
-from workflow.state import ExecutionInput, RunSpec, dump_state, load_state, parse_execution_input
+
+from stabilizer_workflow import launch as launching
+from stabilizer_workflow import schemas
+from stabilizer_workflow.errors import InvalidInput, StateCorrupted
+from stabilizer_workflow.state import ExecutionInput, RunSpec, dump_state, load_state, parse_execution_input
 
 SCHEMAS = schemas.Path(schemas.__file__).resolve().parents[2] / "schemas"
 
@@ -128,7 +129,7 @@ def test_short_execution_id_differs_for_a_reused_name(settings):
 def test_schema_files_are_up_to_date():
     for name, text in schemas.documents().items():
         assert (SCHEMAS / name).read_text() == text, (
-            f"schemas/{name} is stale: run python lambdas/workflow/schemas.py"
+            f"schemas/{name} is stale: run python -m stabilizer_workflow.schemas"
         )
 
 

@@ -8,9 +8,10 @@ import json
 
 import pytest
 from conftest import T0, new_state
-from workflow import service_limits
-from workflow.errors import InvalidInput
-from workflow.state import Attempt, Decision, Finding, WorkflowState, dump_state, load_state
+
+from stabilizer_workflow import service_limits
+from stabilizer_workflow.errors import InvalidInput
+from stabilizer_workflow.state import Attempt, Decision, Finding, WorkflowState, dump_state, load_state
 
 QUOTA = 256 * 1024
 HUGE = "Traceback (most recent call last): é€𝄞 " * 20_000  # multi-byte text, far over any bound

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 from conftest import ENV, EXECUTION, T0, describe, launched, observation, sentinel_findings, summary, watched_findings
-from workflow import launch as launching
-from workflow import monitor
-from workflow.evidence import UNWATCHED
-from workflow.observation import FindingsDocument, observe
-from workflow.settings import TrainSettings
+
+from stabilizer_workflow import launch as launching
+from stabilizer_workflow import monitor
+from stabilizer_workflow.evidence import UNWATCHED
+from stabilizer_workflow.observation import FindingsDocument, observe
+from stabilizer_workflow.settings import TrainSettings
 
 LATER = T0 + timedelta(minutes=5)
 CHECKPOINTS = [f"executions/run-1/attempt-1/checkpoints/checkpoint-{s:08d}.pt" for s in (10, 20)]

@@ -9,14 +9,15 @@ from typing import Any
 
 import boto3
 import pytest
-import watch_handler
 from botocore.stub import ANY, Stubber
 from conftest import ENV, EVENTS, T0, new_state
 from moto import mock_aws
-from workflow import aws, watch
-from workflow.errors import AccessDenied
-from workflow.settings import WatchSettings
-from workflow.state import dump_state
+
+from stabilizer_workflow import aws, watch
+from stabilizer_workflow.errors import AccessDenied
+from stabilizer_workflow.handlers import watch as watch_handler
+from stabilizer_workflow.settings import WatchSettings
+from stabilizer_workflow.state import dump_state
 
 REGION = "us-east-1"
 BUCKET = ENV["BUCKET"]
@@ -86,7 +87,7 @@ def _launched(settings) -> dict:
 
 
 def _plan(settings):
-    from workflow.launch import launch
+    from stabilizer_workflow.launch import launch
 
     return launch(new_state(settings), settings, T0)
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from rule_engine.job_config import (
+
+from stabilizer_sentinel.job_config import (
     DEFAULT_LOSS_REGEX,
     StabilizerConfigError,
     load_config,
     parse_config,
 )
-
 from tests.helpers import JobDirs, run_train
 
 CONFIG = {"rules": [{"name": "VanishingGradient"}], "action": "notify", "integration": "launcher",
@@ -73,7 +73,7 @@ def test_train_py_takes_its_monitoring_from_the_configuration_before_its_own_hyp
         {"capture": capture})}))
     result = run_train(["--dry-run", "--capture", "{}"], job.env(digits_channels, SM_INPUT_CONFIG_DIR=str(config_dir)))
     assert result.returncode == 0, result.stdout + result.stderr
-    from rule_engine import create_trial
+    from stabilizer_sentinel import create_trial
 
     assert create_trial(job.checkpoints / "tensors").tensor("losses/loss").steps() == [0, 1, 2]
 

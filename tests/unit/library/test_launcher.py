@@ -21,11 +21,11 @@ def first_non_finite_loss(tmp_path) -> int:
 
 
 @pytest.mark.parametrize("loss_source", ["loss module", "log line"])
-def test_python_m_rule_engine_launch_stops_an_unmodified_script(tmp_path, loss_source):
+def test_python_m_stabilizer_sentinel_launch_stops_an_unmodified_script(tmp_path, loss_source):
     expected = first_non_finite_loss(tmp_path)
     job = tmp_path / "job"
     extra = ["--functional-loss", "1"] if loss_source == "log line" else []
-    result = run(["-m", "rule_engine.launch", str(SCRIPT), *DIVERGING, *extra], SCRIPT.parent, job_env(job))
+    result = run(["-m", "stabilizer_sentinel.launch", str(SCRIPT), *DIVERGING, *extra], SCRIPT.parent, job_env(job))
     assert result.returncode == 86, result.stdout + result.stderr
     (finding,) = findings(job)
     # The gradient norm goes non-finite at the step whose loss does: the optimizer pre-hook sees it first.
@@ -40,7 +40,7 @@ def test_python_m_rule_engine_launch_stops_an_unmodified_script(tmp_path, loss_s
 
 
 def test_in_a_job_the_sitecustomize_activates_it_when_the_configuration_says_launcher(tmp_path):
-    autostart = MODEL_DIR / "rule_engine" / "autostart"
+    autostart = MODEL_DIR / "stabilizer_sentinel" / "autostart"
     pythonpath = f"{MODEL_DIR}:{autostart}"
     launcher = job_env(tmp_path / "launcher", {"integration": "launcher"}, PYTHONPATH=pythonpath,
                        SM_USER_ENTRY_POINT=SCRIPT.name)
@@ -56,7 +56,8 @@ def test_in_a_job_the_sitecustomize_activates_it_when_the_configuration_says_lau
 
 def test_a_bad_configuration_fails_the_job_before_the_script_runs_naming_the_field(tmp_path):
     env = job_env(tmp_path, {"integration": "launcher", "action": "halt"},
-                  PYTHONPATH=f"{MODEL_DIR}:{MODEL_DIR / 'rule_engine' / 'autostart'}", SM_USER_ENTRY_POINT=SCRIPT.name)
+                  PYTHONPATH=f"{MODEL_DIR}:{MODEL_DIR / 'stabilizer_sentinel' / 'autostart'}",
+                  SM_USER_ENTRY_POINT=SCRIPT.name)
     result = run([SCRIPT.name, *DIVERGING], SCRIPT.parent, env)
     assert result.returncode == 2
     assert "step=" not in result.stdout
@@ -66,13 +67,13 @@ def test_a_bad_configuration_fails_the_job_before_the_script_runs_naming_the_fie
 def test_the_attempts_table_counts_the_steps_of_a_script_whose_log_says_no_step(tmp_path):
     # A script run through the launcher logs in its own words (here `iter=<n> mse=<loss>`); the
     # launcher's closing line is what the attempts table counts its steps by.
-    from stabilizer.attempts import attempt_rows
-    from stabilizer.records import AttemptRecord, MetricPoint, parse_log_line
+    from stabilizer.reports.attempts import attempt_rows
+    from stabilizer.reports.records import AttemptRecord, MetricPoint, parse_log_line
 
     script = tmp_path / "fit.py"
     script.write_text(SCRIPT.read_text().replace('f"step={step} loss=', 'f"iter={step} mse='))
     shutil.copy(SCRIPT.parent / "problem.py", tmp_path)
-    result = run(["-m", "rule_engine.launch", str(script), "--lr", "0.05", "--steps", "12"], tmp_path,
+    result = run(["-m", "stabilizer_sentinel.launch", str(script), "--lr", "0.05", "--steps", "12"], tmp_path,
                  job_env(tmp_path / "job"))
     assert result.returncode == 0, result.stderr
     assert "step=" not in result.stdout  # the script's own output is left as it wrote it
@@ -88,7 +89,7 @@ def test_the_attempts_table_counts_the_steps_of_a_script_whose_log_says_no_step(
 
 def test_a_stopped_script_under_the_launcher_still_says_how_far_it_got(tmp_path):
     job = tmp_path / "job"
-    result = run(["-m", "rule_engine.launch", str(SCRIPT), *DIVERGING], SCRIPT.parent, job_env(job))
+    result = run(["-m", "stabilizer_sentinel.launch", str(SCRIPT), *DIVERGING], SCRIPT.parent, job_env(job))
     assert result.returncode == 86, result.stdout + result.stderr
     (finding,) = findings(job)
     last = result.stderr.splitlines()[-1]

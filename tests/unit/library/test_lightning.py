@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 lightning = pytest.importorskip("lightning")
-from rule_engine.lightning_callback import SentinelCallback  # noqa: E402
+from stabilizer_sentinel.lightning_callback import SentinelCallback  # noqa: E402
 
 
 class Regression(lightning.LightningModule):

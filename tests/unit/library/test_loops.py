@@ -13,9 +13,9 @@ import sys
 
 import pytest
 import torch
-from rule_engine import watch
 from torch import nn
 
+from stabilizer_sentinel import watch
 from tests.unit.library.support import FIXTURES, findings, job_env, run, summary
 
 LOOPS = FIXTURES / "loops" / "loops.py"
@@ -58,7 +58,7 @@ def test_every_loop_kind_that_trains_is_watched_to_its_end_through_the_library(t
 
 @pytest.mark.parametrize("kind", ["by_hand", "gan", "compiled"])
 def test_the_launcher_stops_an_unchanged_loop_of_every_kind_at_its_first_non_finite_step(tmp_path, kind):
-    result = run(["-m", "rule_engine.launch", str(LOOPS), "--kind", kind, "--nan-from", "3"], LOOPS.parent,
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", kind, "--nan-from", "3"], LOOPS.parent,
                  job_env(tmp_path))
     assert result.returncode == 86, result.stdout + result.stderr
     (finding,) = findings(tmp_path)
@@ -75,7 +75,7 @@ def test_a_nan_loss_under_a_grad_scaler_is_found_though_the_scaler_skips_every_s
     if integration == "library":
         status = run_library(tmp_path, monkeypatch, *args)
     else:
-        result = run(["-m", "rule_engine.launch", str(LOOPS), *args], LOOPS.parent, job_env(tmp_path))
+        result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), *args], LOOPS.parent, job_env(tmp_path))
         status = result.returncode
     assert status == 86
     (finding,) = findings(tmp_path)
@@ -125,7 +125,8 @@ def test_a_collapsing_loss_scale_is_an_exploding_tensor(tmp_path):
 @pytest.mark.parametrize("integration", ["library", "launcher"])
 def test_a_non_finite_loss_in_the_log_is_an_exploding_tensor_whatever_the_hooks_saw(tmp_path, integration):
     config = {"loss_regex": r"\bloss=(\S+)"}
-    command = [str(LOOPS), "--watch", "1"] if integration == "library" else ["-m", "rule_engine.launch", str(LOOPS)]
+    launcher = ["-m", "stabilizer_sentinel.launch", str(LOOPS)]
+    command = [str(LOOPS), "--watch", "1"] if integration == "library" else launcher
     result = run([*command, "--log-nan-at", "4"], LOOPS.parent, job_env(tmp_path, config))
     assert result.returncode == 86, result.stdout + result.stderr
     (finding,) = findings(tmp_path)

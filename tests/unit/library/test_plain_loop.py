@@ -7,10 +7,10 @@ import math
 
 import pytest
 import torch
-from rule_engine import create_trial, watch
-from rule_engine.optimizer_hooks import LEARNING_KEY, STATE_KEY
 from torch import nn
 
+from stabilizer_sentinel import create_trial, watch
+from stabilizer_sentinel.optimizer_hooks import LEARNING_KEY, STATE_KEY
 from tests.unit.library.support import FIXTURES, findings, job_env, logged, run, summary
 
 SCRIPT = FIXTURES / "regression" / "plain_loop.py"
@@ -19,7 +19,7 @@ SCRIPT = FIXTURES / "regression" / "plain_loop.py"
 def test_the_integration_is_three_lines():
     added = [line for line in SCRIPT.read_text().splitlines() if line.rstrip().endswith("# sentinel")]
     assert len(added) == 3
-    assert added[0].startswith("import rule_engine")
+    assert added[0].startswith("import stabilizer_sentinel")
 
 
 def test_a_diverging_loop_is_stopped_at_its_first_non_finite_step(tmp_path):

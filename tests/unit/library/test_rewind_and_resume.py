@@ -6,10 +6,10 @@ import json
 import math
 
 import torch
-from rule_engine import watch
-from rule_engine.checkpoints import checkpoint_name, checkpoint_step, checkpoints_in
 from torch import nn
 
+from stabilizer_sentinel import watch
+from stabilizer_sentinel.checkpoints import checkpoint_name, checkpoint_step, checkpoints_in
 from tests.unit.library.support import FIXTURES, findings, job_env, logged, run, summary
 
 PLAIN = FIXTURES / "regression" / "plain_loop.py"

@@ -1,7 +1,7 @@
 """Every job leaves a summary: watched by default ("auto"), to its end, whatever the end was.
 
 Job processes, as a job runs: the autostart ``sitecustomize`` for "auto", ``python -m
-rule_engine.launch`` for the launcher, the fixture's own ``watch()`` lines for the library.
+stabilizer_sentinel.launch`` for the launcher, the fixture's own ``watch()`` lines for the library.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from tests.unit.library.support import FIXTURES, findings, job_env, logged, run,
 
 LOOPS = FIXTURES / "loops" / "loops.py"
 RNN = FIXTURES / "loops" / "rnn_lm.py"
-AUTOSTART = f"{MODEL_DIR}:{MODEL_DIR / 'rule_engine' / 'autostart'}"
+AUTOSTART = f"{MODEL_DIR}:{MODEL_DIR / 'stabilizer_sentinel' / 'autostart'}"
 
 
 def in_a_job(tmp_path, script, config, *args):
@@ -42,7 +42,7 @@ def test_auto_stands_down_for_a_script_that_watches_itself(tmp_path):
 
 def test_a_script_that_dies_of_an_exception_leaves_a_summary_with_its_line_and_keeps_its_status(tmp_path):
     for integration, command in (("library", [str(LOOPS), "--watch", "1"]),
-                                 ("launcher", ["-m", "rule_engine.launch", str(LOOPS)])):
+                                 ("launcher", ["-m", "stabilizer_sentinel.launch", str(LOOPS)])):
         job = tmp_path / integration
         result = run([*command, "--raise-at", "5"], LOOPS.parent, job_env(job))
         assert result.returncode == 1
@@ -68,7 +68,7 @@ def test_an_rnn_language_model_updating_by_hand_is_stopped_as_diverging_before_i
     assert free.returncode == 1 and "OverflowError: math range error" in free.stderr
 
     notified = tmp_path / "notify"
-    seen = run(["-m", "rule_engine.launch", str(RNN), "--lr", "1", "--batches", "30"], RNN.parent,
+    seen = run(["-m", "stabilizer_sentinel.launch", str(RNN), "--lr", "1", "--batches", "30"], RNN.parent,
                job_env(notified, {"action": "notify"}))
     assert seen.returncode == 1 and "OverflowError" in seen.stderr  # recorded, and the script's own end kept
     (finding,) = findings(notified)
@@ -78,20 +78,20 @@ def test_an_rnn_language_model_updating_by_hand_is_stopped_as_diverging_before_i
     assert written["integration"] == "launcher" and written["first_step"] == 1  # its first update went unseen
 
     stopped = tmp_path / "stop"
-    result = run(["-m", "rule_engine.launch", str(RNN), "--lr", "1", "--batches", "30"], RNN.parent, job_env(stopped))
+    command = ["-m", "stabilizer_sentinel.launch", str(RNN), "--lr", "1", "--batches", "30"]
+    result = run(command, RNN.parent, job_env(stopped))
     assert result.returncode == 86 and "OverflowError" not in result.stderr
     assert [f["rule"] for f in findings(stopped)] == ["Diverging"]
     assert summary(stopped)["ended"] == "rule_stop"
 
 
 def test_the_launcher_resumes_an_unchanged_script_from_the_newest_checkpoint(tmp_path):
-    import sys
+    import importlib.util
 
-    sys.path.insert(0, str(FIXTURES / "regression"))
-    try:
-        from problem import regression
-    finally:
-        sys.path.remove(str(FIXTURES / "regression"))
+    spec = importlib.util.spec_from_file_location("regression_problem", FIXTURES / "regression" / "problem.py")
+    problem = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(problem)
+    regression = problem.regression
     x, y, model, optimizer = regression(0.02)
     with torch.no_grad():
         fresh = float(nn.functional.mse_loss(model(x), y))
@@ -106,7 +106,7 @@ def test_the_launcher_resumes_an_unchanged_script_from_the_newest_checkpoint(tmp
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "next_step": 30},
                job / "checkpoints" / "checkpoint-00000030.pt")
 
-    result = run(["-m", "rule_engine.launch", str(LOOPS), "--steps", "5"], LOOPS.parent, job_env(job))
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--steps", "5"], LOOPS.parent, job_env(job))
     assert result.returncode == 0, result.stderr
     first_loss = logged(result.stdout, "loss")[0][1]
     assert abs(first_loss - trained) < 1e-3 * max(trained, 1) and trained < fresh / 10

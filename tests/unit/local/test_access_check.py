@@ -25,6 +25,8 @@ BUCKET = "arn:aws:s3:::bkt"
 LIST_DATA = {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": BUCKET,
              "Condition": {"StringLike": {"s3:prefix": ["data/*", "library/*"]}}}
 
+HANDLERS = "stabilizer_workflow.handlers"
+
 
 def policy(*statements: dict) -> list[dict]:
     return [{"Version": "2012-10-17", "Statement": list(statements)}]
@@ -32,7 +34,7 @@ def policy(*statements: dict) -> list[dict]:
 
 @pytest.mark.parametrize(("prefix", "allowed"), [
     ("data/train/", True),
-    ("library/rule_engine/", True),
+    ("library/stabilizer_sentinel/", True),
     ("executions/e/attempt-1/checkpoints/checkpoint-00000005.pt", False),
     ("data", False),  # StringLike "data/*" needs the slash
     (None, False),  # no s3:prefix in the request: the condition does not match
@@ -113,12 +115,12 @@ def test_template_intrinsics_resolve_to_the_deployment_names():
         "Resources": {
             "Bucket": {"Type": "AWS::S3::Bucket"},
             "Fn": {"Type": "AWS::Lambda::Function", "Properties": {
-                "Handler": "train_handler.lambda_handler", "Role": {"Fn::GetAtt": ["FnRole", "Arn"]}}},
+                "Handler": f"{HANDLERS}.train.lambda_handler", "Role": {"Fn::GetAtt": ["FnRole", "Arn"]}}},
             "FnRole": {"Type": "AWS::IAM::Role"},
             "Monitor": {"Type": "AWS::Lambda::Function", "Properties": {
-                "Handler": "monitor_handler.lambda_handler", "Role": {"Fn::GetAtt": ["FnRole", "Arn"]}}},
+                "Handler": f"{HANDLERS}.monitor.lambda_handler", "Role": {"Fn::GetAtt": ["FnRole", "Arn"]}}},
             "Watch": {"Type": "AWS::Lambda::Function", "Properties": {
-                "Handler": "watch_handler.lambda_handler", "Role": {"Fn::GetAtt": ["FnRole", "Arn"]}}},
+                "Handler": f"{HANDLERS}.watch.lambda_handler", "Role": {"Fn::GetAtt": ["FnRole", "Arn"]}}},
             "Machine": {"Type": "AWS::StepFunctions::StateMachine",
                         "Properties": {"RoleArn": {"Fn::GetAtt": ["FnRole", "Arn"]}}},
             "JobRole": {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": {

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from stabilizer import bench
-from stabilizer.scenarios import ALL, SCENARIOS, by_name
+from stabilizer.bench import remediation as bench
+from stabilizer.bench.scenarios import ALL, SCENARIOS, by_name
 from tests.helpers import ROOT
 
 EXPLODED = """training steps=24 steps_per_epoch=8 examples=512 start_step=0
@@ -106,10 +106,9 @@ def test_the_suite_covers_what_it_promises():
 
 
 def test_every_scenario_is_a_valid_execution_input():
-    from stabilizer.inputs import workflow_state_module
-    from stabilizer.parts import project_root
+    from stabilizer.client.inputs import workflow_state_module
 
-    state = workflow_state_module(project_root() / "lambdas")
+    state = workflow_state_module()
     for scenario in ALL:
         for small in (False, True) if scenario.small_run_spec is not None else (False,):
             state.parse_execution_input(scenario.execution_input("default", small=small))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from stabilizer.cli import EXIT_USAGE, build_parser, main
-from stabilizer.inputs import InputProblemError, build_input, workflow_state_module
+from stabilizer.cli.commands import EXIT_USAGE, build_parser, main
+from stabilizer.client.inputs import InputProblemError, build_input, workflow_state_module
 from tests.helpers import SAMPLE_DEPLOYMENT_FIELDS, SAMPLE_INPUT
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def state_module():
-    return workflow_state_module(ROOT / "lambdas")
+    return workflow_state_module()
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["run", "--help"]])
@@ -172,7 +172,7 @@ def test_the_sample_input_without_deployment_settings_is_read_as_meant(tmp_path:
 
 
 def run_header(state_module, input_file: Path | None = None, pairs: list[str] = (), verbose: bool = False):
-    from stabilizer.cli import LOCAL_DEFAULTS, header
+    from stabilizer.cli.commands import LOCAL_DEFAULTS, header
 
     execution_input = build_input(state_module=state_module, input_file=input_file, pairs=list(pairs),
                                   defaults=LOCAL_DEFAULTS)

@@ -13,7 +13,7 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from stabilizer.client import AwsClient, LocalClient
+from stabilizer.client.clients import AwsClient, LocalClient
 from stabilizer.local.deployment import Project
 from stabilizer.local.engine import LocalEngine
 from tests.unit.local.support import aws_env_fixture  # noqa: F401 fixture
@@ -185,7 +185,7 @@ def test_local_client_drives_the_local_engine(tmp_path: Path):
 
 
 def test_aws_client_opens_an_attempts_tensor_store_on_s3_with_the_trial_api(stack: Any, tmp_path: Path):
-    from rule_engine import store
+    from stabilizer_sentinel import store
 
     writer = store.StoreWriter(tmp_path / "tensors")
     writer.write_collections({"gradients": {"save_interval": 1}})

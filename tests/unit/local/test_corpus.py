@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from stabilizer import bench, bench_corpus
-from stabilizer.corpus import CORPUS_DIR, ManifestError, Run, load, load_kind, select
-from stabilizer.inputs import check_input, localize_job
+from stabilizer.bench import calibration as bench_corpus
+from stabilizer.bench import remediation as bench
+from stabilizer.bench.corpus import CORPUS_DIR, ManifestError, Run, load, load_kind, select
+from stabilizer.client.inputs import check_input, localize_job
 
 RUNS = load()
 REQUIRED_KINDS = {

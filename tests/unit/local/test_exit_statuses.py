@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from stabilizer.cli import exit_code
-from stabilizer.records import RunRecord
-from stabilizer.report import outcome
+from stabilizer.cli.commands import exit_code
+from stabilizer.reports.records import RunRecord
+from stabilizer.reports.report import outcome
 
 
 def _record(status: str, error: str | None, ended: str | None, *, interrupted: bool = False) -> RunRecord:
@@ -46,7 +46,7 @@ def test_an_interrupted_run_exits_130_whatever_its_state_says():
 
 
 def test_the_report_shows_the_evidence_each_verdict_rests_on(tmp_path):
-    from stabilizer.report import markdown
+    from stabilizer.reports.report import markdown
 
     record = _record("FAILED", "TrainingNotRecovered", "unverified")
     record.state["attempts"] = [

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from stabilizer import latency
-from stabilizer.bench_latency import table
+from stabilizer.bench import latency_model as latency
+from stabilizer.bench.latency import table
 from stabilizer.local.training_job import SAGEMAKER_STOP_GRACE_SECONDS
 
 
 def test_the_model_uses_the_workflows_own_settings():
-    from workflow.state import ExecutionInput
+    from stabilizer_workflow.state import ExecutionInput
 
     assert ExecutionInput().wait_seconds == latency.WAIT_SECONDS
     assert latency.STOP_GRACE.seconds == SAGEMAKER_STOP_GRACE_SECONDS
@@ -46,7 +46,7 @@ def test_a_job_end_event_that_wakes_nothing_costs_the_model_a_check():
 def test_the_wake_is_read_from_the_executions_history():
     import datetime as dt
 
-    from stabilizer.bench_latency import wake_from_history
+    from stabilizer.bench.latency import wake_from_history
 
     end = dt.datetime(2026, 11, 25, 9, 0, tzinfo=dt.UTC)
 

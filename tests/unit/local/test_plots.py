@@ -9,8 +9,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from stabilizer.plots import plot_layer_norms, plot_loss_and_grad
-from stabilizer.tensors import NonFinite
+from stabilizer.reports.plots import plot_layer_norms, plot_loss_and_grad
+from stabilizer.reports.tensors import NonFinite
 
 
 def test_loss_and_gradient_side_by_side_with_the_explosion_marked():

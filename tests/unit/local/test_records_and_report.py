@@ -6,9 +6,9 @@ import json
 import math
 from pathlib import Path
 
-from stabilizer.records import AttemptRecord, EvalPoint, MetricPoint, Notification, RunRecord, parse_log_line
-from stabilizer.report import outcome, table_text, timing, write_report
-from stabilizer.report import rows as report_rows
+from stabilizer.reports.records import AttemptRecord, EvalPoint, MetricPoint, Notification, RunRecord, parse_log_line
+from stabilizer.reports.report import outcome, table_text, timing, write_report
+from stabilizer.reports.report import rows as report_rows
 
 
 def test_log_lines_are_read_as_the_metric_definitions_read_them():

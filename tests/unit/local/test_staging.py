@@ -13,8 +13,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from stabilizer.cli import EXIT_USAGE, main
-from stabilizer.inputs import InputProblemError, build_input, workflow_state_module
+from stabilizer.cli.commands import EXIT_USAGE, main
+from stabilizer.client.inputs import InputProblemError, build_input, workflow_state_module
 from stabilizer.local.staging import StagingError, localize, stage, upload_library
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def state_module():
-    return workflow_state_module(ROOT / "lambdas")
+    return workflow_state_module()
 
 
 @pytest.fixture
@@ -141,11 +141,11 @@ def test_the_library_is_uploaded_as_the_stack_deploys_it():
         count = upload_library(s3, ROOT / "model", "local", "library")
         keys = {o["Key"] for o in s3.list_objects_v2(Bucket="local", Prefix="library/")["Contents"]}
         assert count == len(keys)
-        assert "library/rule_engine/sentinel.py" in keys
+        assert "library/stabilizer_sentinel/sentinel.py" in keys
         assert not any("__pycache__" in key for key in keys)
 
 
-# --- what of the source goes to the job (stabilizer.sourcedir) -------------------------------------
+# --- what of the source goes to the job (stabilizer.client.sourcedir) -------------------------------------
 
 
 def staged_members(given: dict, leave_out=()) -> list[str]:
@@ -255,7 +255,7 @@ def test_the_cli_refuses_a_source_over_the_limit_in_one_line_and_launches_nothin
     project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
     no_engine: list[str],
 ):
-    from stabilizer import sourcedir
+    from stabilizer.client import sourcedir
 
     monkeypatch.setattr(sourcedir, "MAX_ARCHIVE_BYTES", 64 * 1024)
     (project / "src" / "corpus").mkdir()

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from rule_engine.profiler import SystemStoreWriter
-
-from stabilizer.records import AttemptRecord, RunRecord
-from stabilizer.report import write_report
+from stabilizer.reports.records import AttemptRecord, RunRecord
+from stabilizer.reports.report import write_report
+from stabilizer_sentinel.profiler import SystemStoreWriter
 
 
 def test_the_report_plots_and_summarises_the_profilers_samples(tmp_path):

@@ -9,9 +9,9 @@ import json
 import re
 from collections.abc import Callable
 
+from stabilizer.cli.progress import LiveProgress, Pace, PlainProgress, time_left_text
 from stabilizer.local.execution_follower import EngineEvent
-from stabilizer.progress import LiveProgress, Pace, PlainProgress, time_left_text
-from stabilizer.records import AttemptRecord, EvalPoint, MetricPoint, Notification, TrainingPlan, parse_log_line
+from stabilizer.reports.records import AttemptRecord, EvalPoint, MetricPoint, Notification, TrainingPlan, parse_log_line
 
 SUBJECTS = [
     "Attempt 1 launched: warm-up LR 0.1, LR 0.1, no BN",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rule_engine.checkpoints import checkpoint_name, checkpoint_step, newest_checkpoint
-from workflow.observation import observe
+from stabilizer_sentinel.checkpoints import checkpoint_name, checkpoint_step, newest_checkpoint
+from stabilizer_workflow.observation import observe
 
 
 def test_names_sort_by_step_as_text_and_parse_back():

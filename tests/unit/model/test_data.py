@@ -7,7 +7,12 @@ import tarfile
 
 import numpy as np
 import pytest
-from data import digits_arrays, prepare_cifar10, read_channel, write_channel
+
+from tests.helpers import model_module
+
+_data = model_module("data")
+digits_arrays, prepare_cifar10 = _data.digits_arrays, _data.prepare_cifar10
+read_channel, write_channel = _data.read_channel, _data.write_channel
 
 
 def _fake_cifar_tarball(path, per_batch=4):

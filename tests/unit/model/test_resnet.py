@@ -2,8 +2,12 @@
 
 import pytest
 import torch
-from resnet import WEIGHT_DECAY, ResidualBlock, ResNet
 from torch import nn
+
+from tests.helpers import model_module
+
+_resnet = model_module("resnet")
+WEIGHT_DECAY, ResidualBlock, ResNet = _resnet.WEIGHT_DECAY, _resnet.ResidualBlock, _resnet.ResNet
 
 
 def test_resnet20_has_three_stages_of_three_blocks_and_classifies_32x32_images():

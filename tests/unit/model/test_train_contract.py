@@ -9,9 +9,11 @@ import sys
 import numpy as np
 import pytest
 import torch
-from train import Config, HyperparameterError, parse_config
 
-from tests.helpers import MODEL_DIR, TRAIN_SCRIPT, run_train, step_lines
+from tests.helpers import MODEL_DIR, TRAIN_SCRIPT, model_module, run_train, step_lines
+
+_train = model_module("train")
+Config, HyperparameterError, parse_config = _train.Config, _train.HyperparameterError, _train.parse_config
 
 
 def test_help_documents_every_hyperparameter():
@@ -77,7 +79,8 @@ def test_log_lines_match_a_metric_definitions_regex(job_dirs, digits_channels):
 
 
 def test_one_hot_labels_are_accepted(job_dirs, tmp_path, digits_channels):
-    from data import read_channel, write_channel
+    _data = model_module("data")
+    read_channel, write_channel = _data.read_channel, _data.write_channel
 
     x, y = read_channel(digits_channels["train"])
     one_hot = np.eye(10, dtype=np.float32)[y[:64]]

@@ -8,10 +8,10 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from rule_engine import create_trial
-from rule_engine.capture import Capture, CaptureConfigError, parse_capture
-from rule_engine.trial import TensorUnavailableForStep
 
+from stabilizer_sentinel import create_trial
+from stabilizer_sentinel.capture import Capture, CaptureConfigError, parse_capture
+from stabilizer_sentinel.trial import TensorUnavailableForStep
 from tests.unit.rules.tinynet import batch, tiny_net
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from rule_engine.capture import Capture, parse_capture
 
+from stabilizer_sentinel.capture import Capture, parse_capture
 from tests.unit.rules.tinynet import tiny_net
 
 MODEL_DIR = Path(__file__).resolve().parents[3] / "model"
@@ -22,7 +22,7 @@ RULES = [{"name": "ExplodingTensor"}, {"name": "VanishingGradient"}]
 
 def start(tensors: Path, status: Path, rules=RULES, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "rule_engine.evaluator", "--tensors", str(tensors), "--rules", json.dumps(rules),
+        [sys.executable, "-m", "stabilizer_sentinel.evaluator", "--tensors", str(tensors), "--rules", json.dumps(rules),
          "--status-file", str(status), "--poll-seconds", "0.05", *extra],
         cwd=MODEL_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -121,7 +121,7 @@ def test_idle_timeout_without_end_marker_is_an_error(tmp_path):
 
 def test_a_finished_store_is_evaluated_to_the_end_in_process(tmp_path):
     """A flat loss on a finished store: LossNotDecreasing fires at its first comparison (step 10)."""
-    from rule_engine.evaluator import main
+    from stabilizer_sentinel.evaluator import main
 
     model = tiny_net()
     capture = Capture(model, parse_capture({"losses": {"save_interval": 1}}), out_dir=tmp_path / "tensors")
@@ -137,9 +137,9 @@ def test_a_finished_store_is_evaluated_to_the_end_in_process(tmp_path):
 
 def test_a_rule_that_fires_while_the_job_is_idle_is_reported_in_debuggers_words(tmp_path):
     """StalledTrainingRule fires between steps; its status reads as a rule fired at a step does."""
-    from rule_engine.evaluator import Evaluator
-    from rule_engine.rules import parse_rule_list
-    from rule_engine.trial import create_trial
+    from stabilizer_sentinel.evaluator import Evaluator
+    from stabilizer_sentinel.rules import parse_rule_list
+    from stabilizer_sentinel.trial import create_trial
 
     model = tiny_net()
     capture = Capture(model, parse_capture({"losses": {"save_interval": 1}}), out_dir=tmp_path / "tensors")

@@ -6,8 +6,7 @@ import json
 import math
 import random
 
-from rule_engine.health import DIVERGING, NOT_LEARNING, PLATEAU, LearningCheck, run_up
-
+from stabilizer_sentinel.health import DIVERGING, NOT_LEARNING, PLATEAU, LearningCheck, run_up
 from tests.unit.rules.test_sentinel import loop
 
 

@@ -11,10 +11,10 @@ import json
 
 import pytest
 import torch
-from rule_engine.catalogue import RuleConfigError, check_rule_list
-from rule_engine.rules import parse_rule_list
-from rule_engine.sentinel import build_monitoring
 
+from stabilizer_contract.catalogue import RuleConfigError, check_rule_list
+from stabilizer_sentinel.rules import parse_rule_list
+from stabilizer_sentinel.sentinel import build_monitoring
 from tests.detection import trajectories as t
 from tests.unit.rules.tinynet import tiny_net
 

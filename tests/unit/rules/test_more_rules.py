@@ -8,11 +8,11 @@ import time
 import numpy as np
 import pytest
 import torch
-from rule_engine.profiler import SystemProfiler, SystemSampler, load, summary
-from rule_engine.rules import RuleConfigError, parse_rule_list
-from rule_engine.sentinel import build_monitoring
-from rule_engine.trial import MemoryTrial, create_trial
 
+from stabilizer_sentinel.profiler import SystemProfiler, SystemSampler, load, summary
+from stabilizer_sentinel.rules import RuleConfigError, parse_rule_list
+from stabilizer_sentinel.sentinel import build_monitoring
+from stabilizer_sentinel.trial import MemoryTrial, create_trial
 from tests.unit.rules.tinynet import batch, tiny_net
 
 

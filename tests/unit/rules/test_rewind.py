@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import torch
-from rule_engine.checkpoints import checkpoint_name, checkpoints_in
-from rule_engine.rewind import Rewind
-from rule_engine.sentinel import build_monitoring
 
+from stabilizer_sentinel.checkpoints import checkpoint_name, checkpoints_in
+from stabilizer_sentinel.rewind import Rewind
+from stabilizer_sentinel.sentinel import build_monitoring
 from tests.unit.rules.test_sentinel import poison_layer
 from tests.unit.rules.tinynet import batch, tiny_net
 

@@ -6,8 +6,9 @@ import json
 
 import numpy as np
 import pytest
-from rule_engine.rules import RULES, Rule, RuleConfigError, parse_rule_list, register_rule
-from rule_engine.trial import MemoryTrial
+
+from stabilizer_sentinel.rules import RULES, Rule, RuleConfigError, parse_rule_list, register_rule
+from stabilizer_sentinel.trial import MemoryTrial
 
 # Transcribed from AWS's "List of built-in rules" guide (debugger-built-in-rules.md), not from our code,
 # except LossNotDecreasing's `mode`: the guide's table says GLOBAL, its text describes what happens
@@ -50,7 +51,7 @@ OUR_DEFAULTS = {("CheckInputImages", "regex"): ".*hybridsequential0_input_0|inpu
 
 
 def test_built_in_rules_have_the_guides_names_parameters_and_defaults():
-    from rule_engine.rules import rule_parameters
+    from stabilizer_sentinel.rules import rule_parameters
 
     for name, defaults in GUIDE_DEFAULTS.items():
         got = {p: list(d) if isinstance(d, tuple) else d for p, (_, d) in rule_parameters(RULES[name]).items()}
@@ -304,7 +305,7 @@ def test_a_user_written_rule_is_registered_by_name_and_configured_by_a_rule_list
 
 @pytest.mark.parametrize("raw", ['"ExplodingTensor"', "ExplodingTensor", b"[]", 3])
 def test_a_rule_list_that_is_not_a_list_is_refused_as_the_workflow_refuses_it(raw):
-    from rule_engine.catalogue import check_rule_list
+    from stabilizer_contract.catalogue import check_rule_list
 
     with pytest.raises(RuleConfigError) as in_job:
         parse_rule_list(raw)

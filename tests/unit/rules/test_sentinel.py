@@ -6,9 +6,9 @@ import json
 
 import pytest
 import torch
-from rule_engine import create_trial
-from rule_engine.sentinel import EXIT_RULE_STOP, build_monitoring
 
+from stabilizer_sentinel import create_trial
+from stabilizer_sentinel.sentinel import EXIT_RULE_STOP, build_monitoring
 from tests.unit.rules.tinynet import batch, tiny_net
 
 EXPLODING = [{"name": "ExplodingTensor", "parameters": {"collection_names": "gradients", "only_nan": "False"}}]
@@ -147,7 +147,7 @@ def test_the_finite_check_runs_whatever_the_rule_list(tmp_path, rules):
 
 
 def test_bad_action_is_rejected():
-    from rule_engine.rules import RuleConfigError
+    from stabilizer_sentinel.rules import RuleConfigError
 
     with pytest.raises(RuleConfigError, match="sentinel_action: expected one of \\['stop', 'notify'\\]"):
         build_monitoring(tiny_net(), sentinel_rules=EXPLODING, sentinel_action="halt", capture={},

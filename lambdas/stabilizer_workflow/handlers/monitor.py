@@ -1,0 +1,179 @@
+"""Monitor Lambda: `check` looks at the current training job once and decides what follows,
+`abort` stops it and reports the failure the state machine caught (docs/contracts.md, 4).
+
+Thin: gather the observation (DescribeTrainingJob, findings.json, checkpoint list), call the pure
+decision in `stabilizer_workflow.monitor`, carry out its effects (stop jobs, publish one notification),
+return the state. Failures are raised with the names the state machine catches.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from stabilizer_workflow import monitor
+from stabilizer_workflow.aws import (
+    Artifacts,
+    Notifier,
+    TrainingJobs,
+    get_s3,
+    get_sagemaker,
+    get_sns,
+    invocation_deadline,
+)
+from stabilizer_workflow.errors import StateCorrupted, WorkflowError
+from stabilizer_workflow.monitor import Effects
+from stabilizer_workflow.notifications import Notification, clean_subject
+from stabilizer_workflow.observability import MetricUnit, instrumented, logger, metrics
+from stabilizer_workflow.observation import Observation, observe
+from stabilizer_workflow.settings import MonitorSettings
+from stabilizer_workflow.state import WorkflowState, dump_state, load_state
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> MonitorSettings:
+    return MonitorSettings.from_env(os.environ)
+
+
+class Collaborators:
+    """The adapters one invocation uses; defaults are the cached boto3 clients."""
+
+    def __init__(
+        self,
+        settings: MonitorSettings | None = None,
+        jobs: TrainingJobs | None = None,
+        artifacts: Artifacts | None = None,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.settings = settings or get_settings()
+        self.jobs = jobs or TrainingJobs(get_sagemaker())
+        self.artifacts = artifacts or Artifacts(get_s3())
+        self.notifier = notifier or Notifier(get_sns(), self.settings.topic_arn)
+
+
+def gather(state: WorkflowState, deps: Collaborators) -> Observation:
+    attempt = state.current
+    if attempt is None:
+        raise StateCorrupted("attempts: empty; nothing to monitor")
+    description = deps.jobs.describe(attempt.job_name)
+    document, unreadable = deps.artifacts.findings(attempt.checkpoint_s3_uri)
+    terminal = description.get("TrainingJobStatus") in ("Completed", "Failed", "Stopped")
+    # Checkpoints matter only once the attempt is over (to resume from the last healthy one).
+    keys = deps.artifacts.checkpoint_keys(attempt.checkpoint_s3_uri) if terminal else []
+    return observe(description, findings=document, findings_unreadable=unreadable, checkpoint_keys=keys)
+
+
+def carry_out(effects: Effects, deps: Collaborators) -> None:
+    """Stop first (it costs money while it runs), then tell people."""
+    if effects.stop_job:
+        stopped = deps.jobs.stop(effects.stop_job)
+        logger.info(
+            "training job stop requested" if stopped else "training job was already over",
+            job_name=effects.stop_job,
+        )
+    for name in effects.stop_processing_jobs:
+        stopped = deps.jobs.stop_processing_job(name)
+        logger.info(
+            "rule evaluation job stopped" if stopped else "rule evaluation job was already over",
+            processing_job_name=name,
+        )
+    if effects.notification is not None:
+        _publish(effects.notification, deps)
+
+
+def _publish(notification: Notification, deps: Collaborators) -> None:
+    deps.notifier.publish(notification)
+    logger.info("notification published", event_type=notification.event_type, subject=notification.subject)
+    metrics.add_metric(name=f"Event_{notification.event_type}", unit=MetricUnit.Count, value=1)
+
+
+def check(event: dict[str, Any], deps: Collaborators, now: datetime) -> dict[str, Any]:
+    state = load_state(event.get("state"))
+    observation = gather(state, deps)
+    result = monitor.check(state, observation, now)
+    carry_out(result.effects, deps)
+    metrics.add_metric(name="Checks", unit=MetricUnit.Count, value=1)
+    new = result.state
+    logger.info(
+        "checked training job",
+        job_name=observation.job_name,
+        job_status=observation.status,
+        rule_status=new.rule_status,
+        next_action=new.next_action,
+        outcome=new.outcome,
+        reason=new.reason,
+    )
+    return dump_state(new)
+
+
+def _abort_unreadable(event: dict[str, Any], deps: Collaborators, corrupted: StateCorrupted) -> None:
+    """The state itself is broken: still stop the job it names and tell someone, then re-raise."""
+    raw = event.get("state") if isinstance(event.get("state"), dict) else {}
+    job_name = (raw.get("history") or {}).get("latest_job_name")
+    execution = str((raw.get("execution") or {}).get("name") or "unknown")
+    if isinstance(job_name, str) and job_name:
+        deps.jobs.stop(job_name)
+    caught = (event.get("error") or {}).get("Error", "Error")
+    body = (
+        f"Execution: {execution}\n\nThe state machine caught {caught} and the state payload does not "
+        f"validate, so the execution ends without its history.\nState problem: {corrupted}\n"
+        f"Training job stopped: {job_name or 'none recorded'}"
+    )
+    note = Notification(
+        "failed",
+        clean_subject(f"Failed: {caught}; state payload unreadable"),
+        body,
+        {"event_type": "failed", "execution": execution, "outcome": "failed"},
+    )
+    _publish(note, deps)
+
+
+def abort(event: dict[str, Any], deps: Collaborators, now: datetime) -> dict[str, Any]:
+    try:
+        state = load_state(event.get("state"))
+    except StateCorrupted as corrupted:
+        _abort_unreadable(event, deps, corrupted)
+        raise
+    observation = None
+    if state.current is not None:
+        try:
+            observation = gather(state, deps)
+        except WorkflowError as error:
+            # The failure path must still stop the job and tell someone; stop it blind.
+            logger.warning("could not describe the job while aborting", error=str(error))
+    result = monitor.abort(state, event.get("error"), observation, now)
+    failures: list[WorkflowError] = []
+    try:
+        carry_out(Effects(result.effects.stop_job, result.effects.stop_processing_jobs), deps)
+    except WorkflowError as error:
+        failures.append(error)
+    if result.effects.notification is not None:
+        _publish(result.effects.notification, deps)
+    if failures:
+        raise failures[0]
+    metrics.add_metric(name="Aborts", unit=MetricUnit.Count, value=1)
+    logger.info("execution aborted", reason=result.state.reason)
+    return dump_state(result.state)
+
+
+def handle(
+    event: dict[str, Any], deps: Collaborators | None = None, now: datetime | None = None
+) -> dict[str, Any]:
+    if not isinstance(event, dict):
+        raise StateCorrupted(f"event: expected a JSON object, got {type(event).__name__}")
+    action = event.get("action")
+    if action not in ("check", "abort"):
+        raise StateCorrupted(f"action: expected 'check' or 'abort', got {action!r}")
+    deps = deps or Collaborators()
+    now = now or datetime.now(UTC)
+    return check(event, deps, now) if action == "check" else abort(event, deps, now)
+
+
+@instrumented
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    invocation_deadline(context)
+    return handle(event)

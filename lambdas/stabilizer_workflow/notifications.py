@@ -1,0 +1,345 @@
+"""The SNS message for each decision: a subject a person reads at a glance, a body with the
+evidence, and message attributes for subscription filters.
+
+Pure formatting: no AWS calls. One decision makes exactly one `Notification`.
+
+Event types (the `event_type` attribute): launched, issue_found, relaunching, and one per outcome
+at the end: completed (succeeded), stopped_early, unwatched, unverified, diverged, did_not_learn,
+gave_up, failed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from stabilizer_workflow.state import Attempt, Decision, Finding, WorkflowState
+
+EventType = Literal[
+    "launched",
+    "issue_found",
+    "relaunching",
+    "completed",
+    "stopped_early",
+    "unwatched",
+    "unverified",
+    "diverged",
+    "did_not_learn",
+    "gave_up",
+    "failed",
+]
+# The last message's event and headline for each outcome.
+FINAL_EVENTS: dict[str, str] = {
+    "succeeded": "completed",
+    "stopped_early": "stopped_early",
+    "unwatched": "unwatched",
+    "unverified": "unverified",
+    "diverged": "diverged",
+    "did_not_learn": "did_not_learn",
+    "gave_up": "gave_up",
+    "failed": "failed",
+}
+HEADLINES = {
+    "completed": "Training completed after {jobs}",
+    "stopped_early": "Stopped early after {jobs}, best checkpoint kept",
+    "unwatched": "Unwatched: nothing checked the training in {jobs}",
+    "unverified": "Unverified after {jobs}: too little was watched",
+    "diverged": "Diverged after {jobs}",
+    "did_not_learn": "Did not learn after {jobs}",
+    "gave_up": "Gave up after {jobs}",
+    "failed": "Failed after {jobs}",
+}
+
+# SNS: subjects are under 100 characters, ASCII, with no line breaks.
+SUBJECT_MAX = 99
+# SNS messages may be 256 KB; evidence histories are cut well before that.
+EVIDENCE_POINTS = 20
+
+
+@dataclass(frozen=True)
+class Notification:
+    event_type: EventType
+    subject: str
+    body: str
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    def publish_kwargs(self, topic_arn: str) -> dict[str, Any]:
+        attributes = {
+            key: {"DataType": "Number" if key == "attempt" else "String", "StringValue": value}
+            for key, value in self.attributes.items()
+            if value
+        }
+        return {
+            "TopicArn": topic_arn,
+            "Subject": self.subject,
+            "Message": self.body,
+            "MessageAttributes": attributes,
+        }
+
+
+def clean_subject(text: str) -> str:
+    ascii_text = text.encode("ascii", "replace").decode("ascii")
+    flat = " ".join(ascii_text.split())
+    if len(flat) <= SUBJECT_MAX:
+        return flat
+    return flat[: SUBJECT_MAX - 3].rstrip() + "..."
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list | dict):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def recipe_diff(changes: dict[str, list[Any]]) -> str:
+    """The next recipe as a diff against the last one."""
+    if not changes:
+        return "  (unchanged)"
+    lines = []
+    for key, (old, new) in changes.items():
+        lines.append(f"- {key}: {_fmt(old)}")
+        lines.append(f"+ {key}: {_fmt(new)}")
+    return "\n".join(lines)
+
+
+# The reference job's hyperparameter for each knob role (stabilizer_workflow.reference declares the same).
+REFERENCE_KNOB_NAMES = {
+    "warmup_learning_rate": "warmup_learning_rate",
+    "learning_rate": "learning_rate",
+    "normalization": "add_batch_norm",
+    "grad_clip": "grad_clip",
+}
+
+
+def knob_names(state: WorkflowState | Mapping[str, Any] | None) -> dict[str, str]:
+    """Role -> the job's hyperparameter name, from a state or a state payload; the reference job's
+    names when the state says nothing of a job."""
+    if isinstance(state, WorkflowState):
+        return {role: knob.hyperparameter for role, knob in state.job.knobs.declared().items()}
+    knobs = ((state or {}).get("job") or {}).get("knobs") if isinstance(state, Mapping) else None
+    if not isinstance(knobs, Mapping):
+        return dict(REFERENCE_KNOB_NAMES)
+    return {role: knob["hyperparameter"] for role, knob in knobs.items()
+            if isinstance(knob, Mapping) and "hyperparameter" in knob}
+
+
+def recipe_text(spec: Mapping[str, Any], knobs: Mapping[str, str] | None = None) -> str:
+    """A recipe in a few words, through the job's knobs: ``warm-up LR 0.1, LR 0.1, no BN``.
+
+    The one summary of a recipe: notifications, the CLI's table, the report and the notebook all
+    use it. `spec` is a run_spec (the job's hyperparameters) or a mapping of them; `knobs` maps
+    knob roles to the job's hyperparameter names (`knob_names`), the reference job's by default.
+    A job whose knobs say nothing of the recipe shows its first hyperparameters as they are.
+    """
+    values = dict(spec)
+    names = REFERENCE_KNOB_NAMES if knobs is None else knobs
+
+    def value(role: str) -> Any:
+        return values.get(names[role]) if role in names else None
+
+    parts = [
+        f"{label} {value(role):g}"
+        for role, label in (("warmup_learning_rate", "warm-up LR"), ("learning_rate", "LR"))
+        if isinstance(value(role), int | float)
+    ]
+    if "normalization" in names:
+        parts.append("BN" if value("normalization") in (1, True) else "no BN")
+    clip = value("grad_clip")
+    if isinstance(clip, int | float) and clip:
+        parts.append(f"clip {clip:g}")
+    if not parts:
+        parts = [f"{key}={_fmt(item)}" for key, item in list(values.items())[:4]]
+    return ", ".join(parts) or "no hyperparameters"
+
+
+def _trim_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
+    trimmed: dict[str, Any] = {}
+    for key, value in evidence.items():
+        trimmed[key] = value[-EVIDENCE_POINTS:] if isinstance(value, list) else value
+    return trimmed
+
+
+def _finding_lines(finding: Finding | None, evidence: dict[str, Any]) -> list[str]:
+    if finding is None:
+        return []
+    lines = [
+        "What fired:",
+        f"  rule: {finding.rule} ({finding.source})",
+        f"  step: {finding.step if finding.step is not None else 'unknown'}"
+        + (f", epoch {finding.epoch}" if finding.epoch is not None else "")
+        + (f", phase {finding.phase}" if finding.phase else ""),
+    ]
+    if finding.learning_rate is not None:
+        lines.append(f"  learning rate: {finding.learning_rate:g}")
+    if finding.tensor:
+        lines.append(f"  tensor: {finding.tensor} = {finding.value}")
+    if finding.message:
+        lines.append(f"  message: {finding.message}")
+    if evidence:
+        lines.append("Evidence:")
+        for key, value in _trim_evidence(evidence).items():
+            lines.append(f"  {key}: {_fmt(value)}")
+    return lines
+
+
+def _attributes(
+    state: WorkflowState, event: EventType, attempt: Attempt | None, **extra: str
+) -> dict[str, str]:
+    attributes = {
+        "event_type": event,
+        "execution": state.execution.name,
+        "attempt": str(attempt.number) if attempt else "",
+        "policy": state.policy,
+    }
+    attributes.update({key: value for key, value in extra.items() if value})
+    return attributes
+
+
+def _details(state: WorkflowState, event: EventType, **extra: Any) -> str:
+    payload = {
+        "event_type": event,
+        "execution": state.execution.model_dump(),
+        "policy": state.policy,
+        "attempts": len(state.attempts),
+        "history": state.history.model_dump(),
+        "outcome": state.outcome,
+        **extra,
+    }
+    return "Details (JSON):\n" + json.dumps(payload, indent=2, default=str)
+
+
+def _compose(state: WorkflowState, event: EventType, subject: str, lines: list[str], **extra: Any) -> str:
+    header = [f"Execution: {state.execution.name}", f"Policy: {state.policy}"]
+    return "\n".join([*header, "", *lines, "", _details(state, event, **extra)])
+
+
+def launched(state: WorkflowState, attempt: Attempt) -> Notification:
+    subject = clean_subject(f"Attempt {attempt.number} launched: {recipe_text(attempt.run_spec, knob_names(state))}")
+    lines = [
+        f"Training job {attempt.job_name} started.",
+        f"Recipe: {recipe_text(attempt.run_spec, knob_names(state))}",
+        f"Checkpoints: {attempt.checkpoint_s3_uri}",
+    ]
+    if attempt.resumed_from:
+        lines.append(f"Resuming from: {attempt.resumed_from}")
+    body = _compose(
+        state,
+        "launched",
+        subject,
+        lines,
+        job_name=attempt.job_name,
+        run_spec=attempt.run_spec,
+    )
+    return Notification("launched", subject, body, _attributes(state, "launched", attempt))
+
+
+def issue_found(
+    state: WorkflowState, attempt: Attempt, finding: Finding, evidence: dict[str, Any], *, stopping: bool = True
+) -> Notification:
+    """A rule fired in a running job: it is being stopped, or (sentinel_action notify) it runs on."""
+    where = f" at step {finding.step}" if finding.step is not None else ""
+    what = "stopping the job" if stopping else "notified, the job runs on"
+    subject = clean_subject(f"{finding.rule}{where} in attempt {attempt.number}: {what}")
+    said = (
+        [
+            f"Training job {attempt.job_name} is being stopped; the next recipe is decided once it has stopped",
+            "and its last checkpoint is in S3.",
+        ]
+        if stopping
+        else [f"Training job {attempt.job_name} runs on: the sentinel was told to notify, not stop (sentinel_action)."]
+    )
+    lines = [*said, "", *_finding_lines(finding, evidence)]
+    body = _compose(
+        state,
+        "issue_found",
+        subject,
+        lines,
+        job_name=attempt.job_name,
+        finding=finding.model_dump(mode="json"),
+    )
+    return Notification(
+        "issue_found", subject, body, _attributes(state, "issue_found", attempt, rule=finding.rule)
+    )
+
+
+def relaunching(
+    state: WorkflowState,
+    attempt: Attempt,
+    decision: Decision,
+    finding: Finding | None,
+    evidence: dict[str, Any],
+) -> Notification:
+    if finding is not None:
+        cause = finding.rule + (f" at step {finding.step}" if finding.step is not None else "")
+    else:
+        cause = (attempt.failure_reason or attempt.status).split(":")[0]
+    change = (
+        ", ".join(f"{key} {_fmt(old)}->{_fmt(new)}" for key, (old, new) in decision.changes.items())
+        or "same recipe"
+    )
+    subject = clean_subject(f"{cause}: relaunching attempt {attempt.number + 1} with {change}")
+    lines = [
+        f"Attempt {attempt.number} ({attempt.job_name}) ended: {attempt.status}"
+        + (f" - {attempt.failure_reason}" if attempt.failure_reason else ""),
+        "",
+        *_finding_lines(finding, evidence),
+        "",
+        f"Why: {decision.reason}",
+        "Next recipe:",
+        recipe_diff(decision.changes),
+        f"Starts from: {decision.resume_from or 'scratch (the reason says why)'}",
+    ]
+    body = _compose(
+        state,
+        "relaunching",
+        subject,
+        lines,
+        job_name=attempt.job_name,
+        decision=decision.model_dump(mode="json"),
+        finding=finding.model_dump(mode="json") if finding else None,
+    )
+    return Notification(
+        "relaunching",
+        subject,
+        body,
+        _attributes(state, "relaunching", attempt, rule=finding.rule if finding else ""),
+    )
+
+
+def _attempts_table(state: WorkflowState) -> list[str]:
+    lines = ["Attempts:"]
+    for a in state.attempts:
+        fired = f", {a.finding.rule} at step {a.finding.step}" if a.finding else ""
+        lines.append(f"  {a.number}. {a.job_name}: {a.status}{fired} [{recipe_text(a.run_spec, knob_names(state))}]")
+    return lines
+
+
+def finished(
+    state: WorkflowState,
+    attempt: Attempt | None,
+    finding: Finding | None = None,
+    evidence: dict[str, Any] | None = None,
+) -> Notification:
+    """The last message of an execution: completed, gave up or failed, per `state.outcome`."""
+    event: EventType = FINAL_EVENTS[state.outcome or "failed"]  # type: ignore[assignment]
+    count = len(state.attempts)
+    headline = HEADLINES[event].format(jobs=f"{count} job{'s' if count != 1 else ''}")
+    reason = (state.reason or "").split(";")[0]
+    subject = clean_subject(f"{headline}: {reason}" if reason else headline)
+    lines = [f"Outcome: {state.outcome}", f"Reason: {state.reason}", ""]
+    lines += _finding_lines(finding, evidence or {})
+    if attempt is not None:
+        lines.append(f"Final recipe: {recipe_text(attempt.run_spec, knob_names(state))}")
+        if attempt.decision is not None and attempt.decision.resume_from and state.outcome == "stopped_early":
+            lines.append(f"Best checkpoint kept: {attempt.decision.resume_from}")
+        if attempt.watched is not None:
+            lines.append("Summary: " + json.dumps(attempt.watched.model_dump(exclude_none=True), default=str))
+    lines += ["", *_attempts_table(state)]
+    body = _compose(
+        state, event, subject, lines, job_name=attempt.job_name if attempt else None, reason=state.reason
+    )
+    return Notification(event, subject, body, _attributes(state, event, attempt, outcome=state.outcome or ""))

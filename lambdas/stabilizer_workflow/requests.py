@@ -1,0 +1,253 @@
+"""Builds the CreateTrainingJob request of one attempt, and its job name and S3 prefixes.
+
+Pure: a state, the settings and an attempt number in, a request dict out. The request launches
+the state's job as the user described it, plus what the workflow adds: the library channel and
+the sentinel configuration (docs/contracts.md, section 8), checkpoints, tags. It must be valid
+against botocore's SageMaker service model (tests check it with botocore's validator and the
+model's own length and pattern limits). Contracts: hyperparameters in docs/contracts.md section
+1, rule lists in section 3, the S3 layout in section 4.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from stabilizer_contract.catalogue import SENTINEL_CHECKS
+from stabilizer_workflow.errors import MisconfiguredEnvironment, StateCorrupted
+from stabilizer_workflow.job import Job
+from stabilizer_workflow.rule_checks import is_profiler_rule, runs_in_engine
+from stabilizer_workflow.service_limits import hyperparameter_value_problem
+from stabilizer_workflow.settings import TrainSettings
+from stabilizer_workflow.state import Monitoring, RuleConfig, WorkflowState
+
+JOB_NAME_MAX = 63
+CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
+DEBUG_LOCAL_PATH = "/opt/ml/output/tensors"
+RULE_INSTANCE_TYPE = "ml.t3.medium"
+
+# The library reaches every job as an input channel (docs/contracts.md, section 8): SageMaker
+# downloads it to /opt/ml/input/data/<channel>, and PYTHONPATH puts it (and the launcher's
+# autostart directory) on the script's path.
+LIBRARY_CHANNEL = "stabilizer"
+LIBRARY_LOCAL_PATH = f"/opt/ml/input/data/{LIBRARY_CHANNEL}"
+# The hyperparameter holding the sentinel's configuration. The training toolkit keeps
+# `sagemaker_*` hyperparameters out of the script's arguments and SM_HPS.
+CONFIG_HYPERPARAMETER = "sagemaker_stabilizer"
+# The library's launcher level starts from a `sitecustomize` module in this directory of the channel.
+LAUNCHER_AUTOSTART = f"{LIBRARY_LOCAL_PATH}/stabilizer_sentinel/autostart"
+
+
+def job_name(prefix: str, short_id: str, attempt: int) -> str:
+    """`<prefix>-<execution short id>-<attempt>`: unique per attempt without any clock.
+
+    Two launches in the same second differ by execution or attempt number, and a retried launch
+    of the same attempt reuses its name, so SageMaker's name uniqueness makes launch idempotent.
+    """
+    name = f"{prefix}-{short_id}-{attempt}"
+    if len(name) > JOB_NAME_MAX:
+        raise MisconfiguredEnvironment(f"JOB_NAME_PREFIX is too long for job name {name!r}")
+    return name
+
+
+def attempt_prefix(bucket: str, execution_name: str, attempt: int) -> str:
+    return f"s3://{bucket}/executions/{execution_name}/attempt-{attempt}"
+
+
+def checkpoint_uri(bucket: str, execution_name: str, attempt: int) -> str:
+    return f"{attempt_prefix(bucket, execution_name, attempt)}/checkpoints"
+
+
+def rule_image(settings: TrainSettings) -> str:
+    """The `sagemaker-debugger-rules` image, resolved at synth time with the SageMaker Python SDK
+    (`image_uris.retrieve("debugger", region)`, infra/training_image.py) and baked in."""
+    if not settings.debugger_rule_image:
+        raise MisconfiguredEnvironment(
+            f"DEBUGGER_RULES_ENABLED is true but DEBUGGER_RULE_IMAGE is not set (the SageMaker Python SDK "
+            f"knows no Debugger rule image for region {settings.region!r})"
+        )
+    return settings.debugger_rule_image
+
+
+def _rules_json(rules: list[RuleConfig]) -> list[dict[str, Any]]:
+    return [{"name": rule.name, "parameters": dict(rule.parameters)} for rule in rules]
+
+
+def _engine_rules(monitoring: Monitoring) -> list[RuleConfig]:
+    """Rules only Debugger runs (accepted only where it is enabled) go to Debugger alone."""
+    return [rule for rule in monitoring.rules if runs_in_engine(rule.name)]
+
+
+def _capture_json(monitoring: Monitoring) -> dict[str, Any]:
+    return {name: capture.model_dump(exclude_none=True) for name, capture in monitoring.capture.items()}
+
+
+def sentinel_configuration(job: Job, monitoring: Monitoring) -> str:
+    """The `sagemaker_stabilizer` value: the in-job library's whole configuration as JSON text.
+
+    Shape (docs/contracts.md, section 8): rules, capture, action, integration, loss_regex (the
+    launcher reads the loss from the log lines it matches; null when the job names no loss
+    metric) and knobs (role -> the job's hyperparameter name). The library rejects other keys.
+    """
+    config = {
+        "rules": _rules_json(_engine_rules(monitoring)),
+        "capture": _capture_json(monitoring),
+        "action": monitoring.sentinel_action,
+        "integration": job.integration,
+        "loss_regex": job.loss_regex(),
+        "knobs": {role: knob.hyperparameter for role, knob in job.knobs.declared().items()},
+    }
+    return json.dumps(config, separators=(",", ":"))
+
+
+def configuration_problem(job: Job, monitoring: Monitoring) -> str | None:
+    """Why the configuration cannot travel as one hyperparameter value, or None."""
+    return hyperparameter_value_problem(
+        "monitoring",
+        CONFIG_HYPERPARAMETER,
+        sentinel_configuration(job, monitoring),
+        holding="the rules, capture settings and loss regex",
+    )
+
+
+def hyperparameters(state: WorkflowState, settings: TrainSettings) -> dict[str, str]:
+    """The training job's hyperparameters, JSON-encoded as the SageMaker Python SDK sends them.
+
+    The job's own hyperparameters (this attempt's recipe), then the framework container's
+    `sagemaker_*` entries. The training toolkit JSON-decodes each value before passing it as
+    `--name value`, so a string is sent as '"elu"' and a number as '0.1' (docs/contracts.md,
+    section 4). `sagemaker_stabilizer` holds the configuration's JSON text, decoded once: the one
+    way the sentinel configuration reaches every job, the reference `train.py` included (the
+    library's `watch()` reads it; the toolkit keeps it out of the script's arguments).
+    """
+    job = state.job
+    plain: dict[str, Any] = dict(state.run_spec)
+    plain.update(
+        {
+            "sagemaker_program": job.entry_point,
+            "sagemaker_submit_directory": job.source,
+            "sagemaker_region": settings.region,
+            "sagemaker_container_log_level": 20,
+        }
+    )
+    encoded = {key: json.dumps(value) for key, value in plain.items()}
+    encoded[CONFIG_HYPERPARAMETER] = sentinel_configuration(job, state.monitoring)
+    return encoded
+
+
+def _channel(name: str, uri: str) -> dict[str, Any]:
+    return {
+        "ChannelName": name,
+        "DataSource": {
+            "S3DataSource": {
+                "S3DataType": "S3Prefix",
+                "S3Uri": uri,
+                "S3DataDistributionType": "FullyReplicated",
+            }
+        },
+        "InputMode": "File",
+    }
+
+
+def _debugger(monitoring: Monitoring, settings: TrainSettings, prefix: str) -> dict[str, Any]:
+    """DebugHookConfig and DebugRuleConfigurations from the same rule list as the sentinel."""
+    collections = {name: capture for name, capture in monitoring.capture.items()}
+    for rule in monitoring.rules:
+        for name in filter(None, rule.parameters.get("collection_names", "").split(",")):
+            # A rule reads a collection only if the hook saves it.
+            collections.setdefault(name.strip(), None)
+    configurations = []
+    for name, capture in sorted(collections.items()):
+        if capture is None:
+            parameters = {"save_interval": "10"}
+        elif capture.save_interval is not None:
+            parameters = {"save_interval": str(capture.save_interval)}
+        else:
+            parameters = {"save_steps": ",".join(str(s) for s in capture.save_steps or [])}
+        configurations.append({"CollectionName": name, "CollectionParameters": parameters})
+    image = rule_image(settings)
+
+    def configuration(rule: RuleConfig) -> dict[str, Any]:
+        return {
+            "RuleConfigurationName": rule.name,
+            "RuleEvaluatorImage": image,
+            "InstanceType": RULE_INSTANCE_TYPE,
+            "VolumeSizeInGB": 0,
+            "RuleParameters": {"rule_to_invoke": rule.name, **rule.parameters},
+        }
+
+    # Debugger runs its profiler rules (ProfilerRule) beside a profiler, not beside the debug hook.
+    # NotLearning and Diverging entries only set the sentinel's own checks: Debugger has no such rule.
+    debugger_rules = [rule for rule in monitoring.rules if rule.name not in SENTINEL_CHECKS]
+    profiler_rules = [configuration(rule) for rule in debugger_rules if is_profiler_rule(rule.name)]
+    request: dict[str, Any] = {
+        "DebugHookConfig": {
+            "S3OutputPath": f"{prefix}/debug",
+            "LocalPath": DEBUG_LOCAL_PATH,
+            "CollectionConfigurations": configurations,
+        },
+        "DebugRuleConfigurations": [
+            configuration(rule) for rule in debugger_rules if not is_profiler_rule(rule.name)
+        ],
+    }
+    if profiler_rules:
+        request["ProfilerConfig"] = {"S3OutputPath": f"{prefix}/profiler", "ProfilingIntervalInMilliseconds": 500}
+        request["ProfilerRuleConfigurations"] = profiler_rules
+    return request
+
+
+def _resources(instance_type: str, instance_count: int, settings: TrainSettings) -> dict[str, Any]:
+    resources: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": instance_count, "VolumeSizeInGB": 30}
+    if settings.warm_pool_seconds:
+        # SageMaker managed warm pools: the next attempt (same role, instance type and count,
+        # volume) starts on this job's instance instead of provisioning one.
+        resources["KeepAlivePeriodInSeconds"] = settings.warm_pool_seconds
+    return resources
+
+
+def build_create_training_job(state: WorkflowState, settings: TrainSettings, attempt: int) -> dict[str, Any]:
+    """The CreateTrainingJob request for attempt number `attempt` of this execution: the user's job
+    (source, entry point, image, instances, hyperparameters, channels, metric definitions), plus
+    what the workflow adds: the library channel, checkpoints, the sentinel configuration, tags."""
+    job = state.job
+    if job.instance_type is None or not isinstance(job.image, str):
+        raise StateCorrupted("job: instance_type and image are not resolved (prepare fills them in)")
+    name = job_name(settings.job_name_prefix, state.execution.short_id, attempt)
+    prefix = attempt_prefix(settings.bucket, state.execution.name, attempt)
+    # Never run past the execution's training budget, whatever the job asks for.
+    remaining = state.limits.max_total_training_seconds - state.training_seconds()
+    channels = [_channel(channel, uri) for channel, uri in job.channels.items()]
+    environment = {"STABILIZER_CHECKPOINT_DIR": CHECKPOINT_LOCAL_PATH}
+    if settings.library_s3_uri:
+        channels.append(_channel(LIBRARY_CHANNEL, settings.library_s3_uri))
+        environment["PYTHONPATH"] = f"{LIBRARY_LOCAL_PATH}:{LAUNCHER_AUTOSTART}"
+    if state.resume_from:
+        channels.append(_channel("resume", state.resume_from))
+    request: dict[str, Any] = {
+        "TrainingJobName": name,
+        "HyperParameters": hyperparameters(state, settings),
+        "AlgorithmSpecification": {
+            "TrainingImage": job.image,
+            "TrainingInputMode": "File",
+            "MetricDefinitions": [definition.model_dump() for definition in job.metric_definitions],
+        },
+        "RoleArn": settings.sagemaker_role_arn,
+        "OutputDataConfig": {"S3OutputPath": f"{prefix}/output"},
+        "ResourceConfig": _resources(job.instance_type, job.instance_count, settings),
+        "StoppingCondition": {"MaxRuntimeInSeconds": max(60, min(job.max_runtime_seconds, remaining))},
+        "CheckpointConfig": {
+            "S3Uri": checkpoint_uri(settings.bucket, state.execution.name, attempt),  # where the monitor reads
+            "LocalPath": CHECKPOINT_LOCAL_PATH,
+        },
+        "Environment": environment,
+        "Tags": [
+            {"Key": "stabilizer:execution", "Value": state.execution.name},
+            {"Key": "stabilizer:attempt", "Value": str(attempt)},
+            {"Key": "stabilizer:policy", "Value": state.policy},
+        ],
+    }
+    if channels:  # InputDataConfig, when given, holds at least one channel
+        request["InputDataConfig"] = channels
+    if settings.debugger_rules_enabled:
+        request.update(_debugger(state.monitoring, settings, prefix))
+    return request

@@ -1,1 +1,0 @@
-../../model/rule_engine/catalogue.py

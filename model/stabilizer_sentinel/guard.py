@@ -1,0 +1,400 @@
+"""The sentinel for any PyTorch loop: ``watch(model, optimizer)`` installs hooks, the loop reports its loss.
+
+A plain loop gains three lines (docs/contracts.md, section 8; README "Protect your own training script")::
+
+    import stabilizer_sentinel as sentinel
+    guard = sentinel.watch(model, optimizer)        # configuration from the SageMaker job
+    ...
+        loss.backward()
+        guard.step(loss)                             # before optimizer.step()
+        optimizer.step()
+
+Everything else happens in hooks: the optimizer's (stabilizer_sentinel.optimizer_hooks) run the finite check
+of the loss and the gradient norm and the configured rules on the gradients about to be applied,
+write findings.json and, when a rule stops the job, exit with status 86 and the failure file before
+the bad step reaches the weights; then count the step and arm the capture of the next forward pass.
+The guard closes itself at interpreter exit and writes the run's summary into findings.json
+(stabilizer_sentinel.summary: steps taken, checked and skipped, losses, how the script ended).
+
+The loops people write (each with its test in tests/unit/library/test_loops.py):
+
+- mixed precision with ``torch.amp.GradScaler``: watched; steps the scaler skips are counted and
+  judged (stabilizer_sentinel.step_clock); bfloat16 autocast: watched like any loop;
+- gradient accumulation (several ``backward()`` per step): watched, the last reported loss is the step's;
+- several optimizers (a GAN): ``watch(model, [optimizer_d, optimizer_g])``, the first one's steps
+  are the run's, the others' get the finite check (stabilizer_sentinel.optimizer_hooks);
+- closures (``optimizer.step(closure)``, LBFGS): watched, checked after the step;
+- parameters updated by hand (no optimizer): ``watch(model)``; each backward pass is a step
+  (stabilizer_sentinel.step_clock.BackwardClock) and ``guard.step(loss)`` may come before or after it;
+- ``torch.compile``d models: watched (the compiled wrapper is unwrapped to name the parameters).
+
+With an optimizer, the guard keeps the last healthy state (``guard.rewind``, stabilizer_sentinel.rewind) and
+writes it as checkpoints at the first finding; ``start = guard.restore()`` after ``watch()`` resumes a
+relaunch from the newest checkpoint and returns the step to go on from. Step numbers count the
+optimizer steps the loop attempted from ``start_step``; the loss reported since the last step belongs
+to the next one.
+
+Under DDP (``torch.distributed`` initialised, world size > 1) every rank checks its own loss and the
+(all-reduced) gradients; one 2-integer all-reduce per step tells every rank whether any rank found
+something or must stop, so all ranks leave at the same step. Rank 0 alone captures tensors, evaluates
+the rules other than the finite check and writes findings.json, with the other ranks' findings.
+
+This module must not checkpoint, log training metrics or change gradients or weights.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import sys
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from stabilizer_contract.catalogue import SENTINEL_CHECKS
+from stabilizer_sentinel import distributed, log_channel, resume
+from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_config
+from stabilizer_sentinel.optimizer_hooks import OptimizerHooks
+from stabilizer_sentinel.rewind import Rewind
+from stabilizer_sentinel.rules import RuleFinding
+from stabilizer_sentinel.sentinel import Verdict, build_monitoring
+from stabilizer_sentinel.step_clock import BackwardClock, ScalerWatch, follow_scaler, unfollow
+from stabilizer_sentinel.summary import EXIT, RunRecord, jsonable
+
+FINITE_CHECK_RULE = "ExplodingTensor"
+# Called by watch() before it builds a guard: the launcher's standby (stabilizer_sentinel.launch) answers with the
+# guard it already attached to that optimizer, or stands down and answers None.
+ON_WATCH: list[Callable[[nn.Module, torch.optim.Optimizer | None], Any]] = []
+PRELOADED: str | None = None  # a checkpoint the launcher loaded before the script called watch()
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The user's network inside DistributedDataParallel / DataParallel / torch.compile wrappers."""
+    while True:
+        inner = getattr(model, "module", None)
+        if not isinstance(inner, nn.Module):
+            inner = getattr(model, "_orig_mod", None)
+        if not isinstance(inner, nn.Module):
+            return model
+        model = inner
+
+
+class Guard(OptimizerHooks):
+    """The sentinel attached to one model and one optimizer; see the module docstring."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None,
+        *,
+        config: StabilizerConfig,
+        paths: JobPaths,
+        start_step: int = 0,
+        install_hooks: bool = True,
+        rewind_every: int = 0,
+        rewind_keep: int = 2,
+        integration: str = "library",
+    ) -> None:
+        self.model = unwrap(model)
+        optimizers = [] if optimizer is None else [optimizer] if isinstance(optimizer, torch.optim.Optimizer) \
+            else list(optimizer)
+        self.optimizer = optimizer = optimizers[0] if optimizers else None
+        self.others: list[torch.optim.Optimizer] = []  # checked at their steps; the first one's steps are counted
+        self.config = config
+        self.paths = paths
+        self.rank, self.world_size = distributed.rank_and_size()
+        self.primary = self.rank == 0
+        self.capture, self.sentinel = build_monitoring(
+            self.model,
+            sentinel_rules=config.effective_rules,
+            sentinel_action=config.effective_action,
+            capture=config.effective_capture if self.primary else {},
+            checkpoint_dir=paths.checkpoint_dir,
+            tensor_dir=paths.tensor_dir if self.primary else None,
+            failure_file=paths.failure_file,
+            write_findings=self.primary,
+            only_rules=None if self.primary else (FINITE_CHECK_RULE, *SENTINEL_CHECKS),  # their thresholds too
+        )
+        self.step_number = start_step
+        # The last healthy states, copied every few steps and written as checkpoints at the first finding.
+        # Rank 0 alone keeps them: under DDP every rank holds the same weights.
+        self.rewind: Rewind | None = None
+        if rewind_every > 0 and optimizer is not None and self.primary:
+            self.rewind = Rewind(self.model, optimizer, checkpoint_dir=paths.checkpoint_dir, every=rewind_every,
+                                 keep=rewind_keep)
+            self.sentinel.rewind = self.rewind
+        self.epoch: int | None = None
+        self.phase: str | None = None
+        self._loss: torch.Tensor | float | None = None
+        self._labels: torch.Tensor | None = None
+        self._inputs: torch.Tensor | None = None
+        self._outputs: torch.Tensor | None = None
+        self._deferred_stop = False
+        self._reported_once = False
+        self._warned_late = False
+        self.warn_when_loss_is_late = True  # the launcher reads losses from log lines, late by design
+        self._closed = False
+        self.first_checked: int | None = None  # the first and last step checked, for the closing line
+        self.last_checked = 0
+        # What the summary of findings.json says (stabilizer_sentinel.summary); written at the end, findings or not.
+        self.record = RunRecord(integration=integration)
+        self.sentinel.summary = self._summary
+        EXIT.install()
+        self.scaler_watch = ScalerWatch(self)
+        self.clock: BackwardClock | None = None
+        self._handles: list[Any] = []
+        if install_hooks and optimizer is not None:
+            self.hook_optimizers(optimizers)
+            follow_scaler(optimizer, self)
+        elif install_hooks:  # parameters updated by hand: each backward pass is a step (stabilizer_sentinel.step_clock)
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            if params:
+                self.clock = BackwardClock(self, params, wait_for_loss=integration == "library")
+        if config.loss_regex is not None or log_channel.current() is not None:
+            log_channel.install(config.effective_loss_regex).attach(self)
+        collections = set(self.capture.collections)
+        if collections & {"inputs", "predictions"}:
+            self._handles.append(self.model.register_forward_hook(self._keep_inputs_and_outputs))
+        self.capture.begin_step(self.step_number)
+        self_ref = weakref.ref(self)
+        atexit.register(lambda: (guard := self_ref()) is not None and guard.close())
+
+    # -- what the loop calls
+    def step(self, loss: torch.Tensor | float | None, *, labels: torch.Tensor | None = None,
+             epoch: int | None = None, phase: str | None = None) -> None:
+        """Report this step's loss (no host synchronisation); call it before ``optimizer.step()``.
+
+        ``labels`` feeds the ``labels`` collection; ``epoch`` and ``phase`` ("warmup" or "main")
+        go into findings so the workflow can tell an explosion during warm-up from a later one.
+        """
+        self._loss = loss.detach() if isinstance(loss, torch.Tensor) else loss
+        self._labels = labels
+        self._reported_once = True
+        if epoch is not None:
+            self.epoch = epoch
+        if phase is not None:
+            self.phase = phase
+        if self.clock is not None:
+            self.clock.loss_reported()
+
+    has_loss = property(lambda self: self._loss is not None)
+
+    def take_loss(self) -> torch.Tensor | float | None:
+        """The loss reported for the step about to be counted without a check (a skipped step), cleared."""
+        loss, self._loss = self._loss, None
+        return loss
+
+    def eval_loss(self, loss: float | torch.Tensor, *, labels: torch.Tensor | None = None,
+                  outputs: torch.Tensor | None = None) -> Verdict:
+        """Record an evaluation after the last optimizer step (the ``Overfit`` rule reads these)."""
+        value = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
+        self.record.evaluations.append((max(self.step_number - 1, 0), value))
+        verdict = self.sentinel.after_eval(
+            max(self.step_number - 1, 0), epoch=self.epoch, phase=self.phase, learning_rate=self.learning_rate,
+            loss=value, labels=labels, outputs=outputs,
+        )
+        if verdict.stop:
+            if self.world_size > 1:
+                self._deferred_stop = True  # evaluations may run on rank 0 alone: agree at the next step
+            else:
+                self._stop(f"after the evaluation at step {max(self.step_number - 1, 0)}")
+        return verdict
+
+    def check(self) -> Verdict:
+        """Check the gradients of the step about to be applied (the hooks call this; so may a framework)."""
+        step = self.step_number
+        if self.first_checked is None:
+            self.first_checked = step
+        self.last_checked = step
+        verdict = self.sentinel.after_backward(
+            step, epoch=self.epoch, phase=self.phase, learning_rate=self.learning_rate, loss=self._loss,
+            inputs=self._inputs, labels=self._labels, outputs=self._outputs,
+        )
+        self._loss = self._labels = self._inputs = self._outputs = None
+        history = self.sentinel.loss_history
+        self.record.observed(step, history[-1][1] if history and history[-1][0] == step else None)
+        stop = verdict.stop or self._deferred_stop
+        if self.world_size > 1 and torch.distributed.is_initialized():
+            stop = distributed.agree(self, verdict, stop)
+        if stop:
+            self._stop(f"at step {step}")
+        return verdict
+
+    def advance(self) -> None:
+        """Count the optimizer step just taken, copy the state when due and arm capture for the next forward pass."""
+        self.step_number += 1
+        self.record.steps_taken += 1
+        if self.rewind is not None:
+            self.rewind.after_step(self.step_number)
+        if not self._closed:
+            self.capture.begin_step(self.step_number)
+
+    def restore(self) -> int:
+        """Load the newest checkpoint into the model and optimizer; returns the next step to run (0: none).
+
+        The job's own checkpoint directory first, then the ``resume`` channel (stabilizer_sentinel.resume); one
+        that does not fit is reported in one line and left alone. Calling it tells the workflow that a
+        relaunch of this script resumes (summary ``restores``).
+        """
+        self.record.restores = True
+        restored = resume.restore(self.paths, self.model, self.optimizer)  # the load hook sets the step count
+        if restored is None:
+            return 0
+        source, next_step = restored
+        self.record.started_from = resume.started_from(source, self.paths)
+        self.step_number = next_step
+        self.capture.begin_step(next_step)
+        return next_step
+
+    def external_finding(self, step: int, tensor: str, value: float, message: str, *, source: str) -> None:
+        """An ExplodingTensor finding from outside the per-step check (the log, the loss scaler)."""
+        context = {"epoch": self.epoch, "phase": self.phase, "learning_rate": self.learning_rate}
+        verdict = self.sentinel.report(RuleFinding(FINITE_CHECK_RULE, step, tensor, jsonable(value), message),
+                                       context, source=source)
+        if verdict.stop and source == "log":
+            self._deferred_stop = True  # printed from anywhere (another thread): stopped at the next step
+        elif verdict.stop:
+            self._stop(f"at step {step}")
+
+    def stop_if_deferred(self, step: int) -> None:  # where no check runs (a skipped step)
+        if self._deferred_stop:
+            self._stop(f"at step {step}")
+
+    def log_nonfinite(self, value: float) -> None:
+        """The job's log reported a non-finite loss (stabilizer_sentinel.log_channel)."""
+        step = max(self.step_number - 1, 0)
+        self.external_finding(step, "losses/loss", value, f"the job's log reported a non-finite loss ({value}) "
+                              f"at step {step}", source="log")
+
+    def _summary(self, ended: str | None) -> dict[str, Any]:
+        line = self.record.exception or EXIT.exception
+        return self.record.summary(self.sentinel.learning, ended=ended,
+                                   exception=line if ended in ("exception", "interrupted") else None)
+
+    def close(self, status: str | None = None) -> None:
+        """Remove the hooks, write the summary and finish the tensor store (``training_end.json``); idempotent.
+
+        ``status`` defaults to how the script ended: "exception" or "interrupted" after an uncaught
+        exception (stabilizer_sentinel.summary.ExitWatch), else "completed".
+        """
+        if self._closed:
+            return
+        status = status or EXIT.ended or "completed"
+        self._closed = True
+        self._remove_hooks()
+        if self.scaler_watch.scaler is not None:
+            self.scaler_watch.read_scale(judge=False)
+        self._say_checked(status)
+        self.sentinel.close(status=status)
+
+    def _remove_hooks(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        if self.clock is not None:
+            self.clock.remove()
+        if self.optimizer is not None:
+            unfollow(self.optimizer, self)
+
+    def _say_checked(self, status: str) -> None:
+        """One line for the job's log: which steps this process checked, and how it ended."""
+        if self.first_checked is not None and self.primary:
+            print(f"sentinel: checked steps {self.first_checked}..{self.last_checked}, {status}", file=sys.stderr,
+                  flush=True)
+
+    def __enter__(self) -> Guard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def learning_rate(self) -> float | None:
+        if self.optimizer is None or not self.optimizer.param_groups:
+            return None
+        lr = self.optimizer.param_groups[0].get("lr")
+        return float(lr) if lr is not None else None
+
+    @property
+    def findings(self) -> list[dict[str, Any]]:
+        return self.sentinel.findings
+
+    # -- hooks
+    def _keep_inputs_and_outputs(self, module: nn.Module, inputs: tuple, output: Any) -> None:
+        if module.training:
+            first = inputs[0] if inputs else None
+            self._inputs = first.detach() if isinstance(first, torch.Tensor) else None
+            self._outputs = output.detach() if isinstance(output, torch.Tensor) else None
+
+    # -- stopping
+    def _stop(self, when: str) -> None:
+        finding = self.sentinel.stop_finding or {"message": "another rank stopped"}
+        print(f"sentinel stopped the job {when}: {finding['message']}", flush=True)
+        self._say_checked("stopped")
+        self._closed = True
+        self._remove_hooks()
+        self.sentinel.exit_for_rule_stop()  # exit status 86, failure file "RuleStop: ..."
+
+
+def claim(model: nn.Module, optimizer: Any) -> Guard | None:
+    """The script watches itself: the launcher's standby stands down, or hands over the guard it attached."""
+    for standby in list(ON_WATCH):
+        attached = standby(model, optimizer)
+        if attached is not None:
+            return attached
+    return None
+
+
+def watch(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
+    *,
+    rules: list[Mapping[str, Any]] | str | None = None,
+    capture: Mapping[str, Any] | str | None = None,
+    action: str | None = None,
+    start_step: int = 0,
+    environ: Mapping[str, str] | None = None,
+    install_hooks: bool = True,
+    rewind_every: int = 5,
+    rewind_keep: int = 2,
+    started_from: str | None = None,
+) -> Guard:
+    """Protect ``model`` trained by ``optimizer``, configured by the SageMaker job.
+
+    The job's ``sagemaker_stabilizer`` hyperparameter (stabilizer_sentinel.job_config) decides; ``rules``,
+    ``capture`` and ``action`` are the script's own defaults for what the job leaves unset. With
+    neither, the sentinel runs the finite check (``ExplodingTensor``) and stops the job when it fires.
+    The finite check and the learning check (stabilizer_sentinel.health) run whatever the rule list says;
+    action ``notify`` records findings without stopping.
+
+    ``optimizer`` may be a list (a GAN's optimizers: the first one's steps are the run's) or None
+    (parameters updated by hand: each backward pass is a step). A script that fine-tunes a state it
+    loaded itself names it in ``started_from`` (the summary's; ``guard.restore()`` sets it itself).
+
+    With an optimizer, the guard keeps the last healthy state (``guard.rewind``, stabilizer_sentinel.rewind):
+    every ``rewind_every`` steps a host copy of the weights and optimizer state, the newest
+    ``rewind_keep`` kept and written as checkpoints at the first finding. It costs ``rewind_keep`` x
+    (weights + optimizer state) of host memory: a very large model may want it off (``rewind_every=0``).
+    """
+    if rewind_every < 0 or rewind_keep < 1:
+        raise ValueError(f"watch: rewind_every must be >= 0 and rewind_keep >= 1, got rewind_every={rewind_every}, "
+                         f"rewind_keep={rewind_keep}")
+    attached = claim(model, optimizer)
+    if attached is not None:
+        return attached  # the launcher watches this optimizer already: one guard, the launcher's
+    config = load_config(environ).with_defaults(
+        rules=json.loads(rules) if isinstance(rules, str) else (list(rules) if rules is not None else None),
+        capture=json.loads(capture) if isinstance(capture, str) else (dict(capture) if capture is not None else None),
+        action=action,
+    )
+    guard = Guard(model, optimizer, config=config, paths=JobPaths.from_env(environ), start_step=start_step,
+                  install_hooks=install_hooks, rewind_every=rewind_every, rewind_keep=rewind_keep)
+    if PRELOADED is not None:
+        guard.record.started_from, guard.record.restores = PRELOADED, True
+    if started_from is not None:
+        guard.record.started_from = started_from
+    return guard
+

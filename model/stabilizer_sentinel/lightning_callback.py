@@ -1,0 +1,89 @@
+"""The sentinel for PyTorch Lightning: one callback, configured by the job like ``watch()``.
+
+    from stabilizer_sentinel.lightning_callback import SentinelCallback
+    trainer = lightning.Trainer(..., callbacks=[SentinelCallback()])
+
+Lightning runs forward and backward inside ``optimizer.step(closure)``, so an optimizer pre-hook
+would see no gradients; the callback drives the same ``Guard`` from Lightning's own hooks instead:
+the loss from ``on_before_backward``, the check from ``on_before_optimizer_step`` (after backward,
+before the update, so a stopped step never reaches the weights), step numbers from
+``trainer.global_step``. A stop ends the process with status 86 and the failure file, as at the other
+levels. Every optimizer of the module is checked (a GAN's second with the finite check of its
+gradients, stabilizer_sentinel.optimizer_hooks); the first one's steps are the run's. The run's summary
+(integration "lightning") goes into findings.json at the end of training, or when it fails
+(``on_exception``: ended "exception" with the exception's line, or "interrupted"). Precision
+"16-mixed" with a GradScaler: the optimizer's hooks check the steps the scaler applies and the steps
+it skips are counted and judged as in a plain loop (stabilizer_sentinel.step_clock), since Lightning's own
+hook comes before the scaler decides. "bf16-mixed" needs no scaler and is watched as any step. Needs the
+``lightning`` package (extra ``lightning``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import lightning
+
+from stabilizer_sentinel.guard import Guard, claim
+from stabilizer_sentinel.job_config import JobPaths, load_config
+from stabilizer_sentinel.summary import describe
+
+
+class SentinelCallback(lightning.Callback):
+    def __init__(
+        self,
+        *,
+        rules: list[Mapping[str, Any]] | None = None,
+        capture: Mapping[str, Any] | None = None,
+        action: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.config = load_config(environ).with_defaults(
+            rules=list(rules) if rules is not None else None,
+            capture=dict(capture) if capture is not None else None,
+            action=action,
+        )
+        self.paths = JobPaths.from_env(environ)
+        self.guard: Guard | None = None
+        self.scaled = False
+
+    def on_train_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
+        optimizer = trainer.optimizers[0] if trainer.optimizers else None
+        claim(pl_module, optimizer)  # under "auto" the launcher stands by: it stands down for the callback
+        scaler = getattr(trainer.precision_plugin, "scaler", None)
+        # With a GradScaler the optimizer's own hooks check the steps it applies and count those it skips
+        # (stabilizer_sentinel.step_clock): checked here, a calibrating scaler's overflow would read as an explosion.
+        self.scaled = scaler is not None and scaler.is_enabled()
+        self.guard = Guard(pl_module, optimizer, config=self.config, paths=self.paths,
+                           start_step=trainer.global_step, install_hooks=self.scaled, integration="lightning")
+        for other in trainer.optimizers[1:]:
+            self.guard.add_optimizer(other)
+
+    def on_train_batch_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
+                             batch: Any, batch_idx: int) -> None:
+        if self.guard is not None:
+            self.guard.step_number = trainer.global_step
+            self.guard.capture.begin_step(trainer.global_step)
+
+    def on_before_backward(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
+                           loss: Any) -> None:
+        if self.guard is not None:
+            self.guard.step(loss, epoch=trainer.current_epoch)
+
+    def on_before_optimizer_step(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
+                                 optimizer: Any) -> None:
+        if self.guard is not None and optimizer is self.guard.optimizer and not self.scaled:
+            self.guard.step_number = trainer.global_step
+            self.guard.check()
+            self.guard.record.steps_taken += 1  # Lightning counts its steps itself (trainer.global_step)
+
+    def on_train_end(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
+        if self.guard is not None:
+            self.guard.close()
+
+    def on_exception(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
+                     exception: BaseException) -> None:
+        if self.guard is not None and not isinstance(exception, SystemExit):  # SystemExit: a rule stop, recorded
+            ended, self.guard.record.exception = describe(exception)
+            self.guard.close(status=ended)

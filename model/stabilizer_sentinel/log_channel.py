@@ -1,0 +1,117 @@
+"""The job's log as a second, independent channel: the loss its own lines report.
+
+When the configuration gives a ``loss_regex`` (the job's metric definition for its loss), or when
+the launcher needs the log for its loss, ``install`` wraps ``sys.stdout`` and ``sys.stderr`` once per
+process: everything passes through unchanged, and every complete line the regex matches yields a
+number. The channel keeps the last one, the number of lines, and the step at which the log first
+reported a non-finite loss (``summary.log_loss``); at that line it hands the value to the guard that
+watches the run, which records an ``ExplodingTensor`` finding with source "log" whatever its hooks
+saw, and stops the job at its next step when the action is stop (a line may be printed from any
+thread, where exiting would end that thread alone).
+
+Cost: one regex search per complete line printed, nothing per training step.
+
+This module must not read tensors or decide anything: it reads lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import re
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from stabilizer_sentinel.summary import LogLoss
+
+
+class _LossFromLog(io.TextIOBase):
+    """A stream that passes everything through and reads the loss out of complete lines."""
+
+    def __init__(self, stream: TextIO, pattern: re.Pattern[str], sink: Callable[[float], None]) -> None:
+        self._stream = stream
+        self._pattern = pattern
+        self._sink = sink
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        written = self._stream.write(text)
+        *lines, rest = (self._partial + text).split("\n")
+        self._partial = rest[-4096:]  # a line that never ends (progress bars) is not kept whole
+        for line in lines:
+            match = self._pattern.search(line)
+            if match:
+                with contextlib.suppress(ValueError):
+                    self._sink(float(match.group(1)))
+        return written
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, buffer, ...
+        return getattr(self._stream, name)
+
+
+def raw_stderr() -> TextIO:
+    """The stream under the channel: for lines of ours that must not be read back as a loss."""
+    stream = sys.stderr
+    return stream._stream if isinstance(stream, _LossFromLog) else stream  # type: ignore[return-value]
+
+
+class LogChannel:
+    def __init__(self, pattern: str) -> None:
+        self.pattern = re.compile(pattern)
+        self.record = LogLoss()
+        self.listeners: list[Callable[[float], None]] = []  # the launcher's loss, when no loss module gives one
+        self.guard: Any = None  # the stabilizer_sentinel.guard.Guard that numbers steps and records findings
+        self._busy = False
+        sys.stdout = _LossFromLog(sys.stdout, self.pattern, self._value)  # type: ignore[assignment]
+        sys.stderr = _LossFromLog(sys.stderr, self.pattern, self._value)  # type: ignore[assignment]
+
+    def attach(self, guard: Any) -> None:
+        """``guard`` watches the run from now on; a non-finite loss the log reported before is handed to it."""
+        self.guard = guard
+        guard.record.log = self.record
+        if self.record.last is not None and not math.isfinite(self.record.last):
+            guard.log_nonfinite(self.record.last)
+
+    def _value(self, value: float) -> None:
+        if self._busy:  # a line printed while handling one (the finding's own message)
+            return
+        self._busy = True
+        try:
+            self.record.lines += 1
+            self.record.last = value
+            for listener in self.listeners:
+                listener(value)
+            if not math.isfinite(value) and self.record.nonfinite_step is None:
+                guard = self.guard
+                self.record.nonfinite_step = max(guard.step_number - 1, 0) if guard is not None else 0
+                if guard is not None:
+                    guard.log_nonfinite(value)
+        finally:
+            self._busy = False
+
+    def uninstall(self) -> None:
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            if isinstance(stream, _LossFromLog):
+                setattr(sys, name, stream._stream)
+        if _INSTALLED.get("channel") is self:
+            del _INSTALLED["channel"]
+
+
+_INSTALLED: dict[str, LogChannel] = {}  # the process's channel, once installed
+
+
+def current() -> LogChannel | None:
+    return _INSTALLED.get("channel")
+
+
+def install(pattern: str) -> LogChannel:
+    """The process's log channel, installed with ``pattern`` the first time."""
+    if "channel" not in _INSTALLED:
+        _INSTALLED["channel"] = LogChannel(pattern)
+    return _INSTALLED["channel"]

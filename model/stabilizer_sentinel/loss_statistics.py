@@ -1,0 +1,150 @@
+"""Running statistics of a training run's loss and learning rate, read by the sentinel's own checks.
+
+The learning and divergence checks (``stabilizer_sentinel.health``) take their thresholds from these
+numbers instead of from constants: how noisy one step's loss is, whether the loss is trending
+down, and whether the run is still warming up. Each costs O(1) per step (amortised) and bounded
+memory, whatever the length of the run.
+
+This module must not touch the model, the optimizer or files, and must not import torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+# Second differences kept for the noise estimate: enough for a stable median, few enough that
+# the estimate follows the noise as it shrinks while the loss falls.
+NOISE_SAMPLES = 64
+# For independent normal noise of standard deviation s, x[t+1] - 2 x[t] + x[t-1] is normal with
+# standard deviation sqrt(6) s; the mean of its absolute value, leaving out the largest eighth, is
+# this many times s.
+TRIM = 0.125
+_TRIMMED_MEAN_ABS_SECOND_DIFFERENCE = 1.5432
+
+
+class NoiseEstimate:
+    """The standard deviation of one step's loss around its trend, robust to spikes and to the trend.
+
+    Read from second differences (a linear trend cancels, so a falling or rising loss is not taken
+    for noise) through the mean of their absolute values without the largest eighth (a spike
+    touches three of them, so a few outliers among ``NOISE_SAMPLES`` are left out; a trimmed mean
+    wanders less than a median on few samples). None until three finite losses were seen.
+    """
+
+    def __init__(self, samples: int = NOISE_SAMPLES) -> None:
+        self._diffs: deque[float] = deque(maxlen=samples)
+        self._previous: tuple[float, ...] = ()
+        self._sigma: float | None = None
+        self._stale = False
+
+    def add(self, loss: float) -> None:
+        if len(self._previous) == 2:
+            before, last = self._previous
+            self._diffs.append(abs(loss - 2.0 * last + before))
+            self._stale = True
+            self._previous = (last, loss)
+        else:
+            self._previous = (*self._previous, loss)
+
+    @property
+    def samples(self) -> int:
+        return len(self._diffs)
+
+    @property
+    def sigma(self) -> float | None:
+        """The estimate, widened while it rests on few samples (by ``1 + 8 / samples``: 1.3 times at
+        27, 1.125 at 64), so that a handful of steps that happen to agree is not taken for a quiet run."""
+        if self._stale:  # recomputed only when asked (about once a window), over at most NOISE_SAMPLES
+            ordered = sorted(self._diffs)
+            kept = ordered[: len(ordered) - int(len(ordered) * TRIM)]
+            mean = sum(kept) / len(kept) / _TRIMMED_MEAN_ABS_SECOND_DIFFERENCE
+            self._sigma = mean * (1.0 + 8.0 / len(ordered))
+            self._stale = False
+        return self._sigma
+
+
+class Trend:
+    """Least-squares line through (step, loss), updated online (Welford's co-moments)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._mean_step = 0.0
+        self._mean_loss = 0.0
+        self._sxx = 0.0
+        self._sxy = 0.0
+        self.first_step: int | None = None
+        self.last_step: int | None = None
+
+    def add(self, step: int, loss: float) -> None:
+        if self.first_step is None:
+            self.first_step = step
+        self.last_step = step
+        self.count += 1
+        delta = step - self._mean_step
+        self._mean_step += delta / self.count
+        self._mean_loss += (loss - self._mean_loss) / self.count
+        self._sxx += delta * (step - self._mean_step)
+        self._sxy += delta * (loss - self._mean_loss)
+
+    @property
+    def slope(self) -> float | None:
+        return self._sxy / self._sxx if self.count >= 2 and self._sxx > 0 else None
+
+    def slope_error(self, sigma: float) -> float | None:
+        """Standard error of the slope for independent noise of standard deviation ``sigma``."""
+        return sigma / math.sqrt(self._sxx) if self.count >= 2 and self._sxx > 0 else None
+
+    def level_at_end(self) -> float | None:
+        """The line's value at the last step: the loss now, with the noise of every step averaged out."""
+        slope = self.slope
+        if slope is None or self.last_step is None:
+            return None
+        return self._mean_loss + slope * (self.last_step - self._mean_step)
+
+
+WARMUP = "warmup"
+MAIN = "main"
+
+
+class PhaseTracker:
+    """Counts warm-up and main-phase steps, from the script's word or else from the learning rate.
+
+    A step the script labels ``"warmup"`` or ``"main"`` counts as it says. For an unlabelled step
+    the learning rate decides: a rate above every rate before it (by more than ``rise``, relative)
+    means the run has not reached its peak rate yet, so that step and the unlabelled main-phase
+    steps counted since the previous peak are warm-up (a linear warm-up, the first part of a
+    one-cycle schedule, a constant low warm-up rate followed by a jump). A flat or decaying rate is
+    the main phase. Without a learning rate an unlabelled step is main phase.
+    """
+
+    def __init__(self, *, infer: bool = True, rise: float = 1e-3) -> None:
+        self.infer = infer
+        self.rise = rise
+        self.warmup_steps = 0
+        self.main_steps = 0
+        self._peak: float | None = None
+        self._since_peak = 0  # unlabelled main-phase steps since the last peak, reclassified at a new one
+
+    def observe(self, phase: str | None, learning_rate: float | None) -> str:
+        """Count one step; its phase as far as is known now."""
+        if phase in (WARMUP, MAIN):
+            if phase == WARMUP:
+                self.warmup_steps += 1
+            else:
+                self.main_steps += 1
+            return phase
+        if not self.infer or learning_rate is None or not math.isfinite(learning_rate):
+            self.main_steps += 1
+            return MAIN
+        rising = self._peak is not None and learning_rate > self._peak * (1.0 + self.rise)
+        if self._peak is None or learning_rate > self._peak:
+            self._peak = learning_rate
+        if rising:
+            self.main_steps -= self._since_peak
+            self.warmup_steps += self._since_peak + 1
+            self._since_peak = 0
+            return WARMUP
+        self.main_steps += 1
+        self._since_peak += 1
+        return MAIN

@@ -1,0 +1,116 @@
+"""What the guard does in an optimizer's hooks (stabilizer_sentinel.guard's ``Guard`` mixes this in).
+
+- Step pre-hook: check the gradients the optimizer is about to apply (``guard.check()``); with
+  ``optimizer.step(closure)`` (LBFGS, ...) gradients exist only after the step, so the check runs in
+  the post-hook and a stopping step has already been applied.
+- Step post-hook: count the step (``guard.advance()``).
+- ``state_dict`` post-hook / ``load_state_dict`` pre-hook: the guard's step count and the learning
+  check's start travel in the optimizer's checkpoint, so a loop that checkpoints its optimizer
+  resumes both by itself.
+- Other optimizers of the same run (a GAN's second, ``add_optimizer``): their steps get the finite
+  check of their own loss and gradients, with one host synchronisation per step each; they are not
+  counted as steps and do not feed the learning check (the first optimizer's steps are the run's).
+
+This module must not change gradients or weights.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+import torch
+
+STATE_KEY = "stabilizer_step"
+LEARNING_KEY = "stabilizer_learning"  # the learning check's start, so a resumed run is judged from its lineage
+
+
+class OptimizerHooks:
+    optimizer: torch.optim.Optimizer | None
+    others: list[torch.optim.Optimizer]
+    step_number: int
+    sentinel: Any
+    capture: Any
+    _handles: list[Any]
+    _loss: Any
+    _reported_once: bool
+    _warned_late: bool
+    warn_when_loss_is_late: bool
+
+    def hook_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        """Hook the first optimizer (its steps are the run's) and check the others' steps."""
+        first = optimizers[0]
+        self._handles += [
+            first.register_step_pre_hook(self._before_optimizer_step),
+            first.register_step_post_hook(self._after_optimizer_step),
+            first.register_state_dict_post_hook(self._save_step),
+            first.register_load_state_dict_pre_hook(self._load_step),
+        ]
+        for other in optimizers[1:]:
+            self.add_optimizer(other)
+
+    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if _has_closure(args, kwargs):
+            return  # gradients do not exist yet; checked after the step
+        if self._loss is None and self._reported_once and self.warn_when_loss_is_late and not self._warned_late:
+            self._warned_late = True
+            print("sentinel: guard.step(loss) came after optimizer.step(); each loss is checked with the next "
+                  "step's gradients. Call guard.step(loss) before optimizer.step().", file=sys.stderr)
+        self.check()
+
+    def _after_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if _has_closure(args, kwargs):
+            self.check()
+        self.advance()
+
+    def _save_step(self, optimizer: torch.optim.Optimizer, state_dict: dict) -> dict:
+        state_dict[STATE_KEY] = self.step_number
+        state_dict[LEARNING_KEY] = self.sentinel.learning.state_dict()
+        return state_dict
+
+    def _load_step(self, optimizer: torch.optim.Optimizer, state_dict: dict) -> None:
+        if STATE_KEY in state_dict:
+            self.step_number = int(state_dict.pop(STATE_KEY))
+            self.capture.begin_step(self.step_number)
+        if LEARNING_KEY in state_dict:
+            self.sentinel.learning.load_state_dict(state_dict.pop(LEARNING_KEY))
+
+    def add_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Check another optimizer's steps too (a GAN's second): the finite check of its loss and gradients.
+
+        Its steps are not counted (the first optimizer's are the run's steps) and the learning check
+        reads the first one's loss alone. One host synchronisation per step of each such optimizer.
+        """
+        if optimizer is self.optimizer or any(optimizer is other for other in self.others):
+            return
+        self.others.append(optimizer)
+        self._handles += [optimizer.register_step_pre_hook(self._before_other_step),
+                          optimizer.register_step_post_hook(self._after_other_step)]
+
+    def _before_other_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if not _has_closure(args, kwargs):
+            self._check_other(optimizer)
+
+    def _after_other_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if _has_closure(args, kwargs):
+            self._check_other(optimizer)
+
+    def _check_other(self, optimizer: torch.optim.Optimizer) -> None:
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads).float() if grads else torch.zeros(())
+        loss = self.take_loss()
+        loss_value, norm_value = torch.stack([torch.as_tensor(float("nan") if loss is None else loss).to(
+            norm.device, torch.float32).reshape(()), norm]).tolist()  # one host synchronisation for both
+        index = next(i for i, other in enumerate(self.others) if other is optimizer) + 2
+        step = max(self.step_number - 1, 0)
+        if loss is not None and not math.isfinite(loss_value):
+            self.external_finding(step, "losses/loss", loss_value, f"loss is non-finite at step {step} "
+                                  f"(optimizer {index})", source=f"optimizer {index}")
+        elif not math.isfinite(norm_value):
+            self.external_finding(step, "gradients", norm_value, f"gradient norm is non-finite at step {step} "
+                                  f"(optimizer {index})", source=f"optimizer {index}")
+
+
+def _has_closure(args: tuple, kwargs: dict) -> bool:
+    return (len(args) > 1 and args[1] is not None) or kwargs.get("closure") is not None

@@ -1,0 +1,74 @@
+"""Rules: the base class and registry (``base``), and the built-in rules by family.
+
+``tensors``        ExplodingTensor, VanishingGradient, WeightUpdateRatio, AllZero, UnchangedTensor,
+                   TensorVariance, PoorWeightInitialization
+``training``       LossNotDecreasing, Overfit, StalledTrainingRule
+``activations``    DeadRelu, SaturatedActivation
+``classification`` ClassImbalance, Confusion, CheckInputImages
+``system``         LowGPUUtilization, CPUBottleneck, IOBottleneck, OverallSystemUsage (system metrics)
+``checks``         NotLearning, Diverging: thresholds of the sentinel's own checks, not rules of their own
+
+Every built-in rule keeps Debugger's name, parameters and defaults as the rule catalogue
+(``stabilizer_contract.catalogue``) lists them. Rules read tensors only through the Trial API, so they run
+unchanged on a ``MemoryTrial`` in the job and on a store afterwards. This package must not stop
+jobs or write files.
+"""
+
+from stabilizer_contract.catalogue import RuleConfigError
+from stabilizer_sentinel.rules.activations import DeadRelu, SaturatedActivation
+from stabilizer_sentinel.rules.base import (
+    RULES,
+    Rule,
+    RuleFinding,
+    RuleSpec,
+    parse_rule,
+    parse_rule_list,
+    register_rule,
+    rule_parameters,
+)
+from stabilizer_sentinel.rules.checks import Diverging, NotLearning
+from stabilizer_sentinel.rules.classification import CheckInputImages, ClassImbalance, Confusion
+from stabilizer_sentinel.rules.system import CPUBottleneck, IOBottleneck, LowGPUUtilization, OverallSystemUsage
+from stabilizer_sentinel.rules.tensors import (
+    AllZero,
+    ExplodingTensor,
+    PoorWeightInitialization,
+    TensorVariance,
+    UnchangedTensor,
+    VanishingGradient,
+    WeightUpdateRatio,
+)
+from stabilizer_sentinel.rules.training import LossNotDecreasing, Overfit, StalledTrainingRule
+
+__all__ = [
+    "RULES",
+    "AllZero",
+    "CPUBottleneck",
+    "CheckInputImages",
+    "ClassImbalance",
+    "Confusion",
+    "DeadRelu",
+    "Diverging",
+    "ExplodingTensor",
+    "IOBottleneck",
+    "LossNotDecreasing",
+    "LowGPUUtilization",
+    "NotLearning",
+    "OverallSystemUsage",
+    "Overfit",
+    "PoorWeightInitialization",
+    "Rule",
+    "RuleConfigError",
+    "RuleFinding",
+    "RuleSpec",
+    "SaturatedActivation",
+    "StalledTrainingRule",
+    "TensorVariance",
+    "UnchangedTensor",
+    "VanishingGradient",
+    "WeightUpdateRatio",
+    "parse_rule",
+    "parse_rule_list",
+    "register_rule",
+    "rule_parameters",
+]

@@ -1,0 +1,254 @@
+"""The rule base class, the registry, rule-list parsing, and the helpers the built-in rules share.
+
+A rule is a class with ``__init__(self, base_trial, <parameters with defaults>)`` and
+``invoke_at_step(self, step) -> bool`` (True when the condition is met), the shape SageMaker
+Debugger gave custom rules. ``@register_rule`` makes it available by name to rule lists.
+
+Built-in rules are described by the rule catalogue (``stabilizer_contract.catalogue``), the one list of
+names, parameters, types, defaults and bounds that the workflow also checks execution inputs
+against; registering a built-in whose ``__init__`` disagrees with its catalogue entry fails at
+import, so the two cannot drift. A user-written rule that is not in the catalogue is configured
+from its ``__init__`` signature instead.
+
+This module must not stop jobs or write files.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from stabilizer_contract.catalogue import CATALOGUE, DEBUGGER, RuleConfigError, check_rule, rule_items
+from stabilizer_sentinel.summary import jsonable
+from stabilizer_sentinel.trial import TensorUnavailableForStep, Trial, matches
+
+
+@dataclass(frozen=True)
+class RuleFinding:
+    """What a rule saw when its condition was met."""
+
+    rule: str
+    step: int
+    tensor: str | None
+    value: float | str | None
+    message: str
+    mode: str = "TRAIN"
+
+
+class Rule:
+    """Base class of every rule. Subclasses declare parameters as keyword arguments of ``__init__``.
+
+    ``required_collections`` maps collection names the rule reads to the save interval the in-job
+    sentinel uses when the capture hyperparameter does not schedule that collection itself.
+    ``finding`` is the finding of the last step at which ``invoke_at_step`` returned True; a rule
+    object goes on being evaluated after it fired (as in Debugger, where the rule container keeps
+    invoking it), and fires again only when its condition is met again.
+    """
+
+    name: ClassVar[str] = ""
+    required_collections: ClassVar[Mapping[str, int]] = {}
+    # Debugger's ProfilerRule family reads system metrics instead of tensors.
+    reads_system_metrics: ClassVar[bool] = False
+
+    def __init__(self, base_trial: Trial) -> None:
+        self.base_trial = base_trial
+        self.finding: RuleFinding | None = None
+
+    def invoke_at_step(self, step: int) -> bool:
+        raise NotImplementedError
+
+    def invoke_idle(self, seconds_without_progress: float, last_step: int | None) -> bool:
+        """Called while no new step arrives; rules about time (StalledTrainingRule) override it."""
+        return False
+
+    def collections_needed(self) -> Mapping[str, int]:
+        """Collections this configured rule reads (default: the class's ``required_collections``)."""
+        return dict(self.required_collections)
+
+    def fire(self, step: int, message: str, tensor: str | None = None, value: Any = None, mode: str = "TRAIN") -> bool:
+        """Record the finding and return True, so a rule can ``return self.fire(...)``."""
+        self.finding = RuleFinding(self.name or type(self).__name__, step, tensor, jsonable(value), message, mode)
+        return True
+
+
+# ---------------------------------------------------------------------------- registry and parsing
+
+RULES: dict[str, type[Rule]] = {}
+
+
+def register_rule(cls: type[Rule] | None = None, *, name: str | None = None) -> Any:
+    """Class decorator: ``@register_rule`` or ``@register_rule(name="MyRule")``."""
+
+    def wrap(rule_cls: type[Rule]) -> type[Rule]:
+        rule_name = name or rule_cls.name or rule_cls.__name__
+        if not issubclass(rule_cls, Rule):
+            raise TypeError(f"{rule_cls!r} must subclass stabilizer_sentinel.rules.Rule")
+        rule_cls.name = rule_name
+        declared = rule_parameters(rule_cls)  # fail at registration, not at the first job, on a bad signature
+        entry = CATALOGUE.get(rule_name)
+        if entry is not None:
+            expected = {
+                p.name: None if p.default is None else p.convert(p.default, f"{rule_name}.{p.name}")
+                for p in entry.params
+            }
+            got = {pname: list(d) if isinstance(d, tuple) else d for pname, (_, d) in declared.items()}
+            if got != expected:
+                raise TypeError(
+                    f"rule {rule_name}: __init__ parameters {got} differ from its catalogue entry {expected} "
+                    "(stabilizer_contract/catalogue.py); a built-in rule takes exactly the catalogue's parameters"
+                )
+        RULES[rule_name] = rule_cls
+        return rule_cls
+
+    return wrap(cls) if cls is not None else wrap
+
+
+def rule_parameters(cls: type[Rule]) -> dict[str, tuple[Any, Any]]:
+    """Parameter name -> (type, default) from the rule's ``__init__`` signature."""
+    signature = inspect.signature(cls.__init__)
+    hints = typing.get_type_hints(cls.__init__)
+    params: dict[str, tuple[Any, Any]] = {}
+    for pname, param in list(signature.parameters.items())[2:]:  # skip self, base_trial
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if param.default is inspect.Parameter.empty:
+            raise TypeError(f"rule {cls.__name__}: parameter {pname!r} needs a default")
+        params[pname] = (hints.get(pname, str), param.default)
+    return params
+
+
+_TRUE = {"true", "1", "yes"}
+_FALSE = {"false", "0", "no"}
+
+
+def _convert(value: Any, kind: Any, where: str) -> Any:  # noqa: PLR0911 - one return per type
+    """Convert a parameter of a user-written rule to the type its ``__init__`` declares."""
+    origin = typing.get_origin(kind)
+    args = typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        empty = value is None or (isinstance(value, str) and value.strip().lower() in {"", "none"})
+        if empty and type(None) in args:
+            return None
+        inner = [arg for arg in args if arg is not type(None)]
+        return _convert(value, inner[0], where)
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE | _FALSE:
+            return text in _TRUE
+        raise RuleConfigError(f"{where}: expected True or False, got {value!r}")
+    if kind in (int, float):
+        try:
+            number = kind(float(value)) if kind is int else float(value)
+        except (TypeError, ValueError):
+            raise RuleConfigError(f"{where}: expected {kind.__name__}, got {value!r}") from None
+        if kind is int and float(value) != number:
+            raise RuleConfigError(f"{where}: expected an integer, got {value!r}")
+        return number
+    if origin is list:
+        items = value if isinstance(value, list | tuple) else str(value).split(",")
+        return [_convert(item.strip() if isinstance(item, str) else item, args[0], where) for item in items]
+    return str(value)
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """One validated entry of a rule list."""
+
+    name: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+    def build(self, trial: Trial) -> Rule:
+        return RULES[self.name](trial, **self.parameters)
+
+
+def parse_rule(raw: Mapping[str, Any], where: str = "rule") -> RuleSpec:
+    """Check one entry: built-in rules against the catalogue, user-written ones against their signature."""
+    checked = check_rule(raw, where, extra=[name for name in RULES if name not in CATALOGUE])
+    entry = checked.entry
+    if entry is not None:
+        if entry.runs_in == DEBUGGER or checked.name not in RULES:
+            raise RuleConfigError(
+                f"{where} ({checked.name}): only SageMaker Debugger runs {checked.name}; the rule engine does not"
+            )
+        return RuleSpec(checked.name, checked.parameters)
+    declared = rule_parameters(RULES[checked.name])
+    unknown = sorted(set(checked.parameters) - set(declared))
+    if unknown:
+        raise RuleConfigError(
+            f"{where} ({checked.name}): unknown parameters {unknown}; valid parameters: {sorted(declared)}"
+        )
+    converted = {
+        pname: _convert(value, declared[pname][0], f"{where} ({checked.name}).{pname}")
+        for pname, value in checked.parameters.items()
+    }
+    return RuleSpec(checked.name, converted)
+
+
+def parse_rule_list(raw: str | Iterable[Mapping[str, Any]] | None) -> list[RuleSpec]:
+    """Parse a rule list (docs/contracts.md section 3): a JSON string or the list itself."""
+    return [parse_rule(item, f"rules[{i}]") for i, item in enumerate(rule_items(raw))]
+
+
+# ---------------------------------------------------------------------------- helpers for built-ins
+
+
+def select(
+    trial: Trial,
+    step: int | None,
+    collection_names: list[str] | None,
+    tensor_regex: list[str] | None,
+    mode: str | None = None,
+) -> list[str]:
+    """Union of tensors in ``collection_names`` and matching ``tensor_regex``; all tensors if neither.
+
+    Regexes are searched anywhere in the name, as Debugger does (``re.search``).
+    """
+    if not collection_names and not tensor_regex:
+        return trial.tensor_names(step=step, mode=mode)
+    names: dict[str, None] = {}
+    if collection_names:
+        names.update(dict.fromkeys(trial.tensor_names(collection=collection_names, step=step, mode=mode)))
+    if tensor_regex:
+        names.update(dict.fromkeys(trial.tensor_names(regex=tensor_regex, step=step, mode=mode)))
+    return list(names)
+
+
+def search(name: str, regex: str | list[str]) -> bool:
+    return matches(name, [re.compile(item) for item in ([regex] if isinstance(regex, str) else regex)])
+
+
+def value_at(trial: Trial, name: str, step: int, mode: str | None = None) -> np.ndarray | None:
+    try:
+        return trial.tensor(name).value(step, mode=mode)
+    except (TensorUnavailableForStep, LookupError):
+        return None
+
+
+def scalar(value: np.ndarray) -> float:
+    """A scalar tensor's value; a tensor with more than one element is rejected, not averaged."""
+    if value.size != 1:
+        raise ValueError(f"expected a scalar tensor, got shape {value.shape}")
+    return float(value.reshape(()))
+
+
+def required(collection_names: list[str] | None, default: Mapping[str, int], interval: int) -> dict[str, int]:
+    if collection_names:
+        return dict.fromkeys(collection_names, interval)
+    return dict(default)
+
+
+def first_finding(rule: Rule, found: list[tuple[int, str, str | None, Any, str]]) -> bool:
+    """Fire with the first of several findings of one step (each tensor was evaluated, so state advanced)."""
+    if not found:
+        return False
+    step, message, tensor, value, mode = found[0]
+    return rule.fire(step, message, tensor, value, mode)

@@ -1,0 +1,403 @@
+"""The in-job sentinel: a cheap finite check every step, the configured rules at save steps, findings.
+
+Every training step, whatever the rule list, the sentinel checks that the loss and the total
+gradient norm are finite and that the loss is learning (``stabilizer_sentinel.health``): one fused norm
+over all gradients and one host synchronisation for the two scalars, no per-parameter
+synchronisation. At steps where capture saved something it evaluates the configured rules
+against a ``MemoryTrial``. When a rule fires it writes ``<checkpoint dir>/findings.json``
+(docs/contracts.md section 2) and, with action ``stop``, tells the training loop to stop before the
+optimizer applies the bad step; ``exit_for_rule_stop`` then ends the process with status 86 and a
+failure file starting ``RuleStop:`` (section 1).
+
+Training loops normally reach it through ``stabilizer_sentinel.guard.watch`` (hooks do the calls below);
+this is the hand-wired form (``capture`` and ``sentinel`` come from ``build_monitoring``)::
+
+    capture.begin_step(step)
+    logits = model(x); loss = criterion(logits, y); loss.backward()
+    verdict = sentinel.after_backward(step, epoch=epoch, phase=phase, learning_rate=lr, loss=loss,
+                                      grad_norm=grad_norm, inputs=x, labels=y, outputs=logits)
+    if verdict.stop:
+        sentinel.exit_for_rule_stop()   # never returns
+    optimizer.step()
+
+This module must not checkpoint, log training metrics or change the model.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+import torch
+from torch import nn
+
+from stabilizer_sentinel import profiler as system_profiler
+from stabilizer_sentinel import store
+from stabilizer_sentinel.capture import Capture, parse_capture
+from stabilizer_sentinel.health import LearningCheck, default_finite_rule, run_up
+from stabilizer_sentinel.rules import ExplodingTensor, Rule, RuleConfigError, RuleFinding, parse_rule_list
+from stabilizer_sentinel.summary import jsonable as _jsonable
+from stabilizer_sentinel.trial import MemoryTrial
+
+EXIT_RULE_STOP = 86
+FAILURE_PREFIX = "RuleStop:"
+FINDINGS_FILE = "findings.json"
+ACTIONS = ("stop", "notify")
+HISTORY = 50
+# Profiler rules read samples, not saved tensors: evaluated every this many steps.
+SYSTEM_RULES_EVERY = 10
+
+
+@dataclass
+class Verdict:
+    """What the training loop must do after a step."""
+
+    stop: bool = False
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Sentinel:
+    def __init__(
+        self,
+        model: nn.Module,
+        rules: Iterable[Rule],
+        *,
+        action: str = "stop",
+        capture: Capture,
+        memory: MemoryTrial,
+        checkpoint_dir: str | Path,
+        failure_file: str | Path | None = None,
+        write_findings: bool = True,
+    ) -> None:
+        if action not in ACTIONS:
+            raise RuleConfigError(f"sentinel_action: expected one of {list(ACTIONS)}, got {action!r}")
+        self.model = model
+        self.rules = list(rules)
+        self.action = action
+        self.capture = capture
+        self.memory = memory
+        self.findings_path = Path(checkpoint_dir) / FINDINGS_FILE
+        self.failure_file = Path(failure_file) if failure_file is not None else None
+        # Under DDP only rank 0 writes findings.json; the other ranks hand theirs to it (guard.py).
+        self.write_findings = write_findings
+        self._params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+        # The finite check runs always: with the list's ExplodingTensor, or with a default one.
+        self._exploding = [rule for rule in self.rules if isinstance(rule, ExplodingTensor)] or [
+            default_finite_rule(memory)
+        ]
+        # Thresholds from the run, overridden by the list's NotLearning / Diverging entries.
+        self.learning = LearningCheck.configured(self.rules)
+        self._last: tuple[int, dict[str, Any]] | None = None  # step and context of the last step seen
+        self._fired: set[int] = set()
+        self._findings: list[dict[str, Any]] = []
+        self.loss_history: deque[tuple[int, float]] = deque(maxlen=HISTORY)
+        self.grad_norm_history: deque[tuple[int, float]] = deque(maxlen=HISTORY)
+        self.rate_history: deque[tuple[int, float | None]] = deque(maxlen=HISTORY)
+        self.first_nonfinite_layer: str | None = None
+        self.stop_finding: dict[str, Any] | None = None
+        # System profiling (stabilizer_sentinel/profiler.py): set by build_monitoring when it runs.
+        self.profiler: system_profiler.SystemProfiler | None = None
+        self._system_rules = [rule for rule in self.rules if rule.reads_system_metrics]
+        # A stabilizer_sentinel.rewind.Rewind, when the training loop keeps one: persisted at the first finding.
+        self.rewind: Any = None
+        # The run's summary (stabilizer_sentinel.summary), given how the run ended (None while it runs); set by
+        # whoever watches the job. With it, findings.json is written at the end too, findings or not.
+        self.summary: Callable[[str | None], dict[str, Any]] | None = None
+
+    @property
+    def findings(self) -> list[dict[str, Any]]:
+        """Every finding recorded so far (this process's and, on DDP rank 0, the other ranks')."""
+        return list(self._findings)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.rules)
+
+    # -- per step
+    def after_backward(
+        self,
+        step: int,
+        *,
+        epoch: int | None,
+        phase: str | None,
+        learning_rate: float | None,
+        loss: torch.Tensor | float | None,
+        grad_norm: torch.Tensor | float | None = None,
+        inputs: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        outputs: torch.Tensor | None = None,
+    ) -> Verdict:
+        """Check the step whose gradients were just computed; call before ``optimizer.step()``.
+
+        ``loss`` may be None when the loop's loss is not known at this step (the launcher level
+        reads it from log lines): the gradient norm is then checked alone.
+        """
+        context = {"epoch": epoch, "phase": phase, "learning_rate": learning_rate}
+        # The finite check runs every step, whatever the rule list (stabilizer_sentinel.health).
+        loss_value, norm_value = self._sync_scalars(loss, grad_norm)
+        if loss_value is not None:
+            self.loss_history.append((step, loss_value))
+        self.grad_norm_history.append((step, norm_value))
+        self.rate_history.append((step, None if learning_rate is None else float(learning_rate)))
+        cheap = self._finite_check(step, loss_value, norm_value)
+        # A loop that reports no loss (the launcher before it found one) cannot be judged on learning.
+        # The learning rate tells warm-up from the main phase when the script does not say.
+        stalled = (self.learning.observe(step, loss_value, phase, learning_rate)
+                   if loss_value is not None else None)
+        self._last = (step, context)
+        force = ("gradients", "losses") if cheap is not None else ()
+        if self.profiler is not None:
+            self.profiler.current_step = step
+        saved = self.capture.end_step(step, loss=loss_value, inputs=inputs, labels=labels, outputs=outputs, force=force)
+        new: list[RuleFinding] = []
+        if cheap is not None:
+            self._fired.add(id(self._exploding[0]))
+            new.append(cheap)
+        if stalled is not None:
+            new.append(stalled)
+        if saved and self.enabled:
+            new.extend(self._invoke(step))
+        elif self._system_rules and step % SYSTEM_RULES_EVERY == 0:
+            new.extend(self._invoke(step, self._system_rules))
+        new = self.learning.arbitrate(step, new)  # never VanishingGradient while the loss climbs
+        return self._report(new, context)
+
+    def after_eval(
+        self,
+        step: int,
+        *,
+        epoch: int | None,
+        phase: str | None,
+        learning_rate: float | None,
+        loss: float,
+        labels: torch.Tensor | None = None,
+        outputs: torch.Tensor | None = None,
+    ) -> Verdict:
+        """Record an evaluation (EVAL mode) at training step ``step`` and evaluate the rules."""
+        context = {"epoch": epoch, "phase": phase, "learning_rate": learning_rate}
+        saved = self.capture.end_step(step, mode="EVAL", loss=loss, labels=labels, outputs=outputs)
+        new = self._invoke(step) if saved and self.enabled else []
+        return self._report(new, context)
+
+    def _sync_scalars(
+        self, loss: torch.Tensor | float | None, grad_norm: torch.Tensor | float | None
+    ) -> tuple[float | None, float]:
+        if grad_norm is None:
+            grads = [p.grad for _, p in self._params if p.grad is not None]
+            grad_norm = torch.nn.utils.get_total_norm(grads) if grads else 0.0
+        if loss is None:
+            return None, float(grad_norm)
+        if isinstance(loss, torch.Tensor) and isinstance(grad_norm, torch.Tensor):
+            if loss.device != grad_norm.device:
+                loss = loss.detach().to(grad_norm.device)
+            # One host synchronisation for both scalars.
+            pair = torch.stack([loss.detach().float().reshape(()), grad_norm.detach().float().reshape(())])
+            loss_value, norm_value = pair.tolist()
+            return loss_value, norm_value
+        return float(loss), float(grad_norm)
+
+    def _finite_check(self, step: int, loss_value: float | None, norm_value: float) -> RuleFinding | None:
+        rule = self._exploding[0]
+        if id(rule) in self._fired:
+            return None
+        bad = math.isnan if rule.only_nan else (lambda x: not math.isfinite(x))
+        if not ((loss_value is not None and bad(loss_value)) or bad(norm_value)):
+            return None
+        layer = self._first_nonfinite_layer(rule.only_nan)
+        if layer is not None and self.first_nonfinite_layer is None:
+            self.first_nonfinite_layer = layer
+        if bad(norm_value):
+            tensor = f"gradients/{layer}" if layer else "gradients"
+            return RuleFinding(
+                rule.name, step, tensor, _jsonable(norm_value), f"gradient norm is non-finite at step {step}"
+            )
+        message = f"loss is non-finite at step {step}"
+        return RuleFinding(rule.name, step, "losses/loss", _jsonable(loss_value), message)
+
+    def _first_nonfinite_layer(self, only_nan: bool) -> str | None:
+        # Per-parameter synchronisation, but only on the step that already failed the cheap check.
+        for name, param in self._params:
+            grad = param.grad
+            if grad is None:
+                continue
+            if (torch.isnan(grad).any() if only_nan else (~torch.isfinite(grad)).any()).item():
+                return name
+        return None
+
+    def _invoke(self, step: int, rules: list[Rule] | None = None) -> list[RuleFinding]:
+        found: list[RuleFinding] = []
+        for rule in self.rules if rules is None else rules:
+            if id(rule) in self._fired:
+                continue
+            try:
+                fired = rule.invoke_at_step(step)
+            except Exception as exc:  # a broken custom rule must not kill a healthy job
+                print(f"sentinel: rule {rule.name} failed at step {step}, disabled: {exc!r}", file=sys.stderr)
+                self._fired.add(id(rule))
+                continue
+            if fired and rule.finding is not None:
+                self._fired.add(id(rule))
+                found.append(rule.finding)
+        return found
+
+    def report(self, finding: RuleFinding, context: Mapping[str, Any], *, source: str) -> Verdict:
+        """A finding from outside the per-step checks (``source``: "log", "loss_scaler", ...).
+
+        An ``ExplodingTensor`` finding counts as the finite check's: it is reported once per run.
+        """
+        finite = self._exploding[0]
+        if finding.rule == finite.name:
+            if id(finite) in self._fired:
+                return Verdict()
+            self._fired.add(id(finite))
+        return self._report([finding], context, source=source)
+
+    def _report(self, new: list[RuleFinding], context: Mapping[str, Any], source: str | None = None) -> Verdict:
+        if not new:
+            return Verdict()
+        entries = [self._entry(finding, context) for finding in new]
+        if source is not None:
+            for entry in entries:
+                entry["source"] = source
+        if self.rewind is not None:  # before findings.json: whoever reads it finds the checkpoint there
+            self.rewind.persist(before_step=min(entry["step"] for entry in entries))
+        for entry in entries:
+            print(f"sentinel: {entry['rule']} at step {entry['step']}: {entry['message']}", file=sys.stderr)
+        self.adopt(entries)
+        return Verdict(stop=self.action == "stop", findings=entries)
+
+    def adopt(self, entries: list[dict[str, Any]]) -> None:
+        """Record findings (this process's, or another rank's) and rewrite findings.json."""
+        if not entries:
+            return
+        self._findings.extend(entries)
+        if self.action == "stop" and self.stop_finding is None:
+            self.stop_finding = entries[0]
+        self.write(ended=None)
+
+    def write(self, ended: str | None) -> None:
+        """Write findings.json (rank 0): the findings and, when someone watches the run, its summary."""
+        if not self.write_findings:
+            return
+        document: dict[str, Any] = {"version": 2, "job_action": self.action, "findings": self._findings}
+        if self.summary is not None:
+            document["summary"] = self.summary(ended)
+        store.write_json_atomic(self.findings_path, document)
+
+    def _entry(self, finding: RuleFinding, context: Mapping[str, Any]) -> dict[str, Any]:
+        # The run-up (stabilizer_sentinel.health.run_up): which checkpoints are healthy, which rate was stable.
+        before = run_up(self.grad_norm_history, self.rate_history, finding.step,
+                        losses=self.loss_history, start_loss=self.learning.start_loss,
+                        scale=self.learning.scale_of_loss)
+        return {
+            "rule": finding.rule,
+            "onset_step": before.onset_step,
+            "stable_learning_rate": before.stable_learning_rate,
+            "step": finding.step,
+            "epoch": context["epoch"],
+            "phase": context["phase"],
+            "learning_rate": None if context["learning_rate"] is None else _jsonable(float(context["learning_rate"])),
+            "tensor": finding.tensor,
+            "value": finding.value,
+            "message": finding.message,
+            "evidence": {
+                "loss_history": [[s, _jsonable(v)] for s, v in self.loss_history],
+                "grad_norm_history": [[s, _jsonable(v)] for s, v in self.grad_norm_history],
+                "first_nonfinite_layer": self.first_nonfinite_layer,
+            },
+        }
+
+    # -- ending the job
+    def exit_for_rule_stop(self) -> NoReturn:
+        """Close the tensor store, write the failure file, exit with status 86."""
+        finding = self.stop_finding or {"rule": "unknown", "step": -1, "message": "no finding recorded"}
+        if self.profiler is not None:
+            self.profiler.close()
+        self.capture.close(status="rule_stop")
+        reason = f"{FAILURE_PREFIX} {finding['rule']} at step {finding['step']}: {finding['message']}"
+        if self.summary is not None:
+            self.write(ended="rule_stop")
+        if self.failure_file is not None:
+            # Every rank may write it (one per node under multi-node DDP): same text, atomic rename.
+            self.failure_file.parent.mkdir(parents=True, exist_ok=True)
+            partial = self.failure_file.with_name(f".{self.failure_file.name}.{os.getpid()}")
+            partial.write_text(reason + "\n")
+            partial.replace(self.failure_file)
+        print(reason, file=sys.stderr)
+        sys.exit(EXIT_RULE_STOP)
+
+    def close(self, status: str = "completed") -> None:
+        """End of the job; a completed run that never learned is reported (findings.json) here."""
+        if status == "completed" and self._last is not None:
+            step, context = self._last
+            final = self.learning.at_end(step)
+            if final is not None:
+                self._report([final], context)
+        if self.profiler is not None:
+            self.profiler.close()
+        if self.summary is not None:
+            self.write(ended=status)
+        self.capture.close(status=status)
+
+
+def build_monitoring(
+    model: nn.Module,
+    *,
+    sentinel_rules: str | list[Mapping[str, Any]] | None,
+    sentinel_action: str,
+    capture: str | Mapping[str, Any] | None,
+    checkpoint_dir: str | Path,
+    tensor_dir: str | Path | None,
+    failure_file: str | Path | None = None,
+    write_findings: bool = True,
+    only_rules: Iterable[str] | None = None,
+    profiler_interval_ms: int | None = None,
+) -> tuple[Capture, Sentinel]:
+    """Build capture and sentinel from the hyperparameters of the same names.
+
+    Collections the rules need but ``capture`` does not list are held in memory only, on the
+    rule's default schedule; collections ``capture`` lists are also written to ``tensor_dir``.
+    ``only_rules`` keeps the rules of those names (DDP ranks other than 0 keep the finite check only).
+
+    System profiling runs every ``profiler_interval_ms`` (else ``STABILIZER_PROFILER_INTERVAL_MS``;
+    else every 500 ms when a profiler rule is configured; 0 turns it off), into ``tensor_dir/system``.
+    """
+    specs = parse_rule_list(sentinel_rules)  # the whole list is validated, whatever ``only_rules`` keeps
+    if only_rules is not None:
+        keep = set(only_rules)
+        specs = [spec for spec in specs if spec.name in keep]
+    cap = Capture(model, parse_capture(capture), out_dir=tensor_dir)
+    memory = MemoryTrial()
+    rules = [spec.build(memory) for spec in specs]
+    if rules:
+        needed: dict[str, int] = {}
+        for rule in rules:
+            for name, interval in rule.collections_needed().items():
+                needed[name] = min(interval, needed.get(name, interval))
+        for name, interval in needed.items():
+            cap.require([name], memory, save_interval=interval)
+        cap.memory = memory
+    sentinel = Sentinel(
+        model,
+        rules,
+        action=sentinel_action,
+        capture=cap,
+        memory=memory,
+        checkpoint_dir=checkpoint_dir,
+        failure_file=failure_file,
+        write_findings=write_findings,
+    )
+    interval = profiler_interval_ms if profiler_interval_ms is not None else system_profiler.interval_from_env()
+    if interval is None and any(rule.reads_system_metrics for rule in rules):
+        interval = system_profiler.DEFAULT_INTERVAL_MS
+    if interval:
+        sentinel.profiler = system_profiler.SystemProfiler(
+            interval, out_dir=tensor_dir, sinks=[memory.add_system]
+        ).start()
+    return cap, sentinel

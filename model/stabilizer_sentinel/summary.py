@@ -1,0 +1,151 @@
+"""The run's summary in findings.json, and how the script ended (docs/contracts.md, section 2).
+
+Whoever watches a job (the library's ``watch()``, the launcher, the Lightning callback) keeps one
+``RunRecord``: steps taken, checked and skipped, the last loss, the evaluations, where the run
+started from, what the job's log said of the loss, the loss scale. The sentinel writes it, as the
+``summary`` object of findings.json, whenever it writes that file and once more at the end, so every
+watched job leaves one; a job nobody watched leaves none, which is how the workflow tells it apart.
+
+How the script ended is read from the interpreter: ``ExitWatch`` chains ``sys.excepthook`` (called
+for an uncaught exception, before the ``atexit`` handlers that close the guard), records the
+exception's one line and hands it on to the previous hook unchanged: the traceback is printed and
+the exit status is Python's own. ``KeyboardInterrupt`` ends as "interrupted".
+
+This module must not touch the model, the optimizer or the training loop's control flow.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import types
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+EVALUATIONS_KEPT = 100
+# A script's own words for how it ended, in the summary's: model/train.py closes with "stopped" on SIGTERM.
+ENDINGS = {"stopped": "interrupted"}
+
+
+def jsonable(value: float | str | None) -> float | str | None:
+    """A float for findings.json (written with allow_nan=False): non-finite values as "nan", "inf", "-inf"."""
+    if value is None or isinstance(value, str):
+        return value
+    value = float(value)
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
+def describe(error: BaseException) -> tuple[str, str]:
+    """How an exception ends a run: ("exception" or "interrupted", its one line ``TypeName: message``)."""
+    text = " ".join(str(error).split())
+    line = f"{type(error).__name__}: {text}"[:500] if text else type(error).__name__
+    return ("interrupted" if isinstance(error, KeyboardInterrupt) else "exception"), line
+
+
+class ExitWatch:
+    """How the script ended: set by the chained ``sys.excepthook`` (an uncaught exception) or by a caller."""
+
+    def __init__(self) -> None:
+        self.ended: str | None = None
+        self.exception: str | None = None
+        self._installed = False
+        self._previous: Any = None
+
+    def install(self) -> None:
+        """Chain ``sys.excepthook`` once per process; idempotent."""
+        if self._installed:
+            return
+        self._installed = True
+        self._previous = sys.excepthook
+        sys.excepthook = self._hook
+
+    def record(self, error: BaseException) -> None:
+        if self.ended is None:
+            self.ended, self.exception = describe(error)
+
+    def _hook(self, kind: type[BaseException], error: BaseException, trace: types.TracebackType | None) -> None:
+        self.record(error)
+        (self._previous or sys.__excepthook__)(kind, error, trace)
+
+
+EXIT = ExitWatch()
+
+
+@dataclass
+class LogLoss:
+    """The second, independent channel: the loss as the job's own log lines report it."""
+
+    last: float | None = None
+    nonfinite_step: int | None = None
+    lines: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"last": jsonable(self.last), "nonfinite_step": self.nonfinite_step, "lines": self.lines}
+
+
+@dataclass
+class RunRecord:
+    """What one watcher saw of the run; ``summary()`` turns it into findings.json's ``summary``."""
+
+    integration: str = "library"
+    steps_taken: int = 0
+    steps_observed: int = 0
+    steps_skipped: int = 0
+    first_step: int | None = None
+    last_step: int | None = None
+    last_loss: float | None = None
+    started_from: str | None = None
+    restores: bool = False
+    exception: str | None = None  # set by a framework that catches the exception itself (Lightning)
+    evaluations: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=EVALUATIONS_KEPT))
+    log: LogLoss | None = None
+    scale_last: float | None = None
+    scale_min: float | None = None
+
+    def observed(self, step: int, loss: float | None) -> None:
+        self.steps_observed += 1
+        if self.first_step is None:
+            self.first_step = step
+        self.last_step = step
+        if loss is not None:
+            self.last_loss = loss
+
+    def loss_scale(self, scale: float) -> None:
+        self.scale_last = scale
+        self.scale_min = scale if self.scale_min is None else min(self.scale_min, scale)
+
+    def summary(self, learning: Any, *, ended: str | None, exception: str | None) -> dict[str, Any]:
+        """The ``summary`` object; ``learning`` is the sentinel's learning check (stabilizer_sentinel.health)."""
+        start = getattr(learning, "start_loss", None)
+        window = int(getattr(learning, "window", 5) or 5)
+        if getattr(learning, "learned", False):
+            learned: bool | None = True
+        else:  # judged only once a second window closed after the first
+            learned = None if start is None or self.steps_observed < 2 * window else False
+        best = getattr(learning, "best_loss", None)
+        document: dict[str, Any] = {
+            "integration": self.integration,
+            "ended": ENDINGS.get(ended or "", ended),
+            "exception": exception,
+            "steps_taken": self.steps_taken,
+            "steps_observed": self.steps_observed,
+            "steps_skipped": self.steps_skipped,
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+            "first_loss": jsonable(start),
+            "last_loss": jsonable(self.last_loss),
+            "best_loss": jsonable(best),
+            "learned": learned,
+            "started_from": self.started_from,
+            "restores": self.restores,
+            "evaluations": [[step, jsonable(value)] for step, value in self.evaluations],
+            "log_loss": self.log.as_json() if self.log is not None else None,
+        }
+        if self.scale_last is not None:
+            document["loss_scale"] = {"last": jsonable(self.scale_last), "min": jsonable(self.scale_min)}
+        return document

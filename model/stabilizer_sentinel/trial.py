@@ -1,0 +1,327 @@
+"""The Trial API: read captured tensors by name, step and mode, while the job writes them or afterwards.
+
+``create_trial(path)`` opens a tensor store in a local directory or under an ``s3://`` prefix (boto3
+is imported only then). ``MemoryTrial`` offers the same reading interface over tensors held in
+memory; the in-job sentinel evaluates rules against it, so a rule runs unchanged in the job, in the
+out-of-job evaluator and in a notebook. This module reads; it never writes a store.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict, defaultdict
+from collections.abc import Iterable, Mapping
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from stabilizer_sentinel import store
+from stabilizer_sentinel.profiler import read_samples
+
+
+class ModeKeys(StrEnum):
+    TRAIN = "TRAIN"
+    EVAL = "EVAL"
+
+
+class TensorUnavailableForStep(LookupError):  # noqa: N818 - the name smdebug users know
+    """The tensor was not saved at that step (or that mode), or is no longer held in memory."""
+
+
+class TensorUnavailable(LookupError):  # noqa: N818 - the name smdebug users know
+    """No tensor of that name exists in the trial (yet)."""
+
+
+def _modes(mode: str | ModeKeys | None) -> tuple[str, ...]:
+    if mode is None:
+        return store.MODES
+    text = str(mode.value if isinstance(mode, ModeKeys) else mode).upper()
+    if text not in store.MODES:
+        raise ValueError(f"mode must be one of {store.MODES}, got {mode!r}")
+    return (text,)
+
+
+def _as_patterns(regex: str | Iterable[str] | None) -> list[re.Pattern[str]]:
+    if regex is None:
+        return []
+    items = [regex] if isinstance(regex, str) else list(regex)
+    return [re.compile(item) for item in items if item]
+
+
+# Module tensors as smdebug's PyTorch hook names them: ``<module>_output_0``, ``<module>_input_0``.
+_SMDEBUG_SUFFIX = {"activations/": "_output_0", "activation_inputs/": "_input_0"}
+
+
+def smdebug_name(name: str) -> str | None:
+    """The name smdebug gives the same tensor (``activations/layer1.relu`` -> ``layer1.relu_output_0``)."""
+    for prefix, suffix in _SMDEBUG_SUFFIX.items():
+        if name.startswith(prefix):
+            return name[len(prefix) :] + suffix
+    return None
+
+
+def matches(name: str, patterns: list[re.Pattern[str]]) -> bool:
+    """Debugger's convention: a regex may match anywhere in the name (``re.search``).
+
+    Module outputs and inputs also answer to their smdebug names, so Debugger's default patterns
+    (``.*relu_output``, ``.*relu_input``, ``.*tanh_input``) select the modules they select there.
+    """
+    alias = smdebug_name(name)
+    return any(pattern.search(name) or (alias is not None and pattern.search(alias)) for pattern in patterns)
+
+
+class Tensor:
+    """One named tensor of a trial. Values are NumPy arrays."""
+
+    def __init__(self, trial: Trial, name: str) -> None:
+        self.trial = trial
+        self.name = name
+
+    def steps(self, mode: str | ModeKeys | None = None) -> list[int]:
+        return self.trial._tensor_steps(self.name, _modes(mode))
+
+    def value(self, step: int, mode: str | ModeKeys | None = None) -> np.ndarray:
+        """The value at ``step``; with no mode, the TRAIN value if there is one, else the EVAL value."""
+        for each in _modes(mode):
+            found = self.trial._value(self.name, step, each)
+            if found is not None:
+                return found
+        raise TensorUnavailableForStep(f"tensor {self.name!r} has no value at step {step} (mode {mode})")
+
+    def values(self, mode: str | ModeKeys | None = ModeKeys.TRAIN) -> dict[int, np.ndarray]:
+        return {step: self.value(step, mode) for step in self.steps(mode)}
+
+    @property
+    def collections(self) -> tuple[str, ...]:
+        return self.trial._tensor_collections(self.name)
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name!r})"
+
+
+class Trial:
+    """Common reading interface. Subclasses hold the index: (step, mode) -> {tensor: collections}."""
+
+    def __init__(self) -> None:
+        self._index: dict[tuple[int, str], dict[str, tuple[str, ...]]] = {}
+        self._by_tensor: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+        self._collections_of: dict[str, tuple[str, ...]] = {}
+        self._ended = False
+        self._system: list[dict[str, Any]] = []
+
+    # -- index bookkeeping shared by both kinds of trial
+    def _add_index(self, step: int, mode: str, tensors: Mapping[str, Iterable[str]]) -> None:
+        self._index[(step, mode)] = {name: tuple(colls) for name, colls in tensors.items()}
+        for name, colls in tensors.items():
+            steps = self._by_tensor[name][mode]
+            if not steps or steps[-1] < step:
+                steps.append(step)
+            elif step not in steps:
+                steps.append(step)
+                steps.sort()
+            merged = dict.fromkeys((*self._collections_of.get(name, ()), *colls))
+            self._collections_of[name] = tuple(merged)
+
+    # -- public API
+    @property
+    def loaded_all_steps(self) -> bool:
+        """True once the end-of-job marker was seen and every step it covers is loaded."""
+        return self._ended
+
+    def refresh(self) -> None:
+        """Pick up steps written since the last call (a no-op for finished or in-memory trials)."""
+
+    def steps(self, mode: str | ModeKeys | None = None) -> list[int]:
+        wanted = _modes(mode)
+        return sorted({step for (step, each) in self._index if each in wanted})
+
+    def tensor_names(
+        self,
+        regex: str | Iterable[str] | None = None,
+        collection: str | Iterable[str] | None = None,
+        mode: str | ModeKeys | None = None,
+        step: int | None = None,
+    ) -> list[str]:
+        """Names of tensors saved at least once, filtered by regex, collection (any of each), mode, step."""
+        patterns = _as_patterns(regex)
+        wanted = {collection} if isinstance(collection, str) else set(collection or ())
+        modes = _modes(mode)
+        names = []
+        for name, per_mode in self._by_tensor.items():
+            if not any(each in per_mode for each in modes):
+                continue
+            if step is not None and not any(step in per_mode.get(each, ()) for each in modes):
+                continue
+            if patterns and not matches(name, patterns):
+                continue
+            if wanted and not wanted.intersection(self._collections_of.get(name, ())):
+                continue
+            names.append(name)
+        # First-saved order, which is network order for parameters and gradients.
+        return names
+
+    def system_samples(self) -> list[dict[str, Any]]:
+        """System-metric samples of the profiler (stabilizer_sentinel/profiler.py), oldest first."""
+        return self._system
+
+    def has_tensor(self, name: str) -> bool:
+        return name in self._by_tensor
+
+    def tensor(self, name: str) -> Tensor:
+        if name not in self._by_tensor:
+            raise TensorUnavailable(f"no tensor named {name!r}; known: {sorted(self._by_tensor)[:20]}")
+        return Tensor(self, name)
+
+    def collections(self) -> dict[str, list[str]]:
+        """Collection name -> tensor names seen in it."""
+        out: dict[str, list[str]] = defaultdict(list)
+        for name, colls in self._collections_of.items():
+            for coll in colls:
+                out[coll].append(name)
+        return {coll: sorted(names) for coll, names in sorted(out.items())}
+
+    # -- internals used by Tensor
+    def _tensor_steps(self, name: str, modes: tuple[str, ...]) -> list[int]:
+        per_mode = self._by_tensor.get(name, {})
+        return sorted({step for each in modes for step in per_mode.get(each, ())})
+
+    def _tensor_collections(self, name: str) -> tuple[str, ...]:
+        return self._collections_of.get(name, ())
+
+    def _value(self, name: str, step: int, mode: str) -> np.ndarray | None:
+        raise NotImplementedError
+
+
+class FileTrial(Trial):
+    """A store in a local directory or under an S3 prefix, possibly still being written."""
+
+    def __init__(self, path: str, storage: store.Storage, cache_steps: int = 4) -> None:
+        super().__init__()
+        self.path = path
+        self.storage = storage
+        self._files: dict[tuple[int, str], str] = {}
+        self._cache: OrderedDict[tuple[int, str], dict[str, np.ndarray]] = OrderedDict()
+        self._cache_steps = cache_steps
+        self._end: dict[str, Any] | None = None
+        self.collection_config: dict[str, Any] = {}
+        self._system_files: set[str] = set()
+        self.refresh()
+
+    def refresh(self) -> None:
+        if self._ended:
+            return
+        # Read the marker before listing: steps listed afterwards include everything it covers.
+        end = store.read_json(self.storage, store.END_MARKER)
+        if not self.collection_config:
+            meta = store.read_json(self.storage, store.COLLECTIONS_FILE) or {}
+            self.collection_config = meta.get("collections", {})
+        for key, index_key in sorted(store.list_steps(self.storage).items()):
+            if key in self._index:
+                continue
+            entry = store.read_json(self.storage, index_key)
+            if entry is None:
+                continue
+            self._files[key] = entry["file"]
+            self._add_index(key[0], key[1], {name: meta["collections"] for name, meta in entry["tensors"].items()})
+        new_samples = read_samples(self.storage, self._system_files)
+        if new_samples:
+            self._system = sorted([*self._system, *new_samples], key=lambda sample: sample["timestamp"])
+        if end is not None:
+            self._end = end
+            self._ended = True
+
+    @property
+    def end_status(self) -> str | None:
+        """The status the job wrote into its end marker (``completed``, ``rule_stop``, ...), if ended."""
+        return None if self._end is None else self._end.get("status")
+
+    def _value(self, name: str, step: int, mode: str) -> np.ndarray | None:
+        key = (step, mode)
+        if key not in self._index or name not in self._index[key]:
+            return None
+        if key not in self._cache:
+            data = self.storage.read(self._files[key])
+            if data is None:
+                return None
+            self._cache[key] = store.load_archive(data)
+            while len(self._cache) > self._cache_steps:
+                self._cache.popitem(last=False)
+        self._cache.move_to_end(key)
+        return self._cache[key].get(name)
+
+    def __repr__(self) -> str:
+        return f"FileTrial({self.path!r}, steps={len(self._index)}, ended={self._ended})"
+
+
+class MemoryTrial(Trial):
+    """Tensors held in memory by the running job, with bounded history.
+
+    Scalars (the loss) keep ``scalar_history`` values; larger tensors keep the last
+    ``tensor_history`` saved values each, which is all the built-in rules look back.
+    """
+
+    def __init__(self, tensor_history: int = 4, scalar_history: int = 100_000) -> None:
+        super().__init__()
+        self.tensor_history = tensor_history
+        self.scalar_history = scalar_history
+        self._values: dict[tuple[str, str], OrderedDict[int, np.ndarray]] = {}
+        self._steps: dict[str, dict[int, None]] = {}
+
+    def add(self, step: int, mode: str, tensors: Mapping[str, tuple[Iterable[str], np.ndarray]]) -> None:
+        (mode,) = _modes(mode)
+        for name, (colls, array) in tensors.items():
+            history = self._values.setdefault((name, mode), OrderedDict())
+            history[step] = array
+            limit = self.scalar_history if array.size <= 1 else self.tensor_history
+            while len(history) > limit:
+                history.popitem(last=False)
+            if name not in self._collections_of or mode not in self._by_tensor[name]:
+                self._by_tensor[name][mode] = []  # existence only: steps come from what is retained
+                merged = dict.fromkeys((*self._collections_of.get(name, ()), *colls))
+                self._collections_of[name] = tuple(merged)
+        self._steps.setdefault(mode, {})[step] = None
+        steps = self._steps[mode]
+        while len(steps) > self.scalar_history:
+            steps.pop(next(iter(steps)))
+
+    def steps(self, mode: str | ModeKeys | None = None) -> list[int]:
+        return sorted({step for each in _modes(mode) for step in self._steps.get(each, {})})
+
+    def tensor_names(
+        self,
+        regex: str | Iterable[str] | None = None,
+        collection: str | Iterable[str] | None = None,
+        mode: str | ModeKeys | None = None,
+        step: int | None = None,
+    ) -> list[str]:
+        names = super().tensor_names(regex=regex, collection=collection)
+        modes = _modes(mode)
+        return [
+            name
+            for name in names
+            if any(
+                (name, each) in self._values and (step is None or step in self._values[(name, each)]) for each in modes
+            )
+        ]
+
+    def _tensor_steps(self, name: str, modes: tuple[str, ...]) -> list[int]:
+        return sorted({step for each in modes for step in self._values.get((name, each), {})})
+
+    def add_system(self, sample: dict[str, Any]) -> None:
+        """One profiler sample (called from the profiler's thread; appending to a list is atomic)."""
+        self._system.append(sample)
+        if len(self._system) > self.scalar_history:
+            del self._system[: len(self._system) - self.scalar_history]
+
+    def mark_end(self) -> None:
+        self._ended = True
+
+    def _value(self, name: str, step: int, mode: str) -> np.ndarray | None:
+        history = self._values.get((name, mode))
+        return None if history is None else history.get(step)
+
+
+def create_trial(path: str, client: Any = None) -> FileTrial:
+    """Open the tensor store at a local directory or an ``s3://bucket/prefix``."""
+    return FileTrial(str(path), store.open_storage(path, client=client))

@@ -1,0 +1,335 @@
+"""The calibration benchmark: every run of the corpus (`tests/corpus`, read by `stabilizer.bench.corpus`)
+through local mode with both policies, judged against the outcome written beside it.
+
+    python -m stabilizer.bench --corpus                         # every run, both policies
+    python -m stabilizer.bench --corpus --kinds rnn_lm,gan --jobs 2 --json corpus.json
+    python -m stabilizer.bench --corpus --runs gan-healthy-lr0.002 --policy default
+
+Each (run, policy) is one execution through the real local workflow: the project's ASL in moto's
+interpreter, the Lambdas in process, the user's script as a real local training job. Per policy it
+counts, per kind and in total:
+
+- false positives: a healthy run stopped or relaunched, or not ending with its expected outcome;
+- false negatives: a failing run whose first attempt is called healthy, one that ends `succeeded`
+  in a single attempt, or one that no declared knob can fix ending `succeeded`;
+- misdiagnoses: a failing first attempt called the wrong failure (diverged for did_not_learn or the
+  reverse), or a relaunch moving a hyperparameter against the direction the manifest gives;
+- attempts, and steps: computed in all attempts and wasted (computed but not in the lineage of the
+  final model; every step when the execution ended without one, or when a failing run's model was
+  called healthy), counted from the step numbers of the script's own log lines (the manifest's
+  `step_regex`; a script that logs every k-th step is counted to within k steps an attempt).
+
+then lists every false positive, false negative and misdiagnosis by run name. Figures are
+measured; `tests/e2e/test_corpus_slice.py` runs a few runs through this code and asserts each against
+its manifest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from itertools import pairwise
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from stabilizer.bench.corpus import SUCCESS, Run, load, select
+
+POLICIES = ("default", "original")
+# What the first attempt is called from the rule of its finding, on code whose attempts carry no
+# outcome of their own.
+RULE_CALLS = {
+    "ExplodingTensor": "diverged", "Diverging": "diverged",
+    "NotLearning": "did_not_learn", "LossNotDecreasing": "did_not_learn", "VanishingGradient": "did_not_learn",
+    "Overfit": "stopped_early",
+}
+# Calls that say the failure went unseen.
+UNDETECTED = ("unwatched", "unverified", "none")
+
+
+@dataclass
+class Result:
+    run: str
+    kind: str
+    policy: str
+    healthy: bool
+    outcome: str
+    attempts: int
+    first_call: str
+    steps_computed: int
+    wasted_steps: int
+    wall_seconds: float
+    changes: list[dict[str, list[Any]]] = field(default_factory=list)  # per relaunch: hyperparameter -> [old, new]
+    false_positive: str = ""  # why, when it is one
+    false_negative: str = ""
+    misdiagnosis: str = ""
+    outcome_met: bool = False  # judged entirely right: the expected outcome, and no FP, FN or misdiagnosis
+    run_dir: str = ""
+
+
+# ---------------------------------------------------------------------------- reading one execution
+def attempt_call(attempt: dict[str, Any]) -> str:
+    """What the workflow called an attempt: its own outcome when it has one, else its finding's class."""
+    if attempt.get("outcome"):
+        return str(attempt["outcome"])
+    rule = (attempt.get("finding") or {}).get("rule")
+    if rule:
+        return RULE_CALLS.get(rule, f"finding {rule}")
+    decision = attempt.get("decision") or {}
+    if decision.get("outcome") and decision["outcome"] not in SUCCESS:
+        return str(decision["outcome"])
+    if attempt.get("status") == "Failed":
+        return "failed"
+    return "succeeded"
+
+
+def logged_steps(log: str, step_regex: str) -> tuple[int, int] | None:
+    """(first, last) step number the script logged; None when it logged none."""
+    steps = [int(m.group(1)) for m in re.finditer(step_regex, log, flags=re.MULTILINE)]
+    return (min(steps), max(steps)) if steps else None
+
+
+def changes_between(attempts: list[dict[str, Any]]) -> list[dict[str, list[Any]]]:
+    """For each relaunch, the hyperparameters that moved: name -> [old, new]."""
+    moved = []
+    for before, after in pairwise(attempts):
+        old, new = before.get("run_spec") or {}, after.get("run_spec") or {}
+        moved.append({k: [old.get(k), new.get(k)] for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)})
+    return moved
+
+
+def judge(run: Run, result: Result) -> Result:
+    """Fill the false positive / false negative / misdiagnosis columns from the manifest."""
+    expect = run.expect
+    if run.healthy:
+        if result.attempts != 1:
+            result.false_positive = f"{result.attempts} attempts (first called {result.first_call})"
+        elif result.outcome not in expect.outcome:
+            result.false_positive = f"ended {result.outcome}"
+        result.outcome_met = not result.false_positive
+        return result
+    if result.first_call in (*SUCCESS, *UNDETECTED) and result.first_call not in expect.first_attempt:
+        result.false_negative = f"first attempt called {result.first_call}"
+    elif result.outcome == "succeeded" and result.attempts == 1:
+        result.false_negative = "succeeded in one attempt"
+    elif result.outcome == "succeeded" and "succeeded" not in expect.outcome:
+        result.false_negative = f"ended succeeded after {result.attempts} attempts; no declared knob fixes it"
+    wrong = []
+    if not result.false_negative and result.first_call not in expect.first_attempt:
+        wrong.append(f"first attempt called {result.first_call}, expected {'/'.join(expect.first_attempt)}")
+    for number, moved in enumerate(result.changes, start=2):
+        for name, (old, new) in moved.items():
+            direction = expect.remedy.get(name)
+            if direction is None or not all(isinstance(v, int | float) for v in (old, new)):
+                continue
+            if (direction == "down" and new > old) or (direction == "up" and new < old):
+                wrong.append(f"attempt {number}: {name} {old} -> {new}, expected {direction}")
+    result.misdiagnosis = "; ".join(wrong)
+    result.outcome_met = result.outcome in expect.outcome and not (result.false_negative or result.misdiagnosis)
+    return result
+
+
+def measure(run: Run, policy: str, state: dict[str, Any], status: str, logs: list[str], wall: float) -> Result:
+    attempts = state.get("attempts") or []
+    outcome = state.get("outcome") or ("failed" if status != "SUCCEEDED" else "unknown")
+    spans = [logged_steps(log, run.step_regex) for log in logs]
+    computed = sum(last - first + 1 for first, last in (s for s in spans if s is not None))
+    last = spans[-1] if spans else None
+    # The final model descends from every step up to where the last attempt ended (through any
+    # checkpoint it resumed from); nothing is usable when the execution ended without a model.
+    useful = last[1] + 1 if last is not None and outcome in SUCCESS else 0
+    result = judge(run, Result(
+        run=run.name, kind=run.kind, policy=policy, healthy=run.healthy, outcome=outcome, attempts=len(attempts),
+        first_call=attempt_call(attempts[0]) if attempts else "none", steps_computed=computed,
+        wasted_steps=max(0, computed - useful), wall_seconds=round(wall, 1), changes=changes_between(attempts),
+    ))
+    if result.false_negative:  # a failing run called healthy: its "final model" is the failure itself
+        result.wasted_steps = computed
+    return result
+
+
+def execute(run: Run, policy: str, data_dir: Path, run_root: Path) -> Result:
+    """One execution of one run through the local workflow, measured and judged."""
+    from stabilizer.client.inputs import check_input
+    from stabilizer.local.deployment import project_root
+    from stabilizer.local.engine import LocalEngine, Project
+
+    name = f"{run.name}-{policy}-{time.strftime('%H%M%S')}"
+    run_dir = run_root / name
+    execution_input = check_input(run.execution_input(policy))
+    with LocalEngine(run_dir, data_dir, project=Project.discover(project_root())) as engine:
+        record = engine.run(execution_input, name=name)
+    logs = []
+    for attempt in record.attempts:
+        path = run_dir / "jobs" / attempt.job_name / "logs" / "training.log"
+        logs.append(path.read_text() if path.is_file() else "")
+    result = measure(run, policy, record.state or {}, record.status, logs, record.wall_seconds)
+    result.run_dir = str(run_dir)
+    return result
+
+
+def _worker_init(log_file: str) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    logging.basicConfig(filename=log_file, level=logging.WARNING, force=True)
+
+
+def _execute_by_name(name: str, policy: str, data_dir: str, run_root: str) -> Result:
+    [run] = select(load(), names=[name])
+    try:
+        return execute(run, policy, Path(data_dir), Path(run_root))
+    except Exception as error:  # one broken execution is a row of the table, not the end of the benchmark
+        logging.exception("execution of %s with %s failed", name, policy)
+        return judge(run, Result(run=run.name, kind=run.kind, policy=policy, healthy=run.healthy,
+                                 outcome=f"error {type(error).__name__}", attempts=0, first_call="none",
+                                 steps_computed=0, wasted_steps=0, wall_seconds=0.0))
+
+
+# ---------------------------------------------------------------------------- the tables
+ROW_COLUMNS = ("run", "kind", "policy", "healthy", "attempts", "steps", "wasted", "wall s", "first call", "outcome",
+               "verdict")
+
+
+def verdict(r: Result) -> str:
+    flags = [f"FP: {r.false_positive}" if r.false_positive else "", f"FN: {r.false_negative}" if r.false_negative
+             else "", f"MISDIAGNOSIS: {r.misdiagnosis}" if r.misdiagnosis else ""]
+    text = "; ".join(f for f in flags if f)
+    if not text and not r.outcome_met:
+        text = f"outcome {r.outcome} not expected"
+    return text or "ok"
+
+
+def _table(header: tuple[str, ...], cells: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    return lines + ["  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)).rstrip() for cell in cells]
+
+
+def row_lines(results: list[Result]) -> list[str]:
+    return _table(ROW_COLUMNS, [[
+        r.run, r.kind, r.policy, "yes" if r.healthy else "no", str(r.attempts), str(r.steps_computed),
+        str(r.wasted_steps), f"{r.wall_seconds:.0f}", r.first_call, r.outcome, verdict(r)] for r in results])
+
+
+def _counts(results: list[Result]) -> dict[str, Any]:
+    healthy = [r for r in results if r.healthy]
+    failing = [r for r in results if not r.healthy]
+    return {
+        "healthy": len(healthy), "failing": len(failing),
+        "fp": sum(bool(r.false_positive) for r in healthy), "fn": sum(bool(r.false_negative) for r in failing),
+        "misdiagnosed": sum(bool(r.misdiagnosis) for r in failing),
+        "outcome_met": sum(r.outcome_met for r in results),
+        "attempts": sum(r.attempts for r in results), "steps": sum(r.steps_computed for r in results),
+        "wasted": sum(r.wasted_steps for r in results), "wall": sum(r.wall_seconds for r in results),
+    }
+
+
+SUMMARY_COLUMNS = ("kind", "runs h/f", "FP", "FN", "misdiag", "right", "attempts", "steps", "wasted", "wall s")
+
+
+def summary_lines(results: list[Result]) -> list[str]:
+    """Per kind, then in total: each policy's figures side by side (`default | original`)."""
+    policies = list(dict.fromkeys(r.policy for r in results))
+    kinds = sorted({r.kind for r in results})
+    cells = []
+    for kind in [*kinds, "total"]:
+        mine = [r for r in results if kind in ("total", r.kind)]
+        per = [_counts([r for r in mine if r.policy == p]) for p in policies]
+
+        def side(key: str, fmt: str = "{}", per: list[dict[str, Any]] = per) -> str:
+            return " | ".join(fmt.format(c[key]) for c in per)
+
+        first = per[0] if per else _counts([])
+        cells.append([
+            kind, f"{first['healthy']}/{first['failing']}",
+            side("fp"), side("fn"), side("misdiagnosed"),
+            " | ".join(f"{c['outcome_met']}/{c['healthy'] + c['failing']}" for c in per),
+            side("attempts"), side("steps"), side("wasted"), side("wall", "{:.0f}"),
+        ])
+    return [f"per kind, {' | '.join(policies)} side by side:", *_table(SUMMARY_COLUMNS, cells)]
+
+
+def listing_lines(results: list[Result]) -> list[str]:
+    lines = []
+    for policy in dict.fromkeys(r.policy for r in results):
+        mine = [r for r in results if r.policy == policy]
+        for label, attribute in (("false positives", "false_positive"), ("false negatives", "false_negative"),
+                                 ("misdiagnoses", "misdiagnosis")):
+            hits = [r for r in mine if getattr(r, attribute)]
+            lines.append(f"{policy} {label} ({len(hits)}):" + ("" if hits else " none"))
+            lines += [f"  {r.run}: {getattr(r, attribute)}" for r in hits]
+    return lines
+
+
+def load_results(path: Path) -> list[Result]:
+    names = set(Result.__dataclass_fields__)
+    return [Result(**{k: v for k, v in entry.items() if k in names}) for entry in json.loads(path.read_text())]
+
+
+def _write(path: Path | None, results: list[Result]) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps([asdict(r) for r in results], indent=2, default=str))
+
+
+# ---------------------------------------------------------------------------- command line
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kinds", help="corpus: comma-separated kinds (default: all)")
+    parser.add_argument("--runs", help="corpus: comma-separated run names (default: all)")
+    parser.add_argument("--jobs", type=int, default=1, help="corpus: executions run in parallel processes")
+    parser.add_argument("--json", type=Path, help="corpus: write every result here (after each execution)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """`python -m stabilizer.bench --corpus ...` (arguments parsed by stabilizer.bench)."""
+    from stabilizer.cli.commands import UsageError, prepare_data
+    from stabilizer.local.deployment import project_root
+
+    if args.report:
+        results = [r for path in args.report for r in load_results(path)]
+        for line in [*row_lines(results), "", *summary_lines(results), "", *listing_lines(results)]:
+            print(line)
+        return 0
+    try:
+        kinds = args.kinds.split(",") if args.kinds else None
+        runs = select(load(), kinds, args.runs.split(",") if args.runs else None)
+        if args.jobs < 1:
+            raise ValueError(f"--jobs: expected a whole number >= 1, got {args.jobs}")
+        digits = prepare_data(argparse.Namespace(data_dir=args.data_dir, run_dir=Path("runs")),
+                              project_root() / "model", sys.stdout)
+    except (ValueError, UsageError) as error:
+        print(f"python -m stabilizer.bench --corpus: {error}", file=sys.stderr)
+        return 64
+    run_root = (args.run_dir / "corpus").resolve()
+    run_root.mkdir(parents=True, exist_ok=True)
+    policies = list(POLICIES) if args.policy == "both" else [args.policy]
+    tasks = [(run, policy) for run in runs for policy in policies]
+    print(f"cpus: {os.cpu_count()}  load average before: {os.getloadavg()[0]:.2f}  {len(runs)} runs "
+          f"({sum(r.healthy for r in runs)} healthy, {sum(not r.healthy for r in runs)} failing) x "
+          f"{len(policies)} policies, {args.jobs} in parallel", flush=True)
+    started = time.monotonic()
+    results: list[Result] = []
+    with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn"), initializer=_worker_init,
+                             initargs=(str(run_root / "engine.log"),)) as pool:
+        futures = [pool.submit(_execute_by_name, run.name, policy, str(digits), str(run_root)) for run, policy in tasks]
+        for future in as_completed(futures):
+            result = future.result()
+            results.append(result)
+            print("  " + row_lines([result])[-1], flush=True)
+            _write(args.json, results)
+    order = {(run.name, policy): i for i, (run, policy) in enumerate(tasks)}
+    results.sort(key=lambda r: order[(r.run, r.policy)])
+    _write(args.json, results)
+    print()
+    for line in [*row_lines(results), "", *summary_lines(results), "", *listing_lines(results)]:
+        print(line)
+    print(f"wall {time.monotonic() - started:.0f} s for {len(tasks)} executions, {args.jobs} in parallel; "
+          f"load average after: {os.getloadavg()[0]:.2f}")
+    return 0

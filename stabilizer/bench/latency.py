@@ -1,0 +1,101 @@
+"""Print the latency model: explosion to the next job's first training step, on AWS, part by part.
+
+    python -m stabilizer.bench.latency                 # measures the wake path first (about a minute)
+    python -m stabilizer.bench.latency --model-only    # the model alone, the wake taken to work
+
+The figures and their sources are in stabilizer/bench/latency_model.py (documented, measured, derived or
+assumed; none measured on AWS). Before printing, the benchmark runs the true wake path once in
+local mode: a short healthy run of the reference job with `wait_seconds` 300, whose job-end
+event (in the shape SageMaker documents) goes to the project's watch function. If that event
+wakes the parked execution, the model's event parts stand; if the execution only moves at its
+next check, the model uses the check instead. The last lines give each way's total and its
+ratio to the original sample's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from stabilizer.bench.latency_model import WakeMeasurement, Way, ways
+
+# The cloud's default check interval: a wake that fails shows as a wait of this length.
+MEASURE_WAIT_SECONDS = 300
+# A healthy attempt of the reference job (batch norm), a few steps on the offline digits.
+MEASURE_INPUT: dict[str, Any] = {
+    "wait_seconds": MEASURE_WAIT_SECONDS,
+    "run_spec": {"add_batch_norm": 1, "warmup_epochs": 0, "num_epochs": 1, "batch_size": 64,
+                 "max_steps": 4, "checkpoint_every": 2},
+}
+
+
+def table(all_ways: list[Way]) -> str:
+    lines = []
+    for way in all_ways:
+        lines.append(way.name)
+        for part in way.parts:
+            figure = part.figure
+            lines.append(f"  {part.name:<40} {figure.seconds:>7.1f} s  {figure.kind:<10} {figure.source}")
+        lines.append(f"  {'total':<40} {way.seconds:>7.1f} s")
+        lines.append("")
+    base = all_ways[0].seconds
+    lines.append(f"{'way':<62} {'total':>9} {'vs sample':>10}")
+    for way in all_ways:
+        lines.append(f"{way.name:<62} {way.seconds:>7.1f} s {base / way.seconds:>9.1f}x")
+    return "\n".join(lines)
+
+
+def _time(value: Any) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    return dt.datetime.fromisoformat(str(value))
+
+
+def wake_from_history(history: list[dict[str, Any]], job_end: dt.datetime, wait_seconds: int) -> WakeMeasurement:
+    """From an execution's history: did the wait in progress when the job ended end by its task
+    token (TaskSucceeded) or by its timeout, and how long after the job's end came the next check."""
+    awaits = [e for e in history if e["type"] in ("TaskSucceeded", "TaskTimedOut")
+              and _time(e["timestamp"]) >= job_end]
+    checks = [e for e in history if e["type"] == "TaskStateEntered"
+              and e.get("stateEnteredEventDetails", {}).get("name") == "CheckJobAndRules"
+              and _time(e["timestamp"]) >= job_end]
+    if not checks:
+        raise RuntimeError("the execution never checked the job after it ended")
+    woken = bool(awaits) and awaits[0]["type"] == "TaskSucceeded"
+    return WakeMeasurement(woken, (_time(checks[0]["timestamp"]) - job_end).total_seconds(), wait_seconds)
+
+
+def measure_wake(work: Path) -> WakeMeasurement:
+    """Run the true path once in local mode and measure it (see the module docstring)."""
+    from stabilizer.local.deployment import project_root
+    from stabilizer.local.engine import LocalEngine
+    from stabilizer.local.offline_digits import ensure_offline_digits
+
+    data = ensure_offline_digits(work / "data", project_root() / "model")
+    with LocalEngine(work / "run", data) as engine:
+        record = engine.run(MEASURE_INPUT, name="latency-wake")
+        history = engine.history(record.execution_arn)
+        assert engine.sagemaker is not None
+        ends = [job.training_end_time for job in engine.sagemaker.jobs.values() if job.training_end_time]
+    if record.status != "SUCCEEDED" or len(ends) != 1:
+        raise RuntimeError(f"the measuring run ended {record.status} with {len(ends)} job(s): {record.cause}")
+    return wake_from_history(history, ends[0], MEASURE_WAIT_SECONDS)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m stabilizer.bench.latency", description=__doc__.split("\n")[0])
+    parser.add_argument("--model-only", action="store_true", help="print the model without measuring the wake path")
+    args = parser.parse_args(argv)
+    wake = None
+    if not args.model_only:
+        with tempfile.TemporaryDirectory(prefix="stabilizer-latency-") as work:
+            wake = measure_wake(Path(work))
+        print(f"wake path: {wake.source}\n")
+    print(table(ways(wake)))
+
+
+if __name__ == "__main__":
+    main()

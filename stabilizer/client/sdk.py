@@ -1,0 +1,427 @@
+"""A SageMaker Python SDK training job, as it is, becomes the execution input's `job`.
+
+A notebook user who already has an estimator (``sagemaker.pytorch.PyTorch``,
+``sagemaker.estimator.Estimator``) or a ``sagemaker.modules.train.ModelTrainer`` hands it to the
+client with the data it would pass to ``fit()``/``train()``, plus the knobs (the SDK has no such
+concept)::
+
+    client.start(job=estimator, inputs={"train": "s3://bucket/train"}, knobs={...})
+
+`job_from_sdk` reads the object's own attributes (never calling AWS, creating no session) and
+returns the `job` section of docs/contracts.md: source, entry_point, image, instance_type,
+instance_count, hyperparameters, channels, metric_definitions, max_runtime_seconds, knobs. The
+source is packed as the SDK packs it (`sagemaker.utils.create_tar_file` over the source
+directory's entries, or the lone entry point, plus `dependencies`); `upload_local_files` puts a
+local source and local channels in the stack's bucket for a run on AWS, as the SDK's
+``tar_and_upload_dir`` and ``upload_data`` would.
+
+What the workflow owns is not taken from the object: role, job name, output and checkpoint
+locations, tags. What the job section cannot express is refused with an error naming the SDK
+attribute (distributed training, a ModelTrainer `command`, non-empty `environment`, spot
+training, file-system channels, SDK local mode's ``instance_type="local"``), rather than run as
+a different job than the one described.
+
+Works with the SDK v2 (2.257+); ModelTrainer objects of v3 (``sagemaker.train``) have the same
+attributes and convert too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from stabilizer.client.sourcedir import ARCHIVE_NAME, Packed, SourceError, SourcePlan, pack, plan_source
+
+RESERVED_PREFIX = "sagemaker_"
+# What the SDK's ModelTrainer leaves out of a source upload by default (SourceCode.ignore_patterns).
+_MODEL_TRAINER_IGNORED = {".env", ".git", "__pycache__", ".DS_Store", ".cache", ".ipynb_checkpoints"}
+
+
+class SdkJobError(ValueError):
+    """The SDK object asks for something stabilizer's job cannot be; the message names the attribute."""
+
+
+def _given(value: Any) -> bool:
+    """sagemaker-core shapes mark unset fields with an `Unassigned` object instead of None."""
+    return value is not None and type(value).__name__ != "Unassigned"
+
+
+def _is_s3(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("s3://")
+
+
+def _decode(value: Any) -> Any:
+    """A hyperparameter value as the training toolkit hands it to the script: JSON-decoded when it is JSON."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _is_model_trainer(definition: Any) -> bool:
+    return all(hasattr(definition, name) for name in ("source_code", "compute", "training_image"))
+
+
+def _is_estimator(definition: Any) -> bool:
+    return all(hasattr(definition, name) for name in ("entry_point", "instance_type", "hyperparameters"))
+
+
+# --- source ---------------------------------------------------------------------------------------
+
+
+def _plan(directory: Path | None, *, extra: Sequence[Path] = (), ignore_patterns: Sequence[str] = ()) -> SourcePlan:
+    try:
+        return plan_source(directory, extra=extra, ignore_patterns=ignore_patterns)
+    except SourceError as error:
+        raise SdkJobError(str(error)) from None
+
+
+def _packed(plan: SourcePlan, shown_as: str) -> Packed:
+    try:
+        return pack(plan, shown_as=shown_as)
+    except SourceError as error:
+        raise SdkJobError(str(error)) from None
+
+
+def pack_source(plan: SourcePlan, cache: Path | None = None, shown_as: str = "the source") -> str:
+    """`sourcedir.tar.gz` of `plan` (stabilizer.client.sourcedir), written where the content's hash says.
+
+    The same source packs to the same path (and, on AWS, the same key). The SDK's own
+    ``create_tar_file`` is not used: it packs links, `.git`, virtual environments and earlier runs
+    alike; what is left out, and the size limit, are `stabilizer.client.sourcedir`'s.
+    """
+    packed = _packed(plan, shown_as)
+    home = (cache or Path(tempfile.gettempdir()) / "stabilizer-sources") / packed.digest[:16]
+    home.mkdir(parents=True, exist_ok=True)
+    target = home / ARCHIVE_NAME
+    if not target.is_file():
+        scratch = home / f".{ARCHIVE_NAME}.{os.getpid()}"
+        scratch.write_bytes(packed.data)
+        scratch.replace(target)
+    return str(target)
+
+
+def _estimator_source(estimator: Any) -> tuple[str, str]:
+    """(source, entry point) the way `Framework._stage_user_code_in_s3` packs them."""
+    entry_point, source_dir = estimator.entry_point, estimator.source_dir
+    dependencies = list(getattr(estimator, "dependencies", None) or [])
+    if not isinstance(entry_point, str) or not entry_point:
+        raise SdkJobError("entry_point: the estimator has no entry point; stabilizer runs script-mode jobs")
+    if _is_s3(source_dir):
+        if dependencies:
+            raise SdkJobError("dependencies: cannot be added to a source_dir that is already in S3")
+        return source_dir, entry_point
+    if source_dir:
+        directory = Path(source_dir).expanduser().resolve()
+        if not (directory / entry_point).is_file():
+            raise SdkJobError(f"entry_point: {entry_point!r} is not in source_dir {directory}")
+        if not dependencies:
+            return str(directory), entry_point  # local mode packs the directory, and so does the AWS upload
+        # source_dir's entries and each dependency at the archive root (`tar_and_upload_dir`).
+        extra = [Path(d).expanduser() for d in dependencies]
+        return pack_source(_plan(directory, extra=extra), shown_as=str(directory)), entry_point
+    script = Path(entry_point).expanduser().resolve()
+    if not script.is_file():
+        raise SdkJobError(f"entry_point: no such file {script}")
+    # No source_dir: the SDK uploads the entry point alone (with any dependencies).
+    extra = [script, *(Path(d).expanduser() for d in dependencies)]
+    return pack_source(_plan(None, extra=extra), shown_as=str(script)), script.name
+
+
+def _trainer_source(trainer: Any) -> tuple[str, str]:
+    code = trainer.source_code
+    if not _given(code):
+        raise SdkJobError("source_code: the ModelTrainer has none; stabilizer runs a script of yours")
+    if _given(getattr(code, "command", None)):
+        raise SdkJobError(
+            "source_code.command: stabilizer runs an entry script (source_code.entry_script) through the "
+            "container's training toolkit, not an arbitrary command"
+        )
+    entry, source_dir = getattr(code, "entry_script", None), getattr(code, "source_dir", None)
+    if not _given(entry) or not _given(source_dir):
+        raise SdkJobError("source_code: give both source_dir and entry_script")
+    requirements = getattr(code, "requirements", None)
+    if _given(requirements) and requirements != "requirements.txt":
+        raise SdkJobError(
+            f"source_code.requirements: the training toolkit installs requirements.txt at the source root; "
+            f"rename {requirements!r} to requirements.txt"
+        )
+    if _is_s3(source_dir) or str(source_dir).endswith(".tar.gz"):
+        return str(source_dir), entry
+    directory = Path(source_dir).expanduser().resolve()
+    # ModelTrainer copies source_dir with shutil.ignore_patterns(*ignore_patterns): each pattern
+    # matched against every name at every depth, which is what a gitignore line without a "/" does.
+    patterns = [str(p) for p in (getattr(code, "ignore_patterns", None) or _MODEL_TRAINER_IGNORED)]
+    trimmed = _plan(directory, ignore_patterns=patterns)
+    if [e.name for e in trimmed.files] == [e.name for e in _plan(directory).files]:
+        return str(directory), entry  # the patterns leave nothing out: the directory as it is
+    return pack_source(trimmed, shown_as=str(directory)), entry
+
+
+# --- channels -------------------------------------------------------------------------------------
+
+
+def _location(name: str, source: Any) -> str:
+    if isinstance(source, str):
+        return source.removeprefix("file://")
+    config = getattr(source, "config", None)  # sagemaker.inputs.TrainingInput
+    if isinstance(config, dict):
+        data = config.get("DataSource", {})
+        if "S3DataSource" in data:
+            return data["S3DataSource"]["S3Uri"]
+        raise SdkJobError(f"inputs.{name}: only S3 or local channels are supported, not {sorted(data)}")
+    s3 = getattr(source, "s3_data_source", None)  # sagemaker-core DataSource
+    if _given(s3):
+        source = s3
+    uri = getattr(source, "s3_uri", None)  # S3DataSource
+    if _given(uri):
+        return uri
+    raise SdkJobError(f"inputs.{name}: only S3 or local channels are supported, not {type(source).__name__}")
+
+
+def _estimator_channels(inputs: Any) -> dict[str, str]:
+    if inputs is None:
+        return {}
+    if isinstance(inputs, str) or hasattr(inputs, "config"):
+        return {"training": _location("training", inputs)}  # what fit() names a lone input
+    if isinstance(inputs, dict):
+        return {name: _location(name, source) for name, source in inputs.items()}
+    raise SdkJobError(f"inputs: expected what fit() takes (a URI, a TrainingInput or a dict), got {inputs!r}")
+
+
+def _trainer_channels(channels: Any) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for channel in channels or []:
+        name = channel.channel_name
+        found[name] = _location(name, channel.data_source)
+    return found
+
+
+# --- the two kinds of definition --------------------------------------------------------------------
+
+
+def _instance_type(value: Any, attribute: str) -> str:
+    if not isinstance(value, str) or not value.startswith("ml."):
+        raise SdkJobError(
+            f"{attribute}: {value!r} is not a SageMaker instance type; stabilizer's local mode needs no "
+            "Docker, so give the type the job runs on in AWS, such as 'ml.m5.xlarge'"
+        )
+    return value
+
+
+def _estimator_image(estimator: Any, region: str | None) -> str | dict[str, str]:
+    if estimator.image_uri:
+        return estimator.image_uri
+    framework = getattr(type(estimator), "_framework_name", None)
+    version = getattr(estimator, "framework_version", None)
+    if not framework or not version:
+        raise SdkJobError("image_uri: the estimator names no image and no framework version")
+    if region:
+        # The very URI fit() would use in this region (the SDK's image URI lookup).
+        return estimator.training_image_uri(region=region)
+    spec = {"framework": framework, "version": version}
+    if getattr(estimator, "py_version", None):
+        spec["python_version"] = estimator.py_version
+    return spec
+
+
+def _from_estimator(estimator: Any, inputs: Any, region: str | None) -> dict[str, Any]:
+    if getattr(estimator, "distribution", None):
+        raise SdkJobError("distribution: distributed training is not supported by stabilizer's job section yet")
+    if getattr(estimator, "use_spot_instances", False):
+        raise SdkJobError("use_spot_instances: stabilizer launches on-demand jobs")
+    if getattr(estimator, "environment", None):
+        raise SdkJobError(
+            "environment: stabilizer's job section sets no environment variables; pass them as hyperparameters"
+        )
+    source, entry_point = _estimator_source(estimator)
+    hyperparameters = {
+        str(name): _decode(value)
+        for name, value in (estimator.hyperparameters() or {}).items()
+        if not str(name).startswith(RESERVED_PREFIX)
+    }
+    return {
+        "source": source,
+        "entry_point": entry_point,
+        "image": _estimator_image(estimator, region),
+        "instance_type": _instance_type(estimator.instance_type, "instance_type"),
+        "instance_count": int(estimator.instance_count or 1),
+        "hyperparameters": hyperparameters,
+        "channels": _estimator_channels(inputs),
+        "metric_definitions": [
+            {"Name": d["Name"], "Regex": d["Regex"]} for d in (estimator.metric_definitions or [])
+        ],
+        "max_runtime_seconds": int(estimator.max_run),
+    }
+
+
+def _from_model_trainer(trainer: Any, inputs: Any) -> dict[str, Any]:
+    if _given(getattr(trainer, "distributed", None)):
+        raise SdkJobError("distributed: distributed training is not supported by stabilizer's job section yet")
+    if _given(getattr(trainer, "algorithm_name", None)):
+        raise SdkJobError("algorithm_name: stabilizer runs your script, not a marketplace algorithm")
+    if getattr(trainer, "environment", None):
+        raise SdkJobError(
+            "environment: stabilizer's job section sets no environment variables; pass them as hyperparameters"
+        )
+    if not _given(trainer.training_image):
+        raise SdkJobError("training_image: the ModelTrainer names no image")
+    source, entry_point = _trainer_source(trainer)
+    compute = trainer.compute
+    if _given(getattr(compute, "enable_managed_spot_training", None)) and compute.enable_managed_spot_training:
+        raise SdkJobError("compute.enable_managed_spot_training: stabilizer launches on-demand jobs")
+    stopping = trainer.stopping_condition
+    runtime = stopping.max_runtime_in_seconds if _given(stopping) else None
+    hyperparameters = trainer.hyperparameters if isinstance(trainer.hyperparameters, dict) else {}
+    channels = _trainer_channels(trainer.input_data_config)
+    channels.update(_trainer_channels(inputs))  # train(input_data_config=...) adds to the trainer's
+    # ModelTrainer keeps with_metric_definitions(...) in a private attribute and exposes no getter.
+    metrics = getattr(trainer, "_metric_definitions", None) or []
+    return {
+        "source": source,
+        "entry_point": entry_point,
+        "image": trainer.training_image,
+        "instance_type": _instance_type(compute.instance_type, "compute.instance_type"),
+        "instance_count": int(compute.instance_count or 1),
+        "hyperparameters": {str(k): v for k, v in hyperparameters.items()},
+        "channels": channels,
+        "metric_definitions": [{"Name": m.name, "Regex": m.regex} for m in metrics],
+        "max_runtime_seconds": int(runtime if _given(runtime) else 3600),
+    }
+
+
+def job_from_sdk(
+    definition: Any,
+    inputs: Any = None,
+    *,
+    knobs: dict[str, Any] | None = None,
+    region: str | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """The execution input's `job` for an SDK estimator or ModelTrainer.
+
+    `inputs` is what you would pass to ``fit()`` (estimator) or ``train(input_data_config=...)``
+    (ModelTrainer). `knobs` declares which hyperparameters remedies may change. `region`, when
+    the job runs on AWS, turns a framework version into the exact image URI ``fit()`` would use;
+    without it the image stays ``{"framework", "version"}`` for the deployment to resolve.
+    `options` are other job fields (``loss_metric``, ``integration``) passed through as given.
+    """
+    if _is_model_trainer(definition):
+        job = _from_model_trainer(definition, inputs)
+    elif _is_estimator(definition):
+        job = _from_estimator(definition, inputs, region)
+    else:
+        raise SdkJobError(
+            f"job: expected a SageMaker Python SDK estimator or ModelTrainer, got {type(definition).__name__}"
+        )
+    job["knobs"] = dict(knobs or {})
+    job.update(options)
+    return job
+
+
+def execution_input_for(
+    execution_input: dict[str, Any] | None,
+    job: Any,
+    inputs: Any = None,
+    *,
+    knobs: dict[str, Any] | None = None,
+    region: str | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """`execution_input` (policy, limits, monitoring, ...) with its `job` from `job`.
+
+    `job` is an SDK estimator or ModelTrainer, or already a `job` dict (then `knobs` and
+    `options` are added to it).
+    """
+    result = dict(execution_input or {})
+    if job is None:
+        if inputs is not None or knobs is not None or options:
+            raise SdkJobError("job: inputs, knobs and job options need a job")
+        return result
+    if "job" in result:
+        raise SdkJobError("job: given twice, in the execution input and as job=")
+    if isinstance(job, dict):
+        described = {**job, **options}
+        if knobs is not None:
+            described["knobs"] = knobs
+        if inputs is not None:
+            raise SdkJobError("inputs: a job dict carries its channels itself (job['channels'])")
+    else:
+        described = job_from_sdk(job, inputs, knobs=knobs, region=region, **options)
+    result["job"] = described
+    return result
+
+
+def image_uri_for(spec: dict[str, Any], instance_type: str, region: str) -> str:
+    """`{"framework", "version"[, "python_version"]}` as the SDK's image URI lookup names it for
+    this instance type and region (`sagemaker.image_uris.retrieve`)."""
+    from sagemaker import image_uris
+
+    framework, version = spec.get("framework", "pytorch"), spec.get("version")
+    try:
+        # Without python_version the SDK picks the version's only Python, or says which to choose.
+        return image_uris.retrieve(framework, region, version=version, py_version=spec.get("python_version"),
+                                   instance_type=instance_type, image_scope="training")
+    except (ValueError, KeyError) as error:
+        raise SdkJobError(f"job.image: the SageMaker Python SDK cannot name {spec}: {error}") from None
+
+
+# --- on AWS: local files go to the stack's bucket ---------------------------------------------------
+
+
+def _digest(path: Path) -> str:
+    sha = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        sha.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
+        sha.update(file.read_bytes())
+    return sha.hexdigest()[:16]
+
+
+def upload_local_files(job: dict[str, Any], s3: Any, bucket: str,
+                       say: Callable[[str], None] = print) -> dict[str, Any]:
+    """The job with a local source packed and uploaded under `source/`, local channels under `data/`.
+
+    A source directory is packed by `stabilizer.client.sourcedir` (what goes up, what is left out, the
+    size limit); `say` receives one line on it (files, sizes, left out) before the upload.
+
+    Keys carry the content's hash, so a rerun of the same code and data uploads nothing new under
+    a new name and a running job's archive is never replaced. The stack's SageMaker execution role
+    reads `source/*` and `data/*`.
+    """
+    result = dict(job)
+    source = result.get("source")
+    if isinstance(source, str) and not _is_s3(source):
+        path = Path(source)
+        if path.is_dir():
+            packed = _packed(_plan(path), shown_as=source)
+            say(f"uploading {packed.summary(source)}")  # before anything goes up
+            key = f"source/jobs/{packed.digest[:16]}/{ARCHIVE_NAME}"
+            s3.put_object(Bucket=bucket, Key=key, Body=packed.data)
+        elif path.is_file():
+            key = f"source/jobs/{_digest(path)}/{ARCHIVE_NAME}"
+            s3.upload_file(str(path), bucket, key)
+        else:
+            raise SdkJobError(f"job.source: no such directory or archive: {path}")
+        result["source"] = f"s3://{bucket}/{key}"
+    channels = {}
+    for name, location in (result.get("channels") or {}).items():
+        channels[name] = location
+        if isinstance(location, str) and not _is_s3(location):
+            path = Path(location)
+            if not path.exists():
+                raise SdkJobError(f"channels.{name}: no such file or directory {path}")
+            prefix = f"data/jobs/{_digest(path)}/{name}/"
+            for file in sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]:
+                relative = file.relative_to(path) if path.is_dir() else file.name
+                s3.upload_file(str(file), bucket, f"{prefix}{relative}")
+            channels[name] = f"s3://{bucket}/{prefix}"
+    result["channels"] = channels
+    return result
