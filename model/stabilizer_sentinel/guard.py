@@ -55,7 +55,7 @@ import torch
 from torch import nn
 
 from stabilizer_contract.catalogue import SENTINEL_CHECKS
-from stabilizer_sentinel import distributed, log_channel, resume
+from stabilizer_sentinel import distributed, log_channel, resume, watchdog
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_config
 from stabilizer_sentinel.optimizer_hooks import OptimizerHooks
 from stabilizer_sentinel.rewind import Rewind
@@ -159,6 +159,7 @@ class Guard(OptimizerHooks):
         if collections & {"inputs", "predictions"}:
             self._handles.append(self.model.register_forward_hook(self._keep_inputs_and_outputs))
         self.capture.begin_step(self.step_number)
+        self.watchdog = watchdog.start(self)  # a thread that notices a loop which stopped taking steps
         self_ref = weakref.ref(self)
         atexit.register(lambda: (guard := self_ref()) is not None and guard.close())
 

@@ -1,0 +1,350 @@
+"""The watchdog: a thread that notices a training loop that stopped taking steps (a hang) or a rank
+that lags the others (a straggler), without relying on the thread that is stuck.
+
+A hang is a rank stuck in a collective whose peer never arrives, a data loader that deadlocked, a
+host that died: the loop's own thread never comes back to say so, and the job would run (and bill)
+until ``MaxRuntimeInSeconds``. The watchdog runs beside it and judges the time since the last
+optimizer step (the guard calls ``beat`` after each):
+
+- **hang**: no step for longer than ``max(floor, factor x median step time)`` (the median of the
+  last 50 step intervals); before the run's second step, for longer than ``startup`` seconds (data
+  download, compilation and the first step's allocations are slow);
+- the bounds come from ``STABILIZER_HANG_FLOOR_SECONDS`` (default 600: above NCCL's and gloo's own
+  collective timeouts would be too late, below a long evaluation between two steps too early),
+  ``STABILIZER_HANG_FACTOR`` (default 10) and ``STABILIZER_HANG_STARTUP_SECONDS`` (default three
+  floors); ``STABILIZER_HANG_FLOOR_SECONDS=0`` turns the watchdog off. The floor must exceed the
+  longest pause a healthy loop takes between two optimizer steps (an evaluation, a checkpoint);
+- each tick (a tenth of the floor, at most a second) every rank publishes a heartbeat (its step,
+  wall time, host and median busy time) to the job's rendezvous store (torchrun's
+  ``MASTER_ADDR:MASTER_PORT``), through a connection of its own. When a rank's bound passes, the
+  ranks furthest behind (or whose heartbeat stopped: a dead process) are the ones the finding names,
+  with their host (``SM_CURRENT_HOST``);
+- the finding is ``Hang`` (tensor ``steps``, value the seconds without a step): rank 0 records it
+  through the sentinel (findings.json, the rewind copies written as checkpoints first), every rank
+  writes the failure file ``RuleStop: Hang at step N: ...`` and leaves with status 86. Action
+  ``notify`` records it without stopping;
+- **straggler**: a rank whose median busy time (from the end of one step to the end of its next
+  forward pass: data loading and forward compute, no collective) exceeds ``STABILIZER_STRAGGLER_FACTOR``
+  (default 2; 0 turns it off) times the median of the other ranks', on three ticks in a row, is
+  reported once by rank 0 with its rank and host: a line on stderr and ``stragglers.json`` beside
+  findings.json. A straggler slows the job; it does not stop it.
+
+This module must not decide what follows a hang (the workflow relaunches: stabilizer_workflow.hangs),
+nor touch the model, the optimizer or the training thread's state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+HANG = "Hang"
+STRAGGLER = "Straggler"
+EXIT_HANG = 86  # a rule stop (sentinel.EXIT_RULE_STOP): the workflow reads the finding
+STRAGGLERS_FILE = "stragglers.json"
+INTERVALS = 50  # step intervals the median is taken over
+STRAGGLER_WINDOW = 20  # busy times per rank the straggler median is taken over
+STRAGGLER_TICKS = 3  # consecutive ticks a rank must lag before it is reported
+STRAGGLER_MIN_EXCESS = 0.005  # seconds: below this a "slower" rank is timer noise
+REPORT_WAIT_SECONDS = 10.0  # how long other ranks give rank 0 to record the finding before leaving
+_PREFIX = "stabilizer/watchdog"
+
+
+class HangSettingsError(ValueError):
+    """A hang bound in the environment is not a number in range; the message names the variable."""
+
+
+def _number(environ: Mapping[str, str], name: str, default: float, *, low: float = 0.0) -> float:
+    raw = environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise HangSettingsError(f"{name}: expected a number of seconds or a factor, got {raw!r}") from None
+    if not value >= low:
+        raise HangSettingsError(f"{name}: expected a number >= {low:g}, got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class HangBounds:
+    """When no step counts as a hang, and when a slower rank counts as a straggler."""
+
+    floor: float = 600.0
+    factor: float = 10.0
+    startup: float = 1800.0
+    straggler_factor: float = 2.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> HangBounds:
+        env = os.environ if environ is None else environ
+        floor = _number(env, "STABILIZER_HANG_FLOOR_SECONDS", cls.floor)
+        return cls(
+            floor=floor,
+            factor=_number(env, "STABILIZER_HANG_FACTOR", cls.factor, low=1.0),
+            startup=_number(env, "STABILIZER_HANG_STARTUP_SECONDS", 3 * floor),
+            straggler_factor=_number(env, "STABILIZER_STRAGGLER_FACTOR", cls.straggler_factor),
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return self.floor > 0
+
+    @property
+    def tick(self) -> float:
+        return min(1.0, max(self.floor / 10, 0.05))
+
+    def limit(self, median_step: float | None) -> float:
+        """Seconds without a step that make a hang: the startup bound until a median exists."""
+        if median_step is None:
+            return max(self.startup, self.floor)
+        return max(self.floor, self.factor * median_step)
+
+
+class Heartbeats:
+    """Each rank's last heartbeat, in the job's rendezvous store (a connection of the watchdog's own)."""
+
+    def __init__(self, rank: int, world_size: int, environ: Mapping[str, str]) -> None:
+        import torch.distributed as dist
+
+        self.rank, self.world_size = rank, world_size
+        run = f"{environ.get('TORCHELASTIC_RUN_ID', 'run')}/{environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        self.prefix = f"{_PREFIX}/{run}"
+        self.store = dist.TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), is_master=False,
+                                   timeout=timedelta(seconds=5), wait_for_workers=False)
+
+    def publish(self, beat: dict[str, Any]) -> None:
+        self.store.set(f"{self.prefix}/beat/{self.rank}", json.dumps(beat))
+
+    def read(self) -> dict[int, dict[str, Any]]:
+        keys = [f"{self.prefix}/beat/{rank}" for rank in range(self.world_size)]
+        found: dict[int, dict[str, Any]] = {}
+        for rank, key in enumerate(keys):
+            if self.store.check([key]):
+                found[rank] = json.loads(self.store.get(key))
+        return found
+
+    def mark_reported(self) -> None:
+        self.store.set(f"{self.prefix}/reported", "1")
+
+    def wait_reported(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.store.check([f"{self.prefix}/reported"]):
+                return True
+            time.sleep(0.1)
+        return False
+
+
+def laggards(beats: Mapping[int, Mapping[str, Any]], *, now: float, stale_after: float) -> list[int]:
+    """The ranks holding the others up: those whose heartbeat stopped, else those furthest behind."""
+    stale = sorted(rank for rank, beat in beats.items() if now - float(beat["wall"]) > stale_after)
+    if stale:
+        return stale
+    if not beats:
+        return []
+    # Within a step, a rank whose forward pass ended is further on than one that never got to it.
+    progress = {rank: (int(beat["step"]), bool(beat.get("forward"))) for rank, beat in beats.items()}
+    lowest = min(progress.values())
+    behind = sorted(rank for rank, where in progress.items() if where == lowest)
+    return behind if len(behind) < len(beats) else []  # all at one step: none singled out
+
+
+def stragglers(beats: Mapping[int, Mapping[str, Any]], factor: float) -> dict[int, float]:
+    """Rank -> how many times slower than the median of the others its busy time is, for the laggards."""
+    busy = {rank: beat.get("busy") for rank, beat in beats.items()}
+    known = {rank: float(value) for rank, value in busy.items() if value is not None}
+    if factor <= 0 or len(known) < 2:
+        return {}
+    found = {}
+    for rank, value in known.items():
+        others = statistics.median(v for r, v in known.items() if r != rank)
+        if value > factor * others and value - others > STRAGGLER_MIN_EXCESS:
+            found[rank] = value / max(others, 1e-9)
+    return found
+
+
+class Watchdog:
+    """One process's watchdog thread; see the module docstring. ``guard`` is the process's Guard."""
+
+    def __init__(self, guard: Any, bounds: HangBounds, *, environ: Mapping[str, str] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        env = dict(os.environ if environ is None else environ)
+        self.guard, self.bounds, self.clock = guard, bounds, clock
+        self.rank, self.world_size = guard.rank, guard.world_size
+        self.host = env.get("SM_CURRENT_HOST", "algo-1")
+        self.intervals: deque[float] = deque(maxlen=INTERVALS)
+        self.busy: deque[float] = deque(maxlen=STRAGGLER_WINDOW)
+        self.last_beat = clock()
+        self.steps = 0
+        self.step = guard.step_number
+        self._forward_seen = False
+        self._lagging: dict[int, int] = {}
+        self._reported_stragglers: dict[int, dict[str, Any]] = {}
+        self.fired = False
+        self.polled = guard.optimizer is None
+        self._stop = threading.Event()
+        self.heartbeats: Heartbeats | None = None
+        if self.world_size > 1 and "MASTER_ADDR" in env and "MASTER_PORT" in env:
+            try:
+                self.heartbeats = Heartbeats(self.rank, self.world_size, env)
+            except Exception as exc:  # no store to reach: each rank judges itself alone
+                print(f"sentinel: watchdog heartbeats unavailable ({exc!r})", file=sys.stderr, flush=True)
+        self.thread = threading.Thread(target=self._run, name="stabilizer-watchdog", daemon=True)
+
+    # -- what the training thread calls, through hooks (cheap: a clock read and an append)
+    def after_step(self, *_: Any) -> None:
+        """The optimizer's step post hook: a step was taken."""
+        self.beat(self.guard.step_number)
+
+    def beat(self, step: int) -> None:
+        now = self.clock()
+        if self.steps:
+            self.intervals.append(now - self.last_beat)
+        self.last_beat, self.step, self.steps = now, step, self.steps + 1
+        self._forward_seen = False
+
+    def forward_done(self, *_: Any) -> None:
+        """The first forward pass after a step ended: the rank's own busy time since that step."""
+        if not self._forward_seen:
+            self._forward_seen = True
+            if self.steps:
+                self.busy.append(self.clock() - self.last_beat)
+
+    # -- the thread
+    def start(self) -> Watchdog:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    remove = stop  # the guard removes its hooks, this one among them, when it closes or stops
+
+    @property
+    def median_step(self) -> float | None:
+        return statistics.median(self.intervals) if len(self.intervals) >= 2 else None
+
+    def _beat_record(self) -> dict[str, Any]:
+        busy = statistics.median(self.busy) if len(self.busy) >= min(5, STRAGGLER_WINDOW) else None
+        return {"step": self.guard.step_number, "forward": self._forward_seen, "wall": time.time(),
+                "host": self.host, "busy": busy, "steps": self.steps}
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.bounds.tick):
+            if self.polled and self.guard.step_number != self.step:
+                self.beat(self.guard.step_number)  # no optimizer to hook: steps seen at tick granularity
+            if self.heartbeats is not None:
+                try:
+                    self.heartbeats.publish(self._beat_record())
+                    if self.rank == 0 and self.bounds.straggler_factor > 0:
+                        self._check_stragglers(self.heartbeats.read())
+                except Exception:  # the store went away (the job is ending): judge alone from now on
+                    self.heartbeats = None
+            idle = self.clock() - self.last_beat
+            limit = self.bounds.limit(self.median_step)
+            if idle > limit and not self.fired:
+                self.fired = True
+                self._hang(idle, limit)
+
+    # -- a hang
+    def describe(self, idle: float, limit: float, beats: Mapping[int, Mapping[str, Any]]) -> tuple[str, list[int]]:
+        median = self.median_step
+        why = (f"max(floor {self.bounds.floor:g} s, {self.bounds.factor:g} x median step {median:.3g} s)"
+               if median is not None else f"startup bound {max(self.bounds.startup, self.bounds.floor):g} s")
+        behind = laggards(beats, now=time.time(), stale_after=3 * self.bounds.tick + 5)
+        text = f"no optimizer step for {idle:.1f} s on rank {self.rank} ({self.host}), bound {limit:.1f} s = {why}"
+        if behind:
+            named = ", ".join(f"rank {r} on {beats[r].get('host', '?')} at step {beats[r]['step']}"
+                              f"{'' if beats[r].get('forward') else ' (before its forward pass)'}" for r in behind)
+            text += f"; held up by {named}"
+        return text, behind
+
+    def _hang(self, idle: float, limit: float) -> None:
+        beats: dict[int, dict[str, Any]] = {}
+        if self.heartbeats is not None:
+            try:
+                beats = self.heartbeats.read()
+            except Exception:
+                beats = {}
+        message, behind = self.describe(idle, limit, beats)
+        guard = self.guard
+        step = guard.step_number
+        sentinel = guard.sentinel
+        print(f"sentinel: {HANG} at step {step}: {message}", file=sys.stderr, flush=True)
+        if guard.primary:
+            from stabilizer_sentinel.rules import RuleFinding
+
+            context = {"epoch": guard.epoch, "phase": guard.phase, "learning_rate": guard.learning_rate}
+            tensor = f"steps/rank{behind[0]}" if behind else f"steps/rank{self.rank}"
+            sentinel.report(RuleFinding(HANG, step, tensor, round(idle, 3), message), context, source="watchdog")
+            if self.heartbeats is not None:
+                with contextlib.suppress(Exception):
+                    self.heartbeats.mark_reported()
+        elif self.heartbeats is not None:
+            # Give rank 0 the time to record the finding before this rank's exit ends the job.
+            with contextlib.suppress(Exception):
+                self.heartbeats.wait_reported(REPORT_WAIT_SECONDS)
+        if sentinel.action != "stop":
+            return
+        self._exit(f"{HANG} at step {step}: {message}")
+
+    def _exit(self, reason: str) -> None:
+        sentinel = self.guard.sentinel
+        try:
+            if self.guard.primary and sentinel.summary is not None:
+                sentinel.write(ended="rule_stop")
+            if sentinel.failure_file is not None:
+                sentinel.failure_file.parent.mkdir(parents=True, exist_ok=True)
+                partial = sentinel.failure_file.with_name(f".{sentinel.failure_file.name}.{os.getpid()}")
+                partial.write_text(f"RuleStop: {reason}\n")
+                partial.replace(sentinel.failure_file)
+        finally:
+            print(f"sentinel stopped the job: RuleStop: {reason}", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(EXIT_HANG)  # the training thread is stuck: only the process can end
+
+    # -- stragglers (rank 0)
+    def _check_stragglers(self, beats: Mapping[int, Mapping[str, Any]]) -> None:
+        slow = stragglers(beats, self.bounds.straggler_factor)
+        self._lagging = {rank: self._lagging.get(rank, 0) + 1 for rank in slow}
+        for rank, ticks in self._lagging.items():
+            if ticks >= STRAGGLER_TICKS and rank not in self._reported_stragglers:
+                beat = beats[rank]
+                entry = {"rule": STRAGGLER, "rank": rank, "host": beat.get("host"), "step": int(beat["step"]),
+                         "factor": round(slow[rank], 2), "busy_seconds": beat.get("busy"),
+                         "message": f"rank {rank} on {beat.get('host')} is {slow[rank]:.1f}x slower than the "
+                                    f"median of the other ranks (busy {float(beat['busy']):.3g} s a step)"}
+                self._reported_stragglers[rank] = entry
+                print(f"sentinel: {STRAGGLER}: {entry['message']}", file=sys.stderr, flush=True)
+                self._write_stragglers()
+
+    def _write_stragglers(self) -> None:
+        from stabilizer_sentinel import store
+
+        path = self.guard.sentinel.findings_path.with_name(STRAGGLERS_FILE)
+        store.write_json_atomic(path, {"version": 1, "stragglers": list(self._reported_stragglers.values())})
+
+
+def start(guard: Any, environ: Mapping[str, str] | None = None) -> Watchdog | None:
+    """The watchdog for ``guard``, started and hooked (removed with the guard's hooks); None when off."""
+    bounds = HangBounds.from_env(environ)
+    if not bounds.enabled:
+        return None
+    dog = Watchdog(guard, bounds, environ=environ)
+    guard._handles.append(guard.model.register_forward_hook(dog.forward_done))
+    if guard.optimizer is not None:
+        guard._handles.append(guard.optimizer.register_step_post_hook(dog.after_step))
+    guard._handles.append(dog)
+    return dog.start()
