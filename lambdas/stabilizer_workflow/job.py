@@ -19,6 +19,8 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from stabilizer_workflow.distribution import Distribution
+from stabilizer_workflow.hangs import HangSettings
 from stabilizer_workflow.service_limits import hyperparameter_value_problem
 
 KnobRole = Literal[
@@ -207,6 +209,10 @@ class Job(Strict):
     )
     instance_type: str | None = Field(None, description="the deployment's DEFAULT_INSTANCE_TYPE when left out")
     instance_count: Annotated[int, Field(ge=1, le=100)] = 1
+    distribution: Distribution | None = Field(
+        None, description="the SDK estimator's distribution: torch_distributed or pytorchddp"
+    )
+    hang: HangSettings | None = Field(None, description="when no progress is a hang, and how often it is relaunched")
     hyperparameters: dict[str, HyperparameterValue] = Field(default_factory=dict)
     channels: dict[str, str] = Field(
         default_factory=dict, description="channel name -> s3:// prefix (in local mode, a local path)"

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from stabilizer_workflow import evidence, notifications, policy
+from stabilizer_workflow import evidence, hangs, notifications, policy
 from stabilizer_workflow.errors import StateCorrupted
 from stabilizer_workflow.ladders import EXPLOSIONS
 from stabilizer_workflow.notifications import Notification
@@ -176,7 +176,7 @@ def _remediate(state: WorkflowState, attempt: Attempt, obs: Observation, finding
     history = evidence_of(obs, finding).get("loss_history")
     finding = evidence.rediagnose(finding, attempt.watched, history)
     attempt.finding = finding
-    planned = policy.plan(state, finding, obs.checkpoint_files)
+    planned = hangs.plan(state, finding, obs.checkpoint_files) or policy.plan(state, finding, obs.checkpoint_files)
     decision = planned.decision
     if decision.action == "end":
         return _end(

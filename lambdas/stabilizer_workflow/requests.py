@@ -14,7 +14,9 @@ import json
 from typing import Any
 
 from stabilizer_contract.catalogue import SENTINEL_CHECKS
-from stabilizer_workflow.errors import MisconfiguredEnvironment, StateCorrupted
+from stabilizer_workflow import hangs
+from stabilizer_workflow.distribution import distribution_hyperparameters, distribution_problem
+from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
 from stabilizer_workflow.job import Job
 from stabilizer_workflow.rule_checks import is_profiler_rule, runs_in_engine
 from stabilizer_workflow.service_limits import hyperparameter_value_problem
@@ -131,6 +133,7 @@ def hyperparameters(state: WorkflowState, settings: TrainSettings) -> dict[str, 
         }
     )
     encoded = {key: json.dumps(value) for key, value in plain.items()}
+    encoded.update(distribution_hyperparameters(job.distribution, job.instance_type or ""))
     encoded[CONFIG_HYPERPARAMETER] = sentinel_configuration(job, state.monitoring)
     return encoded
 
@@ -217,7 +220,10 @@ def build_create_training_job(state: WorkflowState, settings: TrainSettings, att
     # Never run past the execution's training budget, whatever the job asks for.
     remaining = state.limits.max_total_training_seconds - state.training_seconds()
     channels = [_channel(channel, uri) for channel, uri in job.channels.items()]
-    environment = {"STABILIZER_CHECKPOINT_DIR": CHECKPOINT_LOCAL_PATH}
+    problem = distribution_problem(job.distribution, job.instance_type)
+    if problem:
+        raise InvalidInput(problem)
+    environment = {"STABILIZER_CHECKPOINT_DIR": CHECKPOINT_LOCAL_PATH, **hangs.environment(job.hang)}
     if settings.library_s3_uri:
         channels.append(_channel(LIBRARY_CHANNEL, settings.library_s3_uri))
         environment["PYTHONPATH"] = f"{LIBRARY_LOCAL_PATH}:{LAUNCHER_AUTOSTART}"

@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from stabilizer.client.sdk_distribution import distribution_fields
 from stabilizer.client.sourcedir import ARCHIVE_NAME, Packed, SourceError, SourcePlan, pack, plan_source
 
 RESERVED_PREFIX = "sagemaker_"
@@ -233,8 +234,6 @@ def _estimator_image(estimator: Any, region: str | None) -> str | dict[str, str]
 
 
 def _from_estimator(estimator: Any, inputs: Any, region: str | None) -> dict[str, Any]:
-    if getattr(estimator, "distribution", None):
-        raise SdkJobError("distribution: distributed training is not supported by stabilizer's job section yet")
     if getattr(estimator, "use_spot_instances", False):
         raise SdkJobError("use_spot_instances: stabilizer launches on-demand jobs")
     if getattr(estimator, "environment", None):
@@ -253,6 +252,7 @@ def _from_estimator(estimator: Any, inputs: Any, region: str | None) -> dict[str
         "image": _estimator_image(estimator, region),
         "instance_type": _instance_type(estimator.instance_type, "instance_type"),
         "instance_count": int(estimator.instance_count or 1),
+        **distribution_fields(estimator, SdkJobError),  # torch_distributed, pytorchddp; others refused
         "hyperparameters": hyperparameters,
         "channels": _estimator_channels(inputs),
         "metric_definitions": [

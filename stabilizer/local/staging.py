@@ -22,6 +22,7 @@ from typing import Any
 
 from stabilizer.client import sourcedir
 from stabilizer.client.sourcedir import Packed, SourceError, pack, plan_source, size_text
+from stabilizer.local.runners import local_distribution_problem
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 
@@ -102,8 +103,9 @@ def localize(execution_input: dict[str, Any], base: Path, leave_out: Sequence[Pa
                 channels[name] = _absolute(location, base)
                 if not Path(channels[name]).exists():
                     raise StagingError(f"job.channels.{name}: no such file or directory: {channels[name]}")
-    if job.get("instance_count", 1) != 1:
-        raise StagingError("job.instance_count: local mode runs a job on one instance; give 1")
+    problem = local_distribution_problem(job)
+    if problem:
+        raise StagingError(problem)
     return result
 
 

@@ -191,8 +191,8 @@ def test_a_model_trainer_source_leaves_out_what_its_ignore_patterns_name_at_ever
 @pytest.mark.parametrize(
     ("make", "attribute"),
     [
-        (lambda s, src, pts: pytorch_estimator(s, src, distribution={"torch_distributed": {"enabled": True}}),
-         "distribution"),
+        (lambda s, src, pts: pytorch_estimator(s, src, distribution={"mpi": {"enabled": True}}),
+         r"distribution\.mpi"),
         (lambda s, src, pts: pytorch_estimator(s, src, environment={"NCCL_DEBUG": "INFO"}), "environment"),
         (lambda s, src, pts: model_trainer(s, src, pts, command="python fit.py --fast"), "source_code.command"),
     ],

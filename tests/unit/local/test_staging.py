@@ -72,7 +72,8 @@ def test_local_paths_are_relative_to_the_input_file(project: Path, state_module)
         ({"source": "nowhere"}, "job.source: no such directory or archive: "),
         ({"entry_point": "train.py"}, "job.entry_point: 'train.py' is not in "),
         ({"channels": {"points": "data/missing"}}, "job.channels.points: no such file or directory: "),
-        ({"instance_count": 2}, "job.instance_count: local mode runs a job on one instance"),
+        ({"instance_count": 2, "distribution": {"pytorchddp": {"enabled": True}}},
+         "job.distribution.pytorchddp: local mode runs torch_distributed (torchrun over gloo)"),
     ],
 )
 def test_bad_local_paths_are_named_before_anything_starts(project: Path, state_module, changes, expected):

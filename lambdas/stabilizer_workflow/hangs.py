@@ -1,0 +1,99 @@
+"""What follows a hang: the same recipe again, from the last checkpoint, a bounded number of times.
+
+A ``Hang`` finding (the in-job watchdog's: no optimizer step for longer than its bound, docs in
+``stabilizer_sentinel.watchdog``) says nothing about the recipe: a rank stuck in a collective, a
+data loader that deadlocked, a host that died are faults of the moment, not of the learning rate.
+So a hang is transient here: the job is relaunched with the recipe it had, resuming from the newest
+checkpoint the attempt left (every checkpoint before a hang is healthy; none is rewound past), as
+long as the relaunch will load it (``evidence.why_fresh``), at most ``HANG_RELAUNCHES`` times in an
+execution (``job.hang.relaunches``). The decision's reason and so the notification say "a hang, not
+an instability"; an instability gets the policy's remedies instead.
+
+The monitor calls ``plan`` before the policy (stabilizer_workflow.monitor, where ``policy.plan`` is
+called); a finding that is not a hang is left to the policy (``None``).
+
+The job's bounds travel to the job as environment variables the watchdog reads (``environment``).
+Pure: no AWS, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from stabilizer_workflow.policy import Plan
+    from stabilizer_workflow.state import Finding, WorkflowState
+
+HANG = "Hang"
+HANG_RELAUNCHES = 2
+
+
+class HangSettings(BaseModel):
+    """``job.hang``: when the watchdog calls a stall a hang, and how often a hang is relaunched."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    floor_seconds: Annotated[float, Field(ge=0)] = Field(
+        600.0, description="no step for this long is a hang whatever the step time; 0 turns the watchdog off"
+    )
+    factor: Annotated[float, Field(ge=1)] = Field(10.0, description="no step for factor x the median step time")
+    startup_seconds: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="the bound before the second step; default three floors"
+    )
+    straggler_factor: Annotated[float, Field(ge=0)] = Field(
+        2.0, description="a rank this many times slower than the others is reported; 0 turns it off"
+    )
+    relaunches: Annotated[int, Field(ge=0, le=10)] = Field(
+        HANG_RELAUNCHES, description="how many times one execution relaunches after a hang"
+    )
+
+
+def environment(settings: HangSettings | None) -> dict[str, str]:
+    """The watchdog's settings as the job's environment (empty: its defaults, the same as these)."""
+    if settings is None:
+        return {}
+    values = {"STABILIZER_HANG_FLOOR_SECONDS": settings.floor_seconds, "STABILIZER_HANG_FACTOR": settings.factor,
+              "STABILIZER_STRAGGLER_FACTOR": settings.straggler_factor}
+    if settings.startup_seconds is not None:
+        values["STABILIZER_HANG_STARTUP_SECONDS"] = settings.startup_seconds
+    return {key: f"{value:g}" for key, value in values.items()}
+
+
+def _relaunched_after_hangs(state: WorkflowState) -> int:
+    current = state.current
+    return sum(
+        1 for attempt in state.attempts
+        if attempt is not current and attempt.finding is not None and attempt.finding.rule == HANG
+        and attempt.decision is not None and attempt.decision.action == "relaunch"
+    )
+
+
+def plan(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str]) -> Plan | None:
+    """The decision after an attempt that hung: the same recipe from its newest checkpoint, or the end
+    once the relaunches are used up; None when ``finding`` is not a hang (the policy decides)."""
+    if finding.rule != HANG:
+        return None
+    from stabilizer_workflow.evidence import why_fresh
+    from stabilizer_workflow.policy import Plan, describe_finding
+    from stabilizer_workflow.state import Decision
+
+    attempt = state.current
+    assert attempt is not None, "plan needs an attempt"
+    limit = state.job.hang.relaunches if state.job.hang is not None else HANG_RELAUNCHES
+    done = _relaunched_after_hangs(state)
+    what = f"{describe_finding(finding)}: a hang, not an instability"
+    if done >= limit:
+        reason = f"{what}; it hung again after {done} relaunch{'es' if done != 1 else ''} (at most {limit})"
+        return Plan(Decision(action="end", outcome="gave_up", reason=reason), dict(state.run_spec))
+    newest = max(checkpoints) if checkpoints else None
+    resume = f"{attempt.checkpoint_s3_uri}/{checkpoints[newest]}" if newest is not None else attempt.resumed_from
+    fresh = why_fresh(state.job.integration, attempt) if resume else "no checkpoint was written"
+    if fresh:
+        resume, start = None, f"starts fresh ({fresh})"
+    else:
+        start = f"resumes from {str(resume).rsplit('/', 1)[-1]}"
+    reason = f"{what}; same recipe again, {start}; hang relaunch {done + 1} of {limit}"
+    return Plan(Decision(action="relaunch", remedy="retry", resume_from=resume, reason=reason), dict(state.run_spec))

@@ -1,0 +1,62 @@
+"""A hang is transient: the same recipe again from the newest checkpoint, a bounded number of times,
+and the notification tells it from an instability; a job's hang bounds reach the job's watchdog."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from conftest import T0, launched, observation, sentinel_findings
+
+from stabilizer_workflow import hangs, monitor
+
+LATER = T0 + timedelta(minutes=5)
+HUNG = "AlgorithmError: RuleStop: Hang at step 8: no optimizer step for 41.0 s on rank 0 (algo-1)"
+CHECKPOINTS = ["checkpoint-00000005.pt", "checkpoint-00000010.pt"]
+
+
+def hung(state, step: int = 12):
+    keys = [f"{state.current.checkpoint_s3_uri.split('/', 3)[3]}/{name}" for name in CHECKPOINTS]
+    findings = sentinel_findings(rule="Hang", step=step, phase="main")
+    return monitor.check(state, observation(state, "Failed", failure_reason=HUNG, findings=findings,
+                                            checkpoint_keys=keys), LATER)
+
+
+def test_a_hang_relaunches_the_same_recipe_from_the_newest_checkpoint_and_says_it_is_not_an_instability(settings):
+    state = launched(settings)
+    result = hung(state)
+    decision = result.state.attempts[-1].decision
+    assert result.state.next_action == "launch_new"
+    assert decision.action == "relaunch" and decision.remedy == "retry" and decision.changes == {}
+    assert result.state.run_spec == state.run_spec  # the recipe is not the fault
+    assert decision.resume_from == f"{state.current.checkpoint_s3_uri}/checkpoint-00000010.pt"
+    assert decision.reason.startswith("Hang at step 12 (main): a hang, not an instability; same recipe again, "
+                                      "resumes from checkpoint-00000010.pt; hang relaunch 1 of 2")
+    note = result.effects.notification
+    assert note.subject.startswith("Hang at step 12: relaunching attempt 2 with same recipe")
+    assert "a hang, not an instability" in note.body
+
+
+def test_a_job_that_keeps_hanging_ends_after_the_bounded_relaunches(settings):
+    from stabilizer_workflow import launch as launching
+
+    state = launched(settings)
+    for number in range(1, 3):
+        state = hung(state).state
+        assert state.next_action == "launch_new", number
+        state = launching.launch(state, settings, LATER).state
+    result = hung(state)
+    assert result.state.next_action == "end"
+    assert result.state.outcome == "gave_up"
+    assert result.state.reason.endswith("it hung again after 2 relaunches (at most 2)")
+
+
+def test_an_instability_is_left_to_the_policy(settings):
+    state = launched(settings)
+    assert hangs.plan(state, sentinel_findings().findings[0].to_finding(), {}) is None
+
+
+def test_a_jobs_hang_bounds_travel_as_the_watchdogs_environment():
+    settings = hangs.HangSettings(floor_seconds=30, factor=5, relaunches=1)
+    assert hangs.environment(settings) == {
+        "STABILIZER_HANG_FLOOR_SECONDS": "30", "STABILIZER_HANG_FACTOR": "5", "STABILIZER_STRAGGLER_FACTOR": "2"}
+    assert hangs.environment(None) == {}
