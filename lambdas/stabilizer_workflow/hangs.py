@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 HANG = "Hang"
 HANG_RELAUNCHES = 2
+# A rule stop whose findings.json never reached S3 (rank 0's host was the one that died) is known by
+# its FailureReason alone, which names no catalogue rule: the watchdog's own words say it was a hang.
+_HANG_STOP = "RuleStop: Hang at step"
 
 
 class HangSettings(BaseModel):
@@ -71,10 +74,15 @@ def _relaunched_after_hangs(state: WorkflowState) -> int:
     )
 
 
+def is_hang(finding: Finding) -> bool:
+    """A Hang finding, or a rule stop known only by its failure reason whose words are the watchdog's."""
+    return finding.rule == HANG or (finding.source == "failure_reason" and _HANG_STOP in finding.message)
+
+
 def plan(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str]) -> Plan | None:
     """The decision after an attempt that hung: the same recipe from its newest checkpoint, or the end
     once the relaunches are used up; None when ``finding`` is not a hang (the policy decides)."""
-    if finding.rule != HANG:
+    if not is_hang(finding):
         return None
     from stabilizer_workflow.evidence import why_fresh
     from stabilizer_workflow.policy import Plan, describe_finding
@@ -84,7 +92,7 @@ def plan(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str])
     assert attempt is not None, "plan needs an attempt"
     limit = state.job.hang.relaunches if state.job.hang is not None else HANG_RELAUNCHES
     done = _relaunched_after_hangs(state)
-    what = f"{describe_finding(finding)}: a hang, not an instability"
+    what = f"{describe_finding(finding.model_copy(update={'rule': HANG}))}: a hang, not an instability"
     if done >= limit:
         reason = f"{what}; it hung again after {done} relaunch{'es' if done != 1 else ''} (at most {limit})"
         return Plan(Decision(action="end", outcome="gave_up", reason=reason), dict(state.run_spec))

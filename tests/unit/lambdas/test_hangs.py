@@ -60,3 +60,12 @@ def test_a_jobs_hang_bounds_travel_as_the_watchdogs_environment():
     assert hangs.environment(settings) == {
         "STABILIZER_HANG_FLOOR_SECONDS": "30", "STABILIZER_HANG_FACTOR": "5", "STABILIZER_STRAGGLER_FACTOR": "2"}
     assert hangs.environment(None) == {}
+
+
+def test_a_hang_known_only_by_its_failure_reason_is_relaunched_as_a_hang(settings):
+    state = launched(settings)
+    seen = observation(state, "Failed", failure_reason=HUNG)  # no findings.json reached S3
+    result = monitor.check(state, seen, LATER)
+    decision = result.state.attempts[-1].decision
+    assert decision.action == "relaunch" and decision.remedy == "retry"
+    assert decision.reason.startswith("Hang at step 8: a hang, not an instability; same recipe again")
