@@ -24,6 +24,7 @@ from stabilizer_workflow.job import Job
 from stabilizer_workflow.notifications import Notification
 from stabilizer_workflow.reference import is_reference, reference_job
 from stabilizer_workflow.requests import build_create_training_job, checkpoint_uri, configuration_problem
+from stabilizer_workflow.rule_checks import custom_rule_sources
 from stabilizer_workflow.service_limits import execution_problems, request_problems
 from stabilizer_workflow.settings import TrainSettings
 from stabilizer_workflow.sources import entry_point_problem
@@ -74,13 +75,16 @@ def _resolve(job: Job, settings: TrainSettings, instance_field: str = "job.insta
     return job.model_copy(update={"image": image, "instance_type": instance_type})
 
 
-def _check_entry_point(job: Job, sources: ArchiveReader) -> None:
+def _check_entry_point(job: Job, sources: ArchiveReader, monitoring: Monitoring) -> None:
     members = sources.members(job.source)
     if members is None:
         return  # too large to read here; SageMaker reports a missing entry point itself
     problem = entry_point_problem(members, job.entry_point, job.source)
     if problem:
         raise InvalidInput(problem)
+    for name, path in custom_rule_sources(monitoring.rules).items():  # a custom rule's file travels in the source
+        if path not in members:
+            raise InvalidInput(f"monitoring.rules ({name}).source_s3_uri: {path!r} is not in {job.source}")
 
 
 def prepare(
@@ -110,7 +114,7 @@ def prepare(
     if too_big:
         raise InvalidInput(too_big)
     if sources is not None and not is_reference(job, settings):
-        _check_entry_point(job, sources)
+        _check_entry_point(job, sources, monitoring)
     state = WorkflowState(
         execution=ExecutionRef.create(str(execution["id"]), str(execution["name"]), execution.get("start_time")),
         policy=given.policy,

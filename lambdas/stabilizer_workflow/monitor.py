@@ -249,7 +249,8 @@ def _while_running(
     if obs.status == "InProgress" and issue is not None:
         new = attempt.finding is None or (attempt.finding.rule, attempt.finding.step) != (issue.rule, issue.step)
         attempt.finding = issue
-        notify_only = obs.notify_only or s.monitoring.sentinel_action == "notify"
+        # A rule whose Debugger actions are Email/SMS only notifies (docs/rules.md).
+        notify_only = obs.notify_only or s.monitoring.sentinel_action == "notify" or issue.action == "notify"
         if new:
             note = notifications.issue_found(s, attempt, issue, evidence_of(obs, issue), stopping=not notify_only)
         if not notify_only:

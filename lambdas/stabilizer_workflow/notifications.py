@@ -244,15 +244,20 @@ def issue_found(
     where = f" at step {finding.step}" if finding.step is not None else ""
     what = "stopping the job" if stopping else "notified, the job runs on"
     subject = clean_subject(f"{finding.rule}{where} in attempt {attempt.number}: {what}")
+    why = ("the rule's Debugger actions are Email/SMS, not StopTraining" if finding.action == "notify"
+           else "the sentinel was told to notify, not stop (sentinel_action)")
     said = (
         [
             f"Training job {attempt.job_name} is being stopped; the next recipe is decided once it has stopped",
             "and its last checkpoint is in S3.",
         ]
         if stopping
-        else [f"Training job {attempt.job_name} runs on: the sentinel was told to notify, not stop (sentinel_action)."]
+        else [f"Training job {attempt.job_name} runs on: {why}."]
     )
-    lines = [*said, "", *_finding_lines(finding, evidence)]
+    # Debugger's Email and SMS actions: this message, on the stack's topic, is their notification;
+    # the endpoints are named here and in the `notify` attribute, for subscription filter policies.
+    endpoints = [f"Debugger actions of {finding.rule}: notify {', '.join(finding.notify)}."] if finding.notify else []
+    lines = [*said, *endpoints, "", *_finding_lines(finding, evidence)]
     body = _compose(
         state,
         "issue_found",
@@ -262,7 +267,8 @@ def issue_found(
         finding=finding.model_dump(mode="json"),
     )
     return Notification(
-        "issue_found", subject, body, _attributes(state, "issue_found", attempt, rule=finding.rule)
+        "issue_found", subject, body,
+        _attributes(state, "issue_found", attempt, rule=finding.rule, notify=",".join(finding.notify)),
     )
 
 

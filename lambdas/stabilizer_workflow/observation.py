@@ -53,6 +53,8 @@ class SentinelFinding(BaseModel):
     onset_step: int | None = None
     stable_learning_rate: float | str | None = None
     evidence: dict[str, Any] = Field(default_factory=dict)
+    action: Literal["stop", "notify"] | None = None
+    notify: list[str] = Field(default_factory=list)
 
     def to_finding(self) -> Finding:
         return Finding(
@@ -67,6 +69,8 @@ class SentinelFinding(BaseModel):
             source="sentinel",
             onset_step=self.onset_step,
             stable_learning_rate=_rate(self.stable_learning_rate),
+            action=self.action,
+            notify=self.notify[:5],
         )
 
 

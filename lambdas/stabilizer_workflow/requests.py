@@ -18,7 +18,7 @@ from stabilizer_workflow import hangs
 from stabilizer_workflow.distribution import distribution_hyperparameters, distribution_problem
 from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
 from stabilizer_workflow.job import Job
-from stabilizer_workflow.rule_checks import is_profiler_rule, runs_in_engine
+from stabilizer_workflow.rule_checks import is_custom, is_profiler_rule, runs_in_engine
 from stabilizer_workflow.service_limits import hyperparameter_value_problem
 from stabilizer_workflow.settings import TrainSettings
 from stabilizer_workflow.state import Monitoring, RuleConfig, WorkflowState
@@ -77,7 +77,7 @@ def _rules_json(rules: list[RuleConfig]) -> list[dict[str, Any]]:
 
 def _engine_rules(monitoring: Monitoring) -> list[RuleConfig]:
     """Rules only Debugger runs (accepted only where it is enabled) go to Debugger alone."""
-    return [rule for rule in monitoring.rules if runs_in_engine(rule.name)]
+    return [rule for rule in monitoring.rules if runs_in_engine(rule.name, rule.parameters)]
 
 
 def _capture_json(monitoring: Monitoring) -> dict[str, Any]:
@@ -167,6 +167,11 @@ def _debugger(monitoring: Monitoring, settings: TrainSettings, prefix: str) -> d
             parameters = {"save_interval": str(capture.save_interval)}
         else:
             parameters = {"save_steps": ",".join(str(s) for s in capture.save_steps or [])}
+        if capture is not None:  # Debugger's own keys, as the SDK's CollectionConfig sends them
+            regex = capture.include_regex
+            extra = {"include_regex": regex if isinstance(regex, str) else "|".join(regex or []),
+                     "start_step": capture.start_step, "end_step": capture.end_step}
+            parameters.update({key: str(value) for key, value in extra.items() if value not in (None, "")})
         configurations.append({"CollectionName": name, "CollectionParameters": parameters})
     image = rule_image(settings)
 
@@ -181,7 +186,9 @@ def _debugger(monitoring: Monitoring, settings: TrainSettings, prefix: str) -> d
 
     # Debugger runs its profiler rules (ProfilerRule) beside a profiler, not beside the debug hook.
     # NotLearning and Diverging entries only set the sentinel's own checks: Debugger has no such rule.
-    debugger_rules = [rule for rule in monitoring.rules if rule.name not in SENTINEL_CHECKS]
+    # Custom rules run in the job's engine: their file travels in the job's source, not to Debugger.
+    debugger_rules = [rule for rule in monitoring.rules
+                      if rule.name not in SENTINEL_CHECKS and not is_custom(rule.parameters)]
     profiler_rules = [configuration(rule) for rule in debugger_rules if is_profiler_rule(rule.name)]
     request: dict[str, Any] = {
         "DebugHookConfig": {

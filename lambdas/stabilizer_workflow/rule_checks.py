@@ -4,6 +4,8 @@ The catalogue is the contract package's (``stabilizer_contract.catalogue``, whic
 copies into the Lambda asset and the job imports too), so a rule list is accepted
 here exactly when the engine in the job can run it: names, parameters, types and bounds. Rules
 only SageMaker Debugger runs are accepted only where the deployment enables Debugger rules.
+A custom rule (Debugger's ``Rule.custom``: ``source_s3_uri`` and ``rule_to_invoke``) runs in the
+job's engine, never in Debugger; its file must be in the job's source (``custom_rule_sources``).
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stabilizer_contract.catalogue import CATALOGUE, ENGINE, PROFILER, RuleConfigError, check_rule
+from stabilizer_contract.catalogue import CATALOGUE, ENGINE, PROFILER, SOURCE_KEY, RuleConfigError, check_rule
 
-__all__ = ["RuleConfigError", "check_rule_config", "is_profiler_rule", "runs_in_engine"]
+__all__ = ["RuleConfigError", "check_rule_config", "custom_rule_sources", "is_custom", "is_profiler_rule",
+           "runs_in_engine"]
 
 
 def check_rule_config(name: str, parameters: Mapping[str, Any], *, debugger_enabled: bool | None) -> None:
@@ -25,8 +28,20 @@ def check_rule_config(name: str, parameters: Mapping[str, Any], *, debugger_enab
         raise ValueError(str(error).removeprefix("rule: ").removeprefix("rule ")) from None
 
 
-def runs_in_engine(name: str) -> bool:
+def is_custom(parameters: Mapping[str, Any]) -> bool:
+    """A user's rule in Debugger's style (``Rule.custom``), which the engine runs from its file."""
+    return SOURCE_KEY in parameters
+
+
+def custom_rule_sources(rules: Any) -> dict[str, str]:
+    """Rule name -> its file, relative to the job's source, for each custom rule of a rule list."""
+    return {rule.name: rule.parameters[SOURCE_KEY] for rule in rules if is_custom(rule.parameters)}
+
+
+def runs_in_engine(name: str, parameters: Mapping[str, Any] | None = None) -> bool:
     """Whether the in-job sentinel runs this rule (the others go to Debugger only)."""
+    if is_custom(parameters or {}):
+        return True
     entry = CATALOGUE.get(name)
     return entry is not None and entry.runs_in == ENGINE
 

@@ -98,10 +98,25 @@ ExecutionReason = Annotated[str, _clipped(4 * TEXT_MAX_BYTES)]  # the execution'
 
 
 class RuleConfig(_Strict):
-    """One rule of a rule list (docs/contracts.md, section 3)."""
+    """One rule of a rule list (docs/contracts.md, section 3); Debugger's own shape is accepted too."""
 
     name: str = Field(min_length=1)
     parameters: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _debugger_shape(cls, value: Any) -> Any:
+        """``{"RuleConfigurationName", "RuleParameters": {"rule_to_invoke", ...}}``, as CreateTrainingJob takes it."""
+        if isinstance(value, dict) and ("RuleConfigurationName" in value or "RuleParameters" in value):
+            from stabilizer_contract.catalogue import split_entry
+
+            unknown = set(value) - {"RuleConfigurationName", "RuleParameters", "RuleEvaluatorImage", "InstanceType",
+                                    "VolumeSizeInGB", "LocalPath", "S3OutputPath"}
+            if unknown:
+                raise ValueError(f"unknown keys {sorted(unknown)} in a DebugRuleConfiguration")
+            name, parameters = split_entry(value, "rule")
+            return {"name": name, "parameters": parameters}
+        return value
 
     @field_validator("parameters")
     @classmethod
@@ -121,10 +136,25 @@ class RuleConfig(_Strict):
 
 
 class CaptureSpec(_Strict):
-    """How often one tensor collection is saved: every `save_interval` steps, or at `save_steps`."""
+    """How often one tensor collection is saved: every `save_interval` steps, or at `save_steps`;
+    from `start_step`, before `end_step`; `include_regex` selects a custom collection's tensors
+    (searched anywhere in a name or in the name smdebug gives it; docs/contracts.md section 7)."""
 
     save_interval: Annotated[int, Field(ge=1)] | None = None
     save_steps: list[Annotated[int, Field(ge=0)]] | None = None
+    start_step: Annotated[int, Field(ge=0)] | None = None
+    end_step: Annotated[int, Field(ge=1)] | None = None
+    include_regex: str | list[str] | None = None
+
+    @field_validator("include_regex")
+    @classmethod
+    def _regexes(cls, value: str | list[str] | None) -> str | list[str] | None:
+        for item in [part.strip() for part in value.split(",")] if isinstance(value, str) else value or []:
+            try:
+                re.compile(item)
+            except re.error as error:
+                raise ValueError(f"{item!r} is not a regular expression ({error})") from None
+        return value
 
     @model_validator(mode="after")
     def _exactly_one(self) -> CaptureSpec:
@@ -328,6 +358,10 @@ class Finding(BaseModel):
     # took healthy steps at. The default policy sizes and places its remedies with them.
     onset_step: int | None = None
     stable_learning_rate: float | None = None
+    # The rule's Debugger actions (docs/rules.md): "notify" (Email/SMS only) does not stop the job;
+    # notify lists their "email:<address>" / "sms:<number>".
+    action: Literal["stop", "notify"] | None = None
+    notify: list[ExternalName] = Field(default_factory=list, max_length=5)
 
 
 class Decision(BaseModel):

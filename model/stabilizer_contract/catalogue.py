@@ -48,11 +48,37 @@ from stabilizer_contract.parameters import (
     selection,
 )
 
+# Debugger's RuleParameters keys the catalogue reads itself: a rule's actions, a custom rule's file and class.
+ACTION_KEY = "action_json"
+SOURCE_KEY = "source_s3_uri"
+INVOKE_KEY = "rule_to_invoke"
+
 # What the catalogue's readers import from here (the vocabulary lives in `parameters`).
 __all__ = [
-    "CATALOGUE", "DEBUGGER", "DEBUGGER_ONLY_RULES", "DIVERGING", "ENGINE", "ENGINE_RULES", "MAX_RULES",
-    "NOT_LEARNING", "PARAMETER_TEXT_MAX", "PROFILER", "SENTINEL_CHECKS", "TENSOR", "CheckedRule", "Param",
-    "RuleConfigError", "RuleEntry", "check_parameters", "check_rule", "check_rule_list", "rule_items", "split_entry",
+    "ACTION_KEY",
+    "CATALOGUE",
+    "DEBUGGER",
+    "DEBUGGER_ONLY_RULES",
+    "DIVERGING",
+    "ENGINE",
+    "ENGINE_RULES",
+    "INVOKE_KEY",
+    "MAX_RULES",
+    "NOT_LEARNING",
+    "PARAMETER_TEXT_MAX",
+    "PROFILER",
+    "SENTINEL_CHECKS",
+    "SOURCE_KEY",
+    "TENSOR",
+    "CheckedRule",
+    "Param",
+    "RuleConfigError",
+    "RuleEntry",
+    "check_parameters",
+    "check_rule",
+    "check_rule_list",
+    "rule_items",
+    "split_entry",
 ]
 
 # The guide's defaults, parameter by parameter. Comments mark where the guide and Debugger's own
@@ -188,11 +214,11 @@ _ENTRIES = (
     ), family=PROFILER, summary="GPU idle while IO wait is high for more than threshold percent of samples"),
     RuleEntry("OverallSystemUsage", (SCAN,), family=PROFILER,
               summary="summarises CPU, memory, IO wait and GPU usage; never fires"),
-    # Debugger only: the open engine does not run these.
     RuleEntry("Overtraining", (
         Param("patience_train", "int", 5, low=1), Param("patience_validation", "int", 10, low=1),
         Param("delta", "float", 0.01, low=0),
-    ), runs_in=DEBUGGER),
+    ), summary="the training or the validation loss did not improve by delta for its patience"),
+    # Debugger only: the open engine does not run these.
     RuleEntry("SimilarAcrossRuns", (Param("other_trials", "str", required=True), *selection()),
               runs_in=DEBUGGER),
     RuleEntry("NLPSequenceRatio", (
@@ -231,6 +257,10 @@ class CheckedRule:
     name: str
     parameters: dict[str, Any]
     entry: RuleEntry | None = None
+    # Debugger's actions (``action_json``): None when the rule has none.
+    actions: tuple[dict[str, str], ...] | None = None
+    # A user's rule in Debugger's style (``Rule.custom``): its file and class are in ``parameters``.
+    custom: bool = False
 
 
 def split_entry(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
@@ -239,7 +269,8 @@ def split_entry(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
         raise RuleConfigError(f'{where}: expected an object such as {{"name": "ExplodingTensor"}}, got {raw!r}')
     if "RuleParameters" in raw or "RuleConfigurationName" in raw:  # Debugger's DebugRuleConfiguration
         params = dict(raw.get("RuleParameters") or {})
-        name = params.pop("rule_to_invoke", raw.get("RuleConfigurationName"))
+        name = (raw.get("RuleConfigurationName") if SOURCE_KEY in params
+                else params.pop(INVOKE_KEY, raw.get("RuleConfigurationName")))
     else:
         unknown_keys = set(raw) - {"name", "parameters"}
         if unknown_keys:
@@ -249,7 +280,8 @@ def split_entry(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
         if not isinstance(params_raw, Mapping):
             raise RuleConfigError(f"{where}.parameters: expected an object of parameter -> value, got {params_raw!r}")
         params = dict(params_raw)
-        params.pop("rule_to_invoke", None)
+        if SOURCE_KEY not in params:
+            params.pop(INVOKE_KEY, None)
     if not isinstance(name, str) or not name:
         raise RuleConfigError(f"{where}: expected a rule name, got {name!r}")
     return name, params
@@ -283,6 +315,9 @@ def check_rule(
     rules of the engine); they are returned unchecked, for the engine to check against their code.
     """
     name, params = split_entry(raw, where)
+    actions = check_actions(params.pop(ACTION_KEY, None), f"{where} ({name}).{ACTION_KEY}")
+    if SOURCE_KEY in params:
+        return CheckedRule(name, check_custom(name, params, f"{where} ({name})"), None, actions, custom=True)
     entry = CATALOGUE.get(name)
     if entry is None:
         if name in set(extra):
@@ -296,7 +331,45 @@ def check_rule(
             f"{place}: only SageMaker Debugger runs {name}, and Debugger rules are not enabled in this "
             f"deployment (DEBUGGER_RULES_ENABLED); rules the open engine runs: {', '.join(ENGINE_RULES)}"
         )
-    return CheckedRule(name, check_parameters(entry, params, place), entry)
+    return CheckedRule(name, check_parameters(entry, params, place), entry, actions)
+
+
+def check_actions(raw: Any, where: str) -> tuple[dict[str, str], ...] | None:
+    """Debugger's ``action_json`` (as the SDK's ``ActionList`` serializes it): stoptraining, email, sms."""
+    if raw is None:
+        return None
+    try:
+        items = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError:
+        raise RuleConfigError(f"{where}: expected a JSON list of actions, got {raw!r}") from None
+    items = [items] if isinstance(items, Mapping) else items
+    out = []
+    for item in items if isinstance(items, list) else [None]:
+        kind = str(item.get("name", "")).lower() if isinstance(item, Mapping) else ""
+        if kind == "stoptraining":
+            out.append({"name": kind})
+        elif kind in ("email", "sms") and isinstance(item.get("endpoint"), str) and item["endpoint"]:
+            out.append({"name": kind, "endpoint": item["endpoint"]})
+        else:
+            raise RuleConfigError(
+                f"{where}: expected StopTraining, Email(address) or SMS(number) actions, got {item!r}")
+    return tuple(out)
+
+
+def check_custom(name: str, params: Mapping[str, Any], where: str) -> dict[str, str]:
+    """A ``Rule.custom`` entry: its file (relative to the job's source), class and own string parameters."""
+    if name in CATALOGUE:
+        raise RuleConfigError(f"{where}: a custom rule may not take the name of the built-in rule {name}")
+    if not isinstance(params.get(INVOKE_KEY), str) or not params[INVOKE_KEY]:
+        raise RuleConfigError(f"{where}.{INVOKE_KEY}: name the rule class the file {params[SOURCE_KEY]!r} defines")
+    source = params[SOURCE_KEY]
+    if not isinstance(source, str) or not source.endswith(".py") or source.startswith(("s3://", "/")) or ".." in source:
+        raise RuleConfigError(f"{where}.{SOURCE_KEY}: expected the rule's .py file, relative to the job's source "
+                              f"(the client ships a local file there), got {source!r}")
+    for key, value in params.items():
+        if not isinstance(value, str) or len(value) > PARAMETER_TEXT_MAX:
+            raise RuleConfigError(f"{where}.{key}: expected a string of at most {PARAMETER_TEXT_MAX} characters")
+    return dict(params)
 
 
 def check_rule_list(

@@ -30,7 +30,7 @@ This module must not evaluate rules or decide about stopping: that is the sentin
 
 from __future__ import annotations
 
-import json
+import contextlib
 import queue
 import re
 import threading
@@ -44,136 +44,20 @@ import torch
 from torch import nn
 
 from stabilizer_sentinel import store
-from stabilizer_sentinel.trial import MemoryTrial
-
-BUILTIN_COLLECTIONS = (
-    "weights",
-    "biases",
-    "gradients",
-    "losses",
-    "activations",
-    "activation_outputs",
-    "activation_inputs",
-    "inputs",
-    "labels",
-    "predictions",
+from stabilizer_sentinel.collection_config import (
+    BUILTIN_COLLECTIONS,
+    DEFAULT_SAVE_INTERVAL,
+    CaptureConfigError,
+    CollectionConfig,
+    default_modes,
+    parse_capture,
 )
+from stabilizer_sentinel.loss_module import LOSS_CLASSES, LOSS_TENSORS, LossModuleWatch
+from stabilizer_sentinel.trial import MemoryTrial, matches, smdebug_name
+
+__all__ = ["BUILTIN_COLLECTIONS", "Capture", "CaptureConfigError", "CollectionConfig", "parse_capture"]
+
 ACTIVATION_TYPES = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid)
-# Debugger's hook saves every 500 steps by default; our runs are short, so collections a rule
-# needs but the capture hyperparameter does not list are held in memory every 100 steps.
-DEFAULT_SAVE_INTERVAL = 100
-_PARAMETER_COLLECTIONS = ("weights", "biases", "gradients")
-_CONFIG_KEYS = {"save_interval", "save_steps", "include_regex", "modes"}
-
-
-class CaptureConfigError(ValueError):
-    """The capture configuration is wrong; the message names the field and what was expected."""
-
-
-@dataclass(frozen=True)
-class CollectionConfig:
-    name: str
-    save_interval: int | None = DEFAULT_SAVE_INTERVAL
-    save_steps: frozenset[int] = frozenset()
-    include_regex: tuple[str, ...] = ()
-    modes: tuple[str, ...] = store.MODES
-
-    def due(self, step: int, mode: str) -> bool:
-        if mode not in self.modes:
-            return False
-        # Evaluations are rare (once per epoch or less), so every one is recorded.
-        if mode == "EVAL":
-            return True
-        if step in self.save_steps:
-            return True
-        return self.save_interval is not None and step % self.save_interval == 0
-
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"modes": list(self.modes)}
-        if self.save_steps:
-            out["save_steps"] = sorted(self.save_steps)
-        if self.save_interval is not None:
-            out["save_interval"] = self.save_interval
-        if self.include_regex:
-            out["include_regex"] = list(self.include_regex)
-        return out
-
-
-def default_modes(name: str) -> tuple[str, ...]:
-    """Parameters and their gradients exist only while training; everything else also in EVAL."""
-    return ("TRAIN",) if name in _PARAMETER_COLLECTIONS else store.MODES
-
-
-def _positive_int(value: Any, where: str) -> int:
-    try:
-        number = int(str(value))
-    except ValueError:
-        raise CaptureConfigError(f"{where}: expected a positive integer, got {value!r}") from None
-    if number < 1:
-        raise CaptureConfigError(f"{where}: expected a positive integer, got {value!r}")
-    return number
-
-
-def _regex_list(value: Any, where: str) -> tuple[str, ...]:
-    items = [part.strip() for part in value.split(",")] if isinstance(value, str) else list(value)
-    for item in items:
-        try:
-            re.compile(item)
-        except re.error as exc:
-            raise CaptureConfigError(f"{where}: {item!r} is not a valid regular expression ({exc})") from None
-    return tuple(item for item in items if item)
-
-
-def parse_collection(name: str, raw: Mapping[str, Any]) -> CollectionConfig:
-    where = f"capture.{name}"
-    if not isinstance(raw, Mapping):
-        raise CaptureConfigError(f'{where}: expected an object such as {{"save_interval": 10}}, got {raw!r}')
-    unknown = set(raw) - _CONFIG_KEYS
-    if unknown:
-        raise CaptureConfigError(f"{where}: unknown keys {sorted(unknown)}; valid keys: {sorted(_CONFIG_KEYS)}")
-    save_steps: frozenset[int] = frozenset()
-    interval: int | None = DEFAULT_SAVE_INTERVAL
-    if "save_steps" in raw:
-        steps = raw["save_steps"]
-        if isinstance(steps, str):
-            steps = [part for part in steps.split(",") if part.strip()]
-        try:
-            save_steps = frozenset(int(str(step)) for step in steps)
-        except (TypeError, ValueError):
-            raise CaptureConfigError(f"{where}.save_steps: expected a list of step numbers, got {steps!r}") from None
-        if any(step < 0 for step in save_steps):
-            raise CaptureConfigError(f"{where}.save_steps: steps must be >= 0, got {sorted(save_steps)}")
-        interval = None
-    if "save_interval" in raw:
-        interval = _positive_int(raw["save_interval"], f"{where}.save_interval")
-    include = _regex_list(raw.get("include_regex", ()), f"{where}.include_regex")
-    if name not in BUILTIN_COLLECTIONS and not include:
-        raise CaptureConfigError(
-            f"{where}: a custom collection needs include_regex; built-in collections are {list(BUILTIN_COLLECTIONS)}"
-        )
-    modes_raw = raw.get("modes", list(default_modes(name)))
-    modes_list = [modes_raw] if isinstance(modes_raw, str) else list(modes_raw)
-    modes = tuple(str(mode).upper() for mode in modes_list)
-    bad = [mode for mode in modes if mode not in store.MODES]
-    if bad or not modes:
-        raise CaptureConfigError(f"{where}.modes: expected a list of {list(store.MODES)}, got {modes_raw!r}")
-    return CollectionConfig(name, interval, save_steps, include, modes)
-
-
-def parse_capture(raw: str | Mapping[str, Any] | None) -> dict[str, CollectionConfig]:
-    """Parse the ``capture`` hyperparameter (a JSON object, or the object itself)."""
-    if raw is None or raw == "":
-        return {}
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise CaptureConfigError(f"capture: expected a JSON object, got {raw!r} ({exc})") from None
-    if not isinstance(raw, Mapping):
-        raise CaptureConfigError(f"capture: expected a JSON object of collection -> settings, got {raw!r}")
-    return {str(name): parse_collection(str(name), settings) for name, settings in raw.items()}
-
-
 @dataclass
 class _Collection:
     config: CollectionConfig
@@ -229,10 +113,15 @@ class Capture:
         self.memory = memory
         self._params = [(name, param) for name, param in model.named_parameters()]
         self._modules = {name: module for name, module in model.named_modules() if name}
+        # smdebug's names (stabilizer_sentinel.trial.smdebug_name) need the network's class and the loss
+        # module's; the loss module is found at its first call (its inputs are the labels and predictions).
+        self.model_name = type(model).__name__
+        self.loss: LossModuleWatch | None = None
         self._collections: dict[str, _Collection] = {}
         for name, config in (collections or {}).items():
             self._collections[name] = _Collection(config, to_disk=True)
-        self._resolve_members()
+        self._resolve_members(strict=False)
+        self.loss = LossModuleWatch(on_found=self._loss_found)
         self._writer: _Writer | None = None
         self._hooks: list[Any] = []
         self._activations: dict[str, torch.Tensor] = {}
@@ -241,6 +130,7 @@ class Capture:
         self._armed_step: int | None = None
         self.last_step: int | None = None
         self._closed = False
+        self._resolved = False
         if self.disk_enabled:
             self._ensure_writer()  # now, so a resumed job clears the previous end marker at once
 
@@ -263,7 +153,7 @@ class Capture:
                     )
                 config = CollectionConfig(name, save_interval or DEFAULT_SAVE_INTERVAL, modes=default_modes(name))
                 self._collections[name] = _Collection(config, to_disk=False)
-        self._resolve_members()
+        self._resolve_members(strict=False)
 
     @property
     def collections(self) -> dict[str, CollectionConfig]:
@@ -295,25 +185,46 @@ class Capture:
         ]
         return names
 
-    def _resolve_members(self) -> None:
+    def _alias(self, name: str) -> str | None:
+        return smdebug_name(name, self.model_name, self.loss and self.loss.name)
+
+    def _loss_found(self) -> None:
+        # Called from the loss module's forward hook: never raise there; the first step's check says it.
+        with contextlib.suppress(CaptureConfigError):
+            self._resolve_members(strict=False)
+
+    def _could_match(self, name: str, patterns: list[re.Pattern[str]]) -> bool:
+        """Whether ``name`` matches, or will once the loss module (whichever ``torch.nn`` loss) is known."""
+        if (self.loss and self.loss.name) is not None or name not in LOSS_TENSORS:
+            return matches(name, patterns, self._alias(name))
+        return any(matches(name, patterns, smdebug_name(name, self.model_name, loss)) for loss in LOSS_CLASSES)
+
+    def _resolve_members(self, strict: bool = True) -> None:
+        """Each collection's tensors. Custom collections match names and smdebug's names, with every
+        module's output and input as candidates. ``strict``: a collection matching nothing is an error
+        (not before the first step: the loss module, whose names a regex may want, is found there)."""
         candidates = self._candidates()
         everything = [name for names in candidates.values() for name in names if not name.startswith("activations/")
                       and not name.startswith("activation_inputs/")]
         everything += [f"activations/{name}" for name in self._modules]
+        everything += [f"activation_inputs/{name}" for name in self._modules]
         for name, coll in self._collections.items():
             patterns = [re.compile(regex) for regex in coll.config.include_regex]
             if name in BUILTIN_COLLECTIONS and not patterns:
                 members = candidates[name]
             elif name in ("activations", "activation_outputs"):
-                members = [n for n in everything if n.startswith("activations/") and any(p.search(n) for p in patterns)]
+                members = [n for n in everything
+                           if n.startswith("activations/") and matches(n, patterns, self._alias(n))]
             elif name in BUILTIN_COLLECTIONS:
-                members = [n for n in candidates[name] if any(p.search(n) for p in patterns)]
+                members = [n for n in candidates[name] if matches(n, patterns, self._alias(n))]
             else:
-                members = [n for n in everything if any(p.search(n) for p in patterns)]
-            if not members:
+                members = [n for n in everything if matches(n, patterns, self._alias(n))]
+            if not members and (strict or not any(self._could_match(n, patterns) for n in everything)):
+                aliases = [self._alias(n) or n for n in everything]
                 raise CaptureConfigError(
                     f"capture.{name}: include_regex {list(coll.config.include_regex)} matches no tensor; "
-                    f"names look like {[*everything[:3], everything[-1]]}"
+                    f"names look like {[*everything[:3], everything[-1]]} "
+                    f"(as smdebug names them: {[*aliases[:3], aliases[-1]]})"
                 )
             coll.members = tuple(members)
 
@@ -366,12 +277,19 @@ class Capture:
         ``force`` names collections to save now whatever their schedule (the sentinel forces
         gradients and losses at the step a rule fires). Returns True when anything was saved.
         """
+        loss_args = self.loss.step_ended()
         if self._closed or not self._collections:
             return False
+        if not self._resolved:  # after the first forward pass: the loss module is known by now
+            self._resolve_members(strict=True)
+            self._resolved = True
         due = self._due(step, mode, force)
         if not due:
             self._disarm()
             return False
+        if loss_args is not None and mode == "TRAIN":  # smdebug's <Loss>_input_0 and _input_1
+            outputs = loss_args[0] if outputs is None else outputs
+            labels = loss_args[1] if labels is None else labels
         wanted = set().union(*(coll.members for coll in due))
         values = self._collect(wanted, mode=mode, loss=loss, inputs=inputs, labels=labels, outputs=outputs)
         self._disarm()
@@ -389,11 +307,12 @@ class Capture:
             return False
         # Iterate values, not memberships: values are in network order, which readers rely on.
         record = {name: (tuple(memberships[name]), values[name]) for name in values if name in memberships}
+        aliases = {name: alias for name in record if (alias := self._alias(name)) is not None}
         if self.memory is not None:
-            self.memory.add(step, mode, record)
+            self.memory.add(step, mode, record, aliases)
         if disk_names and self.out_dir is not None:
             on_disk = {name: rec for name, rec in record.items() if name in disk_names}
-            self._ensure_writer().put(store.StepRecord(step, mode, on_disk))
+            self._ensure_writer().put(store.StepRecord(step, mode, on_disk, aliases))
         self.last_step = step if self.last_step is None else max(self.last_step, step)
         return True
 
@@ -455,6 +374,7 @@ class Capture:
             return
         self._closed = True
         self._disarm()
+        self.loss.close()
         if self.memory is not None:
             self.memory.mark_end()
         if not self.disk_enabled:

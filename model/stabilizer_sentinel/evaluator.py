@@ -133,8 +133,12 @@ class Evaluator:
         if not new and not ended:
             changed |= self._idle(time.monotonic() - self.last_progress)
         if ended:
-            for _, status in self._active():
-                status.set(NO_ISSUES, f"No issue found up to step {self.last_step} ({self.trial.end_status}).")
+            for rule, status in self._active():
+                why = rule.unmatched()  # a rule that never saw its tensors says so, never "no issues"
+                if why is not None:
+                    status.set(ERROR, f"ClientError: {why}", self.last_step)
+                else:
+                    status.set(NO_ISSUES, f"No issue found up to step {self.last_step} ({self.trial.end_status}).")
                 changed = True
         if changed:
             self.write()

@@ -42,6 +42,7 @@ from stabilizer_sentinel import store
 from stabilizer_sentinel.capture import Capture, parse_capture
 from stabilizer_sentinel.health import LearningCheck, default_finite_rule, run_up
 from stabilizer_sentinel.rules import ExplodingTensor, Rule, RuleConfigError, RuleFinding, parse_rule_list
+from stabilizer_sentinel.rules.base import unmatched_findings
 from stabilizer_sentinel.summary import jsonable as _jsonable
 from stabilizer_sentinel.trial import MemoryTrial
 
@@ -214,19 +215,15 @@ class Sentinel:
             self.first_nonfinite_layer = layer
         if bad(norm_value):
             tensor = f"gradients/{layer}" if layer else "gradients"
-            return RuleFinding(
-                rule.name, step, tensor, _jsonable(norm_value), f"gradient norm is non-finite at step {step}"
-            )
-        message = f"loss is non-finite at step {step}"
-        return RuleFinding(rule.name, step, "losses/loss", _jsonable(loss_value), message)
+            return RuleFinding(rule.name, step, tensor, _jsonable(norm_value),
+                               f"gradient norm is non-finite at step {step}")
+        return RuleFinding(rule.name, step, "losses/loss", _jsonable(loss_value), f"loss is non-finite at step {step}")
 
     def _first_nonfinite_layer(self, only_nan: bool) -> str | None:
         # Per-parameter synchronisation, but only on the step that already failed the cheap check.
         for name, param in self._params:
             grad = param.grad
-            if grad is None:
-                continue
-            if (torch.isnan(grad).any() if only_nan else (~torch.isfinite(grad)).any()).item():
+            if grad is not None and (torch.isnan(grad).any() if only_nan else (~torch.isfinite(grad)).any()).item():
                 return name
         return None
 
@@ -247,10 +244,8 @@ class Sentinel:
         return found
 
     def report(self, finding: RuleFinding, context: Mapping[str, Any], *, source: str) -> Verdict:
-        """A finding from outside the per-step checks (``source``: "log", "loss_scaler", ...).
-
-        An ``ExplodingTensor`` finding counts as the finite check's: it is reported once per run.
-        """
+        """A finding from outside the per-step checks (``source``: "log", "loss_scaler", ...); an
+        ``ExplodingTensor`` finding counts as the finite check's: it is reported once per run."""
         finite = self._exploding[0]
         if finding.rule == finite.name:
             if id(finite) in self._fired:
@@ -261,24 +256,22 @@ class Sentinel:
     def _report(self, new: list[RuleFinding], context: Mapping[str, Any], source: str | None = None) -> Verdict:
         if not new:
             return Verdict()
-        entries = [self._entry(finding, context) for finding in new]
-        if source is not None:
-            for entry in entries:
-                entry["source"] = source
+        entries = [{**self._entry(finding, context), **({"source": source} if source else {})} for finding in new]
         if self.rewind is not None:  # before findings.json: whoever reads it finds the checkpoint there
             self.rewind.persist(before_step=min(entry["step"] for entry in entries))
         for entry in entries:
             print(f"sentinel: {entry['rule']} at step {entry['step']}: {entry['message']}", file=sys.stderr)
         self.adopt(entries)
-        return Verdict(stop=self.action == "stop", findings=entries)
+        return Verdict(stop=any(entry["action"] == "stop" for entry in entries), findings=entries)
 
     def adopt(self, entries: list[dict[str, Any]]) -> None:
         """Record findings (this process's, or another rank's) and rewrite findings.json."""
         if not entries:
             return
         self._findings.extend(entries)
-        if self.action == "stop" and self.stop_finding is None:
-            self.stop_finding = entries[0]
+        stopping = [entry for entry in entries if entry.get("action", self.action) == "stop"]
+        if stopping and self.stop_finding is None:
+            self.stop_finding = stopping[0]
         self.write(ended=None)
 
     def write(self, ended: str | None) -> None:
@@ -306,6 +299,8 @@ class Sentinel:
             "tensor": finding.tensor,
             "value": finding.value,
             "message": finding.message,
+            "action": "stop" if self.action == "stop" and finding.stops else "notify",  # Debugger's actions
+            **({"notify": list(finding.notify)} if finding.notify else {}),
             "evidence": {
                 "loss_history": [[s, _jsonable(v)] for s, v in self.loss_history],
                 "grad_norm_history": [[s, _jsonable(v)] for s, v in self.grad_norm_history],
@@ -339,6 +334,8 @@ class Sentinel:
             final = self.learning.at_end(step)
             if final is not None:
                 self._report([final], context)
+            # A rule that never saw a tensor it reads says so (rules.base.unmatched_findings).
+            self._report(unmatched_findings([r for r in self.rules if id(r) not in self._fired], step), context)
         if self.profiler is not None:
             self.profiler.close()
         if self.summary is not None:
@@ -383,16 +380,8 @@ def build_monitoring(
         for name, interval in needed.items():
             cap.require([name], memory, save_interval=interval)
         cap.memory = memory
-    sentinel = Sentinel(
-        model,
-        rules,
-        action=sentinel_action,
-        capture=cap,
-        memory=memory,
-        checkpoint_dir=checkpoint_dir,
-        failure_file=failure_file,
-        write_findings=write_findings,
-    )
+    sentinel = Sentinel(model, rules, action=sentinel_action, capture=cap, memory=memory, checkpoint_dir=checkpoint_dir,
+                        failure_file=failure_file, write_findings=write_findings)
     interval = profiler_interval_ms if profiler_interval_ms is not None else system_profiler.interval_from_env()
     if interval is None and any(rule.reads_system_metrics for rule in rules):
         interval = system_profiler.DEFAULT_INTERVAL_MS

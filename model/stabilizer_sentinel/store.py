@@ -15,7 +15,7 @@ import os
 import re
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -73,6 +73,8 @@ class StepRecord:
     step: int
     mode: str
     tensors: Mapping[str, tuple[tuple[str, ...], np.ndarray]]
+    # name -> the name smdebug's PyTorch hook gives the tensor (stabilizer_sentinel.trial.smdebug_name)
+    aliases: Mapping[str, str] = field(default_factory=dict)
 
 
 class StoreWriter:
@@ -105,6 +107,7 @@ class StoreWriter:
                     "collections": list(collections),
                     "shape": list(array.shape),
                     "dtype": str(array.dtype),
+                    **({"smdebug": record.aliases[name]} if name in record.aliases else {}),
                 }
                 for name, (collections, array) in record.tensors.items()
             },

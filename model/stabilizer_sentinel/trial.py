@@ -49,25 +49,39 @@ def _as_patterns(regex: str | Iterable[str] | None) -> list[re.Pattern[str]]:
     return [re.compile(item) for item in items if item]
 
 
-# Module tensors as smdebug's PyTorch hook names them: ``<module>_output_0``, ``<module>_input_0``.
-_SMDEBUG_SUFFIX = {"activations/": "_output_0", "activation_inputs/": "_input_0"}
+def smdebug_name(name: str, model: str | None = None, loss: str | None = None) -> str | None:
+    """The name smdebug's PyTorch hook gives the same tensor, or None when it has none.
 
-
-def smdebug_name(name: str) -> str | None:
-    """The name smdebug gives the same tensor (``activations/layer1.relu`` -> ``layer1.relu_output_0``)."""
-    for prefix, suffix in _SMDEBUG_SUFFIX.items():
-        if name.startswith(prefix):
-            return name[len(prefix) :] + suffix
+    ``activations/layer1.relu`` -> ``layer1.relu_output_0``, ``activation_inputs/relu`` -> ``relu_input_0``;
+    with the network's class name (``model``): ``weights/fc.weight`` -> ``Net_fc.weight``,
+    ``gradients/fc.weight`` -> ``gradient/Net_fc.weight``, ``inputs/inputs`` -> ``Net_input_0``; with
+    the loss module's class name (``loss``): ``losses/loss`` -> ``CrossEntropyLoss_output_0``,
+    ``labels/labels`` -> ``CrossEntropyLoss_input_1``, ``predictions/predictions`` ->
+    ``CrossEntropyLoss_input_0`` (the loss module's first input; the store keeps its arg-max).
+    """
+    collection, _, rest = name.partition("/")
+    if collection == "activations":
+        return f"{rest}_output_0"
+    if collection == "activation_inputs":
+        return f"{rest}_input_0"
+    by_model = {"weights": f"{model}_{rest}", "biases": f"{model}_{rest}", "gradients": f"gradient/{model}_{rest}",
+                "inputs": f"{model}_input_0"}
+    if model and collection in by_model:
+        return by_model[collection]
+    by_loss = {"losses/loss": "_output_0", "labels/labels": "_input_1", "predictions/predictions": "_input_0"}
+    if loss and name in by_loss:
+        return f"{loss}{by_loss[name]}"
     return None
 
 
-def matches(name: str, patterns: list[re.Pattern[str]]) -> bool:
+def matches(name: str, patterns: list[re.Pattern[str]], alias: str | None = None) -> bool:
     """Debugger's convention: a regex may match anywhere in the name (``re.search``).
 
-    Module outputs and inputs also answer to their smdebug names, so Debugger's default patterns
-    (``.*relu_output``, ``.*relu_input``, ``.*tanh_input``) select the modules they select there.
+    A tensor also answers to its smdebug name (``alias``, else what ``smdebug_name`` makes of the
+    name alone), so Debugger's patterns (``.*relu_output``, ``CrossEntropyLoss_input_1``) select the
+    tensors they select there.
     """
-    alias = smdebug_name(name)
+    alias = alias or smdebug_name(name)
     return any(pattern.search(name) or (alias is not None and pattern.search(alias)) for pattern in patterns)
 
 
@@ -109,8 +123,17 @@ class Trial:
         self._collections_of: dict[str, tuple[str, ...]] = {}
         self._ended = False
         self._system: list[dict[str, Any]] = []
+        # Native name <-> the name smdebug's PyTorch hook gives the tensor, as the job recorded it.
+        self._aliases: dict[str, str] = {}
+        self._natives: dict[str, str] = {}
 
     # -- index bookkeeping shared by both kinds of trial
+    def _add_aliases(self, aliases: Mapping[str, str]) -> None:
+        for name, alias in aliases.items():
+            if alias and name not in self._aliases:
+                self._aliases[name] = alias
+                self._natives.setdefault(alias, name)
+
     def _add_index(self, step: int, mode: str, tensors: Mapping[str, Iterable[str]]) -> None:
         self._index[(step, mode)] = {name: tuple(colls) for name, colls in tensors.items()}
         for name, colls in tensors.items():
@@ -153,7 +176,7 @@ class Trial:
                 continue
             if step is not None and not any(step in per_mode.get(each, ()) for each in modes):
                 continue
-            if patterns and not matches(name, patterns):
+            if patterns and not matches(name, patterns, self._aliases.get(name)):
                 continue
             if wanted and not wanted.intersection(self._collections_of.get(name, ())):
                 continue
@@ -165,13 +188,28 @@ class Trial:
         """System-metric samples of the profiler (stabilizer_sentinel/profiler.py), oldest first."""
         return self._system
 
+    def smdebug_name_of(self, name: str) -> str:
+        """The name smdebug would give this tensor (the name itself when it has no other)."""
+        return self._aliases.get(name) or smdebug_name(name) or name
+
+    def native_name_of(self, name: str) -> str | None:
+        """The store's name of a tensor given by either name; None when the trial has no such tensor."""
+        if name in self._by_tensor:
+            return name
+        if name in self._natives:
+            return self._natives[name]
+        return next((known for known in self._by_tensor if smdebug_name(known) == name), None)
+
     def has_tensor(self, name: str) -> bool:
-        return name in self._by_tensor
+        return self.native_name_of(name) is not None
 
     def tensor(self, name: str) -> Tensor:
-        if name not in self._by_tensor:
-            raise TensorUnavailable(f"no tensor named {name!r}; known: {sorted(self._by_tensor)[:20]}")
-        return Tensor(self, name)
+        """A tensor by its name in the store or by the name smdebug gives it."""
+        native = self.native_name_of(name)
+        if native is None:
+            known = sorted(self.smdebug_name_of(n) for n in self._by_tensor)[:20]
+            raise TensorUnavailable(f"no tensor named {name!r}; known: {known}")
+        return Tensor(self, native)
 
     def collections(self) -> dict[str, list[str]]:
         """Collection name -> tensor names seen in it."""
@@ -224,6 +262,7 @@ class FileTrial(Trial):
                 continue
             self._files[key] = entry["file"]
             self._add_index(key[0], key[1], {name: meta["collections"] for name, meta in entry["tensors"].items()})
+            self._add_aliases({name: meta["smdebug"] for name, meta in entry["tensors"].items() if "smdebug" in meta})
         new_samples = read_samples(self.storage, self._system_files)
         if new_samples:
             self._system = sorted([*self._system, *new_samples], key=lambda sample: sample["timestamp"])
@@ -268,8 +307,10 @@ class MemoryTrial(Trial):
         self._values: dict[tuple[str, str], OrderedDict[int, np.ndarray]] = {}
         self._steps: dict[str, dict[int, None]] = {}
 
-    def add(self, step: int, mode: str, tensors: Mapping[str, tuple[Iterable[str], np.ndarray]]) -> None:
+    def add(self, step: int, mode: str, tensors: Mapping[str, tuple[Iterable[str], np.ndarray]],
+            aliases: Mapping[str, str] | None = None) -> None:
         (mode,) = _modes(mode)
+        self._add_aliases(aliases or {})
         for name, (colls, array) in tensors.items():
             history = self._values.setdefault((name, mode), OrderedDict())
             history[step] = array

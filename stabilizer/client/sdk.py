@@ -27,14 +27,16 @@ attributes and convert too.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from stabilizer.client.debugger import DebuggerConfigError, has_debugger_config, monitoring_from_estimator
+from stabilizer.client.sdk_aws import image_uri_for, upload_local_files  # noqa: F401 - the clients import them here
 from stabilizer.client.sdk_distribution import distribution_fields
 from stabilizer.client.sourcedir import ARCHIVE_NAME, Packed, SourceError, SourcePlan, pack, plan_source
 
@@ -109,10 +111,11 @@ def pack_source(plan: SourcePlan, cache: Path | None = None, shown_as: str = "th
     return str(target)
 
 
-def _estimator_source(estimator: Any) -> tuple[str, str]:
-    """(source, entry point) the way `Framework._stage_user_code_in_s3` packs them."""
+def _estimator_source(estimator: Any, rule_files: Sequence[Path] = ()) -> tuple[str, str]:
+    """(source, entry point) the way `Framework._stage_user_code_in_s3` packs them; `rule_files`
+    (a folder of custom rule files, stabilizer.client.debugger) go in beside the dependencies."""
     entry_point, source_dir = estimator.entry_point, estimator.source_dir
-    dependencies = list(getattr(estimator, "dependencies", None) or [])
+    dependencies = [*(getattr(estimator, "dependencies", None) or []), *rule_files]
     if not isinstance(entry_point, str) or not entry_point:
         raise SdkJobError("entry_point: the estimator has no entry point; stabilizer runs script-mode jobs")
     if _is_s3(source_dir):
@@ -233,14 +236,14 @@ def _estimator_image(estimator: Any, region: str | None) -> str | dict[str, str]
     return spec
 
 
-def _from_estimator(estimator: Any, inputs: Any, region: str | None) -> dict[str, Any]:
+def _from_estimator(estimator: Any, inputs: Any, region: str | None, rule_files: Sequence[Path] = ()) -> dict[str, Any]:
     if getattr(estimator, "use_spot_instances", False):
         raise SdkJobError("use_spot_instances: stabilizer launches on-demand jobs")
     if getattr(estimator, "environment", None):
         raise SdkJobError(
             "environment: stabilizer's job section sets no environment variables; pass them as hyperparameters"
         )
-    source, entry_point = _estimator_source(estimator)
+    source, entry_point = _estimator_source(estimator, rule_files)
     hyperparameters = {
         str(name): _decode(value)
         for name, value in (estimator.hyperparameters() or {}).items()
@@ -313,17 +316,47 @@ def job_from_sdk(
     without it the image stays ``{"framework", "version"}`` for the deployment to resolve.
     `options` are other job fields (``loss_metric``, ``integration``) passed through as given.
     """
+    return _describe(definition, inputs, knobs=knobs, region=region, **options)[0]
+
+
+def _describe(definition: Any, inputs: Any = None, *, knobs: dict[str, Any] | None = None, region: str | None = None,
+              **options: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The `job`, and the `monitoring` of an estimator's Debugger configuration (None without one)."""
+    monitoring = None
     if _is_model_trainer(definition):
         job = _from_model_trainer(definition, inputs)
     elif _is_estimator(definition):
-        job = _from_estimator(definition, inputs, region)
+        if not has_debugger_config(definition):
+            job = _from_estimator(definition, inputs, region)
+        else:
+            job, monitoring = _with_debugger(definition, inputs, region)
     else:
         raise SdkJobError(
             f"job: expected a SageMaker Python SDK estimator or ModelTrainer, got {type(definition).__name__}"
         )
     job["knobs"] = dict(knobs or {})
     job.update(options)
-    return job
+    return job, monitoring
+
+
+def _with_debugger(estimator: Any, inputs: Any, region: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An estimator with `rules` or `debugger_hook_config`: its custom rule files go into its source."""
+    local = isinstance(estimator.source_dir, str) and not _is_s3(estimator.source_dir)
+    try:
+        translated = monitoring_from_estimator(estimator, Path(estimator.source_dir).expanduser() if local else None)
+    except DebuggerConfigError as error:
+        raise SdkJobError(str(error)) from None
+    if not translated.custom_rule_files:
+        return _from_estimator(estimator, inputs, region), translated.monitoring()
+    if _is_s3(estimator.source_dir):
+        raise SdkJobError("rules: a custom rule's file is packed with the source, which is already in S3")
+    with tempfile.TemporaryDirectory() as scratch:
+        for inside, local in translated.custom_rule_files.items():
+            target = Path(scratch, inside)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(local, target)
+        folders = sorted({Path(scratch, inside.split("/")[0]) for inside in translated.custom_rule_files})
+        return _from_estimator(estimator, inputs, region, folders), translated.monitoring()
 
 
 def execution_input_for(
@@ -354,74 +387,13 @@ def execution_input_for(
         if inputs is not None:
             raise SdkJobError("inputs: a job dict carries its channels itself (job['channels'])")
     else:
-        described = job_from_sdk(job, inputs, knobs=knobs, region=region, **options)
+        described, monitoring = _describe(job, inputs, knobs=knobs, region=region, **options)
+        if monitoring is not None:  # the estimator's Debugger rules and hook (stabilizer.client.debugger)
+            given = dict(result.get("monitoring") or {})
+            twice = sorted(set(given) & set(monitoring))
+            if twice:
+                raise SdkJobError(f"monitoring.{twice[0]}: given twice, in the execution input and by the "
+                                  f"estimator's Debugger configuration")
+            result["monitoring"] = {**given, **monitoring}
     result["job"] = described
-    return result
-
-
-def image_uri_for(spec: dict[str, Any], instance_type: str, region: str) -> str:
-    """`{"framework", "version"[, "python_version"]}` as the SDK's image URI lookup names it for
-    this instance type and region (`sagemaker.image_uris.retrieve`)."""
-    from sagemaker import image_uris
-
-    framework, version = spec.get("framework", "pytorch"), spec.get("version")
-    try:
-        # Without python_version the SDK picks the version's only Python, or says which to choose.
-        return image_uris.retrieve(framework, region, version=version, py_version=spec.get("python_version"),
-                                   instance_type=instance_type, image_scope="training")
-    except (ValueError, KeyError) as error:
-        raise SdkJobError(f"job.image: the SageMaker Python SDK cannot name {spec}: {error}") from None
-
-
-# --- on AWS: local files go to the stack's bucket ---------------------------------------------------
-
-
-def _digest(path: Path) -> str:
-    sha = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for file in files:
-        sha.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
-        sha.update(file.read_bytes())
-    return sha.hexdigest()[:16]
-
-
-def upload_local_files(job: dict[str, Any], s3: Any, bucket: str,
-                       say: Callable[[str], None] = print) -> dict[str, Any]:
-    """The job with a local source packed and uploaded under `source/`, local channels under `data/`.
-
-    A source directory is packed by `stabilizer.client.sourcedir` (what goes up, what is left out, the
-    size limit); `say` receives one line on it (files, sizes, left out) before the upload.
-
-    Keys carry the content's hash, so a rerun of the same code and data uploads nothing new under
-    a new name and a running job's archive is never replaced. The stack's SageMaker execution role
-    reads `source/*` and `data/*`.
-    """
-    result = dict(job)
-    source = result.get("source")
-    if isinstance(source, str) and not _is_s3(source):
-        path = Path(source)
-        if path.is_dir():
-            packed = _packed(_plan(path), shown_as=source)
-            say(f"uploading {packed.summary(source)}")  # before anything goes up
-            key = f"source/jobs/{packed.digest[:16]}/{ARCHIVE_NAME}"
-            s3.put_object(Bucket=bucket, Key=key, Body=packed.data)
-        elif path.is_file():
-            key = f"source/jobs/{_digest(path)}/{ARCHIVE_NAME}"
-            s3.upload_file(str(path), bucket, key)
-        else:
-            raise SdkJobError(f"job.source: no such directory or archive: {path}")
-        result["source"] = f"s3://{bucket}/{key}"
-    channels = {}
-    for name, location in (result.get("channels") or {}).items():
-        channels[name] = location
-        if isinstance(location, str) and not _is_s3(location):
-            path = Path(location)
-            if not path.exists():
-                raise SdkJobError(f"channels.{name}: no such file or directory {path}")
-            prefix = f"data/jobs/{_digest(path)}/{name}/"
-            for file in sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]:
-                relative = file.relative_to(path) if path.is_dir() else file.name
-                s3.upload_file(str(file), bucket, f"{prefix}{relative}")
-            channels[name] = f"s3://{bucket}/{prefix}"
-    result["channels"] = channels
     return result

@@ -2,7 +2,7 @@
 
 ``tensors``        ExplodingTensor, VanishingGradient, WeightUpdateRatio, AllZero, UnchangedTensor,
                    TensorVariance, PoorWeightInitialization
-``training``       LossNotDecreasing, Overfit, StalledTrainingRule
+``training``       LossNotDecreasing, Overfit, Overtraining, StalledTrainingRule
 ``activations``    DeadRelu, SaturatedActivation
 ``classification`` ClassImbalance, Confusion, CheckInputImages
 ``system``         LowGPUUtilization, CPUBottleneck, IOBottleneck, OverallSystemUsage (system metrics)
@@ -38,7 +38,7 @@ from stabilizer_sentinel.rules.tensors import (
     VanishingGradient,
     WeightUpdateRatio,
 )
-from stabilizer_sentinel.rules.training import LossNotDecreasing, Overfit, StalledTrainingRule
+from stabilizer_sentinel.rules.training import LossNotDecreasing, Overfit, Overtraining, StalledTrainingRule
 
 __all__ = [
     "RULES",
@@ -56,6 +56,7 @@ __all__ = [
     "NotLearning",
     "OverallSystemUsage",
     "Overfit",
+    "Overtraining",
     "PoorWeightInitialization",
     "Rule",
     "RuleConfigError",

@@ -33,9 +33,11 @@ class DeadRelu(Rule):
     """Fires when more than ``threshold_layer`` percent of a layer's units are inactive, a unit being
     inactive when it is active on fewer than ``threshold_inactivity`` percent of its inputs.
 
-    Tensors: outputs of activation-function modules (the ``activation_outputs`` collection) that
-    ``tensor_regex`` selects; the default ``.*relu_output`` selects modules whose name contains
-    ``relu``, as in Debugger, where a module's output is named ``<module>_output_0``.
+    Tensors: outputs of modules that ``tensor_regex`` selects, matched against smdebug's names too
+    (``<module>_output_0``). With the default ``.*relu_output``, every activation-function module
+    (``nn.ReLU``, ``nn.ELU``, ...: the ``activation_outputs`` collection) is judged as well, whatever
+    its name: under Debugger that default misses a ReLU named ``relu1`` (``relu1_output_0``) or
+    ``act``; here it does not (docs/rules.md).
 
     A unit counts as active where its local derivative is not negligible. For ReLU that is
     output > 0. For ELU (recognised by negative outputs) the derivative below zero is output + 1
@@ -66,10 +68,20 @@ class DeadRelu(Rule):
             return value + 1.0 >= cls.ELU_MIN_DERIVATIVE
         return value > 0
 
+    DEFAULT_REGEX = (".*relu_output",)
+
+    def _selection(self) -> tuple[list[str] | None, list[str] | None]:
+        by_type = not self.tensor_regex or tuple(self.tensor_regex) == self.DEFAULT_REGEX
+        return (["activation_outputs"] if by_type else None), self.tensor_regex
+
+    def unmatched(self) -> str | None:
+        if select(self.base_trial, None, *self._selection(), "TRAIN"):
+            return None
+        return self._no_tensor("tensor_regex", self.tensor_regex)
+
     def invoke_at_step(self, step: int) -> bool:
         found: list[tuple[int, str, str | None, Any, str]] = []
-        names = select(self.base_trial, step, ["activation_outputs"] if not self.tensor_regex else None,
-                       self.tensor_regex, "TRAIN")
+        names = select(self.base_trial, step, *self._selection(), "TRAIN")
         for name in names:
             value = value_at(self.base_trial, name, step, "TRAIN")
             if value is None or value.ndim < 2 or not np.issubdtype(value.dtype, np.floating):

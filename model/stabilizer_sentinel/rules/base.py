@@ -15,17 +15,28 @@ This module must not stop jobs or write files.
 
 from __future__ import annotations
 
+import difflib
 import inspect
+import os
 import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from stabilizer_contract.catalogue import CATALOGUE, DEBUGGER, RuleConfigError, check_rule, rule_items
+from stabilizer_contract.catalogue import (
+    CATALOGUE,
+    DEBUGGER,
+    INVOKE_KEY,
+    SOURCE_KEY,
+    RuleConfigError,
+    check_rule,
+    rule_items,
+)
 from stabilizer_sentinel.summary import jsonable
 from stabilizer_sentinel.trial import TensorUnavailableForStep, Trial, matches
 
@@ -40,6 +51,9 @@ class RuleFinding:
     value: float | str | None
     message: str
     mode: str = "TRAIN"
+    # The rule's Debugger actions (``action_json``): whether it stops the job, whom it notifies.
+    stops: bool = True
+    notify: tuple[str, ...] = ()
 
 
 class Rule:
@@ -60,6 +74,27 @@ class Rule:
     def __init__(self, base_trial: Trial) -> None:
         self.base_trial = base_trial
         self.finding: RuleFinding | None = None
+        # Debugger's actions for this rule (``action_json``); None: the sentinel's action decides.
+        self.actions: tuple[dict[str, str], ...] | None = None
+
+    def unmatched(self) -> str | None:
+        """Why the rule never saw a tensor it reads, once the run is over; None when it saw them.
+
+        A rule whose selection matched no tensor in the whole run says so instead of staying quiet.
+        """
+        for param in ("tensor_regex", "collection_names"):
+            selection = getattr(self, param, None)
+            if selection and not (self.base_trial.tensor_names(regex=selection) if param == "tensor_regex"
+                                  else self.base_trial.tensor_names(collection=selection)):
+                return self._no_tensor(param, selection)
+        return None
+
+    def _no_tensor(self, param: str, value: Any) -> str:
+        known = sorted({self.base_trial.smdebug_name_of(n) for n in self.base_trial.tensor_names()})
+        text = value if isinstance(value, str) else ",".join(value)
+        closest = difflib.get_close_matches(text.replace(".*", ""), known, n=3, cutoff=0.4)
+        return (f"{self.name or type(self).__name__}: {param} {value!r} matched no tensor the job saved "
+                f"(closest: {closest}; {len(known)} tensors)")
 
     def invoke_at_step(self, step: int) -> bool:
         raise NotImplementedError
@@ -74,7 +109,12 @@ class Rule:
 
     def fire(self, step: int, message: str, tensor: str | None = None, value: Any = None, mode: str = "TRAIN") -> bool:
         """Record the finding and return True, so a rule can ``return self.fire(...)``."""
-        self.finding = RuleFinding(self.name or type(self).__name__, step, tensor, jsonable(value), message, mode)
+        actions = self.actions
+        self.finding = RuleFinding(
+            self.name or type(self).__name__, step, tensor, jsonable(value), message, mode,
+            stops=actions is None or any(a["name"] == "stoptraining" for a in actions),
+            notify=tuple(f"{a['name']}:{a['endpoint']}" for a in actions or () if a["name"] != "stoptraining"),
+        )
         return True
 
 
@@ -165,21 +205,28 @@ class RuleSpec:
 
     name: str
     parameters: Mapping[str, Any] = field(default_factory=dict)
+    actions: tuple[dict[str, str], ...] | None = None
+    # A custom rule's class (loaded from its file; never registered by name).
+    rule_class: type[Rule] | None = None
 
     def build(self, trial: Trial) -> Rule:
-        return RULES[self.name](trial, **self.parameters)
+        rule = (self.rule_class or RULES[self.name])(trial, **self.parameters)
+        rule.actions = self.actions
+        return rule
 
 
 def parse_rule(raw: Mapping[str, Any], where: str = "rule") -> RuleSpec:
     """Check one entry: built-in rules against the catalogue, user-written ones against their signature."""
     checked = check_rule(raw, where, extra=[name for name in RULES if name not in CATALOGUE])
     entry = checked.entry
+    if checked.custom:
+        return _load_custom(checked, where)
     if entry is not None:
         if entry.runs_in == DEBUGGER or checked.name not in RULES:
             raise RuleConfigError(
                 f"{where} ({checked.name}): only SageMaker Debugger runs {checked.name}; the rule engine does not"
             )
-        return RuleSpec(checked.name, checked.parameters)
+        return RuleSpec(checked.name, checked.parameters, checked.actions)
     declared = rule_parameters(RULES[checked.name])
     unknown = sorted(set(checked.parameters) - set(declared))
     if unknown:
@@ -190,7 +237,28 @@ def parse_rule(raw: Mapping[str, Any], where: str = "rule") -> RuleSpec:
         pname: _convert(value, declared[pname][0], f"{where} ({checked.name}).{pname}")
         for pname, value in checked.parameters.items()
     }
-    return RuleSpec(checked.name, converted)
+    return RuleSpec(checked.name, converted, checked.actions)
+
+
+# Where a custom rule's file is looked for when its path is relative: the job's code directory
+# (the training toolkit runs the entry point there), else the working directory.
+CODE_DIR_ENV = "STABILIZER_CODE_DIR"
+
+
+def _load_custom(checked: Any, where: str) -> RuleSpec:
+    """The Debugger rule class a ``Rule.custom`` entry names, loaded from its file (smdebug_compat)."""
+    from stabilizer_sentinel.smdebug_compat import custom_rule_class
+
+    params = dict(checked.parameters)
+    source = Path(params.pop(SOURCE_KEY))
+    class_name = params.pop(INVOKE_KEY)
+    if not source.is_absolute():
+        source = Path(os.environ.get(CODE_DIR_ENV) or os.getcwd()) / source
+    try:
+        rule_class = custom_rule_class(checked.name, source, class_name)
+    except (OSError, LookupError, SyntaxError, ImportError) as error:
+        raise RuleConfigError(f"{where} ({checked.name}): {error}") from None
+    return RuleSpec(checked.name, params, checked.actions, rule_class)
 
 
 def parse_rule_list(raw: str | Iterable[Mapping[str, Any]] | None) -> list[RuleSpec]:
@@ -244,6 +312,12 @@ def required(collection_names: list[str] | None, default: Mapping[str, int], int
     if collection_names:
         return dict.fromkeys(collection_names, interval)
     return dict(default)
+
+
+def unmatched_findings(rules: list[Rule], step: int) -> list[RuleFinding]:
+    """At the end of a run, a finding for each rule that never saw a tensor it reads: never silence."""
+    return [RuleFinding(rule.name, step, None, None, why, stops=False)
+            for rule in rules if (why := rule.unmatched()) is not None]
 
 
 def first_finding(rule: Rule, found: list[tuple[int, str, str | None, Any, str]]) -> bool:

@@ -17,12 +17,15 @@ from stabilizer_sentinel.trial import Trial
 
 @register_rule
 class ClassImbalance(Rule):
-    """Fires when the largest class outnumbers the smallest by more than ``threshold_imbalance`` in the
-    training labels (once ``samples`` labels were seen), or when, at an evaluation, the fraction of
-    a class's held-out samples that are mispredicted exceeds ``threshold_misprediction``.
+    """As the guide describes it, over the training steps' labels and predictions: once ``samples``
+    labels were seen, fires when the largest class outnumbers the smallest by more than
+    ``threshold_imbalance``, or when the fraction of a class's samples that were mispredicted
+    exceeds ``threshold_misprediction``. Counts accumulate over every training step the rule sees.
 
-    Mispredictions are judged on EVAL labels and predictions only: on training batches they are
-    high for every class before the network has learnt anything, which is not an imbalance.
+    Tensors: the first whose name (or smdebug name, such as ``CrossEntropyLoss_input_1``) matches
+    ``labels_regex``, and likewise ``predictions_regex``. Predictions of several values per sample
+    (class scores) are reduced with arg-max whatever ``argmax`` says; the store keeps the loss
+    module's first input as class indices already.
     """
 
     required_collections: ClassVar[Mapping[str, int]] = {"labels": 10, "predictions": 10}
@@ -46,59 +49,55 @@ class ClassImbalance(Rule):
         self.labels_regex = labels_regex
         self.predictions_regex = predictions_regex
         self._counts: dict[int, int] = {}
-        self._seen: set[tuple[int, str]] = set()
+        self._wrong: dict[int, int] = {}
+        self._seen: set[int] = set()
 
-    def _pair(self, step: int, mode: str) -> tuple[str, np.ndarray, str | None, np.ndarray | None] | None:
-        labels = self.base_trial.tensor_names(regex=self.labels_regex, step=step, mode=mode)
-        label = value_at(self.base_trial, labels[0], step, mode) if labels else None
-        if label is None or (step, mode) in self._seen:
+    def unmatched(self) -> str | None:
+        for param, regex in (("labels_regex", self.labels_regex), ("predictions_regex", self.predictions_regex)):
+            if not self.base_trial.tensor_names(regex=regex, mode="TRAIN"):
+                return self._no_tensor(param, regex)
+        return None
+
+    def _value(self, regex: str, step: int) -> tuple[str, np.ndarray] | None:
+        names = self.base_trial.tensor_names(regex=regex, step=step, mode="TRAIN")
+        value = value_at(self.base_trial, names[0], step, "TRAIN") if names else None
+        if value is None:
             return None
-        self._seen.add((step, mode))
-        preds = self.base_trial.tensor_names(regex=self.predictions_regex, step=step, mode=mode)
-        pred = value_at(self.base_trial, preds[0], step, mode) if preds else None
-        if label.ndim > 1:
-            label = label.argmax(axis=-1)
-        if pred is not None and (self.argmax or pred.ndim > 1):
-            pred = pred.argmax(axis=-1)
-        pred_array = None if pred is None else pred.astype(np.int64).ravel()
-        return labels[0], label.astype(np.int64).ravel(), preds[0] if preds else None, pred_array
+        if value.ndim > 1 and (self.argmax or value.shape[-1] > 1):
+            value = value.argmax(axis=-1)
+        return names[0], value.astype(np.int64).ravel()
 
     def invoke_at_step(self, step: int) -> bool:
-        train = self._pair(step, "TRAIN")
-        if train is not None:
-            for cls, count in zip(*np.unique(train[1], return_counts=True), strict=True):
-                self._counts[int(cls)] = self._counts.get(int(cls), 0) + int(count)
-            if sum(self._counts.values()) >= self.samples:
-                largest = max(self._counts, key=self._counts.__getitem__)
-                smallest = min(self._counts, key=self._counts.__getitem__)
-                ratio = self._counts[largest] / self._counts[smallest]
-                if ratio > self.threshold_imbalance:
-                    return self.fire(
-                        step,
-                        f"class {largest} has {self._counts[largest]} training samples and class {smallest} "
-                        f"{self._counts[smallest]}: imbalance {ratio:.3g} exceeds "
-                        f"{self.threshold_imbalance:g} at step {step}",
-                        train[0],
-                        ratio,
-                    )
-        held_out = self._pair(step, "EVAL")
-        if held_out is None or held_out[3] is None:
+        if step in self._seen:
             return False
-        _, labels, pred_name, preds = held_out
-        for cls in np.unique(labels):
-            mask = labels == cls
-            fraction = float(np.mean(preds[mask] != cls))
+        labels = self._value(self.labels_regex, step)
+        predictions = self._value(self.predictions_regex, step)
+        if labels is None:
+            return False
+        self._seen.add(step)
+        for cls, count in zip(*np.unique(labels[1], return_counts=True), strict=True):
+            self._counts[int(cls)] = self._counts.get(int(cls), 0) + int(count)
+        if predictions is not None and predictions[1].shape == labels[1].shape:
+            for cls in np.unique(labels[1]):
+                mask = labels[1] == cls
+                self._wrong[int(cls)] = self._wrong.get(int(cls), 0) + int(np.sum(predictions[1][mask] != cls))
+        seen = sum(self._counts.values())
+        if seen < self.samples:
+            return False
+        largest = max(self._counts, key=self._counts.__getitem__)
+        smallest = min(self._counts, key=self._counts.__getitem__)
+        ratio = self._counts[largest] / self._counts[smallest]
+        if ratio > self.threshold_imbalance:
+            return self.fire(step, f"class {largest} has {self._counts[largest]} of the {seen} training samples seen "
+                             f"and class {smallest} {self._counts[smallest]}: imbalance {ratio:.3g} exceeds "
+                             f"{self.threshold_imbalance:g} at step {step}", labels[0], ratio)
+        for cls in sorted(self._wrong):
+            fraction = self._wrong[cls] / self._counts[cls]
             if fraction > self.threshold_misprediction:
-                return self.fire(
-                    step,
-                    f"class {int(cls)} is mispredicted on {fraction:.0%} of {int(mask.sum())} held-out "
-                    f"samples, more than {self.threshold_misprediction:g}, at step {step}",
-                    pred_name,
-                    fraction,
-                    "EVAL",
-                )
+                return self.fire(step, f"class {cls} was mispredicted on {fraction:.0%} of its {self._counts[cls]} "
+                                 f"training samples seen, more than {self.threshold_misprediction:g}, at step {step}",
+                                 predictions[0] if predictions else None, fraction)
         return False
-
 
 
 @register_rule

@@ -1,4 +1,4 @@
-"""Rules over the course of training: LossNotDecreasing, Overfit, StalledTrainingRule.
+"""Rules over the course of training: LossNotDecreasing, Overfit, Overtraining, StalledTrainingRule.
 
 Names, parameters and defaults are Debugger's (stabilizer_contract/catalogue.py); docs/rules.md says where
 the computation differs from Debugger's guide and why.
@@ -202,6 +202,55 @@ class Overfit(Rule):
                     ratio,
                     "EVAL",
                 ))
+        return first_finding(self, found)
+
+
+@register_rule
+class Overtraining(Rule):
+    """Fires when the training loss has not improved by ``delta`` over its best for ``patience_train``
+    saved training steps, or the validation loss for ``patience_validation`` evaluations: the model
+    stopped improving, and training on risks overfitting (the guide's reading).
+
+    Tensors: the ``losses`` collection; training values are its TRAIN values, validation values its
+    EVAL values. "Improved" means below the best so far by more than ``delta`` (absolute).
+    """
+
+    required_collections: ClassVar[Mapping[str, int]] = {"losses": 1}
+
+    def __init__(
+        self,
+        base_trial: Trial,
+        *,
+        patience_train: int = 5,
+        patience_validation: int = 10,
+        delta: float = 0.01,
+    ) -> None:
+        super().__init__(base_trial)
+        self.patience_train = patience_train
+        self.patience_validation = patience_validation
+        self.delta = delta
+        self._best: dict[tuple[str, str], tuple[float, int, int]] = {}  # best value, its step, steps since
+        self._done: set[tuple[str, str, int]] = set()
+
+    def invoke_at_step(self, step: int) -> bool:
+        found: list[tuple[int, str, str | None, Any, str]] = []
+        for name in self.base_trial.tensor_names(collection="losses"):
+            tensor = self.base_trial.tensor(name)
+            for mode, patience, what in (("TRAIN", self.patience_train, "training"),
+                                         ("EVAL", self.patience_validation, "validation")):
+                if step not in tensor.steps(mode=mode) or (name, mode, step) in self._done:
+                    continue
+                self._done.add((name, mode, step))
+                value = scalar(tensor.value(step, mode=mode))
+                if not math.isfinite(value):
+                    continue  # ExplodingTensor's business
+                best, at, since = self._best.get((name, mode), (math.inf, step, -1))
+                best, at, since = (value, step, 0) if value < best - self.delta else (best, at, since + 1)
+                self._best[(name, mode)] = (best, at, since)
+                if since >= patience:
+                    found.append((step, f"{what} loss {name} has not improved by {self.delta:g} on its best {best:.4g} "
+                                  f"(step {at}) for {since} {'evaluations' if mode == 'EVAL' else 'saved steps'}, "
+                                  f"at step {step}", name, value, mode))
         return first_finding(self, found)
 
 

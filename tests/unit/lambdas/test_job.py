@@ -240,6 +240,20 @@ def test_an_entry_point_missing_from_the_archive_is_rejected_before_launch(job_s
     assert text == (f"job.entry_point: 'fit.py' is not in {SOURCE}; its top-level scripts: train.py, util.py")
 
 
+def test_a_custom_rule_s_file_must_be_in_the_archive_and_reaches_the_job(job_settings, s3):
+    s3.put_object(Bucket="user-bucket", Key="jobs/regression/sourcedir.tar.gz",
+                  Body=_archive("fit.py", "stabilizer_custom_rules/check.py"))
+    rule = {"name": "CheckAccuracy", "parameters": {"source_s3_uri": "stabilizer_custom_rules/check.py",
+                                                    "rule_to_invoke": "CheckAccuracy", "threshold": "0.05"}}
+    given = {"job": job(), "monitoring": {"rules": [rule]}}
+    state = launching.prepare(given, EXECUTION, job_settings, SourceArchives(s3))
+    request = requests.build_create_training_job(state, job_settings, 1)
+    assert json.loads(request["HyperParameters"]["sagemaker_stabilizer"])["rules"] == [rule]  # the engine runs it
+    missing = {**rule, "parameters": {**rule["parameters"], "source_s3_uri": "rules/other.py"}}
+    assert problem(job_settings, {"job": job(), "monitoring": {"rules": [missing]}}, SourceArchives(s3)) == (
+        f"monitoring.rules (CheckAccuracy).source_s3_uri: 'rules/other.py' is not in {SOURCE}")
+
+
 def test_a_missing_archive_or_one_that_is_not_a_tar_is_named(job_settings, s3):
     assert problem(job_settings, {"job": job()}, SourceArchives(s3)) == f"job.source: no object at {SOURCE}"
     s3.put_object(Bucket="user-bucket", Key="jobs/regression/sourcedir.tar.gz", Body=b"not a tar")

@@ -74,6 +74,18 @@ def test_a_finding_in_notify_mode_is_announced_once_and_the_job_runs_on(settings
     assert (again.effects.stop_job, again.effects.notification) == (None, None)
 
 
+def test_a_rule_whose_debugger_actions_are_email_only_notifies_and_the_job_runs_on(settings):
+    state = launched(settings)
+    findings = sentinel_findings(rule="ClassImbalance")  # the job's sentinel_action is stop
+    findings.findings[0].action, findings.findings[0].notify = "notify", ["email:mlteam@example.com"]
+    result = monitor.check(state, observation(state, "InProgress", findings=findings), LATER)
+    assert result.effects.stop_job is None and result.state.next_action == "monitor"
+    note = result.effects.notification
+    assert "the job runs on" in note.subject and note.attributes["notify"] == "email:mlteam@example.com"
+    assert "Debugger actions of ClassImbalance: notify email:mlteam@example.com." in note.body
+    assert "Email/SMS, not StopTraining" in note.body
+
+
 def test_a_second_look_at_a_job_still_running_stops_again_without_a_second_message(settings):
     state = launched(settings)
     rules = [("ExplodingTensor", "IssuesFound")]

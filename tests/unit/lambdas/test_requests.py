@@ -265,12 +265,12 @@ def test_the_validity_check_itself_catches_what_the_service_would_reject(debugge
 def test_profiler_and_debugger_only_rules_go_to_debugger_and_the_sentinel_gets_what_it_runs(debugger_settings):
     raw = {"run_spec": {"rules": [
         {"name": "ExplodingTensor"},
-        {"name": "Overtraining", "parameters": {"patience_train": "5"}},
+        {"name": "NLPSequenceRatio", "parameters": {"token_values": "0"}},
         {"name": "LowGPUUtilization", "parameters": {"threshold_p95": "70"}},
     ]}}
     request = _request(new_state(debugger_settings, raw), debugger_settings)
     assert [r["RuleConfigurationName"] for r in request["DebugRuleConfigurations"]] == ["ExplodingTensor",
-                                                                                         "Overtraining"]
+                                                                                         "NLPSequenceRatio"]
     (profiler_rule,) = request["ProfilerRuleConfigurations"]
     assert profiler_rule["RuleParameters"] == {"rule_to_invoke": "LowGPUUtilization", "threshold_p95": "70"}
     assert request["ProfilerConfig"]["S3OutputPath"] == "s3://stabilizer-bucket/executions/run-1/attempt-1/profiler"

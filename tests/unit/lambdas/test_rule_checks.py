@@ -50,12 +50,12 @@ def test_every_documented_value_is_accepted():
 
 
 def test_debugger_only_rules_only_where_debugger_rules_are_enabled():
-    given = rules_input({"name": "Overtraining", "parameters": {"patience_train": "5"}})
-    with pytest.raises(InvalidInput, match="only SageMaker Debugger runs Overtraining"):
+    given = rules_input({"name": "NLPSequenceRatio", "parameters": {"token_values": "0"}})
+    with pytest.raises(InvalidInput, match="only SageMaker Debugger runs NLPSequenceRatio"):
         parse_execution_input(given, debugger_rules_enabled=False)
-    assert parse_execution_input(given, debugger_rules_enabled=True).run_spec.rules[0].name == "Overtraining"
-    with pytest.raises(InvalidInput, match="patience_train: expected an integer"):
-        parse_execution_input(rules_input({"name": "Overtraining", "parameters": {"patience_train": "x"}}),
+    assert parse_execution_input(given, debugger_rules_enabled=True).run_spec.rules[0].name == "NLPSequenceRatio"
+    with pytest.raises(InvalidInput, match="token_values: expected comma-separated numbers"):
+        parse_execution_input(rules_input({"name": "NLPSequenceRatio", "parameters": {"token_values": "x"}}),
                               debugger_rules_enabled=True)
 
 
@@ -78,3 +78,32 @@ def test_the_workflow_and_the_engine_check_with_the_same_catalogue():
         raw = [{"name": name, "parameters": params}]
         parse_execution_input(rules_input(*raw), debugger_rules_enabled=False)
         parse_rule_list(raw)
+
+
+def test_debugger_s_own_rule_configuration_shape_is_accepted_as_it_is():
+    given = rules_input({"RuleConfigurationName": "ClassImbalance",
+                         "RuleEvaluatorImage": "DEFAULT_RULE_EVALUATOR_IMAGE",
+                         "RuleParameters": {"rule_to_invoke": "ClassImbalance",
+                                            "labels_regex": "CrossEntropyLoss_input_1",
+                                            "action_json": '[{"name": "email", "endpoint": "mlteam@example.com"}]'}})
+    (rule,) = parse_execution_input(given, debugger_rules_enabled=False).run_spec.rules
+    assert rule.name == "ClassImbalance" and rule.parameters["labels_regex"] == "CrossEntropyLoss_input_1"
+    custom = rules_input({"name": "CheckAccuracy", "parameters": {
+        "source_s3_uri": "stabilizer_custom_rules/check.py", "rule_to_invoke": "CheckAccuracy", "threshold": "0.05"}})
+    assert parse_execution_input(custom, debugger_rules_enabled=False).run_spec.rules[0].name == "CheckAccuracy"
+    bad_action = rules_input({"name": "Overfit", "parameters": {"action_json": '[{"name": "pager"}]'}})
+    with pytest.raises(InvalidInput, match=r"\(Overfit\)\.action_json: expected StopTraining, Email"):
+        parse_execution_input(bad_action, debugger_rules_enabled=False)
+    in_s3 = rules_input({"name": "R", "parameters": {"source_s3_uri": "s3://b/r.py", "rule_to_invoke": "R"}})
+    with pytest.raises(InvalidInput, match=r"source_s3_uri: expected the rule's \.py file, relative"):
+        parse_execution_input(in_s3, debugger_rules_enabled=False)
+
+
+def test_capture_accepts_debugger_s_include_regex_and_start_step_and_names_a_bad_regex():
+    given = {"run_spec": {"capture": {"custom_collection": {"include_regex": ".*relu|.*CrossEntropyLoss",
+                                                            "save_interval": 100, "start_step": 5}}}}
+    capture = parse_execution_input(given).run_spec.capture["custom_collection"]
+    assert capture.include_regex == ".*relu|.*CrossEntropyLoss" and capture.start_step == 5
+    with pytest.raises(InvalidInput, match=r"capture\.custom_collection\.include_regex.*'\(' is not a regular"):
+        parse_execution_input({"run_spec": {"capture": {"custom_collection": {"include_regex": "(",
+                                                                              "save_interval": 1}}}})

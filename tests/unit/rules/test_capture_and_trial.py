@@ -80,7 +80,8 @@ def test_store_layout_is_json_index_plus_npz_without_pickle(tmp_path):
     assert archives == ["000000000000_TRAIN.npz", "000000000002_TRAIN.npz"]
     index = json.loads((tmp_path / "index" / "000000000002_TRAIN.json").read_text())
     assert index["file"] == "steps/000000000002_TRAIN.npz" and index["mode"] == "TRAIN"
-    expected = {"collections": ["gradients"], "shape": [8, 6], "dtype": "float32"}
+    expected = {"collections": ["gradients"], "shape": [8, 6], "dtype": "float32",
+                "smdebug": "gradient/TinyNet_stem.weight"}  # the name smdebug gives it
     assert index["tensors"]["gradients/stem.weight"] == expected
     with np.load(tmp_path / "steps" / "000000000002_TRAIN.npz", allow_pickle=False) as archive:
         assert "gradients/head.bias" in archive.files

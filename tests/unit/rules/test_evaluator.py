@@ -88,7 +88,7 @@ def test_statuses_follow_the_job_step_by_step(tmp_path):
         ({"name": "LossNotDecreasing", "parameters": {"num_steps": "ten"}}, "expected an integer >= 1, got 'ten'"),
         ({"name": "ExplodingTensor", "parameters": {"only_nan": "maybe"}}, "expected True or False, got 'maybe'"),
         ({"name": "AllZero"}, "specify collection_names or tensor_regex"),
-        ({"name": "Overtraining"}, "only SageMaker Debugger runs Overtraining"),
+        ({"name": "NLPSequenceRatio"}, "only SageMaker Debugger runs NLPSequenceRatio"),
         ({"RuleConfigurationName": "Custom", "RuleParameters": {"rule_to_invoke": "NoSuchRule"}}, "unknown rule"),
     ],
 )

@@ -19,6 +19,7 @@ GUIDE_DEFAULTS = {
     "LossNotDecreasing": {"collection_names": None, "tensor_regex": None, "use_losses_collection": True,
                           "num_steps": 10, "diff_percent": 0.1, "increase_threshold_percent": 5.0, "mode": None},
     "Overfit": {"tensor_regex": None, "start_step": 0, "patience": 1, "ratio_threshold": 0.1},
+    "Overtraining": {"patience_train": 5, "patience_validation": 10, "delta": 0.01},
     "WeightUpdateRatio": {"num_steps": None, "large_threshold": 10.0, "small_threshold": 1e-8, "epsilon": 1e-9},
     "AllZero": {"collection_names": None, "tensor_regex": None, "threshold": 100.0},
     "UnchangedTensor": {"collection_names": None, "tensor_regex": None, "num_steps": 3, "rtol": 1e-5,
@@ -204,7 +205,7 @@ def test_all_zero_and_unchanged_tensor():
         build(trial, "AllZero")
 
 
-def test_class_imbalance_on_training_labels_and_mispredictions_on_held_out_data():
+def test_class_imbalance_judges_the_training_steps_as_the_guide_documents():
     # Rules run as steps arrive (a MemoryTrial keeps only the last few batches of labels).
     balanced, skewed = MemoryTrial(), MemoryTrial()
     on_balanced, on_skewed = build(balanced, "ClassImbalance"), build(skewed, "ClassImbalance")
@@ -219,13 +220,29 @@ def test_class_imbalance_on_training_labels_and_mispredictions_on_held_out_data(
             fired.append(step)
     assert fired[0] == 3  # 512 samples >= 500 at the fourth batch
     assert on_skewed.finding.tensor == "labels/labels" and on_skewed.finding.value > 10
+    # Mispredictions are counted over the training steps too, and judged once `samples` were seen.
     labels = np.repeat(np.arange(10), 20)
+    scores = np.eye(10)[labels]
+    scores[labels == 7] = np.eye(10)[1]  # class 7 always predicted as class 1
+    trial = MemoryTrial()
+    rule = build(trial, "ClassImbalance", labels_regex="CrossEntropyLoss_input_1",
+                 predictions_regex="CrossEntropyLoss_input_0", argmax="True")
+    for step in range(3):
+        trial.add(step, "TRAIN", {"labels/labels": (("labels",), labels),
+                                  "predictions/predictions": (("predictions",), scores)},
+                  {"labels/labels": "CrossEntropyLoss_input_1", "predictions/predictions": "CrossEntropyLoss_input_0"})
+    assert run(rule, range(3)) == 2  # 600 samples >= 500 at the third step
+    assert "class 7 was mispredicted on 100% of its 60 training samples" in rule.finding.message
+
+
+def test_class_imbalance_does_not_judge_each_evaluation():
+    labels = np.repeat(np.arange(10), 60)
     predictions = labels.copy()
-    predictions[labels == 7] = 1  # class 7 always mispredicted on held-out data
-    balanced.add(4, "EVAL", {"labels/labels": (("labels",), labels),
-                             "predictions/predictions": (("predictions",), predictions)})
-    rule = build(balanced, "ClassImbalance")
-    assert run(rule, range(5)) == 4 and "class 7 is mispredicted on 100%" in rule.finding.message
+    predictions[labels == 7] = 1
+    trial = MemoryTrial()
+    trial.add(4, "EVAL", {"labels/labels": (("labels",), labels),
+                          "predictions/predictions": (("predictions",), predictions)})
+    assert run(build(trial, "ClassImbalance"), range(5)) is None
 
 
 def test_dead_relu_counts_dead_relu_units_and_saturated_elu_units():
@@ -241,11 +258,40 @@ def test_dead_relu_counts_dead_relu_units_and_saturated_elu_units():
         trial = MemoryTrial()
         trial.add(0, "TRAIN", {"activations/block.act": (("activation_outputs",), value)})
         assert (run(build(trial, "DeadRelu", tensor_regex="block.act"), [0]) == 0) is fires
-        # Debugger's default, ".*relu_output", selects modules named like relu (smdebug: "<module>_output_0").
-        named = MemoryTrial()
-        named.add(0, "TRAIN", {"activations/layer1.relu": (("activation_outputs",), value)})
-        assert (run(build(named, "DeadRelu"), [0]) == 0) is fires
-        assert run(build(trial, "DeadRelu"), [0]) is None
+        # Debugger's default, ".*relu_output", selects modules named like relu (smdebug: "<module>_output_0"),
+        # and here every activation module too: a ReLU named relu1 or act is not missed.
+        for module in ("layer1.relu", "relu1", "block.act"):
+            named = MemoryTrial()
+            named.add(0, "TRAIN", {f"activations/{module}": (("activation_outputs",), value)})
+            assert (run(build(named, "DeadRelu"), [0]) == 0) is fires, module
+        # A regex of the user's own selects what it matches, as in Debugger.
+        assert run(build(trial, "DeadRelu", tensor_regex=".*conv_output"), [0]) is None
+
+
+def test_dead_relu_reads_modules_named_relu1_in_a_real_network():
+    import torch
+
+    from stabilizer_sentinel.capture import Capture
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1, self.relu1, self.fc2 = torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)
+            torch.nn.init.constant_(self.fc1.bias, -100.0)  # every unit of relu1 dead
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc2(self.relu1(self.fc1(x)))
+
+    model, memory = Net(), MemoryTrial()
+    rule = build(memory, "DeadRelu")
+    capture = Capture(model)
+    capture.require(rule.collections_needed(), memory, save_interval=1)
+    capture.begin_step(0)
+    model(torch.randn(16, 4)).sum().backward()
+    capture.end_step(0)
+    assert memory.smdebug_name_of("activations/relu1") == "relu1_output_0"
+    assert run(rule, [0]) == 0 and rule.finding.tensor == "activations/relu1"
+    capture.close()
 
 
 def test_unknown_rules_and_parameters_are_rejected_listing_the_valid_ones():
