@@ -14,7 +14,7 @@ Two named policies:
 * `original` reproduces the AWS sample's ladder exactly (whatever rule fired): halve the warm-up
   LR while warmup/5 >= 1e-3, then add batch norm, then LR x0.9 while LR x0.9 > 1e-3, else end.
   It is kept so that the two can be measured side by side.
-* `default` uses per-rule remedy ladders declared as data (`stabilizer_workflow.ladders`), chosen and sized by
+* `default` applies the remedy table (`stabilizer_workflow.ladders.TABLE`: finding x phase -> remedies), sized by
   the evidence of the attempts so far (`stabilizer_workflow.rates`), never repeats a recipe already tried,
   and resumes from a checkpoint taken before the run-up to the explosion when the network is
   unchanged and the relaunched job will load it.
@@ -55,7 +55,7 @@ from typing import Any
 
 from stabilizer_workflow.evidence import has_learned, loss_rise, rediagnose, why_fresh
 from stabilizer_workflow.job import Knob
-from stabilizer_workflow.ladders import ARCHITECTURE_ROLES, LADDERS, ROLE_COUNTERS, Rung
+from stabilizer_workflow.ladders import ARCHITECTURE_ROLES, EXPLOSIONS, ROLE_COUNTERS, Rung, remedies
 from stabilizer_workflow.observation import checkpoint_step
 from stabilizer_workflow.rates import (
     RATE_ROLES,
@@ -66,9 +66,6 @@ from stabilizer_workflow.rates import (
     within,
 )
 from stabilizer_workflow.state import Attempt, Decision, Finding, WorkflowState
-
-# Findings that say the step was too large: the loss or the gradients ran away.
-EXPLOSIONS = ("ExplodingTensor", "Diverging")
 
 Recipe = dict[str, Any]
 
@@ -241,7 +238,7 @@ def plan_default(state: WorkflowState, finding: Finding, checkpoints: Mapping[in
     assert attempt is not None, "plan needs an attempt"
     spec = attempt.run_spec
     what = describe_finding(finding)
-    ladder = LADDERS.get(finding.rule)
+    ladder = remedies(finding.rule, finding.phase)  # the table's row for this finding and phase
     if ladder is None:
         return _end("gave_up", f"{what}: no remedy is declared for {finding.rule}", spec)
     knobs = state.job.knobs.declared()
@@ -256,7 +253,7 @@ def plan_default(state: WorkflowState, finding: Finding, checkpoints: Mapping[in
     )
     wanted: list[str] = []  # roles this finding's rungs would turn, declared or not
     for rung in ladder:
-        if finding.phase not in rung.phases or (rung.unless and rung.unless in knobs):
+        if rung.unless and rung.unless in knobs:
             continue
         if rung.op == "stop_early":
             # Stopping is a success only for a run that learned; one that never did gets remedies.

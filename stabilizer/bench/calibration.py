@@ -158,7 +158,7 @@ def measure(run: Run, policy: str, state: dict[str, Any], status: str, logs: lis
 def execute(run: Run, policy: str, data_dir: Path, run_root: Path) -> Result:
     """One execution of one run through the local workflow, measured and judged."""
     from stabilizer.client.inputs import check_input
-    from stabilizer.local.deployment import project_root
+    from stabilizer.local.checkout import project_root
     from stabilizer.local.engine import LocalEngine, Project
 
     name = f"{run.name}-{policy}-{time.strftime('%H%M%S')}"
@@ -290,7 +290,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """`python -m stabilizer.bench --corpus ...` (arguments parsed by stabilizer.bench)."""
     from stabilizer.cli.commands import UsageError, prepare_data
-    from stabilizer.local.deployment import project_root
+    from stabilizer.local.checkout import project_root
 
     if args.report:
         results = [r for path in args.report for r in load_results(path)]

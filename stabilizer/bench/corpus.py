@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stabilizer.local.deployment import project_root
+from stabilizer.local.checkout import project_root
 
 CORPUS_DIR = project_root() / "tests" / "corpus"
 # The outcomes an expectation may use (the state's Outcome, docs/contracts.md).

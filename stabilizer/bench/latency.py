@@ -70,11 +70,11 @@ def wake_from_history(history: list[dict[str, Any]], job_end: dt.datetime, wait_
 
 def measure_wake(work: Path) -> WakeMeasurement:
     """Run the true path once in local mode and measure it (see the module docstring)."""
-    from stabilizer.local.deployment import project_root
+    from stabilizer.local.checkout import reference_source
     from stabilizer.local.engine import LocalEngine
     from stabilizer.local.offline_digits import ensure_offline_digits
 
-    data = ensure_offline_digits(work / "data", project_root() / "model")
+    data = ensure_offline_digits(work / "data", reference_source())
     with LocalEngine(work / "run", data) as engine:
         record = engine.run(MEASURE_INPUT, name="latency-wake")
         history = engine.history(record.execution_arn)

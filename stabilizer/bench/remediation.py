@@ -261,7 +261,7 @@ def prepare_data_sets(digits: Path, root: Path) -> dict[str, Path]:
 
 
 def run_scenario(scenario: Scenario, policy: str, data: dict[str, Path], run_root: Path, *, small: bool = False) -> Row:
-    from stabilizer.local.deployment import project_root
+    from stabilizer.local.checkout import project_root
     from stabilizer.local.engine import LocalEngine, Project
     from stabilizer.reports.report import timing
 
@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from stabilizer.cli.commands import UsageError, prepare_data
-    from stabilizer.local.deployment import project_root
+    from stabilizer.local.checkout import project_root
 
     try:
         scenarios = by_name(args.scenarios.split(",") if args.scenarios else None, small=args.small)

@@ -62,7 +62,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stabilizer.local.deployment import project_root
+from stabilizer.local.checkout import project_root
 
 # Data sets the benchmark prepares from the offline digits (train examples, test examples).
 DATA_SETS = {"small": (512, 128), "tiny": (64, 128)}

@@ -202,7 +202,7 @@ class Interrupts:
 def run_local(args: argparse.Namespace, out: TextIO) -> int:
     from stabilizer.client.inputs import build_input, workflow_state_module
     from stabilizer.client.sourcedir import mark_run_directory
-    from stabilizer.local.deployment import LocalSettings, Project, project_root, strict_from_environment
+    from stabilizer.local.deployment import LocalSettings, Project, strict_from_environment
     from stabilizer.local.engine import LocalEngine
     from stabilizer.local.staging import source_summary
 
@@ -216,7 +216,7 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
         defaults=LOCAL_DEFAULTS,
         leave_out=[args.run_dir],
     )
-    project = Project.discover(project_root())
+    project = Project.discover()
     data_dir = prepare_data(args, project.model, out)
     name = args.name or f"local-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     run_dir = args.run_dir / name

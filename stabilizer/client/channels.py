@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stabilizer.local.deployment import project_root
+from stabilizer.local.checkout import reference_source
 from stabilizer.local.offline_digits import DataPreparationError, ensure_offline_digits, run_data_script
 
 CHANNELS = ("train", "test")
@@ -20,7 +20,7 @@ CHANNEL_FILES = ("x.npy", "y.npy")
 
 def prepare_digits(directory: Path) -> Path:
     """The offline digits channels, written once under ``directory``."""
-    return ensure_offline_digits(Path(directory), project_root() / "model")
+    return ensure_offline_digits(Path(directory), reference_source())
 
 
 def prepare_cifar10(directory: Path, tarball: Path | None = None) -> Path:
@@ -30,7 +30,7 @@ def prepare_cifar10(directory: Path, tarball: Path | None = None) -> Path:
         arguments = ["cifar10", "--out", str(directory.resolve())]
         if tarball is not None:
             arguments += ["--tarball", str(Path(tarball).resolve())]
-        result = run_data_script(project_root() / "model", arguments)
+        result = run_data_script(reference_source(), arguments)
         if result.returncode != 0:
             last = (result.stderr.strip().splitlines() or ["no message"])[-1]
             raise DataPreparationError(f"could not prepare CIFAR-10 in {directory}: {last}")

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stabilizer.local.checkout import in_checkout, installed_parts, project_root
+
 if TYPE_CHECKING:
     from stabilizer.local.access_check import AccessChecker
     from stabilizer.local.lambda_seam import LocalLambdas
@@ -32,11 +34,6 @@ ACCOUNT = "123456789012"
 STRICT_VARIABLE = "STABILIZER_STRICT"
 
 
-def project_root() -> Path:
-    """The checkout stabilizer runs from: its state machine, Lambda asset and training source."""
-    return Path(__file__).resolve().parents[2]
-
-
 def strict_from_environment() -> bool:
     return os.environ.get(STRICT_VARIABLE, "").strip().lower() in {"1", "true", "yes", "on"}
 
@@ -47,12 +44,21 @@ class EngineError(Exception):
 
 @dataclass(frozen=True)
 class Project:
-    """Where the parts of the project live on disk."""
+    """Where the parts of the project live on disk.
+
+    ``model`` is the training source directory the reference job runs from; ``library`` the
+    directory holding the in-job library's packages (a checkout's ``model/`` as well, unless given).
+    """
 
     root: Path
     definition: Path
     lambdas: Path
     model: Path
+    library: Path | None = None
+
+    @property
+    def library_root(self) -> Path:
+        return self.library or self.model
 
     @property
     def placeholder_map(self) -> dict[str, str]:
@@ -64,18 +70,27 @@ class Project:
 
     @classmethod
     def discover(cls, root: Path | None = None) -> Project:
+        """The project at ``root`` (a checkout); without one, this checkout or else the installed parts."""
+        if root is None and not in_checkout():
+            definitions, lambdas, model, library = installed_parts()
+            return cls(root=definitions.parent, definition=cls._definition(definitions), lambdas=lambdas,
+                       model=model, library=library)
         root = Path(root) if root else project_root()
-        statemachine = root / "statemachine"
+        definition = cls._definition(root / "statemachine")
+        for part in ("lambdas", "model"):
+            if not (root / part).is_dir():
+                raise EngineError(f"the project has no {part}/ directory under {root}")
+        return cls(root=root, definition=definition, lambdas=root / "lambdas", model=root / "model")
+
+    @staticmethod
+    def _definition(statemachine: Path) -> Path:
         candidates = sorted(statemachine.glob("*.asl.json")) or sorted(statemachine.glob("*.json"))
         if not candidates:
             raise EngineError(f"no ASL definition (*.asl.json) found in {statemachine}")
         if len(candidates) > 1:
             names = ", ".join(p.name for p in candidates)
             raise EngineError(f"more than one ASL definition in {statemachine}: {names}")
-        for part in ("lambdas", "model"):
-            if not (root / part).is_dir():
-                raise EngineError(f"the project has no {part}/ directory under {root}")
-        return cls(root=root, definition=candidates[0], lambdas=root / "lambdas", model=root / "model")
+        return candidates[0]
 
 
 @dataclass(frozen=True)

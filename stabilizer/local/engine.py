@@ -195,7 +195,7 @@ class LocalEngine:
             Key=self.settings.source_uri.split("/", 3)[3],
             Body=source_archive(self.project.model),
         )
-        upload_library(s3, self.project.model, self.settings.bucket, self.settings.library_uri.split("/", 3)[3])
+        upload_library(s3, self.project.library_root, self.settings.bucket, self.settings.library_uri.split("/", 3)[3])
         for channel in ("train", "test"):
             directory = self.data_dir / channel
             files = sorted(directory.glob("*.npy")) if directory.is_dir() else []

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from stabilizer.local.deployment import project_root
+from stabilizer.local.checkout import reference_source
 
 
 def reference_module(name: str, model_dir: Path | None = None) -> ModuleType:
@@ -22,7 +22,7 @@ def reference_module(name: str, model_dir: Path | None = None) -> ModuleType:
     key = f"stabilizer_reference_source_{name}"
     if key in sys.modules:
         return sys.modules[key]
-    path = (model_dir or project_root() / "model") / f"{name}.py"
+    path = (model_dir or reference_source()) / f"{name}.py"
     if not path.is_file():
         raise FileNotFoundError(f"the reference training source has no {path.name} in {path.parent}")
     spec = importlib.util.spec_from_file_location(key, path)

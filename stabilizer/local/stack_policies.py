@@ -218,7 +218,7 @@ def synthesized_policies(names: DeploymentNames, **context: Any) -> dict[str, Pr
     import subprocess
     import sys
 
-    from stabilizer.local.deployment import project_root
+    from stabilizer.local.checkout import project_root
 
     root = project_root()
     if not (root / "app.py").is_file():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import launched, simulate
 
-from stabilizer_workflow import policy
+from stabilizer_workflow import ladders, policy
 from stabilizer_workflow.state import Finding, Watched, WorkflowState, recipe_key
 
 
@@ -201,7 +201,7 @@ def test_a_rule_without_a_ladder_ends_the_execution(settings):
     assert "no remedy is declared for ClassImbalance" in plan.decision.reason
 
 
-@pytest.mark.parametrize("rule", sorted(policy.LADDERS))
+@pytest.mark.parametrize("rule", sorted(ladders.TABLE))
 def test_every_relaunch_decision_has_a_one_line_reason(settings, rule):
     plan = policy.plan(launched(settings), _finding(rule=rule, step=300, phase="main"), written(250))
     assert plan.decision.reason

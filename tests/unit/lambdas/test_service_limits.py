@@ -10,7 +10,7 @@ import pytest
 from botocore.stub import Stubber
 from conftest import ENV, EXECUTION
 
-from stabilizer_workflow import aws, service_limits
+from stabilizer_workflow import aws, execution_bounds, service_limits
 from stabilizer_workflow.errors import InvalidInput, TransientAwsError
 from stabilizer_workflow.launch import prepare
 from stabilizer_workflow.requests import build_create_training_job
@@ -27,8 +27,8 @@ def test_limits_are_sagemakers_own():
 
 def test_the_defaults_fit_the_execution_and_its_history(settings):
     state = prepare({}, EXECUTION, settings)
-    assert service_limits.history_events(state) < service_limits.HISTORY_EVENT_QUOTA // 2
-    assert service_limits.longest_execution_seconds(state) < service_limits.EXECUTION_TIMEOUT_SECONDS
+    assert execution_bounds.history_events(state) < service_limits.HISTORY_EVENT_QUOTA // 2
+    assert execution_bounds.longest_execution_seconds(state) < service_limits.EXECUTION_TIMEOUT_SECONDS
 
 
 def test_too_many_checks_for_the_history_quota_are_refused_naming_the_field(settings):

@@ -9,7 +9,7 @@ import json
 import pytest
 from conftest import T0, new_state
 
-from stabilizer_workflow import service_limits
+from stabilizer_workflow import execution_bounds
 from stabilizer_workflow.errors import InvalidInput
 from stabilizer_workflow.state import Attempt, Decision, Finding, WorkflowState, dump_state, load_state
 
@@ -50,9 +50,9 @@ def test_the_largest_state_an_accepted_input_allows_stays_under_256_kb(settings)
         fits = relaunches
         break
     assert fits is not None and fits >= 10
-    largest = service_limits.largest_state(state)
+    largest = execution_bounds.largest_state(state)
     assert len(largest.attempts) == fits + 10 + 1
-    assert _bytes(largest) <= service_limits.STATE_BUDGET_BYTES < QUOTA
+    assert _bytes(largest) <= execution_bounds.STATE_BUDGET_BYTES < QUOTA
 
 
 def test_an_input_whose_state_could_outgrow_the_quota_is_refused_naming_the_field(settings):
