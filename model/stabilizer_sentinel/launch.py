@@ -238,8 +238,9 @@ class LauncherHooks:
                 best, best_shared = module, shared
         if best is not None:
             return unwrap(best)
-        # No module call was seen (a functional model): name the optimizer's parameters by position.
-        return nn.ParameterList([p for group in optimizer.param_groups for p in group["params"]])
+        # No module call was seen (a functional model): the optimizer's own tensors, by position (an
+        # nn.ParameterList would copy plain tensors into new Parameters, whose gradients stay empty).
+        return BareTensors([p for group in optimizer.param_groups for p in group["params"]])
 
     # -- zero-code resume: the newest checkpoint into the first network that fits it
     def _resume_into(self, module: nn.Module) -> None:

@@ -35,7 +35,7 @@ def run_library(tmp_path, monkeypatch, *args: str, config: dict | None = None) -
     return 0
 
 
-@pytest.mark.parametrize("kind", ["accumulate", "bf16", "gan", "lbfgs", "by_hand", "bare", "compiled"])
+@pytest.mark.parametrize("kind", ["accumulate", "bf16", "gan", "lbfgs", "by_hand", "bare", "functional", "compiled"])
 def test_every_loop_kind_is_stopped_at_its_first_non_finite_step_through_the_library(tmp_path, monkeypatch, kind):
     status = run_library(tmp_path, monkeypatch, "--kind", kind, "--nan-from", "3")
     assert status == 86
@@ -46,7 +46,7 @@ def test_every_loop_kind_is_stopped_at_its_first_non_finite_step_through_the_lib
     assert (written["steps_taken"], written["steps_observed"], written["first_step"]) == (3, 4, 0)
 
 
-@pytest.mark.parametrize("kind", ["accumulate", "bf16", "gan", "lbfgs", "by_hand", "bare", "compiled"])
+@pytest.mark.parametrize("kind", ["accumulate", "bf16", "gan", "lbfgs", "by_hand", "bare", "functional", "compiled"])
 def test_every_loop_kind_that_trains_is_watched_to_its_end_through_the_library(tmp_path, monkeypatch, kind):
     assert run_library(tmp_path, monkeypatch, "--kind", kind, "--steps", "12") == 0
     assert findings(tmp_path) == []
@@ -77,6 +77,18 @@ def test_the_launcher_watches_a_loop_over_bare_tensors_to_its_end(tmp_path):
     assert written["integration"] == "launcher" and written["ended"] == "completed"
     assert (written["steps_taken"], written["steps_observed"], written["first_step"]) == (11, 11, 1)
     assert written["learned"] is True and written["last_loss"] < written["first_loss"]
+
+
+def test_the_launcher_checks_the_gradients_of_a_functional_model_before_its_optimizer_applies_them(tmp_path):
+    # Leaf tensors stepped by torch.optim.SGD, no module: the guard must read the optimizer's own tensors'
+    # gradients, and stop at the first NaN step before the update (not a step later, from the log).
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "functional", "--nan-from", "3"],
+                 LOOPS.parent, job_env(tmp_path))
+    assert result.returncode == 86, result.stdout + result.stderr
+    (finding,) = findings(tmp_path)
+    assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 3)
+    assert finding["tensor"].startswith("gradients/")
+    assert summary(tmp_path)["steps_taken"] == 3  # steps 0..2 applied; step 3's never
 
 
 def test_a_loop_that_makes_new_tensors_every_step_is_refused_in_one_line_not_silently_unwatched(tmp_path):
