@@ -56,7 +56,7 @@ def test_every_loop_kind_that_trains_is_watched_to_its_end_through_the_library(t
     assert written["learned"] is True
 
 
-@pytest.mark.parametrize("kind", ["by_hand", "bare", "gan", "compiled"])
+@pytest.mark.parametrize("kind", ["accumulate", "lbfgs", "by_hand", "bare", "gan", "compiled"])
 def test_the_launcher_stops_an_unchanged_loop_of_every_kind_at_its_first_non_finite_step(tmp_path, kind):
     result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", kind, "--nan-from", "3"], LOOPS.parent,
                  job_env(tmp_path))
