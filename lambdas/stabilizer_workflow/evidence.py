@@ -131,11 +131,17 @@ def loss_rise(seen: Watched | None, history: list | None = None) -> tuple[str, s
     """(from, to) when the loss climbed over the attempt, else None.
 
     From the finding's loss history when it holds enough (first and last 5-step windows; a
-    non-finite value is a climb), else from the summary's first and last losses. Climbing: the end
-    more than the learning check's margin above the start.
+    non-finite value is a climb), and from the summary's first and last losses: either is a climb.
+    The history holds the last steps before the finding only, so a loss that climbed earlier and
+    stayed up shows in the summary alone; reading one channel when the other says it climbed would
+    call one attempt two things (the monitor reads the history, the policy the summary), and size
+    its next rate from evidence that left out the rate it failed at. Climbing: the end more than the
+    learning check's margin above the start.
     """
     if history and (_window_means(history) or any(nonfinite(value) for _, value in history)):
-        return _history_rise(history)
+        rise = _history_rise(history)
+        if rise is not None:
+            return rise
     if seen is None or seen.first_loss is None or seen.last_loss is None:
         return None
     if nonfinite(seen.last_loss):

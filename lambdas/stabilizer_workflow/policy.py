@@ -49,6 +49,7 @@ same ladder answers it, and its rate counts as failing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -181,8 +182,9 @@ def _apply(
         new = within(rung, knob, current * rung.value, current, start.get(name, current), clamp=False)
         if new is None:
             return None
-    if new == current:
-        return None
+    if new == current or (isinstance(new, float) and isinstance(current, (int, float))
+                          and math.isclose(new, current, rel_tol=1e-9)):
+        return None  # no change, up to float rounding (a rate sized back to the value it has)
     recipe = {**spec, name: new}
     if rung.op == "size":
         recipe, also = main_down_with_the_warmup(state, spec, keep_warmup_below_main(state, recipe))

@@ -24,8 +24,9 @@ The loops people write (each with its test in tests/unit/library/test_loops.py):
 - several optimizers (a GAN): ``watch(model, [optimizer_d, optimizer_g])``, the first one's steps
   are the run's, the others' get the finite check (stabilizer_sentinel.optimizer_hooks);
 - closures (``optimizer.step(closure)``, LBFGS): watched, checked after the step;
-- parameters updated by hand (no optimizer): ``watch(model)``; each backward pass is a step
-  (stabilizer_sentinel.step_clock.BackwardClock) and ``guard.step(loss)`` may come before or after it;
+- parameters updated by hand (no optimizer): ``watch(model)``, or ``watch([w, b, ...])`` for bare tensors
+  (stabilizer_sentinel.bare_tensors); each backward pass is a step (stabilizer_sentinel.step_clock.BackwardClock) and
+  ``guard.step(loss)`` may come before or after it;
 - ``torch.compile``d models: watched (the compiled wrapper is unwrapped to name the parameters).
 
 With an optimizer, the guard keeps the last healthy state (``guard.rewind``, stabilizer_sentinel.rewind) and
@@ -57,6 +58,7 @@ from torch import nn
 from stabilizer_contract.catalogue import SENTINEL_CHECKS
 from stabilizer_sentinel import distributed, log_channel, resume, watchdog
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_config
+from stabilizer_sentinel.networks import network_of
 from stabilizer_sentinel.optimizer_hooks import OptimizerHooks
 from stabilizer_sentinel.rewind import Rewind
 from stabilizer_sentinel.rules import RuleFinding
@@ -71,23 +73,12 @@ ON_WATCH: list[Callable[[nn.Module, torch.optim.Optimizer | None], Any]] = []
 PRELOADED: str | None = None  # a checkpoint the launcher loaded before the script called watch()
 
 
-def unwrap(model: nn.Module) -> nn.Module:
-    """The user's network inside DistributedDataParallel / DataParallel / torch.compile wrappers."""
-    while True:
-        inner = getattr(model, "module", None)
-        if not isinstance(inner, nn.Module):
-            inner = getattr(model, "_orig_mod", None)
-        if not isinstance(inner, nn.Module):
-            return model
-        model = inner
-
-
 class Guard(OptimizerHooks):
     """The sentinel attached to one model and one optimizer; see the module docstring."""
 
     def __init__(
         self,
-        model: nn.Module,
+        model: nn.Module | Sequence[torch.Tensor],
         optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None,
         *,
         config: StabilizerConfig,
@@ -98,7 +89,7 @@ class Guard(OptimizerHooks):
         rewind_keep: int = 2,
         integration: str = "library",
     ) -> None:
-        self.model = unwrap(model)
+        self.model = network_of(model)
         optimizers = [] if optimizer is None else [optimizer] if isinstance(optimizer, torch.optim.Optimizer) \
             else list(optimizer)
         self.optimizer = optimizer = optimizers[0] if optimizers else None
@@ -250,11 +241,12 @@ class Guard(OptimizerHooks):
         self.capture.begin_step(next_step)
         return next_step
 
-    def external_finding(self, step: int, tensor: str, value: float, message: str, *, source: str) -> None:
-        """An ExplodingTensor finding from outside the per-step check (the log, the loss scaler)."""
+    def external_finding(self, step: int, tensor: str, value: float, message: str, *, source: str,
+                         rule: str = FINITE_CHECK_RULE) -> None:
+        """A finding from outside the per-step check (the log, the loss scaler): ExplodingTensor unless ``rule``."""
         context = {"epoch": self.epoch, "phase": self.phase, "learning_rate": self.learning_rate}
-        verdict = self.sentinel.report(RuleFinding(FINITE_CHECK_RULE, step, tensor, jsonable(value), message),
-                                       context, source=source)
+        verdict = self.sentinel.report(RuleFinding(rule, step, tensor, jsonable(value), message), context,
+                                       source=source)
         if verdict.stop and source == "log":
             self._deferred_stop = True  # printed from anywhere (another thread): stopped at the next step
         elif verdict.stop:
@@ -350,7 +342,7 @@ def claim(model: nn.Module, optimizer: Any) -> Guard | None:
 
 
 def watch(
-    model: nn.Module,
+    model: nn.Module | Sequence[torch.Tensor],
     optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
     *,
     rules: list[Mapping[str, Any]] | str | None = None,
@@ -372,8 +364,9 @@ def watch(
     action ``notify`` records findings without stopping.
 
     ``optimizer`` may be a list (a GAN's optimizers: the first one's steps are the run's) or None
-    (parameters updated by hand: each backward pass is a step). A script that fine-tunes a state it
-    loaded itself names it in ``started_from`` (the summary's; ``guard.restore()`` sets it itself).
+    (parameters updated by hand: each backward pass is a step); ``model`` a list of leaf tensors. A
+    script that fine-tunes a state it loaded itself names it in ``started_from`` (the summary's;
+    ``guard.restore()`` sets it itself).
 
     With an optimizer, the guard keeps the last healthy state (``guard.rewind``, stabilizer_sentinel.rewind):
     every ``rewind_every`` steps a host copy of the weights and optimizer state, the newest

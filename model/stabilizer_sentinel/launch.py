@@ -10,8 +10,8 @@ In a SageMaker job nothing wraps the command: ``stabilizer_sentinel/autostart/si
 then stand by: a script that calls ``watch()`` (or adds the Lightning ``SentinelCallback``) before
 its first optimizer step makes them stand down, and the library watches; otherwise they attach.
 
-What the global hooks do (PyTorch's own global hooks; the one wrapped method is GradScaler's,
-stabilizer_sentinel.step_clock):
+What the global hooks do (PyTorch's own global hooks; the two wrapped functions are GradScaler's,
+stabilizer_sentinel.step_clock, and ``torch.autograd.backward``, stabilizer_sentinel.bare_tensors):
 
 - ``register_module_forward_pre_hook`` / ``forward_hook`` watch every module call until the hooks
   attach: the outermost modules called are the candidate networks, and ``torch.nn`` loss modules
@@ -25,7 +25,14 @@ stabilizer_sentinel.step_clock):
   copy of each candidate network's smallest parameter and compare it at its next training forward
   pass (one comparison per forward pass, until attached); a network whose weights changed with no
   optimizer step is attached with a backward-pass step clock (stabilizer_sentinel.step_clock), counting
-  from step 1: its first update happened before anything could tell.
+  from step 1: its first update happened before anything could tell. Its loss at that first step
+  (the loss module's, else the log's) is where the learning check starts.
+- **Bare tensors** (leaf tensors updated by hand, no module, no optimizer): at each backward pass
+  until they attach, the graph of the backwarded scalar is walked to its leaves that require grad,
+  and the smallest is compared at the next pass (stabilizer_sentinel.bare_tensors); leaves that
+  changed with no optimizer step are attached the same way, from step 1, and from then on the
+  scalar each backward pass starts from is the step's loss. A loop that makes new leaf tensors at
+  every step is said to be unwatchable in one line of stderr, and ends unwatched.
 - **Zero-code resume**: at the first forward pass of a network that fits the newest checkpoint (the
   job's own, else the ``resume`` channel's: stabilizer_sentinel.resume), its weights are loaded before that
   pass; when the hooks attach, the optimizer's state too, and the step count goes on from the
@@ -52,6 +59,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import math
 import os
 import runpy
 import sys
@@ -63,10 +71,11 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from stabilizer_sentinel import bare_tensors, log_channel, resume, step_clock
 from stabilizer_sentinel import guard as guard_module
-from stabilizer_sentinel import log_channel, resume, step_clock
-from stabilizer_sentinel.guard import Guard, unwrap
+from stabilizer_sentinel.guard import Guard
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_config
+from stabilizer_sentinel.networks import BareTensors, unwrap
 from stabilizer_sentinel.summary import EXIT
 
 USAGE = "usage: python -m stabilizer_sentinel.launch SCRIPT.py [ARGS...] | -m MODULE [ARGS...]"
@@ -96,6 +105,10 @@ class LauncherHooks:
         self._optimizer_handle = register_optimizer_step_pre_hook(self._optimizer_stepping)
         step_clock.wrap_scaler()
         step_clock.STANDBY.append(self._scaler_stepping)
+        self._hand_updates = bare_tensors.HandUpdates()
+        self._loss_from_backward = False  # attached to bare tensors: each backward pass starts from the loss
+        bare_tensors.wrap_backward()
+        bare_tensors.LISTENERS.append(self._backward)
         self.channel = log_channel.install(config.effective_loss_regex)
         self.channel.listeners.append(self._logged_loss)
         guard_module.ON_WATCH.append(self._script_watches)
@@ -120,6 +133,7 @@ class LauncherHooks:
         for handle in (*self._module_handles, self._optimizer_handle):
             handle.remove()
         self._unhook_scaler()
+        self._unhook_backward()
         self._fingerprints.clear()
         self.channel.listeners.remove(self._logged_loss)
 
@@ -161,6 +175,26 @@ class LauncherHooks:
         # optimizer's own hooks after the global ones).
         self._attach(self._model_of(optimizer), optimizer)
 
+    def _backward(self, tensors: Any) -> None:
+        """A backward pass is about to run: a loop over bare tensors is found here, and its loss read."""
+        if self.guard is not None and not self._loss_from_backward:
+            self._unhook_backward()  # attached at an optimizer or a module: their hooks do the rest
+            return
+        if self.guard is None and not self.stood_down:
+            found = self._hand_updates.backward(tensors)
+            if found is not None:  # updated by hand since the last pass: its first update went unseen
+                self._pending_loss = self._hand_updates.previous_loss
+                self._attach(BareTensors(found), None, start_step=1)
+                self._loss_from_backward = True
+        if self._loss_from_backward and self.guard is not None:
+            loss = bare_tensors.scalar_loss(tensors)
+            if loss is not None:
+                self.guard.step(loss)  # checked with this pass's gradients, when it ends
+
+    def _unhook_backward(self) -> None:
+        with contextlib.suppress(ValueError):
+            bare_tensors.LISTENERS.remove(self._backward)
+
     def _unhook_scaler(self) -> None:
         with contextlib.suppress(ValueError):
             step_clock.STANDBY.remove(self._scaler_stepping)
@@ -183,9 +217,14 @@ class LauncherHooks:
             loss_module = ref()
             if loss_module is not None:
                 loss_module.register_forward_hook(self._loss_computed)
-        if self._pending_loss is not None:
+        if self._pending_loss is not None and start_step == 1:
+            # The loss of the update that went unseen: where the run started, for the learning check.
+            value = float(self._pending_loss)
+            if math.isfinite(value):
+                self.guard.sentinel.learning.observe(0, value, None, None)
+        elif self._pending_loss is not None:
             self.guard.step(self._pending_loss)
-            self._pending_loss = None
+        self._pending_loss = None
 
     def _model_of(self, optimizer: torch.optim.Optimizer) -> nn.Module:
         wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
@@ -199,8 +238,9 @@ class LauncherHooks:
                 best, best_shared = module, shared
         if best is not None:
             return unwrap(best)
-        # No module call was seen (a functional model): name the optimizer's parameters by position.
-        return nn.ParameterList([p for group in optimizer.param_groups for p in group["params"]])
+        # No module call was seen (a functional model): the optimizer's own tensors, by position (an
+        # nn.ParameterList would copy plain tensors into new Parameters, whose gradients stay empty).
+        return BareTensors([p for group in optimizer.param_groups for p in group["params"]])
 
     # -- zero-code resume: the newest checkpoint into the first network that fits it
     def _resume_into(self, module: nn.Module) -> None:
@@ -242,8 +282,8 @@ class LauncherHooks:
             self.guard.step(output)
 
     def _logged_loss(self, value: float) -> None:
-        if self._loss_from_module:
-            return  # the loss module's output is exact and per step; log lines are neither
+        if self._loss_from_module or self._loss_from_backward:
+            return  # the loss module's output (or the backwarded scalar) is exact and per step; log lines are neither
         if self.guard is None:
             self._pending_loss = value
         else:
@@ -272,6 +312,7 @@ class LauncherHooks:
         with contextlib.suppress(ValueError):
             guard_module.ON_WATCH.remove(self._script_watches)
         self._unhook_scaler()
+        self._unhook_backward()
         if self.guard is not None:
             self.guard.close()
         self._report_steps()

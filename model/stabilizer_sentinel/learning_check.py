@@ -2,8 +2,10 @@
 
 ``LearningCheck`` reads one loss (and the learning rate) per step and finds three things:
 
-* **NotLearning**: the loss has not fallen below where the run started. "Fallen" means windows
-  below the mean of the first window by more than both ``min_decrease`` of its magnitude and
+* **NotLearning**: the loss has not fallen below where the run started: the mean of the first
+  window, or its first step's loss when the loss exploded within that window (``untrained_level``:
+  a fall back from thousands to chance is no learning). "Fallen" means windows
+  below that start by more than both ``min_decrease`` of its magnitude and
   ``confidence`` standard errors of the difference of two window means (the per-step noise comes
   from the run, ``NoiseEstimate``), or a least-squares line through the run's steps that fell by
   ``confidence`` standard errors and ends below the start, ``CONFIRM_WINDOWS`` windows in a row.
@@ -11,9 +13,11 @@
   ``patience_windows`` windows, ``warmup_multiple`` times the warm-up the run took, and
   ``run_fraction`` of the run when its length (``run_steps``) is known. Warm-up steps do not
   count, and when the script does not say which steps are warm-up the learning rate does
-  (``PhaseTracker``). Even then it waits while the noise could still hide a fall, or while the
-  loss rises (the divergence bound's business). A completed run that never learned is found at
-  its end.
+  (``PhaseTracker``). Even then it waits while the noise could still hide a fall, while the
+  loss rises or climbs well above its best, or when a window of it was once below the start by more
+  than the noise (the divergence checks' business). A completed run that never learned is found at
+  its end: as NotLearning, or as Diverging when it ended above its start by more than the noise
+  or still above the level of an explosion in its first window (a rate too high, not too low).
 * **Diverging**: ``persistence`` consecutive steps above the bound ``baseline + spreads * scale``.
   The baseline is the first window's mean (the lineage's, for a resumed run); the scale is the
   largest of the loss's magnitude there, the range it has fallen since, and ``noise_spreads``
@@ -22,6 +26,8 @@
   a trained state) the range and the noise set it, never a ratio. One or two steps above the
   bound are hard batches of a noisy run; three in a row are a trend, and so is one step
   ``jump_spreads`` scales above the baseline (an explosion, caught before it overflows).
+  VanishingGradient is never the finding while the loss climbs, nor after a spike above the bound
+  (or an explosion in the first window) that the run never learned past: it becomes Diverging.
 * **LossNotDecreasing** (a plateau after learning), only when ``plateau_patience`` is set.
 
 The job's rule list overrides every default: an entry named ``NotLearning`` or ``Diverging``
@@ -39,28 +45,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from stabilizer_sentinel.loss_statistics import NoiseEstimate, PhaseTracker, Trend
+from stabilizer_sentinel.fall_tests import CENTRE_STEPS, FallTests
+from stabilizer_sentinel.loss_statistics import NoiseEstimate, PhaseTracker, Trend, untrained_level
 from stabilizer_sentinel.rules import RuleFinding
 
 NOT_LEARNING = "NotLearning"
 DIVERGING = "Diverging"
 PLATEAU = "LossNotDecreasing"
 VANISHING = "VanishingGradient"
-# A step's loss further than this many noise deviations from the median of the recent steps is an
-# outlier to the trend line: beyond 4 deviations a normal batch falls once in 16 000 steps.
-OUTLIER = 4.0
-# The trend line's centre is the median of this many recent steps: a window of five can hold three spikes.
-CENTRE_STEPS = 25
-# Windows in a row that must show the fall (at a run's end the last alone will do): with normal noise,
-# 3 in a row come once in 800 windows of a flat run even when its first window was 3 errors high.
-CONFIRM_WINDOWS = 3
-# Second differences the noise estimate must rest on before a window counts towards having learned:
-# an estimate from fewer is too often far off.
-RELIABLE_NOISE = 24
 
 
 @dataclass
-class LearningCheck:
+class LearningCheck(FallTests):
     # -- NotLearning: whether the loss fell, and how long to wait for it
     window: int = 5  # steps per window mean: one batch is too noisy, a whole epoch too slow
     min_decrease: float = 0.05  # a fall below the start must also be this fraction of its magnitude
@@ -88,6 +84,9 @@ class LearningCheck:
         self._sum = 0.0
         self._count = 0
         self._first: tuple[int, float] | None = None  # (last step of the first window, its mean)
+        self._start: float | None = None  # where learning is measured from (loss_statistics.untrained_level)
+        self._spike: tuple[int, float] | None = None  # the first step above the divergence bound
+        self._exploded: float | None = None  # the level of an explosion within the first window
         self._best: tuple[int, float] | None = None  # plateau reference: the best window, by plateau_decrease
         self._lowest: float | None = None  # the lowest window mean
         self._last: tuple[int, float] | None = None
@@ -128,6 +127,12 @@ class LearningCheck:
         return None if self._first is None else self._first[1]
 
     @property
+    def learning_start(self) -> float | None:
+        """Where the loss started, for judging whether it learned: the first window's mean, or its
+        first step's loss when the loss exploded within that window (``untrained_level``)."""
+        return self._start if self._start is not None else self.start_loss
+
+    @property
     def best_loss(self) -> float | None:
         """The lowest window mean seen (the lineage's, for a resumed run); None before a window closes."""
         return self._lowest
@@ -159,17 +164,11 @@ class LearningCheck:
             parts.append(math.ceil(self.run_fraction * self.run_steps))
         return max(parts)
 
-    def climbing(self) -> bool:
-        """Whether the loss of the last window of steps is well above the best so far (``rising``)."""
-        if self._lowest is None or not self._recent or self._scale <= 0:
-            return False
-        level = sum(self._recent) / len(self._recent)
-        return level - self._lowest > self.rising * self._scale
-
     # -- resume
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to be judged against the start of its lineage, not its own first steps."""
-        return {"first": self._first, "main_steps": self.main_steps, "lowest": self._lowest, "noise": self.noise}
+        return {"first": self._first, "main_steps": self.main_steps, "lowest": self._lowest, "noise": self.noise,
+                "start": self._start, "spike": self._spike}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Judge this run against its lineage's first window. Whether it learned is not carried over:
@@ -177,6 +176,9 @@ class LearningCheck:
         a loss below where the lineage started."""
         first = state.get("first")
         self._first = self._best = None if first is None else (int(first[0]), float(first[1]))
+        start, spike = state.get("start"), state.get("spike")
+        self._start = float(start) if start is not None else None
+        self._spike = None if spike is None else (int(spike[0]), float(spike[1]))
         lowest = state.get("lowest")
         self._lowest = float(lowest) if lowest is not None else self.start_loss
         noise = state.get("noise")
@@ -194,6 +196,8 @@ class LearningCheck:
             return None  # a non-finite loss is the finite check's business
         if self._bound is not None:
             self._above = self._above + 1 if loss > self._bound else 0
+            if self._above and self._spike is None:
+                self._spike = (step, loss)
             base = self._bound - self.spreads * self._scale
             if loss > base + self.jump_spreads * self._scale:  # no batch is that far off; an explosion is
                 message = (f"the loss {loss:.4g} jumped above {base + self.jump_spreads * self._scale:.4g}, "
@@ -204,16 +208,22 @@ class LearningCheck:
                            f"{self._above} steps ({self._bound_reason()})")
                 return self._fire(DIVERGING, step, message, loss)
         self._noise.add(loss)
-        self._trend.add(step, self._clipped(loss))
+        if self._exploded is not None and loss > self._exploded:
+            # The recovery from an explosion at the start is not learning: the line, and the median it
+            # clips outliers around, start after it.
+            self._trend, self._centre = Trend(), None
+            self._around.clear()
+        else:
+            self._trend.add(step, self._clipped(loss))
+            self._around.append(loss)
         self._recent.append(loss)
-        self._around.append(loss)
         self._sum += loss
         self._count += 1
         if self._count < self.window:
             return None
         mean = self._sum / self._count
         self._sum, self._count = 0.0, 0
-        self._centre = statistics.median(self._around)  # robust to a burst of spikes among the last steps
+        self._centre = statistics.median(self._around) if self._around else None  # robust to a burst of spikes
         self._window_noise = self.noise
         self._close_window(step, mean)
         return self._judge(step, at_end=False)
@@ -240,14 +250,16 @@ class LearningCheck:
         vanishing = [f for f in findings if f.rule == VANISHING]
         if not vanishing:
             return findings
-        if not (self.climbing() or any(f.rule == DIVERGING for f in findings)):
+        wrecked = self._spike is not None and not self.learned  # a spike the run never learned past
+        if not (self.climbing() or wrecked or any(f.rule == DIVERGING for f in findings)):
             return findings
         kept = [f for f in findings if f.rule != VANISHING]
-        if not self._fired:
+        if not self._fired and self._recent:
             level = sum(self._recent) / len(self._recent)
-            message = (f"the loss is climbing ({level:.4g} over the last {len(self._recent)} steps, best "
-                       f"{self._lowest:.4g}) while {vanishing[0].message}: diverging, not vanishing "
-                       f"({self._bound_reason()})")
+            how = (f"the loss is climbing ({level:.4g} over the last {len(self._recent)} steps, best "
+                   f"{self._lowest:.4g})" if self.climbing() else
+                   f"the loss never learned since it spiked{self._spike_words()}")
+            message = f"{how} while {vanishing[0].message}: diverging, not vanishing ({self._bound_reason()})"
             kept.insert(0, self._fire(DIVERGING, step, message, level))
         return kept
 
@@ -257,6 +269,11 @@ class LearningCheck:
         self._lowest = mean if self._lowest is None else min(self._lowest, mean)
         if self._first is None:
             self._first = self._best = (step, mean)
+            self._start = untrained_level(list(self._recent), self.spreads)
+            if self._start != mean:  # exploded within the first window: a spike, and no part of the trend
+                self._spike = (step, max(self._recent))
+                self._exploded = self._start + self.spreads * abs(self._start)
+                self._trend = Trend()
         else:
             assert self._best is not None
             if self._learned_at is None and self._has_learned(mean):
@@ -265,84 +282,14 @@ class LearningCheck:
                 self._best = (step, mean)
         self._refresh_bound()
 
-    def _window_below(self, mean: float) -> bool:
-        """Whether a window mean is below the start by ``min_decrease`` of its magnitude and by
-        ``confidence`` standard errors of the difference of two means of ``window`` steps.
+    def _start_words(self, first_step: int) -> str:
+        start = self.learning_start
+        if self._start is not None and self._start != self.start_loss:
+            return f"{start:.4g} at its first step"
+        return f"mean {start:.4g} over the steps to {first_step}"
 
-        A run too short for its noise to be measured (fewer than ``RELIABLE_NOISE`` steps: it can be
-        judged only at its end) is judged by ``min_decrease`` alone.
-        """
-        start = self.start_loss
-        assert start is not None
-        floor = self.min_decrease * abs(start)
-        if self._noise.samples < RELIABLE_NOISE:
-            return start - mean > floor
-        sigma = self.noise or 0.0
-        return start - mean > max(floor, self.confidence * sigma * math.sqrt(2.0 / self.window))
-
-    def _has_learned(self, mean: float) -> bool:
-        """Whether the window just closed confirms that the run learned.
-
-        A window counts when its mean is below the start (``_window_below``), or when the line
-        through every step of this process (whose noise shrinks as the run grows) fell by more than
-        ``confidence`` standard errors and ``min_decrease`` and ends below the start. Every window is
-        compared with the same first one, and the line is tested again at every window, so one lucky
-        window is not enough: ``CONFIRM_WINDOWS`` in a row are, once the noise they are measured
-        against rests on ``RELIABLE_NOISE`` steps.
-        """
-        start = self.start_loss
-        assert start is not None
-        sigma = self.noise or 0.0
-        fall = self._trend_fall(sigma)
-        level = self._trend.level_at_end()
-        line = (fall is not None and level is not None and fall[0] > self.confidence * fall[1]
-                and fall[0] > self.min_decrease * abs(start) and level < start)
-        if not (line or self._window_below(mean)):
-            self._below = 0
-        elif self._noise.samples >= RELIABLE_NOISE:
-            self._below += 1
-        return self._below >= CONFIRM_WINDOWS
-
-    def _trend_fall(self, sigma: float) -> tuple[float, float] | None:
-        """How far the least-squares line fell over this process's steps, and its standard error;
-        None before ``patience_windows`` windows of steps (a line through a few steps is noise)."""
-        trend = self._trend
-        slope, error = trend.slope, trend.slope_error(sigma)
-        if trend.count < self.patience_windows * self.window or slope is None or error is None:
-            return None
-        span = (trend.last_step or 0) - (trend.first_step or 0)
-        return -slope * span, error * span
-
-    def _undecided(self, first: float, last: float) -> bool:
-        """Whether a run that has not learned by its patience should still be left to run.
-
-        It should when its loss rose by more than the noise (a run on its way to diverging: the
-        bound stops it, and the remedies answer that with a lower rate, where "never learned"
-        would end it with none); while this process has too few steps of its own to measure its
-        noise or draw its line (a run resumed late in its patience); and when the noise could
-        still hide a fall of ``min_decrease`` (the upper confidence limit of the line's fall
-        reaches it): a noisy run shows its progress later, and a run whose noise never lets it is
-        judged at its end.
-        """
-        sigma = self.noise or 0.0
-        floor = self.min_decrease * abs(first)
-        if last - first > max(floor, self.confidence * sigma * math.sqrt(2.0 / self.window)):
-            return True
-        fall = self._trend_fall(sigma)
-        if fall is None or self._noise.samples < RELIABLE_NOISE:
-            return True
-        return fall[0] + self.confidence * fall[1] >= floor > 0
-
-    def _clipped(self, loss: float) -> float:
-        """The loss for the trend line: within ``OUTLIER`` noise deviations of the recent median.
-
-        A batch far worse than the rest (a hard example in a tiny batch) would tilt the line more
-        than a hundred ordinary steps; the window means and the bound still see it whole.
-        """
-        sigma = self._window_noise  # as of the last window: the estimate is not recomputed every step
-        if self._centre is None or not sigma:
-            return loss
-        return min(max(loss, self._centre - OUTLIER * sigma), self._centre + OUTLIER * sigma)
+    def _spike_words(self) -> str:
+        return "" if self._spike is None else f" (it spiked to {self._spike[1]:.4g} at step {self._spike[0]})"
 
     def _refresh_bound(self) -> None:
         base = self.baseline if self.baseline is not None else self.start_loss
@@ -364,17 +311,27 @@ class LearningCheck:
     def _judge(self, step: int, *, at_end: bool) -> RuleFinding | None:
         if self._first is None or self._last is None or self._best is None:
             return None
-        first_step, first = self._first
+        first_step, first = self._first[0], self.learning_start
+        assert first is not None
         last_step, last = self._last
         patience = self.patience_steps()
         if self._learned_at is None and (at_end or self.main_steps >= patience):
             if not at_end and self._undecided(first, last):
                 return None
+            # Where it ended: the last window, or the median of the last steps when that is lower (a spike).
+            # Above the start by more than the noise, or still above the level of an explosion at the start
+            # (whose noise is the explosion's own), it diverged.
+            ended = min(last, self._centre if self._centre is not None else last)
+            exploded = self._exploded is not None and ended > self._exploded
+            if at_end and (ended - first > self._significant(first) or exploded):
+                message = (f"the run ended with its loss above where it started: mean {last:.4g} over the steps to "
+                           f"{last_step}, {self._start_words(first_step)}{self._spike_words()}")
+                return self._fire(DIVERGING, step, message, last)
             change = last - first
             when = ("by the end of the run" if at_end
                     else f"in {self.main_steps} steps after warm-up (patience {patience})")
             message = (
-                f"the loss never learned {when}: mean {first:.4g} over the steps to {first_step}, "
+                f"the loss never learned {when}: {self._start_words(first_step)}, "
                 f"{last:.4g} over the steps to {last_step} ({change:+.4g}; a fall of at least "
                 f"{self.min_decrease * 100:g}% of the start and {self.confidence:g} standard errors of "
                 f"the noise {self.noise or 0.0:.3g} per step was required)"

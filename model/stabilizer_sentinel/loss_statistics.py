@@ -11,6 +11,7 @@ This module must not touch the model, the optimizer or files, and must not impor
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 
 # Second differences kept for the noise estimate: enough for a stable median, few enough that
@@ -101,6 +102,27 @@ class Trend:
         if slope is None or self.last_step is None:
             return None
         return self._mean_loss + slope * (self.last_step - self._mean_step)
+
+
+def untrained_level(first_window: list[float], spreads: float) -> float:
+    """Where a run's loss started: the mean of its first window, or its first step's loss when the
+    loss exploded within that window.
+
+    The mean of the first steps is the start a learning check compares against; but a rate too high
+    for the network can throw the loss thousands of times above its start within those steps (a
+    spike, then a fall back to chance), and their mean would then call the fall back "learning".
+    When the median of the window's other steps is more than ``spreads`` times the first step's
+    magnitude above it (the divergence bound's "ten times where it started", measured from the one
+    step no update has touched yet), the loss exploded: the first step alone is then the untrained
+    network's level. The median, so that one hard batch among them (a fine-tune's spiky batch, ten
+    to forty times the rest) is not taken for an explosion, while a loss that swings between ten
+    and five hundred times its start is.
+    """
+    first = first_window[0]
+    rest = first_window[1:]
+    if rest and statistics.median(rest) > first + spreads * abs(first):
+        return first
+    return sum(first_window) / len(first_window)
 
 
 WARMUP = "warmup"

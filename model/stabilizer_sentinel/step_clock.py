@@ -13,7 +13,9 @@ scaler's update the new scale is read (idem; once more at the end for ``loss_sca
 What is healthy and what is not:
 
 - skipped steps with a finite loss are the scaler calibrating: its scale starts high (2**16) and
-  halves at each overflow until the scaled gradients fit float16. Healthy, however many;
+  halves at each overflow until the scaled gradients fit float16. Healthy, however many; their
+  losses are the model's all the same, so the learning check reads them (the first of them is where
+  the run started: a run whose first applied steps already exploded is judged from it);
 - a non-finite loss on ``NONFINITE_LOSS_STEPS`` (3) consecutive steps is an ``ExplodingTensor``
   finding, at the first of them: the scale does not enter the forward pass, so lowering it cannot
   cure a loss that overflows, and one bad batch makes one non-finite loss, not three in a row;
@@ -76,6 +78,11 @@ class ScalerWatch:
         guard.stop_if_deferred(step)  # a finding of the log's, when no step is checked any more
         if value is None or math.isfinite(value):
             self.applied()
+            if value is not None:  # a loss the model had, though the scaler skipped its update: the learning check's
+                found = guard.sentinel.learning.observe(step, value, guard.phase, guard.learning_rate)
+                if found is not None:
+                    guard.external_finding(step, found.tensor, found.value, found.message, source="loss_scaler",
+                                           rule=found.rule)
             return
         if self.nonfinite_since is None:
             self.nonfinite_since = step

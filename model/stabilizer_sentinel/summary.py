@@ -121,7 +121,7 @@ class RunRecord:
 
     def summary(self, learning: Any, *, ended: str | None, exception: str | None) -> dict[str, Any]:
         """The ``summary`` object; ``learning`` is the sentinel's learning check (stabilizer_sentinel.health)."""
-        start = getattr(learning, "start_loss", None)
+        start = getattr(learning, "learning_start", None)  # the untrained level, not an early spike
         window = int(getattr(learning, "window", 5) or 5)
         if getattr(learning, "learned", False):
             learned: bool | None = True

@@ -118,6 +118,42 @@ def make_nll_then_diverges(seed: int) -> Run:
     return Run(losses[:200] + [11.7 + 0.5 * k for k in range(100)], rates)
 
 
+def _spike_at_the_start(seed: int, start: float, height: float, steps: int) -> list[float]:
+    """The untrained step at `start`, then `steps` steps around `height` times it: an update far too large."""
+    rng = random.Random(seed + 2000)
+    return [start] + [start * height * math.exp(rng.gauss(0, 0.3)) for _ in range(steps)]
+
+
+def make_spike_then_chance(seed: int) -> Run:
+    # A rate far too high: from chance (2.3) to thousands within the first window, back to chance, stuck.
+    rates = [0.3] * 200
+    return Run(_spike_at_the_start(seed, 2.3, 2000.0, 14) + multiplicative([2.33] * 185, 0.02, seed), rates)
+
+
+def make_spike_then_above_start(seed: int) -> Run:
+    # A log-likelihood at 0.34 thrown to thousands, then falling slowly from 16 to 6: ends far above its start.
+    rates = [0.6] * 200
+    tail = additive([16.0 - 10.0 * k / 195 for k in range(195)], 0.8, seed)
+    return Run(_spike_at_the_start(seed, 0.34, 2000.0, 4) + tail, rates)
+
+
+def make_spike_then_learns(seed: int) -> Run:
+    # The same spike, after which the run learns to below its start (-0.6): healthy.
+    rates = [0.3] * 300
+    tail = additive(learning(rates[:295], 3.0, -0.6, 3.0), 0.1, seed)
+    return Run(_spike_at_the_start(seed, 0.34, 300.0, 4) + tail, rates)
+
+
+def make_learns_then_unstable(seed: int) -> Run:
+    # A rate still too high: the loss learns from 1.5 to about 0 while the noise is still being measured,
+    # then climbs back and keeps climbing, to 3.5: it learned once, and it diverges.
+    rates = [0.15] * 200
+    first = [0.34, 3.5, 1.0, 1.45, 1.15]
+    fall = additive([1.0 - 1.2 * k / 19 for k in range(20)], 0.15, seed)
+    climb = additive([1.8 + 1.7 * k / 174 for k in range(175)], 0.3, seed + 1)
+    return Run(first + fall + climb, rates)
+
+
 def make_noisy_tiny_batches(seed: int) -> Run:
     rates = [0.05] * 600
     return Run(multiplicative(learning(rates, 2.3, 0.4, 8.0), 0.35, seed), rates)

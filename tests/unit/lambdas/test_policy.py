@@ -372,3 +372,19 @@ def test_once_a_rate_exploded_tiny_gradients_are_not_answered_by_raising_the_rat
     plan = policy.plan(state, flat, written(30))
     assert plan.decision.remedy != "raise_lr"
     assert plan.run_spec["learning_rate"] <= 0.1
+
+
+
+def test_a_rate_sized_back_to_the_value_it_has_is_no_relaunch_though_the_floats_differ(settings):
+    # The corpus's one-cycle run at max_lr 20, its values divided by 4 (exact in binary): attempt 1
+    # diverged at a rate of 3.27 and was relaunched at a quarter (1.2499999999999998); attempt 2's loss
+    # climbed while VanishingGradient fired at 0.8169..11, one unit in the last place under a quarter of
+    # 3.27. Sized from attempt 1's rate alone, the next value is 1.25: the same recipe up to rounding,
+    # and a relaunch with it would only repeat attempt 2.
+    bn = {"add_batch_norm": 1}
+    flat = Finding(rule="VanishingGradient", step=100, phase="main", learning_rate=0.816910411466511, message="fired")
+    state = _history(settings, ({**bn, "learning_rate": 5.0}, _exploded(3.2676416458660444, stable=None)),
+                     ({**bn, "learning_rate": 1.2499999999999998}, flat))
+    state.attempts[-1].watched = Watched(integration="library", restores=True, first_loss=2.27, last_loss=2.56)
+    plan = policy.plan(state, flat, written(50))
+    assert "learning_rate" not in (plan.decision.changes or {}), plan.decision.reason

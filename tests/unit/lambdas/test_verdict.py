@@ -9,7 +9,18 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from conftest import ENV, EXECUTION, T0, describe, launched, observation, sentinel_findings, summary, watched_findings
+from conftest import (
+    ENV,
+    EXECUTION,
+    T0,
+    describe,
+    launched,
+    load_event,
+    observation,
+    sentinel_findings,
+    summary,
+    watched_findings,
+)
 
 from stabilizer_workflow import launch as launching
 from stabilizer_workflow import monitor
@@ -298,3 +309,22 @@ def test_vanishing_gradient_beside_a_climbing_loss_history_is_relaunched_as_a_di
     assert "VanishingGradient fired while the loss rose from 2.31 to nan" in s.attempts[0].finding.message
     assert s.attempts[0].decision.remedy == "lower_lr"
     assert s.run_spec["learning_rate"] < 0.1
+
+
+def test_vanishing_gradient_after_a_climb_its_last_steps_do_not_show_is_answered_and_recorded_as_a_divergence(
+    settings,
+):
+    # The finding's history (its last steps) is flat at 2.55; the summary shows the loss went from
+    # 2.27 to 2.56 (best 1.75). One channel saying it climbed is enough: the attempt is recorded as
+    # Diverging, so its rate is evidence of a failing rate and the next one is sized below it.
+    state = launched(settings, {"run_spec": {"add_batch_norm": 1}})
+    doc = load_event("findings-exploding.json")
+    doc["findings"][0].update(rule="VanishingGradient", step=100, phase="main", learning_rate=0.1, value=1e-9)
+    doc["findings"][0]["evidence"]["loss_history"] = [[step, 2.55 + 0.01 * (step % 2)] for step in range(90, 101)]
+    doc["summary"].update(first_loss=2.27, last_loss=2.56, best_loss=1.75, learned=False, last_step=100,
+                          steps_taken=100, steps_observed=101)
+    findings = FindingsDocument.model_validate(doc)
+    _, s = _ended(state, observation(state, "Failed", findings=findings, failure_reason="AlgorithmError: RuleStop"))
+    assert s.attempts[0].finding.rule == "Diverging"
+    assert s.attempts[0].decision.remedy == "lower_lr"
+    assert s.run_spec["learning_rate"] == pytest.approx(0.025)  # a quarter of the rate it failed at

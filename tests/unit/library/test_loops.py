@@ -35,7 +35,7 @@ def run_library(tmp_path, monkeypatch, *args: str, config: dict | None = None) -
     return 0
 
 
-@pytest.mark.parametrize("kind", ["accumulate", "bf16", "gan", "lbfgs", "by_hand", "compiled"])
+@pytest.mark.parametrize("kind", ["accumulate", "bf16", "gan", "lbfgs", "by_hand", "bare", "functional", "compiled"])
 def test_every_loop_kind_is_stopped_at_its_first_non_finite_step_through_the_library(tmp_path, monkeypatch, kind):
     status = run_library(tmp_path, monkeypatch, "--kind", kind, "--nan-from", "3")
     assert status == 86
@@ -46,7 +46,7 @@ def test_every_loop_kind_is_stopped_at_its_first_non_finite_step_through_the_lib
     assert (written["steps_taken"], written["steps_observed"], written["first_step"]) == (3, 4, 0)
 
 
-@pytest.mark.parametrize("kind", ["accumulate", "bf16", "gan", "lbfgs", "by_hand", "compiled"])
+@pytest.mark.parametrize("kind", ["accumulate", "bf16", "gan", "lbfgs", "by_hand", "bare", "functional", "compiled"])
 def test_every_loop_kind_that_trains_is_watched_to_its_end_through_the_library(tmp_path, monkeypatch, kind):
     assert run_library(tmp_path, monkeypatch, "--kind", kind, "--steps", "12") == 0
     assert findings(tmp_path) == []
@@ -56,7 +56,7 @@ def test_every_loop_kind_that_trains_is_watched_to_its_end_through_the_library(t
     assert written["learned"] is True
 
 
-@pytest.mark.parametrize("kind", ["by_hand", "gan", "compiled"])
+@pytest.mark.parametrize("kind", ["accumulate", "lbfgs", "by_hand", "bare", "gan", "compiled"])
 def test_the_launcher_stops_an_unchanged_loop_of_every_kind_at_its_first_non_finite_step(tmp_path, kind):
     result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", kind, "--nan-from", "3"], LOOPS.parent,
                  job_env(tmp_path))
@@ -64,6 +64,40 @@ def test_the_launcher_stops_an_unchanged_loop_of_every_kind_at_its_first_non_fin
     (finding,) = findings(tmp_path)
     assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 3)
     assert summary(tmp_path)["integration"] == "launcher"
+
+
+def test_the_launcher_watches_a_loop_over_bare_tensors_to_its_end(tmp_path):
+    # Leaf tensors, torch.nn.functional and a hand-written update: no module is called, no optimizer
+    # steps. Its second backward pass shows the update, and each pass from then on is a checked step.
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "bare", "--steps", "12"], LOOPS.parent,
+                 job_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert findings(tmp_path) == []
+    written = summary(tmp_path)
+    assert written["integration"] == "launcher" and written["ended"] == "completed"
+    assert (written["steps_taken"], written["steps_observed"], written["first_step"]) == (11, 11, 1)
+    assert written["learned"] is True and written["last_loss"] < written["first_loss"]
+
+
+def test_the_launcher_checks_the_gradients_of_a_functional_model_before_its_optimizer_applies_them(tmp_path):
+    # Leaf tensors stepped by torch.optim.SGD, no module: the guard must read the optimizer's own tensors'
+    # gradients, and stop at the first NaN step before the update (not a step later, from the log).
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "functional", "--nan-from", "3"],
+                 LOOPS.parent, job_env(tmp_path))
+    assert result.returncode == 86, result.stdout + result.stderr
+    (finding,) = findings(tmp_path)
+    assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 3)
+    assert finding["tensor"].startswith("gradients/")
+    assert summary(tmp_path)["steps_taken"] == 3  # steps 0..2 applied; step 3's never
+
+
+def test_a_loop_that_makes_new_tensors_every_step_is_refused_in_one_line_not_silently_unwatched(tmp_path):
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "rebind", "--steps", "6"], LOOPS.parent,
+                 job_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    (line,) = [text for text in result.stderr.splitlines() if text.startswith("sentinel: not watched")]
+    assert "new parameter tensors at every step" in line and "update them in place" in line
+    assert not (tmp_path / "checkpoints" / "findings.json").exists()  # no summary: the workflow says unwatched
 
 
 @pytest.mark.parametrize("integration", ["library", "launcher"])
@@ -94,6 +128,19 @@ def test_a_scaler_calibrating_its_scale_is_healthy_and_its_skipped_steps_are_cou
     assert written["steps_observed"] + written["steps_skipped"] == written["steps_taken"] == 16
     assert written["learned"] is True
     assert written["loss_scale"]["last"] < 2.0**16 and written["loss_scale"]["min"] >= 1
+
+
+def test_the_losses_of_steps_a_scaler_skipped_count_where_the_run_started(tmp_path):
+    # The first steps are skipped while the scale calibrates; their losses are the model's all the
+    # same, and the first of them is where the run started (a run whose applied steps exploded at once
+    # would otherwise be judged from thousands).
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "amp", "--steps", "16"], LOOPS.parent,
+                 job_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    logged = [float(line.split("loss=")[1]) for line in result.stdout.splitlines() if line.startswith("step=")]
+    written = summary(tmp_path)
+    assert written["steps_skipped"] >= 1
+    assert written["first_loss"] == pytest.approx(sum(logged[:5]) / 5, rel=1e-4)
 
 
 def test_a_collapsing_loss_scale_is_an_exploding_tensor(tmp_path):

@@ -32,6 +32,15 @@ def test_auto_the_launcher_watches_a_script_that_never_calls_watch(tmp_path):
     assert written["restores"] is True  # a relaunch under the launcher resumes from the newest checkpoint
 
 
+def test_auto_watches_a_loop_over_bare_tensors_that_never_calls_watch(tmp_path):
+    result = in_a_job(tmp_path, LOOPS, {"integration": "auto"}, "--kind", "bare", "--steps", "12", "--nan-from", "6")
+    assert result.returncode == 86, result.stderr
+    (finding,) = findings(tmp_path)
+    assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 6)
+    written = summary(tmp_path)
+    assert written["integration"] == "launcher" and written["ended"] == "rule_stop"
+
+
 def test_auto_stands_down_for_a_script_that_watches_itself(tmp_path):
     result = in_a_job(tmp_path, LOOPS, {"integration": "auto"}, "--steps", "12", "--watch", "1")
     assert result.returncode == 0, result.stderr

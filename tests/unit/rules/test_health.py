@@ -87,13 +87,15 @@ def test_a_completed_run_that_never_learned_leaves_a_finding(tmp_path):
     assert "never learned by the end of the run" in finding["message"]
 
 
-def test_a_slowly_rising_loss_is_not_called_stalled_while_it_runs():
-    # Rising, not flat, and never ten times where it started (about 6x at the end): judged at the end.
+def test_a_slowly_rising_loss_is_not_called_stalled_while_it_runs_and_is_diverging_at_its_end():
+    # Rising, not flat, and never ten times where it started (about 6x at the end): judged at the end,
+    # where a loss that ended above its start is a divergence (its remedy a lower rate), not a stall.
     rising = [2.3 * 1.03**step for step in range(60)]
     check = LearningCheck()
     assert feed(check, rising) is None
     finding = check.at_end(59)
-    assert finding is not None and finding.rule == NOT_LEARNING and "by the end of the run" in finding.message
+    assert finding is not None and finding.rule == DIVERGING
+    assert "ended with its loss above where it started" in finding.message
 
 
 def test_a_loss_ten_times_its_first_window_is_diverging_even_while_finite():

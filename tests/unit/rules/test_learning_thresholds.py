@@ -99,6 +99,43 @@ def test_vanishing_gradients_under_a_flat_loss_are_still_vanishing_gradients(tmp
     assert finding["rule"] == "VanishingGradient" and finding["step"] == 12
 
 
+def test_a_loss_thrown_to_thousands_in_its_first_steps_and_back_at_chance_never_learned(tmp_path):
+    # A rate far too high: 2.3 at the first step, thousands for 14 steps, then 2.33 to the end. The
+    # mean of the first window (thousands) is no start: the fall back to chance is not learning.
+    finding = watched(tmp_path, t.make_spike_then_chance(0))
+    assert finding["rule"] == "NotLearning" and "2.3 at its first step" in finding["message"]
+
+
+def test_a_loss_thrown_up_at_the_start_that_ends_above_its_start_is_diverging(tmp_path):
+    # A log-likelihood at 0.34 thrown to thousands, then falling slowly from 16 to 6: far above its start.
+    finding = watched(tmp_path, t.make_spike_then_above_start(0))
+    assert finding["rule"] == "Diverging" and finding["step"] == 199
+    assert "ended with its loss above where it started" in finding["message"]
+    assert "0.34 at its first step" in finding["message"] and "spiked to" in finding["message"]
+
+
+def test_a_loss_thrown_up_at_the_start_that_then_learns_below_it_is_healthy(tmp_path):
+    assert watched(tmp_path, t.make_spike_then_learns(0)) is None
+
+
+def test_a_run_that_learned_and_then_climbed_above_its_start_is_diverging_not_never_learned(tmp_path):
+    # It fell from 1.5 to about 0 while its noise was still being measured (no three windows in a
+    # row could confirm it), then climbed to 3.5. "Never learned" would be false, and would end it with
+    # no remedy; a loss that ends above its start is a rate too high.
+    finding = watched(tmp_path, t.make_learns_then_unstable(0))
+    assert finding["rule"] == "Diverging" and finding["step"] == 199
+
+
+def test_vanishing_gradients_after_a_spike_the_run_never_learned_past_are_diverging(tmp_path):
+    # The same run at chance, its gradients vanishing from step 40: a rate that wrecked the network,
+    # which a higher rate (VanishingGradient's remedy) would wreck again.
+    rules = [{"name": "VanishingGradient"}]
+    finding = watched(tmp_path, t.make_spike_then_chance(0), rules, capture={"gradients": {"save_interval": 1}},
+                      grads=lambda step: 1e-9 if step >= 40 else 1e-2)
+    assert finding["rule"] == "Diverging" and finding["step"] == 40
+    assert "never learned since it spiked" in finding["message"] and "while mean |" in finding["message"]
+
+
 def test_a_noisy_small_batch_run_is_judged_on_its_noise(tmp_path):
     # Batches now and then twelve times the rest on a healthy run: neither a divergence nor a stall.
     spiky = t.make_noisy_spikes(0)

@@ -1,0 +1,120 @@
+"""Loops over bare tensors: leaf tensors that require grad, updated by hand, with no ``nn.Module`` and no
+``torch.optim`` (``w -= lr * w.grad`` under ``torch.no_grad()``).
+
+Such a loop calls no module and steps no optimizer, so the launcher's other hooks never see it. Its
+one regular event is the backward pass. Autograd has no global hook on a backward pass starting, so
+``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped once per process, at module
+level. With GradScaler's (stabilizer_sentinel.step_clock), it is the second PyTorch function this library
+wraps. The wrapper calls the listeners with the tensors about to be backwarded, then runs the
+original.
+
+``HandUpdates`` is what the launcher's standby does at each backward pass, until it attaches:
+
+- the graph of the backwarded scalar (its loss) is walked to its leaves that require grad, the AccumulateGrad
+  nodes (``grad_fn.next_functions``): they are the parameters;
+- the smallest of them is copied; at the next backward pass, when it changed with no optimizer step
+  in between (an optimizer step would have attached the launcher as usual), the loop updated them
+  by hand. The launcher then attaches a guard to those tensors (stabilizer_sentinel.networks.BareTensors), stepped by a
+  backward-pass clock (stabilizer_sentinel.step_clock.BackwardClock) and counting from step 1, since the
+  first update came before anything could tell. From then on the scalar each backward pass starts
+  from is that step's loss.
+
+What cannot be watched this way is said in one line on stderr when it is seen, and the job then
+ends unwatched (no summary):
+
+- a loop that makes new leaf tensors at every step (``w = (w - lr * w.grad).detach().requires_grad_()``):
+  the tensors the guard would hook are gone by the next step;
+- a loop whose gradients come from ``torch.autograd.grad`` (no backward pass; nothing is wrapped there).
+
+This module must not change gradients or weights. Walking the graph costs one visit per graph node,
+at each backward pass until the launcher attaches or stands down (one walk in a script with an optimizer).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+# Called with the tensors of every backward pass, before it runs.
+LISTENERS: list[Callable[[Sequence[torch.Tensor]], None]] = []
+_ORIGINAL: dict[str, Any] = {}
+# A graph larger than this is not walked: no loop over bare tensors builds one (its leaves are written out).
+MAX_NODES = 100_000
+
+
+def wrap_backward() -> None:
+    """Wrap ``torch.autograd.backward`` once per process."""
+    if not _ORIGINAL:
+        _ORIGINAL["backward"] = torch.autograd.backward
+        torch.autograd.backward = _backward  # type: ignore[assignment]
+
+
+def _backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+    if LISTENERS:
+        seen = (tensors,) if isinstance(tensors, torch.Tensor) else tuple(tensors)
+        for listener in list(LISTENERS):
+            listener(seen)
+    return _ORIGINAL["backward"](tensors, *args, **kwargs)
+
+
+def scalar_loss(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """The loss of a backward pass: the one scalar it starts from (None for several, or a non-scalar)."""
+    if len(tensors) == 1 and isinstance(tensors[0], torch.Tensor) and tensors[0].numel() == 1:
+        return tensors[0]
+    return None
+
+
+def leaves(loss: torch.Tensor) -> list[torch.Tensor]:
+    """The leaf tensors requiring grad that ``loss`` depends on, in the order the walk meets them."""
+    found: list[torch.Tensor] = []
+    seen: set[int] = set()
+    keep: list[Any] = []  # holds the visited nodes, so that no id is reused during the walk
+    stack = [loss.grad_fn]
+    while stack and len(keep) < MAX_NODES:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        keep.append(node)
+        variable = getattr(node, "variable", None)  # AccumulateGrad: a leaf's gradient is summed here
+        if isinstance(variable, torch.Tensor) and variable.requires_grad:
+            found.append(variable)
+        stack.extend(child for child, _ in reversed(node.next_functions))
+    return found
+
+
+class HandUpdates:
+    """Finds, one backward pass at a time, a loop that updates its leaf tensors by hand."""
+
+    def __init__(self) -> None:
+        self._watched: tuple[torch.Tensor, torch.Tensor] | None = None  # the smallest leaf, and a copy of it
+        self._leaf_ids: frozenset[int] = frozenset()
+        self.refused: str | None = None
+        self.previous_loss: torch.Tensor | None = None  # the last pass's loss, before its update
+
+    def backward(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+        """The leaves to watch when this backward pass shows that the loop updated them by hand, else None."""
+        loss = scalar_loss(tensors)
+        if loss is None or loss.grad_fn is None or self.refused is not None:
+            return None
+        found = leaves(loss)
+        if not found:
+            return None
+        known, self._watched = self._watched, None
+        ids = frozenset(id(t) for t in found)
+        replaced = bool(self._leaf_ids) and not (ids & self._leaf_ids)
+        self._leaf_ids = ids
+        if known is not None and not torch.equal(known[0].detach(), known[1]):
+            return found
+        if replaced and known is not None:
+            self.refused = ("the loop makes new parameter tensors at every step (no optimizer, no nn.Module): "
+                            "the launcher cannot follow them; update them in place (w -= lr * w.grad under no_grad)")
+            print(f"sentinel: not watched: {self.refused}", file=sys.stderr, flush=True)
+            return None
+        smallest = min(found, key=lambda t: t.numel())
+        self._watched = (smallest, smallest.detach().clone())
+        self.previous_loss = loss.detach()  # the loss before the update the next pass may reveal
+        return None

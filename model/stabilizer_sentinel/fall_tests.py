@@ -1,0 +1,149 @@
+"""Whether a loss fell: the window and line tests of the learning check (``LearningCheck`` mixes this in).
+
+A window mean counts as a fall below the start when it is below by ``min_decrease`` of the start's
+magnitude and by ``confidence`` standard errors of the difference of two window means; so does a
+least-squares line through the run's steps that fell by as much and ends below the start, but only
+``CONFIRM_WINDOWS`` windows in a row confirm that a run learned. The noise every test is measured
+against is the run's own (stabilizer_sentinel.loss_statistics.NoiseEstimate).
+
+This module must not touch the model, the optimizer or files: it reads numbers the check keeps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from stabilizer_sentinel.loss_statistics import NoiseEstimate, Trend
+
+# A step's loss further than this many noise deviations from the median of the recent steps is an
+# outlier to the trend line: beyond 4 deviations a normal batch falls once in 16 000 steps.
+OUTLIER = 4.0
+# The trend line's centre is the median of this many recent steps: a window of five can hold three spikes.
+CENTRE_STEPS = 25
+# Windows in a row that must show the fall (at a run's end the last alone will do): with normal noise,
+# 3 in a row come once in 800 windows of a flat run even when its first window was 3 errors high.
+CONFIRM_WINDOWS = 3
+# Second differences the noise estimate must rest on before a window counts towards having learned:
+# an estimate from fewer is too often far off.
+RELIABLE_NOISE = 24
+
+
+class FallTests:
+    """The learning check's tests of a fall; the attributes are ``LearningCheck``'s."""
+
+    window: int
+    min_decrease: float
+    confidence: float
+    patience_windows: int
+    noise: float | None
+    learning_start: float | None
+    _noise: NoiseEstimate
+    _trend: Trend
+    _below: int
+    _exploded: float | None
+    _centre: float | None
+    _window_noise: float | None
+    _around: deque[float]
+    _recent: deque[float]
+    _lowest: float | None
+    _scale: float
+    rising: float
+
+    def climbing(self) -> bool:
+        """Whether the loss of the last window of steps is well above the best so far (``rising``)."""
+        if self._lowest is None or not self._recent or self._scale <= 0:
+            return False
+        level = sum(self._recent) / len(self._recent)
+        return level - self._lowest > self.rising * self._scale
+
+    def _window_below(self, mean: float) -> bool:
+        """Whether a window mean is below the start by ``min_decrease`` of its magnitude and by
+        ``confidence`` standard errors of the difference of two means of ``window`` steps.
+
+        A run too short for its noise to be measured (fewer than ``RELIABLE_NOISE`` steps: it can be
+        judged only at its end) is judged by ``min_decrease`` alone.
+        """
+        start = self.learning_start
+        assert start is not None
+        floor = self.min_decrease * abs(start)
+        if self._noise.samples < RELIABLE_NOISE:
+            return start - mean > floor
+        sigma = self.noise or 0.0
+        return start - mean > max(floor, self.confidence * sigma * math.sqrt(2.0 / self.window))
+
+    def _has_learned(self, mean: float) -> bool:
+        """Whether the window just closed confirms that the run learned.
+
+        A window counts when its mean is below the start (``_window_below``), or when the line
+        through every step of this process (whose noise shrinks as the run grows) fell by more than
+        ``confidence`` standard errors and ``min_decrease`` and ends below the start. Every window is
+        compared with the same first one, and the line is tested again at every window, so one lucky
+        window is not enough: ``CONFIRM_WINDOWS`` in a row are, once the noise they are measured
+        against rests on ``RELIABLE_NOISE`` steps.
+        """
+        start = self.learning_start
+        assert start is not None
+        sigma = self.noise or 0.0
+        fall = self._trend_fall(sigma)
+        level = self._trend.level_at_end()
+        floor = self.min_decrease * abs(start)
+        line = (fall is not None and level is not None and fall[0] > self.confidence * fall[1]
+                and fall[0] > floor and level < start and (self._exploded is None or start - mean > floor))
+        if not (line or self._window_below(mean)):
+            self._below = 0
+        elif self._noise.samples >= RELIABLE_NOISE:
+            self._below += 1
+        return self._below >= CONFIRM_WINDOWS
+
+    def _trend_fall(self, sigma: float) -> tuple[float, float] | None:
+        """How far the least-squares line fell over this process's steps, and its standard error;
+        None before ``patience_windows`` windows of steps (a line through a few steps is noise)."""
+        trend = self._trend
+        slope, error = trend.slope, trend.slope_error(sigma)
+        if trend.count < self.patience_windows * self.window or slope is None or error is None:
+            return None
+        span = (trend.last_step or 0) - (trend.first_step or 0)
+        return -slope * span, error * span
+
+    def _undecided(self, first: float, last: float) -> bool:
+        """Whether a run that has not learned by its patience should still be left to run.
+
+        It should when its loss rose by more than the noise, or climbed well above its best
+        (``climbing``): a run on its way to diverging, which the bound stops or its end judges, and
+        the remedies answer with a lower rate, where "never learned" would end it with none; when a
+        window of it was once below the start by more than the noise (it learned, though no three
+        windows in a row confirmed it yet: "never learned" would be false, and a loss that went back
+        up is the divergence checks' business); while
+        this process has too few steps of its own to measure its noise or draw its line (a run
+        resumed late in its patience); and when the noise could still hide a fall of
+        ``min_decrease`` (the upper confidence limit of the line's fall reaches it): a noisy run
+        shows its progress later, and a run whose noise never lets it is judged at its end.
+        """
+        if last - first > self._significant(first) or self.climbing():
+            return True
+        if self._lowest is not None and self._window_below(self._lowest):
+            return True  # it fell below its start by more than the noise once: it learns, or it went back up
+        sigma = self.noise or 0.0
+        floor = self.min_decrease * abs(first)
+        fall = self._trend_fall(sigma)
+        if fall is None or self._noise.samples < RELIABLE_NOISE:
+            return True
+        return fall[0] + self.confidence * fall[1] >= floor > 0
+
+    def _significant(self, start: float) -> float:
+        """A change of two window means larger than this is more than noise: ``min_decrease`` of the start
+        and ``confidence`` standard errors of the difference."""
+        sigma = self.noise or 0.0
+        return max(self.min_decrease * abs(start), self.confidence * sigma * math.sqrt(2.0 / self.window))
+
+    def _clipped(self, loss: float) -> float:
+        """The loss for the trend line: within ``OUTLIER`` noise deviations of the recent median.
+
+        A batch far worse than the rest (a hard example in a tiny batch) would tilt the line more
+        than a hundred ordinary steps; the window means and the bound still see it whole.
+        """
+        sigma = self._window_noise  # as of the last window: the estimate is not recomputed every step
+        if self._centre is None or not sigma:
+            return loss
+        return min(max(loss, self._centre - OUTLIER * sigma), self._centre + OUTLIER * sigma)
