@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from stabilizer_contract.catalogue import SENTINEL_CHECKS
+from stabilizer_contract.job import CHECKPOINT_DIR_VARIABLE, CHECKPOINT_LOCAL_PATH, CONFIG_HYPERPARAMETER
 from stabilizer_workflow.errors import MisconfiguredEnvironment, StateCorrupted
 from stabilizer_workflow.job import Job
 from stabilizer_workflow.rule_checks import is_profiler_rule, runs_in_engine
@@ -22,7 +23,6 @@ from stabilizer_workflow.settings import TrainSettings
 from stabilizer_workflow.state import Monitoring, RuleConfig, WorkflowState
 
 JOB_NAME_MAX = 63
-CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 DEBUG_LOCAL_PATH = "/opt/ml/output/tensors"
 RULE_INSTANCE_TYPE = "ml.t3.medium"
 
@@ -33,7 +33,6 @@ LIBRARY_CHANNEL = "stabilizer"
 LIBRARY_LOCAL_PATH = f"/opt/ml/input/data/{LIBRARY_CHANNEL}"
 # The hyperparameter holding the sentinel's configuration. The training toolkit keeps
 # `sagemaker_*` hyperparameters out of the script's arguments and SM_HPS.
-CONFIG_HYPERPARAMETER = "sagemaker_stabilizer"
 # The library's launcher level starts from a `sitecustomize` module in this directory of the channel.
 LAUNCHER_AUTOSTART = f"{LIBRARY_LOCAL_PATH}/stabilizer_sentinel/autostart"
 
@@ -217,7 +216,7 @@ def build_create_training_job(state: WorkflowState, settings: TrainSettings, att
     # Never run past the execution's training budget, whatever the job asks for.
     remaining = state.limits.max_total_training_seconds - state.training_seconds()
     channels = [_channel(channel, uri) for channel, uri in job.channels.items()]
-    environment = {"STABILIZER_CHECKPOINT_DIR": CHECKPOINT_LOCAL_PATH}
+    environment = {CHECKPOINT_DIR_VARIABLE: CHECKPOINT_LOCAL_PATH}
     if settings.library_s3_uri:
         channels.append(_channel(LIBRARY_CHANNEL, settings.library_s3_uri))
         environment["PYTHONPATH"] = f"{LIBRARY_LOCAL_PATH}:{LAUNCHER_AUTOSTART}"

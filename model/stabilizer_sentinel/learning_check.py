@@ -39,11 +39,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from stabilizer_contract.catalogue import DIVERGING, NOT_LEARNING
 from stabilizer_sentinel.loss_statistics import NoiseEstimate, PhaseTracker, Trend
 from stabilizer_sentinel.rules import RuleFinding
 
-NOT_LEARNING = "NotLearning"
-DIVERGING = "Diverging"
 PLATEAU = "LossNotDecreasing"
 VANISHING = "VanishingGradient"
 # A step's loss further than this many noise deviations from the median of the recent steps is an
