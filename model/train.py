@@ -43,8 +43,8 @@ import torch.nn.functional as F  # noqa: N812
 import stabilizer_sentinel as sentinel  # sentinel
 from data import read_channel
 from resnet import ResNet
+from stabilizer_contract.checkpoints import checkpoint_name, checkpoints_in, newest_checkpoint
 from stabilizer_sentinel.capture import CaptureConfigError, parse_capture
-from stabilizer_sentinel.checkpoints import checkpoint_name, checkpoints_in, newest_checkpoint
 from stabilizer_sentinel.job_config import StabilizerConfigError, load_config
 from stabilizer_sentinel.rules import RuleConfigError, parse_rule_list
 from stabilizer_sentinel.sentinel import EXIT_RULE_STOP

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from stabilizer_contract.job import CONFIG_HYPERPARAMETER
 from stabilizer_workflow import notifications
 from stabilizer_workflow.access import check_job_access
 from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
@@ -140,7 +141,7 @@ def _hyperparameter_sources(own_job: bool, job: Job) -> dict[str, str]:
     section = "job.hyperparameters" if own_job else "run_spec"
     return {
         **{name: f"{section}.{name}" for name in job.hyperparameters},
-        "sagemaker_stabilizer": "monitoring",
+        CONFIG_HYPERPARAMETER: "monitoring",
     }
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from stabilizer_contract.catalogue import NOT_LEARNING
 from stabilizer_workflow import evidence, hangs, notifications, policy
 from stabilizer_workflow.errors import StateCorrupted
 from stabilizer_workflow.ladders import EXPLOSIONS
@@ -29,9 +30,6 @@ from stabilizer_workflow.state import Attempt, Decision, Finding, WorkflowState
 INFRASTRUCTURE_FAILURES = ("InternalServerError", "CapacityError")
 # A relaunch needs at least this much of the training budget left to be worth starting.
 MIN_BUDGET_SECONDS = 60
-# The sentinel's learning check reports a loss that never fell under this rule name
-# (model/stabilizer_sentinel/health.py; docs/contracts.md, section 2).
-NOT_LEARNING = "NotLearning"
 
 
 @dataclass(frozen=True)

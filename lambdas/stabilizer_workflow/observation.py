@@ -16,20 +16,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from stabilizer_contract.checkpoints import checkpoint_step
+from stabilizer_contract.job import RULE_STOP_PREFIX
 from stabilizer_workflow.state import KNOWN_RULES, Finding, Phase, TrainingJobStatus, Watched
 
 RuleEvaluationStatus = Literal["InProgress", "NoIssuesFound", "IssuesFound", "Error", "Stopping", "Stopped"]
 
-# The sentinel's exit 86 leaves a FailureReason starting with this (docs/contracts.md, section 1).
-RULE_STOP_MARKER = "RuleStop:"
-_CHECKPOINT = re.compile(r"(?:^|/)checkpoint-(\d+)\.pt$")
 _STEP_IN_TEXT = re.compile(r"\bstep[ =](\d+)")
-
-
-def checkpoint_step(uri: str | None) -> int | None:
-    """The next step a checkpoint resumes at, read from its file name; None for another name."""
-    match = _CHECKPOINT.search(uri or "")
-    return int(match.group(1)) if match else None
 
 
 def _rate(value: float | str | None) -> float | None:
@@ -215,7 +208,7 @@ class Observation(BaseModel):
 
     @property
     def rule_stop(self) -> bool:
-        return self.status == "Failed" and RULE_STOP_MARKER in (self.failure_reason or "")
+        return self.status == "Failed" and RULE_STOP_PREFIX in (self.failure_reason or "")
 
     @property
     def terminal(self) -> bool:
@@ -311,9 +304,9 @@ def checkpoint_files(keys: list[str]) -> dict[int, str]:
     """Step -> file name of the checkpoints among listed S3 keys."""
     files = {}
     for key in keys:
-        match = _CHECKPOINT.search(key)
-        if match:
-            files[int(match.group(1))] = key.rsplit("/", 1)[-1]
+        step = checkpoint_step(key)
+        if step is not None:
+            files[step] = key.rsplit("/", 1)[-1]
     return files
 
 

@@ -54,10 +54,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from stabilizer_contract.checkpoints import checkpoint_step
+from stabilizer_contract.job import REWIND_EVERY
 from stabilizer_workflow.evidence import has_learned, loss_rise, rediagnose, why_fresh
 from stabilizer_workflow.job import Knob
 from stabilizer_workflow.ladders import ARCHITECTURE_ROLES, EXPLOSIONS, ROLE_COUNTERS, Rung, remedies
-from stabilizer_workflow.observation import checkpoint_step
 from stabilizer_workflow.rates import (
     RATE_ROLES,
     fmt,
@@ -70,8 +71,6 @@ from stabilizer_workflow.state import Attempt, Decision, Finding, WorkflowState
 
 Recipe = dict[str, Any]
 
-# The sentinel's rewind copies the training state every this many steps (stabilizer_sentinel.rewind).
-REWIND_EVERY = 5
 # Rules that report a plateau, and how many relaunches may answer them in one execution (the
 # remedies of a loss that never decreased are guesses: normalisation, then a smaller step).
 PLATEAU_RULES = frozenset({"LossNotDecreasing"})

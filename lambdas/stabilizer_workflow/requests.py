@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from stabilizer_contract.catalogue import SENTINEL_CHECKS
+from stabilizer_contract.job import CHECKPOINT_DIR_VARIABLE, CHECKPOINT_LOCAL_PATH, CONFIG_HYPERPARAMETER
 from stabilizer_workflow import hangs
 from stabilizer_workflow.distribution import distribution_hyperparameters, distribution_problem
 from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
@@ -24,7 +25,6 @@ from stabilizer_workflow.settings import TrainSettings
 from stabilizer_workflow.state import Monitoring, RuleConfig, WorkflowState
 
 JOB_NAME_MAX = 63
-CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 DEBUG_LOCAL_PATH = "/opt/ml/output/tensors"
 RULE_INSTANCE_TYPE = "ml.t3.medium"
 
@@ -35,7 +35,6 @@ LIBRARY_CHANNEL = "stabilizer"
 LIBRARY_LOCAL_PATH = f"/opt/ml/input/data/{LIBRARY_CHANNEL}"
 # The hyperparameter holding the sentinel's configuration. The training toolkit keeps
 # `sagemaker_*` hyperparameters out of the script's arguments and SM_HPS.
-CONFIG_HYPERPARAMETER = "sagemaker_stabilizer"
 # The library's launcher level starts from a `sitecustomize` module in this directory of the channel.
 LAUNCHER_AUTOSTART = f"{LIBRARY_LOCAL_PATH}/stabilizer_sentinel/autostart"
 
@@ -230,7 +229,7 @@ def build_create_training_job(state: WorkflowState, settings: TrainSettings, att
     problem = distribution_problem(job.distribution, job.instance_type)
     if problem:
         raise InvalidInput(problem)
-    environment = {"STABILIZER_CHECKPOINT_DIR": CHECKPOINT_LOCAL_PATH, **hangs.environment(job.hang)}
+    environment = {CHECKPOINT_DIR_VARIABLE: CHECKPOINT_LOCAL_PATH, **hangs.environment(job.hang)}
     if settings.library_s3_uri:
         channels.append(_channel(LIBRARY_CHANNEL, settings.library_s3_uri))
         environment["PYTHONPATH"] = f"{LIBRARY_LOCAL_PATH}:{LAUNCHER_AUTOSTART}"

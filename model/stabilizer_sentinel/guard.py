@@ -56,6 +56,7 @@ import torch
 from torch import nn
 
 from stabilizer_contract.catalogue import SENTINEL_CHECKS
+from stabilizer_contract.job import REWIND_EVERY
 from stabilizer_sentinel import distributed, log_channel, resume, watchdog
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_config
 from stabilizer_sentinel.networks import network_of
@@ -351,7 +352,7 @@ def watch(
     start_step: int = 0,
     environ: Mapping[str, str] | None = None,
     install_hooks: bool = True,
-    rewind_every: int = 5,
+    rewind_every: int = REWIND_EVERY,
     rewind_keep: int = 2,
     started_from: str | None = None,
 ) -> Guard:

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-HYPERPARAMETER = "sagemaker_stabilizer"
+from stabilizer_contract.job import CHECKPOINT_DIR_VARIABLE, CHECKPOINT_LOCAL_PATH, CONFIG_HYPERPARAMETER
+
+HYPERPARAMETER = CONFIG_HYPERPARAMETER
 ACTIONS = ("stop", "notify")
 INTEGRATIONS = ("auto", "library", "launcher")
 # Matches "loss=0.93", "loss: 0.93", "Loss 0.93" but not "test_loss=..." or "val_loss=...".
@@ -169,7 +171,7 @@ class JobPaths:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> JobPaths:
         env = os.environ if environ is None else environ
-        checkpoint_dir = Path(env.get("STABILIZER_CHECKPOINT_DIR") or "/opt/ml/checkpoints")
+        checkpoint_dir = Path(env.get(CHECKPOINT_DIR_VARIABLE) or CHECKPOINT_LOCAL_PATH)
         return cls(
             checkpoint_dir=checkpoint_dir,
             failure_file=Path(env.get("STABILIZER_FAILURE_FILE") or "/opt/ml/output/failure"),

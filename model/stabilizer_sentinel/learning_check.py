@@ -45,12 +45,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from stabilizer_contract.catalogue import DIVERGING, NOT_LEARNING
 from stabilizer_sentinel.fall_tests import CENTRE_STEPS, FallTests
 from stabilizer_sentinel.loss_statistics import NoiseEstimate, PhaseTracker, Trend, untrained_level
 from stabilizer_sentinel.rules import RuleFinding
 
-NOT_LEARNING = "NotLearning"
-DIVERGING = "Diverging"
 PLATEAU = "LossNotDecreasing"
 VANISHING = "VanishingGradient"
 

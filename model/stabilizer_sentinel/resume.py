@@ -2,7 +2,7 @@
 
 The checkpoint is the job's own newest (a restarted job finds its own checkpoints in its checkpoint
 directory), else the ``resume`` input channel's, where the workflow puts the one a relaunch resumes
-from (stabilizer_sentinel.checkpoints names them). The optimizer's state (momentum, the guard's step count)
+from (stabilizer_contract.checkpoints names them). The optimizer's state (momentum, the guard's step count)
 comes back; its hyperparameters (learning rate, ...) stay as the script set them, since a relaunch's
 remedy changes them. A checkpoint that does not fit the model (another architecture: missing or
 unexpected keys, other shapes) or the optimizer is reported in one line and left alone.
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from stabilizer_sentinel.checkpoints import newest_checkpoint
+from stabilizer_contract.checkpoints import newest_checkpoint
 from stabilizer_sentinel.job_config import JobPaths
 
 

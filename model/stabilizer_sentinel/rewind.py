@@ -7,7 +7,7 @@ memory every ``every`` steps (a few milliseconds for a ResNet-20, measured by
 ``python -m stabilizer.bench.overhead``), keeps only the newest ``keep`` copies (bounded memory:
 ``keep`` x (weights + optimizer state)), and when the sentinel reports a finding at step S it
 writes the copies taken before S as ordinary checkpoints
-(``stabilizer_sentinel.checkpoints.checkpoint_name``) into the checkpoint directory, which SageMaker
+(``stabilizer_contract.checkpoints.checkpoint_name``) into the checkpoint directory, which SageMaker
 syncs to S3. The monitor lists them like any checkpoint, so a remedy that keeps the architecture
 resumes a few steps before the explosion (from the newest; the older one is there for a policy
 that finds the newest already too close: a run that explodes again at the same step from it).
@@ -50,7 +50,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from stabilizer_sentinel.checkpoints import checkpoint_name
+from stabilizer_contract.checkpoints import checkpoint_name
 
 
 def _to_cpu(value: Any) -> Any:

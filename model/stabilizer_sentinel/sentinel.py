@@ -37,6 +37,7 @@ from typing import Any, NoReturn
 import torch
 from torch import nn
 
+from stabilizer_contract.job import ENDED_RULE_STOP, EXIT_RULE_STOP, RULE_STOP_PREFIX
 from stabilizer_sentinel import profiler as system_profiler
 from stabilizer_sentinel import store
 from stabilizer_sentinel.capture import Capture, parse_capture
@@ -46,8 +47,7 @@ from stabilizer_sentinel.rules.base import unmatched_findings
 from stabilizer_sentinel.summary import jsonable as _jsonable
 from stabilizer_sentinel.trial import MemoryTrial
 
-EXIT_RULE_STOP = 86
-FAILURE_PREFIX = "RuleStop:"
+FAILURE_PREFIX = RULE_STOP_PREFIX
 FINDINGS_FILE = "findings.json"
 ACTIONS = ("stop", "notify")
 HISTORY = 50
@@ -314,10 +314,10 @@ class Sentinel:
         finding = self.stop_finding or {"rule": "unknown", "step": -1, "message": "no finding recorded"}
         if self.profiler is not None:
             self.profiler.close()
-        self.capture.close(status="rule_stop")
+        self.capture.close(status=ENDED_RULE_STOP)
         reason = f"{FAILURE_PREFIX} {finding['rule']} at step {finding['step']}: {finding['message']}"
         if self.summary is not None:
-            self.write(ended="rule_stop")
+            self.write(ended=ENDED_RULE_STOP)
         if self.failure_file is not None:
             # Every rank may write it (one per node under multi-node DDP): same text, atomic rename.
             self.failure_file.parent.mkdir(parents=True, exist_ok=True)

@@ -8,8 +8,8 @@ import math
 import torch
 from torch import nn
 
+from stabilizer_contract.checkpoints import checkpoint_name, checkpoint_step, checkpoints_in
 from stabilizer_sentinel import watch
-from stabilizer_sentinel.checkpoints import checkpoint_name, checkpoint_step, checkpoints_in
 from tests.unit.library.support import FIXTURES, findings, job_env, logged, run, summary
 
 PLAIN = FIXTURES / "regression" / "plain_loop.py"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stabilizer_sentinel.checkpoints import checkpoint_name, checkpoint_step, newest_checkpoint
+from stabilizer_contract.checkpoints import checkpoint_name, checkpoint_step, newest_checkpoint
 from stabilizer_workflow.observation import observe
 
 

@@ -6,7 +6,7 @@ import json
 
 import torch
 
-from stabilizer_sentinel.checkpoints import checkpoint_name, checkpoints_in
+from stabilizer_contract.checkpoints import checkpoint_name, checkpoints_in
 from stabilizer_sentinel.rewind import Rewind
 from stabilizer_sentinel.sentinel import build_monitoring
 from tests.unit.rules.test_sentinel import poison_layer

@@ -2,9 +2,9 @@
 
 Everything that writes a checkpoint (the training script's periodic ones, the rewind snapshot
 the sentinel persists when a rule fires) names it with ``checkpoint_name``; everything in the job
-that looks for one uses ``newest_checkpoint``. The workflow (the monitor Lambda, which cannot
-import this package) never rebuilds a name: it resumes from the object keys it listed in S3
-(docs/contracts.md, section 1).
+that looks for one uses ``newest_checkpoint``. The workflow reads the step back from the object
+keys it listed in S3 with ``checkpoint_step`` and never rebuilds a name: it resumes from the key
+it found (docs/contracts.md, section 1).
 
 The step is zero-padded so that names sort by step as text, in a directory listing and in an S3
 listing alike. This module must not import torch: it only names files.
@@ -26,9 +26,9 @@ def checkpoint_name(next_step: int) -> str:
     return f"checkpoint-{next_step:08d}.pt"
 
 
-def checkpoint_step(name: str) -> int | None:
-    """The step in a checkpoint file name (or S3 key), None when it is not one."""
-    match = _NAME.match(name.rsplit("/", 1)[-1])
+def checkpoint_step(name: str | None) -> int | None:
+    """The step in a checkpoint file name (or S3 key or URI), None when it is not one."""
+    match = _NAME.match((name or "").rsplit("/", 1)[-1])
     return int(match.group(1)) if match else None
 
 
