@@ -21,6 +21,13 @@ from stabilizer_workflow import notifications
 from stabilizer_workflow.access import check_job_access
 from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
 from stabilizer_workflow.execution_bounds import execution_problems
+from stabilizer_workflow.execution_input import (
+    Monitoring,
+    RunSpec,
+    format_validation_error,
+    is_s3_uri,
+    parse_execution_input,
+)
 from stabilizer_workflow.images import default_image, training_image_for
 from stabilizer_workflow.job import Job
 from stabilizer_workflow.notifications import Notification
@@ -30,16 +37,7 @@ from stabilizer_workflow.rule_checks import custom_rule_sources
 from stabilizer_workflow.service_limits import request_problems
 from stabilizer_workflow.settings import TrainSettings
 from stabilizer_workflow.sources import entry_point_problem
-from stabilizer_workflow.state import (
-    Attempt,
-    ExecutionRef,
-    Monitoring,
-    RunSpec,
-    WorkflowState,
-    format_validation_error,
-    is_s3_uri,
-    parse_execution_input,
-)
+from stabilizer_workflow.state import Attempt, ExecutionRef, WorkflowState
 
 
 class ArchiveReader(Protocol):

@@ -116,7 +116,7 @@ def test_the_worst_case_call_is_the_configured_arithmetic():
 
 
 def test_a_job_hyperparameter_over_2500_characters_is_refused_naming_it():
-    from stabilizer_workflow.state import parse_execution_input
+    from stabilizer_workflow.execution_input import parse_execution_input
 
     job = {"source": "s3://bucket/src/sourcedir.tar.gz", "entry_point": "fit.py",
            "hyperparameters": {"lr": 0.1, "notes": "x" * 2600}}
@@ -127,7 +127,7 @@ def test_a_job_hyperparameter_over_2500_characters_is_refused_naming_it():
 
 
 def test_a_job_hyperparameter_of_exactly_sagemakers_limit_is_accepted_and_one_more_is_not():
-    from stabilizer_workflow.state import parse_execution_input
+    from stabilizer_workflow.execution_input import parse_execution_input
 
     limit = service_limits.HYPERPARAMETER_VALUE_MAX
     job = {"source": "s3://bucket/src/sourcedir.tar.gz", "entry_point": "fit.py"}

@@ -106,9 +106,9 @@ def test_the_suite_covers_what_it_promises():
 
 
 def test_every_scenario_is_a_valid_execution_input():
-    from stabilizer.client.inputs import workflow_state_module
+    from stabilizer.client.inputs import execution_input_module
 
-    state = workflow_state_module()
+    state = execution_input_module()
     for scenario in ALL:
         for small in (False, True) if scenario.small_run_spec is not None else (False,):
             state.parse_execution_input(scenario.execution_input("default", small=small))
