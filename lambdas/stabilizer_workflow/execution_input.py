@@ -41,7 +41,6 @@ KNOWN_RULES = tuple(CATALOGUE)
 RULE_PARAMETER_MAX = 256
 
 _INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
-_S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$")
 
 
 _Strict = Strict
@@ -296,7 +295,3 @@ def parse_execution_input(raw: Any, *, debugger_rules_enabled: bool | None = Non
         )
     except ValidationError as error:
         raise InvalidInput(format_validation_error(error)) from None
-
-
-def is_s3_uri(value: str) -> bool:
-    return bool(_S3_URI.match(value))
