@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.local:
                 raise UsageError(
                     "run needs --local; on AWS, start an execution from the console ({} runs the reference "
-                    "problem), from the notebook, or with stabilizer.client.clients.AwsClient"
+                    "problem), from the notebook, or with stabilizer.client.aws_client.AwsClient"
                 )
             return run_local(args, out)
     except UsageError as error:

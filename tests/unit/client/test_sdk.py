@@ -231,7 +231,7 @@ def test_the_converted_job_is_a_valid_execution_input(session, source, points):
 
 # ------------------------------------------------------------------------------------ the clients
 def test_the_aws_client_uploads_the_source_and_data_and_starts_the_job(session, source, points):
-    from stabilizer.client.clients import AwsClient
+    from stabilizer.client.aws_client import AwsClient
 
     client = AwsClient("Stabilizer", region_name=REGION, cloudformation=stack_outputs_client())
     sent: list[dict[str, Any]] = []
@@ -260,7 +260,7 @@ def test_the_aws_client_uploads_the_source_and_data_and_starts_the_job(session, 
 
 
 def test_the_local_client_hands_the_job_to_the_engine_as_it_is(session, source, points):
-    from stabilizer.client.clients import LocalClient
+    from stabilizer.client.local_client import LocalClient
 
     class Engine:
         """Stands in for LocalEngine at the one call under test: what input the execution gets."""
