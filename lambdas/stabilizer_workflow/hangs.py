@@ -9,6 +9,13 @@ long as the relaunch will load it (``evidence.why_fresh``), at most ``HANG_RELAU
 execution (``job.hang.relaunches``). The decision's reason and so the notification say "a hang, not
 an instability"; an instability gets the policy's remedies instead.
 
+The monitor also watches for itself (``no_progress``): the job's rank 0 writes ``progress.json``
+beside findings.json whenever its step moved (at most every 30 s), and SageMaker uploads it with
+the checkpoints; a job in training whose file has not changed in S3 for ``max(2 x floor, 300 s)``
+is a ``Hang`` too (a frozen process or a dead host, whose own watchdog could not act). The
+monitor stops it and the same relaunch follows. A job that never wrote the file (not watched by
+the library) is not judged this way.
+
 The monitor calls ``plan`` before the policy (stabilizer_workflow.monitor, where ``policy.plan`` is
 called); a finding that is not a hang is left to the policy (``None``).
 
@@ -19,16 +26,23 @@ Pure: no AWS, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
+    from stabilizer_workflow.observation import Observation
     from stabilizer_workflow.policy import Plan
     from stabilizer_workflow.state import Finding, WorkflowState
 
 HANG = "Hang"
 HANG_RELAUNCHES = 2
+DEFAULT_FLOOR_SECONDS = 600.0  # the watchdog's (stabilizer_sentinel.watchdog)
+PROGRESS_FILE = "progress.json"
+# The monitor's bound never goes under this: the file is written at most every 30 s, uploaded as
+# SageMaker syncs checkpoints, and read at the next check.
+MONITOR_MIN_SECONDS = 300.0
 # A rule stop whose findings.json never reached S3 (rank 0's host was the one that died) is known by
 # its FailureReason alone, which names no catalogue rule: the watchdog's own words say it was a hang.
 _HANG_STOP = "RuleStop: Hang at step"
@@ -105,3 +119,21 @@ def plan(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str])
         start = f"resumes from {str(resume).rsplit('/', 1)[-1]}"
     reason = f"{what}; same recipe again, {start}; hang relaunch {done + 1} of {limit}"
     return Plan(Decision(action="relaunch", remedy="retry", resume_from=resume, reason=reason), dict(state.run_spec))
+
+
+def no_progress(state: WorkflowState, obs: Observation, now: datetime) -> Finding | None:
+    """The monitor's own hang check: a job in training whose progress file went stale in S3."""
+    if obs.status != "InProgress" or obs.progress_at is None:
+        return None
+    floor = state.job.hang.floor_seconds if state.job.hang is not None else DEFAULT_FLOOR_SECONDS
+    if floor <= 0:
+        return None
+    from stabilizer_workflow.state import Finding
+
+    bound = max(2 * floor, MONITOR_MIN_SECONDS)
+    silent = (now - obs.progress_at).total_seconds()
+    if silent <= bound:
+        return None
+    return Finding(rule=HANG, source="log", message=(
+        f"the job reported no new step for {silent:.0f} s ({PROGRESS_FILE} unchanged in S3; the monitor's bound "
+        f"{bound:.0f} s is twice the hang floor, at least {MONITOR_MIN_SECONDS:.0f} s): the job did not stop itself"))
