@@ -28,7 +28,7 @@ from stabilizer_workflow.errors import (
     TransientAwsError,
     WorkflowError,
 )
-from stabilizer_workflow.hangs import PROGRESS_FILE
+from stabilizer_workflow.hang_settings import PROGRESS_FILE
 from stabilizer_workflow.notifications import Notification
 from stabilizer_workflow.observation import FindingsDocument, parse_findings
 from stabilizer_workflow.service_limits import quota_advice

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from conftest import T0, describe, launched, observation, sentinel_findings
 
-from stabilizer_workflow import hangs, monitor
+from stabilizer_workflow import hang_settings, hangs, monitor
 from stabilizer_workflow.observation import observe
 
 LATER = T0 + timedelta(minutes=5)
@@ -57,10 +57,10 @@ def test_an_instability_is_left_to_the_policy(settings):
 
 
 def test_a_jobs_hang_bounds_travel_as_the_watchdogs_environment():
-    settings = hangs.HangSettings(floor_seconds=30, factor=5, relaunches=1)
-    assert hangs.environment(settings) == {
+    settings = hang_settings.HangSettings(floor_seconds=30, factor=5, relaunches=1)
+    assert hang_settings.environment(settings) == {
         "STABILIZER_HANG_FLOOR_SECONDS": "30", "STABILIZER_HANG_FACTOR": "5", "STABILIZER_STRAGGLER_FACTOR": "2"}
-    assert hangs.environment(None) == {}
+    assert hang_settings.environment(None) == {}
 
 
 def test_a_hang_known_only_by_its_failure_reason_is_relaunched_as_a_hang(settings):
