@@ -314,9 +314,14 @@ def required(collection_names: list[str] | None, default: Mapping[str, int], int
     return dict(default)
 
 
+# The finding of a rule that never saw a tensor it reads: a configuration to fix, not the rule's
+# condition (a remedy for the rule's own finding would answer the wrong question).
+NO_TENSOR_MATCHED = "NoTensorMatched"
+
+
 def unmatched_findings(rules: list[Rule], step: int) -> list[RuleFinding]:
     """At the end of a run, a finding for each rule that never saw a tensor it reads: never silence."""
-    return [RuleFinding(rule.name, step, None, None, why, stops=False)
+    return [RuleFinding(NO_TENSOR_MATCHED, step, None, rule.name, why, stops=False)
             for rule in rules if (why := rule.unmatched()) is not None]
 
 
