@@ -37,6 +37,7 @@ from stabilizer_contract.catalogue import (
     check_rule,
     rule_items,
 )
+from stabilizer_contract.parameters import NO_TENSOR_MATCHED
 from stabilizer_sentinel.summary import jsonable
 from stabilizer_sentinel.trial import TensorUnavailableForStep, Trial, matches
 
@@ -314,9 +315,6 @@ def required(collection_names: list[str] | None, default: Mapping[str, int], int
     return dict(default)
 
 
-# The finding of a rule that never saw a tensor it reads: a configuration to fix, not the rule's
-# condition (a remedy for the rule's own finding would answer the wrong question).
-NO_TENSOR_MATCHED = "NoTensorMatched"
 
 
 def unmatched_findings(rules: list[Rule], step: int) -> list[RuleFinding]:
