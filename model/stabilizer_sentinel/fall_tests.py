@@ -24,8 +24,6 @@ CENTRE_STEPS = 25
 # Windows in a row that must show the fall (at a run's end the last alone will do): with normal noise,
 # 3 in a row come once in 800 windows of a flat run even when its first window was 3 errors high.
 CONFIRM_WINDOWS = 3
-# The standard error of the median of n normal samples is this many times that of their mean.
-MEDIAN_ERROR = 1.2533
 # Second differences the noise estimate must rest on before a window counts towards having learned:
 # an estimate from fewer is too often far off.
 RELIABLE_NOISE = 24
@@ -122,7 +120,7 @@ class FallTests:
         ``min_decrease`` (the upper confidence limit of the line's fall reaches it): a noisy run
         shows its progress later, and a run whose noise never lets it is judged at its end.
         """
-        if last - first > self._significant(first) or self._risen(first) or self.climbing():
+        if last - first > self._significant(first) or self.climbing():
             return True
         if self._lowest is not None and self._window_below(self._lowest):
             return True  # it fell below its start by more than the noise once: it learns, or it went back up
@@ -132,16 +130,6 @@ class FallTests:
         if fall is None or self._noise.samples < RELIABLE_NOISE:
             return True
         return fall[0] + self.confidence * fall[1] >= floor > 0
-
-    def _risen(self, start: float) -> bool:
-        """Whether the median of the recent steps is above the start by more than ``min_decrease`` and
-        ``confidence`` standard errors of the difference (the start window's and the median's, which is
-        1.25 times a mean's): a loss that sits high under noise so large that no window mean can show it."""
-        if self._centre is None or not self._around:
-            return False
-        sigma = self.noise or 0.0
-        error = sigma * math.sqrt(1.0 / self.window + MEDIAN_ERROR**2 / len(self._around))
-        return self._centre - start > max(self.min_decrease * abs(start), self.confidence * error)
 
     def _significant(self, start: float) -> float:
         """A change of two window means larger than this is more than noise: ``min_decrease`` of the start

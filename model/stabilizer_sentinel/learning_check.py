@@ -323,7 +323,7 @@ class LearningCheck(FallTests):
             # (whose noise is the explosion's own), it diverged.
             ended = min(last, self._centre if self._centre is not None else last)
             exploded = self._exploded is not None and ended > self._exploded
-            if at_end and (ended - first > self._significant(first) or self._risen(first) or exploded):
+            if at_end and (ended - first > self._significant(first) or exploded):
                 message = (f"the run ended with its loss above where it started: mean {last:.4g} over the steps to "
                            f"{last_step}, {self._start_words(first_step)}{self._spike_words()}")
                 return self._fire(DIVERGING, step, message, last)

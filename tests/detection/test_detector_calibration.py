@@ -38,7 +38,6 @@ CORPUS: dict[str, tuple[Callable[[int], t.Run], str]] = {
     "a spike at the start, then stuck at chance": (t.make_spike_then_chance, NOT_LEARNING),
     "a spike at the start, then settling above its start": (t.make_spike_then_above_start, DIVERGING),
     "learns while its noise is measured, then climbs above its start": (t.make_learns_then_unstable, DIVERGING),
-    "recorded: a fine-tune far too fast, its noise as large as its rise": (t.make_finetune_lr1, DIVERGING),
     "flat, never learning": (t.make_flat, NOT_LEARNING),
     "flat and noisy, never learning": (t.make_flat_noisy, NOT_LEARNING),
     "flat negative log-likelihood": (t.make_flat_negative, NOT_LEARNING),

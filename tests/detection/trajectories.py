@@ -154,28 +154,6 @@ def make_learns_then_unstable(seed: int) -> Run:
     return Run(first + fall + climb, rates)
 
 
-# The corpus's finetune-lr1 (tests/corpus/finetune_checkpoint, a fine-tuning rate far too high), as its
-# log printed it (steps 0..93) and its summary's last loss (step 94, where NotLearning stopped it): from
-# 1.5 to a level that wanders between 5 and 70, its noise as large as its rise.
-FINETUNE_LR1 = [
-    1.46922, 1.38216, 2.00063, 4.47911, 3.21465, 3.92279, 18.01785, 18.81925, 16.54181, 29.69289, 23.79633,
-    15.48023, 11.49851, 15.16937, 12.35233, 13.93829, 13.95438, 13.35994, 8.71771, 19.93790, 22.90615, 24.08028,
-    31.85380, 21.73023, 16.85856, 17.75345, 18.96239, 21.32236, 19.25275, 7.29158, 26.60437, 32.58338, 22.41498,
-    5.75818, 26.14499, 30.72300, 58.55621, 48.52446, 46.07376, 38.99509, 31.83497, 37.82419, 61.80645, 71.03722,
-    64.44128, 38.57927, 62.26146, 30.01848, 29.93501, 29.50230, 20.94807, 51.95650, 52.88549, 31.36127,
-    25.43131, 41.11964, 43.84941, 32.78276, 46.42501, 33.78337, 69.37595, 60.16434, 47.68813, 40.66646,
-    34.45198, 26.73078, 22.67599, 25.69104, 31.74871, 23.51360, 33.35100, 41.15282, 27.69703, 20.26413,
-    21.19849, 29.70305, 38.95313, 21.68258, 24.82500, 33.19367, 39.03166, 40.13143, 42.38902, 43.38581,
-    51.17171, 33.45371, 17.19564, 17.42004, 10.05964, 20.09225, 8.40847, 6.17680, 15.49288, 16.62902,
-    11.404213905334473,
-]
-
-
-def make_finetune_lr1(seed: int) -> Run:
-    """The recorded run (one run, whatever the seed)."""
-    return Run(list(FINETUNE_LR1), [1.0] * len(FINETUNE_LR1))
-
-
 def make_noisy_tiny_batches(seed: int) -> Run:
     rates = [0.05] * 600
     return Run(multiplicative(learning(rates, 2.3, 0.4, 8.0), 0.35, seed), rates)
