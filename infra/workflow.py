@@ -292,7 +292,9 @@ class Workflow(Construct):
                 iam.PolicyStatement(
                     sid="ReadFindings",
                     actions=["s3:GetObject"],
-                    resources=self.objects("executions/*/checkpoints/findings.json"),
+                    # findings.json, and progress.json's time (HeadObject) for the monitor's own hang check.
+                    resources=self.objects("executions/*/checkpoints/findings.json",
+                                           "executions/*/checkpoints/progress.json"),
                 ),
                 self.list_bucket("executions/*"),
                 self.notify(),
@@ -305,6 +307,8 @@ class Workflow(Construct):
             *self.job_arn_reasons(processing=True),
             (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/executions/*/checkpoints/findings.json]",
              "One findings.json per attempt, under executions/<execution>/attempt-<n>/ named at run time."),
+            (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/executions/*/checkpoints/progress.json]",
+             "One progress.json per attempt, under executions/<execution>/attempt-<n>/ named at run time."),
         )
 
     # --- state machine --------------------------------------------------------------

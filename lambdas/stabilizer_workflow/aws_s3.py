@@ -8,12 +8,14 @@ translated by stabilizer_workflow.aws; no decisions here.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from stabilizer_workflow.aws import NOT_THERE, error_code, new_client, translate
+from stabilizer_workflow.hang_settings import PROGRESS_FILE
 from stabilizer_workflow.observation import FindingsDocument, parse_findings
 from stabilizer_workflow.s3_uris import split_s3_uri
 
@@ -46,6 +48,19 @@ class Artifacts:
             return parse_findings(body), None
         except ValueError as error:
             return None, str(error)
+
+    def progress_time(self, checkpoint_uri: str) -> datetime | None:
+        """When the job's progress.json last changed (its LastModified), or None when it has none yet."""
+        bucket, prefix = split_s3_uri(checkpoint_uri)
+        key = f"{prefix.rstrip('/')}/{PROGRESS_FILE}"
+        try:
+            return self.client.head_object(Bucket=bucket, Key=key)["LastModified"]
+        except ClientError as error:
+            if error_code(error) in NOT_THERE:
+                return None
+            raise translate(error, f"HeadObject s3://{bucket}/{key}") from error
+        except BotoCoreError as error:
+            raise translate(error, f"HeadObject s3://{bucket}/{key}") from error
 
     def checkpoint_keys(self, checkpoint_uri: str) -> list[str]:
         bucket, prefix = split_s3_uri(checkpoint_uri)

@@ -9,60 +9,38 @@ long as the relaunch will load it (``evidence.why_fresh``), at most ``HANG_RELAU
 execution (``job.hang.relaunches``). The decision's reason and so the notification say "a hang, not
 an instability"; an instability gets the policy's remedies instead.
 
+The monitor also watches for itself (``no_progress``): the job's rank 0 writes ``progress.json``
+beside findings.json whenever its step moved (at most every 30 s), and SageMaker uploads it with
+the checkpoints; a job in training whose file has not changed in S3 for ``max(2 x floor, 300 s)``
+is a ``Hang`` too (a frozen process or a dead host, whose own watchdog could not act). The
+monitor stops it and the same relaunch follows. A job that never wrote the file (not watched by
+the library) is not judged this way.
+
 The monitor calls ``plan`` before the policy (stabilizer_workflow.monitor, where ``policy.plan`` is
 called); a finding that is not a hang is left to the policy (``None``).
 
-The job's bounds travel to the job as environment variables the watchdog reads (``environment``).
+The job's bounds (``job.hang``) travel to its watchdog as environment variables (``hang_settings``).
 Pure: no AWS, no clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated
+from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
-
-if TYPE_CHECKING:
-    from stabilizer_workflow.policy import Plan
-    from stabilizer_workflow.state import Finding, WorkflowState
+from stabilizer_workflow.evidence import why_fresh
+from stabilizer_workflow.hang_settings import DEFAULT_FLOOR_SECONDS, HANG_RELAUNCHES, PROGRESS_FILE
+from stabilizer_workflow.observation import Observation
+from stabilizer_workflow.policy import Plan, describe_finding
+from stabilizer_workflow.state import Decision, Finding, WorkflowState
 
 HANG = "Hang"
-HANG_RELAUNCHES = 2
+# The monitor's bound never goes under this: the file is written at most every 30 s, uploaded as
+# SageMaker syncs checkpoints, and read at the next check.
+MONITOR_MIN_SECONDS = 300.0
 # A rule stop whose findings.json never reached S3 (rank 0's host was the one that died) is known by
 # its FailureReason alone, which names no catalogue rule: the watchdog's own words say it was a hang.
 _HANG_STOP = "RuleStop: Hang at step"
-
-
-class HangSettings(BaseModel):
-    """``job.hang``: when the watchdog calls a stall a hang, and how often a hang is relaunched."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    floor_seconds: Annotated[float, Field(ge=0)] = Field(
-        600.0, description="no step for this long is a hang whatever the step time; 0 turns the watchdog off"
-    )
-    factor: Annotated[float, Field(ge=1)] = Field(10.0, description="no step for factor x the median step time")
-    startup_seconds: Annotated[float, Field(gt=0)] | None = Field(
-        None, description="the bound before the second step; default three floors"
-    )
-    straggler_factor: Annotated[float, Field(ge=0)] = Field(
-        2.0, description="a rank this many times slower than the others is reported; 0 turns it off"
-    )
-    relaunches: Annotated[int, Field(ge=0, le=10)] = Field(
-        HANG_RELAUNCHES, description="how many times one execution relaunches after a hang"
-    )
-
-
-def environment(settings: HangSettings | None) -> dict[str, str]:
-    """The watchdog's settings as the job's environment (empty: its defaults, the same as these)."""
-    if settings is None:
-        return {}
-    values = {"STABILIZER_HANG_FLOOR_SECONDS": settings.floor_seconds, "STABILIZER_HANG_FACTOR": settings.factor,
-              "STABILIZER_STRAGGLER_FACTOR": settings.straggler_factor}
-    if settings.startup_seconds is not None:
-        values["STABILIZER_HANG_STARTUP_SECONDS"] = settings.startup_seconds
-    return {key: f"{value:g}" for key, value in values.items()}
 
 
 def _relaunched_after_hangs(state: WorkflowState) -> int:
@@ -84,10 +62,6 @@ def plan(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str])
     once the relaunches are used up; None when ``finding`` is not a hang (the policy decides)."""
     if not is_hang(finding):
         return None
-    from stabilizer_workflow.evidence import why_fresh
-    from stabilizer_workflow.policy import Plan, describe_finding
-    from stabilizer_workflow.state import Decision
-
     attempt = state.current
     assert attempt is not None, "plan needs an attempt"
     limit = state.job.hang.relaunches if state.job.hang is not None else HANG_RELAUNCHES
@@ -105,3 +79,19 @@ def plan(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str])
         start = f"resumes from {str(resume).rsplit('/', 1)[-1]}"
     reason = f"{what}; same recipe again, {start}; hang relaunch {done + 1} of {limit}"
     return Plan(Decision(action="relaunch", remedy="retry", resume_from=resume, reason=reason), dict(state.run_spec))
+
+
+def no_progress(state: WorkflowState, obs: Observation, now: datetime) -> Finding | None:
+    """The monitor's own hang check: a job in training whose progress file went stale in S3."""
+    if obs.status != "InProgress" or obs.progress_at is None:
+        return None
+    floor = state.job.hang.floor_seconds if state.job.hang is not None else DEFAULT_FLOOR_SECONDS
+    if floor <= 0:
+        return None
+    bound = max(2 * floor, MONITOR_MIN_SECONDS)
+    silent = (now - obs.progress_at).total_seconds()
+    if silent <= bound:
+        return None
+    return Finding(rule=HANG, source="log", message=(
+        f"the job reported no new step for {silent:.0f} s ({PROGRESS_FILE} unchanged in S3; the monitor's bound "
+        f"{bound:.0f} s is twice the hang floor, at least {MONITOR_MIN_SECONDS:.0f} s): the job did not stop itself"))

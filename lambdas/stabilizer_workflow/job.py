@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from stabilizer_workflow.distribution import Distribution
-from stabilizer_workflow.hangs import HangSettings
+from stabilizer_workflow.hang_settings import HangSettings
 from stabilizer_workflow.service_limits import hyperparameter_value_problem
 
 KnobRole = Literal[

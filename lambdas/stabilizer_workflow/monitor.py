@@ -336,7 +336,7 @@ def check(state: WorkflowState, obs: Observation, now: datetime) -> CheckResult:
     s.rule_status = obs.rule_status_summary()
     # A finding seen on an earlier check is remembered: once the job is stopped, Debugger may
     # report its rules as Stopped rather than IssuesFound.
-    issue = obs.primary_issue() or attempt.finding
+    issue = obs.primary_issue() or attempt.finding or hangs.no_progress(s, obs, now)
 
     # Debugger rules go on evaluating after the job ends; a completed job is not a success until
     # every rule has given its verdict.

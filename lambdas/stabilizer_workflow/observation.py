@@ -193,6 +193,8 @@ class Observation(BaseModel):
     end_time: datetime | None = None
     training_seconds: int | None = None
     final_metrics: dict[str, float] = Field(default_factory=dict)
+    # When the job's progress.json last changed in S3 (stabilizer_workflow.hangs.no_progress), if it has one.
+    progress_at: datetime | None = None
 
     @property
     def summary(self) -> Summary | None:
@@ -317,6 +319,7 @@ def observe(
     findings: FindingsDocument | None = None,
     findings_unreadable: str | None = None,
     checkpoint_keys: list[str] | None = None,
+    progress_at: datetime | None = None,
 ) -> Observation:
     """Normalise a DescribeTrainingJob response plus what was read from S3."""
     rules = [
@@ -348,6 +351,7 @@ def observe(
         end_time=description.get("TrainingEndTime"),
         training_seconds=int(seconds) if seconds is not None else None,
         final_metrics=metrics,
+        progress_at=progress_at,
     )
 
 

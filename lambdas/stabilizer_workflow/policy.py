@@ -56,6 +56,7 @@ from typing import Any
 
 from stabilizer_contract.checkpoints import checkpoint_step
 from stabilizer_contract.job import REWIND_EVERY
+from stabilizer_contract.parameters import NO_TENSOR_MATCHED
 from stabilizer_workflow.evidence import has_learned, loss_rise, rediagnose, why_fresh
 from stabilizer_workflow.job import Knob
 from stabilizer_workflow.ladders import ARCHITECTURE_ROLES, EXPLOSIONS, ROLE_COUNTERS, Rung, remedies
@@ -370,4 +371,8 @@ def plan(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str])
     """
     attempt = state.current
     assert attempt is not None, "plan needs an attempt"
+    if finding.rule == NO_TENSOR_MATCHED:
+        # A configured rule never saw its tensors: the run was not judged by it, which no remedy of
+        # either policy answers; the reason quotes the finding (the rule, the parameter, the closest tensors).
+        return _end("unverified", f"a configured rule could not judge the run: {finding.message}", attempt.run_spec)
     return POLICIES[state.policy](state, rediagnose(finding, attempt.watched), checkpoints)

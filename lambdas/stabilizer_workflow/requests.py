@@ -15,7 +15,7 @@ from typing import Any
 
 from stabilizer_contract.catalogue import SENTINEL_CHECKS
 from stabilizer_contract.job import CHECKPOINT_DIR_VARIABLE, CHECKPOINT_LOCAL_PATH, CONFIG_HYPERPARAMETER
-from stabilizer_workflow import hangs
+from stabilizer_workflow import hang_settings
 from stabilizer_workflow.distribution import distribution_hyperparameters, distribution_problem
 from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
 from stabilizer_workflow.execution_input import Monitoring, RuleConfig
@@ -230,7 +230,7 @@ def build_create_training_job(state: WorkflowState, settings: TrainSettings, att
     problem = distribution_problem(job.distribution, job.instance_type)
     if problem:
         raise InvalidInput(problem)
-    environment = {CHECKPOINT_DIR_VARIABLE: CHECKPOINT_LOCAL_PATH, **hangs.environment(job.hang)}
+    environment = {CHECKPOINT_DIR_VARIABLE: CHECKPOINT_LOCAL_PATH, **hang_settings.environment(job.hang)}
     if settings.library_s3_uri:
         channels.append(_channel(LIBRARY_CHANNEL, settings.library_s3_uri))
         environment["PYTHONPATH"] = f"{LIBRARY_LOCAL_PATH}:{LAUNCHER_AUTOSTART}"

@@ -29,6 +29,8 @@ MAX_RULES = 20
 NOT_LEARNING = "NotLearning"
 DIVERGING = "Diverging"
 SENTINEL_CHECKS = (NOT_LEARNING, DIVERGING)
+# A rule that never saw a tensor it reads (a configuration to fix, not the rule's condition).
+NO_TENSOR_MATCHED = "NoTensorMatched"
 
 _TRUE = frozenset({"true", "1", "yes"})
 _FALSE = frozenset({"false", "0", "no"})

@@ -113,15 +113,14 @@ class Capture:
         self.memory = memory
         self._params = [(name, param) for name, param in model.named_parameters()]
         self._modules = {name: module for name, module in model.named_modules() if name}
-        # smdebug's names (stabilizer_sentinel.trial.smdebug_name) need the network's class and the loss
-        # module's; the loss module is found at its first call (its inputs are the labels and predictions).
+        # smdebug's names need the network's class and the loss module's (found at its first call).
         self.model_name = type(model).__name__
         self.loss: LossModuleWatch | None = None
         self._collections: dict[str, _Collection] = {}
         for name, config in (collections or {}).items():
             self._collections[name] = _Collection(config, to_disk=True)
         self._resolve_members(strict=False)
-        self.loss = LossModuleWatch(on_found=self._loss_found)
+        self._watch_loss_if_needed()
         self._writer: _Writer | None = None
         self._hooks: list[Any] = []
         self._activations: dict[str, torch.Tensor] = {}
@@ -154,6 +153,13 @@ class Capture:
                 config = CollectionConfig(name, save_interval or DEFAULT_SAVE_INTERVAL, modes=default_modes(name))
                 self._collections[name] = _Collection(config, to_disk=False)
         self._resolve_members(strict=False)
+        self._watch_loss_if_needed()
+
+    def _watch_loss_if_needed(self) -> None:
+        # Only where its inputs or names are wanted: a global module hook makes torch.compile warn.
+        if self.loss is None and any(name in ("labels", "predictions") or name not in BUILTIN_COLLECTIONS
+                                     for name in self._collections):
+            self.loss = LossModuleWatch(on_found=self._loss_found)
 
     @property
     def collections(self) -> dict[str, CollectionConfig]:
@@ -177,12 +183,10 @@ class Capture:
         names["activation_inputs"] = [
             f"activation_inputs/{n}" for n, m in self._modules.items() if isinstance(m, ACTIVATION_TYPES)
         ]
-        names["activation_outputs"] = [
-            f"activations/{n}" for n, m in self._modules.items() if isinstance(m, ACTIVATION_TYPES)
-        ]
-        names["activations"] = [
-            f"activations/{n}" for n, m in self._modules.items() if type(m).__name__.endswith("Block")
-        ]
+        names["activation_outputs"] = [f"activations/{n}" for n, m in self._modules.items()
+                                       if isinstance(m, ACTIVATION_TYPES)]
+        names["activations"] = [f"activations/{n}" for n, m in self._modules.items()
+                                if type(m).__name__.endswith("Block")]
         return names
 
     def _alias(self, name: str) -> str | None:
@@ -200,9 +204,8 @@ class Capture:
         return any(matches(name, patterns, smdebug_name(name, self.model_name, loss)) for loss in LOSS_CLASSES)
 
     def _resolve_members(self, strict: bool = True) -> None:
-        """Each collection's tensors. Custom collections match names and smdebug's names, with every
-        module's output and input as candidates. ``strict``: a collection matching nothing is an error
-        (not before the first step: the loss module, whose names a regex may want, is found there)."""
+        """Each collection's tensors (custom ones match names and smdebug's names of every module's output
+        and input). ``strict``: matching nothing is an error (checked at the first step, the loss module known)."""
         candidates = self._candidates()
         everything = [name for names in candidates.values() for name in names if not name.startswith("activations/")
                       and not name.startswith("activation_inputs/")]
@@ -277,7 +280,7 @@ class Capture:
         ``force`` names collections to save now whatever their schedule (the sentinel forces
         gradients and losses at the step a rule fires). Returns True when anything was saved.
         """
-        loss_args = self.loss.step_ended()
+        loss_args = self.loss.step_ended() if self.loss is not None else None
         if self._closed or not self._collections:
             return False
         if not self._resolved:  # after the first forward pass: the loss module is known by now
@@ -374,7 +377,8 @@ class Capture:
             return
         self._closed = True
         self._disarm()
-        self.loss.close()
+        if self.loss is not None:
+            self.loss.close()
         if self.memory is not None:
             self.memory.mark_end()
         if not self.disk_enabled:

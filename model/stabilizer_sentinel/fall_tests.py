@@ -109,9 +109,10 @@ class FallTests:
     def _undecided(self, first: float, last: float) -> bool:
         """Whether a run that has not learned by its patience should still be left to run.
 
-        It should when its loss rose by more than the noise, or climbed well above its best
-        (``climbing``): a run on its way to diverging, which the bound stops or its end judges, and
-        the remedies answer with a lower rate, where "never learned" would end it with none; when a
+        It should when its loss rose by more than the noise: a run on its way to diverging, which the
+        bound stops or its end judges, and the remedies answer with a lower rate, where "never
+        learned" would end it with none (not merely well above its best: a run thrown up in its first
+        steps could then fall back below a start its climb had inflated, and be called learned); when a
         window of it was once below the start by more than the noise (it learned, though no three
         windows in a row confirmed it yet: "never learned" would be false, and a loss that went back
         up is the divergence checks' business); while
@@ -120,7 +121,7 @@ class FallTests:
         ``min_decrease`` (the upper confidence limit of the line's fall reaches it): a noisy run
         shows its progress later, and a run whose noise never lets it is judged at its end.
         """
-        if last - first > self._significant(first) or self.climbing():
+        if last - first > self._significant(first):
             return True
         if self._lowest is not None and self._window_below(self._lowest):
             return True  # it fell below its start by more than the noise once: it learns, or it went back up

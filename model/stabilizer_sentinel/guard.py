@@ -284,6 +284,11 @@ class Guard(OptimizerHooks):
         self._say_checked(status)
         self.sentinel.close(status=status)
 
+    def discard(self) -> None:
+        """Remove the hooks and write nothing, now or at exit: another guard watches this run."""
+        self._closed = True
+        self._remove_hooks()
+
     def _remove_hooks(self) -> None:
         for handle in self._handles:
             handle.remove()

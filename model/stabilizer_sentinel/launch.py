@@ -120,8 +120,13 @@ class LauncherHooks:
     # -- standby: the script may watch() itself
     def _script_watches(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> Guard | None:
         if self.guard is not None:
-            # Attached already (the script called watch() after its first step): its guard is ours.
-            return self.guard if optimizer is None or optimizer is self.guard.optimizer else None
+            if optimizer is None or optimizer is self.guard.optimizer:
+                return self.guard  # the script watches, after its first step, what the hooks attached to
+            # It watches another optimizer (a pre-training ran first, then the fine-tuning it means to
+            # watch): its own watch() decides, and the launcher's guard is dropped without a summary, which
+            # would otherwise describe the wrong training, and overwrite the script's at exit.
+            self.guard.discard()
+            self.guard = None
         self._stand_down()
         return None
 

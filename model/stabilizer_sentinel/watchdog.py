@@ -27,7 +27,9 @@ optimizer step (the guard calls ``beat`` after each):
   forward pass: data loading and forward compute, no collective) exceeds ``STABILIZER_STRAGGLER_FACTOR``
   (default 2; 0 turns it off) times the median of the other ranks', on three ticks in a row, is
   reported once by rank 0 with its rank and host: a line on stderr and ``stragglers.json`` beside
-  findings.json. A straggler slows the job; it does not stop it.
+  findings.json. A straggler slows the job; it does not stop it;
+- **progress** for the monitor: rank 0 writes ``progress.json`` (the step reached, the time) beside
+  findings.json whenever the step moved, at most every 30 s (half the floor when that is shorter).
 
 This module must not decide what follows a hang (the workflow relaunches: stabilizer_workflow.hangs),
 nor touch the model, the optimizer or the training thread's state.
@@ -52,6 +54,10 @@ HANG = "Hang"
 STRAGGLER = "Straggler"
 EXIT_HANG = 86  # a rule stop (sentinel.EXIT_RULE_STOP): the workflow reads the finding
 STRAGGLERS_FILE = "stragglers.json"
+# Rank 0 writes the step it reached here when it moved, at most this often: the monitor's own view of
+# progress (stabilizer_workflow.hangs.no_progress), which still works when the whole process froze.
+PROGRESS_FILE = "progress.json"
+PROGRESS_EVERY = 30.0
 INTERVALS = 50  # step intervals the median is taken over
 STRAGGLER_WINDOW = 20  # busy times per rank the straggler median is taken over
 STRAGGLER_TICKS = 3  # consecutive ticks a rank must lag before it is reported
@@ -193,6 +199,7 @@ class Watchdog:
         self._lagging: dict[int, int] = {}
         self._reported_stragglers: dict[int, dict[str, Any]] = {}
         self.fired = False
+        self._progress: tuple[int, float] = (-1, 0.0)  # step and time of the last progress.json
         self.polled = guard.optimizer is None
         self._stop = threading.Event()
         self.heartbeats: Heartbeats | None = None
@@ -252,11 +259,24 @@ class Watchdog:
                         self._check_stragglers(self.heartbeats.read())
                 except Exception:  # the store went away (the job is ending): judge alone from now on
                     self.heartbeats = None
+            if self.guard.primary:
+                self._write_progress()
             idle = self.clock() - self.last_beat
             limit = self.bounds.limit(self.median_step)
             if idle > limit and not self.fired:
                 self.fired = True
                 self._hang(idle, limit)
+
+    def _write_progress(self) -> None:
+        step, written = self._progress
+        now = self.clock()
+        if self.step != step and self.steps and now - written >= min(PROGRESS_EVERY, self.bounds.floor / 2):
+            from stabilizer_sentinel import store
+
+            path = self.guard.sentinel.findings_path.with_name(PROGRESS_FILE)
+            with contextlib.suppress(OSError):
+                store.write_json_atomic(path, {"version": 1, "step": self.step, "time": time.time()})
+                self._progress = (self.step, now)
 
     # -- a hang
     def describe(self, idle: float, limit: float, beats: Mapping[int, Mapping[str, Any]]) -> tuple[str, list[int]]:

@@ -140,10 +140,13 @@ def _hook_collections(hook: Any) -> tuple[dict[str, Any], list[tuple[str, dict[s
     where = "debugger_hook_config.hook_parameters"
     if str(params.get("include_workers", "one")).lower() != "one":
         raise DebuggerConfigError(f"{where}.include_workers: tensors are captured on the first worker only")
-    for key in ("export_tensorboard", "tensorboard_dir"):
-        if key in params:
+    for key in params:
+        bare = next((key[len(p):] for p in _MODE_PREFIXES if key.startswith(p)), key)
+        if key in ("export_tensorboard", "tensorboard_dir"):
             raise DebuggerConfigError(f"{where}.{key}: stabilizer writes no TensorBoard output; read tensors "
                                       "with the Trial API instead")
+        if bare not in (*_SCHEDULE_KEYS, *_STORAGE_ONLY, "include_regex", "save_all", "include_workers"):
+            raise DebuggerConfigError(f"{where}.{key}: not a Debugger hook parameter stabilizer knows")
     extra: list[tuple[str, dict[str, Any], str]] = []
     if params.get("include_regex"):
         extra.append(("default", {"include_regex": params["include_regex"]}, f"{where}.include_regex"))

@@ -189,9 +189,9 @@ def test_iterative_model_pruning_custom_rule_says_which_tensor_it_never_found(tm
     # The notebook's names come from its own hook subclass, which numbers calls (`_0`); the job saves
     # smdebug's standard names, and the rule says so instead of staying silent.
     finding = state["attempts"][0]["finding"]
-    assert finding["rule"] == "CheckAccuracy"
+    assert finding["rule"] == "NoTensorMatched" and finding["value"] == "CheckAccuracy"
     assert "CrossEntropyLoss_0_input_0" in finding["message"] and "CrossEntropyLoss_input_0" in finding["message"]
-    assert view.status == "FAILED" and "CheckAccuracy" in state["reason"]
+    assert view.status == "FAILED" and state["reason"].startswith("NoTensorMatched")
 
 
 def test_pytorch_profiling_rules_and_profiler_config(tmp_path, channels, sdk_env):

@@ -59,7 +59,10 @@ def gather(state: WorkflowState, deps: Collaborators) -> Observation:
     terminal = description.get("TrainingJobStatus") in ("Completed", "Failed", "Stopped")
     # Checkpoints matter only once the attempt is over (to resume from the last healthy one).
     keys = deps.artifacts.checkpoint_keys(attempt.checkpoint_s3_uri) if terminal else []
-    return observe(description, findings=document, findings_unreadable=unreadable, checkpoint_keys=keys)
+    # While it trains, when it last reported progress (the monitor's own hang check).
+    progress = None if terminal else deps.artifacts.progress_time(attempt.checkpoint_s3_uri)
+    return observe(description, findings=document, findings_unreadable=unreadable, checkpoint_keys=keys,
+                   progress_at=progress)
 
 
 def carry_out(effects: Effects, deps: Collaborators) -> None:

@@ -37,6 +37,7 @@ from stabilizer_contract.catalogue import (
     check_rule,
     rule_items,
 )
+from stabilizer_contract.parameters import NO_TENSOR_MATCHED
 from stabilizer_sentinel.summary import jsonable
 from stabilizer_sentinel.trial import TensorUnavailableForStep, Trial, matches
 
@@ -314,9 +315,11 @@ def required(collection_names: list[str] | None, default: Mapping[str, int], int
     return dict(default)
 
 
+
+
 def unmatched_findings(rules: list[Rule], step: int) -> list[RuleFinding]:
     """At the end of a run, a finding for each rule that never saw a tensor it reads: never silence."""
-    return [RuleFinding(rule.name, step, None, None, why, stops=False)
+    return [RuleFinding(NO_TENSOR_MATCHED, step, None, rule.name, why, stops=False)
             for rule in rules if (why := rule.unmatched()) is not None]
 
 

@@ -116,6 +116,9 @@ def test_what_the_job_cannot_do_is_refused_naming_the_sdk_attribute(tmp_path: Pa
     renamed = Rule.sagemaker(rule_configs.loss_not_decreasing(), name="LossNotDecreasingEval")
     with pytest.raises(DebuggerConfigError, match=r"rules\[0\] \(LossNotDecreasingEval\)\.name"):
         monitoring_from_estimator(estimator(rules=[renamed]))
+    with pytest.raises(DebuggerConfigError, match=r"hook_parameters\.save_everything: not a Debugger hook parameter"):
+        monitoring_from_estimator(estimator(debugger_hook_config=DebuggerHookConfig(
+            hook_parameters={"save_everything": "true"})))
     hook = DebuggerHookConfig(hook_parameters={"predict.save_interval": "1"})
     with pytest.raises(DebuggerConfigError, match=r"hook_parameters\.predict\.save_interval"):
         monitoring_from_estimator(estimator(rules=[Rule.sagemaker(rule_configs.overfit())], debugger_hook_config=hook))

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from conftest import T0, launched, observation, sentinel_findings
+from conftest import T0, describe, launched, observation, sentinel_findings
 
-from stabilizer_workflow import hangs, monitor
+from stabilizer_workflow import hang_settings, hangs, monitor
+from stabilizer_workflow.observation import observe
 
 LATER = T0 + timedelta(minutes=5)
 HUNG = "AlgorithmError: RuleStop: Hang at step 8: no optimizer step for 41.0 s on rank 0 (algo-1)"
@@ -56,10 +57,10 @@ def test_an_instability_is_left_to_the_policy(settings):
 
 
 def test_a_jobs_hang_bounds_travel_as_the_watchdogs_environment():
-    settings = hangs.HangSettings(floor_seconds=30, factor=5, relaunches=1)
-    assert hangs.environment(settings) == {
+    settings = hang_settings.HangSettings(floor_seconds=30, factor=5, relaunches=1)
+    assert hang_settings.environment(settings) == {
         "STABILIZER_HANG_FLOOR_SECONDS": "30", "STABILIZER_HANG_FACTOR": "5", "STABILIZER_STRAGGLER_FACTOR": "2"}
-    assert hangs.environment(None) == {}
+    assert hang_settings.environment(None) == {}
 
 
 def test_a_hang_known_only_by_its_failure_reason_is_relaunched_as_a_hang(settings):
@@ -69,3 +70,26 @@ def test_a_hang_known_only_by_its_failure_reason_is_relaunched_as_a_hang(setting
     decision = result.state.attempts[-1].decision
     assert decision.action == "relaunch" and decision.remedy == "retry"
     assert decision.reason.startswith("Hang at step 8: a hang, not an instability; same recipe again")
+
+
+def test_a_job_whose_progress_went_stale_in_s3_is_stopped_as_a_hang_and_relaunched(settings):
+    state = launched(settings)
+    last = T0 + timedelta(minutes=1)  # progress.json last changed then; the bound is max(2 x 600 s, 300 s)
+    fresh = monitor.check(state, observe(describe(state, "InProgress"), progress_at=last),
+                          last + timedelta(seconds=1100))
+    assert fresh.effects.stop_job is None and fresh.state.attempts[-1].finding is None
+    stale = monitor.check(fresh.state, observe(describe(state, "InProgress"), progress_at=last),
+                          last + timedelta(seconds=1300))
+    assert stale.effects.stop_job == state.history.latest_job_name
+    finding = stale.state.attempts[-1].finding
+    assert finding.rule == "Hang" and finding.message.startswith("the job reported no new step for 1300 s")
+    assert stale.effects.notification.event_type == "issue_found"
+    ended = monitor.check(stale.state, observe(describe(state, "Stopped")), last + timedelta(seconds=1400))
+    decision = ended.state.attempts[-1].decision
+    assert decision.action == "relaunch" and "a hang, not an instability" in decision.reason
+
+
+def test_a_job_that_never_reported_progress_is_not_judged_by_the_monitor(settings):
+    state = launched(settings)
+    result = monitor.check(state, observe(describe(state, "InProgress")), T0 + timedelta(minutes=50))
+    assert result.effects.stop_job is None

@@ -388,3 +388,13 @@ def test_a_rate_sized_back_to_the_value_it_has_is_no_relaunch_though_the_floats_
     state.attempts[-1].watched = Watched(integration="library", restores=True, first_loss=2.27, last_loss=2.56)
     plan = policy.plan(state, flat, written(50))
     assert "learning_rate" not in (plan.decision.changes or {}), plan.decision.reason
+
+
+def test_a_rule_that_matched_no_tensor_ends_unverified_naming_the_rule_and_the_tensor(settings):
+    message = ("ClassImbalance: labels_regex 'CrossEntropyLoss_0_input_0' matched no tensor; "
+               "closest saved: CrossEntropyLoss_input_0")
+    finding = Finding(rule="NoTensorMatched", step=40, phase="main", message=message)
+    plan = policy.plan(launched(settings), finding, written(20, 40))
+    assert plan.decision.action == "end"
+    assert plan.decision.outcome == "unverified"  # a configured rule never judged the run
+    assert message in plan.decision.reason

@@ -41,6 +41,19 @@ def test_auto_watches_a_loop_over_bare_tensors_that_never_calls_watch(tmp_path):
     assert written["integration"] == "launcher" and written["ended"] == "rule_stop"
 
 
+def test_a_script_that_watches_its_training_after_an_unwatched_pre_training_is_judged_on_what_it_watches(
+    tmp_path,
+):
+    # Under "auto" the hooks attached at the pre-training's first step; the script's watch() of the
+    # training it means comes later and decides: one guard from then on, one summary, the script's.
+    result = in_a_job(tmp_path, LOOPS, {"integration": "auto"}, "--pretrain", "6", "--watch", "1", "--steps", "12")
+    assert result.returncode == 0, result.stderr
+    written = summary(tmp_path)
+    assert written["integration"] == "library" and written["learned"] is True
+    assert (written["steps_taken"], written["steps_observed"]) == (12, 12)
+    assert result.stderr.count("sentinel: checked steps") == 1 and "stabilizer launcher" not in result.stderr
+
+
 def test_auto_stands_down_for_a_script_that_watches_itself(tmp_path):
     result = in_a_job(tmp_path, LOOPS, {"integration": "auto"}, "--steps", "12", "--watch", "1")
     assert result.returncode == 0, result.stderr

@@ -116,8 +116,9 @@ def test_a_rule_that_matches_no_tensor_says_so_when_the_run_ends(tmp_path: Path)
     train_unchanged(model, step, batches(3))
     sentinel.close()
     (finding,) = [f for f in json.loads((tmp_path / "findings.json").read_text())["findings"]
-                  if f["rule"] == "ClassImbalance"]
-    assert "labels_regex 'CrossEntropyLoss_0_input_1' matched no tensor" in finding["message"]
+                  if f["rule"] == "NoTensorMatched"]
+    assert finding["value"] == "ClassImbalance"
+    assert "ClassImbalance: labels_regex 'CrossEntropyLoss_0_input_1' matched no tensor" in finding["message"]
     assert "CrossEntropyLoss_input_1" in finding["message"]  # what the job did save
 
 
@@ -222,7 +223,7 @@ def test_a_custom_rule_reading_a_tensor_the_job_never_saved_says_so_at_the_end(t
                                    outputs=logits).stop
     sentinel.close()
     (finding,) = [f for f in json.loads((tmp_path / "findings.json").read_text())["findings"]
-                  if f["rule"] == "CheckAccuracy"]
+                  if f["rule"] == "NoTensorMatched"]
     assert "CheckAccuracy read tensors the job never saved: no tensor named 'CrossEntropyLoss_0_input_0'" in \
         finding["message"]
     assert "CrossEntropyLoss_input_0" in finding["message"]  # what it did save
