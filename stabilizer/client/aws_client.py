@@ -57,7 +57,7 @@ class AwsClient(ExecutionClient):
             options = {"region": self.session.region_name, **options}
         result = super().with_job(execution_input, job, inputs, knobs, options)
         if isinstance(result.get("job"), dict):
-            from stabilizer.client.sdk import upload_local_files
+            from stabilizer.client.sdk_aws import upload_local_files
 
             result = {**result, "job": upload_local_files(result["job"], self.s3, self.bucket)}
         return result

@@ -99,7 +99,7 @@ class LocalClient(ExecutionClient):
         result = super().with_job(execution_input, job, inputs, knobs, options)
         described = result.get("job")
         if isinstance(described, dict) and isinstance(described.get("image"), dict):
-            from stabilizer.client.sdk import image_uri_for
+            from stabilizer.client.sdk_aws import image_uri_for
 
             instance_type = described.get("instance_type") or self.engine.settings.instance_type
             result = {**result, "job": {**described, "image": image_uri_for(described["image"], instance_type, REGION)}}
