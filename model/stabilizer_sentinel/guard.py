@@ -68,8 +68,8 @@ from stabilizer_sentinel.step_clock import BackwardClock, ScalerWatch, follow_sc
 from stabilizer_sentinel.summary import EXIT, RunRecord, jsonable
 
 FINITE_CHECK_RULE = "ExplodingTensor"
-# Called by watch() before it builds a guard: the launcher's standby (stabilizer_sentinel.launch) answers with the
-# guard it already attached to that optimizer, or stands down and answers None.
+# Called by watch() before it builds a guard: the launcher's standby (stabilizer_sentinel.launcher_hooks)
+# answers with the guard it already attached to that optimizer, or stands down and answers None.
 ON_WATCH: list[Callable[[nn.Module, torch.optim.Optimizer | None], Any]] = []
 PRELOADED: str | None = None  # a checkpoint the launcher loaded before the script called watch()
 

@@ -10,365 +10,90 @@ In a SageMaker job nothing wraps the command: ``stabilizer_sentinel/autostart/si
 then stand by: a script that calls ``watch()`` (or adds the Lightning ``SentinelCallback``) before
 its first optimizer step makes them stand down, and the library watches; otherwise they attach.
 
-What the global hooks do (PyTorch's own global hooks; the two wrapped functions are GradScaler's,
-stabilizer_sentinel.step_clock, and ``torch.autograd.backward``, stabilizer_sentinel.bare_tensors):
-
-- ``register_module_forward_pre_hook`` / ``forward_hook`` watch every module call until the hooks
-  attach: the outermost modules called are the candidate networks, and ``torch.nn`` loss modules
-  (``_Loss`` subclasses) are remembered. Both are removed when they attach.
-- ``register_optimizer_step_pre_hook``, and ``GradScaler.step`` (a skipped first step calls no
-  optimizer hook): at the first step of the first optimizer, the network is the candidate sharing
-  the most parameters with it (DDP and ``torch.compile`` wrappers unwrapped), and a ``Guard``
-  (stabilizer_sentinel.guard) is attached to them as ``watch()`` would; its hooks do the rest. An optimizer
-  that steps later (a GAN's second) is added to it (``Guard.add_optimizer``).
-- **Updated by hand** (no optimizer, ``p.data -= lr * p.grad``): until they attach, the hooks keep a
-  copy of each candidate network's smallest parameter and compare it at its next training forward
-  pass (one comparison per forward pass, until attached); a network whose weights changed with no
-  optimizer step is attached with a backward-pass step clock (stabilizer_sentinel.step_clock), counting
-  from step 1: its first update happened before anything could tell. Its loss at that first step
-  (the loss module's, else the log's) is where the learning check starts.
-- **Bare tensors** (leaf tensors updated by hand, no module, no optimizer): at each backward pass
-  until they attach, the graph of the backwarded scalar is walked to its leaves that require grad,
-  and the smallest is compared at the next pass (stabilizer_sentinel.bare_tensors); leaves that
-  changed with no optimizer step are attached the same way, from step 1, and from then on the
-  scalar each backward pass starts from is the step's loss. A loop that makes new leaf tensors at
-  every step is said to be unwatchable in one line of stderr, and ends unwatched.
-- **Zero-code resume**: at the first forward pass of a network that fits the newest checkpoint (the
-  job's own, else the ``resume`` channel's: stabilizer_sentinel.resume), its weights are loaded before that
-  pass; when the hooks attach, the optimizer's state too, and the step count goes on from the
-  checkpoint's. The summary records ``started_from`` and ``restores: true``. The script's own loop
-  and schedule start over: it trains its full length again, from the loaded state.
-- At the end of the script (``atexit``, after the guard has closed) rank 0 writes one line to
-  stderr in the log-line form of docs/contracts.md section 1, ``step=<last step> (stabilizer
-  launcher: <n> optimizer steps taken)``.
-- The loss: the output of the loss module seen during discovery, through a forward hook on that
-  module (every step, no host synchronisation); without a loss module (``F.cross_entropy(...)``), the
-  last number the log reports (stabilizer_sentinel.log_channel, read with the configuration's ``loss_regex``,
-  by default ``loss=<number>``, ``loss: <number>``), checked with the next step's gradients. The log
-  is read in any case, as the second channel of the summary (``log_loss``).
-
-Rules at this level: everything that reads gradients, weights, biases or module outputs
-(``ExplodingTensor``, ``VanishingGradient``, ``WeightUpdateRatio``, ``AllZero``, ``UnchangedTensor``,
-``DeadRelu``) and ``inputs``/``predictions``; ``LossNotDecreasing`` at the steps whose loss is known
-(every step with a loss module, the logged steps otherwise). Not available: ``labels`` (so
-``ClassImbalance``) and evaluation losses (so ``Overfit``): the launcher cannot tell them apart from
-other tensors; use the plain-loop level for those.
+``python -m stabilizer_sentinel.launch`` takes the same path: it becomes ``python SCRIPT args``
+(``os.execve``, the same process) in the job's environment, the autostart directory on
+``PYTHONPATH`` and the integration set to launcher, so the script runs exactly as ``python`` runs
+it (its directory first on ``sys.path``) and the hooks (stabilizer_sentinel.launcher_hooks) watch it
+as in a job. This module imports no torch: the script's interpreter does.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import math
+import dataclasses
+import json
 import os
-import runpy
 import sys
-import weakref
 from collections.abc import Mapping
-from typing import Any
 
-import torch
-from torch import nn
-from torch.optim.optimizer import register_optimizer_step_pre_hook
-
-from stabilizer_sentinel import bare_tensors, log_channel, resume, step_clock
-from stabilizer_sentinel import guard as guard_module
-from stabilizer_sentinel.guard import Guard
-from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_config
-from stabilizer_sentinel.networks import BareTensors, unwrap
-from stabilizer_sentinel.summary import EXIT
+from stabilizer_sentinel.job_config import load_config
 
 USAGE = "usage: python -m stabilizer_sentinel.launch SCRIPT.py [ARGS...] | -m MODULE [ARGS...]"
 
 
-class LauncherHooks:
-    """Global hooks that find the model, the optimizer and the loss of a script that knows nothing of us."""
-
-    def __init__(self, config: StabilizerConfig, paths: JobPaths) -> None:
-        self.config = config
-        self.paths = paths
-        self.guard: Guard | None = None
-        self.stood_down = False
-        self._depth = 0
-        self._roots: dict[int, weakref.ref[nn.Module]] = {}
-        self._loss_modules: dict[int, weakref.ref[nn.Module]] = {}
-        self._fingerprints: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._pending_loss: torch.Tensor | float | None = None
-        self._loss_from_module = False
-        self._checkpoint: tuple[Any, dict[str, Any], nn.Module] | None = None  # read, loaded into that model
-        self._candidate: tuple[Any, dict[str, Any]] | None = None  # the newest checkpoint, read
-        self._looked_for_checkpoint = False
-        self._module_handles = [
-            nn.modules.module.register_module_forward_pre_hook(self._module_called),
-            nn.modules.module.register_module_forward_hook(self._module_returned, always_call=True),
-        ]
-        self._optimizer_handle = register_optimizer_step_pre_hook(self._optimizer_stepping)
-        step_clock.wrap_scaler()
-        step_clock.STANDBY.append(self._scaler_stepping)
-        self._hand_updates = bare_tensors.HandUpdates()
-        self._loss_from_backward = False  # attached to bare tensors: each backward pass starts from the loss
-        bare_tensors.wrap_backward()
-        bare_tensors.LISTENERS.append(self._backward)
-        self.channel = log_channel.install(config.effective_loss_regex)
-        self.channel.listeners.append(self._logged_loss)
-        guard_module.ON_WATCH.append(self._script_watches)
-        EXIT.install()
-        self._closed = False
-        # Registered before the guard exists, so it runs after the guard's own close (atexit is LIFO).
-        atexit.register(self.close)
-
-    # -- standby: the script may watch() itself
-    def _script_watches(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> Guard | None:
-        if self.guard is not None:
-            if optimizer is None or optimizer is self.guard.optimizer:
-                return self.guard  # the script watches, after its first step, what the hooks attached to
-            # It watches another optimizer (a pre-training ran first, then the fine-tuning it means to
-            # watch): its own watch() decides, and the launcher's guard is dropped without a summary, which
-            # would otherwise describe the wrong training, and overwrite the script's at exit.
-            self.guard.discard()
-            self.guard = None
-        self._stand_down()
-        return None
-
-    def _stand_down(self) -> None:
-        """The script watches itself (watch() before its first step): only the log channel stays."""
-        self.stood_down = True
-        if self._checkpoint is not None:  # loaded at a forward pass before watch(): the library's guard says so
-            guard_module.PRELOADED = resume.started_from(self._checkpoint[0], self.paths)
-        for handle in (*self._module_handles, self._optimizer_handle):
-            handle.remove()
-        self._unhook_scaler()
-        self._unhook_backward()
-        self._fingerprints.clear()
-        self.channel.listeners.remove(self._logged_loss)
-
-    # -- discovery, until the first optimizer step
-    def _module_called(self, module: nn.Module, args: Any) -> None:
-        if self._depth == 0 and not isinstance(module, nn.modules.loss._Loss):
-            self._roots.setdefault(id(module), weakref.ref(module))
-            self._resume_into(module)
-            if module.training and torch.is_grad_enabled():
-                self._updated_by_hand(module)
-        self._depth += 1
-
-    def _module_returned(self, module: nn.Module, args: Any, output: Any) -> None:
-        self._depth = max(self._depth - 1, 0)
-        if isinstance(module, nn.modules.loss._Loss):
-            self._loss_modules.setdefault(id(module), weakref.ref(module))
-            if isinstance(output, torch.Tensor) and output.numel() == 1:
-                self._pending_loss = output.detach()
-                self._loss_from_module = True
-
-    def _updated_by_hand(self, module: nn.Module) -> None:
-        """A training forward pass of a network whose weights changed with no optimizer step: a hand-written update."""
-        params = [p for p in module.parameters() if p.requires_grad]
-        if not params or self.guard is not None:
-            return
-        known = self._fingerprints.get(id(module))
-        if known is None:  # the smallest parameter: a cheap copy, compared until the first step
-            smallest = min(params, key=lambda p: p.numel())
-            self._fingerprints[id(module)] = (smallest, smallest.detach().clone())
-        elif not torch.equal(known[0].detach(), known[1]):
-            self._attach(module, None, start_step=1)  # its first update went unseen: steps count from 1
-
-    def _optimizer_stepping(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
-        if self.guard is not None:
-            if optimizer is not self.guard.optimizer:  # a second optimizer (a GAN's): checked at its steps
-                self.guard.add_optimizer(optimizer)
-            return
-        # The guard's pre-hook, registered now, still runs for this step (PyTorch iterates the
-        # optimizer's own hooks after the global ones).
-        self._attach(self._model_of(optimizer), optimizer)
-
-    def _backward(self, tensors: Any) -> None:
-        """A backward pass is about to run: a loop over bare tensors is found here, and its loss read."""
-        if self.guard is not None and not self._loss_from_backward:
-            self._unhook_backward()  # attached at an optimizer or a module: their hooks do the rest
-            return
-        if self.guard is None and not self.stood_down:
-            found = self._hand_updates.backward(tensors)
-            if found is not None:  # updated by hand since the last pass: its first update went unseen
-                self._pending_loss = self._hand_updates.previous_loss
-                self._attach(BareTensors(found), None, start_step=1)
-                self._loss_from_backward = True
-        if self._loss_from_backward and self.guard is not None:
-            loss = bare_tensors.scalar_loss(tensors)
-            if loss is not None:
-                self.guard.step(loss)  # checked with this pass's gradients, when it ends
-
-    def _unhook_backward(self) -> None:
-        with contextlib.suppress(ValueError):
-            bare_tensors.LISTENERS.remove(self._backward)
-
-    def _unhook_scaler(self) -> None:
-        with contextlib.suppress(ValueError):
-            step_clock.STANDBY.remove(self._scaler_stepping)
-
-    def _scaler_stepping(self, optimizer: torch.optim.Optimizer) -> None:
-        """A GradScaler steps ``optimizer``: attach now, the step may be skipped and call no optimizer hook."""
-        if self.guard is None and not self.stood_down:
-            self._attach(self._model_of(optimizer), optimizer)
-
-    def _attach(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, start_step: int = 0) -> None:
-        for handle in self._module_handles:
-            handle.remove()
-        self._fingerprints.clear()
-        self.guard = Guard(model, optimizer, config=self.config, paths=self.paths, start_step=start_step,
-                           integration="launcher")
-        self.guard.warn_when_loss_is_late = False
-        self.guard.record.restores = True  # a relaunch under the launcher loads the newest checkpoint
-        self._resume_optimizer(model, optimizer)
-        for ref in self._loss_modules.values():
-            loss_module = ref()
-            if loss_module is not None:
-                loss_module.register_forward_hook(self._loss_computed)
-        if self._pending_loss is not None and start_step == 1:
-            # The loss of the update that went unseen: where the run started, for the learning check.
-            value = float(self._pending_loss)
-            if math.isfinite(value):
-                self.guard.sentinel.learning.observe(0, value, None, None)
-        elif self._pending_loss is not None:
-            self.guard.step(self._pending_loss)
-        self._pending_loss = None
-
-    def _model_of(self, optimizer: torch.optim.Optimizer) -> nn.Module:
-        wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        best, best_shared = None, 0
-        for ref in self._roots.values():
-            module = ref()
-            if module is None:
-                continue
-            shared = sum(1 for p in module.parameters() if id(p) in wanted)
-            if shared > best_shared:
-                best, best_shared = module, shared
-        if best is not None:
-            return unwrap(best)
-        # No module call was seen (a functional model): the optimizer's own tensors, by position (an
-        # nn.ParameterList would copy plain tensors into new Parameters, whose gradients stay empty).
-        return BareTensors([p for group in optimizer.param_groups for p in group["params"]])
-
-    # -- zero-code resume: the newest checkpoint into the first network that fits it
-    def _resume_into(self, module: nn.Module) -> None:
-        if self._checkpoint is not None or self.guard is not None:
-            return
-        if not self._looked_for_checkpoint:
-            self._looked_for_checkpoint = True
-            self._candidate = resume.read_newest(self.paths)
-        found = self._candidate
-        if found is None:
-            return
-        network = unwrap(module)
-        source, state = found
-        if resume.misfit(state, network, None) is not None:
-            return  # not this module (a loss, an augmentation, another network): the next root may fit
-        network.load_state_dict(state["model"])
-        self._checkpoint = (source, state, network)
-        print(f"sentinel: the launcher resumed {type(network).__name__} from {source}", flush=True)
-
-    def _resume_optimizer(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
-        if self._checkpoint is None or self.guard is None:
-            if self._candidate is not None:
-                print(f"sentinel: checkpoint {self._candidate[0]} fits no network of this script; starting fresh",
-                      flush=True)
-            return
-        source, state, network = self._checkpoint
-        if network is not model:
-            return
-        if optimizer is not None and resume.misfit(state, model, optimizer) is None:
-            resume.load_optimizer(state, optimizer)  # before this first step: its momentum applies to it
-        self.guard.step_number = int(state["next_step"])
-        self.guard.capture.begin_step(self.guard.step_number)
-        self.guard.record.started_from = resume.started_from(source, self.paths)
-
-    # -- the loss, after discovery
-    def _loss_computed(self, module: nn.Module, args: Any, output: Any) -> None:
-        # Only losses that will be back-propagated: an evaluation under no_grad is not a training step.
-        if self.guard is not None and isinstance(output, torch.Tensor) and output.numel() == 1 and output.requires_grad:
-            self.guard.step(output)
-
-    def _logged_loss(self, value: float) -> None:
-        if self._loss_from_module or self._loss_from_backward:
-            return  # the loss module's output (or the backwarded scalar) is exact and per step; log lines are neither
-        if self.guard is None:
-            self._pending_loss = value
-        else:
-            self.guard.step(value)
-
-    def _report_steps(self) -> None:
-        guard = self.guard
-        if guard is None or not guard.primary or guard.step_number < 1:
-            return
-        stream = log_channel.raw_stderr()  # not read back as a loss
-        with contextlib.suppress(OSError, ValueError):  # a closed stream at exit: nothing to tell
-            stream.write(
-                f"step={guard.step_number - 1} (stabilizer launcher: {guard.step_number} optimizer steps taken)\n"
-            )
-            stream.flush()
-
-    def close(self) -> None:
-        """Remove the hooks, close the guard and say how many steps it watched; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        atexit.unregister(self.close)
-        self._optimizer_handle.remove()
-        for handle in self._module_handles:
-            handle.remove()
-        with contextlib.suppress(ValueError):
-            guard_module.ON_WATCH.remove(self._script_watches)
-        self._unhook_scaler()
-        self._unhook_backward()
-        if self.guard is not None:
-            self.guard.close()
-        self._report_steps()
-        self.channel.uninstall()
-
-
-def activate(environ: Mapping[str, str] | None = None, *, force: bool = False) -> LauncherHooks | None:
-    """Install the global hooks when the job asks for the launcher level (or ``force``)."""
-    config = load_config(environ)
-    if not force and config.integration not in ("launcher", "auto"):
-        return None
-    from stabilizer_sentinel.capture import parse_capture
-    from stabilizer_sentinel.rules import parse_rule_list
-
-    parse_rule_list(config.effective_rules)  # a bad configuration fails before the script starts
-    parse_capture(config.effective_capture)
-    return LauncherHooks(config, JobPaths.from_env(environ))
-
-
-def run(argv: list[str]) -> None:
-    """Run ``SCRIPT args`` or ``-m MODULE args`` as ``__main__``, as ``python`` itself would."""
+def command(argv: list[str]) -> list[str]:
+    """The interpreter command that runs ``SCRIPT args`` or ``-m MODULE args``: ``python`` itself."""
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, file=sys.stderr)
         raise SystemExit(0 if argv else 2)
-    if argv[0] == "-m":
-        if len(argv) < 2:
-            raise SystemExit(USAGE)
-        sys.argv = [argv[1], *argv[2:]]
-        sys.path.insert(0, os.getcwd())
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-        return
-    script = argv[0]
-    sys.argv = list(argv)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    runpy.run_path(script, run_name="__main__")
+    if argv[0] == "-m" and len(argv) < 2:
+        raise SystemExit(USAGE)
+    return [sys.executable, *_interpreter_options(), *argv]
 
 
-def _run_recording_exit(argv: list[str]) -> None:
-    """``run``, recording a ``sys.exit`` with a failure status as the way the script ended (the status is kept)."""
-    try:
-        run(argv)
-    except SystemExit as stop:
-        if stop.code not in (0, None):
-            EXIT.record(stop)
-        raise
+def _interpreter_options() -> list[str]:
+    """This interpreter's options (``-u``, which torchrun gives its workers; ``-X``, ``-W``), kept for the script."""
+    given = list(getattr(sys, "orig_argv", []))
+    for index in range(1, len(given)):
+        if given[index] == "-m" and given[index + 1 : index + 2] == [__spec__.name if __spec__ else ""]:
+            return given[1:index]
+        if given[index] == f"-m{__spec__.name if __spec__ else ''}":
+            return given[1:index]
+    return []
+
+
+def job_environment(argv: list[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment in which the job's autostart watches ``argv``'s script at the launcher level.
+
+    As in a job (docs/contracts.md, section 8): the library and its ``autostart`` directory on
+    ``PYTHONPATH``, so ``sitecustomize`` installs the hooks before the script runs;
+    ``SM_USER_ENTRY_POINT`` naming the script, so only its process does; and the configuration
+    (``STABILIZER_CONFIG``) the job's, with ``"integration": "launcher"``, asked for on the command line.
+    """
+    env = dict(os.environ if environ is None else environ)
+    with contextlib.suppress(ValueError):  # a bad configuration: the autostart fails on it, as in a job
+        config = dataclasses.asdict(load_config(env))
+        config = {name: value for name, value in config.items() if value not in (None, {})}
+        env["STABILIZER_CONFIG"] = json.dumps({**config, "integration": "launcher"})
+    env["SM_USER_ENTRY_POINT"] = argv[1] if argv[0] == "-m" else os.path.basename(argv[0])
+    package = os.path.dirname(os.path.abspath(__file__))
+    library = os.path.dirname(package)
+    paths = [path for path in env.get("PYTHONPATH", "").split(os.pathsep) if path]
+    # The script's interpreter has every entry of this one's sys.path but the first (the working
+    # directory of `python -m`): the library's directory goes on PYTHONPATH when it was found there.
+    first = [library] if sys.path and _same(sys.path[0], library) and library not in sys.path[1:] else []
+    env["PYTHONPATH"] = os.pathsep.join([*first, os.path.join(package, "autostart"), *paths])
+    return env
+
+
+def _same(entry: str, directory: str) -> bool:
+    return os.path.abspath(entry or os.curdir) == directory
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Become ``python SCRIPT args`` (or ``python -m MODULE args``) in the job's environment.
+
+    ``os.execve`` keeps the process (its pid, which ``torchrun`` waits on, and its standard
+    streams), and the interpreter puts the script's directory (for ``-m``, the working directory)
+    first on ``sys.path``, exactly as without the launcher. The autostart then watches it as in a
+    job; a bad configuration fails there, naming its field, before the script runs.
+    """
     argv = sys.argv[1:] if argv is None else argv
-    activate(force=True)  # asked for on the command line: whatever the configuration's integration says
-    _run_recording_exit(argv)
+    run = command(argv)
+    env = job_environment(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, run, env)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ evaluation and checkpoints are not. Tensors go to a temporary directory removed 
 Two configurations measure the sentinel library as users meet it: ``library: watch()`` is the
 plain-loop level with its defaults, the rewind's copy every 5 steps included (``guard.step(loss)``
 each step, everything else in the optimizer hooks), and
-``launcher: unchanged script`` is the unchanged-script level (``stabilizer_sentinel.launch``'s global hooks
+``launcher: unchanged script`` is the unchanged-script level (``stabilizer_sentinel.launcher_hooks``' global hooks
 find the model, its ``nn.CrossEntropyLoss`` module and the optimizer; the loop makes no call of ours).
 Both run the finite check (``ExplodingTensor``) every step; their hook time is inside the step, so
 only their steps/s ratio is shown. The launcher's global optimizer hook sees every configuration's
@@ -91,7 +91,7 @@ class _Setup:
                                         "STABILIZER_CHECKPOINT_DIR": str(workdir)})
         elif name == LAUNCHER:
             from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig
-            from stabilizer_sentinel.launch import LauncherHooks
+            from stabilizer_sentinel.launcher_hooks import LauncherHooks
 
             self.launcher = LauncherHooks(StabilizerConfig(rules=config[0], capture=config[1], action="notify"),
                                           JobPaths(workdir, workdir / "failure", workdir / "tensors"))

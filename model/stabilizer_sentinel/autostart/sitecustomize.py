@@ -11,7 +11,7 @@ only in the entry point's process: ``SM_USER_ENTRY_POINT`` is set (the toolkit s
 script, not for itself) and the command line runs that file or module, which also holds for each
 worker ``torchrun`` starts. There it reads the ``sagemaker_stabilizer`` configuration and, when it
 says ``"integration": "launcher"`` or ``"auto"`` (the workflow's default), installs the global hooks of
-``stabilizer_sentinel.launch``: with "auto" they stand by, and stand down if the script calls ``watch()``
+``stabilizer_sentinel.launcher_hooks``: with "auto" they stand by, and stand down if the script calls ``watch()``
 before its first optimizer step. Any other
 process pays one environment lookup. A bad configuration ends the process with status 2 and a
 failure file naming the field, before the script starts.
@@ -46,7 +46,7 @@ def _runs_the_entry_point() -> bool:
 
 def _activate() -> None:
     try:
-        from stabilizer_sentinel.launch import activate
+        from stabilizer_sentinel.launcher_hooks import activate
 
         activate()
     except ValueError as error:  # StabilizerConfigError, RuleConfigError, CaptureConfigError

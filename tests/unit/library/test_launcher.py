@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from tests.helpers import MODEL_DIR
-from tests.unit.library.support import FIXTURES, findings, job_env, logged, run
+from tests.unit.library.support import FIXTURES, findings, job_env, logged, run, summary
 
 SCRIPT = FIXTURES / "regression" / "unchanged.py"
 DIVERGING = ["--lr", "3", "--steps", "12"]
@@ -94,3 +94,36 @@ def test_a_stopped_script_under_the_launcher_still_says_how_far_it_got(tmp_path)
     (finding,) = findings(job)
     last = result.stderr.splitlines()[-1]
     assert last.startswith(f"step={finding['step'] - 1} (stabilizer launcher: {finding['step']} optimizer steps")
+
+
+EXITS_EARLY = '''
+import sys
+
+import torch
+from helper import STEPS  # a sibling of the script: its directory is first on the path, as with `python SCRIPT`
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(STEPS):
+    loss = model(torch.ones(4, 2)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print(f"step={step} loss={loss.item():.4f}", flush=True)
+sys.exit(3)
+'''
+
+
+def test_a_script_that_exits_with_a_failure_status_under_the_launcher_keeps_it_and_says_so(tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "exits_early.py").write_text(EXITS_EARLY)
+    (source / "helper.py").write_text("STEPS = 4\n")
+    job = tmp_path / "job"
+    # Run from another directory: only the script's own directory makes its sibling importable.
+    result = run(["-m", "stabilizer_sentinel.launch", str(source / "exits_early.py")], tmp_path, job_env(job))
+    assert result.returncode == 3, result.stderr
+    written = summary(job)
+    assert (written["integration"], written["ended"]) == ("launcher", "exception")
+    assert written["exception"] == "SystemExit: 3"
+    assert written["steps_taken"] == 4
