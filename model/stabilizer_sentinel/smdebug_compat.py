@@ -15,8 +15,9 @@ A rule written for Debugger imports ``smdebug``::
             ...
 
 ``load_rule(path, class_name)`` loads such a file with these names bound to this module's classes
-(whether or not smdebug is installed; it is never imported), and ``CustomRule`` runs the loaded class
-as a rule of the engine: in the job (the sentinel), out of the job (the evaluator, a notebook).
+(whether or not smdebug is installed; it is never imported), and ``CustomRule``
+(stabilizer_sentinel.rules.custom) runs the loaded class as a rule of the engine: in the job (the
+sentinel), out of the job (the evaluator, a notebook).
 Rules see the trial through ``SmdebugTrial``, which names tensors as smdebug's PyTorch hook does
 (``<module>_output_0``, ``CrossEntropyLoss_input_1``, ``gradient/<Model>_<parameter>``;
 stabilizer_sentinel.trial). ``invoke_rule(rule, start_step=..., end_step=...)`` is smdebug's, for rules of
@@ -40,7 +41,6 @@ from typing import Any
 
 import numpy as np
 
-from stabilizer_sentinel.rules.base import Rule as EngineRule
 from stabilizer_sentinel.trial import TensorUnavailable as _TensorUnavailable
 from stabilizer_sentinel.trial import TensorUnavailableForStep as _TensorUnavailableForStep
 from stabilizer_sentinel.trial import Trial
@@ -246,7 +246,7 @@ class Rule:
             raise RuleEvaluationConditionMet(self.rule_name, step)
 
 
-def _invoke_once(rule_obj: Any, step: int) -> None:
+def invoke_once(rule_obj: Any, step: int) -> None:
     if hasattr(rule_obj, "invoke"):
         rule_obj.invoke(step)
     elif rule_obj.invoke_at_step(step):  # a rule of the engine
@@ -274,7 +274,7 @@ def invoke_rule(rule_obj: Any, start_step: int | None = 0, end_step: int | None 
         steps = list(range(start, end_step if end_step is not None else start))
     for step in steps:
         try:
-            _invoke_once(rule_obj, step)
+            invoke_once(rule_obj, step)
         except (_TensorUnavailableForStep, _TensorUnavailable, StepUnavailable) as error:
             logging.getLogger("smdebug.rules").debug(str(error))
         except RuleEvaluationConditionMet as met:
@@ -351,49 +351,3 @@ def create_trial(path: str, name: str | None = None, **_: Any) -> SmdebugTrial:
     from stabilizer_sentinel.trial import create_trial as open_store
 
     return SmdebugTrial(open_store(path), name=name or "trial")
-
-
-# --- a Debugger rule as a rule of the engine --------------------------------------------------------
-
-
-class CustomRule(EngineRule):
-    """Runs a user's Debugger rule class in the engine (``load_rule``), its findings like a built-in's.
-
-    Parameters reach the user's ``__init__`` as Debugger passes them: strings, by name. A step whose
-    tensors are missing is skipped (smdebug's ``invoke_rule`` does the same); a rule that never
-    found its tensors in the whole run says so (``unmatched``).
-    """
-
-    user_class: type = object
-
-    def __init__(self, base_trial: Trial, **parameters: str) -> None:
-        super().__init__(base_trial)
-        self.parameters = parameters
-        self.user_rule = self.user_class(SmdebugTrial(base_trial), **parameters)
-        self._missing: dict[str, str] = {}  # tensor name -> why, for names the trial never had
-
-    def invoke_at_step(self, step: int) -> bool:
-        try:
-            _invoke_once(self.user_rule, step)
-        except (_TensorUnavailableForStep, _TensorUnavailable, StepUnavailable) as error:
-            name = getattr(error, "tensor_name", None)
-            if name is not None:
-                self._missing.setdefault(name, str(error))
-            return False
-        except RuleEvaluationConditionMet as met:
-            return self.fire(step, f"Evaluation of the rule {self.name} ({type(self.user_rule).__name__}, a custom "
-                                   f"rule) at step {met.step} resulted in the condition being met")
-        return False
-
-    def unmatched(self) -> str | None:
-        """The tensors the rule asked for that the job never saved, named with what it did save."""
-        never = {name: why for name, why in self._missing.items() if not self.base_trial.has_tensor(name)}
-        if not never:
-            return None
-        return f"{self.name} read tensors the job never saved: {'; '.join(never.values())}"
-
-
-def custom_rule_class(name: str, path: str | Path, class_name: str) -> type[CustomRule]:
-    """A rule class of the engine, named ``name``, that runs ``class_name`` of the file at ``path``."""
-    user_class = load_rule(path, class_name)
-    return type(name, (CustomRule,), {"user_class": user_class, "name": name})

@@ -28,6 +28,7 @@ from stabilizer_sentinel.rules.base import (
 )
 from stabilizer_sentinel.rules.checks import Diverging, NotLearning
 from stabilizer_sentinel.rules.classification import CheckInputImages, ClassImbalance, Confusion
+from stabilizer_sentinel.rules.custom import CustomRule
 from stabilizer_sentinel.rules.system import CPUBottleneck, IOBottleneck, LowGPUUtilization, OverallSystemUsage
 from stabilizer_sentinel.rules.tensors import (
     AllZero,
@@ -47,6 +48,7 @@ __all__ = [
     "CheckInputImages",
     "ClassImbalance",
     "Confusion",
+    "CustomRule",
     "DeadRelu",
     "Diverging",
     "ExplodingTensor",

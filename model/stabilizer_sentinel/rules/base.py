@@ -21,7 +21,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -246,10 +246,14 @@ def parse_rule(raw: Mapping[str, Any], where: str = "rule") -> RuleSpec:
 CODE_DIR_ENV = "STABILIZER_CODE_DIR"
 
 
-def _load_custom(checked: Any, where: str) -> RuleSpec:
-    """The Debugger rule class a ``Rule.custom`` entry names, loaded from its file (smdebug_compat)."""
-    from stabilizer_sentinel.smdebug_compat import custom_rule_class
+# Makes the rule class that runs a Debugger rule class from its file: stabilizer_sentinel.rules.custom
+# puts it here. The rules package imports that module, so it is in place whenever this one is imported.
+CUSTOM_RULE_CLASS: list[Callable[[str, Path, str], type[Rule]]] = []
 
+
+def _load_custom(checked: Any, where: str) -> RuleSpec:
+    """The Debugger rule class a ``Rule.custom`` entry names, loaded from its file (rules.custom)."""
+    (custom_rule_class,) = CUSTOM_RULE_CLASS
     params = dict(checked.parameters)
     source = Path(params.pop(SOURCE_KEY))
     class_name = params.pop(INVOKE_KEY)
