@@ -10,7 +10,7 @@ arguments (or `SM_HPS`), channels from `SM_CHANNEL_TRAIN` / `SM_CHANNEL_TEST`, t
       STABILIZER_CHECKPOINT_DIR=/tmp/ckpt STABILIZER_FAILURE_FILE=/tmp/failure \\
       python train.py --num_epochs 3 --add_batch_norm 1
     python train.py --dry-run          # a few steps on tiny data, for tests
-    python train.py --help             # every hyperparameter, with its default
+    python train.py --help             # every hyperparameter, with its default (recipe.py)
 
 It is an ordinary user of the sentinel library (``stabilizer_sentinel``, the plain-loop level): the three
 lines marked ``# sentinel`` below, plus two optional calls a plain loop may leave out (the test
@@ -25,7 +25,6 @@ and the workflow decides.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -33,7 +32,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,146 +41,13 @@ import torch.nn.functional as F  # noqa: N812
 
 import stabilizer_sentinel as sentinel  # sentinel
 from data import read_channel
+from recipe import Config, HyperparameterError, parse_config
 from resnet import ResNet
 from stabilizer_contract.checkpoints import checkpoint_name, checkpoints_in, newest_checkpoint
-from stabilizer_sentinel.capture import CaptureConfigError, parse_capture
-from stabilizer_sentinel.job_config import StabilizerConfigError, load_config
-from stabilizer_sentinel.rules import RuleConfigError, parse_rule_list
-from stabilizer_sentinel.sentinel import EXIT_RULE_STOP
 
-SENTINEL_STOP_EXIT_CODE = EXIT_RULE_STOP  # docs/contracts.md: the sentinel stopped the job because a rule fired
+# docs/contracts.md: the sentinel stopped the job because a rule fired
+SENTINEL_STOP_EXIT_CODE = sentinel.EXIT_RULE_STOP
 CHECKPOINTS_KEPT = 2
-
-
-@dataclass
-class Config:
-    warmup_learning_rate: float = 0.1  # the reference recipe's warm-up LR (it explodes without batch norm)
-    learning_rate: float = 0.1  # the reference recipe's LR after warm-up
-    warmup_epochs: int = 1  # the reference recipe warms up for one epoch
-    add_batch_norm: bool = False  # the reference network has no batch norm: that is the problem
-    num_epochs: int = 3  # enough for the offline data set to reach a useful accuracy
-    batch_size: int = 128  # as the reference recipe
-    depth: int = 20  # ResNet-20: 3 stages of 3 blocks
-    activation: str = "elu"  # the ELU-Conv-ELU-Conv block of the reference network
-    grad_clip: float = 0.0  # max total gradient norm; 0 = off, as the reference recipe
-    seed: int = 0  # fixes initialisation and data order, so runs and resumes are reproducible
-    checkpoint_every: int = 50  # steps between checkpoints; cheap on small models, bounded loss on stop
-    max_steps: int = 0  # 0 = no limit; used by tests and benchmarks to cut a run short
-    log_every: int = 10  # steps between log lines; each line costs a host synchronisation
-    sentinel_rules: list = field(default_factory=list)  # rules evaluated in-job (docs/contracts.md section 3)
-    sentinel_action: str = "stop"  # what the sentinel does when a rule fires: stop or notify
-    capture: dict = field(default_factory=dict)  # collections to save: name -> save_interval/save_steps
-
-    def learning_rate_at(self, epoch: int) -> float:
-        return self.warmup_learning_rate if epoch < self.warmup_epochs else self.learning_rate
-
-    def phase_at(self, epoch: int) -> str:
-        return "warmup" if epoch < self.warmup_epochs else "main"
-
-
-HELP = {
-    "warmup_learning_rate": "learning rate for the first warmup_epochs epochs",
-    "learning_rate": "learning rate after warm-up",
-    "warmup_epochs": "number of epochs at the warm-up learning rate",
-    "add_batch_norm": "1 adds BatchNorm before each residual addition, 0 leaves it out",
-    "num_epochs": "number of epochs to train",
-    "batch_size": "mini-batch size",
-    "depth": "ResNet depth, 6n+2 (20 = three stages of three blocks)",
-    "activation": "activation in the residual blocks: elu or relu",
-    "grad_clip": "clip the total gradient norm to this value; 0 turns clipping off",
-    "seed": "random seed for initialisation and data order",
-    "checkpoint_every": "steps between checkpoints (the last step always checkpoints)",
-    "max_steps": "stop after this many steps in total; 0 means no limit",
-    "log_every": "steps between 'step=... loss=...' log lines",
-    "sentinel_rules": "JSON list of rules the in-job sentinel evaluates",
-    "sentinel_action": "what the sentinel does when a rule fires: stop or notify",
-    "capture": 'JSON object of collections to save, e.g. {"gradients": {"save_interval": 100}}',
-}
-
-
-def _parse_bool(value: str | bool | int) -> bool:
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes"):
-        return True
-    if text in ("0", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected 0/1 or true/false, got {value!r}")
-
-
-def _parse_json(kind: type):
-    def parse(value: str | list | dict):
-        parsed = json.loads(value) if isinstance(value, str) else value
-        if not isinstance(parsed, kind):
-            raise argparse.ArgumentTypeError(f"expected a JSON {kind.__name__}, got {value!r}")
-        return parsed
-
-    return parse
-
-
-def _field_parser(f: dataclasses.Field):
-    if f.type in ("bool", bool):
-        return _parse_bool
-    if f.type in ("list", list):
-        return _parse_json(list)
-    if f.type in ("dict", dict):
-        return _parse_json(dict)
-    return {"float": float, "int": int, "str": str}.get(f.type, f.type)
-
-
-class HyperparameterError(ValueError):
-    """A hyperparameter is unknown or malformed; the message names it and what was expected."""
-
-
-class _Parser(argparse.ArgumentParser):
-    # argparse would print and exit 2 on its own; raising lets main() write the failure file
-    # first, so the reason reaches DescribeTrainingJob's FailureReason like any other failure.
-    def error(self, message: str):
-        raise HyperparameterError(message)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        description="Train the reference ResNet (SageMaker script mode). Hyperparameters may also come from SM_HPS.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        allow_abbrev=False,  # a misspelt hyperparameter must fail, not silently match another
-    )
-    for f in dataclasses.fields(Config):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        parser.add_argument(f"--{f.name}", type=_field_parser(f), default=default, help=HELP[f.name])
-    parser.add_argument("--dry-run", action="store_true", help="a few steps on tiny data, for tests")
-    return parser
-
-
-def parse_config(argv: list[str] | None = None, environ: dict | None = None) -> tuple[Config, bool]:
-    """Hyperparameters from SM_HPS first, then the command line (which wins), as SageMaker passes both."""
-    environ = os.environ if environ is None else environ
-    parser = build_parser()
-    known = {f.name for f in dataclasses.fields(Config)}
-    sm_hps = json.loads(environ.get("SM_HPS", "{}") or "{}")
-    # SageMaker adds its own sagemaker_* hyperparameters; they are not ours to validate.
-    from_env = {k: v for k, v in sm_hps.items() if k in known}
-    parser.set_defaults(**{k: _field_parser(next(f for f in dataclasses.fields(Config) if f.name == k))(v)
-                           for k, v in from_env.items()})
-    args, unknown = parser.parse_known_args(argv)
-    ours = [a for a in unknown if a.startswith("--") and not a.startswith("--sagemaker_")]
-    if ours:
-        parser.error(f"unknown hyperparameter {ours[0]} (valid: {', '.join(sorted(known))})")
-    dry_run = args.dry_run
-    config = Config(**{name: getattr(args, name) for name in known})
-    if config.sentinel_action not in ("stop", "notify"):
-        parser.error(f"--sentinel_action must be stop or notify, got {config.sentinel_action!r}")
-    try:  # rule lists and capture settings fail here, naming the field, before any training
-        parse_rule_list(config.sentinel_rules)
-        parse_capture(config.capture)
-        job = load_config(environ)
-        parse_rule_list(job.rules)
-        parse_capture(job.capture)
-    except (RuleConfigError, CaptureConfigError, StabilizerConfigError) as error:
-        parser.error(str(error))
-    for name in ("batch_size", "num_epochs", "checkpoint_every", "log_every"):
-        if getattr(config, name) < 1:
-            parser.error(f"--{name} must be at least 1, got {getattr(config, name)}")
-    return config, dry_run
 
 
 @dataclass

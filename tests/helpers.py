@@ -76,8 +76,8 @@ def model_module(name: str):
     """``model/<name>.py`` loaded from its file (``model/`` is a source directory, not a package).
 
     ``data`` and ``resnet`` import no sibling and load as stabilizer's benchmarks load them;
-    ``train`` imports both as siblings (``from data import read_channel``), so they stand under
-    those names only while it loads.
+    ``recipe`` imports no sibling either; ``train`` imports all three as siblings (``from data
+    import read_channel``), so they stand under those names only while it loads.
     """
     import importlib.util
 
@@ -87,7 +87,7 @@ def model_module(name: str):
         return reference_module(name, MODEL_DIR)
     key = "stabilizer_reference_source_train"
     if key not in sys.modules:
-        siblings = {sibling: reference_module(sibling, MODEL_DIR) for sibling in ("data", "resnet")}
+        siblings = {sibling: reference_module(sibling, MODEL_DIR) for sibling in ("data", "recipe", "resnet")}
         saved = {sibling: sys.modules.get(sibling) for sibling in siblings}
         sys.modules.update(siblings)
         try:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stabilizer_workflow.errors import InvalidInput
+from stabilizer_workflow.s3_uris import bucket_of
 
 # <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:<tag>|@<digest>]: an image in
 # Amazon ECR (SageMaker training images come from ECR, or from a private registry reached through
@@ -68,15 +69,11 @@ def readable_buckets(settings: Any) -> list[str]:
     return [settings.bucket, *extra]
 
 
-def _bucket_of(uri: str) -> str:
-    return uri.removeprefix("s3://").split("/", 1)[0]
-
-
 def channel_problems(channels: dict[str, str], settings: Any) -> list[str]:
     buckets = readable_buckets(settings)
     problems = []
     for name, uri in channels.items():
-        bucket = _bucket_of(uri)
+        bucket = bucket_of(uri)
         if bucket not in buckets:
             problems.append(
                 f"job.channels.{name}: {uri} is in bucket {bucket!r}, which the deployment's SageMaker "
@@ -107,7 +104,7 @@ def image_problem(image: str, settings: Any) -> str | None:
 
 
 def source_problem(source: str, settings: Any) -> str | None:
-    bucket = _bucket_of(source)
+    bucket = bucket_of(source)
     buckets = readable_buckets(settings)
     if bucket in buckets:
         return None

@@ -21,25 +21,23 @@ from stabilizer_workflow import notifications
 from stabilizer_workflow.access import check_job_access
 from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
 from stabilizer_workflow.execution_bounds import execution_problems
+from stabilizer_workflow.execution_input import (
+    Monitoring,
+    RunSpec,
+    format_validation_error,
+    parse_execution_input,
+)
 from stabilizer_workflow.images import default_image, training_image_for
 from stabilizer_workflow.job import Job
 from stabilizer_workflow.notifications import Notification
 from stabilizer_workflow.reference import is_reference, reference_job
 from stabilizer_workflow.requests import build_create_training_job, checkpoint_uri, configuration_problem
 from stabilizer_workflow.rule_checks import custom_rule_sources
+from stabilizer_workflow.s3_uris import is_s3_uri
 from stabilizer_workflow.service_limits import request_problems
 from stabilizer_workflow.settings import TrainSettings
 from stabilizer_workflow.sources import entry_point_problem
-from stabilizer_workflow.state import (
-    Attempt,
-    ExecutionRef,
-    Monitoring,
-    RunSpec,
-    WorkflowState,
-    format_validation_error,
-    is_s3_uri,
-    parse_execution_input,
-)
+from stabilizer_workflow.state import Attempt, ExecutionRef, WorkflowState
 
 
 class ArchiveReader(Protocol):

@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stabilizer_contract.checkpoints import checkpoint_step
 from stabilizer_contract.job import RULE_STOP_PREFIX
-from stabilizer_workflow.state import KNOWN_RULES, Finding, Phase, TrainingJobStatus, Watched
+from stabilizer_workflow.execution_input import KNOWN_RULES
+from stabilizer_workflow.state import Finding, Phase, TrainingJobStatus, Watched
 
 RuleEvaluationStatus = Literal["InProgress", "NoIssuesFound", "IssuesFound", "Error", "Stopping", "Stopped"]
 

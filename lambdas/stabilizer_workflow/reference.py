@@ -9,9 +9,9 @@ own hyperparameters (stabilizer_workflow.requests).
 
 from __future__ import annotations
 
+from stabilizer_workflow.execution_input import RunSpec
 from stabilizer_workflow.job import Job, Knob, Knobs, MetricDefinition
 from stabilizer_workflow.settings import TrainSettings
-from stabilizer_workflow.state import RunSpec
 
 ENTRY_POINT = "train.py"
 LOSS_METRIC = "train:loss"

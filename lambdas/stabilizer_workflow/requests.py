@@ -18,11 +18,12 @@ from stabilizer_contract.job import CHECKPOINT_DIR_VARIABLE, CHECKPOINT_LOCAL_PA
 from stabilizer_workflow import hang_settings
 from stabilizer_workflow.distribution import distribution_hyperparameters, distribution_problem
 from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
+from stabilizer_workflow.execution_input import Monitoring, RuleConfig
 from stabilizer_workflow.job import Job
 from stabilizer_workflow.rule_checks import is_custom, is_profiler_rule, runs_in_engine
 from stabilizer_workflow.service_limits import hyperparameter_value_problem
 from stabilizer_workflow.settings import TrainSettings
-from stabilizer_workflow.state import Monitoring, RuleConfig, WorkflowState
+from stabilizer_workflow.state import WorkflowState
 
 JOB_NAME_MAX = 63
 DEBUG_LOCAL_PATH = "/opt/ml/output/tensors"

@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from stabilizer_workflow.state import ExecutionInput, Limits, RunSpec, WorkflowState
+from stabilizer_workflow.execution_input import ExecutionInput, Limits, RunSpec
+from stabilizer_workflow.state import WorkflowState
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

@@ -16,15 +16,11 @@ import tarfile
 from typing import Any
 
 from stabilizer_workflow.errors import InvalidInput
+from stabilizer_workflow.s3_uris import split_s3_uri
 
 MAX_ARCHIVE_BYTES = 64 * 1024 * 1024
 _MISSING = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
 _DENIED = {"AccessDenied", "403", "AllAccessDisabled"}
-
-
-def _parse(uri: str) -> tuple[str, str]:
-    bucket, _, key = uri.removeprefix("s3://").partition("/")
-    return bucket, key
 
 
 class SourceArchives:
@@ -36,7 +32,7 @@ class SourceArchives:
     @property
     def s3(self) -> Any:
         if self._s3 is None:
-            from stabilizer_workflow.aws import get_s3
+            from stabilizer_workflow.aws_s3 import get_s3
 
             self._s3 = get_s3()
         return self._s3
@@ -47,7 +43,7 @@ class SourceArchives:
 
         from stabilizer_workflow.aws import error_code, translate
 
-        bucket, key = _parse(uri)
+        bucket, key = split_s3_uri(uri)
         try:
             size = int(self.s3.head_object(Bucket=bucket, Key=key)["ContentLength"])
             if size > MAX_ARCHIVE_BYTES:

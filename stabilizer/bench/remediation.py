@@ -31,128 +31,18 @@ import argparse
 import json
 import logging
 import os
-import re
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from stabilizer.bench import calibration as bench_corpus
+from stabilizer.bench.job_logs import job_steps
+from stabilizer.bench.process_memory import PeakMemory
 from stabilizer.bench.scenarios import DATA_SETS, Scenario, by_name
 
 POLICIES = ("default", "original")
-_START = re.compile(r"^training steps=(\d+) .*start_step=(\d+)")
-_ENDS = (
-    re.compile(r"^finished steps=(\d+)"),  # completed: N steps done
-    re.compile(r"^stopped by SIGTERM at step (\d+)"),  # stopped: N steps done
-)
-_RULE_STOP = re.compile(r"^sentinel stopped the job (?:at|after the evaluation at) step (\d+)")
-_LOGGED = re.compile(r"^step=(\d+) ")
-# Any script the library protects: the guard's closing line (stabilizer_sentinel.guard).
-_CHECKED = re.compile(r"^sentinel: checked steps (\d+)\.\.(\d+), ")
-
-
-# ---------------------------------------------------------------------------- memory of a process tree
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except (FileNotFoundError, ProcessLookupError, ValueError):
-            continue
-    return found
-
-
-def _rss_bytes(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except (FileNotFoundError, ProcessLookupError):
-        pass
-    return 0
-
-
-def tree_rss_bytes(root: int) -> int:
-    """Resident memory of a process and all its descendants."""
-    total, stack, seen = 0, [root], set()
-    while stack:
-        pid = stack.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        total += _rss_bytes(pid)
-        stack += _children(pid)
-    return total
-
-
-class PeakMemory:
-    """Samples the process tree's resident memory in the background and keeps the maximum."""
-
-    def __init__(self, interval: float = 0.2) -> None:
-        self.interval = interval
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="peak-memory", daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, tree_rss_bytes(os.getpid()))
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> PeakMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, tree_rss_bytes(os.getpid()))
-
-
-# ---------------------------------------------------------------------------- steps of one job
-@dataclass(frozen=True)
-class JobSteps:
-    """What one training job computed, read from its log."""
-
-    total: int  # the steps of a clean run of its recipe
-    start: int  # the step it started at (> 0 when it resumed)
-    end: int  # steps done when it ended (the stopping step counts: its gradients were computed)
-
-    @property
-    def computed(self) -> int:
-        return max(0, self.end - self.start)
-
-
-def job_steps(log: str, clean_steps: int | None = None) -> JobSteps | None:
-    """None when the job never started training (a bad channel, a bad hyperparameter).
-
-    The reference script logs its total; for a user's script, `clean_steps` gives it, and the
-    guard's closing line the steps it checked.
-    """
-    total = start = None
-    end = None
-    last_logged = None
-    for line in log.splitlines():
-        if (match := _CHECKED.match(line)) is not None and clean_steps is not None:
-            total, start, end = clean_steps, int(match.group(1)), int(match.group(2)) + 1
-        elif (match := _START.match(line)) is not None:
-            total, start = int(match.group(1)), int(match.group(2))
-        elif (match := _RULE_STOP.match(line)) is not None:
-            end = int(match.group(1)) + 1
-        elif (match := _LOGGED.match(line)) is not None:
-            last_logged = int(match.group(1)) + 1
-        else:
-            for pattern in _ENDS:
-                if (match := pattern.match(line)) is not None:
-                    end = int(match.group(1))
-    if total is None or start is None:
-        return None
-    if end is None:  # crashed or killed: the last logged step is all that is known
-        end = last_logged if last_logged is not None else start
-    return JobSteps(total=total, start=start, end=end)
 
 
 # ---------------------------------------------------------------------------- one execution

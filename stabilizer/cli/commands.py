@@ -200,14 +200,14 @@ class Interrupts:
 
 
 def run_local(args: argparse.Namespace, out: TextIO) -> int:
-    from stabilizer.client.inputs import build_input, workflow_state_module
+    from stabilizer.client.inputs import build_input, execution_input_module
     from stabilizer.client.sourcedir import mark_run_directory
     from stabilizer.local.deployment import LocalSettings, Project, strict_from_environment
     from stabilizer.local.engine import LocalEngine
     from stabilizer.local.staging import source_summary
 
     # The input is checked first: a wrong input is the person's to fix, whatever else is missing.
-    state_module = workflow_state_module()
+    state_module = execution_input_module()
     execution_input = build_input(
         state_module=state_module,
         input_file=args.input,
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.local:
                 raise UsageError(
                     "run needs --local; on AWS, start an execution from the console ({} runs the reference "
-                    "problem), from the notebook, or with stabilizer.client.clients.AwsClient"
+                    "problem), from the notebook, or with stabilizer.client.aws_client.AwsClient"
                 )
             return run_local(args, out)
     except UsageError as error:

@@ -1,7 +1,7 @@
 """The execution input from the command line: a JSON file, ``key=value`` pairs and ``--policy``.
 
 The input model itself (every field, its type and default) belongs to the workflow domain in
-``lambdas/stabilizer_workflow/state.py``; this module only assembles what the person typed into that shape
+``lambdas/stabilizer_workflow/execution_input.py``; this module only assembles what the person typed into that shape
 and asks the domain to validate it, so the CLI rejects exactly what the state machine would,
 before anything is launched. Problems are raised as ``InputProblemError`` with a one-line message.
 
@@ -31,13 +31,13 @@ class InputProblemError(Exception):
     """The input cannot be used; the message names the problem in one line."""
 
 
-def workflow_state_module() -> ModuleType:
-    """``stabilizer_workflow.state``: the single definition of the execution input."""
+def execution_input_module() -> ModuleType:
+    """``stabilizer_workflow.execution_input``: the single definition of the execution input."""
     try:
-        from stabilizer_workflow import state
+        from stabilizer_workflow import execution_input
     except ImportError as error:
         raise InputProblemError(f"cannot load the execution input model: {error}") from None
-    return state
+    return execution_input
 
 
 def read_input_file(path: Path) -> dict[str, Any]:
@@ -176,4 +176,4 @@ def validate_execution_input(data: dict[str, Any], state_module: Any) -> dict[st
 
 def check_input(execution_input: dict[str, Any]) -> dict[str, Any]:
     """Validate an execution input (a notebook's) as the state machine's first step would."""
-    return validate_execution_input(execution_input, workflow_state_module())
+    return validate_execution_input(execution_input, execution_input_module())

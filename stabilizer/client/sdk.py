@@ -36,17 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from stabilizer.client.debugger import DebuggerConfigError, has_debugger_config, monitoring_from_estimator
-from stabilizer.client.sdk_aws import image_uri_for, upload_local_files  # noqa: F401 - the clients import them here
 from stabilizer.client.sdk_distribution import distribution_fields
+from stabilizer.client.sdk_errors import SdkJobError
 from stabilizer.client.sourcedir import ARCHIVE_NAME, Packed, SourceError, SourcePlan, pack, plan_source
 
 RESERVED_PREFIX = "sagemaker_"
 # What the SDK's ModelTrainer leaves out of a source upload by default (SourceCode.ignore_patterns).
 _MODEL_TRAINER_IGNORED = {".env", ".git", "__pycache__", ".DS_Store", ".cache", ".ipynb_checkpoints"}
-
-
-class SdkJobError(ValueError):
-    """The SDK object asks for something stabilizer's job cannot be; the message names the attribute."""
 
 
 def _given(value: Any) -> bool:

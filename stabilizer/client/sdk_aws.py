@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from stabilizer.client.sdk_errors import SdkJobError
 from stabilizer.client.sourcedir import ARCHIVE_NAME, SourceError, pack, plan_source
 
 
@@ -18,10 +19,6 @@ def _is_s3(value: Any) -> bool:
 
 
 def _refused(message: str) -> Exception:
-    from stabilizer.client.sdk import (
-        SdkJobError,  # its home; imported late, as stabilizer.client.sdk imports this module
-    )
-
     return SdkJobError(message)
 
 

@@ -2,7 +2,7 @@
 
 This is the one place that decides what of a job's source goes to the job, for every path that
 packs one: local mode (`stabilizer.local.staging`, the engine's reference `model/`), the AWS
-client's upload (`stabilizer.client.sdk.upload_local_files`), SDK estimators and ModelTrainers
+client's upload (`stabilizer.client.sdk_aws.upload_local_files`), SDK estimators and ModelTrainers
 (`stabilizer.client.sdk`), and the CDK app's archive of `model/` (`infra/training_source.py`).
 
 What the SDK does, and so what this does. An estimator's `source_dir` goes up whole:

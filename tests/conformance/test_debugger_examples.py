@@ -84,7 +84,7 @@ def estimator(entry_point: str, epochs: int = 4, **debugger: Any) -> Any:
 
 
 def run(tmp_path: Path, job: Any, channels: dict[str, str]) -> tuple[Any, Any, dict[str, Any]]:
-    from stabilizer.client.clients import LocalClient
+    from stabilizer.client.local_client import LocalClient
 
     with LocalClient.open(tmp_path / "runs", data_dir=tmp_path / "data") as client:
         arn = client.start({"wait_seconds": 1, "limits": {"max_num_retraining": 0}}, job=job, inputs=channels)

@@ -175,7 +175,7 @@ def test_ctrl_c_stops_the_running_job_and_keeps_its_checkpoint(small_digits: Pat
 
 
 def test_notebook_client_follows_an_execution_and_opens_its_tensors(small_digits: Path, tmp_path: Path):
-    from stabilizer.client.clients import LocalClient
+    from stabilizer.client.local_client import LocalClient
 
     with LocalClient.open(tmp_path / "nb", data_dir=small_digits) as client:
         arn = client.start({**SMALL_RUN, "policy": "default"}, name="e2e-notebook")

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stabilizer.client.clients import LocalClient
+from stabilizer.client.local_client import LocalClient
 
 pytestmark = pytest.mark.slow
 os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")

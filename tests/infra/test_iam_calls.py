@@ -90,7 +90,9 @@ def _train_settings(**env: str):
 
 def _launch_twice(cloud: dict[str, Any], policies, raw_input: dict[str, Any]) -> AccessChecker:
     """Prepare, launch attempt 1, then relaunch resuming from attempt 1's checkpoint, as the train role."""
-    from stabilizer_workflow.aws import Artifacts, Notifier, TrainingJobs
+    from stabilizer_workflow.aws_s3 import Artifacts
+    from stabilizer_workflow.aws_sagemaker import TrainingJobs
+    from stabilizer_workflow.aws_sns import Notifier
     from stabilizer_workflow.handlers import train as train_handler
     from stabilizer_workflow.sources import SourceArchives
 

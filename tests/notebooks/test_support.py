@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stabilizer.client.clients import ExecutionView
+from stabilizer.client.execution_client import ExecutionView
 from stabilizer.reports import attempts, executions
 
 EXPLODED = {

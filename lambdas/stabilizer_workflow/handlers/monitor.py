@@ -16,15 +16,10 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from stabilizer_workflow import monitor
-from stabilizer_workflow.aws import (
-    Artifacts,
-    Notifier,
-    TrainingJobs,
-    get_s3,
-    get_sagemaker,
-    get_sns,
-    invocation_deadline,
-)
+from stabilizer_workflow.aws import invocation_deadline
+from stabilizer_workflow.aws_s3 import Artifacts, get_s3
+from stabilizer_workflow.aws_sagemaker import TrainingJobs, get_sagemaker
+from stabilizer_workflow.aws_sns import Notifier, get_sns
 from stabilizer_workflow.errors import StateCorrupted, WorkflowError
 from stabilizer_workflow.monitor import Effects
 from stabilizer_workflow.notifications import Notification, clean_subject

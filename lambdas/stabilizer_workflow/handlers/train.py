@@ -15,19 +15,11 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from stabilizer_workflow.aws import (
-    Artifacts,
-    Executions,
-    Notifier,
-    TrainingJobs,
-    empty_channels,
-    get_s3,
-    get_sagemaker,
-    get_sns,
-    get_stepfunctions,
-    invocation_deadline,
-    missing_data_message,
-)
+from stabilizer_workflow.aws import invocation_deadline
+from stabilizer_workflow.aws_s3 import Artifacts, empty_channels, get_s3, missing_data_message
+from stabilizer_workflow.aws_sagemaker import TrainingJobs, get_sagemaker
+from stabilizer_workflow.aws_sns import Notifier, get_sns
+from stabilizer_workflow.aws_stepfunctions import Executions, get_stepfunctions
 from stabilizer_workflow.errors import AccessDenied, StateCorrupted, TrainingDataMissing
 from stabilizer_workflow.launch import ArchiveReader, launch, prepare
 from stabilizer_workflow.observability import MetricUnit, instrumented, logger, metrics

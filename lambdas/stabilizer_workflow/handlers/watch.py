@@ -25,17 +25,11 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from stabilizer_workflow import watch
-from stabilizer_workflow.aws import (
-    Executions,
-    Notifier,
-    TaskTokens,
-    TrainingJobs,
-    get_s3,
-    get_sagemaker,
-    get_sns,
-    get_stepfunctions,
-    invocation_deadline,
-)
+from stabilizer_workflow.aws import invocation_deadline
+from stabilizer_workflow.aws_s3 import TaskTokens, get_s3
+from stabilizer_workflow.aws_sagemaker import TrainingJobs, get_sagemaker
+from stabilizer_workflow.aws_sns import Notifier, get_sns
+from stabilizer_workflow.aws_stepfunctions import Executions, get_stepfunctions
 from stabilizer_workflow.errors import StateCorrupted, WorkflowError
 from stabilizer_workflow.observability import instrumented, logger
 from stabilizer_workflow.requests import attempt_prefix, job_name

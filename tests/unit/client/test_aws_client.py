@@ -26,7 +26,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from stabilizer.client import channels
-from stabilizer.client.clients import AwsClient
+from stabilizer.client.aws_client import AwsClient
 from stabilizer.reports import executions, tensors
 
 REGION = "us-east-1"

@@ -231,7 +231,7 @@ def test_the_converted_job_is_a_valid_execution_input(session, source, points):
 
 # ------------------------------------------------------------------------------------ the clients
 def test_the_aws_client_uploads_the_source_and_data_and_starts_the_job(session, source, points):
-    from stabilizer.client.clients import AwsClient
+    from stabilizer.client.aws_client import AwsClient
 
     client = AwsClient("Stabilizer", region_name=REGION, cloudformation=stack_outputs_client())
     sent: list[dict[str, Any]] = []
@@ -260,7 +260,7 @@ def test_the_aws_client_uploads_the_source_and_data_and_starts_the_job(session, 
 
 
 def test_the_local_client_hands_the_job_to_the_engine_as_it_is(session, source, points):
-    from stabilizer.client.clients import LocalClient
+    from stabilizer.client.local_client import LocalClient
 
     class Engine:
         """Stands in for LocalEngine at the one call under test: what input the execution gets."""
@@ -299,7 +299,7 @@ def test_the_local_client_hands_the_job_to_the_engine_as_it_is(session, source, 
 
 
 def test_the_aws_upload_carries_what_the_sdk_would_less_runs_git_and_environments(session, source):
-    from stabilizer.client.sdk import upload_local_files
+    from stabilizer.client.sdk_aws import upload_local_files
     from stabilizer.client.sourcedir import mark_run_directory
 
     for name, content in {"data/corpus.txt": "words\n", "tests/test_fit.py": "", ".git/HEAD": "ref: main\n",
@@ -320,7 +320,7 @@ def test_the_aws_upload_carries_what_the_sdk_would_less_runs_git_and_environment
 
 def test_the_aws_upload_refuses_a_source_over_the_limit_before_uploading_anything(session, source, monkeypatch):
     from stabilizer.client import sourcedir
-    from stabilizer.client.sdk import upload_local_files
+    from stabilizer.client.sdk_aws import upload_local_files
 
     monkeypatch.setattr(sourcedir, "MAX_ARCHIVE_BYTES", 4096)
     (source / "data").mkdir()

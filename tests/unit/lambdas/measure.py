@@ -48,7 +48,7 @@ def cold_imports(tracing: bool = False) -> None:
         code = (
             "import time; t = time.perf_counter(); c = time.process_time(); "
             f"import {handler}; w, i = time.perf_counter() - t, time.process_time() - c; "
-            "from stabilizer_workflow.aws import get_sagemaker; get_sagemaker(); "
+            "from stabilizer_workflow.aws_sagemaker import get_sagemaker; get_sagemaker(); "
             "print(w, i, time.process_time() - c - i)"
         )
         walls, cpus, clients = [], [], []

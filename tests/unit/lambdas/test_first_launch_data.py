@@ -9,7 +9,7 @@ from botocore.stub import Stubber
 from conftest import ENV, EXECUTION, T0
 from moto import mock_aws
 
-from stabilizer_workflow import aws
+from stabilizer_workflow import aws_s3, aws_sagemaker
 from stabilizer_workflow.errors import TrainingDataMissing
 from stabilizer_workflow.handlers import train as train_handler
 from stabilizer_workflow.launch import prepare
@@ -33,7 +33,7 @@ def _launch(s3, settings):
     sagemaker = boto3.client("sagemaker", region_name="us-east-1")
     with Stubber(sagemaker) as stub:  # no response queued: any SageMaker call would fail the test
         train_handler.handle({"action": "launch", "state": state}, settings=settings,
-                             jobs=aws.TrainingJobs(sagemaker), artifacts=aws.Artifacts(s3), now=T0)
+                             jobs=aws_sagemaker.TrainingJobs(sagemaker), artifacts=aws_s3.Artifacts(s3), now=T0)
         stub.assert_no_pending_responses()
 
 

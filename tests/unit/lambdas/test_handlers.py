@@ -15,7 +15,7 @@ from botocore.stub import Stubber
 from conftest import ENV, RULE_STOP, T0, describe, launched, load_event, summary
 from moto import mock_aws
 
-from stabilizer_workflow import aws, requests
+from stabilizer_workflow import aws_s3, aws_sagemaker, aws_sns, aws_stepfunctions, requests, s3_uris
 from stabilizer_workflow.errors import (
     AccessDenied,
     AwsRequestRejected,
@@ -58,10 +58,10 @@ def environment(monkeypatch):
     factories = (
         train_handler.get_settings,
         monitor_handler.get_settings,
-        aws.get_sagemaker,
-        aws.get_s3,
-        aws.get_sns,
-        aws.get_stepfunctions,
+        aws_sagemaker.get_sagemaker,
+        aws_s3.get_s3,
+        aws_sns.get_sns,
+        aws_stepfunctions.get_stepfunctions,
     )
     for factory in factories:
         factory.cache_clear()
@@ -165,7 +165,7 @@ def test_launch_sends_exactly_the_built_request_and_notifies(cloud):
     )
     with stub:
         new = train_handler.handle(
-            {"action": "launch", "state": state}, jobs=aws.TrainingJobs(client), now=T0
+            {"action": "launch", "state": state}, jobs=aws_sagemaker.TrainingJobs(client), now=T0
         )
     stub.assert_no_pending_responses()
     assert new["next_action"] == "monitor"
@@ -202,7 +202,7 @@ def test_a_retried_launch_adopts_the_job_its_first_try_created(cloud):
     )
     with stub:
         new = train_handler.handle(
-            {"action": "launch", "state": state}, jobs=aws.TrainingJobs(client), now=T0
+            {"action": "launch", "state": state}, jobs=aws_sagemaker.TrainingJobs(client), now=T0
         )
     stub.assert_no_pending_responses()
     assert new["history"]["latest_job_name"] == request["TrainingJobName"]
@@ -220,7 +220,7 @@ def test_a_name_clash_with_a_job_that_is_not_ours_is_rejected(cloud):
         {"TrainingJobName": request["TrainingJobName"]},
     )
     with stub, pytest.raises(AwsRequestRejected, match="ResourceInUse"):
-        train_handler.handle({"action": "launch", "state": state}, jobs=aws.TrainingJobs(client), now=T0)
+        train_handler.handle({"action": "launch", "state": state}, jobs=aws_sagemaker.TrainingJobs(client), now=T0)
 
 
 @pytest.mark.parametrize(
@@ -239,7 +239,7 @@ def test_client_errors_become_named_errors_the_state_machine_can_catch(cloud, co
     client, stub = stubbed_sagemaker()
     stub.add_client_error("create_training_job", code, f"{code} happened", http_status_code=status)
     with stub, pytest.raises(error, match=code):
-        train_handler.handle({"action": "launch", "state": state}, jobs=aws.TrainingJobs(client), now=T0)
+        train_handler.handle({"action": "launch", "state": state}, jobs=aws_sagemaker.TrainingJobs(client), now=T0)
     assert messages(cloud) == []  # nothing launched, nothing announced
 
 
@@ -263,7 +263,7 @@ def test_a_job_created_after_its_execution_was_aborted_is_stopped_at_once(cloud)
     stub.add_response("stop_training_job", {}, {"TrainingJobName": name})
     executions = EndedExecution("ABORTED")
     with stub:
-        train_handler.handle({"action": "launch", "state": state}, jobs=aws.TrainingJobs(client),
+        train_handler.handle({"action": "launch", "state": state}, jobs=aws_sagemaker.TrainingJobs(client),
                              executions=executions, now=T0)
     stub.assert_no_pending_responses()
     assert executions.asked == [load_state(state).execution.id]
@@ -275,7 +275,7 @@ def test_a_launch_of_a_running_execution_is_not_stopped(cloud):
     client, stub = stubbed_sagemaker()
     stub.add_response("create_training_job", {"TrainingJobArn": f"arn:aws:sagemaker:{REGION}:1:training-job/x"})
     with stub:
-        new = train_handler.handle({"action": "launch", "state": state}, jobs=aws.TrainingJobs(client),
+        new = train_handler.handle({"action": "launch", "state": state}, jobs=aws_sagemaker.TrainingJobs(client),
                                    executions=EndedExecution("RUNNING"), now=T0)
     stub.assert_no_pending_responses()
     assert new["next_action"] == "monitor"
@@ -286,7 +286,7 @@ def test_a_failure_is_raised_through_the_powertools_decorators_not_returned(clou
     state = _prepared()
     client, stub = stubbed_sagemaker()
     stub.add_client_error("create_training_job", "ResourceLimitExceeded", "quota 0")
-    monkeypatch.setattr(aws, "get_sagemaker", lambda: client)
+    monkeypatch.setattr(aws_sagemaker, "get_sagemaker", lambda: client)
     monkeypatch.setattr(train_handler, "get_sagemaker", lambda: client)
     with stub, pytest.raises(ServiceQuotaExceeded):
         train_handler.lambda_handler({"action": "launch", "state": state}, Context())
@@ -297,7 +297,7 @@ def test_a_failure_is_raised_through_the_powertools_decorators_not_returned(clou
 
 def _put_findings(cloud, state) -> None:
     checkpoints = state.attempts[-1].checkpoint_s3_uri
-    bucket, prefix = aws.split_s3_uri(checkpoints)
+    bucket, prefix = s3_uris.split_s3_uri(checkpoints)
     body = load_event("findings-exploding.json")
     cloud["s3"].put_object(Bucket=bucket, Key=f"{prefix}/findings.json", Body=json.dumps(body).encode())
     cloud["s3"].put_object(Bucket=bucket, Key=f"{prefix}/checkpoint-00000000.pt", Body=b"w")
@@ -314,7 +314,7 @@ def test_check_reads_the_findings_from_s3_and_relaunches(cloud, settings):
         _full(describe(state, "Failed", failure_reason=RULE_STOP)),
         {"TrainingJobName": name},
     )
-    deps = monitor_handler.Collaborators(jobs=aws.TrainingJobs(client))
+    deps = monitor_handler.Collaborators(jobs=aws_sagemaker.TrainingJobs(client))
     with stub:
         new = monitor_handler.handle(
             {"action": "check", "state": dump_state(state)}, deps, T0 + timedelta(minutes=5)
@@ -341,7 +341,7 @@ def test_check_stops_a_running_job_with_issues_and_its_request_is_exact(cloud, s
         {"TrainingJobName": name},
     )
     stub.add_response("stop_training_job", {}, {"TrainingJobName": name})
-    deps = monitor_handler.Collaborators(jobs=aws.TrainingJobs(client))
+    deps = monitor_handler.Collaborators(jobs=aws_sagemaker.TrainingJobs(client))
     with stub:
         new = monitor_handler.handle({"action": "check", "state": dump_state(state)}, deps, T0)
     stub.assert_no_pending_responses()
@@ -365,7 +365,7 @@ def test_stopping_a_job_that_already_stopped_is_fine(cloud, settings):
         "The request was rejected because the training job is in status Stopped.",
         expected_params={"TrainingJobName": name},
     )
-    deps = monitor_handler.Collaborators(jobs=aws.TrainingJobs(client))
+    deps = monitor_handler.Collaborators(jobs=aws_sagemaker.TrainingJobs(client))
     with stub:
         new = monitor_handler.handle({"action": "check", "state": dump_state(state)}, deps, T0)
     assert new["next_action"] == "monitor"
@@ -387,7 +387,7 @@ def test_lingering_rule_evaluation_jobs_are_stopped_when_the_attempt_ends(cloud,
         {"TrainingJobName": name},
     )
     stub.add_response("stop_processing_job", {}, {"ProcessingJobName": f"{name}-lossnotdecreasing"})
-    deps = monitor_handler.Collaborators(jobs=aws.TrainingJobs(client))
+    deps = monitor_handler.Collaborators(jobs=aws_sagemaker.TrainingJobs(client))
     with stub:
         new = monitor_handler.handle({"action": "check", "state": dump_state(state)}, deps, T0)
     stub.assert_no_pending_responses()
@@ -399,7 +399,7 @@ def test_check_with_a_corrupted_state_raises_state_corrupted(cloud):
     with pytest.raises(StateCorrupted):
         monitor_handler.handle(
             {"action": "check", "state": {"version": 1}},
-            monitor_handler.Collaborators(jobs=aws.TrainingJobs(None)),
+            monitor_handler.Collaborators(jobs=aws_sagemaker.TrainingJobs(None)),
         )
 
 
@@ -407,7 +407,7 @@ def test_throttled_describe_is_transient(cloud, settings):
     state = launched(settings)
     client, stub = stubbed_sagemaker()
     stub.add_client_error("describe_training_job", "ThrottlingException", "Rate exceeded")
-    deps = monitor_handler.Collaborators(jobs=aws.TrainingJobs(client))
+    deps = monitor_handler.Collaborators(jobs=aws_sagemaker.TrainingJobs(client))
     with stub, pytest.raises(TransientAwsError, match="DescribeTrainingJob"):
         monitor_handler.handle({"action": "check", "state": dump_state(state)}, deps, T0)
 
@@ -426,7 +426,7 @@ def test_abort_stops_the_job_notifies_and_returns_a_failed_state(cloud, settings
     client, stub = stubbed_sagemaker()
     stub.add_client_error("describe_training_job", "ThrottlingException", "Rate exceeded")
     stub.add_response("stop_training_job", {}, {"TrainingJobName": name})
-    deps = monitor_handler.Collaborators(jobs=aws.TrainingJobs(client))
+    deps = monitor_handler.Collaborators(jobs=aws_sagemaker.TrainingJobs(client))
     event = {"action": "abort", "state": dump_state(state), "error": load_event("monitor-abort-error.json")}
     with stub:
         new = monitor_handler.handle(event, deps, T0)
@@ -443,7 +443,7 @@ def test_abort_that_cannot_stop_the_job_still_notifies_then_raises(cloud, settin
     client, stub = stubbed_sagemaker()
     stub.add_client_error("describe_training_job", "ThrottlingException", "Rate exceeded")
     stub.add_client_error("stop_training_job", "AccessDeniedException", "not allowed")
-    deps = monitor_handler.Collaborators(jobs=aws.TrainingJobs(client))
+    deps = monitor_handler.Collaborators(jobs=aws_sagemaker.TrainingJobs(client))
     event = {"action": "abort", "state": dump_state(state), "error": {"Error": "States.Timeout"}}
     with stub, pytest.raises(AwsRequestRejected, match="StopTrainingJob"):
         monitor_handler.handle(event, deps, T0)
@@ -488,7 +488,7 @@ def test_prepare_launch_check_through_lambda_handler_on_moto(cloud):
     assert described["CheckpointConfig"]["S3Uri"] == state["attempts"][0]["checkpoint_s3_uri"]
     # moto's training jobs complete at once and report no rule statuses; the job's summary is
     # what the sentinel leaves beside the checkpoints.
-    bucket, prefix = aws.split_s3_uri(state["attempts"][0]["checkpoint_s3_uri"])
+    bucket, prefix = s3_uris.split_s3_uri(state["attempts"][0]["checkpoint_s3_uri"])
     document = {"version": 2, "job_action": "stop", "findings": [], "summary": summary()}
     cloud["s3"].put_object(Bucket=bucket, Key=f"{prefix}/findings.json", Body=json.dumps(document).encode())
     state = monitor_handler.lambda_handler({"action": "check", "state": state}, Context())
@@ -512,7 +512,7 @@ def test_a_job_that_left_no_summary_ends_unwatched_through_the_handler(cloud):
 def test_abort_with_an_unreadable_state_still_stops_the_job_and_notifies(cloud):
     client, stub = stubbed_sagemaker()
     stub.add_response("stop_training_job", {}, {"TrainingJobName": "stabilizer-0a1b2c3d-4"})
-    deps = monitor_handler.Collaborators(jobs=aws.TrainingJobs(client))
+    deps = monitor_handler.Collaborators(jobs=aws_sagemaker.TrainingJobs(client))
     event = {
         "action": "abort",
         "state": {"execution": {"name": "run-9"}, "history": {"latest_job_name": "stabilizer-0a1b2c3d-4"}},

@@ -18,11 +18,12 @@ from stabilizer_contract.catalogue import CATALOGUE
 from stabilizer_workflow import launch as launching
 from stabilizer_workflow import monitor, policy, requests
 from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment
+from stabilizer_workflow.execution_input import parse_execution_input
 from stabilizer_workflow.images import check_image_fits_instance, image_accelerator
 from stabilizer_workflow.observation import observe
 from stabilizer_workflow.settings import TrainSettings
 from stabilizer_workflow.sources import SourceArchives
-from stabilizer_workflow.state import Finding, parse_execution_input
+from stabilizer_workflow.state import Finding
 
 CPU_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-cpu-py311-ubuntu22.04-sagemaker"
 GPU_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-sagemaker"

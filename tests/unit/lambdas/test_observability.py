@@ -51,7 +51,7 @@ def test_both_handlers_share_one_logger_and_one_metrics():
 def test_outside_lambda_the_tracing_sdk_is_not_imported():
     seen = probe()
     assert seen["xray_imported"] is False
-    # boto3 comes with the first client (workflow/aws.py), not with the handlers.
+    # boto3 comes with the first client (stabilizer_workflow.aws), not with the handlers.
     assert seen["boto3_imported"] is False
     assert seen["tracer_created"] is False
     assert (seen["namespace"], seen["service"]) == ("Stabilizer", "stabilizer")

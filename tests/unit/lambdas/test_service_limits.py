@@ -10,7 +10,7 @@ import pytest
 from botocore.stub import Stubber
 from conftest import ENV, EXECUTION
 
-from stabilizer_workflow import aws, execution_bounds, service_limits
+from stabilizer_workflow import aws, aws_sagemaker, execution_bounds, service_limits
 from stabilizer_workflow.errors import InvalidInput, TransientAwsError
 from stabilizer_workflow.launch import prepare
 from stabilizer_workflow.requests import build_create_training_job
@@ -90,24 +90,24 @@ def test_a_call_that_could_outlast_the_invocation_is_not_started(monkeypatch):
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)
-    aws.get_sagemaker.cache_clear()
-    client = aws.get_sagemaker()
+    aws_sagemaker.get_sagemaker.cache_clear()
+    client = aws_sagemaker.get_sagemaker()
     try:
         with Stubber(client) as stub:
             stub.add_response("stop_training_job", {}, {"TrainingJobName": "stabilizer-x-1"})
             stub.add_response("stop_training_job", {}, {"TrainingJobName": "stabilizer-x-1"})
             aws.invocation_deadline(Context(900_000))
-            assert aws.TrainingJobs(client).stop("stabilizer-x-1") is True
+            assert aws_sagemaker.TrainingJobs(client).stop("stabilizer-x-1") is True
             # With less left than one worst-case call, the call is refused as a transient error,
             # which the state machine retries, instead of Lambda killing the invocation mid-way.
             aws.invocation_deadline(Context(int((aws.worst_case_call_seconds() + 1) * 1000)))
             with pytest.raises(TransientAwsError, match="StopTrainingJob: not started"):
-                aws.TrainingJobs(client).stop("stabilizer-x-1")
+                aws_sagemaker.TrainingJobs(client).stop("stabilizer-x-1")
             with pytest.raises(AssertionError):  # the second response was never asked for
                 stub.assert_no_pending_responses()
     finally:
         aws.invocation_deadline(None)
-        aws.get_sagemaker.cache_clear()
+        aws_sagemaker.get_sagemaker.cache_clear()
 
 
 def test_the_worst_case_call_is_the_configured_arithmetic():
@@ -116,7 +116,7 @@ def test_the_worst_case_call_is_the_configured_arithmetic():
 
 
 def test_a_job_hyperparameter_over_2500_characters_is_refused_naming_it():
-    from stabilizer_workflow.state import parse_execution_input
+    from stabilizer_workflow.execution_input import parse_execution_input
 
     job = {"source": "s3://bucket/src/sourcedir.tar.gz", "entry_point": "fit.py",
            "hyperparameters": {"lr": 0.1, "notes": "x" * 2600}}
@@ -127,7 +127,7 @@ def test_a_job_hyperparameter_over_2500_characters_is_refused_naming_it():
 
 
 def test_a_job_hyperparameter_of_exactly_sagemakers_limit_is_accepted_and_one_more_is_not():
-    from stabilizer_workflow.state import parse_execution_input
+    from stabilizer_workflow.execution_input import parse_execution_input
 
     limit = service_limits.HYPERPARAMETER_VALUE_MAX
     job = {"source": "s3://bucket/src/sourcedir.tar.gz", "entry_point": "fit.py"}

@@ -10,7 +10,8 @@ from conftest import EXECUTION, new_state, state_with_exploded_attempts
 from stabilizer_workflow import launch as launching
 from stabilizer_workflow import schemas
 from stabilizer_workflow.errors import InvalidInput, StateCorrupted
-from stabilizer_workflow.state import ExecutionInput, RunSpec, dump_state, load_state, parse_execution_input
+from stabilizer_workflow.execution_input import ExecutionInput, RunSpec, parse_execution_input
+from stabilizer_workflow.state import dump_state, load_state
 
 SCHEMAS = schemas.Path(schemas.__file__).resolve().parents[2] / "schemas"
 

@@ -13,7 +13,7 @@ from botocore.stub import ANY, Stubber
 from conftest import ENV, EVENTS, T0, new_state
 from moto import mock_aws
 
-from stabilizer_workflow import aws, watch
+from stabilizer_workflow import aws_s3, aws_sagemaker, aws_sns, watch
 from stabilizer_workflow.errors import AccessDenied
 from stabilizer_workflow.handlers import watch as watch_handler
 from stabilizer_workflow.settings import WatchSettings
@@ -75,10 +75,10 @@ def _deps(cloud, sagemaker, executions) -> watch_handler.Collaborators:
     settings = WatchSettings(bucket=BUCKET, topic_arn=cloud["topic"], job_name_prefix="stabilizer")
     return watch_handler.Collaborators(
         settings=settings,
-        jobs=aws.TrainingJobs(sagemaker),
-        tokens=aws.TaskTokens(cloud["s3"]),
+        jobs=aws_sagemaker.TrainingJobs(sagemaker),
+        tokens=aws_s3.TaskTokens(cloud["s3"]),
         executions=executions,
-        notifier=aws.Notifier(cloud["sns"], cloud["topic"]),
+        notifier=aws_sns.Notifier(cloud["sns"], cloud["topic"]),
     )
 
 
@@ -340,10 +340,10 @@ def test_a_missing_token_is_not_there_yet_but_a_denied_read_is_a_named_error():
     uri = f"s3://{BUCKET}/executions/run-1/attempt-1/wake-token.json"
     with Stubber(s3) as stub:
         stub.add_client_error("get_object", "NoSuchKey", "The specified key does not exist.", 404)
-        assert aws.TaskTokens(s3).read(uri) is None
+        assert aws_s3.TaskTokens(s3).read(uri) is None
         stub.add_client_error("get_object", "AccessDenied", "Access Denied", 403)
         with pytest.raises(AccessDenied, match="403"):
-            aws.TaskTokens(s3).read(uri)
+            aws_s3.TaskTokens(s3).read(uri)
 
 
 def test_missing_findings_are_not_there_yet_but_denied_findings_are_a_named_error():
@@ -351,7 +351,7 @@ def test_missing_findings_are_not_there_yet_but_denied_findings_are_a_named_erro
     uri = f"s3://{BUCKET}/executions/run-1/attempt-1/checkpoints"
     with Stubber(s3) as stub:
         stub.add_client_error("get_object", "NoSuchKey", "The specified key does not exist.", 404)
-        assert aws.Artifacts(s3).findings(uri) == (None, None)
+        assert aws_s3.Artifacts(s3).findings(uri) == (None, None)
         stub.add_client_error("get_object", "AccessDenied", "Access Denied", 403)
         with pytest.raises(AccessDenied, match=r"findings\.json"):
-            aws.Artifacts(s3).findings(uri)
+            aws_s3.Artifacts(s3).findings(uri)

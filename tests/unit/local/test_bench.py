@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from stabilizer.bench import remediation as bench
+from stabilizer.bench.job_logs import JobSteps, job_steps
 from stabilizer.bench.scenarios import ALL, SCENARIOS, by_name
 from tests.helpers import ROOT
 
@@ -38,11 +39,11 @@ def _state(outcome: str, *, resumed: bool = True) -> dict:
 
 
 def test_steps_of_a_job_come_from_its_log():
-    assert bench.job_steps(EXPLODED) == bench.JobSteps(total=24, start=0, end=13)  # step 12 was computed
-    assert bench.job_steps(RESUMED).computed == 14
-    assert bench.job_steps("stopped by SIGTERM at step 7\n") is None  # never said it started training
+    assert job_steps(EXPLODED) == JobSteps(total=24, start=0, end=13)  # step 12 was computed
+    assert job_steps(RESUMED).computed == 14
+    assert job_steps("stopped by SIGTERM at step 7\n") is None  # never said it started training
     crashed = "training steps=24 steps_per_epoch=8 examples=512 start_step=0\nstep=4 epoch=0 loss=2 lr=1 grad_norm=1\n"
-    assert bench.job_steps(crashed).end == 5
+    assert job_steps(crashed).end == 5
 
 
 def test_a_resumed_recovery_wastes_only_the_steps_after_the_checkpoint():
@@ -106,9 +107,9 @@ def test_the_suite_covers_what_it_promises():
 
 
 def test_every_scenario_is_a_valid_execution_input():
-    from stabilizer.client.inputs import workflow_state_module
+    from stabilizer.client.inputs import execution_input_module
 
-    state = workflow_state_module()
+    state = execution_input_module()
     for scenario in ALL:
         for small in (False, True) if scenario.small_run_spec is not None else (False,):
             state.parse_execution_input(scenario.execution_input("default", small=small))
@@ -117,8 +118,8 @@ def test_every_scenario_is_a_valid_execution_input():
 def test_steps_of_a_users_script_come_from_the_guards_closing_line():
     log = "step=0 epoch=0 loss=2.3\nsentinel stopped the job at step 7: gradient norm is non-finite\n" \
           "sentinel: checked steps 0..7, stopped\n"
-    assert bench.job_steps(log, 69) == bench.JobSteps(total=69, start=0, end=8)
-    assert bench.job_steps("sentinel: checked steps 0..149, completed\n", 150).computed == 150
+    assert job_steps(log, 69) == JobSteps(total=69, start=0, end=8)
+    assert job_steps("sentinel: checked steps 0..149, completed\n", 150).computed == 150
 
 
 def test_the_examples_are_scenarios_run_as_their_input_describes():

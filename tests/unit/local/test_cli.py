@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stabilizer.cli.commands import EXIT_USAGE, build_parser, main
-from stabilizer.client.inputs import InputProblemError, build_input, workflow_state_module
+from stabilizer.client.inputs import InputProblemError, build_input, execution_input_module
 from tests.helpers import SAMPLE_DEPLOYMENT_FIELDS, SAMPLE_INPUT
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def state_module():
-    return workflow_state_module()
+    return execution_input_module()
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["run", "--help"]])

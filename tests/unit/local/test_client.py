@@ -13,7 +13,8 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from stabilizer.client.clients import AwsClient, LocalClient
+from stabilizer.client.aws_client import AwsClient
+from stabilizer.client.local_client import LocalClient
 from stabilizer.local.deployment import Project
 from stabilizer.local.engine import LocalEngine
 from tests.unit.local.support import aws_env_fixture  # noqa: F401 fixture

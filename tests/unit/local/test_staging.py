@@ -14,7 +14,7 @@ import pytest
 from moto import mock_aws
 
 from stabilizer.cli.commands import EXIT_USAGE, main
-from stabilizer.client.inputs import InputProblemError, build_input, workflow_state_module
+from stabilizer.client.inputs import InputProblemError, build_input, execution_input_module
 from stabilizer.local.staging import StagingError, localize, stage, upload_library
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def state_module():
-    return workflow_state_module()
+    return execution_input_module()
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import torch
 
 from tests.helpers import MODEL_DIR, TRAIN_SCRIPT, model_module, run_train, step_lines
 
-_train = model_module("train")
-Config, HyperparameterError, parse_config = _train.Config, _train.HyperparameterError, _train.parse_config
+_recipe = model_module("recipe")
+Config, HyperparameterError, parse_config = _recipe.Config, _recipe.HyperparameterError, _recipe.parse_config
 
 
 def test_help_documents_every_hyperparameter():

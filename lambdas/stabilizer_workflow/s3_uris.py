@@ -1,0 +1,26 @@
+"""S3 URIs: the one parser (``s3://bucket/key``) every module of the workflow uses.
+
+Pure: no AWS calls, no SDK import, so input validation can use it without loading boto3.
+"""
+
+from __future__ import annotations
+
+import re
+
+# A bucket name (3-63 characters: lowercase letters, digits, dots, hyphens), then an optional key.
+_S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$")
+
+
+def is_s3_uri(value: str) -> bool:
+    return bool(_S3_URI.match(value))
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """(bucket, key or prefix) of ``s3://bucket/key``. The key is taken as it is: S3 keys may hold
+    ``?`` and ``#``, which a URL parser would read as a query or a fragment."""
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return bucket, key
+
+
+def bucket_of(uri: str) -> str:
+    return split_s3_uri(uri)[0]
