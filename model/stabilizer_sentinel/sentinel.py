@@ -327,6 +327,12 @@ class Sentinel:
         print(reason, file=sys.stderr)
         sys.exit(EXIT_RULE_STOP)
 
+    def _never_due(self, rule: Any) -> bool:
+        """The rule reads only configured collections with no step saved: nothing to judge, no name in question."""
+        needed = list(rule.collections_needed())
+        return bool(needed) and all(
+            name in self.capture.collections and not self.memory.tensor_names(collection=name) for name in needed)
+
     def close(self, status: str = "completed") -> None:
         """End of the job; a completed run that never learned is reported (findings.json) here."""
         if status == "completed" and self._last is not None:
@@ -334,8 +340,10 @@ class Sentinel:
             final = self.learning.at_end(step)
             if final is not None:
                 self._report([final], context)
-            # A rule that never saw a tensor it reads says so (rules.base.unmatched_findings).
-            self._report(unmatched_findings([r for r in self.rules if id(r) not in self._fired], step), context)
+            # A rule that never saw a tensor it reads says so (rules.base.unmatched_findings), unless
+            # its collections are configured and their schedule simply never came in this run.
+            judged = [r for r in self.rules if id(r) not in self._fired and not self._never_due(r)]
+            self._report(unmatched_findings(judged, step), context)
         if self.profiler is not None:
             self.profiler.close()
         if self.summary is not None:

@@ -227,3 +227,25 @@ def test_a_custom_rule_reading_a_tensor_the_job_never_saved_says_so_at_the_end(t
     assert "CheckAccuracy read tensors the job never saved: no tensor named 'CrossEntropyLoss_0_input_0'" in \
         finding["message"]
     assert "CrossEntropyLoss_input_0" in finding["message"]  # what it did save
+
+
+def test_a_collection_whose_schedule_never_came_is_not_a_tensor_that_matched_nothing(tmp_path: Path) -> None:
+    # A resumed run of steps 5..7 with gradients saved every 100 steps saves no gradient: the rule had
+    # nothing to judge, which is no misnamed tensor (a collection nobody configured is refused at start).
+    # (A misnamed regex on a collection that was saved is still reported: the test above.)
+    rules = [{"name": "ExplodingTensor", "parameters": {"collection_names": "gradients"}}]
+    model = SmallNet()
+    capture, sentinel = build_monitoring(model, sentinel_rules=rules, sentinel_action="stop",
+                                         capture={"gradients": {"save_interval": 100}},
+                                         checkpoint_dir=tmp_path, tensor_dir=None)
+
+    def step(n: int, loss: torch.Tensor) -> None:
+        assert not sentinel.after_backward(n + 5, epoch=0, phase="main", learning_rate=0.1, loss=loss).stop
+        capture.begin_step(n + 6)
+
+    capture.begin_step(5)
+    train_unchanged(model, step, batches(3))
+    sentinel.close()
+    written = tmp_path / "findings.json"
+    findings = json.loads(written.read_text())["findings"] if written.exists() else []
+    assert [f for f in findings if f["rule"] == "NoTensorMatched"] == []
