@@ -21,7 +21,8 @@ optimizer step (the guard calls ``beat`` after each):
   with their host (``SM_CURRENT_HOST``);
 - the finding is ``Hang`` (tensor ``steps``, value the seconds without a step): rank 0 records it
   through the sentinel (findings.json, the rewind copies written as checkpoints first), every rank
-  writes the failure file ``RuleStop: Hang at step N: ...`` and leaves with status 86. Action
+  writes the failure file ``RuleStop: Hang at step N: ...`` and leaves with status 86, rank 0 last
+  (its exit makes torchrun end the others, so it waits a few seconds for them to say they left). Action
   ``notify`` records it without stopping;
 - **straggler**: a rank whose median busy time (from the end of one step to the end of its next
   forward pass: data loading and forward compute, no collective) exceeds ``STABILIZER_STRAGGLER_FACTOR``
@@ -145,11 +146,21 @@ class Heartbeats:
         self.store.set(f"{self.prefix}/reported", "1")
 
     def wait_reported(self, seconds: float) -> bool:
+        return self._wait([f"{self.prefix}/reported"], seconds)
+
+    def mark_left(self) -> None:
+        self.store.set(f"{self.prefix}/left/{self.rank}", "1")
+
+    def wait_left(self, ranks: list[int], seconds: float) -> bool:
+        """Until each of ``ranks`` said it is leaving: rank 0's exit makes torchrun end the others."""
+        return self._wait([f"{self.prefix}/left/{rank}" for rank in ranks], seconds)
+
+    def _wait(self, keys: list[str], seconds: float) -> bool:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            if self.store.check([f"{self.prefix}/reported"]):
+            if not keys or self.store.check(keys):
                 return True
-            time.sleep(0.1)
+            time.sleep(0.05)
         return False
 
 
@@ -318,9 +329,9 @@ class Watchdog:
                 self.heartbeats.wait_reported(REPORT_WAIT_SECONDS)
         if sentinel.action != "stop":
             return
-        self._exit(f"{HANG} at step {step}: {message}")
+        self._exit(f"{HANG} at step {step}: {message}", beats)
 
-    def _exit(self, reason: str) -> None:
+    def _exit(self, reason: str, beats: Mapping[int, Mapping[str, Any]]) -> None:
         sentinel = self.guard.sentinel
         try:
             if self.guard.primary and sentinel.summary is not None:
@@ -333,7 +344,23 @@ class Watchdog:
         finally:
             print(f"sentinel stopped the job: RuleStop: {reason}", file=sys.stderr, flush=True)
             sys.stdout.flush()
+            self._leave_together(beats)
             os._exit(EXIT_HANG)  # the training thread is stuck: only the process can end
+
+    def _leave_together(self, beats: Mapping[int, Mapping[str, Any]]) -> None:
+        """Every rank ends by its own watchdog, with its own failure line: the others say they are
+        leaving, and rank 0, whose exit makes torchrun end the rest, leaves last. A rank whose heartbeat
+        stopped (a dead process) is not waited for."""
+        if self.heartbeats is None:
+            return
+        with contextlib.suppress(Exception):
+            if not self.guard.primary:
+                self.heartbeats.mark_left()
+                return
+            now, stale_after = time.time(), 3 * self.bounds.tick + 5
+            alive = [rank for rank, beat in beats.items()
+                     if rank != self.rank and now - float(beat["wall"]) <= stale_after]
+            self.heartbeats.wait_left(alive, REPORT_WAIT_SECONDS)
 
     # -- stragglers (rank 0)
     def _check_stragglers(self, beats: Mapping[int, Mapping[str, Any]]) -> None:
