@@ -3,7 +3,7 @@
 The input is validated strictly: every field is optional (the defaults run the reference
 problem), unknown keys and wrong types are rejected with a message that names the field.
 It describes a training job (`job`, see stabilizer_workflow.job) or, in the older form, the reference job's
-recipe (`run_spec`); `stabilizer_workflow.launch.prepare` turns either into the state's `job`, `monitoring`
+recipe (`run_spec`); `stabilizer_workflow.attempts.prepare` turns either into the state's `job`, `monitoring`
 and first `run_spec` (the job's hyperparameters). The running state built from it is in
 stabilizer_workflow.state.
 

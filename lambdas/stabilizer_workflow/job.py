@@ -4,11 +4,11 @@ A job is what SageMaker runs: a source archive, an entry point, an image, instan
 hyperparameters under the user's own names, input channels and metric definitions. Its **knobs**
 say which of those hyperparameters each remedy may change, with the user's name, type and
 bounds; remedies act only through them (stabilizer_workflow.policy). The reference ResNet is one such job
-with its knobs declared (stabilizer_workflow.launch.reference_job), so `{}` still runs it.
+with its knobs declared (stabilizer_workflow.attempts.reference_job), so `{}` still runs it.
 
 Everything here is input-facing data with its validation: no AWS calls, no environment. Checks
 that need the deployment (default image and instance, the source archive's members) are made
-by `stabilizer_workflow.launch.prepare`.
+by `stabilizer_workflow.attempts.prepare`.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ class Knobs(Strict):
 
 
 class ImageSpec(Strict):
-    """A training image named by framework and version, resolved at ValidateInput (stabilizer_workflow.launch)."""
+    """A training image named by framework and version, resolved at ValidateInput (stabilizer_workflow.attempts)."""
 
     framework: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]*$")] = "pytorch"
     version: Annotated[str, Field(pattern=r"^\d+(\.\d+){0,2}$")]
@@ -189,7 +189,7 @@ class MetricDefinition(Strict):
 
 
 class Job(Strict):
-    """The training job an execution protects. The reference job is `stabilizer_workflow.launch.reference_job`."""
+    """The training job an execution protects. The reference job is `stabilizer_workflow.attempts.reference_job`."""
 
     source: str = Field(
         min_length=1,

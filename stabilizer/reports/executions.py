@@ -29,7 +29,7 @@ def status_text(view: Any, started: float | None = None) -> str:
     return "\n".join(lines)
 
 
-def watch(
+def follow(
     client: Any,
     execution_arn: str,
     *,

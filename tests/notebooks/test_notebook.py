@@ -117,7 +117,7 @@ def test_the_notebook_runs_top_to_bottom_in_local_mode(
             assert png.startswith(PNG_MAGIC) and len(png) > 5_000, f"the cell with {source} drew an empty image"
 
     # What a reader is told along the way.
-    watched = text_of(cell_with(notebook, "view = executions.watch("))
+    watched = text_of(cell_with(notebook, "view = executions.follow("))
     assert "SUCCEEDED" in watched, watched
     attempts = text_of(cell_with(notebook, 'title="attempts"'))
     assert "ExplodingTensor at step" in attempts, attempts

@@ -82,7 +82,7 @@ def test_watch_refreshes_until_the_execution_ends():
             return next(views)
 
     shown: list[str] = []
-    last = executions.watch(Client(), "arn:x:exec-1", poll_seconds=0, show=shown.append)
+    last = executions.follow(Client(), "arn:x:exec-1", poll_seconds=0, show=shown.append)
     assert last.status == "SUCCEEDED"
     assert len(shown) == 3
     assert shown[-1].endswith("attempt 2 completed with no rule firing")

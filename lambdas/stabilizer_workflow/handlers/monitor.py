@@ -23,10 +23,10 @@ from stabilizer_workflow.aws_sns import Notifier, get_sns
 from stabilizer_workflow.errors import StateCorrupted, WorkflowError
 from stabilizer_workflow.monitor import Effects
 from stabilizer_workflow.notifications import Notification, clean_subject
-from stabilizer_workflow.observability import MetricUnit, instrumented, logger, metrics
 from stabilizer_workflow.observation import Observation, observe
 from stabilizer_workflow.settings import MonitorSettings
 from stabilizer_workflow.state import WorkflowState, dump_state, load_state
+from stabilizer_workflow.telemetry import MetricUnit, instrumented, logger, metrics
 
 
 @lru_cache(maxsize=1)

@@ -31,10 +31,10 @@ from stabilizer_workflow.aws_sagemaker import TrainingJobs, get_sagemaker
 from stabilizer_workflow.aws_sns import Notifier, get_sns
 from stabilizer_workflow.aws_stepfunctions import Executions, get_stepfunctions
 from stabilizer_workflow.errors import StateCorrupted, WorkflowError
-from stabilizer_workflow.observability import instrumented, logger
 from stabilizer_workflow.requests import attempt_prefix, job_name
 from stabilizer_workflow.settings import WatchSettings
 from stabilizer_workflow.state import load_state
+from stabilizer_workflow.telemetry import instrumented, logger
 
 JOB_EVENT = "SageMaker Training Job State Change"
 EXECUTION_EVENT = "Step Functions Execution Status Change"

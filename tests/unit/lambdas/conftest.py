@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from stabilizer_workflow import launch as launching
+from stabilizer_workflow import attempts as launching
 from stabilizer_workflow import monitor
 from stabilizer_workflow.observation import FindingsDocument, Observation, observe
 from stabilizer_workflow.settings import TrainSettings

@@ -6,7 +6,7 @@
    a decision), against the 64 KiB budget and the 256 KiB Step Functions limit.
 2. Cold import time of each handler: the wall and CPU time of `import <handler>` in a fresh
    interpreter (median of several runs), and Python's own `-X importtime` cumulative figure.
-   Outside Lambda tracing is off, so the X-Ray SDK is not imported (workflow/observability.py);
+   Outside Lambda tracing is off, so the X-Ray SDK is not imported (workflow/telemetry.py);
    with `LAMBDA_TASK_ROOT` set (as in Lambda, tracing on) it is.
    Then, in the same process, the CPU time of the first SageMaker client (`get_sagemaker()`):
    boto3 is imported by the client factories, not by the handlers, so a cold start in the cloud

@@ -38,7 +38,7 @@ def test_a_hang_relaunches_the_same_recipe_from_the_newest_checkpoint_and_says_i
 
 
 def test_a_job_that_keeps_hanging_ends_after_the_bounded_relaunches(settings):
-    from stabilizer_workflow import launch as launching
+    from stabilizer_workflow import attempts as launching
 
     state = launched(settings)
     for number in range(1, 3):

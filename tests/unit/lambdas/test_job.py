@@ -15,7 +15,7 @@ from moto import mock_aws
 from test_requests import assert_valid
 
 from stabilizer_contract.catalogue import CATALOGUE
-from stabilizer_workflow import launch as launching
+from stabilizer_workflow import attempts as launching
 from stabilizer_workflow import monitor, policy, requests
 from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment
 from stabilizer_workflow.execution_input import parse_execution_input

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from conftest import RULE_STOP, T0, launched, observation, sentinel_findings, watched_findings
 
-from stabilizer_workflow import launch as launching
+from stabilizer_workflow import attempts as launching
 from stabilizer_workflow import monitor, notifications
 from stabilizer_workflow.notifications import SUBJECT_MAX, clean_subject
 

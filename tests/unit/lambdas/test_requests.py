@@ -11,7 +11,7 @@ import pytest
 from botocore.validate import ParamValidator
 from conftest import ENV, EXECUTION, launched, new_state
 
-from stabilizer_workflow import launch as launching
+from stabilizer_workflow import attempts as launching
 from stabilizer_workflow import reference, requests
 from stabilizer_workflow.errors import MisconfiguredEnvironment
 from stabilizer_workflow.settings import TrainSettings

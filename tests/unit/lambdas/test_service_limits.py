@@ -11,8 +11,8 @@ from botocore.stub import Stubber
 from conftest import ENV, EXECUTION
 
 from stabilizer_workflow import aws, aws_sagemaker, execution_bounds, service_limits
+from stabilizer_workflow.attempts import prepare
 from stabilizer_workflow.errors import InvalidInput, TransientAwsError
-from stabilizer_workflow.launch import prepare
 from stabilizer_workflow.requests import build_create_training_job
 from stabilizer_workflow.settings import TrainSettings
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import EXECUTION, new_state, state_with_exploded_attempts
 
-from stabilizer_workflow import launch as launching
+from stabilizer_workflow import attempts as launching
 from stabilizer_workflow import schemas
 from stabilizer_workflow.errors import InvalidInput, StateCorrupted
 from stabilizer_workflow.execution_input import ExecutionInput, RunSpec, parse_execution_input

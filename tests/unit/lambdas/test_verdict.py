@@ -22,7 +22,7 @@ from conftest import (
     watched_findings,
 )
 
-from stabilizer_workflow import launch as launching
+from stabilizer_workflow import attempts as launching
 from stabilizer_workflow import monitor
 from stabilizer_workflow.evidence import UNWATCHED
 from stabilizer_workflow.observation import FindingsDocument, observe

@@ -87,7 +87,7 @@ def _launched(settings) -> dict:
 
 
 def _plan(settings):
-    from stabilizer_workflow.launch import launch
+    from stabilizer_workflow.attempts import launch
 
     return launch(new_state(settings), settings, T0)
 

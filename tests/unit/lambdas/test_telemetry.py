@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stabilizer_workflow import observability
+from stabilizer_workflow import telemetry
 from stabilizer_workflow.handlers import monitor as monitor_handler
 from stabilizer_workflow.handlers import train as train_handler
 
@@ -20,16 +20,16 @@ PROBE = """
 import json, sys
 from stabilizer_workflow.handlers import monitor as monitor_handler
 from stabilizer_workflow.handlers import train as train_handler
-from stabilizer_workflow import observability
+from stabilizer_workflow import telemetry
 print(json.dumps({
     "xray_imported": "aws_xray_sdk.core" in sys.modules,
     "boto3_imported": "boto3" in sys.modules,
-    "tracer_created": observability.tracer.cache_info().currsize == 1,
-    "tracer_disabled": observability.tracer().disabled if observability.tracer.cache_info().currsize else None,
+    "tracer_created": telemetry.tracer.cache_info().currsize == 1,
+    "tracer_disabled": telemetry.tracer().disabled if telemetry.tracer.cache_info().currsize else None,
     "patched": sorted(sys.modules["aws_xray_sdk.core.patcher"]._PATCHED_MODULES)
     if "aws_xray_sdk.core.patcher" in sys.modules else None,
-    "namespace": observability.metrics.namespace,
-    "service": observability.logger.service,
+    "namespace": telemetry.metrics.namespace,
+    "service": telemetry.logger.service,
 }))
 """
 
@@ -44,8 +44,8 @@ def probe(**environment: str) -> dict:
 
 
 def test_both_handlers_share_one_logger_and_one_metrics():
-    assert train_handler.logger is monitor_handler.logger is observability.logger
-    assert train_handler.metrics is monitor_handler.metrics is observability.metrics
+    assert train_handler.logger is monitor_handler.logger is telemetry.logger
+    assert train_handler.metrics is monitor_handler.metrics is telemetry.metrics
 
 
 def test_outside_lambda_the_tracing_sdk_is_not_imported():
@@ -77,7 +77,7 @@ def test_namespace_and_service_come_from_the_environment():
 
 
 def test_tracing_follows_powertools_rule():
-    assert observability.tracing_enabled({"LAMBDA_TASK_ROOT": "/var/task"}) is True
-    assert observability.tracing_enabled({}) is False
-    assert observability.tracing_enabled({"LAMBDA_TASK_ROOT": "/var/task", "AWS_SAM_LOCAL": "true"}) is False
-    assert observability.tracing_enabled({"LAMBDA_TASK_ROOT": "/var/task", "POWERTOOLS_TRACE_DISABLED": "1"}) is False
+    assert telemetry.tracing_enabled({"LAMBDA_TASK_ROOT": "/var/task"}) is True
+    assert telemetry.tracing_enabled({}) is False
+    assert telemetry.tracing_enabled({"LAMBDA_TASK_ROOT": "/var/task", "AWS_SAM_LOCAL": "true"}) is False
+    assert telemetry.tracing_enabled({"LAMBDA_TASK_ROOT": "/var/task", "POWERTOOLS_TRACE_DISABLED": "1"}) is False
