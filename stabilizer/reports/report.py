@@ -75,21 +75,40 @@ def table_text(record: RunRecord) -> str:
 
 
 def evidence_lines(state: dict) -> list[str]:
-    """What each attempt's summary showed, the evidence its verdict rests on (docs/contracts.md, 10)."""
+    """What each attempt's summary showed, the evidence its verdict rests on (docs/contracts.md, 10).
+
+    Steps are the losses the sentinel checked against the optimizer steps the job took: a job stopped
+    by a rule checked the loss of a step it never took, so the first can exceed the second by one."""
     lines = []
     for attempt in state.get("attempts") or []:
         seen = attempt.get("watched")
         if not seen:
             lines.append(f"- attempt {attempt.get('number')}: no summary (nothing watched it, or it had not ended)")
             continue
-        skipped = f", {seen['steps_skipped']} skipped" if seen.get("steps_skipped") else ""
-        lines.append(
-            f"- attempt {attempt.get('number')}: watched by the {seen.get('integration') or 'sentinel'}; "
-            f"{seen.get('steps_observed')} of {seen.get('steps_taken')} steps checked{skipped}; "
-            f"loss {seen.get('first_loss')} -> {seen.get('last_loss')}; learned {seen.get('learned')}; "
-            f"started from {seen.get('started_from') or 'scratch'}; restores on a relaunch: {seen.get('restores')}"
-        )
+        parts = [f"watched by the {seen.get('integration') or 'sentinel'}", _steps_text(seen)]
+        first, last = seen.get("first_loss"), seen.get("last_loss")
+        if first is None and last is None:
+            parts.append("no loss seen")
+        else:
+            parts.append(f"loss {_known(first)} -> {_known(last)}")
+        learned = seen.get("learned")
+        parts.append({True: "learned", False: "did not learn"}.get(learned, "learning not judged (too few steps)"))
+        parts.append(f"started from {seen.get('started_from') or 'scratch'}")
+        parts.append("a relaunch restores its checkpoint" if seen.get("restores") else "a relaunch starts fresh")
+        lines.append(f"- attempt {attempt.get('number')}: " + "; ".join(parts))
     return lines
+
+
+def _known(value: object) -> str:
+    return "unknown" if value is None else str(value)
+
+
+def _steps_text(seen: dict) -> str:
+    observed, taken = seen.get("steps_observed"), seen.get("steps_taken")
+    skipped = f", {seen['steps_skipped']} skipped" if seen.get("steps_skipped") else ""
+    if taken is None:
+        return f"{_known(observed)} steps checked{skipped}"
+    return f"{_known(observed)} steps checked, {taken} optimizer steps taken{skipped}"
 
 
 def markdown(record: RunRecord, plots: list[Path], run_dir: Path) -> str:

@@ -54,8 +54,15 @@ def test_the_report_shows_the_evidence_each_verdict_rests_on(tmp_path):
                                                       "steps_observed": 20, "first_loss": 2.3, "last_loss": 0.4,
                                                       "learned": True, "restores": True}},
         {"number": 2, "job_name": "j-2"},
+        {"number": 3, "job_name": "j-3", "watched": {"integration": "library", "steps_taken": 3, "steps_observed": 4,
+                                                      "first_loss": None, "last_loss": None, "learned": None}},
     ]
     text = markdown(record, [], tmp_path)
     assert "- outcome: **unverified**" in text
-    assert "- attempt 1: watched by the launcher; 20 of 36 steps checked; loss 2.3 -> 0.4; learned True" in text
+    assert ("- attempt 1: watched by the launcher; 20 steps checked, 36 optimizer steps taken; loss 2.3 -> 0.4; "
+            "learned; started from scratch; a relaunch restores its checkpoint") in text
     assert "- attempt 2: no summary" in text
+    # A rule stop checks the loss of a step it never takes; what was not seen is said, never "None".
+    assert ("- attempt 3: watched by the library; 4 steps checked, 3 optimizer steps taken; no loss seen; "
+            "learning not judged (too few steps); started from scratch; a relaunch starts fresh") in text
+    assert "None" not in text.split("## Evidence")[1].split("##")[0]
