@@ -31,4 +31,4 @@ test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) cdk.out .pytest_cache runs
+	rm -rf $(VENV) cdk.out .pytest_cache runs build dist *.egg-info
