@@ -9,12 +9,19 @@ long as the relaunch will load it (``evidence.why_fresh``), at most ``HANG_RELAU
 execution (``job.hang.relaunches``). The decision's reason and so the notification say "a hang, not
 an instability"; an instability gets the policy's remedies instead.
 
-The monitor also watches for itself (``no_progress``): the job's rank 0 writes ``progress.json``
-beside findings.json whenever its step moved (at most every 30 s), and SageMaker uploads it with
-the checkpoints; a job in training whose file has not changed in S3 for ``max(2 x floor, 300 s)``
-is a ``Hang`` too (a frozen process or a dead host, whose own watchdog could not act). The
-monitor stops it and the same relaunch follows. A job that never wrote the file (not watched by
-the library) is not judged this way.
+The monitor also watches for itself (``no_progress``), for the hangs the job's own watchdog cannot
+act on (a frozen process, a dead host), from two signs of life:
+- the job's metric stream: SageMaker sends every match of the loss metric's regex in the job's
+  log to CloudWatch (``stabilizer_workflow.aws_cloudwatch``); the monitor reads when the newest
+  loss line was logged. Any script with a ``loss_metric`` has it, watched by the library or not;
+- ``progress.json``: the job's rank 0 writes it beside findings.json whenever its step moved (at
+  most every 30 s), and SageMaker uploads it with the checkpoints.
+The newer of the two wins: a job in training is a ``Hang`` only when every sign it has is older
+than the monitor's bound (``job.hang.monitor_seconds``, default ``max(2 x floor, 300 s)``). Each
+sign is also given the time its own channel needs before silence means anything: three periods of
+the metric stream (60 s each on AWS), 300 s for progress.json. A job with neither sign yet (no
+loss line logged, no file written) is not judged this way. The monitor stops it and the same
+relaunch follows.
 
 The monitor calls ``plan`` before the policy (stabilizer_workflow.monitor, where ``policy.plan`` is
 called); a finding that is not a hang is left to the policy (``None``).
@@ -38,6 +45,9 @@ HANG = "Hang"
 # The monitor's bound never goes under this: the file is written at most every 30 s, uploaded as
 # SageMaker syncs checkpoints, and read at the next check.
 MONITOR_MIN_SECONDS = 300.0
+# The metric stream's newest period may still be filling, and CloudWatch shows a datapoint some time
+# after it was sent: silence shorter than three of its periods says nothing.
+METRIC_PERIODS = 3
 # A rule stop whose findings.json never reached S3 (rank 0's host was the one that died) is known by
 # its FailureReason alone, which names no catalogue rule: the watchdog's own words say it was a hang.
 _HANG_STOP = "RuleStop: Hang at step"
@@ -81,17 +91,31 @@ def plan(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str])
     return Plan(Decision(action="relaunch", remedy="retry", resume_from=resume, reason=reason), dict(state.run_spec))
 
 
+def monitor_bound(state: WorkflowState) -> float | None:
+    """How long the monitor lets a training job go without a sign of life; None: it does not judge."""
+    hang = state.job.hang
+    if hang is not None and hang.monitor_seconds is not None:
+        return hang.monitor_seconds or None
+    floor = hang.floor_seconds if hang is not None else DEFAULT_FLOOR_SECONDS
+    return max(2 * floor, MONITOR_MIN_SECONDS) if floor > 0 else None
+
+
 def no_progress(state: WorkflowState, obs: Observation, now: datetime) -> Finding | None:
-    """The monitor's own hang check: a job in training whose progress file went stale in S3."""
-    if obs.status != "InProgress" or obs.progress_at is None:
+    """The monitor's own hang check: a job in training whose every sign of life went stale."""
+    bound = monitor_bound(state)
+    if obs.status != "InProgress" or bound is None:
         return None
-    floor = state.job.hang.floor_seconds if state.job.hang is not None else DEFAULT_FLOOR_SECONDS
-    if floor <= 0:
+    signs = []  # (silence, what the channel is, the least silence it needs)
+    if obs.metric_at is not None:
+        signs.append(((now - obs.metric_at).total_seconds(), f"no {state.job.loss_metric} line in its metric stream",
+                      METRIC_PERIODS * obs.metric_period_seconds))
+    if obs.progress_at is not None:
+        signs.append(((now - obs.progress_at).total_seconds(), f"{PROGRESS_FILE} unchanged in S3",
+                      MONITOR_MIN_SECONDS))
+    if not signs or any(silent <= max(bound, least) for silent, _, least in signs):
         return None
-    bound = max(2 * floor, MONITOR_MIN_SECONDS)
-    silent = (now - obs.progress_at).total_seconds()
-    if silent <= bound:
-        return None
+    silent = min(silence for silence, _, _ in signs)
+    said = " and ".join(f"{what} for {silence:.0f} s" for silence, what, _ in signs)
     return Finding(rule=HANG, source="log", message=(
-        f"the job reported no new step for {silent:.0f} s ({PROGRESS_FILE} unchanged in S3; the monitor's bound "
-        f"{bound:.0f} s is twice the hang floor, at least {MONITOR_MIN_SECONDS:.0f} s): the job did not stop itself"))
+        f"the job reported no new step for {silent:.0f} s ({said}; the monitor's bound is {bound:.0f} s): "
+        "the job did not stop itself"))

@@ -195,6 +195,10 @@ class Observation(BaseModel):
     final_metrics: dict[str, float] = Field(default_factory=dict)
     # When the job's progress.json last changed in S3 (stabilizer_workflow.hangs.no_progress), if it has one.
     progress_at: datetime | None = None
+    # The end of the newest period of the job's metric stream (CloudWatch) that holds a loss line, if
+    # any, and the stream's resolution (stabilizer_workflow.aws_cloudwatch).
+    metric_at: datetime | None = None
+    metric_period_seconds: int = 60
 
     @property
     def summary(self) -> Summary | None:
@@ -320,6 +324,8 @@ def observe(
     findings_unreadable: str | None = None,
     checkpoint_keys: list[str] | None = None,
     progress_at: datetime | None = None,
+    metric_at: datetime | None = None,
+    metric_period_seconds: int = 60,
 ) -> Observation:
     """Normalise a DescribeTrainingJob response plus what was read from S3."""
     rules = [
@@ -352,6 +358,8 @@ def observe(
         training_seconds=int(seconds) if seconds is not None else None,
         final_metrics=metrics,
         progress_at=progress_at,
+        metric_at=metric_at,
+        metric_period_seconds=metric_period_seconds,
     )
 
 

@@ -93,3 +93,82 @@ def test_a_job_that_never_reported_progress_is_not_judged_by_the_monitor(setting
     state = launched(settings)
     result = monitor.check(state, observe(describe(state, "InProgress")), T0 + timedelta(minutes=50))
     assert result.effects.stop_job is None
+
+
+def launched_with(settings, **hang):
+    """The reference job (its loss metric is train:loss) with these hang settings."""
+    state = launched(settings)
+    state.job = state.job.model_copy(update={"hang": hang_settings.HangSettings(**hang)})
+    return state
+
+
+def test_a_job_whose_metric_stream_went_silent_is_stopped_as_a_hang_by_the_monitor(settings):
+    state = launched_with(settings, monitor_seconds=200)
+    last = T0 + timedelta(minutes=2)  # the end of the newest minute holding a loss line
+    fresh = monitor.check(state, observe(describe(state, "InProgress"), metric_at=last), last + timedelta(seconds=190))
+    assert fresh.effects.stop_job is None
+    stale = monitor.check(fresh.state, observe(describe(state, "InProgress"), metric_at=last),
+                          last + timedelta(seconds=210))
+    assert stale.effects.stop_job == state.history.latest_job_name
+    finding = stale.state.attempts[-1].finding
+    assert finding.rule == "Hang"
+    assert f"no {state.job.loss_metric} line in its metric stream for 210 s" in finding.message
+    assert "the monitor's bound is 200 s" in finding.message
+
+
+def test_a_job_whose_loss_lines_still_come_is_not_hung_though_its_progress_file_is_stale(settings):
+    state = launched_with(settings, monitor_seconds=400)
+    now = T0 + timedelta(hours=1)
+    seen = observe(describe(state, "InProgress"), progress_at=now - timedelta(minutes=30),
+                   metric_at=now - timedelta(seconds=30))
+    assert monitor.check(state, seen, now).effects.stop_job is None  # the newer sign of life wins
+    both_stale = observe(describe(state, "InProgress"), progress_at=now - timedelta(minutes=30),
+                         metric_at=now - timedelta(minutes=10))
+    stopped = monitor.check(state, both_stale, now)
+    assert stopped.effects.stop_job == state.history.latest_job_name
+    assert "and progress.json unchanged in S3 for 1800 s" in stopped.state.attempts[-1].finding.message
+
+
+def test_the_monitor_never_calls_a_silence_shorter_than_three_periods_of_the_stream_a_hang(settings):
+    state = launched_with(settings, monitor_seconds=5)
+    last = T0 + timedelta(minutes=2)
+    on_aws = observe(describe(state, "InProgress"), metric_at=last, metric_period_seconds=60)
+    assert monitor.check(state, on_aws, last + timedelta(seconds=170)).effects.stop_job is None
+    assert monitor.check(state, on_aws, last + timedelta(seconds=190)).effects.stop_job is not None
+    to_the_second = observe(describe(state, "InProgress"), metric_at=last, metric_period_seconds=1)
+    assert monitor.check(state, to_the_second, last + timedelta(seconds=6)).effects.stop_job is not None
+
+
+def test_a_monitor_bound_of_zero_turns_the_monitors_check_off(settings):
+    state = launched_with(settings, monitor_seconds=0)
+    seen = observe(describe(state, "InProgress"), metric_at=T0, progress_at=T0)
+    assert monitor.check(state, seen, T0 + timedelta(minutes=50)).effects.stop_job is None  # 1200 s is the default
+
+
+def test_the_metric_stream_is_read_from_cloudwatch_as_sagemaker_publishes_it():
+    from datetime import UTC, datetime
+
+    import boto3
+    from botocore.stub import ANY, Stubber
+
+    from stabilizer_workflow.aws_cloudwatch import MetricStreams
+
+    client = boto3.client("cloudwatch", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    started = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    now = started + timedelta(minutes=30)
+    query = {"Id": "progress", "ReturnData": True, "MetricStat": {
+        "Metric": {"Namespace": "/aws/sagemaker/TrainingJobs", "MetricName": "train:loss",
+                   "Dimensions": [{"Name": "TrainingJobName", "Value": "stabilizer-abc-1"}]},
+        "Period": 60, "Stat": "SampleCount"}}
+    with Stubber(client) as stub:
+        stub.add_response("get_metric_data", {"MetricDataResults": [{
+            "Id": "progress", "Label": "train:loss", "StatusCode": "Complete",
+            "Timestamps": [started + timedelta(minutes=12), started + timedelta(minutes=11)],
+            "Values": [4.0, 6.0]}]},
+            {"MetricDataQueries": [query], "StartTime": ANY, "EndTime": ANY, "ScanBy": "TimestampDescending"})
+        stub.add_response("get_metric_data", {"MetricDataResults": [{
+            "Id": "progress", "StatusCode": "Complete", "Timestamps": [], "Values": []}]})
+        streams = MetricStreams(client)
+        # The end of the newest minute with a loss line: the last line was logged no later than that.
+        assert streams.newest("stabilizer-abc-1", "train:loss", started, now) == started + timedelta(minutes=13)
+        assert streams.newest("stabilizer-abc-1", "train:loss", started, now) is None
