@@ -297,6 +297,10 @@ class Workflow(Construct):
                                            "executions/*/checkpoints/progress.json"),
                 ),
                 self.list_bucket("executions/*"),
+                # The job's metric stream (the loss lines SageMaker sends to CloudWatch): when it last
+                # moved, for the monitor's own hang check (stabilizer_workflow.aws_cloudwatch).
+                iam.PolicyStatement(sid="ReadJobMetricStreams", actions=["cloudwatch:GetMetricData"],
+                                    resources=["*"]),
                 self.notify(),
             ],
         )
@@ -309,6 +313,10 @@ class Workflow(Construct):
              "One findings.json per attempt, under executions/<execution>/attempt-<n>/ named at run time."),
             (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/executions/*/checkpoints/progress.json]",
              "One progress.json per attempt, under executions/<execution>/attempt-<n>/ named at run time."),
+            ("AwsSolutions-IAM5[Resource::*]",
+             "cloudwatch:GetMetricData supports no resource scoping (CloudWatch's permissions reference: the "
+             "resource is *); it is read-only, and the monitor asks only for its training jobs' loss metric "
+             "in /aws/sagemaker/TrainingJobs."),
         )
 
     # --- state machine --------------------------------------------------------------
