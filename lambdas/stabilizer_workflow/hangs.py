@@ -77,6 +77,9 @@ def plan(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str])
     limit = state.job.hang.relaunches if state.job.hang is not None else HANG_RELAUNCHES
     done = _relaunched_after_hangs(state)
     what = f"{describe_finding(finding.model_copy(update={'rule': HANG}))}: a hang, not an instability"
+    if limit == 0:
+        reason = f"{what}; job.hang.relaunches is 0, so it is not relaunched"
+        return Plan(Decision(action="end", outcome="gave_up", reason=reason), dict(state.run_spec))
     if done >= limit:
         reason = f"{what}; it hung again after {done} relaunch{'es' if done != 1 else ''} (at most {limit})"
         return Plan(Decision(action="end", outcome="gave_up", reason=reason), dict(state.run_spec))

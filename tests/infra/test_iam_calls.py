@@ -146,12 +146,11 @@ def test_the_monitor_may_read_a_training_jobs_metric_stream_and_progress_file(cl
 
     from stabilizer_workflow.aws_cloudwatch import NAMESPACE, MetricStreams
     from stabilizer_workflow.aws_s3 import Artifacts
+    from stabilizer_workflow.aws_sagemaker import TrainingJobs
     from stabilizer_workflow.aws_sns import Notifier
     from stabilizer_workflow.handlers import monitor as monitor_handler
     from stabilizer_workflow.handlers import train as train_handler
     from stabilizer_workflow.settings import MonitorSettings
-
-    from stabilizer_workflow.aws_sagemaker import TrainingJobs
     from stabilizer_workflow.sources import SourceArchives
     from stabilizer_workflow.state import load_state
 
@@ -179,7 +178,8 @@ def test_the_monitor_may_read_a_training_jobs_metric_stream_and_progress_file(cl
     assert observation.metric_at is not None  # the datapoint was read back
     assert checker.denied() == [], checker.table()
     assert checker.unmapped() == []
-    assert (MONITOR, "cloudwatch:GetMetricData", "*", "allowed") in _allowed(checker, MONITOR, "cloudwatch:GetMetricData")
+    read = _allowed(checker, MONITOR, "cloudwatch:GetMetricData")
+    assert read and set(read) == {(MONITOR, "cloudwatch:GetMetricData", "*", "allowed")}
     progress = f"arn:aws:s3:::{checkpoints.removeprefix('s3://')}/progress.json"
     assert (MONITOR, "s3:GetObject", progress, "allowed") in _allowed(checker, MONITOR, "s3:GetObject")
 
