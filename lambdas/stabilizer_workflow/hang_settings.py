@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 HANG_RELAUNCHES = 2
 DEFAULT_FLOOR_SECONDS = 600.0  # the watchdog's (stabilizer_sentinel.watchdog)
 PROGRESS_FILE = "progress.json"  # rank 0 writes it beside findings.json whenever its step moved
+STRAGGLERS_FILE = "stragglers.json"  # rank 0 writes it beside findings.json when a rank lags (watchdog)
 
 
 class HangSettings(BaseModel):

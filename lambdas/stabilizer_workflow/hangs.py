@@ -7,7 +7,9 @@ So a hang is transient here: the job is relaunched with the recipe it had, resum
 checkpoint the attempt left (every checkpoint before a hang is healthy; none is rewound past), as
 long as the relaunch will load it (``evidence.why_fresh``), at most ``HANG_RELAUNCHES`` times in an
 execution (``job.hang.relaunches``). The decision's reason and so the notification say "a hang, not
-an instability"; an instability gets the policy's remedies instead.
+an instability"; an instability gets the policy's remedies instead. The relaunch runs on as many
+hosts as the attempt had, or, when the user allows fewer (``job.min_instance_count``), without the
+hosts the watchdog's finding names as holding the job up (``relaunch_hosts``).
 
 The monitor also watches for itself (``no_progress``), for the hangs the job's own watchdog cannot
 act on (a frozen process, a dead host), from two signs of life:
@@ -32,6 +34,7 @@ Pure: no AWS, no clock.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import datetime
 
@@ -51,6 +54,7 @@ METRIC_PERIODS = 3
 # A rule stop whose findings.json never reached S3 (rank 0's host was the one that died) is known by
 # its FailureReason alone, which names no catalogue rule: the watchdog's own words say it was a hang.
 _HANG_STOP = "RuleStop: Hang at step"
+_HOST_OF_RANK = re.compile(r"rank \d+ on (algo-\d+)")
 
 
 def _relaunched_after_hangs(state: WorkflowState) -> int:
@@ -90,8 +94,36 @@ def plan(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str])
         resume, start = None, f"starts fresh ({fresh})"
     else:
         start = f"resumes from {str(resume).rsplit('/', 1)[-1]}"
-    reason = f"{what}; same recipe again, {start}; hang relaunch {done + 1} of {limit}"
-    return Plan(Decision(action="relaunch", remedy="retry", resume_from=resume, reason=reason), dict(state.run_spec))
+    hosts, said = relaunch_hosts(state, finding)
+    reason = f"{what}; same recipe again, {start}{said}; hang relaunch {done + 1} of {limit}"
+    decision = Decision(action="relaunch", remedy="retry", resume_from=resume, reason=reason,
+                        instance_count=hosts if hosts != state.job.instance_count else None)
+    return Plan(decision, dict(state.run_spec))
+
+
+def holding_hosts(finding: Finding) -> list[str]:
+    """The hosts a hang finding says held the job up (the watchdog's "held up by rank r on algo-k ...")."""
+    _, _, named = finding.message.partition("held up by ")
+    return sorted(set(_HOST_OF_RANK.findall(named)), key=lambda host: int(host.rsplit("-", 1)[1]))
+
+
+def relaunch_hosts(state: WorkflowState, finding: Finding) -> tuple[int, str]:
+    """How many hosts the relaunch after ``finding`` runs on, and the words that say so ("" for the same).
+
+    Without the hosts the finding names as holding the job up, when ``job.min_instance_count`` allows
+    that few; otherwise the same number. Every checkpoint is rank 0's copy of state that DDP keeps the
+    same on every rank, so it resumes on any number of hosts."""
+    job = state.job
+    current, least = job.instance_count, job.min_instance_count or job.instance_count
+    named = [host for host in holding_hosts(finding) if int(host.rsplit("-", 1)[1]) <= current]
+    if not named or least >= current:
+        return current, ""
+    fewer = current - len(named)
+    if fewer < least:
+        return current, (f", on the same {current} hosts ({', '.join(named)} held it up; without them "
+                         f"{fewer} would be fewer than job.min_instance_count {least})")
+    return fewer, (f", on {fewer} host{'s' if fewer != 1 else ''} instead of {current} (without "
+                   f"{', '.join(named)}, which held it up; job.min_instance_count {least})")
 
 
 def monitor_bound(state: WorkflowState) -> float | None:

@@ -162,6 +162,19 @@ class FindingsDocument(BaseModel):
     summary: Summary | None = None
 
 
+class StragglerReport(BaseModel):
+    """One entry of stragglers.json, which the job's rank 0 writes beside findings.json
+    (stabilizer_sentinel.watchdog): a rank slower than the others, with its host."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rank: int
+    host: str | None = None
+    step: int | None = None
+    factor: float | None = None
+    message: str = ""
+
+
 class RuleStatus(BaseModel):
     """One entry of DescribeTrainingJob's DebugRuleEvaluationStatuses."""
 
@@ -199,6 +212,8 @@ class Observation(BaseModel):
     # any, and the stream's resolution (stabilizer_workflow.aws_cloudwatch).
     metric_at: datetime | None = None
     metric_period_seconds: int = 60
+    # What the job's stragglers.json reported so far (empty: no file, or no straggler).
+    stragglers: list[StragglerReport] = Field(default_factory=list)
 
     @property
     def summary(self) -> Summary | None:
@@ -307,6 +322,15 @@ def parse_findings(body: bytes | str) -> FindingsDocument:
         raise ValueError(f"findings.json does not match the contract: {error.errors()[0]['msg']}") from None
 
 
+def parse_stragglers(body: bytes | str) -> list[StragglerReport]:
+    """stragglers.json's entries; an unreadable file reports none (it only adds to a notification)."""
+    try:
+        raw = json.loads(body)
+        return [StragglerReport.model_validate(item) for item in raw.get("stragglers", [])]
+    except (json.JSONDecodeError, UnicodeDecodeError, ValidationError, AttributeError, TypeError):
+        return []
+
+
 def checkpoint_files(keys: list[str]) -> dict[int, str]:
     """Step -> file name of the checkpoints among listed S3 keys."""
     files = {}
@@ -326,6 +350,7 @@ def observe(
     progress_at: datetime | None = None,
     metric_at: datetime | None = None,
     metric_period_seconds: int = 60,
+    stragglers: list[StragglerReport] | None = None,
 ) -> Observation:
     """Normalise a DescribeTrainingJob response plus what was read from S3."""
     rules = [
@@ -360,6 +385,7 @@ def observe(
         progress_at=progress_at,
         metric_at=metric_at,
         metric_period_seconds=metric_period_seconds,
+        stragglers=stragglers or [],
     )
 
 

@@ -18,6 +18,7 @@ in (and `training_image_uri`'s repository); any other `job.image` is refused nam
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -141,7 +142,7 @@ def test_a_resuming_relaunch_is_allowed_to_check_its_resume_channel(cloud, polic
     assert {c.verdict.allowed for c in checker.calls if c.principal == EXECUTION_ROLE} == {True}
 
 
-def test_the_monitor_may_read_a_training_jobs_metric_stream_and_progress_file(cloud, policies):
+def test_the_monitor_may_read_a_training_jobs_metric_stream_progress_and_stragglers(cloud, policies):
     from datetime import timedelta
 
     from stabilizer_workflow.aws_cloudwatch import NAMESPACE, MetricStreams
@@ -165,6 +166,9 @@ def test_the_monitor_may_read_a_training_jobs_metric_stream_and_progress_file(cl
     cloudwatch.put_metric_data(Namespace=NAMESPACE, MetricData=[{
         "MetricName": "train:loss", "Value": 2.3, "Timestamp": datetime.now(UTC) - timedelta(minutes=2),
         "Dimensions": [{"Name": "TrainingJobName", "Value": name}]}])
+    bucket, prefix = checkpoints.removeprefix("s3://").split("/", 1)
+    cloud["s3"].put_object(Bucket=bucket, Key=f"{prefix}/stragglers.json", Body=json.dumps(
+        {"version": 1, "stragglers": [{"rule": "Straggler", "rank": 3, "host": "algo-2", "step": 40, "factor": 3.1}]}))
     in_training = {"TrainingJobName": name, "TrainingJobStatus": "InProgress", "SecondaryStatus": "Training",
                    "TrainingStartTime": datetime.now(UTC) - timedelta(minutes=30)}
     monitor_settings = MonitorSettings(topic_arn=SETTINGS.topic_arn)
@@ -180,8 +184,10 @@ def test_the_monitor_may_read_a_training_jobs_metric_stream_and_progress_file(cl
     assert checker.unmapped() == []
     read = _allowed(checker, MONITOR, "cloudwatch:GetMetricData")
     assert read and set(read) == {(MONITOR, "cloudwatch:GetMetricData", "*", "allowed")}
-    progress = f"arn:aws:s3:::{checkpoints.removeprefix('s3://')}/progress.json"
-    assert (MONITOR, "s3:GetObject", progress, "allowed") in _allowed(checker, MONITOR, "s3:GetObject")
+    reads = _allowed(checker, MONITOR, "s3:GetObject")
+    for name in ("progress.json", "stragglers.json"):
+        assert (MONITOR, "s3:GetObject", f"arn:aws:s3:::{checkpoints.removeprefix('s3://')}/{name}", "allowed") in reads
+    assert [(s.rank, s.host) for s in observation.stragglers] == [(3, "algo-2")]
 
 
 def test_a_channel_at_another_prefix_of_the_stack_bucket_is_listed_and_read(cloud, policies):

@@ -2,7 +2,7 @@
 `abort` stops it and reports the failure the state machine caught (docs/contracts.md, 4).
 
 Thin: gather the observation (DescribeTrainingJob, findings.json, checkpoint list and, while the job
-trains, its progress.json and the newest loss line in its metric stream), call the pure
+trains, its progress.json and the newest loss line in its metric stream; stragglers.json), call the pure
 decision in `stabilizer_workflow.monitor`, carry out its effects (stop jobs, publish one notification),
 return the state. Failures are raised with the names the state machine catches.
 """
@@ -77,8 +77,9 @@ def gather(state: WorkflowState, deps: Collaborators, now: datetime) -> Observat
     if not terminal and started is not None and state.job.loss_metric and hangs.monitor_bound(state) is not None:
         metric_at = deps.streams.newest(attempt.job_name, state.job.loss_metric, started, now)
         period = deps.streams.period_seconds
+    stragglers = deps.artifacts.stragglers(attempt.checkpoint_s3_uri)
     return observe(description, findings=document, findings_unreadable=unreadable, checkpoint_keys=keys,
-                   progress_at=progress, metric_at=metric_at, metric_period_seconds=period)
+                   progress_at=progress, metric_at=metric_at, metric_period_seconds=period, stragglers=stragglers)
 
 
 def carry_out(effects: Effects, deps: Collaborators) -> None:

@@ -172,3 +172,57 @@ def test_the_metric_stream_is_read_from_cloudwatch_as_sagemaker_publishes_it():
         # The end of the newest minute with a loss line: the last line was logged no later than that.
         assert streams.newest("stabilizer-abc-1", "train:loss", started, now) == started + timedelta(minutes=13)
         assert streams.newest("stabilizer-abc-1", "train:loss", started, now) is None
+
+
+HELD_UP = ("no optimizer step for 41.0 s on rank 0 (algo-1), bound 40.0 s = max(floor 40 s, 10 x median step 0.1 s); "
+           "held up by rank 3 on algo-2 at step 8 (before its forward pass)")
+
+
+def on_hosts(settings, count: int, least: int | None):
+    state = launched(settings)
+    state.job = state.job.model_copy(update={"instance_count": count, "min_instance_count": least})
+    return state
+
+
+def hang_naming_a_host(state):
+    findings = sentinel_findings(rule="Hang", step=8, phase="main")
+    findings.findings[0].message = HELD_UP  # the watchdog's words
+    return monitor.check(state, observation(state, "Failed", failure_reason=HUNG, findings=findings), LATER)
+
+
+def test_a_hang_held_up_by_a_host_relaunches_without_it_when_the_user_allows_fewer_hosts(settings):
+    result = hang_naming_a_host(on_hosts(settings, 3, 2))
+    decision = result.state.attempts[-1].decision
+    assert decision.action == "relaunch" and decision.instance_count == 2
+    assert "on 2 hosts instead of 3 (without algo-2, which held it up; job.min_instance_count 2)" in decision.reason
+    assert result.state.job.instance_count == 2  # the next CreateTrainingJob asks for two instances
+    note = result.effects.notification
+    assert note.subject.startswith("Hang at step 8: relaunching attempt 2 on 2 hosts with same recipe")
+    assert "Hosts: 2" in note.body
+
+
+def test_a_relaunch_after_a_hang_keeps_the_number_of_hosts_unless_the_user_allows_fewer(settings):
+    kept = hang_naming_a_host(on_hosts(settings, 2, None))
+    assert kept.state.attempts[-1].decision.instance_count is None and kept.state.job.instance_count == 2
+    assert "host" not in kept.effects.notification.subject
+    too_few = hang_naming_a_host(on_hosts(settings, 2, 2))
+    assert too_few.state.job.instance_count == 2
+    floor = hang_naming_a_host(on_hosts(settings, 3, 3))
+    assert floor.state.job.instance_count == 3
+
+
+def test_a_hang_that_names_no_host_relaunches_on_the_same_hosts(settings):
+    state = on_hosts(settings, 2, 1)
+    result = monitor.check(state, observation(state, "Failed", failure_reason=HUNG,
+                                              findings=sentinel_findings(rule="Hang", step=8)), LATER)
+    assert result.state.attempts[-1].decision.instance_count is None and result.state.job.instance_count == 2
+
+
+def test_a_smallest_host_count_above_the_jobs_is_refused_naming_the_field():
+    import pytest
+    from pydantic import ValidationError
+
+    from stabilizer_workflow.job import Job
+
+    with pytest.raises(ValidationError, match="min_instance_count: 3 is more than instance_count 2"):
+        Job(source="s3://b/s.tar.gz", entry_point="t.py", instance_count=2, min_instance_count=3)
