@@ -292,11 +292,17 @@ class Workflow(Construct):
                 iam.PolicyStatement(
                     sid="ReadFindings",
                     actions=["s3:GetObject"],
-                    # findings.json, and progress.json's time (HeadObject) for the monitor's own hang check.
+                    # findings.json, progress.json's time (HeadObject) for the monitor's own hang check, and
+                    # stragglers.json (the ranks the job's watchdog found slower than the others).
                     resources=self.objects("executions/*/checkpoints/findings.json",
-                                           "executions/*/checkpoints/progress.json"),
+                                           "executions/*/checkpoints/progress.json",
+                                           "executions/*/checkpoints/stragglers.json"),
                 ),
                 self.list_bucket("executions/*"),
+                # The job's metric stream (the loss lines SageMaker sends to CloudWatch): when it last
+                # moved, for the monitor's own hang check (stabilizer_workflow.aws_cloudwatch).
+                iam.PolicyStatement(sid="ReadJobMetricStreams", actions=["cloudwatch:GetMetricData"],
+                                    resources=["*"]),
                 self.notify(),
             ],
         )
@@ -309,6 +315,12 @@ class Workflow(Construct):
              "One findings.json per attempt, under executions/<execution>/attempt-<n>/ named at run time."),
             (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/executions/*/checkpoints/progress.json]",
              "One progress.json per attempt, under executions/<execution>/attempt-<n>/ named at run time."),
+            (f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/executions/*/checkpoints/stragglers.json]",
+             "One stragglers.json per attempt, under executions/<execution>/attempt-<n>/ named at run time."),
+            ("AwsSolutions-IAM5[Resource::*]",
+             "cloudwatch:GetMetricData supports no resource scoping (CloudWatch's permissions reference: the "
+             "resource is *); it is read-only, and the monitor asks only for its training jobs' loss metric "
+             "in /aws/sagemaker/TrainingJobs."),
         )
 
     # --- state machine --------------------------------------------------------------

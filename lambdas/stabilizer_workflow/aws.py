@@ -1,7 +1,7 @@
 """The AWS edge shared by the adapters: client configuration, the invocation's deadline, and
 ClientError -> named errors. One adapter per service sits beside it: aws_sagemaker (training
 jobs), aws_s3 (artifacts, data channels, task tokens), aws_stepfunctions (executions), aws_sns
-(notifications).
+(notifications), aws_cloudwatch (the jobs' metric streams).
 
 Clients are created lazily by cached factories (`get_sagemaker()` ...), never at import, so a
 test or the local engine can swap the endpoint (moto, a local emulator) before first use, and a

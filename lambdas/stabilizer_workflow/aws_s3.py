@@ -15,8 +15,8 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from stabilizer_workflow.aws import NOT_THERE, error_code, new_client, translate
-from stabilizer_workflow.hang_settings import PROGRESS_FILE
-from stabilizer_workflow.observation import FindingsDocument, parse_findings
+from stabilizer_workflow.hang_settings import PROGRESS_FILE, STRAGGLERS_FILE
+from stabilizer_workflow.observation import FindingsDocument, StragglerReport, parse_findings, parse_stragglers
 from stabilizer_workflow.s3_uris import split_s3_uri
 
 
@@ -61,6 +61,20 @@ class Artifacts:
             raise translate(error, f"HeadObject s3://{bucket}/{key}") from error
         except BotoCoreError as error:
             raise translate(error, f"HeadObject s3://{bucket}/{key}") from error
+
+    def stragglers(self, checkpoint_uri: str) -> list[StragglerReport]:
+        """The ranks the job's stragglers.json reports (beside findings.json), or none when it has no file."""
+        bucket, prefix = split_s3_uri(checkpoint_uri)
+        key = f"{prefix.rstrip('/')}/{STRAGGLERS_FILE}"
+        try:
+            body = self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except ClientError as error:
+            if error_code(error) in NOT_THERE:
+                return []
+            raise translate(error, f"GetObject s3://{bucket}/{key}") from error
+        except BotoCoreError as error:
+            raise translate(error, f"GetObject s3://{bucket}/{key}") from error
+        return parse_stragglers(body)
 
     def checkpoint_keys(self, checkpoint_uri: str) -> list[str]:
         bucket, prefix = split_s3_uri(checkpoint_uri)

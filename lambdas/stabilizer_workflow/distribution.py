@@ -19,7 +19,8 @@ framework container's training toolkit launches the script on every host:
 Anything else the SDK's ``distribution`` can say (``mpi``, ``smdistributed`` model parallel,
 ``parameter_server``, ``pytorchxla``, ``multi_worker_mirrored_strategy``, instance groups) is refused
 at ValidateInput, naming the key. A relaunch keeps the job's ``instance_count``: it resumes on the
-same number of hosts, every host reading the checkpoint from its ``resume`` channel.
+same number of hosts, every host reading the checkpoint from its ``resume`` channel; after a hang,
+on fewer when the job allows it (``job.min_instance_count``, stabilizer_workflow.hangs.relaunch_hosts).
 
 Pure: no AWS call. This module must not build the rest of the request (stabilizer_workflow.requests does).
 """

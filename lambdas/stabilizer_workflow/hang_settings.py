@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 HANG_RELAUNCHES = 2
 DEFAULT_FLOOR_SECONDS = 600.0  # the watchdog's (stabilizer_sentinel.watchdog)
 PROGRESS_FILE = "progress.json"  # rank 0 writes it beside findings.json whenever its step moved
+STRAGGLERS_FILE = "stragglers.json"  # rank 0 writes it beside findings.json when a rank lags (watchdog)
 
 
 class HangSettings(BaseModel):
@@ -30,6 +31,11 @@ class HangSettings(BaseModel):
     )
     straggler_factor: Annotated[float, Field(ge=0)] = Field(
         2.0, description="a rank this many times slower than the others is reported; 0 turns it off"
+    )
+    monitor_seconds: Annotated[float, Field(ge=0)] | None = Field(
+        None,
+        description="the monitor's own bound: no new loss line in the job's metric stream (and no new "
+        "progress.json) for this long while it trains is a hang; default max(2 x floor, 300 s); 0 turns it off",
     )
     relaunches: Annotated[int, Field(ge=0, le=10)] = Field(
         HANG_RELAUNCHES, description="how many times one execution relaunches after a hang"

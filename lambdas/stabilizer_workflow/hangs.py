@@ -7,14 +7,23 @@ So a hang is transient here: the job is relaunched with the recipe it had, resum
 checkpoint the attempt left (every checkpoint before a hang is healthy; none is rewound past), as
 long as the relaunch will load it (``evidence.why_fresh``), at most ``HANG_RELAUNCHES`` times in an
 execution (``job.hang.relaunches``). The decision's reason and so the notification say "a hang, not
-an instability"; an instability gets the policy's remedies instead.
+an instability"; an instability gets the policy's remedies instead. The relaunch runs on as many
+hosts as the attempt had, or, when the user allows fewer (``job.min_instance_count``), without the
+hosts the watchdog's finding names as holding the job up (``relaunch_hosts``).
 
-The monitor also watches for itself (``no_progress``): the job's rank 0 writes ``progress.json``
-beside findings.json whenever its step moved (at most every 30 s), and SageMaker uploads it with
-the checkpoints; a job in training whose file has not changed in S3 for ``max(2 x floor, 300 s)``
-is a ``Hang`` too (a frozen process or a dead host, whose own watchdog could not act). The
-monitor stops it and the same relaunch follows. A job that never wrote the file (not watched by
-the library) is not judged this way.
+The monitor also watches for itself (``no_progress``), for the hangs the job's own watchdog cannot
+act on (a frozen process, a dead host), from two signs of life:
+- the job's metric stream: SageMaker sends every match of the loss metric's regex in the job's
+  log to CloudWatch (``stabilizer_workflow.aws_cloudwatch``); the monitor reads when the newest
+  loss line was logged. Any script with a ``loss_metric`` has it, watched by the library or not;
+- ``progress.json``: the job's rank 0 writes it beside findings.json whenever its step moved (at
+  most every 30 s), and SageMaker uploads it with the checkpoints.
+The newer of the two wins: a job in training is a ``Hang`` only when every sign it has is older
+than the monitor's bound (``job.hang.monitor_seconds``, default ``max(2 x floor, 300 s)``). Each
+sign is also given the time its own channel needs before silence means anything: three periods of
+the metric stream (60 s each on AWS), 300 s for progress.json. A job with neither sign yet (no
+loss line logged, no file written) is not judged this way. The monitor stops it and the same
+relaunch follows.
 
 The monitor calls ``plan`` before the policy (stabilizer_workflow.monitor, where ``policy.plan`` is
 called); a finding that is not a hang is left to the policy (``None``).
@@ -25,6 +34,7 @@ Pure: no AWS, no clock.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import datetime
 
@@ -38,9 +48,13 @@ HANG = "Hang"
 # The monitor's bound never goes under this: the file is written at most every 30 s, uploaded as
 # SageMaker syncs checkpoints, and read at the next check.
 MONITOR_MIN_SECONDS = 300.0
+# The metric stream's newest period may still be filling, and CloudWatch shows a datapoint some time
+# after it was sent: silence shorter than three of its periods says nothing.
+METRIC_PERIODS = 3
 # A rule stop whose findings.json never reached S3 (rank 0's host was the one that died) is known by
 # its FailureReason alone, which names no catalogue rule: the watchdog's own words say it was a hang.
 _HANG_STOP = "RuleStop: Hang at step"
+_HOST_OF_RANK = re.compile(r"rank \d+ on (algo-\d+)")
 
 
 def _relaunched_after_hangs(state: WorkflowState) -> int:
@@ -67,6 +81,9 @@ def plan(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str])
     limit = state.job.hang.relaunches if state.job.hang is not None else HANG_RELAUNCHES
     done = _relaunched_after_hangs(state)
     what = f"{describe_finding(finding.model_copy(update={'rule': HANG}))}: a hang, not an instability"
+    if limit == 0:
+        reason = f"{what}; job.hang.relaunches is 0, so it is not relaunched"
+        return Plan(Decision(action="end", outcome="gave_up", reason=reason), dict(state.run_spec))
     if done >= limit:
         reason = f"{what}; it hung again after {done} relaunch{'es' if done != 1 else ''} (at most {limit})"
         return Plan(Decision(action="end", outcome="gave_up", reason=reason), dict(state.run_spec))
@@ -77,21 +94,63 @@ def plan(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str])
         resume, start = None, f"starts fresh ({fresh})"
     else:
         start = f"resumes from {str(resume).rsplit('/', 1)[-1]}"
-    reason = f"{what}; same recipe again, {start}; hang relaunch {done + 1} of {limit}"
-    return Plan(Decision(action="relaunch", remedy="retry", resume_from=resume, reason=reason), dict(state.run_spec))
+    hosts, said = relaunch_hosts(state, finding)
+    reason = f"{what}; same recipe again, {start}{said}; hang relaunch {done + 1} of {limit}"
+    decision = Decision(action="relaunch", remedy="retry", resume_from=resume, reason=reason,
+                        instance_count=hosts if hosts != state.job.instance_count else None)
+    return Plan(decision, dict(state.run_spec))
+
+
+def holding_hosts(finding: Finding) -> list[str]:
+    """The hosts a hang finding says held the job up (the watchdog's "held up by rank r on algo-k ...")."""
+    _, _, named = finding.message.partition("held up by ")
+    return sorted(set(_HOST_OF_RANK.findall(named)), key=lambda host: int(host.rsplit("-", 1)[1]))
+
+
+def relaunch_hosts(state: WorkflowState, finding: Finding) -> tuple[int, str]:
+    """How many hosts the relaunch after ``finding`` runs on, and the words that say so ("" for the same).
+
+    Without the hosts the finding names as holding the job up, when ``job.min_instance_count`` allows
+    that few; otherwise the same number. Every checkpoint is rank 0's copy of state that DDP keeps the
+    same on every rank, so it resumes on any number of hosts."""
+    job = state.job
+    current, least = job.instance_count, job.min_instance_count or job.instance_count
+    named = [host for host in holding_hosts(finding) if int(host.rsplit("-", 1)[1]) <= current]
+    if not named or least >= current:
+        return current, ""
+    fewer = current - len(named)
+    if fewer < least:
+        return current, (f", on the same {current} hosts ({', '.join(named)} held it up; without them "
+                         f"{fewer} would be fewer than job.min_instance_count {least})")
+    return fewer, (f", on {fewer} host{'s' if fewer != 1 else ''} instead of {current} (without "
+                   f"{', '.join(named)}, which held it up; job.min_instance_count {least})")
+
+
+def monitor_bound(state: WorkflowState) -> float | None:
+    """How long the monitor lets a training job go without a sign of life; None: it does not judge."""
+    hang = state.job.hang
+    if hang is not None and hang.monitor_seconds is not None:
+        return hang.monitor_seconds or None
+    floor = hang.floor_seconds if hang is not None else DEFAULT_FLOOR_SECONDS
+    return max(2 * floor, MONITOR_MIN_SECONDS) if floor > 0 else None
 
 
 def no_progress(state: WorkflowState, obs: Observation, now: datetime) -> Finding | None:
-    """The monitor's own hang check: a job in training whose progress file went stale in S3."""
-    if obs.status != "InProgress" or obs.progress_at is None:
+    """The monitor's own hang check: a job in training whose every sign of life went stale."""
+    bound = monitor_bound(state)
+    if obs.status != "InProgress" or bound is None:
         return None
-    floor = state.job.hang.floor_seconds if state.job.hang is not None else DEFAULT_FLOOR_SECONDS
-    if floor <= 0:
+    signs = []  # (silence, what the channel is, the least silence it needs)
+    if obs.metric_at is not None:
+        signs.append(((now - obs.metric_at).total_seconds(), f"no {state.job.loss_metric} line in its metric stream",
+                      METRIC_PERIODS * obs.metric_period_seconds))
+    if obs.progress_at is not None:
+        signs.append(((now - obs.progress_at).total_seconds(), f"{PROGRESS_FILE} unchanged in S3",
+                      MONITOR_MIN_SECONDS))
+    if not signs or any(silent <= max(bound, least) for silent, _, least in signs):
         return None
-    bound = max(2 * floor, MONITOR_MIN_SECONDS)
-    silent = (now - obs.progress_at).total_seconds()
-    if silent <= bound:
-        return None
+    silent = min(silence for silence, _, _ in signs)
+    said = " and ".join(f"{what} for {silence:.0f} s" for silence, what, _ in signs)
     return Finding(rule=HANG, source="log", message=(
-        f"the job reported no new step for {silent:.0f} s ({PROGRESS_FILE} unchanged in S3; the monitor's bound "
-        f"{bound:.0f} s is twice the hang floor, at least {MONITOR_MIN_SECONDS:.0f} s): the job did not stop itself"))
+        f"the job reported no new step for {silent:.0f} s ({said}; the monitor's bound is {bound:.0f} s): "
+        "the job did not stop itself"))

@@ -209,6 +209,12 @@ class Job(Strict):
     )
     instance_type: str | None = Field(None, description="the deployment's DEFAULT_INSTANCE_TYPE when left out")
     instance_count: Annotated[int, Field(ge=1, le=100)] = 1
+    min_instance_count: Annotated[int, Field(ge=1, le=100)] | None = Field(
+        None,
+        description="the fewest hosts a relaunch after a hang may run on: a hang whose finding names the hosts "
+        "that held the job up relaunches without them, down to this many; default instance_count (a relaunch "
+        "keeps the number of hosts)",
+    )
     distribution: Distribution | None = Field(
         None, description="the SDK estimator's distribution: torch_distributed or pytorchddp"
     )
@@ -277,6 +283,11 @@ class Job(Strict):
             problem = knob.admits(self.hyperparameters[knob.hyperparameter])
             if problem:
                 raise ValueError(f"knobs.{role}: hyperparameters.{knob.hyperparameter} {problem}")
+        if self.min_instance_count is not None and self.min_instance_count > self.instance_count:
+            raise ValueError(
+                f"min_instance_count: {self.min_instance_count} is more than instance_count {self.instance_count}; "
+                "give the fewest hosts a relaunch may use, at most the job's instance_count"
+            )
         names = [definition.Name for definition in self.metric_definitions]
         if len(set(names)) != len(names):
             raise ValueError("metric_definitions: each Name may appear once")

@@ -6,8 +6,9 @@ job's own loss lines) is read by `stabilizer_workflow.evidence`; which remedy fo
 
 Pure: `check()` takes the state, an `Observation` and the time, and returns the next state plus
 the effects the handler must carry out (stop a job, stop lingering rule-evaluation jobs, publish
-one notification). No AWS call and no clock in here, so every job-status x rule-status case is a
-plain unit test.
+one notification). A straggler the job's watchdog reported (stragglers.json: a rank slower than
+the others, with its host) is recorded on the attempt and told once, in that check's message.
+No AWS call and no clock in here, so every job-status x rule-status case is a plain unit test.
 
 Counters: every `check` moves `num_monitor_transitions` by one; a relaunch moves
 `num_retraining` by one and the remedy's own counter by one; nothing else moves them.
@@ -15,7 +16,7 @@ Counters: every `check` moves `num_monitor_transitions` by one; a relaunch moves
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from stabilizer_contract.catalogue import NOT_LEARNING
@@ -24,12 +25,14 @@ from stabilizer_workflow.errors import StateCorrupted
 from stabilizer_workflow.ladders import EXPLOSIONS
 from stabilizer_workflow.notifications import Notification
 from stabilizer_workflow.observation import Observation, evidence_of
-from stabilizer_workflow.state import Attempt, Decision, Finding, WorkflowState
+from stabilizer_workflow.state import Attempt, Decision, Finding, Straggler, WorkflowState
 
 # FailureReason prefixes SageMaker uses for failures of its own, not of the training code.
 INFRASTRUCTURE_FAILURES = ("InternalServerError", "CapacityError")
 # A relaunch needs at least this much of the training budget left to be worth starting.
 MIN_BUDGET_SECONDS = 60
+# The stragglers one attempt records (the state stays small; the job's file has them all).
+MAX_STRAGGLERS = 16
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,8 @@ def _remediate(state: WorkflowState, attempt: Attempt, obs: Observation, finding
         )
         return _end(state, attempt, obs, verdict("gave_up", finding), reason, finding=finding)
     state.run_spec = planned.run_spec
+    if decision.instance_count is not None:  # a relaunch on fewer hosts (stabilizer_workflow.hangs)
+        state.job = state.job.model_copy(update={"instance_count": decision.instance_count})
     return _relaunch(state, attempt, obs=obs, decision=decision, finding=finding, counters=planned.counters)
 
 
@@ -332,6 +337,31 @@ def check(state: WorkflowState, obs: Observation, now: datetime) -> CheckResult:
 
     s.history.num_monitor_transitions += 1
     _record(attempt, obs, now)
+    stragglers = _new_stragglers(attempt, obs)
+    result = _decide(s, attempt, obs, now)
+    if not stragglers:
+        return result
+    # One message per check: the stragglers ride on the decision's, or have their own.
+    note = result.effects.notification
+    note = (notifications.with_stragglers(note, stragglers) if note is not None
+            else notifications.stragglers_found(result.state, result.state.attempts[-1], stragglers))
+    return CheckResult(result.state, replace(result.effects, notification=note))
+
+
+def _new_stragglers(attempt: Attempt, obs: Observation) -> list[Straggler]:
+    """The ranks stragglers.json reports that this attempt has not recorded yet; recorded now, so that
+    each is told once."""
+    known = {straggler.rank for straggler in attempt.stragglers}
+    room = MAX_STRAGGLERS - len(attempt.stragglers)
+    new = [
+        Straggler(rank=report.rank, host=report.host, step=report.step, factor=report.factor)
+        for report in obs.stragglers if report.rank not in known
+    ][:max(room, 0)]
+    attempt.stragglers.extend(new)
+    return new
+
+
+def _decide(s: WorkflowState, attempt: Attempt, obs: Observation, now: datetime) -> CheckResult:
     s.job_status = obs.status
     s.rule_status = obs.rule_status_summary()
     # A finding seen on an earlier check is remembered: once the job is stopped, Debugger may

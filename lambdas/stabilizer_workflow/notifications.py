@@ -3,23 +3,24 @@ evidence, and message attributes for subscription filters.
 
 Pure formatting: no AWS calls. One decision makes exactly one `Notification`.
 
-Event types (the `event_type` attribute): launched, issue_found, relaunching, and one per outcome
-at the end: completed (succeeded), stopped_early, unwatched, unverified, diverged, did_not_learn,
-gave_up, failed.
+Event types (the `event_type` attribute): launched, issue_found, straggler (a rank slower than
+the others: it slows the job, it does not stop it), relaunching, and one per outcome at the end:
+completed (succeeded), stopped_early, unwatched, unverified, diverged, did_not_learn, gave_up, failed.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from stabilizer_workflow.state import Attempt, Decision, Finding, WorkflowState
+from stabilizer_workflow.state import Attempt, Decision, Finding, Straggler, WorkflowState
 
 EventType = Literal[
     "launched",
     "issue_found",
+    "straggler",
     "relaunching",
     "completed",
     "stopped_early",
@@ -272,6 +273,41 @@ def issue_found(
     )
 
 
+def _straggler_text(straggler: Straggler) -> str:
+    slower = f"{straggler.factor:g}x slower than the other ranks" if straggler.factor else "slower than the other ranks"
+    at = f" (reported at step {straggler.step})" if straggler.step is not None else ""
+    return f"rank {straggler.rank} on {straggler.host or 'an unknown host'} is {slower}{at}"
+
+
+def _straggler_lines(stragglers: list[Straggler]) -> list[str]:
+    return ["Stragglers (they slow the job; they do not stop it):",
+            *(f"  {_straggler_text(straggler)}" for straggler in stragglers)]
+
+
+def stragglers_found(state: WorkflowState, attempt: Attempt, stragglers: list[Straggler]) -> Notification:
+    """The job's watchdog found ranks persistently slower than the others; the job runs on."""
+    first = stragglers[0]
+    more = f" (+{len(stragglers) - 1} more)" if len(stragglers) > 1 else ""
+    subject = clean_subject(
+        f"Straggler in attempt {attempt.number}: rank {first.rank} on {first.host or 'unknown host'}{more}")
+    lines = [f"Training job {attempt.job_name} runs on.", "", *_straggler_lines(stragglers)]
+    body = _compose(state, "straggler", subject, lines, job_name=attempt.job_name,
+                    stragglers=[straggler.model_dump() for straggler in stragglers])
+    return Notification("straggler", subject, body, _attributes(
+        state, "straggler", attempt, rank=",".join(str(s.rank) for s in stragglers),
+        host=",".join(sorted({s.host for s in stragglers if s.host}))))
+
+
+def with_stragglers(note: Notification, stragglers: list[Straggler]) -> Notification:
+    """The same message, telling the stragglers too (one message per decision)."""
+    details = note.body.rfind("\n\nDetails (JSON):")
+    lines = "\n".join(["", *_straggler_lines(stragglers)])
+    body = note.body[:details] + lines + note.body[details:] if details >= 0 else note.body + "\n" + lines
+    hosts = ",".join(sorted({s.host for s in stragglers if s.host}))
+    attributes = {**note.attributes, "straggler_host": hosts} if hosts else note.attributes
+    return replace(note, body=body, attributes=attributes)
+
+
 def relaunching(
     state: WorkflowState,
     attempt: Attempt,
@@ -287,7 +323,9 @@ def relaunching(
         ", ".join(f"{key} {_fmt(old)}->{_fmt(new)}" for key, (old, new) in decision.changes.items())
         or "same recipe"
     )
-    subject = clean_subject(f"{cause}: relaunching attempt {attempt.number + 1} with {change}")
+    hosts = decision.instance_count
+    where = f" on {hosts} host{'s' if hosts != 1 else ''}" if hosts is not None else ""
+    subject = clean_subject(f"{cause}: relaunching attempt {attempt.number + 1}{where} with {change}")
     lines = [
         f"Attempt {attempt.number} ({attempt.job_name}) ended: {attempt.status}"
         + (f" - {attempt.failure_reason}" if attempt.failure_reason else ""),
@@ -298,6 +336,7 @@ def relaunching(
         "Next recipe:",
         recipe_diff(decision.changes),
         f"Starts from: {decision.resume_from or 'scratch (the reason says why)'}",
+        *([f"Hosts: {hosts} (the reason says why)"] if hosts is not None else []),
     ]
     body = _compose(
         state,

@@ -162,6 +162,19 @@ class FindingsDocument(BaseModel):
     summary: Summary | None = None
 
 
+class StragglerReport(BaseModel):
+    """One entry of stragglers.json, which the job's rank 0 writes beside findings.json
+    (stabilizer_sentinel.watchdog): a rank slower than the others, with its host."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rank: int
+    host: str | None = None
+    step: int | None = None
+    factor: float | None = None
+    message: str = ""
+
+
 class RuleStatus(BaseModel):
     """One entry of DescribeTrainingJob's DebugRuleEvaluationStatuses."""
 
@@ -195,6 +208,12 @@ class Observation(BaseModel):
     final_metrics: dict[str, float] = Field(default_factory=dict)
     # When the job's progress.json last changed in S3 (stabilizer_workflow.hangs.no_progress), if it has one.
     progress_at: datetime | None = None
+    # The end of the newest period of the job's metric stream (CloudWatch) that holds a loss line, if
+    # any, and the stream's resolution (stabilizer_workflow.aws_cloudwatch).
+    metric_at: datetime | None = None
+    metric_period_seconds: int = 60
+    # What the job's stragglers.json reported so far (empty: no file, or no straggler).
+    stragglers: list[StragglerReport] = Field(default_factory=list)
 
     @property
     def summary(self) -> Summary | None:
@@ -303,6 +322,15 @@ def parse_findings(body: bytes | str) -> FindingsDocument:
         raise ValueError(f"findings.json does not match the contract: {error.errors()[0]['msg']}") from None
 
 
+def parse_stragglers(body: bytes | str) -> list[StragglerReport]:
+    """stragglers.json's entries; an unreadable file reports none (it only adds to a notification)."""
+    try:
+        raw = json.loads(body)
+        return [StragglerReport.model_validate(item) for item in raw.get("stragglers", [])]
+    except (json.JSONDecodeError, UnicodeDecodeError, ValidationError, AttributeError, TypeError):
+        return []
+
+
 def checkpoint_files(keys: list[str]) -> dict[int, str]:
     """Step -> file name of the checkpoints among listed S3 keys."""
     files = {}
@@ -320,6 +348,9 @@ def observe(
     findings_unreadable: str | None = None,
     checkpoint_keys: list[str] | None = None,
     progress_at: datetime | None = None,
+    metric_at: datetime | None = None,
+    metric_period_seconds: int = 60,
+    stragglers: list[StragglerReport] | None = None,
 ) -> Observation:
     """Normalise a DescribeTrainingJob response plus what was read from S3."""
     rules = [
@@ -352,6 +383,9 @@ def observe(
         training_seconds=int(seconds) if seconds is not None else None,
         final_metrics=metrics,
         progress_at=progress_at,
+        metric_at=metric_at,
+        metric_period_seconds=metric_period_seconds,
+        stragglers=stragglers or [],
     )
 
 

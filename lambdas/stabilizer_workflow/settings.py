@@ -29,10 +29,13 @@ class MonitorSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     topic_arn: str = Field(min_length=1)
+    # The resolution of the jobs' metric streams in CloudWatch: SageMaker sends them at a one-minute
+    # frequency (stabilizer_workflow.aws_cloudwatch); the local stand-in keeps them to the second.
+    metric_period_seconds: int = Field(60, ge=1, le=3600)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> MonitorSettings:
-        return _load(cls, env, {"topic_arn": "TOPIC_ARN"})
+        return _load(cls, env, {"topic_arn": "TOPIC_ARN", "metric_period_seconds": "METRIC_PERIOD_SECONDS"})
 
 
 class WatchSettings(BaseModel):

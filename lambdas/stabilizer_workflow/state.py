@@ -137,6 +137,8 @@ class Decision(BaseModel):
     remedy: ExternalName | None = None
     changes: dict[str, list[Any]] = Field(default_factory=dict)  # field -> [old, new]
     resume_from: str | None = None
+    # The hosts the next attempt runs on, when a relaunch after a hang changed their number.
+    instance_count: int | None = Field(None, ge=1)
     reason: ExecutionReason  # the policy's sentence, quoting a finding
 
 
@@ -165,6 +167,17 @@ class Watched(BaseModel):
     exception: ExternalText | None = None
 
 
+class Straggler(BaseModel):
+    """One rank the job's watchdog found persistently slower than the others (stragglers.json)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(ge=0)
+    host: ExternalName | None = None
+    step: int | None = None
+    factor: float | None = None  # its busy time over the median of the other ranks'
+
+
 class Attempt(BaseModel):
     """One training job of the execution."""
 
@@ -187,6 +200,8 @@ class Attempt(BaseModel):
     # The summary the job left (None: it left none, or has not ended yet).
     watched: Watched | None = None
     decision: Decision | None = None
+    # Ranks reported slower than the others during this attempt, each once (at most MAX_STRAGGLERS).
+    stragglers: list[Straggler] = Field(default_factory=list, max_length=16)
 
 
 class WorkflowState(BaseModel):

@@ -197,6 +197,8 @@ class LocalSettings:
             # No X-Ray daemon on a laptop.
             "POWERTOOLS_TRACE_DISABLED": "true",
             "POWERTOOLS_METRICS_DISABLED": "true",
+            # The local metric streams are kept to the second (stabilizer.local.engine), not the minute.
+            "METRIC_PERIOD_SECONDS": "1",
         }
 
 

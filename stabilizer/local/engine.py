@@ -5,7 +5,8 @@ creates the bucket and topic the CDK app would create, uploads the packaged ``mo
 the offline data set, fills the ASL file's ``${placeholders}`` from the map CDK reads too
 (``statemachine/placeholders.json``; the deployment's local stand-ins are
 ``stabilizer.local.deployment``'s), routes the three Lambda functions to the handler functions
-in ``lambdas/`` (the same code CDK deploys), serves SageMaker training jobs as local subprocesses,
+in ``lambdas/`` (the same code CDK deploys), serves SageMaker training jobs as local subprocesses (their
+log's metric definitions' matches sent to moto's CloudWatch, as SageMaker sends them),
 and delivers each job's end to the watch function as EventBridge's rule does in the cloud. Then
 it starts executions, stops them, and hands each one to ``stabilizer.local.execution_follower``,
 which follows it: history, notifications (through an SQS queue subscribed to the topic, as a
@@ -61,6 +62,8 @@ from stabilizer.local.sagemaker import LocalSageMaker
 from stabilizer.local.staging import StagingError, stage, upload_library
 from stabilizer.local.training_job import LOCAL_INTERRUPT_GRACE_SECONDS, LocalTrainingJob
 from stabilizer.reports.records import RunRecord
+
+JOB_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"  # stabilizer_workflow.aws_cloudwatch.NAMESPACE
 
 
 class LocalEngine:
@@ -183,6 +186,7 @@ class LocalEngine:
             rule_evaluator=rule_evaluator_factory(python=self.python, region=REGION, account=ACCOUNT),
             on_job_end=self._job_ended,
             admission=self.access.job_refusal if self.access is not None else None,
+            metrics=self._publish_job_metrics,
         )
         self._stack.enter_context(self.sagemaker.installed())
         self._create_state_machine()
@@ -258,6 +262,14 @@ class LocalEngine:
                 ):
                     previous = handler.setStream(self._lambda_log)  # type: ignore[arg-type]
                     self._stack.callback(handler.setStream, previous)
+
+    def _publish_job_metrics(self, data: list[dict[str, Any]]) -> None:
+        """What SageMaker does with a job's metric definitions' matches: PutMetricData in its namespace,
+        here to the second (StorageResolution 1) so that the monitor's hang bound can be seconds."""
+        cloudwatch = self.client("cloudwatch")
+        for start in range(0, len(data), 500):
+            chunk = [{**item, "StorageResolution": 1} for item in data[start:start + 500]]
+            cloudwatch.put_metric_data(Namespace=JOB_METRICS_NAMESPACE, MetricData=chunk)
 
     def _job_ended(self, job: LocalTrainingJob) -> None:
         """EventBridge's rule, locally: the job's "SageMaker Training Job State Change" to the watch

@@ -134,6 +134,8 @@ _OPERATIONS: dict[tuple[str, str], Callable[[dict[str, Any], Where], list[IamReq
     ("sagemaker", "StopProcessingJob"): lambda params, w: [
         IamRequest("sagemaker:StopProcessingJob", sagemaker_arn("processing-job", params["ProcessingJobName"], w))
     ],
+    # CloudWatch's GetMetricData has no resource type: it is asked on `*`.
+    ("cloudwatch", "GetMetricData"): lambda params, w: [IamRequest("cloudwatch:GetMetricData", "*")],
     ("sns", "Publish"): lambda params, w: [IamRequest("sns:Publish", params.get("TopicArn") or params["TargetArn"])],
     ("stepfunctions", "SendTaskSuccess"): _task_response("states:SendTaskSuccess"),
     ("stepfunctions", "SendTaskFailure"): _task_response("states:SendTaskFailure"),

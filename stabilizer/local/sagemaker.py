@@ -10,6 +10,8 @@ StopProcessingJob for the rule-evaluation jobs beside them:
   in its own container (``stabilizer.local.container``: ``/opt/ml``, channels, ``SM_*``), one per
   host for ``InstanceCount`` > 1 (``<job>/algo-1`` .. ``<job>/algo-N``, the processes meeting on
   loopback: ``stabilizer.local.runners``);
+- the matches of a job's ``MetricDefinitions`` in its log go to ``metrics`` as they are logged
+  (the local engine sends them to CloudWatch, where SageMaker sends them);
 - DescribeTrainingJob answers with what the service reports, and mirrors the job's checkpoints
   to S3 on every call, so findings reach S3 within one poll;
 - ``interrupt_all`` is the local-only Ctrl-C, not a SageMaker operation: the user's own machine
@@ -73,6 +75,7 @@ class LocalSageMaker:
         on_job_end: Callable[[LocalTrainingJob], None] | None = None,
         admission: Callable[[dict[str, Any]], str | None] | None = None,
         host_failure_grace_seconds: float = HOST_FAILURE_GRACE_SECONDS,
+        metrics: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
         self.root = Path(root).resolve()  # the job runs in its code directory: every path is absolute
         self.region = region
@@ -86,6 +89,7 @@ class LocalSageMaker:
             host_failure_grace_seconds=host_failure_grace_seconds,
             on_job_end=on_job_end,
             admission=admission,
+            metrics=metrics,
         )
         self.jobs: dict[str, LocalTrainingJob] = {}
         self._lock = threading.Lock()

@@ -16,6 +16,10 @@ stops jobs is ``stabilizer.local.sagemaker``'s.
   signals the script: SIGTERM to its process group, as ``docker stop`` does;
 - ``FailureReason`` comes from the failure file; ``FinalMetricDataList`` from the job's log and
   its ``MetricDefinitions``;
+- while the script runs, every line of every host's log that a ``MetricDefinitions`` regex
+  matches is sent to CloudWatch as SageMaker sends it (``JobHost.metrics``: namespace
+  ``/aws/sagemaker/TrainingJobs``, dimension ``TrainingJobName``, the time the line was read),
+  about once a second: the job's metric stream, which the monitor reads for its hang check;
 - a job of several instances runs one container per host, each its own process group: it
   completes when every host's script exits 0; the first host whose script fails fails the job
   (its failure file is the reason) and the other hosts are killed ``host_failure_grace_seconds``
@@ -54,6 +58,8 @@ SAGEMAKER_STOP_GRACE_SECONDS = 120.0
 # A local Ctrl-C gives the script this long to exit after SIGTERM before it is killed: it ends at
 # the end of its current step, which on a busy laptop can take many seconds.
 LOCAL_INTERRUPT_GRACE_SECONDS = 60.0
+# How often the job's new log lines are read for its metric stream.
+METRIC_PUBLISH_SECONDS = 1.0
 # Once one host of a multi-instance job failed, the others are killed this much later.
 HOST_FAILURE_GRACE_SECONDS = 10.0
 FAILURE_REASON_LIMIT = 1024
@@ -80,6 +86,9 @@ class JobHost:
     # Why SageMaker could not run a request as its execution role (strict mode: the image it
     # cannot pull, an output path it cannot write), or None; the job then fails before training.
     admission: Callable[[dict[str, Any]], str | None] | None = None
+    # Where the matches of the job's MetricDefinitions go (CloudWatch's PutMetricData: name, value,
+    # timestamp, dimensions), or nowhere.
+    metrics: Callable[[list[dict[str, Any]]], None] | None = None
 
 
 @dataclass
@@ -113,6 +122,7 @@ class LocalTrainingJob:
     ended_monotonic: float | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
     done: threading.Event = field(default_factory=threading.Event)
+    log_read: dict[str, int] = field(default_factory=dict)  # host -> bytes of its log read for metrics
 
     def __post_init__(self) -> None:
         if not self.hosts:
@@ -229,13 +239,23 @@ class LocalTrainingJob:
             self.started_monotonic = time.monotonic()
             self.training_start_time = now()
             self.set_secondary("Training", "Training image download completed. Training in progress.")
-        self._supervise(max_runtime, host.stop_grace_seconds, host.host_failure_grace_seconds)
+        self._supervise(max_runtime, host.stop_grace_seconds, host.host_failure_grace_seconds, host.metrics)
 
-    def _supervise(self, max_runtime: float, stop_grace_seconds: float, host_failure_grace: float) -> None:
+    def _supervise(
+        self,
+        max_runtime: float,
+        stop_grace_seconds: float,
+        host_failure_grace: float,
+        metrics: Callable[[list[dict[str, Any]]], None] | None = None,
+    ) -> None:
         assert self.processes
         killed_at: float | None = None
         first_failure_at: float | None = None
+        published_at = 0.0
         while True:
+            if metrics is not None and time.monotonic() - published_at >= METRIC_PUBLISH_SECONDS:
+                self.publish_metrics(metrics)
+                published_at = time.monotonic()
             codes = [process.poll() for process in self.processes]
             if all(code is not None for code in codes):
                 failed = [(i, code) for i, code in enumerate(codes) if code != 0]
@@ -267,6 +287,8 @@ class LocalTrainingJob:
                 killed_at = time.monotonic()
         self.ended_monotonic = time.monotonic()
         self.training_end_time = now()
+        if metrics is not None:
+            self.publish_metrics(metrics)
 
     def _finish(self, host: JobHost) -> None:
         if self.status in TERMINAL_STATUSES:
@@ -290,6 +312,40 @@ class LocalTrainingJob:
             else:
                 failing = next((c for c in self.hosts if c.host == self.failed_host), self.container)
                 self.fail(failing.failure_reason(self.exit_code))
+
+    def publish_metrics(self, send: Callable[[list[dict[str, Any]]], None]) -> int:
+        """Send the metric definitions' matches in the complete lines each host logged since the last
+        call, stamped now; returns how many. Non-finite values are not sent (CloudWatch refuses them)."""
+        definitions = []
+        for definition in self.request["AlgorithmSpecification"].get("MetricDefinitions", []):
+            with contextlib.suppress(re.error):
+                definitions.append((definition["Name"], re.compile(definition["Regex"])))
+        if not definitions:
+            return 0
+        stamp = now()
+        data = []
+        for container in self.hosts:
+            path = container.log_path
+            start = self.log_read.get(container.host, 0)
+            try:
+                with path.open("rb") as log:
+                    log.seek(start)
+                    chunk = log.read()
+            except OSError:
+                continue
+            complete = chunk[: chunk.rfind(b"\n") + 1]
+            self.log_read[container.host] = start + len(complete)
+            for line in complete.decode(errors="replace").splitlines():
+                for name, pattern in definitions:
+                    for match in pattern.findall(line):
+                        with contextlib.suppress(ValueError):
+                            value = float(match[0] if isinstance(match, tuple) else match)
+                            if math.isfinite(value):
+                                data.append({"MetricName": name, "Value": value, "Timestamp": stamp,
+                                             "Dimensions": [{"Name": "TrainingJobName", "Value": self.name}]})
+        if data:
+            send(data)
+        return len(data)
 
     def _final_metrics(self) -> list[dict[str, Any]]:
         """The last value of each MetricDefinitions regex in the job's log, as SageMaker reports them."""

@@ -18,6 +18,7 @@ in (and `training_image_uri`'s repository); any other `job.image` is refused nam
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -32,7 +33,7 @@ from stabilizer.local.access_check import AccessChecker, acting_as, evaluate
 from stabilizer.local.deployment import ACCOUNT, REGION, LocalSettings
 from stabilizer.local.iam_requests import IamRequest, Where, job_requests, requests_for
 from stabilizer.local.lambda_seam import LocalLambdas
-from stabilizer.local.stack_policies import EXECUTION_ROLE, TRAIN, principal_policies
+from stabilizer.local.stack_policies import EXECUTION_ROLE, MONITOR, TRAIN, principal_policies
 from tests.infra.synth import synth
 
 SETTINGS = LocalSettings()
@@ -139,6 +140,54 @@ def test_a_resuming_relaunch_is_allowed_to_check_its_resume_channel(cloud, polic
                     + requests_for("s3", "GetObject", {"Bucket": bucket, "Key": key}, WHERE)):
         assert evaluate(role, request).allowed, request
     assert {c.verdict.allowed for c in checker.calls if c.principal == EXECUTION_ROLE} == {True}
+
+
+def test_the_monitor_may_read_a_training_jobs_metric_stream_progress_and_stragglers(cloud, policies):
+    from datetime import timedelta
+
+    from stabilizer_workflow.aws_cloudwatch import NAMESPACE, MetricStreams
+    from stabilizer_workflow.aws_s3 import Artifacts
+    from stabilizer_workflow.aws_sagemaker import TrainingJobs
+    from stabilizer_workflow.aws_sns import Notifier
+    from stabilizer_workflow.handlers import monitor as monitor_handler
+    from stabilizer_workflow.handlers import train as train_handler
+    from stabilizer_workflow.settings import MonitorSettings
+    from stabilizer_workflow.sources import SourceArchives
+    from stabilizer_workflow.state import load_state
+
+    settings = _train_settings()
+    tools = {"settings": settings, "sources": SourceArchives(cloud["s3"]), "jobs": TrainingJobs(cloud["sagemaker"]),
+             "notifier": Notifier(cloud["sns"], settings.topic_arn), "artifacts": Artifacts(cloud["s3"]), "now": NOW}
+    state = train_handler.handle({"action": "prepare", "input": {}, "execution": EXECUTION}, **tools)
+    state = load_state(train_handler.handle({"action": "launch", "state": state}, **tools))
+    name, checkpoints = state.current.job_name, state.current.checkpoint_s3_uri
+    # What SageMaker sends from the job's log (as the service, not as any role of the stack).
+    cloudwatch = boto3.client("cloudwatch", region_name=REGION)
+    cloudwatch.put_metric_data(Namespace=NAMESPACE, MetricData=[{
+        "MetricName": "train:loss", "Value": 2.3, "Timestamp": datetime.now(UTC) - timedelta(minutes=2),
+        "Dimensions": [{"Name": "TrainingJobName", "Value": name}]}])
+    bucket, prefix = checkpoints.removeprefix("s3://").split("/", 1)
+    cloud["s3"].put_object(Bucket=bucket, Key=f"{prefix}/stragglers.json", Body=json.dumps(
+        {"version": 1, "stragglers": [{"rule": "Straggler", "rank": 3, "host": "algo-2", "step": 40, "factor": 3.1}]}))
+    in_training = {"TrainingJobName": name, "TrainingJobStatus": "InProgress", "SecondaryStatus": "Training",
+                   "TrainingStartTime": datetime.now(UTC) - timedelta(minutes=30)}
+    monitor_settings = MonitorSettings(topic_arn=SETTINGS.topic_arn)
+    deps = monitor_handler.Collaborators(
+        settings=monitor_settings, jobs=mock.Mock(describe=lambda job: in_training),
+        artifacts=Artifacts(cloud["s3"]), notifier=Notifier(cloud["sns"], SETTINGS.topic_arn),
+        streams=MetricStreams(cloudwatch))
+    checker = AccessChecker(policies, WHERE)
+    with checker.installed(), acting_as(MONITOR):
+        observation = monitor_handler.gather(state, deps, datetime.now(UTC))
+    assert observation.metric_at is not None  # the datapoint was read back
+    assert checker.denied() == [], checker.table()
+    assert checker.unmapped() == []
+    read = _allowed(checker, MONITOR, "cloudwatch:GetMetricData")
+    assert read and set(read) == {(MONITOR, "cloudwatch:GetMetricData", "*", "allowed")}
+    reads = _allowed(checker, MONITOR, "s3:GetObject")
+    for name in ("progress.json", "stragglers.json"):
+        assert (MONITOR, "s3:GetObject", f"arn:aws:s3:::{checkpoints.removeprefix('s3://')}/{name}", "allowed") in reads
+    assert [(s.rank, s.host) for s in observation.stragglers] == [(3, "algo-2")]
 
 
 def test_a_channel_at_another_prefix_of_the_stack_bucket_is_listed_and_read(cloud, policies):

@@ -240,12 +240,13 @@ def test_execution_role_reads_inputs_and_writes_only_under_executions(default_sy
     assert not {a for a in actions if a.startswith(("sagemaker:", "iam:", "sns:"))}
 
 
-def test_monitor_reads_only_findings_and_progress_and_lists_checkpoints(default_synth):
+def test_monitor_reads_only_findings_progress_and_stragglers_and_lists_checkpoints(default_synth):
     _, raw = default_synth
     for policy in ("MonitorFunctionPolicy",):
         reads = [s for s in _statements_of(raw, policy) if "s3:GetObject" in as_list(s["Action"])]
         assert [_object_patterns(s) for s in reads] == [
-            {"/executions/*/checkpoints/findings.json", "/executions/*/checkpoints/progress.json"}]
+            {"/executions/*/checkpoints/findings.json", "/executions/*/checkpoints/progress.json",
+             "/executions/*/checkpoints/stragglers.json"}]
         lists = [s for s in _statements_of(raw, policy) if "s3:ListBucket" in as_list(s["Action"])]
         assert lists[0]["Condition"] == {"StringLike": {"s3:prefix": ["executions/*"]}}
 

@@ -1,7 +1,8 @@
 """Monitor Lambda: `check` looks at the current training job once and decides what follows,
 `abort` stops it and reports the failure the state machine caught (docs/contracts.md, 4).
 
-Thin: gather the observation (DescribeTrainingJob, findings.json, checkpoint list), call the pure
+Thin: gather the observation (DescribeTrainingJob, findings.json, checkpoint list and, while the job
+trains, its progress.json and the newest loss line in its metric stream; stragglers.json), call the pure
 decision in `stabilizer_workflow.monitor`, carry out its effects (stop jobs, publish one notification),
 return the state. Failures are raised with the names the state machine catches.
 """
@@ -15,8 +16,9 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from stabilizer_workflow import monitor
+from stabilizer_workflow import hangs, monitor
 from stabilizer_workflow.aws import invocation_deadline
+from stabilizer_workflow.aws_cloudwatch import MetricStreams, get_cloudwatch
 from stabilizer_workflow.aws_s3 import Artifacts, get_s3
 from stabilizer_workflow.aws_sagemaker import TrainingJobs, get_sagemaker
 from stabilizer_workflow.aws_sns import Notifier, get_sns
@@ -43,14 +45,23 @@ class Collaborators:
         jobs: TrainingJobs | None = None,
         artifacts: Artifacts | None = None,
         notifier: Notifier | None = None,
+        streams: MetricStreams | None = None,
     ) -> None:
         self.settings = settings or get_settings()
         self.jobs = jobs or TrainingJobs(get_sagemaker())
         self.artifacts = artifacts or Artifacts(get_s3())
         self.notifier = notifier or Notifier(get_sns(), self.settings.topic_arn)
+        self._streams = streams
+
+    @property
+    def streams(self) -> MetricStreams:
+        """CloudWatch, created at the first look at a job in training that has a loss metric."""
+        if self._streams is None:
+            self._streams = MetricStreams(get_cloudwatch(), self.settings.metric_period_seconds)
+        return self._streams
 
 
-def gather(state: WorkflowState, deps: Collaborators) -> Observation:
+def gather(state: WorkflowState, deps: Collaborators, now: datetime) -> Observation:
     attempt = state.current
     if attempt is None:
         raise StateCorrupted("attempts: empty; nothing to monitor")
@@ -59,10 +70,16 @@ def gather(state: WorkflowState, deps: Collaborators) -> Observation:
     terminal = description.get("TrainingJobStatus") in ("Completed", "Failed", "Stopped")
     # Checkpoints matter only once the attempt is over (to resume from the last healthy one).
     keys = deps.artifacts.checkpoint_keys(attempt.checkpoint_s3_uri) if terminal else []
-    # While it trains, when it last reported progress (the monitor's own hang check).
+    # While it trains, when it last showed a sign of life (the monitor's own hang check, stabilizer_workflow.hangs).
     progress = None if terminal else deps.artifacts.progress_time(attempt.checkpoint_s3_uri)
+    metric_at, period = None, deps.settings.metric_period_seconds
+    started = description.get("TrainingStartTime")
+    if not terminal and started is not None and state.job.loss_metric and hangs.monitor_bound(state) is not None:
+        metric_at = deps.streams.newest(attempt.job_name, state.job.loss_metric, started, now)
+        period = deps.streams.period_seconds
+    stragglers = deps.artifacts.stragglers(attempt.checkpoint_s3_uri)
     return observe(description, findings=document, findings_unreadable=unreadable, checkpoint_keys=keys,
-                   progress_at=progress)
+                   progress_at=progress, metric_at=metric_at, metric_period_seconds=period, stragglers=stragglers)
 
 
 def carry_out(effects: Effects, deps: Collaborators) -> None:
@@ -91,7 +108,7 @@ def _publish(notification: Notification, deps: Collaborators) -> None:
 
 def check(event: dict[str, Any], deps: Collaborators, now: datetime) -> dict[str, Any]:
     state = load_state(event.get("state"))
-    observation = gather(state, deps)
+    observation = gather(state, deps, now)
     result = monitor.check(state, observation, now)
     carry_out(result.effects, deps)
     metrics.add_metric(name="Checks", unit=MetricUnit.Count, value=1)
@@ -139,7 +156,7 @@ def abort(event: dict[str, Any], deps: Collaborators, now: datetime) -> dict[str
     observation = None
     if state.current is not None:
         try:
-            observation = gather(state, deps)
+            observation = gather(state, deps, now)
         except WorkflowError as error:
             # The failure path must still stop the job and tell someone; stop it blind.
             logger.warning("could not describe the job while aborting", error=str(error))
