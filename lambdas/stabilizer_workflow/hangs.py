@@ -42,7 +42,7 @@ from stabilizer_workflow.evidence import why_fresh
 from stabilizer_workflow.hang_settings import DEFAULT_FLOOR_SECONDS, HANG_RELAUNCHES, PROGRESS_FILE
 from stabilizer_workflow.observation import Observation
 from stabilizer_workflow.policy import Plan, describe_finding
-from stabilizer_workflow.state import Decision, Finding, WorkflowState
+from stabilizer_workflow.state import Attempt, Decision, Finding, Straggler, WorkflowState
 
 HANG = "Hang"
 # The monitor's bound never goes under this: the file is written at most every 30 s, uploaded as
@@ -154,3 +154,20 @@ def no_progress(state: WorkflowState, obs: Observation, now: datetime) -> Findin
     return Finding(rule=HANG, source="log", message=(
         f"the job reported no new step for {silent:.0f} s ({said}; the monitor's bound is {bound:.0f} s): "
         "the job did not stop itself"))
+
+
+# The stragglers one attempt records (the state stays small; the job's file has them all).
+MAX_STRAGGLERS = 16
+
+
+def new_stragglers(attempt: Attempt, obs: Observation) -> list[Straggler]:
+    """The ranks stragglers.json reports that this attempt has not recorded yet; recorded now, so that
+    each is told once."""
+    known = {straggler.rank for straggler in attempt.stragglers}
+    room = MAX_STRAGGLERS - len(attempt.stragglers)
+    new = [
+        Straggler(rank=report.rank, host=report.host, step=report.step, factor=report.factor)
+        for report in obs.stragglers if report.rank not in known
+    ][:max(room, 0)]
+    attempt.stragglers.extend(new)
+    return new

@@ -25,14 +25,12 @@ from stabilizer_workflow.errors import StateCorrupted
 from stabilizer_workflow.ladders import EXPLOSIONS
 from stabilizer_workflow.notifications import Notification
 from stabilizer_workflow.observation import Observation, evidence_of
-from stabilizer_workflow.state import Attempt, Decision, Finding, Straggler, WorkflowState
+from stabilizer_workflow.state import Attempt, Decision, Finding, WorkflowState
 
 # FailureReason prefixes SageMaker uses for failures of its own, not of the training code.
 INFRASTRUCTURE_FAILURES = ("InternalServerError", "CapacityError")
 # A relaunch needs at least this much of the training budget left to be worth starting.
 MIN_BUDGET_SECONDS = 60
-# The stragglers one attempt records (the state stays small; the job's file has them all).
-MAX_STRAGGLERS = 16
 
 
 @dataclass(frozen=True)
@@ -337,7 +335,7 @@ def check(state: WorkflowState, obs: Observation, now: datetime) -> CheckResult:
 
     s.history.num_monitor_transitions += 1
     _record(attempt, obs, now)
-    stragglers = _new_stragglers(attempt, obs)
+    stragglers = hangs.new_stragglers(attempt, obs)
     result = _decide(s, attempt, obs, now)
     if not stragglers:
         return result
@@ -346,19 +344,6 @@ def check(state: WorkflowState, obs: Observation, now: datetime) -> CheckResult:
     note = (notifications.with_stragglers(note, stragglers) if note is not None
             else notifications.stragglers_found(result.state, result.state.attempts[-1], stragglers))
     return CheckResult(result.state, replace(result.effects, notification=note))
-
-
-def _new_stragglers(attempt: Attempt, obs: Observation) -> list[Straggler]:
-    """The ranks stragglers.json reports that this attempt has not recorded yet; recorded now, so that
-    each is told once."""
-    known = {straggler.rank for straggler in attempt.stragglers}
-    room = MAX_STRAGGLERS - len(attempt.stragglers)
-    new = [
-        Straggler(rank=report.rank, host=report.host, step=report.step, factor=report.factor)
-        for report in obs.stragglers if report.rank not in known
-    ][:max(room, 0)]
-    attempt.stragglers.extend(new)
-    return new
 
 
 def _decide(s: WorkflowState, attempt: Attempt, obs: Observation, now: datetime) -> CheckResult:

@@ -5,12 +5,12 @@ creates the bucket and topic the CDK app would create, uploads the packaged ``mo
 the offline data set, fills the ASL file's ``${placeholders}`` from the map CDK reads too
 (``statemachine/placeholders.json``; the deployment's local stand-ins are
 ``stabilizer.local.deployment``'s), routes the three Lambda functions to the handler functions
-in ``lambdas/`` (the same code CDK deploys), serves SageMaker training jobs as local subprocesses (their
-log's metric definitions' matches sent to moto's CloudWatch, as SageMaker sends them),
-and delivers each job's end to the watch function as EventBridge's rule does in the cloud. Then
-it starts executions, stops them, and hands each one to ``stabilizer.local.execution_follower``,
-which follows it: history, notifications (through an SQS queue subscribed to the topic, as a
-person's mailbox would be), and each job's log for its loss and gradient norm.
+in ``lambdas/`` (the same code CDK deploys), serves SageMaker training jobs as local subprocesses
+(their metric definitions' matches sent to moto's CloudWatch, as SageMaker sends them), delivers
+each job's end to the watch function as EventBridge's rule does in the cloud. Then it starts
+executions, stops them, and hands each one to ``stabilizer.local.execution_follower``, which follows
+it: history, notifications (through an SQS queue subscribed to the topic, as a person's mailbox
+would be), and each job's log for its loss and gradient norm.
 
 In strict mode (``strict=True``, ``STABILIZER_STRICT=1``, ``stabilizer run --local --strict``)
 every AWS call of the functions, the state machine and the training jobs is judged by the IAM
@@ -62,8 +62,7 @@ from stabilizer.local.sagemaker import LocalSageMaker
 from stabilizer.local.staging import StagingError, stage, upload_library
 from stabilizer.local.training_job import LOCAL_INTERRUPT_GRACE_SECONDS, LocalTrainingJob
 from stabilizer.reports.records import RunRecord
-
-JOB_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"  # stabilizer_workflow.aws_cloudwatch.NAMESPACE
+from stabilizer_workflow.aws_cloudwatch import NAMESPACE as JOB_METRICS_NAMESPACE
 
 
 class LocalEngine:
@@ -264,8 +263,7 @@ class LocalEngine:
                     self._stack.callback(handler.setStream, previous)
 
     def _publish_job_metrics(self, data: list[dict[str, Any]]) -> None:
-        """What SageMaker does with a job's metric definitions' matches: PutMetricData in its namespace,
-        here to the second (StorageResolution 1) so that the monitor's hang bound can be seconds."""
+        """SageMaker's PutMetricData of a job's metric matches, to the second: hang bounds of seconds."""
         cloudwatch = self.client("cloudwatch")
         for start in range(0, len(data), 500):
             chunk = [{**item, "StorageResolution": 1} for item in data[start:start + 500]]
