@@ -93,6 +93,11 @@ _EXPORTS = {
     "TensorUnavailableForStep": "trial",
     "Trial": "trial",
     "create_trial": "trial",
+    # Checkpoint file names the workflow resumes from (docs/contracts.md, section 1): a script that
+    # writes its own checkpoints names and finds them with these.
+    "checkpoint_name": "stabilizer_contract.checkpoints",
+    "checkpoints_in": "stabilizer_contract.checkpoints",
+    "newest_checkpoint": "stabilizer_contract.checkpoints",
 }
 
 __all__ = list(_EXPORTS)
@@ -101,4 +106,5 @@ __all__ = list(_EXPORTS)
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'stabilizer_sentinel' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"stabilizer_sentinel.{_EXPORTS[name]}"), name)
+    module = _EXPORTS[name]
+    return getattr(importlib.import_module(module if "." in module else f"stabilizer_sentinel.{module}"), name)
