@@ -21,6 +21,7 @@ Parts
 ``job_config`` the ``sagemaker_stabilizer`` configuration and the job's paths (no torch)
 ``launch``     ``python -m stabilizer_sentinel.launch``: runs an unmodified script as a job does
 ``launcher_hooks`` the global hooks that watch it (installed by the autostart ``sitecustomize``)
+``exit_status`` how a script the launcher watches ended when ``SystemExit`` ended it
 ``lightning_callback`` ``SentinelCallback`` for PyTorch Lightning
 ``capture``    which collections are due at a step; copies tensors to the store and to memory
 ``store``      the on-disk layout below (writer, local and ``s3://`` readers)

@@ -32,6 +32,9 @@ stabilizer_sentinel.step_clock, and ``torch.autograd.backward``, stabilizer_sent
   pass; when the hooks attach, the optimizer's state too, and the step count goes on from the
   checkpoint's. The summary records ``started_from`` and ``restores: true``. The script's own loop
   and schedule start over: it trains its full length again, from the loaded state.
+- How the script ended: an uncaught exception through ``sys.excepthook`` (stabilizer_sentinel.summary);
+  ``sys.exit(n)``, ``exit(n)`` or a bare ``raise SystemExit(n)`` that ends it through
+  stabilizer_sentinel.exit_status (0 a normal end, any other status ``SystemExit: <status>``).
 - At the end of the script (``atexit``, after the guard has closed) rank 0 writes one line to
   stderr in the log-line form of docs/contracts.md section 1, ``step=<last step> (stabilizer
   launcher: <n> optimizer steps taken)``.
