@@ -43,7 +43,6 @@ import stabilizer_sentinel as sentinel  # sentinel
 from data import read_channel
 from recipe import Config, HyperparameterError, parse_config
 from resnet import ResNet
-from stabilizer_contract.checkpoints import checkpoint_name, checkpoints_in, newest_checkpoint
 
 # docs/contracts.md: the sentinel stopped the job because a rule fired
 SENTINEL_STOP_EXIT_CODE = sentinel.EXIT_RULE_STOP
@@ -103,12 +102,12 @@ def to_tensor(x: np.ndarray) -> torch.Tensor:
 def save_checkpoint(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     next_step: int, config: Config) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / checkpoint_name(next_step)
+    path = directory / sentinel.checkpoint_name(next_step)
     partial = path.with_suffix(".tmp")
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "next_step": next_step,
                 "config": dataclasses.asdict(config)}, partial)
     partial.rename(path)  # a reader (or S3 sync) never sees half a checkpoint
-    for old in checkpoints_in(directory)[:-CHECKPOINTS_KEPT]:
+    for old in sentinel.checkpoints_in(directory)[:-CHECKPOINTS_KEPT]:
         old.unlink()
     return path
 
@@ -118,8 +117,8 @@ ARCHITECTURE_KEYS = ("depth", "activation", "add_batch_norm")
 
 def restore(model: torch.nn.Module, optimizer: torch.optim.Optimizer, paths: Paths, config: Config) -> int:
     """Resume from our own newest checkpoint, else from the resume channel; returns the next step."""
-    own = newest_checkpoint(paths.checkpoint_dir)
-    source = own or newest_checkpoint(paths.resume)
+    own = sentinel.newest_checkpoint(paths.checkpoint_dir)
+    source = own or sentinel.newest_checkpoint(paths.resume)
     if source is None:
         return 0
     state = torch.load(source, map_location="cpu", weights_only=True)

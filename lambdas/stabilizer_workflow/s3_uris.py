@@ -1,6 +1,7 @@
-"""S3 URIs: the one parser (``s3://bucket/key``) every module of the workflow uses.
+"""S3 URIs: the one parser (``s3://bucket/key``) the workflow, the client and local mode use.
 
-Pure: no AWS calls, no SDK import, so input validation can use it without loading boto3.
+Pure: no AWS calls, no SDK import, so input validation can use it without loading boto3. (The
+in-job library reads its tensor store's URI itself: it installs without this package.)
 """
 
 from __future__ import annotations
@@ -19,6 +20,17 @@ def split_s3_uri(uri: str) -> tuple[str, str]:
     """(bucket, key or prefix) of ``s3://bucket/key``. The key is taken as it is: S3 keys may hold
     ``?`` and ``#``, which a URL parser would read as a query or a fragment."""
     bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return bucket, key
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """(bucket, key or prefix) of ``s3://bucket/key``, checked: a ValueError says what was expected
+    when ``uri`` is not an S3 URI or names no bucket."""
+    if not isinstance(uri, str) or not uri.startswith("s3://"):
+        raise ValueError(f"expected an s3://bucket/key URI, got {uri!r}")
+    bucket, key = split_s3_uri(uri)
+    if not bucket:
+        raise ValueError(f"expected an s3://bucket/key URI with a bucket, got {uri!r}")
     return bucket, key
 
 

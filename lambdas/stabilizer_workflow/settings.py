@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError, field_validator
 
 from stabilizer_workflow.errors import MisconfiguredEnvironment
+from stabilizer_workflow.s3_uris import is_s3_uri, split_s3_uri
 
 # The job name is "<prefix>-<8 hex>-<attempt>": 63 characters leave 49 for the prefix with
 # attempts up to 9999. IAM scopes training jobs to "<prefix>*", so the prefix is never cut.
 MAX_PREFIX = 49
 _PREFIX = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
-_S3 = re.compile(r"^s3://[^/]+/.+")
 
 
 def _truthy(value: str | None) -> bool:
@@ -93,7 +93,7 @@ class TrainSettings(BaseModel):
     @field_validator("source_s3_uri", "train_data_s3_uri", "test_data_s3_uri", "library_s3_uri")
     @classmethod
     def _s3(cls, value: str | None) -> str | None:
-        if value is not None and not _S3.match(value):
+        if value is not None and not (is_s3_uri(value) and split_s3_uri(value)[1]):
             raise ValueError(f"expected an s3://bucket/key URI, got {value!r}")
         return value
 

@@ -1,8 +1,9 @@
 """The watch function's decisions: where a parked execution's task token is kept, which job an
 EventBridge event is about, which jobs an ended execution left running, and what to tell people.
 
-Pure: events and descriptions in, names and notifications out. The AWS calls are the handler's
-(`stabilizer_workflow/handlers/watch.py`). Event shapes, from the EventBridge events reference:
+Pure: events (parsed at the handler's edge, stabilizer_workflow.watch_events) and descriptions in,
+names and notifications out. The AWS calls are the handler's (`stabilizer_workflow/handlers/watch.py`).
+Event shapes, from the EventBridge events reference:
 - "SageMaker Training Job State Change": `detail` is a part of the job's DescribeTrainingJob
   response: `TrainingJobName`, `TrainingJobStatus`, `OutputDataConfig`, `HyperParameters`,
   `Tags` (a map), ... but no `CheckpointConfig` (AWS's page "Events that Amazon SageMaker AI
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stabilizer_workflow.notifications import Notification, clean_subject
+from stabilizer_workflow.watch_events import ExecutionStatusChange, TrainingJobStateChange
 
 TOKEN_FILE = "wake-token.json"
 TERMINAL_JOB_STATUSES = ("Completed", "Failed", "Stopped")
@@ -61,37 +63,26 @@ class ExecutionEnded:
     status: str
 
 
-def _tags(detail: dict[str, Any]) -> dict[str, str]:
-    """The event's tags: a map in the event (the page's example); DescribeTrainingJob's list form too."""
-    tags = detail.get("Tags")
-    if isinstance(tags, dict):
-        return {str(k): str(v) for k, v in tags.items()}
-    if isinstance(tags, list):
-        return {str(t.get("Key")): str(t.get("Value")) for t in tags if isinstance(t, dict)}
-    return {}
-
-
-def attempt_of(detail: dict[str, Any], bucket: str) -> str | None:
+def attempt_of(detail: TrainingJobStateChange, bucket: str) -> str | None:
     """`s3://<bucket>/executions/<execution>/attempt-<n>` of the job an event is about, from what the
     event carries: its output path, else its tags. None when neither says (not this workflow's job)."""
-    output = (detail.get("OutputDataConfig") or {}).get("S3OutputPath")
-    if isinstance(output, str):
+    output = detail.output_path
+    if output is not None:
         prefix, _, last = output.rstrip("/").rpartition("/")
         if last == OUTPUT_FOLDER and prefix.rsplit("/", 1)[-1].startswith("attempt-"):
             return prefix
-    tags = _tags(detail)
+    tags = detail.tag_map
     execution, attempt = tags.get("stabilizer:execution"), tags.get("stabilizer:attempt")
     if execution and attempt and attempt.isdigit():
         return f"s3://{bucket}/executions/{execution}/attempt-{attempt}"
     return None
 
 
-def job_ended(event: dict[str, Any], bucket: str) -> JobEnded | None:
-    detail = event.get("detail") or {}
-    name, status = detail.get("TrainingJobName"), detail.get("TrainingJobStatus")
-    if not isinstance(name, str) or status not in TERMINAL_JOB_STATUSES:
+def job_ended(detail: TrainingJobStateChange, bucket: str) -> JobEnded | None:
+    """The job's end, when the event reports one (SageMaker also reports InProgress changes)."""
+    if detail.training_job_status not in TERMINAL_JOB_STATUSES:
         return None
-    return JobEnded(name, str(status), attempt_of(detail, bucket))
+    return JobEnded(detail.training_job_name, detail.training_job_status, attempt_of(detail, bucket))
 
 
 def launched_by(description: dict[str, Any], attempt_prefix: str) -> bool:
@@ -101,12 +92,8 @@ def launched_by(description: dict[str, Any], attempt_prefix: str) -> bool:
     return output.rstrip("/") == f"{attempt_prefix.rstrip('/')}/{OUTPUT_FOLDER}"
 
 
-def execution_ended(event: dict[str, Any]) -> ExecutionEnded | None:
-    detail = event.get("detail") or {}
-    arn, name, status = detail.get("executionArn"), detail.get("name"), detail.get("status")
-    if not (isinstance(arn, str) and isinstance(name, str) and isinstance(status, str)):
-        return None
-    return ExecutionEnded(arn, name, status)
+def execution_ended(detail: ExecutionStatusChange) -> ExecutionEnded:
+    return ExecutionEnded(detail.execution_arn, detail.name, detail.status)
 
 
 def in_bucket(uri: str | None, bucket: str) -> bool:

@@ -21,6 +21,7 @@ Parts
 ``job_config`` the ``sagemaker_stabilizer`` configuration and the job's paths (no torch)
 ``launch``     ``python -m stabilizer_sentinel.launch``: runs an unmodified script as a job does
 ``launcher_hooks`` the global hooks that watch it (installed by the autostart ``sitecustomize``)
+``exit_status`` how a script the launcher watches ended when ``SystemExit`` ended it
 ``lightning_callback`` ``SentinelCallback`` for PyTorch Lightning
 ``capture``    which collections are due at a step; copies tensors to the store and to memory
 ``store``      the on-disk layout below (writer, local and ``s3://`` readers)
@@ -93,6 +94,11 @@ _EXPORTS = {
     "TensorUnavailableForStep": "trial",
     "Trial": "trial",
     "create_trial": "trial",
+    # Checkpoint file names the workflow resumes from (docs/contracts.md, section 1): a script that
+    # writes its own checkpoints names and finds them with these.
+    "checkpoint_name": "stabilizer_contract.checkpoints",
+    "checkpoints_in": "stabilizer_contract.checkpoints",
+    "newest_checkpoint": "stabilizer_contract.checkpoints",
 }
 
 __all__ = list(_EXPORTS)
@@ -101,4 +107,5 @@ __all__ = list(_EXPORTS)
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'stabilizer_sentinel' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"stabilizer_sentinel.{_EXPORTS[name]}"), name)
+    module = _EXPORTS[name]
+    return getattr(importlib.import_module(module if "." in module else f"stabilizer_sentinel.{module}"), name)

@@ -32,6 +32,9 @@ stabilizer_sentinel.step_clock, and ``torch.autograd.backward``, stabilizer_sent
   pass; when the hooks attach, the optimizer's state too, and the step count goes on from the
   checkpoint's. The summary records ``started_from`` and ``restores: true``. The script's own loop
   and schedule start over: it trains its full length again, from the loaded state.
+- How the script ended: an uncaught exception through ``sys.excepthook`` (stabilizer_sentinel.summary);
+  ``sys.exit(n)``, ``exit(n)`` or a bare ``raise SystemExit(n)`` that ends it through
+  stabilizer_sentinel.exit_status (0 a normal end, any other status ``SystemExit: <status>``).
 - At the end of the script (``atexit``, after the guard has closed) rank 0 writes one line to
   stderr in the log-line form of docs/contracts.md section 1, ``step=<last step> (stabilizer
   launcher: <n> optimizer steps taken)``.
@@ -54,16 +57,15 @@ from __future__ import annotations
 import atexit
 import contextlib
 import math
-import sys
 import weakref
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from stabilizer_sentinel import bare_tensors, log_channel, resume, step_clock
+from stabilizer_sentinel import bare_tensors, exit_status, log_channel, resume, step_clock
 from stabilizer_sentinel import guard as guard_module
 from stabilizer_sentinel.guard import Guard
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_config
@@ -103,7 +105,7 @@ class LauncherHooks:
         self.channel.listeners.append(self._logged_loss)
         guard_module.ON_WATCH.append(self._script_watches)
         EXIT.install()
-        _record_exit_status()
+        exit_status.install()  # sys.exit(n) and a bare raise SystemExit(n): how the script ended
         self._closed = False
         # Registered before the guard exists, so it runs after the guard's own close (atexit is LIFO).
         atexit.register(self.close)
@@ -201,11 +203,13 @@ class LauncherHooks:
             self._attach(self._model_of(optimizer), optimizer)
 
     def _attach(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, start_step: int = 0) -> None:
+        exit_status.watch_main_frame()  # called from inside the script: its frame is on the stack
         for handle in self._module_handles:
             handle.remove()
         self._fingerprints.clear()
         self.guard = Guard(model, optimizer, config=self.config, paths=self.paths, start_step=start_step,
                            integration="launcher")
+        atexit.register(exit_status.record_uncaught)  # after the guard's: at exit, it runs before the guard closes
         self.guard.warn_when_loss_is_late = False
         self.guard.record.restores = True  # a relaunch under the launcher loads the newest checkpoint
         self._resume_optimizer(model, optimizer)
@@ -313,25 +317,6 @@ class LauncherHooks:
             self.guard.close()
         self._report_steps()
         self.channel.uninstall()
-
-
-def _record_exit_status() -> None:
-    """``sys.exit`` with a failure status records it as the way the script ended (the status is kept).
-
-    An uncaught exception reaches ``sys.excepthook`` (summary.EXIT), a ``SystemExit`` does not; the
-    script's own ``sys.exit(main())`` (and argparse's exit) goes through here. Once per process.
-    """
-    original = sys.exit
-    if getattr(original, "records_exit_status", False):
-        return
-
-    def exit(status: object = None) -> NoReturn:
-        if status not in (0, None):
-            EXIT.record(SystemExit(status))
-        original(status)
-
-    exit.records_exit_status = True  # type: ignore[attr-defined]
-    sys.exit = exit
 
 
 def activate(environ: Mapping[str, str] | None = None, *, force: bool = False) -> LauncherHooks | None:

@@ -32,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from stabilizer_workflow.s3_uris import split_s3_uri
+
 
 @dataclass(frozen=True)
 class IamRequest:
@@ -168,7 +170,7 @@ def _ecr_repository_arn(image: str, w: Where) -> str | None:
 
 
 def _output_object(uri: str, job_name: str, w: Where, leaf: str) -> str:
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    bucket, prefix = split_s3_uri(uri)
     prefix = prefix.rstrip("/")
     return f"arn:{w.partition}:s3:::{bucket}/{prefix + '/' if prefix else ''}{job_name}/{leaf}"
 

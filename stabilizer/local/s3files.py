@@ -13,15 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-def parse_s3_uri(uri: str) -> tuple[str, str]:
-    """``s3://bucket/key/prefix`` -> ``("bucket", "key/prefix")``; raises ValueError otherwise."""
-    if not uri.startswith("s3://"):
-        raise ValueError(f"expected an s3:// URI, got {uri!r}")
-    bucket, _, key = uri[len("s3://") :].partition("/")
-    if not bucket:
-        raise ValueError(f"expected an s3:// URI with a bucket, got {uri!r}")
-    return bucket, key
+from stabilizer_workflow.s3_uris import parse_s3_uri
 
 
 def join_uri(uri: str, *parts: str) -> str:

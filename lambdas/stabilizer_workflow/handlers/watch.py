@@ -12,8 +12,10 @@ Four kinds of event:
 - "Step Functions Execution Status Change" to FAILED, TIMED_OUT or ABORTED (EventBridge): stop
   the jobs that execution left running and publish what happened when nobody else did.
 
-Thin: the decisions are in `stabilizer_workflow.watch`. Failures are raised with the names the state machine
-(or EventBridge's retry) sees; nothing is returned as an error payload.
+Thin: each event is parsed into its model at the edge (`stabilizer_workflow.watch_events`; a
+malformed one raises `StateCorrupted` naming the field), the decisions are in
+`stabilizer_workflow.watch`. Failures are raised with the names the state machine (or EventBridge's
+retry) sees; nothing is returned as an error payload.
 """
 
 from __future__ import annotations
@@ -33,11 +35,14 @@ from stabilizer_workflow.aws_stepfunctions import Executions, get_stepfunctions
 from stabilizer_workflow.errors import StateCorrupted, WorkflowError
 from stabilizer_workflow.requests import attempt_prefix, job_name
 from stabilizer_workflow.settings import WatchSettings
-from stabilizer_workflow.state import load_state
 from stabilizer_workflow.telemetry import instrumented, logger
-
-JOB_EVENT = "SageMaker Training Job State Change"
-EXECUTION_EVENT = "Step Functions Execution Status Change"
+from stabilizer_workflow.watch_events import (
+    AwaitJobChange,
+    ExecutionStatusChange,
+    StopFailedLaunch,
+    TrainingJobStateChange,
+    parse_watch_event,
+)
 
 
 @lru_cache(maxsize=1)
@@ -61,11 +66,9 @@ class Collaborators:
         self.notifier = notifier or Notifier(get_sns(), self.settings.topic_arn)
 
 
-def park(event: dict[str, Any], deps: Collaborators) -> dict[str, Any]:
-    token = event.get("token")
-    if not isinstance(token, str) or not token:
-        raise StateCorrupted("token: expected the task token ($$.Task.Token) of AwaitJobChange")
-    attempt = load_state(event.get("state")).current
+def park(event: AwaitJobChange, deps: Collaborators) -> dict[str, Any]:
+    token = str(event.token)
+    attempt = event.state.current
     if attempt is None:
         raise StateCorrupted("attempts: empty; there is no job to wait for")
     uri = watch.token_uri(attempt.checkpoint_s3_uri)
@@ -81,8 +84,8 @@ def park(event: dict[str, Any], deps: Collaborators) -> dict[str, Any]:
     return {"parked": True, "job_name": attempt.job_name, "status": status}
 
 
-def wake(event: dict[str, Any], deps: Collaborators) -> dict[str, Any]:
-    ended = watch.job_ended(event, deps.settings.bucket)
+def wake(detail: TrainingJobStateChange, deps: Collaborators) -> dict[str, Any]:
+    ended = watch.job_ended(detail, deps.settings.bucket)
     if ended is None or not watch.in_bucket(ended.attempt_prefix, deps.settings.bucket):
         return {"woken": False, "reason": "not a job of this deployment that ended"}
     uri = watch.attempt_token_uri(ended.attempt_prefix or "")
@@ -96,10 +99,8 @@ def wake(event: dict[str, Any], deps: Collaborators) -> dict[str, Any]:
     return {"woken": woken, "job_name": ended.job_name, "status": ended.status}
 
 
-def clean_up(event: dict[str, Any], deps: Collaborators) -> dict[str, Any]:
-    ended = watch.execution_ended(event)
-    if ended is None:
-        raise StateCorrupted("detail: expected executionArn, name and status of the ended execution")
+def clean_up(detail: ExecutionStatusChange, deps: Collaborators) -> dict[str, Any]:
+    ended = watch.execution_ended(detail)
     running = deps.jobs.running(f"{deps.settings.job_name_prefix}-")
     left = watch.jobs_left_by(running, deps.settings.bucket, ended.name)
     stopped = [name for name in left if deps.jobs.stop(name)]
@@ -118,7 +119,7 @@ def clean_up(event: dict[str, Any], deps: Collaborators) -> dict[str, Any]:
     return {"stopped": stopped, "notified": note is not None}
 
 
-def stop_unrecorded(event: dict[str, Any], deps: Collaborators) -> dict[str, Any]:
+def stop_unrecorded(event: StopFailedLaunch, deps: Collaborators) -> dict[str, Any]:
     """`LaunchTrainingJob` failed: stop the job its CreateTrainingJob may have created anyway.
 
     The launch's error reaches the Catch with the state from before the launch, which does not
@@ -127,7 +128,7 @@ def stop_unrecorded(event: dict[str, Any], deps: Collaborators) -> dict[str, Any
     whatever the timing (the call timed out, the function was cut off after it, the notification
     failed) a job of that name under this execution's prefix is stopped here.
     """
-    state = load_state(event.get("state"))
+    state = event.state
     if state.next_action != "launch_new":
         return {"stopped": [], "job_name": None}
     number = len(state.attempts) + 1
@@ -144,21 +145,15 @@ def stop_unrecorded(event: dict[str, Any], deps: Collaborators) -> dict[str, Any
 
 
 def handle(event: Any, deps: Collaborators | None = None) -> dict[str, Any]:
-    if not isinstance(event, dict):
-        raise StateCorrupted(f"event: expected a JSON object, got {type(event).__name__}")
+    parsed = parse_watch_event(event)
     deps = deps or Collaborators()
-    if event.get("action") == "await":
-        return park(event, deps)
-    if event.get("action") == "stop_launch":
-        return stop_unrecorded(event, deps)
-    if event.get("detail-type") == JOB_EVENT:
-        return wake(event, deps)
-    if event.get("detail-type") == EXECUTION_EVENT:
-        return clean_up(event, deps)
-    raise StateCorrupted(
-        f"event: expected action 'await' or 'stop_launch', or the EventBridge events {JOB_EVENT!r} or "
-        f"{EXECUTION_EVENT!r}"
-    )
+    if isinstance(parsed, AwaitJobChange):
+        return park(parsed, deps)
+    if isinstance(parsed, StopFailedLaunch):
+        return stop_unrecorded(parsed, deps)
+    if isinstance(parsed, TrainingJobStateChange):
+        return wake(parsed, deps)
+    return clean_up(parsed, deps)
 
 
 @instrumented

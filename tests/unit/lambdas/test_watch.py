@@ -18,6 +18,7 @@ from stabilizer_workflow.errors import AccessDenied
 from stabilizer_workflow.handlers import watch as watch_handler
 from stabilizer_workflow.settings import WatchSettings
 from stabilizer_workflow.state import dump_state
+from stabilizer_workflow.watch_events import parse_watch_event
 
 REGION = "us-east-1"
 BUCKET = ENV["BUCKET"]
@@ -177,9 +178,10 @@ def test_the_token_is_found_where_parking_kept_it_from_the_event_alone(settings)
     plan = _plan(settings)
     from_checkpoints = watch.token_uri(plan.attempt.checkpoint_s3_uri)
     for output, tags in ((True, True), (False, True)):
-        detail = _job_event(plan.request, "Completed", output=output, tags=tags)["detail"]
+        detail = parse_watch_event(_job_event(plan.request, "Completed", output=output, tags=tags))
         assert watch.attempt_token_uri(watch.attempt_of(detail, BUCKET)) == from_checkpoints
-    assert watch.attempt_of(_job_event(plan.request, "Completed", output=False, tags=False)["detail"], BUCKET) is None
+    untraceable = parse_watch_event(_job_event(plan.request, "Completed", output=False, tags=False))
+    assert watch.attempt_of(untraceable, BUCKET) is None
 
 
 def test_a_job_that_ended_before_parking_wakes_the_execution_at_once(cloud, settings):
@@ -208,12 +210,13 @@ def test_another_deployments_job_is_ignored(cloud, settings):
 
 
 def _execution_event(name: str, status: str) -> dict:
-    return {
-        "version": "0", "detail-type": "Step Functions Execution Status Change", "source": "aws.states",
-        "detail": {"executionArn": f"arn:aws:states:{REGION}:123456789012:execution:sm:{name}",
-                   "stateMachineArn": f"arn:aws:states:{REGION}:123456789012:stateMachine:sm",
-                   "name": name, "status": status, "startDate": 1, "stopDate": 2},
-    }
+    """AWS's "Step Functions Execution Status Change" example (tests/events/README.md) for execution `name`."""
+    event = json.loads((EVENTS / "step-functions-execution-status-change.json").read_text())
+    arn = f"arn:aws:states:{REGION}:123456789012:execution:sm:{name}"
+    event["resources"] = [arn]
+    event["detail"].update(executionArn=arn, name=name, status=status,
+                           stateMachineArn=f"arn:aws:states:{REGION}:123456789012:stateMachine:sm")
+    return event
 
 
 def _summary(name: str) -> dict:

@@ -127,3 +127,60 @@ def test_a_script_that_exits_with_a_failure_status_under_the_launcher_keeps_it_a
     assert (written["integration"], written["ended"]) == ("launcher", "exception")
     assert written["exception"] == "SystemExit: 3"
     assert written["steps_taken"] == 4
+
+
+ENDS_WITH = '''
+import sys
+
+import torch
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+def main() -> int:
+    for step in range(3):
+        loss = model(torch.ones(4, 2)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    for leave in (lambda: sys.exit(6), lambda: exit(7)):
+        try:
+            leave()  # caught: not how the script ends
+        except SystemExit:
+            pass
+    try:
+        raise SystemExit(5)
+    except SystemExit:
+        pass
+    return int(sys.argv[1])
+
+
+if sys.argv[2] == "bare":
+    raise SystemExit(main())
+if sys.argv[2] == "nested":
+    main_status = main()
+
+    def leave() -> None:
+        raise SystemExit(main_status)
+
+    leave()
+sys.exit(main())
+'''
+
+
+@pytest.mark.parametrize(("how", "status"), [("bare", 4), ("nested", 4), ("bare", 0), ("sys.exit", 0)])
+def test_how_a_script_exits_under_the_launcher_is_how_its_summary_says_it_ended(tmp_path, how, status):
+    # `raise SystemExit(n)` reaches no hook of Python's (sys.excepthook is for other exceptions):
+    # a failure status is recorded as the exception that ended the script, 0 as a normal end.
+    script = tmp_path / "ends.py"
+    script.write_text(ENDS_WITH)
+    job = tmp_path / "job"
+    result = run(["-m", "stabilizer_sentinel.launch", str(script), str(status), how], tmp_path, job_env(job))
+    assert result.returncode == status, result.stderr
+    written = summary(job)
+    assert written["steps_taken"] == 3
+    if status:
+        assert (written["ended"], written["exception"]) == ("exception", f"SystemExit: {status}")
+    else:
+        assert (written["ended"], written["exception"]) == ("completed", None)
