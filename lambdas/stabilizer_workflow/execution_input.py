@@ -269,7 +269,7 @@ def _describe(error: dict[str, Any]) -> str:
         message = named.group(2)
     received = error.get("input")
     if error["type"] != "missing" and not isinstance(received, dict | list):
-        message += f" (got {received!r}, a {type(received).__name__})"
+        message += f" (got {received!r} of type {type(received).__name__})"
     return f"{where}: {message}"
 
 

@@ -50,15 +50,15 @@ def test_none_input_is_the_same_as_empty():
         ({"run_spec": {"learnig_rate": 0.1}}, "run_spec.learnig_rate: unknown field"),
         (
             {"run_spec": {"learning_rate": "0.1"}},
-            "run_spec.learning_rate: expected a valid number (got '0.1', a str)",
+            "run_spec.learning_rate: expected a valid number (got '0.1' of type str)",
         ),
         (
             {"run_spec": {"num_epochs": True}},
-            "run_spec.num_epochs: expected a valid integer (got True, a bool)",
+            "run_spec.num_epochs: expected a valid integer (got True of type bool)",
         ),
         ({"run_spec": {"add_batch_norm": 2}}, "run_spec.add_batch_norm: expected less than or equal to 1"),
         ({"run_spec": {"learning_rate": 0}}, "run_spec.learning_rate: expected greater than 0"),
-        ({"policy": "fastest"}, "policy: expected 'original' or 'default' (got 'fastest', a str)"),
+        ({"policy": "fastest"}, "policy: expected 'original' or 'default' (got 'fastest' of type str)"),
         ({"wait_seconds": 0}, "wait_seconds: expected greater than or equal to 1"),
         ({"run_spec": {"depth": 21}}, "run_spec.depth: ResNet depth must be 6n+2"),
         ({"run_spec": {"activation": "tanh"}}, "run_spec.activation: expected 'elu' or 'relu'"),
