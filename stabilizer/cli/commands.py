@@ -176,6 +176,8 @@ def prepare_data(args: argparse.Namespace, model_dir: Path, out: TextIO) -> Path
 def exit_code(record: Any) -> int:
     from stabilizer.reports.report import verdict
 
+    if record.status == "FAILED" and record.error == "InvalidInput" and not record.attempts:
+        return EXIT_USAGE  # found by the workflow's ValidateInput: the input is wrong, as when found before starting
     return EXIT_STATUS.get(verdict(record), EXIT_FAILED)
 
 
@@ -310,6 +312,7 @@ def _shown_path(source: str) -> str:
 
 
 def finish(record: Any, run_dir: Path, out: TextIO) -> int:
+    from stabilizer.local.execution_follower import failure_message
     from stabilizer.reports.report import outcome, table_text, timing, write_report
 
     paths = write_report(record, run_dir)
@@ -322,6 +325,8 @@ def finish(record: Any, run_dir: Path, out: TextIO) -> int:
     reason = (record.state or {}).get("reason")
     if reason:
         out.write(f"reason: {reason}\n")
+    elif record.status == "FAILED" and record.cause:
+        out.write(f"cause: {failure_message(record.cause)}\n")
     if record.interrupted:
         for attempt in record.attempts:
             if attempt.status in ("Stopped", "Stopping"):
