@@ -233,6 +233,10 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
     source = source_summary(execution_input, _shown_path(str((execution_input.get("job") or {}).get("source"))))
     if source:
         out.write(source + "\n")
+    accelerated = gpu_instance_note(execution_input, settings.instance_type)
+    if accelerated:
+        out.write(accelerated + "\n")
+        logging.getLogger("stabilizer.local").warning(accelerated)
     strict = args.strict or strict_from_environment()
     if strict:
         out.write("strict: every AWS call judged by the synthesized stack's IAM policies (synthesizing it first)\n")
@@ -248,6 +252,21 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
     if engine.access is not None:
         out.write(access_summary(engine.access, run_dir / "iam-calls.tsv"))
     return finish(record, run_dir, out)
+
+
+def gpu_instance_note(execution_input: dict[str, Any], default_instance_type: str) -> str | None:
+    """One line when the run asks for a GPU instance: its request gets the GPU image, as on AWS,
+    but local mode has no GPU and trains on this machine's CPU."""
+    from stabilizer.training_images import is_gpu_instance
+
+    given = [(execution_input.get(part) or {}).get("instance_type") for part in ("job", "run_spec")]
+    instance_type = next((t for t in given if isinstance(t, str)), default_instance_type)
+    if not is_gpu_instance(instance_type):
+        return None
+    return (
+        f"{instance_type} is a GPU instance: its job gets the GPU image, as on AWS, but local mode "
+        "has no GPU and trains it on this machine's CPU"
+    )
 
 
 def access_summary(access: Any, path: Path) -> str:
