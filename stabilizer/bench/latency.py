@@ -8,14 +8,18 @@ assumed; none measured on AWS). Before printing, the benchmark runs the true wak
 local mode: a short healthy run of the reference job with `wait_seconds` 300, whose job-end
 event (in the shape SageMaker documents) goes to the project's watch function. If that event
 wakes the parked execution, the model's event parts stand; if the execution only moves at its
-next check, the model uses the check instead. The last lines give each way's total and its
-ratio to the original sample's.
+next check, the model uses the check instead. What is measured is the path from the job's own end
+to the execution's next check, not the verdict: a run of a few steps may end `unverified` (too
+short to judge learning) and still measures it, as long as its one job ran to its end. The last
+lines give each way's total and its ratio to the original sample's.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import logging
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -68,21 +72,41 @@ def wake_from_history(history: list[dict[str, Any]], job_end: dt.datetime, wait_
     return WakeMeasurement(woken, (_time(checks[0]["timestamp"]) - job_end).total_seconds(), wait_seconds)
 
 
+def measuring_problem(record: Any, job_statuses: list[str]) -> str | None:
+    """Why a measuring run measured no wake, in one line; None when it did: the workflow reached
+    a verdict of its own (whichever: the wake does not depend on it) after exactly one job that
+    ended by itself (a job the monitor stopped ends at the workflow's request, not on its own)."""
+    from stabilizer.local.execution_follower import failure_message
+
+    verdict = record.status == "SUCCEEDED" or (record.status == "FAILED" and record.error == "TrainingNotRecovered")
+    if verdict and job_statuses == ["Completed"]:
+        return None
+    why = failure_message(record.cause) or "no cause given"
+    return (f"the measuring run ended {record.status} ({record.error or 'no error'}: {why}) with job(s) "
+            f"{', '.join(job_statuses) or 'none'}; it needs one job that completes by itself")
+
+
 def measure_wake(work: Path) -> WakeMeasurement:
-    """Run the true path once in local mode and measure it (see the module docstring)."""
+    """Run the true path once in local mode and measure it (see the module docstring).
+
+    The libraries' log (the ASL interpreter's dump of each failed state) goes to `work`/engine.log."""
     from stabilizer.local.checkout import reference_source
     from stabilizer.local.engine import LocalEngine
     from stabilizer.local.offline_digits import ensure_offline_digits
 
+    logging.basicConfig(filename=work / "engine.log", level=logging.WARNING, force=True)
     data = ensure_offline_digits(work / "data", reference_source())
     with LocalEngine(work / "run", data) as engine:
         record = engine.run(MEASURE_INPUT, name="latency-wake")
         history = engine.history(record.execution_arn)
         assert engine.sagemaker is not None
-        ends = [job.training_end_time for job in engine.sagemaker.jobs.values() if job.training_end_time]
-    if record.status != "SUCCEEDED" or len(ends) != 1:
-        raise RuntimeError(f"the measuring run ended {record.status} with {len(ends)} job(s): {record.cause}")
-    return wake_from_history(history, ends[0], MEASURE_WAIT_SECONDS)
+        jobs = list(engine.sagemaker.jobs.values())
+    problem = measuring_problem(record, [job.status for job in jobs])
+    if problem:
+        raise RuntimeError(f"{problem} (details: {work / 'engine.log'}, {work / 'run'})")
+    end = jobs[0].training_end_time
+    assert end is not None
+    return wake_from_history(history, end, MEASURE_WAIT_SECONDS)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -91,8 +115,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     wake = None
     if not args.model_only:
-        with tempfile.TemporaryDirectory(prefix="stabilizer-latency-") as work:
-            wake = measure_wake(Path(work))
+        work = Path(tempfile.mkdtemp(prefix="stabilizer-latency-"))
+        try:
+            wake = measure_wake(work)
+        except RuntimeError as error:  # the run's files stay for a look
+            parser.exit(1, f"{parser.prog}: {error}\n")
+        shutil.rmtree(work, ignore_errors=True)
         print(f"wake path: {wake.source}\n")
     print(table(ways(wake)))
 

@@ -176,6 +176,8 @@ def prepare_data(args: argparse.Namespace, model_dir: Path, out: TextIO) -> Path
 def exit_code(record: Any) -> int:
     from stabilizer.reports.report import verdict
 
+    if record.status == "FAILED" and record.error == "InvalidInput" and not record.attempts:
+        return EXIT_USAGE  # found by the workflow's ValidateInput: the input is wrong, as when found before starting
     return EXIT_STATUS.get(verdict(record), EXIT_FAILED)
 
 
@@ -231,6 +233,10 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
     source = source_summary(execution_input, _shown_path(str((execution_input.get("job") or {}).get("source"))))
     if source:
         out.write(source + "\n")
+    accelerated = gpu_instance_note(execution_input, settings.instance_type)
+    if accelerated:
+        out.write(accelerated + "\n")
+        logging.getLogger("stabilizer.local").warning(accelerated)
     strict = args.strict or strict_from_environment()
     if strict:
         out.write("strict: every AWS call judged by the synthesized stack's IAM policies (synthesizing it first)\n")
@@ -246,6 +252,21 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
     if engine.access is not None:
         out.write(access_summary(engine.access, run_dir / "iam-calls.tsv"))
     return finish(record, run_dir, out)
+
+
+def gpu_instance_note(execution_input: dict[str, Any], default_instance_type: str) -> str | None:
+    """One line when the run asks for a GPU instance: its request gets the GPU image, as on AWS,
+    but local mode has no GPU and trains on this machine's CPU."""
+    from stabilizer.training_images import is_gpu_instance
+
+    given = [(execution_input.get(part) or {}).get("instance_type") for part in ("job", "run_spec")]
+    instance_type = next((t for t in given if isinstance(t, str)), default_instance_type)
+    if not is_gpu_instance(instance_type):
+        return None
+    return (
+        f"{instance_type} is a GPU instance: its job gets the GPU image, as on AWS, but local mode "
+        "has no GPU and trains it on this machine's CPU"
+    )
 
 
 def access_summary(access: Any, path: Path) -> str:
@@ -310,6 +331,7 @@ def _shown_path(source: str) -> str:
 
 
 def finish(record: Any, run_dir: Path, out: TextIO) -> int:
+    from stabilizer.local.execution_follower import failure_message
     from stabilizer.reports.report import outcome, table_text, timing, write_report
 
     paths = write_report(record, run_dir)
@@ -322,6 +344,8 @@ def finish(record: Any, run_dir: Path, out: TextIO) -> int:
     reason = (record.state or {}).get("reason")
     if reason:
         out.write(f"reason: {reason}\n")
+    elif record.status == "FAILED" and record.cause:
+        out.write(f"cause: {failure_message(record.cause)}\n")
     if record.interrupted:
         for attempt in record.attempts:
             if attempt.status in ("Stopped", "Stopping"):

@@ -105,9 +105,6 @@ class LocalSettings:
     watch_function: str = "stabilizer-watch"
     job_name_prefix: str = "stabilizer"
     instance_type: str = "ml.m5.xlarge"
-    training_image: str = (
-        "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-cpu-py311-ubuntu22.04-sagemaker"
-    )
     sagemaker_role: str = f"arn:aws:iam::{ACCOUNT}:role/stabilizer-sagemaker"
     states_role: str = f"arn:aws:iam::{ACCOUNT}:role/stabilizer-states"
     debugger_rules_enabled: bool = False
@@ -178,13 +175,21 @@ class LocalSettings:
             raise EngineError(f"strict mode: {error}") from None
         return AccessChecker(policies, where, strict=True)
 
+    def image_environment(self) -> dict[str, str]:
+        """The image variables the deployed stack bakes in (TRAINING_IMAGE_URI and its GPU build,
+        FRAMEWORK_IMAGES, DEBUGGER_RULE_IMAGE with Debugger rules), resolved for the local region the
+        way the CDK app resolves them: the SageMaker Python SDK's image URI lookup."""
+        from stabilizer.training_images import environment_for_region
+
+        return environment_for_region(REGION, self.debugger_rules_enabled)
+
     def lambda_environment(self) -> dict[str, str]:
         """The Lambda environment of docs/contracts.md section 4."""
         return {
+            **self.image_environment(),
             "BUCKET": self.bucket,
             "TOPIC_ARN": self.topic_arn,
             "SAGEMAKER_ROLE_ARN": self.sagemaker_role,
-            "TRAINING_IMAGE_URI": self.training_image,
             "SOURCE_S3_URI": self.source_uri,
             "TRAIN_DATA_S3_URI": self.data_uri("train"),
             "TEST_DATA_S3_URI": self.data_uri("test"),

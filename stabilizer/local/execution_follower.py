@@ -53,6 +53,20 @@ def unobserved(event: EngineEvent) -> None:
     """The observer of a caller that wants only the record."""
 
 
+def failure_message(cause: str | None) -> str | None:
+    """What a failure's ``cause`` says, in words: a Lambda error's cause is its JSON error object
+    (``{"errorType", "errorMessage", "stackTrace"}``), of which the message is what a person reads."""
+    if not cause:
+        return None
+    try:
+        payload = json.loads(cause)
+    except ValueError:
+        return cause
+    if isinstance(payload, dict) and isinstance(payload.get("errorMessage"), str):
+        return payload["errorMessage"]
+    return cause
+
+
 def state_payload(text: str) -> dict[str, Any] | None:
     """The workflow state in a state's output: ``{"state": {...}}`` between steps, bare at the end."""
     try:
@@ -157,7 +171,8 @@ class ExecutionFollower:
                     self.record.state = payload
             failed = event.get("taskFailedEventDetails")
             if failed:
-                self.emit(EngineEvent(kind="state", state=None, detail=f"{failed.get('error')}: task failed"))
+                why = failure_message(failed.get("cause")) or "no cause given"
+                self.emit(EngineEvent(kind="state", state=None, detail=f"{failed.get('error')}: {why}"))
         self.seen_events = len(events)
 
     def _poll_jobs(self) -> None:

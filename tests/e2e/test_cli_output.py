@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stabilizer.cli.commands import EXIT_SUCCEEDED, main
+from stabilizer.cli.commands import EXIT_SUCCEEDED, EXIT_USAGE, main
 from tests.e2e.test_local_mode import SMALL_RUN, small_digits  # noqa: F401 - small_digits is a fixture
 
 pytestmark = pytest.mark.slow
@@ -57,3 +57,18 @@ def test_plain_run_prints_subjects_table_and_report_path(
     assert report.count("Details (JSON):") == len(subjects)
     for subject in subjects:
         assert f". {subject}" in report
+
+
+def test_an_input_the_workflow_refuses_prints_its_cause_and_exits_64(
+    small_digits: Path,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+):
+    # A Trainium instance passes the client's checks; the workflow's ValidateInput refuses it.
+    argv = ["run", "--local", "--plain", "--run-dir", str(tmp_path), "--data-dir", str(small_digits)]
+    code = main([*argv, "--name", "refused", "instance_type=ml.trn1.2xlarge", "max_steps=1"])
+    out = capsys.readouterr().out
+    assert code == EXIT_USAGE, out
+    assert "task failed: InvalidInput: job.instance_type: ml.trn1.2xlarge carries AWS Trainium" in out
+    assert "cause: job.instance_type: ml.trn1.2xlarge carries AWS Trainium/Inferentia chips" in out
+    assert "errorType" not in out and "stackTrace" not in out

@@ -33,6 +33,9 @@ def _record(status: str, error: str | None, ended: str | None, *, interrupted: b
         ("FAILED", "TrainingNotRecovered", "gave_up", "gave up", 2),
         ("FAILED", "TrainingNotRecovered", "failed", "failed", 1),
         ("FAILED", "StateCorrupted", "failed", "failed", 1),
+        ("FAILED", "MisconfiguredEnvironment", None, "failed", 1),
+        # Refused by the workflow's ValidateInput: bad input, as when the CLI finds it before starting.
+        ("FAILED", "InvalidInput", None, "failed", 64),
     ],
 )
 def test_every_outcome_has_its_exit_status_and_its_words(status, error, ended, words, code):

@@ -61,3 +61,29 @@ def test_the_wake_is_read_from_the_executions_history():
     woken = [at(0.1, "TaskSucceeded"), at(0.3, "TaskStateEntered", "CheckJobAndRules")]
     assert wake_from_history(timed_out, end, 300) == latency.WakeMeasurement(False, 300.5, 300)
     assert wake_from_history(woken, end, 300) == latency.WakeMeasurement(True, 0.3, 300)
+
+
+def _ended(status: str, error: str | None, cause: str | None = None):
+    from stabilizer.reports.records import RunRecord
+
+    return RunRecord(execution_arn="arn:aws:states:us-east-1:123456789012:execution:m:e", name="e", input={},
+                     status=status, error=error, cause=cause)
+
+
+def test_a_measuring_run_too_short_to_judge_learning_still_measures_the_wake():
+    from stabilizer.bench.latency import measuring_problem
+
+    unverified = _ended("FAILED", "TrainingNotRecovered", "attempt 1 completed: too few steps (outcome unverified)")
+    assert measuring_problem(unverified, ["Completed"]) is None
+    assert measuring_problem(_ended("SUCCEEDED", None), ["Completed"]) is None
+
+
+def test_a_measuring_run_without_one_completed_job_says_why_in_one_line():
+    from stabilizer.bench.latency import measuring_problem
+
+    stopped = measuring_problem(_ended("FAILED", "TrainingNotRecovered", "NotLearning at step 11"), ["Stopped"])
+    assert stopped is not None and "job(s) Stopped" in stopped and "NotLearning at step 11" in stopped
+    cause = '{"errorType": "InvalidInput", "errorMessage": "run_spec.max_steps: expected > 0", "stackTrace": []}'
+    refused = measuring_problem(_ended("FAILED", "InvalidInput", cause), [])
+    assert refused is not None and "\n" not in refused
+    assert "InvalidInput: run_spec.max_steps: expected > 0" in refused and "stackTrace" not in refused
