@@ -86,7 +86,7 @@ def test_a_framework_version_resolves_in_the_lambda_to_the_sdks_image(default_sy
                                                              "FRAMEWORK_IMAGES")}
         settings = TrainSettings.from_env({
             **baked, "BUCKET": "b-ucket", "TOPIC_ARN": "arn", "SAGEMAKER_ROLE_ARN": "arn:aws:iam::123456789012:role/r",
-            "SOURCE_S3_URI": "s3://b/s", "TRAIN_DATA_S3_URI": "s3://b/t", "TEST_DATA_S3_URI": "s3://b/u",
+            "SOURCE_S3_URI": "s3://b-ucket/s", "TRAIN_DATA_S3_URI": "s3://b-ucket/t", "TEST_DATA_S3_URI": "s3://b-ucket/u",
         })
         assert set(settings.framework_images["pytorch"]) == set(framework_versions())
         for version in framework_versions():
