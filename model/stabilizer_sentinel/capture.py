@@ -190,8 +190,8 @@ class Capture:
 
     def loss_module_seen(self, module: nn.Module, args: tuple[torch.Tensor, torch.Tensor] | None) -> None:
         """The loss module, called before this capture existed, with its last training call's inputs."""
-        if self.loss is not None:  # only where its tensors are wanted
-            self.loss.adopt(module, args)
+        self.loss = self.loss or LossModuleWatch(on_found=self._loss_found)  # its global hook goes at once
+        self.loss.adopt(module, args)
 
     def _loss_found(self) -> None:
         self._resolve_members()

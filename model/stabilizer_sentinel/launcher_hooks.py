@@ -47,9 +47,11 @@ stabilizer_sentinel.step_clock, and ``torch.autograd.backward``, stabilizer_sent
 Rules at this level: everything that reads gradients, weights, biases or module outputs
 (``ExplodingTensor``, ``VanishingGradient``, ``WeightUpdateRatio``, ``AllZero``, ``UnchangedTensor``,
 ``DeadRelu``) and ``inputs``/``predictions``; ``LossNotDecreasing`` at the steps whose loss is known
-(every step with a loss module, the logged steps otherwise). Not available: ``labels`` (so
-``ClassImbalance``) and evaluation losses (so ``Overfit``): the launcher cannot tell them apart from
-other tensors; use the plain-loop level for those.
+(every step with a loss module, the logged steps otherwise); with a ``torch.nn`` loss module, ``labels``
+(so ``ClassImbalance``) and its smdebug names: the loss module, called before the hooks attach, is
+handed to the capture with that call's inputs (``Capture.loss_module_seen``), so step 0 has them too.
+Not available: evaluation losses (so ``Overfit``): the launcher cannot tell them apart from other
+tensors; use the plain-loop level for those.
 """
 
 from __future__ import annotations

@@ -307,3 +307,14 @@ def test_a_collection_whose_regex_matches_nothing_stays_empty_and_the_log_shows_
     view = create_trial(str(tmp_path))
     assert view.tensor_names(collection="custom_collection") == []
     assert view.tensor("CrossEntropyLoss_output_0").steps() == [0, 1, 2]
+
+
+def test_the_loss_module_handed_over_names_the_losses_collection_as_smdebug_does(tmp_path: Path) -> None:
+    model, criterion = mlp(), nn.CrossEntropyLoss()
+    x, y = batches(1)[0]
+    loss = criterion(model(x), y)
+    capture = Capture(model, parse_capture({"losses": {"save_interval": 1}}), out_dir=tmp_path)
+    capture.loss_module_seen(criterion, None)
+    capture.end_step(0, loss=loss)
+    capture.close()
+    assert create_trial(str(tmp_path)).tensor_names(collection="losses") == ["CrossEntropyLoss_output_0"]
