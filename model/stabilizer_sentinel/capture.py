@@ -19,8 +19,11 @@ collection      tensors
 ``predictions`` ``predictions/predictions`` (arg-max class indices)
 ==============  ======================================================================
 
-Any other name is a custom collection selected by ``include_regex`` over all of the names above,
-where ``activations/<module>`` exists for every named module (searched anywhere in the name, as Debugger does).
+Any other name is a custom collection selected by ``include_regex`` over all of the names above and
+their smdebug names (``<module>_output_0``, ``<Loss>_input_0``, ...), where ``activations/<module>`` and
+``activation_inputs/<module>`` exist for every named module (searched anywhere in the name, as Debugger
+does). A collection whose regex matches nothing stays empty, as with Debugger, and the log says so
+once, after the first step (when the loss module is known), with sample names in both forms.
 
 Captured tensors go to a store writer on a background thread (disk collections, the ``capture``
 hyperparameter) and to a ``MemoryTrial`` (collections the sentinel's rules need). The hot path
@@ -30,9 +33,9 @@ This module must not evaluate rules or decide about stopping: that is the sentin
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import re
+import sys
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -52,7 +55,7 @@ from stabilizer_sentinel.collection_config import (
     default_modes,
     parse_capture,
 )
-from stabilizer_sentinel.loss_module import LOSS_CLASSES, LOSS_TENSORS, LossModuleWatch
+from stabilizer_sentinel.loss_module import LossModuleWatch
 from stabilizer_sentinel.trial import MemoryTrial, matches, smdebug_name
 
 __all__ = ["BUILTIN_COLLECTIONS", "Capture", "CaptureConfigError", "CollectionConfig", "parse_capture"]
@@ -119,7 +122,7 @@ class Capture:
         self._collections: dict[str, _Collection] = {}
         for name, config in (collections or {}).items():
             self._collections[name] = _Collection(config, to_disk=True)
-        self._resolve_members(strict=False)
+        self._resolve_members()
         self._watch_loss_if_needed()
         self._writer: _Writer | None = None
         self._hooks: list[Any] = []
@@ -134,12 +137,6 @@ class Capture:
             self._ensure_writer()  # now, so a resumed job clears the previous end marker at once
 
     # -- configuration
-    @classmethod
-    def from_hyperparameter(
-        cls, model: nn.Module, capture: str | Mapping[str, Any] | None, out_dir: str | Path | None
-    ) -> Capture:
-        return cls(model, parse_capture(capture), out_dir=out_dir)
-
     def require(self, collections: Iterable[str], memory: MemoryTrial, save_interval: int | None = None) -> None:
         """Make ``collections`` available in memory for rules; ones not configured get a default schedule."""
         self.memory = memory
@@ -152,7 +149,7 @@ class Capture:
                     )
                 config = CollectionConfig(name, save_interval or DEFAULT_SAVE_INTERVAL, modes=default_modes(name))
                 self._collections[name] = _Collection(config, to_disk=False)
-        self._resolve_members(strict=False)
+        self._resolve_members()
         self._watch_loss_if_needed()
 
     def _watch_loss_if_needed(self) -> None:
@@ -180,9 +177,8 @@ class Capture:
             "predictions": ["predictions/predictions"],
         }
         # Inputs of activation-function modules (SaturatedActivation, PoorWeightInitialization).
-        names["activation_inputs"] = [
-            f"activation_inputs/{n}" for n, m in self._modules.items() if isinstance(m, ACTIVATION_TYPES)
-        ]
+        names["activation_inputs"] = [f"activation_inputs/{n}" for n, m in self._modules.items()
+                                      if isinstance(m, ACTIVATION_TYPES)]
         names["activation_outputs"] = [f"activations/{n}" for n, m in self._modules.items()
                                        if isinstance(m, ACTIVATION_TYPES)]
         names["activations"] = [f"activations/{n}" for n, m in self._modules.items()
@@ -192,25 +188,23 @@ class Capture:
     def _alias(self, name: str) -> str | None:
         return smdebug_name(name, self.model_name, self.loss and self.loss.name)
 
+    def loss_module_seen(self, module: nn.Module, args: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+        """The loss module, called before this capture existed, with its last training call's inputs."""
+        self.loss = self.loss or LossModuleWatch(on_found=self._loss_found)  # its global hook goes at once
+        self.loss.adopt(module, args)
+
     def _loss_found(self) -> None:
-        # Called from the loss module's forward hook: never raise there; the first step's check says it.
-        with contextlib.suppress(CaptureConfigError):
-            self._resolve_members(strict=False)
+        self._resolve_members()
 
-    def _could_match(self, name: str, patterns: list[re.Pattern[str]]) -> bool:
-        """Whether ``name`` matches, or will once the loss module (whichever ``torch.nn`` loss) is known."""
-        if (self.loss and self.loss.name) is not None or name not in LOSS_TENSORS:
-            return matches(name, patterns, self._alias(name))
-        return any(matches(name, patterns, smdebug_name(name, self.model_name, loss)) for loss in LOSS_CLASSES)
+    def _everything(self) -> list[str]:
+        """Every name a custom collection selects from: all built-in tensors, every named module's output and input."""
+        names = [n for key, names in self._candidates().items() if not key.startswith("activation") for n in names]
+        return names + [f"activations/{n}" for n in self._modules] + [f"activation_inputs/{n}" for n in self._modules]
 
-    def _resolve_members(self, strict: bool = True) -> None:
-        """Each collection's tensors (custom ones match names and smdebug's names of every module's output
-        and input). ``strict``: matching nothing is an error (checked at the first step, the loss module known)."""
+    def _resolve_members(self) -> None:
+        """Each collection's tensors: custom ones by name or smdebug's name (re.search, as smdebug's ``match_inc``)."""
         candidates = self._candidates()
-        everything = [name for names in candidates.values() for name in names if not name.startswith("activations/")
-                      and not name.startswith("activation_inputs/")]
-        everything += [f"activations/{name}" for name in self._modules]
-        everything += [f"activation_inputs/{name}" for name in self._modules]
+        everything = self._everything()
         for name, coll in self._collections.items():
             patterns = [re.compile(regex) for regex in coll.config.include_regex]
             if name in BUILTIN_COLLECTIONS and not patterns:
@@ -222,14 +216,21 @@ class Capture:
                 members = [n for n in candidates[name] if matches(n, patterns, self._alias(n))]
             else:
                 members = [n for n in everything if matches(n, patterns, self._alias(n))]
-            if not members and (strict or not any(self._could_match(n, patterns) for n in everything)):
-                aliases = [self._alias(n) or n for n in everything]
-                raise CaptureConfigError(
-                    f"capture.{name}: include_regex {list(coll.config.include_regex)} matches no tensor; "
-                    f"names look like {[*everything[:3], everything[-1]]} "
-                    f"(as smdebug names them: {[*aliases[:3], aliases[-1]]})"
-                )
             coll.members = tuple(members)
+
+    def _say_unmatched(self) -> None:
+        """After the first step (the loss module known): a collection whose regex matches nothing stays
+        empty, as with Debugger, and the log says so with sample names in both forms."""
+        everything = self._everything()
+        firsts: dict[str, str] = {}
+        for each in everything:  # the first of each kind, and the last module's output
+            firsts.setdefault(each.partition("/")[0], each)
+        sample = list(dict.fromkeys([*firsts.values(), *[f"activations/{n}" for n in list(self._modules)[-1:]]]))
+        for name, coll in self._collections.items():
+            if not coll.members and coll.config.include_regex:
+                print(f"sentinel: capture.{name}: include_regex {list(coll.config.include_regex)} matches no tensor, "
+                      f"the collection stays empty; names look like {sample} "
+                      f"(as smdebug names them: {[self._alias(n) or n for n in sample]})", file=sys.stderr, flush=True)
 
     # -- the step loop
     def _due(self, step: int, mode: str, force: Iterable[str] = ()) -> list[_Collection]:
@@ -284,8 +285,8 @@ class Capture:
         if self._closed or not self._collections:
             return False
         if not self._resolved:  # after the first forward pass: the loss module is known by now
-            self._resolve_members(strict=True)
             self._resolved = True
+            self._say_unmatched()
         due = self._due(step, mode, force)
         if not due:
             self._disarm()

@@ -47,9 +47,11 @@ stabilizer_sentinel.step_clock, and ``torch.autograd.backward``, stabilizer_sent
 Rules at this level: everything that reads gradients, weights, biases or module outputs
 (``ExplodingTensor``, ``VanishingGradient``, ``WeightUpdateRatio``, ``AllZero``, ``UnchangedTensor``,
 ``DeadRelu``) and ``inputs``/``predictions``; ``LossNotDecreasing`` at the steps whose loss is known
-(every step with a loss module, the logged steps otherwise). Not available: ``labels`` (so
-``ClassImbalance``) and evaluation losses (so ``Overfit``): the launcher cannot tell them apart from
-other tensors; use the plain-loop level for those.
+(every step with a loss module, the logged steps otherwise); with a ``torch.nn`` loss module, ``labels``
+(so ``ClassImbalance``) and its smdebug names: the loss module, called before the hooks attach, is
+handed to the capture with that call's inputs (``Capture.loss_module_seen``), so step 0 has them too.
+Not available: evaluation losses (so ``Overfit``): the launcher cannot tell them apart from other
+tensors; use the plain-loop level for those.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class LauncherHooks:
         self._loss_modules: dict[int, weakref.ref[nn.Module]] = {}
         self._fingerprints: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._pending_loss: torch.Tensor | float | None = None
+        self._loss_args: tuple[torch.Tensor, torch.Tensor] | None = None  # the first loss module's last inputs
         self._loss_from_module = False
         self._checkpoint: tuple[Any, dict[str, Any], nn.Module] | None = None  # read, loaded into that model
         self._candidate: tuple[Any, dict[str, Any]] | None = None  # the newest checkpoint, read
@@ -148,6 +151,9 @@ class LauncherHooks:
         self._depth = max(self._depth - 1, 0)
         if isinstance(module, nn.modules.loss._Loss):
             self._loss_modules.setdefault(id(module), weakref.ref(module))
+            if (next(iter(self._loss_modules)) == id(module) and torch.is_grad_enabled() and len(args) >= 2
+                    and all(isinstance(a, torch.Tensor) for a in args[:2])):
+                self._loss_args = (args[0].detach(), args[1].detach())  # the capture's <Loss>_input_0/1 of step 0
             if isinstance(output, torch.Tensor) and output.numel() == 1:
                 self._pending_loss = output.detach()
                 self._loss_from_module = True
@@ -217,6 +223,9 @@ class LauncherHooks:
             loss_module = ref()
             if loss_module is not None:
                 loss_module.register_forward_hook(self._loss_computed)
+                # Called before the capture existed: its names (CrossEntropyLoss_output_0, ...) and this step's inputs.
+                self.guard.capture.loss_module_seen(loss_module, self._loss_args)
+                self._loss_args = None
         if self._pending_loss is not None and start_step == 1:
             # The loss of the update that went unseen: where the run started, for the learning check.
             value = float(self._pending_loss)

@@ -18,15 +18,15 @@ from torch.nn.modules.module import register_module_forward_hook
 
 # The store's tensors that take their smdebug names from the loss module (stabilizer_sentinel.trial.smdebug_name).
 LOSS_TENSORS = ("losses/loss", "labels/labels", "predictions/predictions")
-LOSS_CLASSES = tuple(sorted(cls.__name__ for cls in vars(nn).values()
-                            if isinstance(cls, type) and issubclass(cls, nn.modules.loss._Loss)))
 
 
 class LossModuleWatch:
     """A global forward hook until the first loss module is called, then a hook on that module alone.
 
     ``on_found`` is called once the loss module is known. A step that ends with no loss module
-    seen after a forward pass means there is none (a functional loss): the global hook goes.
+    seen after a forward pass means there is none (a functional loss): the global hook goes. A loss
+    module called before the watch existed (the launcher attaches at the first optimizer step) is
+    handed over with ``adopt``.
     """
 
     def __init__(self, on_found: Callable[[], None]) -> None:
@@ -40,11 +40,23 @@ class LossModuleWatch:
         self._forward_seen = True
         if not isinstance(module, nn.modules.loss._Loss) or self.name is not None:
             return
+        self._found(module)
+        self._loss_called(module, args, output)
+
+    def _found(self, module: nn.Module) -> None:
         self.name = type(module).__name__
         self.close()
         self._hooks = [module.register_forward_hook(self._loss_called)]
         self._on_found()
-        self._loss_called(module, args, output)
+
+    def adopt(self, module: nn.Module, args: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+        """The loss module, found before this watch existed, and the inputs of its last training call
+        (the step under way's); ignored once a loss module is known."""
+        if self.name is not None or not isinstance(module, nn.modules.loss._Loss):
+            return
+        self._forward_seen = True
+        self._found(module)
+        self._args = args
 
     def _loss_called(self, module: nn.Module, args: Any, output: Any) -> None:
         # Training losses only: an evaluation under no_grad reports its labels itself (after_eval).

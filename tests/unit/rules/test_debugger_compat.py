@@ -249,3 +249,72 @@ def test_a_collection_whose_schedule_never_came_is_not_a_tensor_that_matched_not
     written = tmp_path / "findings.json"
     findings = json.loads(written.read_text())["findings"] if written.exists() else []
     assert [f for f in findings if f["rule"] == "NoTensorMatched"] == []
+
+
+def mlp() -> nn.Sequential:
+    """A user's own MLP: no module named ``fc`` (smdebug names its outputs ``0_output_0`` ... ``2_output_0``)."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def test_a_collection_built_after_the_loss_module_s_first_call_saves_its_tensors_from_step_0(tmp_path: Path) -> None:
+    # The launcher attaches at the first optimizer step, after the loss module's first call: it hands the
+    # module and that call's inputs over, and `.*fc_output|.*CrossEntropyLoss` selects the loss tensors
+    # (no module is named fc: that alternative matches nothing, the regex as a whole does).
+    model, criterion = mlp(), nn.CrossEntropyLoss()
+    data = batches(2)
+    x, y = data[0]
+    logits = model(x)
+    loss = criterion(logits, y)
+    capture = Capture(model, parse_capture({"custom_collection": {"include_regex": ".*fc_output|.*CrossEntropyLoss",
+                                                                  "save_interval": 1}}), out_dir=tmp_path)
+    capture.loss_module_seen(criterion, (logits.detach(), y))
+    loss.backward()
+    capture.end_step(0, loss=loss)
+    capture.begin_step(1)
+    x, y = data[1]
+    loss = criterion(model(x), y)
+    capture.end_step(1, loss=loss)
+    capture.close()
+    view = create_trial(str(tmp_path))
+    names = ["CrossEntropyLoss_input_0", "CrossEntropyLoss_input_1", "CrossEntropyLoss_output_0"]
+    assert sorted(view.tensor_names(collection="custom_collection")) == names
+    assert all(view.tensor(name).steps() == [0, 1] for name in names)
+    assert np.array_equal(view.tensor("CrossEntropyLoss_input_1").value(0), data[0][1].numpy())
+    assert np.array_equal(view.tensor("CrossEntropyLoss_input_0").value(0), logits.argmax(1).numpy())
+
+
+def test_a_collection_whose_regex_matches_nothing_stays_empty_and_the_log_shows_loss_and_module_names(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # As with Debugger, the job goes on; unlike Debugger, the log says so once, after the first step.
+    model = mlp()
+    capture = Capture(model, parse_capture({"custom_collection": {"include_regex": ".*fc_output", "save_interval": 1},
+                                            "losses": {"save_interval": 1}}), out_dir=tmp_path)
+
+    def step(n: int, loss: torch.Tensor) -> None:
+        capture.end_step(n, loss=loss)
+        capture.begin_step(n + 1)
+
+    capture.begin_step(0)
+    train_unchanged(model, step, batches(3))
+    capture.close()
+    said = [line for line in capsys.readouterr().err.splitlines() if "capture.custom_collection" in line]
+    assert len(said) == 1
+    assert "include_regex ['.*fc_output'] matches no tensor, the collection stays empty" in said[0]
+    for name in ("CrossEntropyLoss_output_0", "CrossEntropyLoss_input_0", "CrossEntropyLoss_input_1",
+                 "0_output_0", "2_output_0", "Sequential_0.weight", "losses/loss", "activations/2"):
+        assert repr(name) in said[0], name
+    view = create_trial(str(tmp_path))
+    assert view.tensor_names(collection="custom_collection") == []
+    assert view.tensor("CrossEntropyLoss_output_0").steps() == [0, 1, 2]
+
+
+def test_the_loss_module_handed_over_names_the_losses_collection_as_smdebug_does(tmp_path: Path) -> None:
+    model, criterion = mlp(), nn.CrossEntropyLoss()
+    x, y = batches(1)[0]
+    loss = criterion(model(x), y)
+    capture = Capture(model, parse_capture({"losses": {"save_interval": 1}}), out_dir=tmp_path)
+    capture.loss_module_seen(criterion, None)
+    capture.end_step(0, loss=loss)
+    capture.close()
+    assert create_trial(str(tmp_path)).tensor_names(collection="losses") == ["CrossEntropyLoss_output_0"]

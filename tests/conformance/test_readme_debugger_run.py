@@ -1,0 +1,93 @@
+"""The README's "Coming from SageMaker Debugger" estimator, as written there, run through
+``client.start(job=estimator)`` locally on an ordinary script of a user's own (tests/conformance/mlp:
+an ``nn.Sequential`` MLP, no module named ``fc``, an ``nn.CrossEntropyLoss`` module).
+
+Its collection's regex ``.*fc_output|.*CrossEntropyLoss`` matches the loss module's tensors only, as
+with Debugger: the job completes and the collection holds ``CrossEntropyLoss_input_0``, ``_input_1``
+and ``_output_0`` from step 0 on, read back with the Trial API.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+sagemaker = pytest.importorskip("sagemaker")
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).resolve().parent / "mlp" / "train.py"
+SECTION = "## Coming from SageMaker Debugger"
+
+
+def readme_estimator_code() -> str:
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index(SECTION)
+    end = readme.index("\n## ", start + len(SECTION))
+    return re.findall(r"```python\n(.*?)```", readme[start:end], flags=re.S)[0]
+
+
+def write_channels(data: Path) -> dict[str, str]:
+    """Four classes of 8x8 images (one bright quadrant each, with noise), flattened: 512 to train on."""
+    rng = np.random.default_rng(0)
+    out = {}
+    for name, count in (("train", 512), ("test", 128)):
+        y = np.arange(count) % 4
+        x = rng.normal(0, 0.3, (count, 8, 8)).astype("float32")
+        for cls in range(4):
+            row, col = divmod(cls, 2)
+            x[y == cls, row * 4:row * 4 + 4, col * 4:col * 4 + 4] += 1.0
+        folder = data / name
+        folder.mkdir(parents=True)
+        np.save(folder / "x.npy", x.reshape(count, 64))
+        np.save(folder / "y.npy", y.astype("int64"))
+        out[name] = f"file://{folder}"
+    return out
+
+
+def test_the_readme_debugger_collection_saves_the_loss_tensors_of_a_sequential_mlp(tmp_path, monkeypatch):
+    from sagemaker.local import LocalSession
+    from sagemaker.pytorch import PyTorch
+
+    from stabilizer.client.local_client import LocalClient
+    from stabilizer_sentinel.smdebug_compat import create_trial
+
+    (tmp_path / "src").mkdir()
+    shutil.copy(SCRIPT, tmp_path / "src" / "train.py")
+    monkeypatch.chdir(tmp_path)
+    for key, value in {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
+                       "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(key, value)
+    # The README's code as written; its estimator gets a local session and is not fitted on AWS.
+    built: list = []
+    init = PyTorch.__init__
+    monkeypatch.setattr(PyTorch, "__init__", lambda self, *a, **kw: (
+        built.append(self), init(self, *a, **{**kw, "sagemaker_session": LocalSession()}))[1])
+    monkeypatch.setattr(PyTorch, "fit", lambda self, inputs=None, **_: None)
+    namespace: dict = {"role": "arn:aws:iam::123456789012:role/sagemaker-execution"}
+    exec(compile(readme_estimator_code(), "README.md", "exec"), namespace)
+    estimator = namespace["estimator"]
+    assert built == [estimator]
+
+    channels = write_channels(tmp_path / "data")
+    with LocalClient.open(tmp_path / "runs", data_dir=tmp_path / "data") as client:
+        arn = client.start({"wait_seconds": 1, "limits": {"max_num_retraining": 0}}, job=estimator, inputs=channels)
+        view = client.wait(arn, timeout=300)
+        state = view.state or {}
+        assert view.status == "SUCCEEDED", (state.get("reason"), view.cause)
+        store = client.tensor_store(arn, 1)
+
+    trial = create_trial(store)
+    loss_tensors = ["CrossEntropyLoss_input_0", "CrossEntropyLoss_input_1", "CrossEntropyLoss_output_0"]
+    assert sorted(trial.tensor_names(collection="custom_collection")) == loss_tensors
+    # 10 epochs of 32 steps, saved every 100 (train.save_interval), step 0 included.
+    for name in loss_tensors:
+        assert trial.tensor(name).steps(mode="TRAIN") == [0, 100, 200, 300], name
+    labels = trial.tensor("CrossEntropyLoss_input_1").value(0, mode="TRAIN")
+    assert labels.shape == (16,) and set(labels.tolist()) <= {0, 1, 2, 3}
