@@ -22,8 +22,8 @@ collection      tensors
 Any other name is a custom collection selected by ``include_regex`` over all of the names above and
 their smdebug names (``<module>_output_0``, ``<Loss>_input_0``, ...), where ``activations/<module>`` and
 ``activation_inputs/<module>`` exist for every named module (searched anywhere in the name, as Debugger
-does). A collection whose regex matches nothing stays empty, as with Debugger, and the log says so
-once, after the first step (when the loss module is known), with sample names in both forms.
+does). A collection whose regex matches nothing fails the job after its first step (the loss module is
+known then), naming it with sample names in both forms: Debugger leaves it empty and silent.
 
 Captured tensors go to a store writer on a background thread (disk collections, the ``capture``
 hyperparameter) and to a ``MemoryTrial`` (collections the sentinel's rules need). The hot path
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import queue
 import re
-import sys
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -218,9 +217,9 @@ class Capture:
                 members = [n for n in everything if matches(n, patterns, self._alias(n))]
             coll.members = tuple(members)
 
-    def _say_unmatched(self) -> None:
-        """After the first step (the loss module known): a collection whose regex matches nothing stays
-        empty, as with Debugger, and the log says so with sample names in both forms."""
+    def _refuse_unmatched(self) -> None:
+        """After the first step (the loss module known): a collection whose regex matches nothing is an
+        error naming it, with sample names in both forms (Debugger would leave it empty, unsaid)."""
         everything = self._everything()
         firsts: dict[str, str] = {}
         for each in everything:  # the first of each kind, and the last module's output
@@ -228,9 +227,9 @@ class Capture:
         sample = list(dict.fromkeys([*firsts.values(), *[f"activations/{n}" for n in list(self._modules)[-1:]]]))
         for name, coll in self._collections.items():
             if not coll.members and coll.config.include_regex:
-                print(f"sentinel: capture.{name}: include_regex {list(coll.config.include_regex)} matches no tensor, "
-                      f"the collection stays empty; names look like {sample} "
-                      f"(as smdebug names them: {[self._alias(n) or n for n in sample]})", file=sys.stderr, flush=True)
+                raise CaptureConfigError(
+                    f"capture.{name}: include_regex {list(coll.config.include_regex)} matches no tensor; names "
+                    f"look like {sample} (as smdebug names them: {[self._alias(n) or n for n in sample]})")
 
     # -- the step loop
     def _due(self, step: int, mode: str, force: Iterable[str] = ()) -> list[_Collection]:
@@ -286,7 +285,7 @@ class Capture:
             return False
         if not self._resolved:  # after the first forward pass: the loss module is known by now
             self._resolved = True
-            self._say_unmatched()
+            self._refuse_unmatched()
         due = self._due(step, mode, force)
         if not due:
             self._disarm()

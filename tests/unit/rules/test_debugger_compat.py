@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from stabilizer_sentinel.capture import Capture, parse_capture
+from stabilizer_sentinel.capture import Capture, CaptureConfigError, parse_capture
 from stabilizer_sentinel.rules import parse_rule_list
 from stabilizer_sentinel.sentinel import build_monitoring
 from stabilizer_sentinel.smdebug_compat import (
@@ -284,9 +284,8 @@ def test_a_collection_built_after_the_loss_module_s_first_call_saves_its_tensors
     assert np.array_equal(view.tensor("CrossEntropyLoss_input_0").value(0), logits.argmax(1).numpy())
 
 
-def test_a_collection_whose_regex_matches_nothing_stays_empty_and_the_log_shows_loss_and_module_names(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # As with Debugger, the job goes on; unlike Debugger, the log says so once, after the first step.
+def test_a_collection_whose_regex_matches_nothing_fails_naming_it_with_loss_and_module_names(tmp_path: Path) -> None:
+    # Never silence: after the first step (the loss module known) the job fails, naming the collection.
     model = mlp()
     capture = Capture(model, parse_capture({"custom_collection": {"include_regex": ".*fc_output", "save_interval": 1},
                                             "losses": {"save_interval": 1}}), out_dir=tmp_path)
@@ -296,17 +295,14 @@ def test_a_collection_whose_regex_matches_nothing_stays_empty_and_the_log_shows_
         capture.begin_step(n + 1)
 
     capture.begin_step(0)
-    train_unchanged(model, step, batches(3))
+    with pytest.raises(CaptureConfigError) as error:
+        train_unchanged(model, step, batches(3))
     capture.close()
-    said = [line for line in capsys.readouterr().err.splitlines() if "capture.custom_collection" in line]
-    assert len(said) == 1
-    assert "include_regex ['.*fc_output'] matches no tensor, the collection stays empty" in said[0]
+    said = str(error.value)
+    assert "capture.custom_collection: include_regex ['.*fc_output'] matches no tensor" in said
     for name in ("CrossEntropyLoss_output_0", "CrossEntropyLoss_input_0", "CrossEntropyLoss_input_1",
                  "0_output_0", "2_output_0", "Sequential_0.weight", "losses/loss", "activations/2"):
-        assert repr(name) in said[0], name
-    view = create_trial(str(tmp_path))
-    assert view.tensor_names(collection="custom_collection") == []
-    assert view.tensor("CrossEntropyLoss_output_0").steps() == [0, 1, 2]
+        assert repr(name) in said, name
 
 
 def test_the_loss_module_handed_over_names_the_losses_collection_as_smdebug_does(tmp_path: Path) -> None:
