@@ -49,6 +49,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from stabilizer_contract.catalogue import DIVERGING, NOT_LEARNING
+from stabilizer_sentinel import chance_level
 from stabilizer_sentinel.fall_tests import CENTRE_STEPS, FallTests
 from stabilizer_sentinel.loss_statistics import NoiseEstimate, PhaseTracker, Trend, untrained_level
 from stabilizer_sentinel.rules import RuleFinding
@@ -100,6 +101,8 @@ class LearningCheck(FallTests):
         self._lineage_noise: float | None = None
         self._trend = Trend()
         self._recent: deque[float] = deque(maxlen=self.window)
+        self._tail: deque[float] = deque(maxlen=self.patience_windows * self.window)
+        self.chance: chance_level.ChanceLevel | None = None  # the loss's chance level, where it can be read
         self._around: deque[float] = deque(maxlen=max(CENTRE_STEPS, self.window))
         self._centre: float | None = None
         self._window_noise: float | None = None
@@ -117,7 +120,9 @@ class LearningCheck(FallTests):
         for rule in rules:
             if getattr(rule, "name", None) in (NOT_LEARNING, DIVERGING):
                 settings.update({k: v for k, v in rule.parameters.items() if k in names})
-        return cls(**settings)
+        check = cls(**settings)
+        check.chance = chance_level.listen(check)
+        return check
 
     # -- what others read
     @property
@@ -220,6 +225,7 @@ class LearningCheck(FallTests):
             self._trend.add(step, self._clipped(loss))
             self._around.append(loss)
         self._recent.append(loss)
+        self._tail.append(loss)
         self._sum += loss
         self._count += 1
         if self._count < self.window:
@@ -239,7 +245,7 @@ class LearningCheck(FallTests):
         """
         if self._fired or self._first is None or self._last is None or self._last[0] == self._first[0]:
             return None
-        if self._learned_at is None and self._window_below(self._last[1]):
+        if self._learned_at is None and (self._window_below(self._last[1]) or self._tail_below_chance()):
             self._learned_at = self._last[0]  # the run ended below its start: no later window can confirm it
         return self._judge(step, at_end=True)
 
@@ -337,7 +343,7 @@ class LearningCheck(FallTests):
                 f"the loss never learned {when}: {self._start_words(first_step)}, "
                 f"{last:.4g} over the steps to {last_step} ({change:+.4g}; a fall of at least "
                 f"{self.min_decrease * 100:g}% of the start and {self.confidence:g} standard errors of "
-                f"the noise {self.noise or 0.0:.3g} per step was required)"
+                f"the noise {self.noise or 0.0:.3g} per step was required){self._chance_words()}"
             )
             return self._fire(NOT_LEARNING, step, message, last)
         best_step, best = self._best
