@@ -80,11 +80,12 @@ class ChanceLevel:
         ignore = int(node._saved_ignore_index)
         ignore = ignore - 2**64 if ignore >= 2**63 else ignore  # saved as an unsigned integer
         labels = node._saved_target.detach().reshape(-1)
-        labels = labels[labels != ignore]
-        counts = torch.bincount(labels, minlength=classes)
-        self._counts = counts if self._counts is None else self._counts + counts
+        kept = labels != ignore  # counted by weight, not selected: a selection would wait for the device
+        if self._counts is None:
+            self._counts = torch.zeros(classes, dtype=torch.float64, device=labels.device)
+        self._counts.index_add_(0, torch.where(kept, labels, 0), kept.double())
         self.kind = "cross_entropy"
-        self._samples += int(labels.numel())
+        self._samples += labels.numel()
         self._needed = SAMPLES_PER_CLASS * classes
 
     def _squared_error(self, node: Any) -> None:
