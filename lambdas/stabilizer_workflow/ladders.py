@@ -133,6 +133,14 @@ NORMALIZE_FOR_PLATEAU = Rung(
 HALVE_LR = Rung("lower_lr", "scale", "learning_rate", 0.5, floor_ratio=0.01,
                 why="the loss is not decreasing; half the learning rate in case it oscillates")
 
+# A loss that never fell, nor rose beyond its noise, in a whole run (NotLearning: the learning check
+# calls a run that never learned and rose, or spiked, Diverging instead): its steps were too small to
+# move it. Double the rate, within four times the job's own, as for vanishing gradients.
+RAISE_LR_FOR_FLAT_LOSS = Rung(
+    "raise_lr", "scale", "learning_rate", 2.0, ceiling_ratio=4,
+    why="the loss never fell below where it started (nor its chance level) and did not rise: steps too "
+        "small to move it; double the learning rate")
+
 STOP_OVERFIT = Rung("stop_early", "stop_early",
                     why="the test loss is rising while the training loss falls; the best model is behind us")
 
@@ -171,6 +179,7 @@ TABLE: dict[str, dict[str | None, tuple[Rung, ...]]] = {
     "Diverging": _EXPLOSION,
     "VanishingGradient": _every_phase(_VANISHING),
     "LossNotDecreasing": _every_phase(_PLATEAU),
+    "NotLearning": _every_phase((RAISE_LR_FOR_FLAT_LOSS,)),
     "Overfit": _every_phase(_OVERFIT),
     "Overtraining": _every_phase(_OVERFIT),
 }

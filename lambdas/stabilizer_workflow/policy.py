@@ -74,7 +74,7 @@ Recipe = dict[str, Any]
 
 # Rules that report a plateau, and how many relaunches may answer them in one execution (the
 # remedies of a loss that never decreased are guesses: normalisation, then a smaller step).
-PLATEAU_RULES = frozenset({"LossNotDecreasing"})
+PLATEAU_RULES = frozenset({"LossNotDecreasing", "NotLearning"})
 PLATEAU_RELAUNCHES = 2
 
 
@@ -247,7 +247,9 @@ def plan_default(state: WorkflowState, finding: Finding, checkpoints: Mapping[in
     healthy = healthy_checkpoint(attempt, finding, checkpoints)
     # A plateau's remedies are bounded: they are guesses, and each costs a whole job.
     plateau_tries = _plateau_relaunches(state) if finding.rule in PLATEAU_RULES else 0
-    climbing = loss_rise(attempt.watched) is not None
+    # NotLearning is the learning check's word for a loss that did not rise beyond its noise (one that
+    # did is Diverging): the summary's last single step, noisier than that, does not overrule it.
+    climbing = finding.rule != "NotLearning" and loss_rise(attempt.watched) is not None
     # A rate that exploded in this execution says the rates were too high: a later sign of too small
     # a step (tiny gradients under Adam, dead units after the explosion) is not answered by going back up.
     exploded_before = any(

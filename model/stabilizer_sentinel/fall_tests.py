@@ -12,7 +12,9 @@ This module must not touch the model, the optimizer or files: it reads numbers t
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
+from typing import Any
 
 from stabilizer_sentinel.loss_statistics import NoiseEstimate, Trend
 
@@ -46,6 +48,8 @@ class FallTests:
     _window_noise: float | None
     _around: deque[float]
     _recent: deque[float]
+    _tail: deque[float]
+    chance: Any
     _lowest: float | None
     _scale: float
     rising: float
@@ -64,8 +68,7 @@ class FallTests:
         A run too short for its noise to be measured (fewer than ``RELIABLE_NOISE`` steps: it can be
         judged only at its end) is judged by ``min_decrease`` alone.
         """
-        start = self.learning_start
-        assert start is not None
+        start = self._reference()
         floor = self.min_decrease * abs(start)
         if self._noise.samples < RELIABLE_NOISE:
             return start - mean > floor
@@ -88,9 +91,11 @@ class FallTests:
         fall = self._trend_fall(sigma)
         level = self._trend.level_at_end()
         floor = self.min_decrease * abs(start)
+        # A line that fell from above the chance level to it is the prior being learned: no evidence.
         line = (fall is not None and level is not None and fall[0] > self.confidence * fall[1]
-                and fall[0] > floor and level < start and (self._exploded is None or start - mean > floor))
-        if not (line or self._window_below(mean)):
+                and fall[0] > floor and level < start and (self._exploded is None or start - mean > floor)
+                and self._reference() == start)
+        if not (line or self._window_below(mean) or self._tail_below_chance()):
             self._below = 0
         elif self._noise.samples >= RELIABLE_NOISE:
             self._below += 1
@@ -131,6 +136,37 @@ class FallTests:
         if fall is None or self._noise.samples < RELIABLE_NOISE:
             return True
         return fall[0] + self.confidence * fall[1] >= floor > 0
+
+    def _chance(self) -> float | None:
+        return self.chance.level() if self.chance is not None else None
+
+    def _reference(self) -> float:
+        """What a fall is measured from: the start, or the chance level when the start is above it (a
+        fall to the chance level is the labels' prior or the targets' mean learned, not the inputs)."""
+        start = self.learning_start
+        assert start is not None
+        chance = self._chance()
+        return start if chance is None else min(start, chance)
+
+    def _tail_below_chance(self) -> bool:
+        """Whether the mean of the last ``patience_windows`` windows of steps is below the chance level by
+        ``min_decrease`` of it and ``confidence`` standard errors of that mean: no input-blind prediction
+        scores that, so the run learned from its inputs, however little it fell from its start. The
+        level is known exactly, so only the mean's own error counts, over the span the check already
+        waits before it judges a run."""
+        chance = self._chance()
+        if chance is None or len(self._tail) < (self._tail.maxlen or 0):
+            return False
+        tail = list(self._tail)
+        error = statistics.pstdev(tail) / math.sqrt(len(tail))
+        return chance - statistics.fmean(tail) > max(self.min_decrease * abs(chance), self.confidence * error)
+
+    def _chance_words(self) -> str:
+        chance = self._chance()
+        if chance is None or self.learning_start is None or chance >= self.learning_start:
+            return ""
+        return (f"; it started above the loss {chance:.4g} of a prediction that ignores the inputs (the "
+                f"labels' prior or the targets' mean), and a fall to that is no learning")
 
     def _significant(self, start: float) -> float:
         """A change of two window means larger than this is more than noise: ``min_decrease`` of the start

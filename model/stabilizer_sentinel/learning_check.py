@@ -18,6 +18,9 @@
   than the noise (the divergence checks' business). A completed run that never learned is found at
   its end: as NotLearning, or as Diverging when it ended above its start by more than the noise
   or still above the level of an explosion in its first window (a rate too high, not too low).
+  A run that never learned is Diverging at its patience too when the mean of its last steps is
+  above its quiet first window by more than the spread of each (a noise that grew with the loss
+  would hide the rise), or when it spiked above the bound and never learned past the spike.
 * **Diverging**: ``persistence`` consecutive steps above the bound ``baseline + spreads * scale``.
   The baseline is the first window's mean (the lineage's, for a resumed run); the scale is the
   largest of the loss's magnitude there, the range it has fallen since, and ``noise_spreads``
@@ -46,6 +49,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from stabilizer_contract.catalogue import DIVERGING, NOT_LEARNING
+from stabilizer_sentinel import chance_level
 from stabilizer_sentinel.fall_tests import CENTRE_STEPS, FallTests
 from stabilizer_sentinel.loss_statistics import NoiseEstimate, PhaseTracker, Trend, untrained_level
 from stabilizer_sentinel.rules import RuleFinding
@@ -83,6 +87,7 @@ class LearningCheck(FallTests):
         self._sum = 0.0
         self._count = 0
         self._first: tuple[int, float] | None = None  # (last step of the first window, its mean)
+        self._first_spread: float | None = None  # the standard deviation of the first window's steps
         self._start: float | None = None  # where learning is measured from (loss_statistics.untrained_level)
         self._spike: tuple[int, float] | None = None  # the first step above the divergence bound
         self._exploded: float | None = None  # the level of an explosion within the first window
@@ -96,6 +101,8 @@ class LearningCheck(FallTests):
         self._lineage_noise: float | None = None
         self._trend = Trend()
         self._recent: deque[float] = deque(maxlen=self.window)
+        self._tail: deque[float] = deque(maxlen=self.patience_windows * self.window)
+        self.chance: chance_level.ChanceLevel | None = None  # the loss's chance level, where it can be read
         self._around: deque[float] = deque(maxlen=max(CENTRE_STEPS, self.window))
         self._centre: float | None = None
         self._window_noise: float | None = None
@@ -113,7 +120,9 @@ class LearningCheck(FallTests):
         for rule in rules:
             if getattr(rule, "name", None) in (NOT_LEARNING, DIVERGING):
                 settings.update({k: v for k, v in rule.parameters.items() if k in names})
-        return cls(**settings)
+        check = cls(**settings)
+        check.chance = chance_level.listen(check)
+        return check
 
     # -- what others read
     @property
@@ -216,6 +225,7 @@ class LearningCheck(FallTests):
             self._trend.add(step, self._clipped(loss))
             self._around.append(loss)
         self._recent.append(loss)
+        self._tail.append(loss)
         self._sum += loss
         self._count += 1
         if self._count < self.window:
@@ -235,7 +245,7 @@ class LearningCheck(FallTests):
         """
         if self._fired or self._first is None or self._last is None or self._last[0] == self._first[0]:
             return None
-        if self._learned_at is None and self._window_below(self._last[1]):
+        if self._learned_at is None and (self._window_below(self._last[1]) or self._tail_below_chance()):
             self._learned_at = self._last[0]  # the run ended below its start: no later window can confirm it
         return self._judge(step, at_end=True)
 
@@ -268,6 +278,7 @@ class LearningCheck(FallTests):
         self._lowest = mean if self._lowest is None else min(self._lowest, mean)
         if self._first is None:
             self._first = self._best = (step, mean)
+            self._first_spread = statistics.pstdev(self._recent)
             self._start = untrained_level(list(self._recent), self.spreads)
             if self._start != mean:  # exploded within the first window: a spike, and no part of the trend
                 self._spike = (step, max(self._recent))
@@ -322,10 +333,9 @@ class LearningCheck(FallTests):
             # (whose noise is the explosion's own), it diverged.
             ended = min(last, self._centre if self._centre is not None else last)
             exploded = self._exploded is not None and ended > self._exploded
-            if at_end and (ended - first > self._significant(first) or exploded):
-                message = (f"the run ended with its loss above where it started: mean {last:.4g} over the steps to "
-                           f"{last_step}, {self._start_words(first_step)}{self._spike_words()}")
-                return self._fire(DIVERGING, step, message, last)
+            diverged = self._diverged_words(first, ended, exploded, at_end=at_end)
+            if diverged is not None:
+                return self._fire(DIVERGING, step, diverged, last)
             change = last - first
             when = ("by the end of the run" if at_end
                     else f"in {self.main_steps} steps after warm-up (patience {patience})")
@@ -333,7 +343,7 @@ class LearningCheck(FallTests):
                 f"the loss never learned {when}: {self._start_words(first_step)}, "
                 f"{last:.4g} over the steps to {last_step} ({change:+.4g}; a fall of at least "
                 f"{self.min_decrease * 100:g}% of the start and {self.confidence:g} standard errors of "
-                f"the noise {self.noise or 0.0:.3g} per step was required)"
+                f"the noise {self.noise or 0.0:.3g} per step was required){self._chance_words()}"
             )
             return self._fire(NOT_LEARNING, step, message, last)
         best_step, best = self._best
@@ -345,6 +355,32 @@ class LearningCheck(FallTests):
             )
             return self._fire(PLATEAU, step, message, last)
         return None
+
+    def _diverged_words(self, first: float, ended: float, exploded: bool, *, at_end: bool) -> str | None:
+        """Why a run that never learned diverged (a rate too high, not too low), or None when it did not."""
+        assert self._first is not None and self._last is not None
+        first_step, (last_step, last) = self._first[0], self._last
+        if (at_end and (ended - first > self._significant(first) or exploded)) or self._rose(first):
+            ended_words = "the run ended with" if at_end else "the run never learned, with"
+            return (f"{ended_words} its loss above where it started: mean {last:.4g} over the steps to "
+                    f"{last_step}, {self._start_words(first_step)}{self._spike_words()}")
+        if self._spike is not None:  # a spike above the bound it never learned past: a rate too high
+            return (f"the loss never learned since it spiked{self._spike_words()}: "
+                    f"{self._start_words(first_step)}, {last:.4g} over the steps to {last_step}")
+        return None
+
+    def _rose(self, first: float) -> bool:
+        """Whether a run that never learned ended above its start by more than the noise of each end.
+
+        The mean of the last steps (``CENTRE_STEPS``) against the first window's, each with its own
+        spread: a loss whose noise grows with its level (a fine-tune thrown to tens) has a per-step
+        noise, measured over the whole run, that would hide a rise from its start, but its start was
+        quiet. The difference must exceed ``confidence`` standard errors and ``min_decrease``."""
+        if self._first_spread is None or len(self._around) < self.window:
+            return False
+        tail = list(self._around)
+        error = math.sqrt(self._first_spread ** 2 / self.window + statistics.pvariance(tail) / len(tail))
+        return statistics.fmean(tail) - first > max(self.min_decrease * abs(first), self.confidence * error)
 
     def _fire(self, rule: str, step: int, message: str, value: float) -> RuleFinding:
         self._fired = True

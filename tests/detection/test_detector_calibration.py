@@ -35,7 +35,8 @@ CORPUS: dict[str, tuple[Callable[[int], t.Run], str]] = {
     "slow plateau": (t.make_slow_plateau, NONE),
     "rate unknown, healthy": (t.make_unknown_rate, NONE),
     "a spike at the start, then learns below its start": (t.make_spike_then_learns, NONE),
-    "a spike at the start, then stuck at chance": (t.make_spike_then_chance, NOT_LEARNING),
+    # A rate too high wrecked it: never learned past the spike, so Diverging (NotLearning would raise the rate).
+    "a spike at the start, then stuck at chance": (t.make_spike_then_chance, DIVERGING),
     "a spike at the start, then settling above its start": (t.make_spike_then_above_start, DIVERGING),
     "learns while its noise is measured, then climbs above its start": (t.make_learns_then_unstable, DIVERGING),
     "flat, never learning": (t.make_flat, NOT_LEARNING),

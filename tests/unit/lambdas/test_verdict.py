@@ -226,17 +226,29 @@ def test_a_relaunch_resumes_when_the_launcher_restores(user_job_state):
 
 
 @pytest.mark.parametrize("status", ["Completed", "Failed"])
-def test_a_run_that_never_learned_ends_did_not_learn(settings, status):
-    state = launched(settings)
-    findings = sentinel_findings(rule="NotLearning", step=29, phase="main")
-    failure = {"failure_reason": "AlgorithmError: RuleStop: NotLearning at step 29"} if status == "Failed" else {}
-    result = monitor.check(state, observation(state, status, findings=findings, **failure), LATER)
-    assert (result.state.next_action, result.state.outcome) == ("end", "did_not_learn")
-    assert "NotLearning at step 29" in result.state.reason
+def test_a_run_that_never_learned_gets_twice_the_rate_twice_then_ends_did_not_learn(settings, status):
+    # NotLearning: a loss that neither fell nor rose beyond its noise (a rise is Diverging): steps too
+    # small to move it. The rate doubles, at most twice, then the execution says it did not learn.
+    state = launching.prepare({}, EXECUTION, settings)
+    now, result = T0, None
+    for _ in range(10):
+        if state.next_action == "end":
+            break
+        state = launching.launch(state, settings, now).state
+        now += timedelta(minutes=10)
+        findings = sentinel_findings(rule="NotLearning", step=29, phase="main")
+        failure = {"failure_reason": "AlgorithmError: RuleStop: NotLearning at step 29"} if status == "Failed" else {}
+        result = monitor.check(state, observe(describe(state, status, **failure), findings=findings), now)
+        state = result.state
+    rates = [attempt.run_spec["learning_rate"] for attempt in state.attempts]
+    assert rates == [rates[0], 2 * rates[0], 4 * rates[0]]
+    assert [a.decision.remedy for a in state.attempts[:2]] == ["raise_lr", "raise_lr"]
+    assert (state.next_action, state.outcome) == ("end", "did_not_learn")
+    assert "NotLearning at step 29" in state.reason
     note = result.effects.notification
     assert note.event_type == "did_not_learn"
     assert note.attributes["outcome"] == "did_not_learn"
-    assert note.subject.startswith("Did not learn after 1 job")
+    assert note.subject.startswith("Did not learn after 3 jobs")
 
 
 def test_a_run_that_never_learned_under_the_original_ladder_is_relaunched_not_called_a_success(settings):

@@ -99,11 +99,26 @@ def test_vanishing_gradients_under_a_flat_loss_are_still_vanishing_gradients(tmp
     assert finding["rule"] == "VanishingGradient" and finding["step"] == 12
 
 
-def test_a_loss_thrown_to_thousands_in_its_first_steps_and_back_at_chance_never_learned(tmp_path):
+def test_a_loss_thrown_to_thousands_in_its_first_steps_and_back_at_chance_is_diverging(tmp_path):
     # A rate far too high: 2.3 at the first step, thousands for 14 steps, then 2.33 to the end. The
-    # mean of the first window (thousands) is no start: the fall back to chance is not learning.
+    # mean of the first window (thousands) is no start: the fall back to chance is not learning. A
+    # run that never learned past a spike had a rate too high: NotLearning would be answered by a
+    # higher one.
     finding = watched(tmp_path, t.make_spike_then_chance(0))
-    assert finding["rule"] == "NotLearning" and "2.3 at its first step" in finding["message"]
+    assert finding["rule"] == "Diverging" and "2.3 at its first step" in finding["message"]
+    assert "never learned since it spiked" in finding["message"]
+
+
+def test_a_noisy_loss_that_never_learned_and_ended_far_above_its_start_is_diverging(tmp_path):
+    # A fine-tune at a rate too high: from a quiet 1.4 the loss is thrown to about 20 and stays there
+    # with a noise that grows with it (several units a step), which hides the rise from a test that
+    # measures both ends with the whole run's noise. Its start was quiet: the rise is a divergence.
+    generator = torch.Generator().manual_seed(0)
+    noise = torch.randn(120, generator=generator).tolist()
+    losses = [1.4 * (1 + 0.1 * n) if step < 5 else 20.0 * (1 + 0.45 * n) for step, n in enumerate(noise)]
+    finding = watched(tmp_path, t.Run([max(loss, 0.5) for loss in losses], [1.0] * 120))
+    assert finding["rule"] == "Diverging", finding["message"]
+    assert "above where it started" in finding["message"]
 
 
 def test_a_loss_thrown_up_at_the_start_that_ends_above_its_start_is_diverging(tmp_path):

@@ -1,0 +1,133 @@
+"""The chance level of a loss: what the best prediction that ignores the inputs scores.
+
+A model that has learned nothing about its inputs can still lower its loss: it learns the labels'
+prior (a classifier's loss falls from a badly scaled start to the entropy of its labels) or the
+targets' mean (a regression's loss falls to their variance). That fall is real, and says nothing
+about learning. No input-blind prediction does better than this level, so a loss below it by more
+than the noise is positive evidence of learning, whatever the start, and a loss that never gets
+below it has not learned, whatever its fall. For a loss whose level is known:
+
+* **cross-entropy** (``nll_loss`` after ``log_softmax``, as ``cross_entropy`` and
+  ``nn.CrossEntropyLoss`` compute it; mean reduction, no class weights): the entropy of the labels
+  seen in training, ignored labels left out (a language model's level is the entropy of its tokens'
+  frequencies);
+* **mean squared error** (mean reduction): the variance of each target column seen in training,
+  averaged over the columns.
+
+The level is read from the graph of the scalar every backward pass starts from
+(``torch.autograd.backward``, wrapped by stabilizer_sentinel.bare_tensors). Anything else, a loss
+scaled or summed before its backward pass (gradient accumulation, a loss scaler, a GAN's two
+losses, a regulariser), leaves the level unknown for the rest of the run: the learning check then
+judges the fall from the start alone. So does one backward pass of another kind.
+
+This module must not change gradients or weights: it reads the saved targets of the loss's node.
+Counts stay on the tensors' device; they are read (one synchronisation) when the check asks.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from stabilizer_sentinel import bare_tensors
+
+CROSS_ENTROPY = ("NllLossBackward0", "NllLoss2DBackward0")
+SQUARED_ERROR = "MseLossBackward0"
+MEAN = 1  # the reduction code autograd saves for "mean"
+# Labels per class (or targets) seen before the level is used: the entropy of a prior estimated
+# from n labels is low by about (classes - 1) / (2 n); with ten per class that is under 5 % of ln 2.
+SAMPLES_PER_CLASS = 10
+
+
+class ChanceLevel:
+    """The chance level of the loss every backward pass starts from; None while unknown."""
+
+    def __init__(self) -> None:
+        self.kind: str | None = None
+        self.off = False  # a backward pass this module cannot read: unknown for the rest of the run
+        self._counts: torch.Tensor | None = None  # cross-entropy: labels per class
+        self._sums: torch.Tensor | None = None  # squared error: per column, count, sum and sum of squares
+        self._samples = 0
+        self._needed = 0
+
+    def observe(self, tensors: Sequence[torch.Tensor]) -> None:
+        """One backward pass is about to run from ``tensors``."""
+        if self.off:
+            return
+        loss = bare_tensors.scalar_loss(tensors)
+        node = loss.grad_fn if loss is not None else None
+        name = node.name() if node is not None else None
+        try:
+            if name in CROSS_ENTROPY and self.kind in (None, "cross_entropy"):
+                self._cross_entropy(node)
+            elif name == SQUARED_ERROR and self.kind in (None, "squared_error"):
+                self._squared_error(node)
+            else:
+                self.off = True
+        except (AttributeError, RuntimeError, ValueError):  # a node saved differently: say nothing
+            self.off = True
+
+    def _cross_entropy(self, node: Any) -> None:
+        if node._saved_reduction != MEAN or node._saved_weight is not None:
+            self.off = True
+            return
+        scores = node._saved_self
+        classes = scores.shape[1] if scores.dim() > 1 else scores.shape[0]
+        ignore = int(node._saved_ignore_index)
+        ignore = ignore - 2**64 if ignore >= 2**63 else ignore  # saved as an unsigned integer
+        labels = node._saved_target.detach().reshape(-1)
+        kept = labels != ignore  # counted by weight, not selected: a selection would wait for the device
+        if self._counts is None:
+            self._counts = torch.zeros(classes, dtype=torch.float64, device=labels.device)
+        self._counts.index_add_(0, torch.where(kept, labels, 0), kept.double())
+        self.kind = "cross_entropy"
+        self._samples += labels.numel()
+        self._needed = SAMPLES_PER_CLASS * classes
+
+    def _squared_error(self, node: Any) -> None:
+        target = node._saved_target.detach()
+        if node._saved_reduction != MEAN or target.shape != node._saved_self.shape or target.dim() == 0:
+            self.off = True
+            return
+        rows = target.reshape(target.shape[0], -1).double()
+        sums = torch.stack([torch.full_like(rows[0], rows.shape[0]), rows.sum(0), (rows * rows).sum(0)])
+        if self._sums is not None and self._sums.shape != sums.shape:
+            self.off = True
+            return
+        self._sums = sums if self._sums is None else self._sums + sums
+        self.kind = "squared_error"
+        self._samples += rows.shape[0]
+        self._needed = SAMPLES_PER_CLASS * 3  # thirty targets: the variance to within about a quarter
+
+    def level(self) -> float | None:
+        """The loss of the best input-blind prediction of the targets seen so far; None while unknown."""
+        if self.off or self.kind is None or self._samples < self._needed:
+            return None
+        if self._counts is not None:
+            p = self._counts.double() / self._counts.sum()
+            p = p[p > 0]
+            return float(-(p * p.log()).sum())
+        assert self._sums is not None
+        n, total, squares = self._sums
+        value = float((squares / n - (total / n) ** 2).clamp(min=0).mean())
+        return value if math.isfinite(value) else None
+
+
+def listen(owner: object) -> ChanceLevel:
+    """A chance level fed by every backward pass of this process while ``owner`` lives."""
+    chance = ChanceLevel()
+    ref = weakref.ref(owner)
+
+    def listener(tensors: Sequence[torch.Tensor]) -> None:
+        if ref() is None:
+            bare_tensors.LISTENERS.remove(listener)
+            return
+        chance.observe(tensors)
+
+    bare_tensors.wrap_backward()
+    bare_tensors.LISTENERS.append(listener)
+    return chance

@@ -1,0 +1,113 @@
+"""The chance level of a loss (what a prediction that ignores the inputs scores) in the learning check.
+
+A loss that only falls to its chance level learned the labels' prior or the targets' mean, not the
+inputs; a loss below it by more than its noise learned from the inputs, however little it fell.
+The level is read from real backward passes; the check's verdicts are fed synthetic losses.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import torch
+from torch import nn
+
+from stabilizer_sentinel.chance_level import ChanceLevel, listen
+from stabilizer_sentinel.learning_check import LearningCheck
+
+
+class Known:
+    """A chance level already measured."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def level(self) -> float:
+        return self.value
+
+
+def verdict(losses: list[float], chance: float | None):
+    check = LearningCheck(run_steps=len(losses))
+    check.chance = Known(chance) if chance is not None else None
+    for step, loss in enumerate(losses):
+        finding = check.observe(step, loss, None, 0.05)
+        if finding is not None:
+            return finding
+    return check.at_end(len(losses) - 1)
+
+
+def noisy(levels: list[float], spread: float, seed: int = 0) -> list[float]:
+    rng = random.Random(seed)
+    return [max(0.01, level + rng.gauss(0.0, spread)) for level in levels]
+
+
+def test_a_classifier_whose_loss_falls_only_to_the_entropy_of_its_labels_never_learned():
+    # Random labels of three classes: the loss falls from a badly scaled 1.4 to ln 3 and stays there.
+    levels = [math.log(3) + (1.4 - math.log(3)) * math.exp(-step / 40) for step in range(300)]
+    losses = noisy(levels, 0.15)
+    assert verdict(losses, None) is None  # from the loss alone, a genuine fall
+    finding = verdict(losses, math.log(3))
+    assert finding is not None and finding.rule == "NotLearning"
+    assert "ignores the inputs" in finding.message
+
+
+def test_a_noisy_classifier_below_its_chance_level_learned_though_its_fall_is_within_the_noise():
+    # Batches of four, 30 % random labels: from 0.92 to 0.77 under a per-step noise of 0.45.
+    levels = [0.77 + 0.15 * math.exp(-step / 60) for step in range(300)]
+    losses = noisy(levels, 0.45, seed=3)
+    finding = verdict(losses, None)
+    assert finding is not None and finding.rule == "NotLearning"  # the fall alone is no evidence
+    assert verdict(losses, math.log(3)) is None
+
+
+def test_a_regression_that_falls_a_little_towards_its_targets_variance_never_learned():
+    # A rate far too low: a straight 10 % fall from 12.7 under a noise of 0.5; the targets' variance is
+    # 11.9 (the untrained model's predictions add their own error to it).
+    losses = noisy([12.7 - 1.3 * step / 250 for step in range(250)], 0.5, seed=1)
+    assert verdict(losses, None) is None  # from the loss alone, a real fall
+    finding = verdict(losses, 11.9)
+    assert finding is not None and finding.rule == "NotLearning"
+    # The same run at a useful rate ends far below the variance: learned.
+    assert verdict(noisy([6.0 + 6.7 * math.exp(-step / 120) for step in range(250)], 1.5), 11.7) is None
+
+
+def _train(loss_of, steps: int = 40) -> ChanceLevel:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    owner = object.__new__(LearningCheck)
+    chance = listen(owner)
+    for _ in range(steps):
+        x = torch.randn(8, 4)
+        loss_of(model, x).backward()
+    del owner
+    return chance
+
+
+def test_the_chance_level_of_a_cross_entropy_is_the_entropy_of_the_labels_seen():
+    labels = torch.tensor([0, 0, 0, 0, 0, 0, 1, 2])  # 6 : 1 : 1
+    chance = _train(lambda model, x: nn.functional.cross_entropy(model(x), labels))
+    p = torch.tensor([6 / 8, 1 / 8, 1 / 8], dtype=torch.float64)
+    assert math.isclose(chance.level(), float(-(p * p.log()).sum()), rel_tol=1e-9)
+
+
+def test_labels_a_cross_entropy_ignores_are_not_counted_in_its_chance_level():
+    labels = torch.tensor([0, 0, 1, 1, -100, -100, -100, -100])
+    chance = _train(lambda model, x: nn.functional.cross_entropy(model(x), labels))
+    assert math.isclose(chance.level(), math.log(2), rel_tol=1e-9)
+
+
+def test_the_chance_level_of_a_squared_error_is_the_variance_of_the_targets_seen():
+    targets = torch.arange(24, dtype=torch.float32).reshape(8, 3)
+    chance = _train(lambda model, x: nn.functional.mse_loss(model(x), targets))
+    assert math.isclose(chance.level(), float(targets.var(0, unbiased=False).mean()), rel_tol=1e-6)
+
+
+def test_the_chance_level_is_unknown_for_a_loss_scaled_or_mixed_before_its_backward_pass():
+    labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    halved = _train(lambda model, x: nn.functional.cross_entropy(model(x), labels) / 2)  # accumulation
+    assert halved.level() is None and halved.off
+    weighted = _train(lambda model, x: nn.functional.cross_entropy(model(x), labels, weight=torch.ones(3)))
+    assert weighted.level() is None
+    early = _train(lambda model, x: nn.functional.cross_entropy(model(x), labels), steps=2)
+    assert early.level() is None  # 16 labels of 3 classes: too few to measure a prior from
