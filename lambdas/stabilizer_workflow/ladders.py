@@ -185,8 +185,27 @@ TABLE: dict[str, dict[str | None, tuple[Rung, ...]]] = {
 }
 
 
-def remedies(finding: str, phase: str | None) -> tuple[Rung, ...] | None:
-    """The remedies for `finding` in `phase`, in order; None when the table has no row for it."""
+# After an explosion in the same execution, a finding whose row would raise the rate (a loss flat at
+# its start or chance level, vanishing gradients: units killed by the explosion's rate, a lowered
+# rate still too high for the recipe) is that explosion's aftermath. The rate is never raised back
+# (`policy`), so these rows replace the finding's own: its remedies but the raise, then a quarter of
+# the rate. A rate sized from the evidence would not do: the attempt that took healthy steps at the
+# lowered rate counts it as stable, and the next size would lie above it.
+LOWER_LR_AFTER_EXPLOSION = Rung(
+    "lower_lr", "scale", "learning_rate", 0.25, floor_ratio=0.01,
+    why="an earlier attempt of this execution exploded and this one does not learn at the lowered rate: the "
+        "rate is still too high for the recipe; a quarter of it")
+AFTER_EXPLOSION: dict[str, tuple[Rung, ...]] = {
+    "NotLearning": (LOWER_LR_AFTER_EXPLOSION,),
+    "VanishingGradient": (NORMALIZE_FOR_GRADIENTS, USE_ELU, LOWER_LR_AFTER_EXPLOSION),
+}
+
+
+def remedies(finding: str, phase: str | None, *, exploded_before: bool = False) -> tuple[Rung, ...] | None:
+    """The remedies for `finding` in `phase`, in order; None when the table has no row for it.
+    `exploded_before`: an earlier attempt of the execution exploded (`AFTER_EXPLOSION`)."""
+    if exploded_before and finding in AFTER_EXPLOSION:
+        return AFTER_EXPLOSION[finding]
     row = TABLE.get(finding)
     return None if row is None else row.get(phase, ())
 
@@ -223,6 +242,14 @@ def markdown() -> str:
                     role += f" (unless `{rung.unless}` is declared)"
                 cells = [phase or "-", str(number), f"`{rung.name}`", role, rung.sizing, rung.bound, rung.why]
                 lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "## After an explosion", "", "When an earlier attempt of the execution exploded (ExplodingTensor,",
+              "Diverging), these rows replace the finding's own in every phase: the rate is never raised back.", "",
+              "| finding | # | remedy | knob role | sizing | bound | why |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    for finding, rungs in AFTER_EXPLOSION.items():
+        for number, rung in enumerate(rungs, 1):
+            cells = [finding, str(number), f"`{rung.name}`", rung.role or "-", rung.sizing, rung.bound, rung.why]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

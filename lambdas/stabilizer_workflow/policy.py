@@ -240,7 +240,13 @@ def plan_default(state: WorkflowState, finding: Finding, checkpoints: Mapping[in
     assert attempt is not None, "plan needs an attempt"
     spec = attempt.run_spec
     what = describe_finding(finding)
-    ladder = remedies(finding.rule, finding.phase)  # the table's row for this finding and phase
+    # A rate that exploded in this execution says the rates were too high: a later sign of too small
+    # a step (tiny gradients under Adam, dead units after the explosion) is not answered by going back up.
+    exploded_before = any(
+        a.finding is not None and a.finding.rule in EXPLOSIONS for a in state.attempts if a is not attempt
+    )
+    # The table's row for this finding and phase (its after-explosion row where there is one).
+    ladder = remedies(finding.rule, finding.phase, exploded_before=exploded_before)
     if ladder is None:
         return _end("gave_up", f"{what}: no remedy is declared for {finding.rule}", spec)
     knobs = state.job.knobs.declared()
@@ -250,11 +256,6 @@ def plan_default(state: WorkflowState, finding: Finding, checkpoints: Mapping[in
     # NotLearning is the learning check's word for a loss that did not rise beyond its noise (one that
     # did is Diverging): the summary's last single step, noisier than that, does not overrule it.
     climbing = finding.rule != "NotLearning" and loss_rise(attempt.watched) is not None
-    # A rate that exploded in this execution says the rates were too high: a later sign of too small
-    # a step (tiny gradients under Adam, dead units after the explosion) is not answered by going back up.
-    exploded_before = any(
-        a.finding is not None and a.finding.rule in EXPLOSIONS for a in state.attempts if a is not attempt
-    )
     wanted: list[str] = []  # roles this finding's rungs would turn, declared or not
     for rung in ladder:
         if rung.unless and rung.unless in knobs:

@@ -340,3 +340,26 @@ def test_vanishing_gradient_after_a_climb_its_last_steps_do_not_show_is_answered
     assert s.attempts[0].finding.rule == "Diverging"
     assert s.attempts[0].decision.remedy == "lower_lr"
     assert s.run_spec["learning_rate"] == pytest.approx(0.025)  # a quarter of the rate it failed at
+
+
+@pytest.mark.parametrize("later", ["NotLearning", "VanishingGradient"])
+def test_a_run_that_does_not_learn_after_an_explosion_gets_a_lower_rate_never_a_higher_one(settings, later):
+    # An explosion, then a relaunch that does not learn at its lowered rate (a loss flat at chance, dead
+    # units): the rate is still too high for the recipe. Its own row would raise the rate, which an
+    # explosion in this execution forbids; its after-explosion row lowers it instead of giving up.
+    state = launching.prepare({}, EXECUTION, settings)
+    now = T0
+    for rule in ("Diverging", later):
+        state = launching.launch(state, settings, now).state
+        now += timedelta(minutes=10)
+        flat = {} if rule == "Diverging" else {"first_loss": 2.3, "last_loss": 2.3, "best_loss": 2.29, "learned": False}
+        findings = sentinel_findings(rule=rule, step=29, phase="main", **flat)
+        if flat:  # its last steps flat too, not the event file's non-finite climb
+            findings.findings[0].evidence["loss_history"] = [[step, 2.3] for step in range(20, 30)]
+        state = monitor.check(state, observe(describe(state, "Completed"), findings=findings), now).state
+    assert [a.finding.rule for a in state.attempts] == ["Diverging", later]
+    assert state.next_action == "launch_new", state.reason
+    second, third = state.attempts[-1].run_spec, state.run_spec
+    assert state.attempts[-1].decision.remedy == "lower_lr"
+    assert third["learning_rate"] == pytest.approx(second["learning_rate"] / 4)
+    assert "an earlier attempt of this execution exploded" in state.attempts[-1].decision.reason
