@@ -208,8 +208,8 @@ class LearningCheck(FallTests):
                 self._spike = (step, loss)
             base = self._bound - self.spreads * self._scale
             if loss > base + self.jump_spreads * self._scale:  # no batch is that far off; an explosion is
-                message = (f"the loss {loss:.4g} jumped above {base + self.jump_spreads * self._scale:.4g}, "
-                           f"{self.jump_spreads:g} x the loss's scale above the start ({self._bound_reason()})")
+                message = (f"the loss {loss:.4g} jumped above {base + self.jump_spreads * self._scale:.4g} "
+                           f"({self._bound_reason(self.jump_spreads)})")
                 return self._fire(DIVERGING, step, message, loss)
             if self._above >= self.persistence:
                 message = (f"the loss {loss:.4g} has been above the divergence bound {self._bound:.4g} for "
@@ -313,10 +313,11 @@ class LearningCheck(FallTests):
             self._scale = max(abs(base), fallen, self.noise_spreads * (self.noise or 0.0))
         self._bound = base + self.spreads * self._scale if self._scale > 0 else None
 
-    def _bound_reason(self) -> str:
+    def _bound_reason(self, spreads: float | None = None) -> str:
+        """How a bound was reached: the start + ``spreads`` (the divergence bound's by default) x the scale."""
         base = self.baseline if self.baseline is not None else self.start_loss
         where = "the configured baseline" if self.baseline is not None else "the mean of the first window"
-        return f"{where} {base:.4g} + {self.spreads:g} x the loss's scale {self._scale:.4g}"
+        return f"{where} {base:.4g} + {spreads or self.spreads:g} x the loss's scale {self._scale:.4g}"
 
     def _judge(self, step: int, *, at_end: bool) -> RuleFinding | None:
         if self._first is None or self._last is None or self._best is None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
+
+import pytest
 
 from stabilizer_sentinel.health import DIVERGING, NOT_LEARNING, PLATEAU, LearningCheck, run_up
 from tests.unit.rules.test_sentinel import loop
@@ -209,3 +212,15 @@ def test_the_sentinel_reports_the_run_up_with_its_finding(tmp_path):
     (finding,) = verdicts[9].findings
     assert finding["rule"] == "ExplodingTensor" and finding["onset_step"] == 8
     assert finding["stable_learning_rate"] == 0.1
+
+
+def test_a_jump_says_the_arithmetic_of_its_own_bound():
+    # One step far above the start is Diverging at once; its message adds up (start + 90 scales).
+    finding = feed(LearningCheck(), [*noisy([2.30] * 12), 4054.0])
+    assert finding is not None and finding.rule == DIVERGING
+    said = re.search(r"jumped above ([\d.e+]+) \(the mean of the first window ([\d.]+) \+ (\d+) x the loss's scale "
+                     r"([\d.]+)\)", finding.message)
+    assert said, finding.message
+    bound, start, spreads, scale = map(float, said.groups())
+    assert spreads == 90
+    assert bound == pytest.approx(start + spreads * scale, rel=1e-3)
