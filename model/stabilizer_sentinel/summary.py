@@ -99,6 +99,7 @@ class RunRecord:
     first_step: int | None = None
     last_step: int | None = None
     last_loss: float | None = None
+    first_seen: float | None = None  # the first finite loss: the start of a run too short for a window
     started_from: str | None = None
     restores: bool = False
     exception: str | None = None  # set by a framework that catches the exception itself (Lightning)
@@ -114,6 +115,8 @@ class RunRecord:
         self.last_step = step
         if loss is not None:
             self.last_loss = loss
+            if self.first_seen is None and math.isfinite(loss):
+                self.first_seen = loss
 
     def loss_scale(self, scale: float) -> None:
         self.scale_last = scale
@@ -122,6 +125,7 @@ class RunRecord:
     def summary(self, learning: Any, *, ended: str | None, exception: str | None) -> dict[str, Any]:
         """The ``summary`` object; ``learning`` is the sentinel's learning check (stabilizer_sentinel.health)."""
         start = getattr(learning, "learning_start", None)  # the untrained level, not an early spike
+        start = self.first_seen if start is None else start  # a run ended before its first window closed
         window = int(getattr(learning, "window", 5) or 5)
         if getattr(learning, "learned", False):
             learned: bool | None = True

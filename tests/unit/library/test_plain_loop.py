@@ -39,6 +39,9 @@ def test_a_diverging_loop_is_stopped_at_its_first_non_finite_step(tmp_path):
     assert (job / "failure").read_text().startswith(f"RuleStop: ExplodingTensor at step {expected}")
     # Stopped before the optimizer applied that step: no log line for it.
     assert max(step for step, _ in logged(result.stdout)) == expected - 1
+    # Too short for the learning check's first window, its summary still says where the loss started.
+    first = logged(free.stdout, "loss")[0][1]
+    assert expected < 5 and summary(job)["first_loss"] == pytest.approx(first, rel=1e-4)
 
 
 def test_a_healthy_loop_runs_to_the_end_and_closes_the_store(tmp_path):
