@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from stabilizer_contract.s3_uris import bucket_of
 from stabilizer_workflow.errors import InvalidInput
-from stabilizer_workflow.s3_uris import bucket_of
 
 # <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:<tag>|@<digest>]: an image in
 # Amazon ECR (SageMaker training images come from ECR, or from a private registry reached through

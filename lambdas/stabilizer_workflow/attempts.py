@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from stabilizer_contract.job import CONFIG_HYPERPARAMETER
+from stabilizer_contract.s3_uris import is_s3_uri
 from stabilizer_workflow import notifications
 from stabilizer_workflow.access import check_job_access
 from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
@@ -33,7 +34,6 @@ from stabilizer_workflow.notifications import Notification
 from stabilizer_workflow.reference import is_reference, reference_job
 from stabilizer_workflow.requests import build_create_training_job, checkpoint_uri, configuration_problem
 from stabilizer_workflow.rule_checks import custom_rule_sources
-from stabilizer_workflow.s3_uris import is_s3_uri
 from stabilizer_workflow.service_limits import request_problems
 from stabilizer_workflow.settings import TrainSettings
 from stabilizer_workflow.sources import entry_point_problem

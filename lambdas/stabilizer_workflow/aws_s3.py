@@ -1,7 +1,7 @@
 """The S3 adapter: what a training job leaves in its checkpoint prefix, whether a data channel
 holds anything, and the task tokens of parked executions.
 
-URIs are split by stabilizer_workflow.s3_uris, the one parser. One call per method, its errors
+URIs are split by stabilizer_contract.s3_uris, the one parser. One call per method, its errors
 translated by stabilizer_workflow.aws; no decisions here.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from stabilizer_contract.s3_uris import split_s3_uri
 from stabilizer_workflow.aws import NOT_THERE, error_code, new_client, translate
 from stabilizer_workflow.hang_settings import PROGRESS_FILE, STRAGGLERS_FILE
 from stabilizer_workflow.observation import FindingsDocument, StragglerReport, parse_findings, parse_stragglers
-from stabilizer_workflow.s3_uris import split_s3_uri
 
 
 @lru_cache(maxsize=1)

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError, field_validator
 
+from stabilizer_contract.s3_uris import is_s3_uri, split_s3_uri
 from stabilizer_workflow.errors import MisconfiguredEnvironment
-from stabilizer_workflow.s3_uris import is_s3_uri, split_s3_uri
 
 # The job name is "<prefix>-<8 hex>-<attempt>": 63 characters leave 49 for the prefix with
 # attempts up to 9999. IAM scopes training jobs to "<prefix>*", so the prefix is never cut.

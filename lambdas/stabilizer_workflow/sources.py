@@ -15,8 +15,8 @@ import io
 import tarfile
 from typing import Any
 
+from stabilizer_contract.s3_uris import split_s3_uri
 from stabilizer_workflow.errors import InvalidInput
-from stabilizer_workflow.s3_uris import split_s3_uri
 
 MAX_ARCHIVE_BYTES = 64 * 1024 * 1024
 _MISSING = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}

@@ -21,6 +21,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from stabilizer_contract.s3_uris import parse_s3_uri
+
 FORMAT = "stabilizer-tensors/1"
 MODES = ("TRAIN", "EVAL")
 COLLECTIONS_FILE = "collections.json"
@@ -150,11 +152,8 @@ class S3Storage:
     """An ``s3://bucket/prefix`` store. boto3 is imported here, lazily: the training container lacks it."""
 
     def __init__(self, uri: str, client: Any = None) -> None:
-        match = re.match(r"^s3://(?P<bucket>[^/]+)/?(?P<prefix>.*)$", uri)
-        if not match:
-            raise ValueError(f"expected an s3://bucket/prefix URI, got {uri!r}")
-        self.bucket = match["bucket"]
-        self.prefix = match["prefix"].rstrip("/")
+        self.bucket, prefix = parse_s3_uri(uri)
+        self.prefix = prefix.rstrip("/")
         if client is None:
             import boto3
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stabilizer_workflow.s3_uris import split_s3_uri
+from stabilizer_contract.s3_uris import split_s3_uri
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stabilizer_workflow.s3_uris import parse_s3_uri
+from stabilizer_contract.s3_uris import parse_s3_uri
 
 
 def join_uri(uri: str, *parts: str) -> str:

@@ -1,4 +1,4 @@
-"""S3 URIs are read in one place (stabilizer_workflow.s3_uris) by the workflow, the client and local
+"""S3 URIs are read in one place (stabilizer_contract.s3_uris) by the workflow, the client and local
 mode alike, so a key with ``?`` or ``#`` or a bucket-only URI means the same everywhere."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from stabilizer_workflow.s3_uris import is_s3_uri, parse_s3_uri, split_s3_uri
+from stabilizer_contract.s3_uris import is_s3_uri, parse_s3_uri, split_s3_uri
 
 ROOT = Path(__file__).resolve().parents[3]
-# Where a URI might be taken apart by hand: the workflow, the client and local mode, the stack.
-# (The in-job library under model/ installs alone, without the workflow, and keeps its own.)
-DIRECTORIES = ("stabilizer", "lambdas", "infra")
-THE_PARSER = ROOT / "lambdas" / "stabilizer_workflow" / "s3_uris.py"
+# Where a URI might be taken apart by hand: the workflow, the client and local mode, the stack, the
+# in-job library (the parser is in the dependency-free contract, which the library carries).
+DIRECTORIES = ("stabilizer", "lambdas", "infra", "model")
+THE_PARSER = ROOT / "model" / "stabilizer_contract" / "s3_uris.py"
 BY_HAND = re.compile(
     r"""removeprefix\(\s*["']s3://|len\(\s*["']s3://["']\s*\)|\[5\s*:\s*\]|\bre\.\w+\(\s*r?["']\^?s3://"""
 )

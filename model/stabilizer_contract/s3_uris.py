@@ -1,7 +1,8 @@
-"""S3 URIs: the one parser (``s3://bucket/key``) the workflow, the client and local mode use.
+"""S3 URIs: the one parser (``s3://bucket/key``) the workflow, the client, local mode and the in-job
+library's tensor store use.
 
-Pure: no AWS calls, no SDK import, so input validation can use it without loading boto3. (The
-in-job library reads its tensor store's URI itself: it installs without this package.)
+Pure: no AWS calls, no SDK import, so input validation can use it without loading boto3; part of
+the dependency-free contract, so the library installed alone has it too.
 """
 
 from __future__ import annotations
