@@ -61,14 +61,15 @@ class FallTests:
         level = sum(self._recent) / len(self._recent)
         return level - self._lowest > self.rising * self._scale
 
-    def _window_below(self, mean: float) -> bool:
-        """Whether a window mean is below the start by ``min_decrease`` of its magnitude and by
-        ``confidence`` standard errors of the difference of two means of ``window`` steps.
+    def _window_below(self, mean: float, start: float | None = None) -> bool:
+        """Whether a window mean is below the start (``start``, else ``_reference()``) by ``min_decrease``
+        of its magnitude and by ``confidence`` standard errors of the difference of two means of
+        ``window`` steps.
 
         A run too short for its noise to be measured (fewer than ``RELIABLE_NOISE`` steps: it can be
         judged only at its end) is judged by ``min_decrease`` alone.
         """
-        start = self._reference()
+        start = self._reference() if start is None else start
         floor = self.min_decrease * abs(start)
         if self._noise.samples < RELIABLE_NOISE:
             return start - mean > floor

@@ -245,7 +245,11 @@ class LearningCheck(FallTests):
         """
         if self._fired or self._first is None or self._last is None or self._last[0] == self._first[0]:
             return None
-        if self._learned_at is None and (self._window_below(self._last[1]) or self._tail_below_chance()):
+        # A run that ended before the chance level's own span (``patience_windows`` windows) is judged
+        # against its start, as the chance level's tail test cannot judge it yet.
+        short = len(self._tail) < (self._tail.maxlen or 0)
+        ended_below = self._window_below(self._last[1], self.learning_start if short else None)
+        if self._learned_at is None and (ended_below or self._tail_below_chance()):
             self._learned_at = self._last[0]  # the run ended below its start: no later window can confirm it
         return self._judge(step, at_end=True)
 

@@ -111,3 +111,14 @@ def test_the_chance_level_is_unknown_for_a_loss_scaled_or_mixed_before_its_backw
     assert weighted.level() is None
     early = _train(lambda model, x: nn.functional.cross_entropy(model(x), labels), steps=2)
     assert early.level() is None  # 16 labels of 3 classes: too few to measure a prior from
+
+
+def test_a_run_shorter_than_the_chance_levels_span_is_judged_at_its_end_against_its_start():
+    # Twelve steps of a ten-class classifier whose badly scaled start (2.6) falls to ln 10 at its end.
+    # The chance level's own test needs 30 steps; until then the fall from the start decides.
+    losses = [2.6 - 0.3 * step / 11 for step in range(12)]
+    assert verdict(losses, None) is None
+    assert verdict(losses, math.log(10)) is None
+    flat = [2.6] * 12  # and a short flat run still never learned
+    finding = verdict(flat, math.log(10))
+    assert finding is not None and finding.rule == "NotLearning"
