@@ -15,7 +15,8 @@ from botocore.stub import Stubber
 from conftest import ENV, RULE_STOP, T0, describe, launched, load_event, summary
 from moto import mock_aws
 
-from stabilizer_workflow import aws_s3, aws_sagemaker, aws_sns, aws_stepfunctions, requests, s3_uris
+from stabilizer_contract import s3_uris
+from stabilizer_workflow import aws_s3, aws_sagemaker, aws_sns, aws_stepfunctions, requests
 from stabilizer_workflow.errors import (
     AccessDenied,
     AwsRequestRejected,
