@@ -31,50 +31,41 @@ class Artifacts:
     def __init__(self, client: Any) -> None:
         self.client = client
 
+    def _beside(self, operation: str, checkpoint_uri: str, name: str) -> dict[str, Any] | None:
+        """GetObject or HeadObject of the file ``name`` beside findings.json; None when there is none
+        yet (404). A 403 raises AccessDenied, never read as "no file yet"."""
+        bucket, prefix = split_s3_uri(checkpoint_uri)
+        key = f"{prefix.rstrip('/')}/{name}"
+        call = self.client.get_object if operation == "GetObject" else self.client.head_object
+        try:
+            return call(Bucket=bucket, Key=key)
+        except ClientError as error:
+            if error_code(error) in NOT_THERE:
+                return None
+            raise translate(error, f"{operation} s3://{bucket}/{key}") from error
+        except BotoCoreError as error:
+            raise translate(error, f"{operation} s3://{bucket}/{key}") from error
+
     def findings(self, checkpoint_uri: str) -> tuple[FindingsDocument | None, str | None]:
         """(document, None), (None, None) when there is no file yet (404), or (None, why) when
         unreadable; a 403 raises AccessDenied, never read as "no file yet"."""
-        bucket, prefix = split_s3_uri(checkpoint_uri)
-        key = f"{prefix.rstrip('/')}/findings.json"
+        response = self._beside("GetObject", checkpoint_uri, "findings.json")
+        if response is None:
+            return None, None
         try:
-            body = self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
-        except ClientError as error:
-            if error_code(error) in NOT_THERE:
-                return None, None
-            raise translate(error, f"GetObject s3://{bucket}/{key}") from error
-        except BotoCoreError as error:
-            raise translate(error, f"GetObject s3://{bucket}/{key}") from error
-        try:
-            return parse_findings(body), None
+            return parse_findings(response["Body"].read()), None
         except ValueError as error:
             return None, str(error)
 
     def progress_time(self, checkpoint_uri: str) -> datetime | None:
         """When the job's progress.json last changed (its LastModified), or None when it has none yet."""
-        bucket, prefix = split_s3_uri(checkpoint_uri)
-        key = f"{prefix.rstrip('/')}/{PROGRESS_FILE}"
-        try:
-            return self.client.head_object(Bucket=bucket, Key=key)["LastModified"]
-        except ClientError as error:
-            if error_code(error) in NOT_THERE:
-                return None
-            raise translate(error, f"HeadObject s3://{bucket}/{key}") from error
-        except BotoCoreError as error:
-            raise translate(error, f"HeadObject s3://{bucket}/{key}") from error
+        response = self._beside("HeadObject", checkpoint_uri, PROGRESS_FILE)
+        return None if response is None else response["LastModified"]
 
     def stragglers(self, checkpoint_uri: str) -> list[StragglerReport]:
         """The ranks the job's stragglers.json reports (beside findings.json), or none when it has no file."""
-        bucket, prefix = split_s3_uri(checkpoint_uri)
-        key = f"{prefix.rstrip('/')}/{STRAGGLERS_FILE}"
-        try:
-            body = self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
-        except ClientError as error:
-            if error_code(error) in NOT_THERE:
-                return []
-            raise translate(error, f"GetObject s3://{bucket}/{key}") from error
-        except BotoCoreError as error:
-            raise translate(error, f"GetObject s3://{bucket}/{key}") from error
-        return parse_stragglers(body)
+        response = self._beside("GetObject", checkpoint_uri, STRAGGLERS_FILE)
+        return [] if response is None else parse_stragglers(response["Body"].read())
 
     def checkpoint_keys(self, checkpoint_uri: str) -> list[str]:
         bucket, prefix = split_s3_uri(checkpoint_uri)
