@@ -94,7 +94,7 @@ class Rule:
         """What part of the rule's check the run gave it nothing to judge; None when it judged all of it.
 
         A rule of several checks that ran on part of what it reads (ClassImbalance on labels without
-        predictions) says which part it skipped instead of a plain "no issues".
+        predictions) says which part it skipped instead of a plain ``NoIssuesFound``.
         """
         return None
 

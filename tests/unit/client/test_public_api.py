@@ -28,7 +28,7 @@ PUBLIC = {
 }
 
 
-def test_a_notebook_imports_the_clients_and_helpers_by_their_short_names():
+def test_a_notebook_imports_the_clients_and_functions_by_their_short_names():
     from stabilizer.client import (  # noqa: F401 - the imports are the test
         AwsClient,
         ExecutionView,
