@@ -13,14 +13,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stabilizer_contract.catalogue import SENTINEL_CHECKS
 from stabilizer_contract.job import CHECKPOINT_DIR_VARIABLE, CHECKPOINT_LOCAL_PATH, CONFIG_HYPERPARAMETER
 from stabilizer_workflow import hang_settings
 from stabilizer_workflow.distribution import distribution_hyperparameters, distribution_problem
 from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
 from stabilizer_workflow.execution_input import Monitoring, RuleConfig
 from stabilizer_workflow.job import Job
-from stabilizer_workflow.rule_checks import is_custom, is_profiler_rule, runs_in_engine
+from stabilizer_workflow.rule_checks import is_profiler_rule, runs_in_engine
 from stabilizer_workflow.service_limits import hyperparameter_value_problem
 from stabilizer_workflow.settings import TrainSettings
 from stabilizer_workflow.state import WorkflowState
@@ -152,27 +151,20 @@ def _channel(name: str, uri: str) -> dict[str, Any]:
     }
 
 
+def debugger_rules(monitoring: Monitoring) -> list[RuleConfig]:
+    """The rules only SageMaker Debugger runs (accepted only where it is enabled): what a job's
+    Debugger configuration is for. The engine runs every other rule in the job, so a job whose
+    rules it all runs carries no Debugger configuration at all (Debugger is closed to new
+    customers since 2026-07-30; such an account refuses it)."""
+    return [rule for rule in monitoring.rules if not runs_in_engine(rule.name, rule.parameters)]
+
+
 def _debugger(monitoring: Monitoring, settings: TrainSettings, prefix: str) -> dict[str, Any]:
-    """DebugHookConfig and DebugRuleConfigurations from the same rule list as the sentinel."""
-    collections = {name: capture for name, capture in monitoring.capture.items()}
-    for rule in monitoring.rules:
-        for name in filter(None, rule.parameters.get("collection_names", "").split(",")):
-            # A rule reads a collection only if the hook saves it.
-            collections.setdefault(name.strip(), None)
-    configurations = []
-    for name, capture in sorted(collections.items()):
-        if capture is None:
-            parameters = {"save_interval": "10"}
-        elif capture.save_interval is not None:
-            parameters = {"save_interval": str(capture.save_interval)}
-        else:
-            parameters = {"save_steps": ",".join(str(s) for s in capture.save_steps or [])}
-        if capture is not None:  # Debugger's own keys, as the SDK's CollectionConfig sends them
-            regex = capture.include_regex
-            extra = {"include_regex": regex if isinstance(regex, str) else "|".join(regex or []),
-                     "start_step": capture.start_step, "end_step": capture.end_step}
-            parameters.update({key: str(value) for key, value in extra.items() if value not in (None, "")})
-        configurations.append({"CollectionName": name, "CollectionParameters": parameters})
+    """DebugHookConfig and DebugRuleConfigurations for the rules only Debugger runs, and
+    ProfilerConfig and ProfilerRuleConfigurations for its profiler rules; {} when there are none."""
+    rules = debugger_rules(monitoring)
+    if not rules:
+        return {}
     image = rule_image(settings)
 
     def configuration(rule: RuleConfig) -> dict[str, Any]:
@@ -185,25 +177,51 @@ def _debugger(monitoring: Monitoring, settings: TrainSettings, prefix: str) -> d
         }
 
     # Debugger runs its profiler rules (ProfilerRule) beside a profiler, not beside the debug hook.
-    # NotLearning and Diverging entries only set the sentinel's own checks: Debugger has no such rule.
-    # Custom rules run in the job's engine: their file travels in the job's source, not to Debugger.
-    debugger_rules = [rule for rule in monitoring.rules
-                      if rule.name not in SENTINEL_CHECKS and not is_custom(rule.parameters)]
-    profiler_rules = [configuration(rule) for rule in debugger_rules if is_profiler_rule(rule.name)]
-    request: dict[str, Any] = {
-        "DebugHookConfig": {
+    debug = [configuration(rule) for rule in rules if not is_profiler_rule(rule.name)]
+    profiler = [configuration(rule) for rule in rules if is_profiler_rule(rule.name)]
+    request: dict[str, Any] = {}
+    if debug:
+        request["DebugHookConfig"] = {
             "S3OutputPath": f"{prefix}/debug",
             "LocalPath": DEBUG_LOCAL_PATH,
-            "CollectionConfigurations": configurations,
-        },
-        "DebugRuleConfigurations": [
-            configuration(rule) for rule in debugger_rules if not is_profiler_rule(rule.name)
-        ],
-    }
-    if profiler_rules:
+            "CollectionConfigurations": [
+                {"CollectionName": name, "CollectionParameters": parameters}
+                for name, parameters, _ in hook_collections(monitoring)
+            ],
+        }
+        request["DebugRuleConfigurations"] = debug
+    if profiler:
         request["ProfilerConfig"] = {"S3OutputPath": f"{prefix}/profiler", "ProfilingIntervalInMilliseconds": 500}
-        request["ProfilerRuleConfigurations"] = profiler_rules
+        request["ProfilerRuleConfigurations"] = profiler
     return request
+
+
+def hook_collections(monitoring: Monitoring) -> list[tuple[str, dict[str, str], dict[str, str]]]:
+    """The debug hook's collections: (name, CollectionParameters, the input field behind each
+    parameter), as the SDK's CollectionConfig sends them. The capture entries, plus each collection
+    a Debugger rule reads (its `collection_names`) that the capture does not save."""
+    collections: dict[str, Any] = dict(monitoring.capture)
+    readers: dict[str, str] = {}
+    for rule in debugger_rules(monitoring):
+        for name in filter(None, (n.strip() for n in rule.parameters.get("collection_names", "").split(","))):
+            # A rule reads a collection only if the hook saves it.
+            collections.setdefault(name, None)
+            readers.setdefault(name, f"rules ({rule.name}).collection_names")
+    out = []
+    for name, capture in sorted(collections.items()):
+        if capture is None:
+            out.append((name, {"save_interval": "10"}, {"save_interval": readers[name]}))
+            continue
+        if capture.save_interval is not None:
+            parameters = {"save_interval": str(capture.save_interval)}
+        else:
+            parameters = {"save_steps": ",".join(str(s) for s in capture.save_steps or [])}
+        regex = capture.include_regex  # Debugger's own keys, as the SDK's CollectionConfig sends them
+        extra = {"include_regex": regex if isinstance(regex, str) else "|".join(regex or []),
+                 "start_step": capture.start_step, "end_step": capture.end_step}
+        parameters.update({key: str(value) for key, value in extra.items() if value not in (None, "")})
+        out.append((name, parameters, {key: f"capture.{name}.{key}" for key in parameters}))
+    return out
 
 
 def _resources(instance_type: str, instance_count: int, settings: TrainSettings) -> dict[str, Any]:
@@ -261,6 +279,6 @@ def build_create_training_job(state: WorkflowState, settings: TrainSettings, att
     }
     if channels:  # InputDataConfig, when given, holds at least one channel
         request["InputDataConfig"] = channels
-    if settings.debugger_rules_enabled:
+    if settings.debugger_rules_enabled:  # only where a rule needs Debugger (debugger_rules)
         request.update(_debugger(state.monitoring, settings, prefix))
     return request

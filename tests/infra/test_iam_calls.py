@@ -294,7 +294,8 @@ def test_the_profiler_output_path_is_writable_by_the_execution_role():
 
     prepared = train_handler.handle(
         {"action": "prepare", "execution": EXECUTION,
-         "input": {"run_spec": {"rules": [{"name": "ExplodingTensor"}, {"name": "LowGPUUtilization"}]}}},
+         "input": {"run_spec": {"rules": [{"name": "NLPSequenceRatio", "parameters": {"token_values": "0"}},
+                                          {"name": "StepOutlier"}]}}},
         settings=settings)
     request = build_create_training_job(WorkflowState.model_validate(prepared), settings, 1)
     assert request["ProfilerConfig"]["S3OutputPath"].endswith("/profiler")

@@ -68,7 +68,10 @@ def test_request_is_valid_against_the_service_model(settings):
 
 
 def test_request_with_debugger_rules_is_valid_against_the_service_model(debugger_settings):
-    assert_valid(_request(new_state(debugger_settings), debugger_settings))
+    raw = {"run_spec": {"rules": [{"name": "ExplodingTensor"}, NLP_RULE, {"name": "StepOutlier"}]}}
+    request = _request(new_state(debugger_settings, raw), debugger_settings)
+    assert {"DebugHookConfig", "ProfilerRuleConfigurations"} <= set(request)
+    assert_valid(request)
 
 
 def test_request_carries_the_recipe_as_sdk_style_hyperparameters(settings):
@@ -172,33 +175,45 @@ def test_a_prefix_that_cannot_make_valid_names_is_rejected_at_cold_start(prefix)
         TrainSettings.from_env({**ENV, "JOB_NAME_PREFIX": prefix})
 
 
-def test_debugger_configuration_comes_from_the_same_rule_list(debugger_settings):
-    raw = {
-        "run_spec": {
-            "rules": [
-                {
-                    "name": "ExplodingTensor",
-                    "parameters": {"collection_names": "gradients", "only_nan": "False"},
-                },
-                {"name": "LossNotDecreasing", "parameters": {"num_steps": "10", "diff_percent": "0.1"}},
-            ]
-        }
-    }
+# A rule only Debugger runs (the catalogue's runs_in "debugger"): the one kind that needs Debugger.
+NLP_RULE = {"name": "NLPSequenceRatio", "parameters": {"token_values": "0"}}
+DEBUGGER_FIELDS = ("DebugHookConfig", "DebugRuleConfigurations", "ProfilerConfig", "ProfilerRuleConfigurations")
+
+
+def test_no_debugger_configuration_is_sent_when_the_engine_runs_every_rule(debugger_settings):
+    """Debugger is closed to new customers since 2026-07-30 ("Debugger availability change",
+    https://docs.aws.amazon.com/sagemaker/latest/dg/debugger-availability-change.html): a request that
+    carries DebugHookConfig needs an account that still has Debugger. With Debugger rules enabled, a
+    job whose rules the engine all runs (the defaults, a profiler rule it runs) carries none of
+    CreateTrainingJob's Debugger members (botocore's model: DebugHookConfig, DebugRuleConfigurations,
+    ProfilerConfig, ProfilerRuleConfigurations)."""
+    assert set(DEBUGGER_FIELDS) <= set(CREATE.input_shape.members)
+    for raw in ({}, {"run_spec": {"rules": [{"name": "ExplodingTensor"}, {"name": "LowGPUUtilization"},
+                                            {"name": "LossNotDecreasing"}]}}):
+        request = _request(new_state(debugger_settings, raw), debugger_settings)
+        assert not set(DEBUGGER_FIELDS) & set(request), raw
+        assert_valid(request)
+
+
+def test_debugger_gets_only_the_rules_it_alone_runs(debugger_settings):
+    raw = {"run_spec": {"rules": [
+        {"name": "ExplodingTensor", "parameters": {"collection_names": "gradients", "only_nan": "False"}},
+        {"name": "LossNotDecreasing", "parameters": {"num_steps": "10", "diff_percent": "0.1"}},
+        NLP_RULE,
+    ]}}
     request = _request(new_state(debugger_settings, raw), debugger_settings)
-    rules = request["DebugRuleConfigurations"]
-    assert [r["RuleConfigurationName"] for r in rules] == ["ExplodingTensor", "LossNotDecreasing"]
-    assert rules[0]["RuleParameters"] == {
-        "rule_to_invoke": "ExplodingTensor",
-        "collection_names": "gradients",
-        "only_nan": "False",
-    }
-    image = "503895931360.dkr.ecr.us-east-1.amazonaws.com/sagemaker-debugger-rules:latest"
-    assert all(r["RuleEvaluatorImage"] == image for r in rules)
+    (rule,) = request["DebugRuleConfigurations"]
+    assert rule["RuleConfigurationName"] == "NLPSequenceRatio"
+    assert rule["RuleParameters"] == {"rule_to_invoke": "NLPSequenceRatio", "token_values": "0"}
+    assert rule["RuleEvaluatorImage"] == "503895931360.dkr.ecr.us-east-1.amazonaws.com/sagemaker-debugger-rules:latest"
     hook = request["DebugHookConfig"]
     assert hook["S3OutputPath"] == "s3://stabilizer-bucket/executions/run-1/attempt-1/debug"
     collections = {c["CollectionName"]: c["CollectionParameters"] for c in hook["CollectionConfigurations"]}
-    assert collections["gradients"] == {"save_interval": "100"}
-    assert collections["losses"] == {"save_interval": "10"}
+    assert collections == {"gradients": {"save_interval": "100"}, "losses": {"save_interval": "10"}}
+    assert "ProfilerConfig" not in request  # no profiler rule only Debugger runs
+    # The engine still runs all three in the job.
+    sentinel = json.loads(request["HyperParameters"]["sagemaker_stabilizer"])
+    assert [r["name"] for r in sentinel["rules"]] == ["ExplodingTensor", "LossNotDecreasing"]
     assert_valid(request)
 
 
@@ -208,26 +223,29 @@ def test_the_sentinels_own_check_settings_never_reach_debugger(debugger_settings
         {"name": "ExplodingTensor"},
         {"name": "NotLearning", "parameters": {"patience": "200"}},
         {"name": "Diverging", "parameters": {"persistence": "2"}},
+        NLP_RULE,
     ]}}
     request = _request(new_state(debugger_settings, raw), debugger_settings)
-    assert [r["RuleConfigurationName"] for r in request["DebugRuleConfigurations"]] == ["ExplodingTensor"]
+    assert [r["RuleConfigurationName"] for r in request["DebugRuleConfigurations"]] == ["NLPSequenceRatio"]
     sentinel = json.loads(request["HyperParameters"]["sagemaker_stabilizer"])
     assert [rule["name"] for rule in sentinel["rules"]] == ["ExplodingTensor", "NotLearning", "Diverging"]
     assert_valid(request)
 
 
 def test_a_rule_collection_the_capture_does_not_save_is_added_to_the_hook(debugger_settings):
-    raw = {"run_spec": {"capture": {"losses": {"save_steps": [0, 5, 10]}}}}
+    raw = {"run_spec": {"capture": {"losses": {"save_steps": [0, 5, 10]}}, "rules": [
+        {"name": "SimilarAcrossRuns", "parameters": {"other_trials": "s3://b/other", "collection_names": "weights"}},
+    ]}}
     request = _request(new_state(debugger_settings, raw), debugger_settings)
     collections = {
         c["CollectionName"]: c["CollectionParameters"]
         for c in request["DebugHookConfig"]["CollectionConfigurations"]
     }
-    assert collections == {"gradients": {"save_interval": "10"}, "losses": {"save_steps": "0,5,10"}}
+    assert collections == {"weights": {"save_interval": "10"}, "losses": {"save_steps": "0,5,10"}}
 
 
 def test_rule_image_is_the_one_the_deployment_baked_in(debugger_settings):
-    request = _request(new_state(debugger_settings), debugger_settings)
+    request = _request(new_state(debugger_settings, {"run_spec": {"rules": [NLP_RULE]}}), debugger_settings)
     images = {rule["RuleEvaluatorImage"] for rule in request["DebugRuleConfigurations"]}
     assert images == {ENV["DEBUGGER_RULE_IMAGE"]}
 
@@ -249,7 +267,7 @@ def test_rule_parameters_longer_than_256_characters_never_reach_a_request(settin
 
 
 def test_the_validity_check_itself_catches_what_the_service_would_reject(debugger_settings):
-    good = _request(new_state(debugger_settings), debugger_settings)
+    good = _request(new_state(debugger_settings, {"run_spec": {"rules": [NLP_RULE]}}), debugger_settings)
     too_long_name = {**good, "TrainingJobName": "a" * 64}
     with pytest.raises(AssertionError, match="TrainingJobName"):
         assert_valid(too_long_name)
@@ -265,14 +283,14 @@ def test_the_validity_check_itself_catches_what_the_service_would_reject(debugge
 def test_profiler_and_debugger_only_rules_go_to_debugger_and_the_sentinel_gets_what_it_runs(debugger_settings):
     raw = {"run_spec": {"rules": [
         {"name": "ExplodingTensor"},
-        {"name": "NLPSequenceRatio", "parameters": {"token_values": "0"}},
+        NLP_RULE,
         {"name": "LowGPUUtilization", "parameters": {"threshold_p95": "70"}},
+        {"name": "StepOutlier", "parameters": {"stddev": "3"}},
     ]}}
     request = _request(new_state(debugger_settings, raw), debugger_settings)
-    assert [r["RuleConfigurationName"] for r in request["DebugRuleConfigurations"]] == ["ExplodingTensor",
-                                                                                         "NLPSequenceRatio"]
+    assert [r["RuleConfigurationName"] for r in request["DebugRuleConfigurations"]] == ["NLPSequenceRatio"]
     (profiler_rule,) = request["ProfilerRuleConfigurations"]
-    assert profiler_rule["RuleParameters"] == {"rule_to_invoke": "LowGPUUtilization", "threshold_p95": "70"}
+    assert profiler_rule["RuleParameters"] == {"rule_to_invoke": "StepOutlier", "stddev": "3"}
     assert request["ProfilerConfig"]["S3OutputPath"] == "s3://stabilizer-bucket/executions/run-1/attempt-1/profiler"
     sentinel = json.loads(request["HyperParameters"]["sagemaker_stabilizer"])["rules"]
     assert [r["name"] for r in sentinel] == ["ExplodingTensor", "LowGPUUtilization"]

@@ -56,7 +56,9 @@ def test_job_image_by_framework_and_version_resolves_in_local_mode():
 def test_debugger_rules_get_the_rule_image_in_the_first_request():
     from stabilizer_workflow.requests import build_create_training_job
 
-    state, train = _prepare({"run_spec": {}}, LocalSettings(debugger_rules_enabled=True))
+    # A rule only Debugger runs: the engine's own rules never reach Debugger.
+    raw = {"run_spec": {"rules": [{"name": "NLPSequenceRatio", "parameters": {"token_values": "0"}}]}}
+    state, train = _prepare(raw, LocalSettings(debugger_rules_enabled=True))
     request = build_create_training_job(state, train, 1)
     from sagemaker import image_uris
 
