@@ -32,7 +32,7 @@ from stabilizer_workflow.images import default_image, training_image_for
 from stabilizer_workflow.job import Job
 from stabilizer_workflow.notifications import Notification
 from stabilizer_workflow.reference import is_reference, reference_job
-from stabilizer_workflow.requests import build_create_training_job, checkpoint_uri, configuration_problem
+from stabilizer_workflow.requests import build_create_training_job, checkpoint_uri, configuration_problem, hook_problems
 from stabilizer_workflow.rule_checks import custom_rule_sources
 from stabilizer_workflow.service_limits import request_problems
 from stabilizer_workflow.settings import TrainSettings
@@ -129,6 +129,9 @@ def prepare(
     problems = execution_problems(state) + request_problems(
         build_create_training_job(state, settings, 1), _hyperparameter_sources(given.job is not None, job)
     )
+    if settings.debugger_rules_enabled:
+        section = "run_spec" if given.job is None and given.monitoring is None and given.run_spec else "monitoring"
+        problems += hook_problems(monitoring, section)
     if problems:
         raise InvalidInput("; ".join(problems))
     return state

@@ -20,7 +20,11 @@ from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment, S
 from stabilizer_workflow.execution_input import Monitoring, RuleConfig
 from stabilizer_workflow.job import Job
 from stabilizer_workflow.rule_checks import is_profiler_rule, runs_in_engine
-from stabilizer_workflow.service_limits import hyperparameter_value_problem
+from stabilizer_workflow.service_limits import (
+    DEBUGGER_COLLECTION_TEXT_MAX,
+    DEBUGGER_COLLECTIONS_MAX,
+    hyperparameter_value_problem,
+)
 from stabilizer_workflow.settings import TrainSettings
 from stabilizer_workflow.state import WorkflowState
 
@@ -222,6 +226,34 @@ def hook_collections(monitoring: Monitoring) -> list[tuple[str, dict[str, str], 
         parameters.update({key: str(value) for key, value in extra.items() if value not in (None, "")})
         out.append((name, parameters, {key: f"capture.{name}.{key}" for key in parameters}))
     return out
+
+
+def hook_problems(monitoring: Monitoring, section: str) -> list[str]:
+    """What of the debug hook's collections CreateTrainingJob would reject, each naming its input
+    field under `section` (`monitoring` or `run_spec`); [] when the job sends no debug hook."""
+    if not any(not is_profiler_rule(rule.name) for rule in debugger_rules(monitoring)):
+        return []
+    collections = hook_collections(monitoring)
+    problems = []
+    if len(collections) > DEBUGGER_COLLECTIONS_MAX:
+        readers = sorted({source[key] for _, parameters, source in collections for key in parameters
+                          if source[key].startswith("rules")})
+        fields = " and ".join([f"{section}.capture", *(f"{section}.{reader}" for reader in readers)])
+        problems.append(
+            f"{fields}: {len(collections)} Debugger collections (the capture entries and the collections "
+            f"Debugger rules read); SageMaker's DebugHookConfig takes at most {DEBUGGER_COLLECTIONS_MAX}"
+        )
+    for name, parameters, source in collections:
+        if len(name) > DEBUGGER_COLLECTION_TEXT_MAX:
+            problems.append(f"{section}.capture.{name[:40]}...: a collection name of {len(name)} characters; "
+                            f"Debugger's CollectionName takes at most {DEBUGGER_COLLECTION_TEXT_MAX}")
+        for key, value in parameters.items():
+            if len(value) > DEBUGGER_COLLECTION_TEXT_MAX:
+                problems.append(
+                    f"{section}.{source[key]}: {len(value)} characters as Debugger's CollectionParameters "
+                    f"{key!r} of collection {name!r}; SageMaker allows at most {DEBUGGER_COLLECTION_TEXT_MAX}"
+                )
+    return problems
 
 
 def _resources(instance_type: str, instance_count: int, settings: TrainSettings) -> dict[str, Any]:

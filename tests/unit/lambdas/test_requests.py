@@ -295,3 +295,53 @@ def test_profiler_and_debugger_only_rules_go_to_debugger_and_the_sentinel_gets_w
     sentinel = json.loads(request["HyperParameters"]["sagemaker_stabilizer"])["rules"]
     assert [r["name"] for r in sentinel] == ["ExplodingTensor", "LowGPUUtilization"]
     assert_valid(request)
+
+
+def test_debugger_collection_limits_are_sagemakers_own():
+    """CollectionConfiguration (SageMaker API Reference, "CollectionConfiguration": CollectionName and
+    each CollectionParameters value at most 256 characters) in DebugHookConfig's
+    CollectionConfigurations (at most 20 items)."""
+    from stabilizer_workflow import service_limits
+
+    hook = MODEL.shape_for("DebugHookConfig").members["CollectionConfigurations"]
+    assert hook.metadata["max"] == service_limits.DEBUGGER_COLLECTIONS_MAX
+    entry = hook.member.members
+    assert entry["CollectionName"].metadata["max"] == service_limits.DEBUGGER_COLLECTION_TEXT_MAX
+    assert entry["CollectionParameters"].value.metadata["max"] == service_limits.DEBUGGER_COLLECTION_TEXT_MAX
+
+
+def _capture_input(capture: dict, rules: list | None = None) -> dict:
+    return {"run_spec": {"capture": capture, "rules": [NLP_RULE, *(rules or [])]}}
+
+
+def test_a_collection_value_debugger_would_reject_is_refused_at_validation_naming_its_field(debugger_settings):
+    from stabilizer_workflow.errors import InvalidInput
+
+    # Each regex is fine on its own; joined with "|" they make one 259-character value.
+    regexes = ["layer" + "a" * 80, "layer" + "b" * 80, "layer" + "c" * 82]
+    too_long = _capture_input({"custom": {"save_interval": 5, "include_regex": regexes}})
+    with pytest.raises(InvalidInput, match=r"^run_spec\.capture\.custom\.include_regex: 259 characters .* at most 256"):
+        new_state(debugger_settings, too_long)
+    # The same capture with rules the engine runs reaches only the sentinel, which takes it.
+    engine_only = {"run_spec": {"capture": too_long["run_spec"]["capture"]}}
+    assert "DebugHookConfig" not in _request(new_state(debugger_settings, engine_only), debugger_settings)
+    # save_steps joined with "," likewise.
+    steps = _capture_input({"losses": {"save_steps": list(range(10_000, 10_043))}}, [])
+    with pytest.raises(InvalidInput, match=r"^run_spec\.capture\.losses\.save_steps: 257 characters"):
+        new_state(debugger_settings, steps)
+    # 256 characters exactly is what SageMaker takes; the request is then valid against the model.
+    fits = _capture_input({"custom": {"save_interval": 5, "include_regex": [*regexes[:2], "layer" + "c" * 79]}})
+    assert_valid(_request(new_state(debugger_settings, fits), debugger_settings))
+
+
+def test_more_collections_than_debugger_takes_are_refused_at_validation(debugger_settings):
+    from stabilizer_workflow.errors import InvalidInput
+
+    capture = {f"c{i}": {"save_interval": 10} for i in range(20)}  # the capture's own bound
+    reader = {"name": "SimilarAcrossRuns", "parameters": {"other_trials": "s3://b/o", "collection_names": "weights"}}
+    with pytest.raises(InvalidInput, match=r"^run_spec\.capture and run_spec\.rules \(SimilarAcrossRuns\)"
+                                           r"\.collection_names: 21 Debugger collections .* at most 20"):
+        new_state(debugger_settings, _capture_input(capture, [reader]))
+    request = _request(new_state(debugger_settings, _capture_input(capture)), debugger_settings)
+    assert len(request["DebugHookConfig"]["CollectionConfigurations"]) == 20
+    assert_valid(request)
