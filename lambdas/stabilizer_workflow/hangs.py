@@ -18,7 +18,8 @@ act on (a frozen process, a dead host), from two signs of life:
   loss line was logged. Any script with a ``loss_metric`` has it, watched by the library or not;
 - ``progress.json``: the job's rank 0 writes it beside findings.json whenever its step moved (at
   most every 30 s), and SageMaker uploads it with the checkpoints.
-The newer of the two wins: a job in training is a ``Hang`` only when every sign it has is older
+The newer of the two wins: a job in training (``SecondaryStatus`` ``Training``, not ``Uploading`` its
+model once training is over) is a ``Hang`` only when every sign it has is older
 than the monitor's bound (``job.hang.monitor_seconds``, default ``max(2 x floor, 300 s)``). Each
 sign is also given the time its own channel needs before silence means anything: three periods of
 the metric stream (60 s each on AWS), 300 s for progress.json. A job with neither sign yet (no
@@ -45,6 +46,8 @@ from stabilizer_workflow.policy import Plan, describe_finding
 from stabilizer_workflow.state import Attempt, Decision, Finding, Straggler, WorkflowState
 
 HANG = "Hang"
+# DescribeTrainingJob's SecondaryStatus while the script runs (SageMaker API Reference).
+TRAINING = "Training"
 # The monitor's bound never goes under this: the file is written at most every 30 s, uploaded as
 # SageMaker syncs checkpoints, and read at the next check.
 MONITOR_MIN_SECONDS = 300.0
@@ -138,7 +141,9 @@ def monitor_bound(state: WorkflowState) -> float | None:
 def no_progress(state: WorkflowState, obs: Observation, now: datetime) -> Finding | None:
     """The monitor's own hang check: a job in training whose every sign of life went stale."""
     bound = monitor_bound(state)
-    if obs.status != "InProgress" or bound is None:
+    # Only while it trains (SecondaryStatus Training): starting, downloading, and uploading the model
+    # once training is over, log no loss line and write no progress, and may outlast the bound.
+    if obs.status != "InProgress" or obs.secondary_status != TRAINING or bound is None:
         return None
     signs = []  # (silence, what the channel is, the least silence it needs)
     if obs.metric_at is not None:
