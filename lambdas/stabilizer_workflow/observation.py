@@ -175,8 +175,12 @@ class StragglerReport(BaseModel):
     message: str = ""
 
 
+# DescribeTrainingJob's rule verdicts: Debugger's rules, then its profiler rules (ProfilerRuleConfigurations).
+RULE_STATUS_MEMBERS = ("DebugRuleEvaluationStatuses", "ProfilerRuleEvaluationStatuses")
+
+
 class RuleStatus(BaseModel):
-    """One entry of DescribeTrainingJob's DebugRuleEvaluationStatuses."""
+    """One entry of DescribeTrainingJob's DebugRuleEvaluationStatuses or ProfilerRuleEvaluationStatuses."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -360,7 +364,9 @@ def observe(
             processing_job_name=(item.get("RuleEvaluationJobArn") or "").split("/")[-1] or None,
             details=item.get("StatusDetails"),
         )
-        for item in description.get("DebugRuleEvaluationStatuses") or []
+        # Debugger reports its profiler rules apart, in the same entry shape.
+        for member in RULE_STATUS_MEMBERS
+        for item in description.get(member) or []
     ]
     # A metric's value may be NaN or infinite: the job's log said so, and that is evidence.
     metrics = {

@@ -149,6 +149,8 @@ class LocalSageMaker:
                 "CheckpointConfig",
                 "DebugHookConfig",
                 "DebugRuleConfigurations",
+                "ProfilerConfig",
+                "ProfilerRuleConfigurations",
                 "TensorBoardOutputConfig",
                 "ExperimentConfig",
                 "Environment",
@@ -179,6 +181,18 @@ class LocalSageMaker:
                         "LastModifiedTime": job.creation_time,
                     }
                     for rule in request["DebugRuleConfigurations"]
+                ]
+            if request.get("ProfilerRuleConfigurations"):
+                # Debugger's profiler rules (BatchSize, StepOutlier, ...) read Debugger's profiler
+                # output, which no local job writes: each reports Error, saying so, rather than nothing.
+                response["ProfilerRuleEvaluationStatuses"] = [
+                    {
+                        "RuleConfigurationName": rule["RuleConfigurationName"],
+                        "RuleEvaluationStatus": "Error",
+                        "StatusDetails": "ClientError: Debugger's profiler rules do not run in local mode",
+                        "LastModifiedTime": job.creation_time,
+                    }
+                    for rule in request["ProfilerRuleConfigurations"]
                 ]
         return response
 

@@ -71,6 +71,7 @@ def describe(
     failure_reason: str | None = None,
     secondary: str | None = None,
     rules: list[tuple[str, str]] | None = None,
+    profiler_rules: list[tuple[str, str]] | None = None,
     seconds: int | None = 120,
     start: datetime = T0,
 ) -> dict[str, Any]:
@@ -96,16 +97,19 @@ def describe(
             response["TrainingTimeInSeconds"] = seconds
     if failure_reason:
         response["FailureReason"] = failure_reason
-    if rules:
-        response["DebugRuleEvaluationStatuses"] = [
-            {
-                "RuleConfigurationName": rule,
-                "RuleEvaluationJobArn": f"{PROCESSING_ARN}/{name}-{rule.lower()}",
-                "RuleEvaluationStatus": rule_status,
-                "LastModifiedTime": start,
-            }
-            for rule, rule_status in rules
-        ]
+    # DebugRuleEvaluationStatuses and ProfilerRuleEvaluationStatuses: the same entry shape
+    # (botocore's model: DebugRuleEvaluationStatus, ProfilerRuleEvaluationStatus).
+    for member, given in (("DebugRuleEvaluationStatuses", rules), ("ProfilerRuleEvaluationStatuses", profiler_rules)):
+        if given:
+            response[member] = [
+                {
+                    "RuleConfigurationName": rule,
+                    "RuleEvaluationJobArn": f"{PROCESSING_ARN}/{name}-{rule.lower()}",
+                    "RuleEvaluationStatus": rule_status,
+                    "LastModifiedTime": start,
+                }
+                for rule, rule_status in given
+            ]
     return response
 
 

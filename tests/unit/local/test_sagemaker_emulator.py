@@ -345,6 +345,24 @@ def test_debugger_rules_without_an_evaluator_are_reported_as_errors(sagemaker: A
     assert [(s["RuleConfigurationName"], s["RuleEvaluationStatus"]) for s in statuses] == [("ExplodingTensor", "Error")]
 
 
+def test_debugger_profiler_rules_report_in_their_own_member_as_errors_locally(sagemaker: Any, staged: Any):
+    """DescribeTrainingJob reports profiler rules in ProfilerRuleEvaluationStatuses (SageMaker API
+    Reference); none runs locally, and each says so."""
+    client, _ = sagemaker
+    job_request = request(staged, "job-profiler-rules", steps="1")
+    job_request["ProfilerConfig"] = {"S3OutputPath": "s3://bucket/profiler", "ProfilingIntervalInMilliseconds": 500}
+    job_request["ProfilerRuleConfigurations"] = [
+        {"RuleConfigurationName": "StepOutlier", "RuleEvaluatorImage": RULES_IMAGE,
+         "RuleParameters": {"rule_to_invoke": "StepOutlier"}},
+    ]
+    client.create_training_job(**job_request)
+    described = wait_for(client, "job-profiler-rules", {"Completed", "Failed", "Stopped"})
+    (status,) = described["ProfilerRuleEvaluationStatuses"]
+    assert (status["RuleConfigurationName"], status["RuleEvaluationStatus"]) == ("StepOutlier", "Error")
+    assert "local mode" in status["StatusDetails"]
+    assert "DebugRuleEvaluationStatuses" not in described
+
+
 def rules_request(staged: dict[str, str], name: str, **hyperparameters: str) -> dict[str, Any]:
     job_request = request(staged, name, **hyperparameters)
     job_request["DebugRuleConfigurations"] = [
