@@ -25,6 +25,7 @@ from stabilizer_workflow.errors import StateCorrupted
 from stabilizer_workflow.ladders import EXPLOSIONS
 from stabilizer_workflow.notifications import Notification
 from stabilizer_workflow.observation import Observation, evidence_of
+from stabilizer_workflow.rule_checks import debugger_actions
 from stabilizer_workflow.state import Attempt, Decision, Finding, WorkflowState
 
 # FailureReason prefixes SageMaker uses for failures of its own, not of the training code.
@@ -352,6 +353,10 @@ def _decide(s: WorkflowState, attempt: Attempt, obs: Observation, now: datetime)
     # A finding seen on an earlier check is remembered: once the job is stopped, Debugger may
     # report its rules as Stopped rather than IssuesFound.
     issue = obs.primary_issue() or attempt.finding or hangs.no_progress(s, obs, now)
+    if issue is not None and issue.source == "debugger" and issue.action is None:
+        # Debugger reports a verdict only; the rule's actions are carried out here (docs/rules.md).
+        action, endpoints = debugger_actions(s.monitoring.rules, issue.rule)
+        issue = issue.model_copy(update={"action": action, "notify": endpoints[:5]})
 
     # Debugger rules go on evaluating after the job ends; a completed job is not a success until
     # every rule has given its verdict.

@@ -19,7 +19,7 @@ from stabilizer_workflow.distribution import distribution_hyperparameters, distr
 from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
 from stabilizer_workflow.execution_input import Monitoring, RuleConfig
 from stabilizer_workflow.job import Job
-from stabilizer_workflow.rule_checks import is_profiler_rule, runs_in_engine
+from stabilizer_workflow.rule_checks import ACTION_KEY, is_profiler_rule, runs_in_engine
 from stabilizer_workflow.service_limits import (
     DEBUGGER_COLLECTION_TEXT_MAX,
     DEBUGGER_COLLECTIONS_MAX,
@@ -177,7 +177,10 @@ def _debugger(monitoring: Monitoring, settings: TrainSettings, prefix: str) -> d
             "RuleEvaluatorImage": image,
             "InstanceType": RULE_INSTANCE_TYPE,
             "VolumeSizeInGB": 0,
-            "RuleParameters": {"rule_to_invoke": rule.name, **rule.parameters},
+            # Without its actions (action_json): Debugger's rule job would run them as the execution
+            # role, which may not stop jobs nor publish to an SMDebugRules topic; the monitor runs them.
+            "RuleParameters": {"rule_to_invoke": rule.name,
+                               **{k: v for k, v in rule.parameters.items() if k != ACTION_KEY}},
         }
 
     # Debugger runs its profiler rules (ProfilerRule) beside a profiler, not beside the debug hook.

@@ -305,6 +305,38 @@ def test_the_profiler_output_path_is_writable_by_the_execution_role():
         assert evaluate(role.documents, write).allowed, write
 
 
+def test_debugger_rule_jobs_get_no_actions_their_role_could_not_carry_out():
+    """Debugger's built-in actions run in its rule job as the execution role ("Use Debugger built-in
+    actions for rules"): StopTraining lists and stops training jobs (smdebug's StopTrainingAction calls
+    ListTrainingJobs and StopTrainingJob), Email and SMS publish to an SMDebugRules topic. The
+    synthesized execution role may do none of these, so the request carries no action_json and the
+    monitor, whose role may stop the job and publish to the stack's topic, carries the actions out."""
+    from stabilizer_workflow.handlers import train as train_handler
+    from stabilizer_workflow.requests import build_create_training_job
+    from stabilizer_workflow.state import WorkflowState
+
+    _, raw = synth(debugger_rules_enabled="true")
+    policies = principal_policies(raw, NAMES)
+    job = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/stabilizer-0a1b2c3d-1"
+    smdebug_topic = f"arn:aws:sns:{REGION}:{ACCOUNT}:SMDebugRules"
+    role = policies[EXECUTION_ROLE].documents
+    for request in (IamRequest("sagemaker:ListTrainingJobs", "*"), IamRequest("sagemaker:StopTrainingJob", job),
+                    IamRequest("sns:Publish", smdebug_topic), IamRequest("sns:CreateTopic", smdebug_topic)):
+        assert not evaluate(role, request).allowed, request
+    assert evaluate(policies[MONITOR].documents, IamRequest("sagemaker:StopTrainingJob", job)).allowed
+    settings = _train_settings(DEBUGGER_RULES_ENABLED="true",
+                               DEBUGGER_RULE_IMAGE="503895931360.dkr.ecr.us-east-1.amazonaws.com/"
+                                                   "sagemaker-debugger-rules:latest")
+    actions = '[{"name": "stoptraining"}, {"name": "email", "endpoint": "mlteam@example.com"}]'
+    prepared = train_handler.handle(
+        {"action": "prepare", "execution": EXECUTION, "input": {"run_spec": {"rules": [
+            {"name": "NLPSequenceRatio", "parameters": {"token_values": "0", "action_json": actions}}]}}},
+        settings=settings)
+    request = build_create_training_job(WorkflowState.model_validate(prepared), settings, 1)
+    (rule,) = request["DebugRuleConfigurations"]
+    assert "action_json" not in rule["RuleParameters"]
+
+
 def test_data_buckets_is_read_from_the_command_line_or_cdk_json_and_checked():
     from infra.config import ContextError, read_config
 

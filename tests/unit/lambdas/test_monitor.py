@@ -410,3 +410,23 @@ def test_debugger_profiler_rules_report_apart_and_are_read_and_stopped_like_the_
     ended = monitor.check(state, observe(description), LATER)
     name = state.history.latest_job_name
     assert set(ended.effects.stop_processing_jobs) == {f"{name}-nlpsequenceratio", f"{name}-stepoutlier"}
+
+
+def _debugger_rule_with(actions: str):
+    return {"run_spec": {"rules": [{"name": "NLPSequenceRatio",
+                                    "parameters": {"token_values": "0", "action_json": actions}}]}}
+
+
+def test_a_debugger_verdict_follows_the_rules_own_actions(debugger_settings):
+    """Debugger's actions are carried out by the monitor, not by Debugger's rule job: StopTraining (or
+    no action) stops the job; Email/SMS alone notify and the job runs on, naming the endpoints."""
+    email = '[{"name": "email", "endpoint": "mlteam@example.com"}]'
+    state = launched(debugger_settings, _debugger_rule_with(email))
+    issues = observation(state, "InProgress", rules=[("NLPSequenceRatio", "IssuesFound")])
+    result = monitor.check(state, issues, LATER)
+    assert result.effects.stop_job is None and result.state.next_action == "monitor"
+    note = result.effects.notification
+    assert note.attributes["notify"] == "email:mlteam@example.com" and "the job runs on" in note.subject
+    stop = launched(debugger_settings, _debugger_rule_with('[{"name": "stoptraining"}]'))
+    stopped = monitor.check(stop, observation(stop, "InProgress", rules=[("NLPSequenceRatio", "IssuesFound")]), LATER)
+    assert stopped.effects.stop_job == stop.history.latest_job_name

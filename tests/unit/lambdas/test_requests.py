@@ -345,3 +345,25 @@ def test_more_collections_than_debugger_takes_are_refused_at_validation(debugger
     request = _request(new_state(debugger_settings, _capture_input(capture)), debugger_settings)
     assert len(request["DebugHookConfig"]["CollectionConfigurations"]) == 20
     assert_valid(request)
+
+
+def test_a_rules_debugger_actions_are_not_forwarded_to_debugger(debugger_settings):
+    """Debugger's built-in actions run inside its rule job as the training job's execution role
+    ("Use Debugger built-in actions for rules", https://docs.aws.amazon.com/sagemaker/latest/dg/debugger-built-in-actions.html):
+    StopTraining lists and stops the job named by the action's `training_job_prefix` (which the SDK
+    adds and this request would lack), Email and SMS publish to an `SMDebugRules` topic, each needing
+    permissions the execution role does not have; and they cannot be used for profiler rules nor on
+    spot training. The workflow carries the actions out instead (the monitor: stop, or notify and run
+    on), so the rule configuration Debugger gets has no `action_json`."""
+    actions = '[{"name": "stoptraining"}, {"name": "email", "endpoint": "mlteam@example.com"}]'
+    raw = {"run_spec": {"rules": [{"name": "NLPSequenceRatio", "parameters": {"token_values": "0",
+                                                                             "action_json": actions}},
+                                  {"name": "StepOutlier", "parameters": {"action_json": actions}}]}}
+    state = new_state(debugger_settings, raw)
+    assert state.monitoring.rules[0].parameters["action_json"] == actions  # kept for the monitor
+    request = _request(state, debugger_settings)
+    for rule in request["DebugRuleConfigurations"] + request["ProfilerRuleConfigurations"]:
+        assert "action_json" not in rule["RuleParameters"], rule
+    assert request["DebugRuleConfigurations"][0]["RuleParameters"] == {"rule_to_invoke": "NLPSequenceRatio",
+                                                                       "token_values": "0"}
+    assert_valid(request)
