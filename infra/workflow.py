@@ -281,7 +281,9 @@ class Workflow(Construct):
             statements=[
                 iam.PolicyStatement(
                     sid="WatchAndStopTrainingJobs",
-                    actions=["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"],
+                    # UpdateTrainingJob: releases a warm pool no attempt will reuse (KeepAlivePeriodInSeconds 0).
+                    actions=["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob",
+                             "sagemaker:UpdateTrainingJob"],
                     resources=[self.training_job_arn()],
                 ),
                 iam.PolicyStatement(

@@ -39,6 +39,20 @@ class Effects:
     stop_job: str | None = None
     stop_processing_jobs: tuple[str, ...] = ()
     notification: Notification | None = None
+    # The job whose warm pool no attempt will reuse (UpdateTrainingJob, KeepAlivePeriodInSeconds 0).
+    release_warm_pool: str | None = None
+
+
+def _pool_to_release(attempt: Attempt, obs: Observation, decision: Decision | None,
+                     finding: Finding | None) -> str | None:
+    """The ended attempt's job when its warm pool would wait, billed, for no attempt: the execution
+    ends (`decision` None), the relaunch runs on another number of hosts (a pool is reused only by a
+    job with the same InstanceCount), or the attempt hung (its hosts are not to be trusted again)."""
+    if not obs.terminal or not obs.warm_pool_kept:
+        return None
+    if decision is None or decision.instance_count is not None or (finding is not None and hangs.is_hang(finding)):
+        return attempt.job_name
+    return None
 
 
 @dataclass(frozen=True)
@@ -120,6 +134,7 @@ def _end(
             stop_job=attempt.job_name if stop_job else None,
             stop_processing_jobs=_lingering(obs),
             notification=notifications.finished(state, attempt, finding, evidence),
+            release_warm_pool=_pool_to_release(attempt, obs, None, finding),
         ),
     )
 
@@ -150,6 +165,7 @@ def _relaunch(
         Effects(
             stop_processing_jobs=_lingering(obs),
             notification=notifications.relaunching(state, attempt, decision, finding, evidence),
+            release_warm_pool=_pool_to_release(attempt, obs, decision, finding),
         ),
     )
 

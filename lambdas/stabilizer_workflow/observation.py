@@ -218,6 +218,10 @@ class Observation(BaseModel):
     metric_period_seconds: int = 60
     # What the job's stragglers.json reported so far (empty: no file, or no straggler).
     stragglers: list[StragglerReport] = Field(default_factory=list)
+    # The job's warm pool (ResourceConfig.KeepAlivePeriodInSeconds, WarmPoolStatus.Status): 0 and None
+    # when it keeps none.
+    keep_alive_seconds: int = 0
+    warm_pool_status: str | None = None
 
     @property
     def summary(self) -> Summary | None:
@@ -227,6 +231,12 @@ class Observation(BaseModel):
     def notify_only(self) -> bool:
         """The sentinel was told to notify, not stop: its findings are news, not a stop."""
         return self.findings is not None and self.findings.job_action == "notify"
+
+    @property
+    def warm_pool_kept(self) -> bool:
+        """The job keeps its instances for a matching job, or will once it ends (SageMaker's warm
+        pools: Available, or InUse while the job runs); not once the pool was Reused or Terminated."""
+        return self.keep_alive_seconds > 0 and self.warm_pool_status not in ("Reused", "Terminated")
 
     @property
     def checkpoint_steps(self) -> list[int]:
@@ -392,6 +402,8 @@ def observe(
         metric_at=metric_at,
         metric_period_seconds=metric_period_seconds,
         stragglers=stragglers or [],
+        keep_alive_seconds=int((description.get("ResourceConfig") or {}).get("KeepAlivePeriodInSeconds") or 0),
+        warm_pool_status=(description.get("WarmPoolStatus") or {}).get("Status"),
     )
 
 

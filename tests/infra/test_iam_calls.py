@@ -337,6 +337,18 @@ def test_debugger_rule_jobs_get_no_actions_their_role_could_not_carry_out():
     assert "action_json" not in rule["RuleParameters"]
 
 
+def test_the_monitor_may_release_a_warm_pool_of_its_own_jobs_only(policies):
+    """A warm pool is released with UpdateTrainingJob (ResourceConfig.KeepAlivePeriodInSeconds 0,
+    "Terminate a warm pool", SageMaker developer guide); the monitor asks it on its own jobs."""
+    monitor = policies[MONITOR].documents
+    params = {"ResourceConfig": {"KeepAlivePeriodInSeconds": 0}}
+    [own] = requests_for("sagemaker", "UpdateTrainingJob", {"TrainingJobName": "stabilizer-0a1b2c3d-1", **params},
+                         WHERE)
+    assert own.action == "sagemaker:UpdateTrainingJob" and evaluate(monitor, own).allowed
+    [other] = requests_for("sagemaker", "UpdateTrainingJob", {"TrainingJobName": "someone-elses-1", **params}, WHERE)
+    assert not evaluate(monitor, other).allowed
+
+
 def test_data_buckets_is_read_from_the_command_line_or_cdk_json_and_checked():
     from infra.config import ContextError, read_config
 

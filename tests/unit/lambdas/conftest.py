@@ -74,8 +74,10 @@ def describe(
     profiler_rules: list[tuple[str, str]] | None = None,
     seconds: int | None = 120,
     start: datetime = T0,
+    warm_pool: tuple[int, str] | None = None,
 ) -> dict[str, Any]:
-    """A DescribeTrainingJob response for the current attempt."""
+    """A DescribeTrainingJob response for the current attempt. `warm_pool`: (KeepAlivePeriodInSeconds,
+    WarmPoolStatus.Status) of a job launched with a warm pool."""
     name = state.history.latest_job_name
     response: dict[str, Any] = {
         "TrainingJobName": name,
@@ -97,6 +99,12 @@ def describe(
             response["TrainingTimeInSeconds"] = seconds
     if failure_reason:
         response["FailureReason"] = failure_reason
+    if warm_pool is not None:
+        keep_alive, pool = warm_pool
+        response["ResourceConfig"] = {"InstanceType": state.job.instance_type,
+                                      "InstanceCount": state.job.instance_count,
+                                      "VolumeSizeInGB": 30, "KeepAlivePeriodInSeconds": keep_alive}
+        response["WarmPoolStatus"] = {"Status": pool, "ResourceRetainedBillableTimeInSeconds": 0}
     # DebugRuleEvaluationStatuses and ProfilerRuleEvaluationStatuses: the same entry shape
     # (botocore's model: DebugRuleEvaluationStatus, ProfilerRuleEvaluationStatus).
     for member, given in (("DebugRuleEvaluationStatuses", rules), ("ProfilerRuleEvaluationStatuses", profiler_rules)):
