@@ -43,7 +43,7 @@ from stabilizer_workflow.evidence import why_fresh
 from stabilizer_workflow.hang_settings import DEFAULT_FLOOR_SECONDS, HANG_RELAUNCHES, PROGRESS_FILE
 from stabilizer_workflow.observation import Observation
 from stabilizer_workflow.policy import Plan, describe_finding
-from stabilizer_workflow.state import Attempt, Decision, Finding, Straggler, WorkflowState
+from stabilizer_workflow.state import MAX_STRAGGLERS, Attempt, Decision, Finding, Straggler, WorkflowState
 
 HANG = "Hang"
 # DescribeTrainingJob's SecondaryStatus while the script runs (SageMaker API Reference).
@@ -159,10 +159,6 @@ def no_progress(state: WorkflowState, obs: Observation, now: datetime) -> Findin
     return Finding(rule=HANG, source="log", message=(
         f"the job reported no new step for {silent:.0f} s ({said}; the monitor's bound is {bound:.0f} s): "
         "the job did not stop itself"))
-
-
-# The stragglers one attempt records (the state stays small; the job's file has them all).
-MAX_STRAGGLERS = 16
 
 
 def new_stragglers(attempt: Attempt, obs: Observation) -> list[Straggler]:

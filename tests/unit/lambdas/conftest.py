@@ -181,7 +181,9 @@ def state_with_exploded_attempts(settings: TrainSettings, count: int) -> Workflo
     Once the ladder is used up the execution is reopened with a fresh seed: what is under test is
     the payload's size, not the policy.
     """
-    state = new_state(settings, {"limits": {"max_num_retraining": count + 10}})
+    # More relaunches than ValidateInput accepts for the worst case: these attempts are typical ones.
+    state = new_state(settings)
+    state = state.model_copy(update={"limits": state.limits.model_copy(update={"max_num_retraining": count + 10})})
     now = T0
     for number in range(count):
         spec = {**state.run_spec, "seed": number}
