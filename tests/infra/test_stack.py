@@ -84,6 +84,16 @@ def test_an_executions_artifacts_outlive_the_longest_execution(default_synth):
     assert rule["ExpirationInDays"] * 86_400 > timeout
 
 
+def _cloudwatch_retentions() -> set[str]:
+    import re
+
+    import botocore.session
+
+    shape = botocore.session.get_session().get_service_model("logs").operation_model(
+        "PutRetentionPolicy").input_shape.members["retentionInDays"]
+    return set(re.findall(r"\b\d+\b", shape.documentation.split("Possible values are:")[1].split(".")[0]))
+
+
 def test_a_retention_shorter_than_an_execution_is_refused():
     class Context(dict):
         def try_get_context(self, key):
@@ -92,6 +102,8 @@ def test_a_retention_shorter_than_an_execution_is_refused():
     minimum = EXECUTION_TIMEOUT_DAYS + 1
     with pytest.raises(ContextError, match=f"'artifact_retention_days' must be an integer >= {minimum}"):
         read_config(Context({"artifact_retention_days": 30}))
+    with pytest.raises(ContextError, match=f"'log_retention_days' must be an integer >= {minimum}"):
+        read_config(Context({"log_retention_days": 30}))
 
 
 def test_bucket_and_topic_refuse_requests_without_tls(default_synth):
@@ -275,7 +287,7 @@ def test_state_machine_role_invokes_the_two_functions_and_publishes(default_synt
 
 
 def test_functions_runtime_layer_memory_tracing_and_logs(default_synth):
-    template, raw = default_synth
+    _, raw = default_synth
     functions = {k: r["Properties"] for k, r in _resources(raw, "AWS::Lambda::Function").items()
                  if any(f"{n}Function" in k for n in ("Train", "Monitor", "Watch"))}
     handlers = sorted(p["Handler"] for p in functions.values())
@@ -294,7 +306,13 @@ def test_functions_runtime_layer_memory_tracing_and_logs(default_synth):
         kind = properties["Handler"].split(".")[2]
         assert set(properties["Environment"]["Variables"]) == CONTRACT_ENVIRONMENT[kind]
         assert "LoggingConfig" in properties
-    template.has_resource_properties("AWS::Logs::LogGroup", {"RetentionInDays": 30})
+    # Every log group keeps an execution's logs as long as it may run (31 days), in a retention
+    # CloudWatch accepts (botocore's model, PutRetentionPolicy retentionInDays: 1, 3, 5, 7, 14, 30, 60, ...).
+    groups = [r["Properties"] for r in raw["Resources"].values() if r["Type"] == "AWS::Logs::LogGroup"]
+    assert len(groups) == 4
+    for group in groups:
+        assert group["RetentionInDays"] * 86_400 > EXECUTION_TIMEOUT_DAYS * 86_400
+        assert str(group["RetentionInDays"]) in _cloudwatch_retentions()
 
 
 def test_environment_bakes_in_deployment_values(default_synth):
