@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from tests.asl.harness import ok, raises, sleeps
+from tests.asl.harness import DEFINITION, ok, raises, sleeps
 
 
 def state(job: str | None = None, **fields) -> dict:
@@ -419,6 +419,25 @@ def test_lambda_timeout_is_retried_not_left_unwatched(workflow):
     assert outcome.status == "SUCCEEDED"
     assert outcome.actions() == ["prepare", "launch", "launch", "await", "check", "check"]
     assert "StopJobAndNotify" not in outcome.states
+
+
+def test_a_lambda_timeout_named_sandbox_timedout_is_retried_at_every_lambda_step(workflow):
+    """Lambda reports a function that ran past its timeout with the error type "Sandbox.Timedout"
+    ("Task timed out after 120.00 seconds"), which Step Functions gives as the error name; every
+    Lambda task retries it like Lambda.Unknown."""
+    timed_out = "RequestId: 1 Error: Task timed out after 120.00 seconds"
+    outcome = workflow.run(
+        {}, prepare=[raises("Sandbox.Timedout", timed_out), ok(PREPARED)],
+        launch=[raises("Sandbox.Timedout", timed_out), ok(LAUNCHED)],
+        check=[raises("Sandbox.Timedout", timed_out), ok(COMPLETED)],
+    )
+    assert outcome.status == "SUCCEEDED"
+    assert outcome.actions() == ["prepare", "prepare", "launch", "launch", "await", "check", "check"]
+    definition = json.loads(DEFINITION.read_text())["States"]
+    lambda_tasks = [name for name, body in definition.items() if ":lambda:invoke" in body.get("Resource", "")]
+    assert len(lambda_tasks) == 6
+    for name in lambda_tasks:
+        assert any("Sandbox.Timedout" in retry["ErrorEquals"] for retry in definition[name]["Retry"]), name
 
 
 def test_an_end_without_reason_still_fails_as_not_recovered(workflow):
