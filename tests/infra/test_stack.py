@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -397,6 +398,35 @@ def test_state_machine_logs_everything_and_traces(default_synth):
         "LoggingConfiguration": Match.object_like({"Level": "ALL"}),
         "TracingConfiguration": {"Enabled": True},
     })
+
+
+def test_the_console_link_never_stops_a_deploy_in_a_partition_it_has_no_host_for(default_synth):
+    """Fn::FindInMap fails the deploy when the partition is not in the mapping. Every partition
+    botocore knows (its partitions.json: aws, aws-cn, aws-us-gov, aws-iso*, aws-eusc) either has
+    a console host in the mapping or gets no ConsoleLink output (its condition is false there)."""
+    import os
+
+    import botocore
+
+    _, raw = default_synth
+    partitions = json.loads((Path(os.path.dirname(botocore.__file__)) / "data" / "partitions.json").read_text())
+    known = [p["id"] for p in partitions["partitions"]]
+    assert {"aws", "aws-cn", "aws-us-gov", "aws-iso", "aws-iso-b"} <= set(known)
+    output = raw["Outputs"]["ConsoleLink"]
+    condition = raw["Conditions"][output["Condition"]]
+    hosts = raw["Mappings"]["ConsoleHost"]
+
+    def holds(expression: dict, partition: str) -> bool:
+        [(function, arguments)] = expression.items()
+        if function == "Fn::Or":
+            return any(holds(argument, partition) for argument in arguments)
+        assert function == "Fn::Equals"
+        values = [partition if argument == {"Ref": "AWS::Partition"} else argument for argument in arguments]
+        return values[0] == values[1]
+
+    for partition in known:
+        assert holds(condition, partition) == (partition in hosts), partition
+    assert {p for p in known if p in hosts} == {"aws", "aws-cn", "aws-us-gov"}
 
 
 def test_outputs(default_synth):
