@@ -20,6 +20,7 @@ from stabilizer_contract.job import CONFIG_HYPERPARAMETER
 from stabilizer_contract.s3_uris import is_s3_uri
 from stabilizer_workflow import notifications
 from stabilizer_workflow.access import check_job_access
+from stabilizer_workflow.distribution import image_problem
 from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
 from stabilizer_workflow.execution_bounds import execution_problems
 from stabilizer_workflow.execution_input import (
@@ -68,6 +69,10 @@ def _resolve(job: Job, settings: TrainSettings, instance_field: str = "job.insta
             "LIBRARY_S3_URI is not set, so the stabilizer library cannot reach a job of your own"
         )
     instance_type = job.instance_type or settings.default_instance_type
+    if not isinstance(job.image, str):  # the deployment's framework image, as the SDK would pick it
+        problem = image_problem(job.distribution, instance_type)
+        if problem:
+            raise InvalidInput(problem)
     if job.image is None:  # the deployment's image for this instance; an error names the field the person typed
         image = default_image(instance_type, settings, field=instance_field)
     else:
