@@ -244,6 +244,23 @@ def test_a_channel_in_another_bucket_is_refused_at_validate_input_naming_it(poli
                                          {"s3:prefix": "train/"})).allowed
 
 
+def test_a_source_archive_outside_source_in_the_stack_bucket_is_refused_naming_job_source(policies):
+    """ValidateInput reads the archive as the train role (its entry point must be in it), which reads
+    source/ of the stack's bucket only; an archive elsewhere in that bucket is refused before any
+    call, saying where to put it, exactly where the evaluator denies the read."""
+    train = policies[TRAIN].documents
+    elsewhere, inside = f"s3://{BUCKET}/mycode/sourcedir.tar.gz", f"s3://{BUCKET}/source/jobs/mine/sourcedir.tar.gz"
+    for uri in (elsewhere, inside):
+        [read] = requests_for("s3", "GetObject", {"Bucket": BUCKET, "Key": uri.split("/", 3)[3]}, WHERE)
+        assert evaluate(train, read).allowed == (uri == inside), uri
+    message = _refusal(_own_job(source=elsewhere))
+    assert message.startswith(f"job.source: {elsewhere} is outside s3://{BUCKET}/source/")
+    _own_job_accepted = _train_settings()
+    from stabilizer_workflow.access import source_problem
+
+    assert source_problem(inside, _own_job_accepted) is None
+
+
 def test_a_bucket_granted_by_data_buckets_is_readable_and_accepted():
     _, raw = synth(data_buckets="shared-datasets")
     role = principal_policies(raw, NAMES)[EXECUTION_ROLE].documents

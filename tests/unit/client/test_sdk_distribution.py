@@ -96,7 +96,10 @@ def test_a_multi_instance_estimator_is_launched_with_the_request_the_sdk_sends(
         session, tmp_path, instance_type, distribution, version, python):
     definition = estimator(session, tmp_path, instance_type, distribution, version, python)
     theirs = sdk_request(session, definition)
-    ours = our_request(definition, json.loads(theirs["HyperParameters"]["sagemaker_submit_directory"]))
+    # The SDK uploads the source under its job's prefix; the client stages it under source/jobs/ of
+    # the stack's bucket, where the workflow reads archives (the submit directory is the SDK's own).
+    uploaded = json.loads(theirs["HyperParameters"]["sagemaker_submit_directory"])
+    ours = our_request(definition, f"s3://{BUCKET}/source/jobs/sdk/{uploaded.rsplit('/', 1)[1]}")
     assert ours["ResourceConfig"]["InstanceCount"] == theirs["ResourceConfig"]["InstanceCount"] == 2
     assert ours["ResourceConfig"]["InstanceType"] == theirs["ResourceConfig"]["InstanceType"]
     assert ours["AlgorithmSpecification"]["TrainingImage"] == theirs["AlgorithmSpecification"]["TrainingImage"]

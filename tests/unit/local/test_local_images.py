@@ -47,7 +47,7 @@ def test_a_gpu_instance_type_passes_validate_input_in_local_mode_with_the_gpu_im
 
 
 def test_job_image_by_framework_and_version_resolves_in_local_mode():
-    raw = {"job": {"source": "s3://stabilizer-local/sources/mine.tar.gz", "entry_point": "train.py",
+    raw = {"job": {"source": "s3://stabilizer-local/source/jobs/mine/sourcedir.tar.gz", "entry_point": "train.py",
                    "image": {"framework": "pytorch", "version": "2.7"}, "instance_type": "ml.c5.xlarge"}}
     state, _ = _prepare(raw, LocalSettings())
     assert state.job.image == _sdk_training_image("ml.c5.xlarge", "2.7.1")
