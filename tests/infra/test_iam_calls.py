@@ -9,8 +9,9 @@ of stabilizer/local/access_check.py (moto 5.2.5 knows only StringEquals, turns a
 condition into a Deny, ignores NotResource); the semantics it must honour are checked in
 tests/unit/local/test_access_check.py.
 
-What the stack grants, decided here: a job reads its channels and source anywhere in the stack's
-bucket (the `resume` channel lies under executions/, a user's data under their own prefix), and
+What the stack grants, decided here: a job reads its channels anywhere in the stack's bucket (the
+`resume` channel lies under executions/, a user's data under their own prefix) and its source
+archive under source/ (where ValidateInput reads it as the train role), and
 in the buckets the deployment names with `data_buckets`; anything else is refused at
 ValidateInput naming the field. The execution role pulls only the images the deployment baked
 in (and `training_image_uri`'s repository); any other `job.image` is refused naming job.image.
