@@ -132,7 +132,7 @@ def largest_state(state: WorkflowState) -> WorkflowState:
                 checkpoint_s3_uri=f"s3://{'b' * 63}/executions/{state.execution.name}/attempt-{n}/checkpoints",
                 resumed_from=decision.resume_from, started_at=now, ended_at=now, status="Stopped",
                 secondary_status=long, failure_reason=long, finding=finding, steps=big, seconds=big,
-                watched=watched, decision=decision, stragglers=stragglers)
+                billable_seconds=big, interruptions=big, watched=watched, decision=decision, stragglers=stragglers)
         for n in range(1, most_attempts(state) + 1)
     ]
     history = state.history.model_copy(update={"latest_job_name": attempts[-1].job_name})

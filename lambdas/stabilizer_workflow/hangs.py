@@ -146,12 +146,17 @@ def no_progress(state: WorkflowState, obs: Observation, now: datetime) -> Findin
     if obs.status != "InProgress" or obs.secondary_status != TRAINING or bound is None:
         return None
     signs = []  # (silence, what the channel is, the least silence it needs)
+
+    def silence(sign_at: datetime) -> float:
+        # A job back in Training (after a spot interruption, SageMaker restarts it) is silent since then at most.
+        since = max(sign_at, obs.training_since) if obs.training_since is not None else sign_at
+        return (now - since).total_seconds()
+
     if obs.metric_at is not None:
-        signs.append(((now - obs.metric_at).total_seconds(), f"no {state.job.loss_metric} line in its metric stream",
+        signs.append((silence(obs.metric_at), f"no {state.job.loss_metric} line in its metric stream",
                       METRIC_PERIODS * obs.metric_period_seconds))
     if obs.progress_at is not None:
-        signs.append(((now - obs.progress_at).total_seconds(), f"{PROGRESS_FILE} unchanged in S3",
-                      MONITOR_MIN_SECONDS))
+        signs.append((silence(obs.progress_at), f"{PROGRESS_FILE} unchanged in S3", MONITOR_MIN_SECONDS))
     if not signs or any(silent <= max(bound, least) for silent, _, least in signs):
         return None
     silent = min(silence for silence, _, _ in signs)

@@ -71,6 +71,10 @@ def _record(attempt: Attempt, obs: Observation, now: datetime) -> None:
         attempt.seconds = obs.training_seconds
     elif obs.start_time is not None:
         attempt.seconds = max(0, int(((obs.end_time or now) - obs.start_time).total_seconds()))
+    if obs.billable_seconds is not None:
+        attempt.billable_seconds = obs.billable_seconds
+    if obs.interruptions:
+        attempt.interruptions = obs.interruptions
     steps = obs.steps_consumed()
     if steps is not None:
         attempt.steps = steps
@@ -217,22 +221,26 @@ def _remediate(state: WorkflowState, attempt: Attempt, obs: Observation, finding
     return _relaunch(state, attempt, obs=obs, decision=decision, finding=finding, counters=planned.counters)
 
 
-def _infrastructure_failure(state: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResult:
-    """SageMaker failed the job itself: the same recipe was never really tried, so try it again."""
+def _infrastructure_failure(state: WorkflowState, attempt: Attempt, obs: Observation,
+                            spot: bool = False) -> CheckResult:
+    """SageMaker failed the job itself, or (`spot`) spot capacity did not let it finish within its
+    MaxWaitTimeInSeconds: the same recipe was never really tried, so try it again."""
     reason_text = obs.failure_reason or "no FailureReason"
+    what = (f"spot capacity did not let the job finish within MaxWaitTimeInSeconds "
+            f"({state.job.max_wait_seconds} s; interrupted {attempt.interruptions or 0} times)" if spot
+            else f"SageMaker failed the job ({reason_text})")
     limits = state.limits
     if state.history.num_infrastructure_retries >= limits.max_infrastructure_retries:
         return _end(
             state,
             attempt,
             obs,
-            "failed",
-            f"SageMaker failed the job ({reason_text}) and max_infrastructure_retries "
-            f"({limits.max_infrastructure_retries}) is reached",
+            "gave_up" if spot else "failed",
+            f"{what} and max_infrastructure_retries ({limits.max_infrastructure_retries}) is reached",
         )
     blocked = _relaunch_blocked(state)
     if blocked:
-        return _end(state, attempt, obs, "gave_up", f"SageMaker failed the job ({reason_text}); {blocked}")
+        return _end(state, attempt, obs, "gave_up", f"{what}; {blocked}")
     # No rule fired, so the newest checkpoint is healthy; it counts only if the relaunch loads it.
     newest = max(obs.checkpoint_files) if obs.checkpoint_files else None
     resume = (
@@ -247,8 +255,9 @@ def _infrastructure_failure(state: WorkflowState, attempt: Attempt, obs: Observa
         action="relaunch",
         remedy="retry",
         resume_from=resume,
-        reason=f"SageMaker failed the job ({reason_text.split(':')[0]}), not the training code; "
-        f"same recipe again, {start}",
+        reason=(f"{what}, not the training code; same recipe again, {start}" if spot else
+                f"SageMaker failed the job ({reason_text.split(':')[0]}), not the training code; "
+                f"same recipe again, {start}"),
     )
     return _relaunch(
         state, attempt, obs=obs, decision=decision, finding=None, counters=("num_infrastructure_retries",)
@@ -329,6 +338,8 @@ def _failed(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResult
 
 def _stopped(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResult:
     # Stopped without any finding: nobody in this workflow asked for it.
+    if obs.secondary_status == "MaxWaitTimeExceeded":  # a spot job: capacity, not the recipe
+        return _infrastructure_failure(s, attempt, obs, spot=True)
     if obs.secondary_status == "MaxRuntimeExceeded":
         limit = s.job.max_runtime_seconds
         return _end(

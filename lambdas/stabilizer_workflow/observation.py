@@ -209,6 +209,11 @@ class Observation(BaseModel):
     start_time: datetime | None = None
     end_time: datetime | None = None
     training_seconds: int | None = None
+    billable_seconds: int | None = None
+    # Spot: how often the job's instances were taken away (SecondaryStatusTransitions' Interrupted),
+    # and when it last entered Training (SageMaker restarts it there after an interruption).
+    interruptions: int = 0
+    training_since: datetime | None = None
     final_metrics: dict[str, float] = Field(default_factory=dict)
     # When the job's progress.json last changed in S3 (stabilizer_workflow.hangs.no_progress), if it has one.
     progress_at: datetime | None = None
@@ -385,6 +390,9 @@ def observe(
         if "MetricName" in item and "Value" in item
     }
     seconds = description.get("TrainingTimeInSeconds")
+    billable = description.get("BillableTimeInSeconds")
+    transitions = description.get("SecondaryStatusTransitions") or []
+    trained = [t.get("StartTime") for t in transitions if t.get("Status") == "Training" and t.get("StartTime")]
     return Observation(
         job_name=description["TrainingJobName"],
         status=description["TrainingJobStatus"],
@@ -397,6 +405,9 @@ def observe(
         start_time=description.get("TrainingStartTime"),
         end_time=description.get("TrainingEndTime"),
         training_seconds=int(seconds) if seconds is not None else None,
+        billable_seconds=int(billable) if billable is not None else None,
+        interruptions=sum(1 for t in transitions if t.get("Status") == "Interrupted"),
+        training_since=trained[-1] if trained and description.get("SecondaryStatus") == "Training" else None,
         final_metrics=metrics,
         progress_at=progress_at,
         metric_at=metric_at,

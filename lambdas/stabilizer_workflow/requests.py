@@ -259,13 +259,25 @@ def hook_problems(monitoring: Monitoring, section: str) -> list[str]:
     return problems
 
 
-def _resources(instance_type: str, instance_count: int, settings: TrainSettings) -> dict[str, Any]:
-    resources: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": instance_count, "VolumeSizeInGB": 30}
-    if settings.warm_pool_seconds:
+def _resources(job: Job, instance_type: str, settings: TrainSettings) -> dict[str, Any]:
+    resources: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": job.instance_count,
+                                 "VolumeSizeInGB": 30}
+    # Warm pools "cannot be used with spot instances" (SageMaker developer guide, managed warm pools).
+    if settings.warm_pool_seconds and not job.use_spot_instances:
         # SageMaker managed warm pools: the next attempt (same role, instance type and count,
         # volume) starts on this job's instance instead of provisioning one.
         resources["KeepAlivePeriodInSeconds"] = settings.warm_pool_seconds
     return resources
+
+
+def stopping_condition(job: Job, remaining_seconds: int) -> dict[str, int]:
+    """MaxRuntimeInSeconds never past the execution's training budget, whatever the job asks for; a
+    spot job's MaxWaitTimeInSeconds (waiting for capacity plus running), never under the runtime."""
+    runtime = max(60, min(job.max_runtime_seconds, remaining_seconds))
+    condition = {"MaxRuntimeInSeconds": runtime}
+    if job.use_spot_instances and job.max_wait_seconds is not None:
+        condition["MaxWaitTimeInSeconds"] = max(job.max_wait_seconds, runtime)
+    return condition
 
 
 def build_create_training_job(state: WorkflowState, settings: TrainSettings, attempt: int) -> dict[str, Any]:
@@ -277,7 +289,6 @@ def build_create_training_job(state: WorkflowState, settings: TrainSettings, att
         raise StateCorrupted("job: instance_type and image are not resolved (prepare fills them in)")
     name = job_name(settings.job_name_prefix, state.execution.short_id, attempt)
     prefix = attempt_prefix(settings.bucket, state.execution.name, attempt)
-    # Never run past the execution's training budget, whatever the job asks for.
     remaining = state.limits.max_total_training_seconds - state.training_seconds()
     channels = [_channel(channel, uri) for channel, uri in job.channels.items()]
     problem = distribution_problem(job.distribution, job.instance_type)
@@ -299,8 +310,8 @@ def build_create_training_job(state: WorkflowState, settings: TrainSettings, att
         },
         "RoleArn": settings.sagemaker_role_arn,
         "OutputDataConfig": {"S3OutputPath": f"{prefix}/output"},
-        "ResourceConfig": _resources(job.instance_type, job.instance_count, settings),
-        "StoppingCondition": {"MaxRuntimeInSeconds": max(60, min(job.max_runtime_seconds, remaining))},
+        "ResourceConfig": _resources(job, job.instance_type, settings),
+        "StoppingCondition": stopping_condition(job, remaining),
         "CheckpointConfig": {
             "S3Uri": checkpoint_uri(settings.bucket, state.execution.name, attempt),  # where the monitor reads
             "LocalPath": CHECKPOINT_LOCAL_PATH,
@@ -312,6 +323,8 @@ def build_create_training_job(state: WorkflowState, settings: TrainSettings, att
             {"Key": "stabilizer:policy", "Value": state.policy},
         ],
     }
+    if job.use_spot_instances:  # restarted from CheckpointConfig after an interruption
+        request["EnableManagedSpotTraining"] = True
     if channels:  # InputDataConfig, when given, holds at least one channel
         request["InputDataConfig"] = channels
     if settings.debugger_rules_enabled:  # only where a rule needs Debugger (debugger_rules)

@@ -201,6 +201,10 @@ class Attempt(BaseModel):
     finding: Finding | None = None
     steps: int | None = None
     seconds: int | None = None
+    # What SageMaker bills (BillableTimeInSeconds; under `seconds` with spot) and how often spot
+    # capacity was taken away meanwhile (SecondaryStatus Interrupted).
+    billable_seconds: int | None = None
+    interruptions: int | None = None
     # The summary the job left (None: it left none, or has not ended yet).
     watched: Watched | None = None
     decision: Decision | None = None
