@@ -72,7 +72,9 @@ def test_what_the_manifest_runs_is_in_the_folder(folder: Path):
         assert manifest["data"]["maker"] in ours
     if entry == "sagemaker_entry.py":
         # It runs one vendored script with runpy; that script is the one the manifest vendors.
-        script = re.search(r'^SCRIPT = "([^"]+)"', (folder / entry).read_text(), flags=re.MULTILINE)
+        text = (folder / entry).read_text()
+        script = re.search(r'^SCRIPT = "([^"]+)"', text, flags=re.MULTILINE) or re.search(
+            r'^sys\.argv = \["([^"]+)"', text, flags=re.MULTILINE)
         assert script and script.group(1) in vendored
     for name, value in manifest.get("environment", {}).items():
         assert re.fullmatch(r"[A-Z_][A-Z0-9_]*", name) and isinstance(value, str)
