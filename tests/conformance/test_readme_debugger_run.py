@@ -122,4 +122,4 @@ def test_a_debugger_estimator_on_a_functional_loss_is_verified_and_its_whole_mod
     assert view.status == "SUCCEEDED", (state.get("reason"), view.cause)
     assert state["outcome"] == "succeeded", state.get("reason")
     (attempt,) = state["attempts"]
-    assert attempt["outcome"] == "succeeded" and attempt["watched"]["steps_observed"] == 3 * 32
+    assert attempt["status"] == "Completed" and attempt["watched"]["steps_observed"] == 3 * 32, attempt
