@@ -6,9 +6,10 @@ job's own loss lines) is read by `stabilizer_workflow.evidence`; which remedy fo
 
 Pure: `check()` takes the state, an `Observation` and the time, and returns the next state plus
 the effects the handler must carry out (stop a job, stop lingering rule-evaluation jobs, publish
-one notification). A straggler the job's watchdog reported (stragglers.json: a rank slower than
-the others, with its host) is recorded on the attempt and told once, in that check's message.
-No AWS call and no clock in here, so every job-status x rule-status case is a plain unit test.
+one notification), built by `stabilizer_workflow.check_results`. A straggler the job's watchdog
+reported (stragglers.json: a rank slower than the others, with its host) is recorded on the
+attempt and told once, in that check's message. No AWS call and no clock in here, so every
+job-status x rule-status case is a plain unit test.
 
 Counters: every `check` moves `num_monitor_transitions` by one; a relaunch moves
 `num_retraining` by one and the remedy's own counter by one; nothing else moves them.
@@ -16,14 +17,14 @@ Counters: every `check` moves `num_monitor_transitions` by one; a relaunch moves
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 
 from stabilizer_contract.catalogue import NOT_LEARNING
 from stabilizer_workflow import evidence, hangs, notifications, policy
+from stabilizer_workflow.check_results import CheckResult, Effects, end, keep_watching, lingering_rule_jobs, relaunch
 from stabilizer_workflow.errors import StateCorrupted
 from stabilizer_workflow.ladders import EXPLOSIONS
-from stabilizer_workflow.notifications import Notification
 from stabilizer_workflow.observation import Observation, evidence_of
 from stabilizer_workflow.rule_checks import debugger_actions
 from stabilizer_workflow.state import Attempt, Decision, Finding, WorkflowState
@@ -32,33 +33,6 @@ from stabilizer_workflow.state import Attempt, Decision, Finding, WorkflowState
 INFRASTRUCTURE_FAILURES = ("InternalServerError", "CapacityError")
 # A relaunch needs at least this much of the training budget left to be worth starting.
 MIN_BUDGET_SECONDS = 60
-
-
-@dataclass(frozen=True)
-class Effects:
-    stop_job: str | None = None
-    stop_processing_jobs: tuple[str, ...] = ()
-    notification: Notification | None = None
-    # The job whose warm pool no attempt will reuse (UpdateTrainingJob, KeepAlivePeriodInSeconds 0).
-    release_warm_pool: str | None = None
-
-
-def _pool_to_release(attempt: Attempt, obs: Observation, decision: Decision | None,
-                     finding: Finding | None) -> str | None:
-    """The ended attempt's job when its warm pool would wait, billed, for no attempt: the execution
-    ends (`decision` None), the relaunch runs on another number of hosts (a pool is reused only by a
-    job with the same InstanceCount), or the attempt hung (its hosts are not to be trusted again)."""
-    if not obs.terminal or not obs.warm_pool_kept:
-        return None
-    if decision is None or decision.instance_count is not None or (finding is not None and hangs.is_hang(finding)):
-        return attempt.job_name
-    return None
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    state: WorkflowState
-    effects: Effects
 
 
 def _record(attempt: Attempt, obs: Observation, now: datetime) -> None:
@@ -106,74 +80,6 @@ def _relaunch_blocked(state: WorkflowState) -> str | None:
     return _monitoring_limit(state)
 
 
-def _lingering(obs: Observation) -> tuple[str, ...]:
-    """Rule-evaluation processing jobs still running; an ended attempt must not leave them on."""
-    return tuple(
-        rule.processing_job_name
-        for rule in obs.rule_statuses
-        if rule.status == "InProgress" and rule.processing_job_name
-    )
-
-
-def _end(
-    state: WorkflowState,
-    attempt: Attempt,
-    obs: Observation,
-    outcome: str,
-    reason: str,
-    *,
-    finding: Finding | None = None,
-    stop_job: bool = False,
-    remedy: str | None = None,
-    best: str | None = None,
-) -> CheckResult:
-    attempt.decision = Decision(action="end", outcome=outcome, reason=reason, remedy=remedy, resume_from=best)
-    state.outcome = outcome  # type: ignore[assignment]
-    state.reason = reason
-    state.next_action = "end"
-    evidence = evidence_of(obs, finding) if finding else {}
-    return CheckResult(
-        state,
-        Effects(
-            stop_job=attempt.job_name if stop_job else None,
-            stop_processing_jobs=_lingering(obs),
-            notification=notifications.finished(state, attempt, finding, evidence),
-            release_warm_pool=_pool_to_release(attempt, obs, None, finding),
-        ),
-    )
-
-
-def _continue(state: WorkflowState, effects: Effects | None = None) -> CheckResult:
-    state.next_action = "monitor"
-    return CheckResult(state, effects or Effects())
-
-
-def _relaunch(
-    state: WorkflowState,
-    attempt: Attempt,
-    *,
-    obs: Observation,
-    decision: Decision,
-    finding: Finding | None,
-    counters: tuple[str, ...],
-) -> CheckResult:
-    for counter in counters:
-        setattr(state.history, counter, getattr(state.history, counter) + 1)
-    state.history.num_retraining += 1
-    state.resume_from = decision.resume_from
-    state.next_action = "launch_new"
-    attempt.decision = decision
-    evidence = evidence_of(obs, finding) if finding else {}
-    return CheckResult(
-        state,
-        Effects(
-            stop_processing_jobs=_lingering(obs),
-            notification=notifications.relaunching(state, attempt, decision, finding, evidence),
-            release_warm_pool=_pool_to_release(attempt, obs, decision, finding),
-        ),
-    )
-
-
 def verdict(outcome: str, finding: Finding) -> str:
     """The outcome of an execution that ends on an attempt where `finding` fired.
 
@@ -199,7 +105,7 @@ def _remediate(state: WorkflowState, attempt: Attempt, obs: Observation, finding
     planned = hangs.plan(state, finding, obs.checkpoint_files) or policy.plan(state, finding, obs.checkpoint_files)
     decision = planned.decision
     if decision.action == "end":
-        return _end(
+        return end(
             state,
             attempt,
             obs,
@@ -214,11 +120,11 @@ def _remediate(state: WorkflowState, attempt: Attempt, obs: Observation, finding
         reason = (
             f"{policy.describe_finding(finding)}: {blocked}; the next step would have been {decision.remedy}"
         )
-        return _end(state, attempt, obs, verdict("gave_up", finding), reason, finding=finding)
+        return end(state, attempt, obs, verdict("gave_up", finding), reason, finding=finding)
     state.run_spec = planned.run_spec
     if decision.instance_count is not None:  # a relaunch on fewer hosts (stabilizer_workflow.hangs)
         state.job = state.job.model_copy(update={"instance_count": decision.instance_count})
-    return _relaunch(state, attempt, obs=obs, decision=decision, finding=finding, counters=planned.counters)
+    return relaunch(state, attempt, obs=obs, decision=decision, finding=finding, counters=planned.counters)
 
 
 def _infrastructure_failure(state: WorkflowState, attempt: Attempt, obs: Observation,
@@ -231,7 +137,7 @@ def _infrastructure_failure(state: WorkflowState, attempt: Attempt, obs: Observa
             else f"SageMaker failed the job ({reason_text})")
     limits = state.limits
     if state.history.num_infrastructure_retries >= limits.max_infrastructure_retries:
-        return _end(
+        return end(
             state,
             attempt,
             obs,
@@ -240,7 +146,7 @@ def _infrastructure_failure(state: WorkflowState, attempt: Attempt, obs: Observa
         )
     blocked = _relaunch_blocked(state)
     if blocked:
-        return _end(state, attempt, obs, "gave_up", f"{what}; {blocked}")
+        return end(state, attempt, obs, "gave_up", f"{what}; {blocked}")
     # No rule fired, so the newest checkpoint is healthy; it counts only if the relaunch loads it.
     newest = max(obs.checkpoint_files) if obs.checkpoint_files else None
     resume = (
@@ -259,7 +165,7 @@ def _infrastructure_failure(state: WorkflowState, attempt: Attempt, obs: Observa
                 f"SageMaker failed the job ({reason_text.split(':')[0]}), not the training code; "
                 f"same recipe again, {start}"),
     )
-    return _relaunch(
+    return relaunch(
         state, attempt, obs=obs, decision=decision, finding=None, counters=("num_infrastructure_retries",)
     )
 
@@ -283,16 +189,16 @@ def _while_running(
         if not notify_only:
             # Decide the next recipe only once the job has stopped: its last checkpoint is then in
             # S3, and no two jobs of one execution run at once. Stopping again is harmless.
-            return _continue(s, Effects(stop_job=attempt.job_name, notification=note))
+            return keep_watching(s, Effects(stop_job=attempt.job_name, notification=note))
     limit = _monitoring_limit(s)
     if limit is None:
-        return _continue(s, Effects(notification=note))
+        return keep_watching(s, Effects(notification=note))
     if obs.status == "InProgress":
-        return _end(s, attempt, obs, "gave_up", f"stopped attempt {attempt.number}: {limit}", stop_job=True)
+        return end(s, attempt, obs, "gave_up", f"stopped attempt {attempt.number}: {limit}", stop_job=True)
     if obs.status == "Stopping":
-        return _end(s, attempt, obs, "gave_up", f"attempt {attempt.number} is stopping: {limit}")
+        return end(s, attempt, obs, "gave_up", f"attempt {attempt.number} is stopping: {limit}")
     pending = ", ".join(obs.rules_pending())
-    return _end(s, attempt, obs, "gave_up", f"job completed but {pending} never finished: {limit}")
+    return end(s, attempt, obs, "gave_up", f"job completed but {pending} never finished: {limit}")
 
 
 def _after_end(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResult:
@@ -321,7 +227,7 @@ def _completed(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckRes
     if unknown:
         # Not a failure of the training run; say plainly which verdicts are missing.
         reason += f" (Debugger gave no verdict for {', '.join(unknown)})"
-    return _end(s, attempt, obs, judged.outcome or "unverified", reason)
+    return end(s, attempt, obs, judged.outcome or "unverified", reason)
 
 
 def _failed(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResult:
@@ -333,7 +239,7 @@ def _failed(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResult
     summary = obs.summary
     said = f"; the script ended with {summary.exception}" if summary is not None and summary.exception else ""
     given = obs.failure_reason or "no FailureReason given"
-    return _end(s, attempt, obs, "failed", f"training job failed: {given}{said}")
+    return end(s, attempt, obs, "failed", f"training job failed: {given}{said}")
 
 
 def _stopped(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResult:
@@ -342,10 +248,10 @@ def _stopped(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResul
         return _infrastructure_failure(s, attempt, obs, spot=True)
     if obs.secondary_status == "MaxRuntimeExceeded":
         limit = s.job.max_runtime_seconds
-        return _end(
+        return end(
             s, attempt, obs, "gave_up", f"attempt {attempt.number} ran past MaxRuntimeInSeconds ({limit} s)"
         )
-    return _end(
+    return end(
         s, attempt, obs, "failed", f"training job {attempt.job_name} was stopped outside the workflow"
     )
 
@@ -412,7 +318,7 @@ def abort(state: WorkflowState, error: dict | None, obs: Observation | None, now
         if obs is not None:
             _record(attempt, obs, now)
             s.job_status = obs.status
-            lingering = _lingering(obs)
+            lingering = lingering_rule_jobs(obs)
         if obs is None or obs.status == "InProgress":
             stop_job = attempt.job_name
         attempt.decision = Decision(action="end", outcome="failed", reason=reason)

@@ -22,8 +22,8 @@ from stabilizer_workflow.aws_cloudwatch import MetricStreams, get_cloudwatch
 from stabilizer_workflow.aws_s3 import Artifacts, get_s3
 from stabilizer_workflow.aws_sagemaker import TrainingJobs, get_sagemaker
 from stabilizer_workflow.aws_sns import Notifier, get_sns
+from stabilizer_workflow.check_results import Effects
 from stabilizer_workflow.errors import StateCorrupted, WorkflowError
-from stabilizer_workflow.monitor import Effects
 from stabilizer_workflow.notifications import Notification, clean_subject
 from stabilizer_workflow.observation import Observation, observe
 from stabilizer_workflow.settings import MonitorSettings

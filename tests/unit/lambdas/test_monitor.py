@@ -8,6 +8,7 @@ import pytest
 from conftest import RULE_STOP, T0, describe, launched, observation, sentinel_findings, watched_findings
 
 from stabilizer_workflow import monitor
+from stabilizer_workflow.check_results import Effects
 from stabilizer_workflow.errors import StateCorrupted
 from stabilizer_workflow.observation import FindingsDocument, observe
 
@@ -102,7 +103,7 @@ def test_stopping_waits(settings):
     state = launched(settings)
     result = monitor.check(state, observation(state, "Stopping"), LATER)
     assert result.state.next_action == "monitor"
-    assert result.effects == monitor.Effects()
+    assert result.effects == Effects()
 
 
 def test_stopped_after_an_issue_relaunches_with_the_next_recipe(settings):
