@@ -11,10 +11,10 @@ completed (succeeded), stopped_early, unwatched, unverified, diverged, did_not_l
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from stabilizer_workflow.recipe_text import format_value, knob_names, recipe_diff, recipe_text
 from stabilizer_workflow.state import Attempt, Decision, Finding, Straggler, WorkflowState
 
 EventType = Literal[
@@ -88,75 +88,6 @@ def clean_subject(text: str) -> str:
     return flat[: SUBJECT_MAX - 3].rstrip() + "..."
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, list | dict):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
-
-
-def recipe_diff(changes: dict[str, list[Any]]) -> str:
-    """The next recipe as a diff against the last one."""
-    if not changes:
-        return "  (unchanged)"
-    lines = []
-    for key, (old, new) in changes.items():
-        lines.append(f"- {key}: {_fmt(old)}")
-        lines.append(f"+ {key}: {_fmt(new)}")
-    return "\n".join(lines)
-
-
-# The reference job's hyperparameter for each knob role (stabilizer_workflow.reference declares the same).
-REFERENCE_KNOB_NAMES = {
-    "warmup_learning_rate": "warmup_learning_rate",
-    "learning_rate": "learning_rate",
-    "normalization": "add_batch_norm",
-    "grad_clip": "grad_clip",
-}
-
-
-def knob_names(state: WorkflowState | Mapping[str, Any] | None) -> dict[str, str]:
-    """Role -> the job's hyperparameter name, from a state or a state payload; the reference job's
-    names when the state says nothing of a job."""
-    if isinstance(state, WorkflowState):
-        return {role: knob.hyperparameter for role, knob in state.job.knobs.declared().items()}
-    knobs = ((state or {}).get("job") or {}).get("knobs") if isinstance(state, Mapping) else None
-    if not isinstance(knobs, Mapping):
-        return dict(REFERENCE_KNOB_NAMES)
-    return {role: knob["hyperparameter"] for role, knob in knobs.items()
-            if isinstance(knob, Mapping) and "hyperparameter" in knob}
-
-
-def recipe_text(spec: Mapping[str, Any], knobs: Mapping[str, str] | None = None) -> str:
-    """A recipe in a few words, through the job's knobs: ``warm-up LR 0.1, LR 0.1, no BN``.
-
-    The one summary of a recipe: notifications, the CLI's table, the report and the notebook all
-    use it. `spec` is a run_spec (the job's hyperparameters) or a mapping of them; `knobs` maps
-    knob roles to the job's hyperparameter names (`knob_names`), the reference job's by default.
-    A job whose knobs say nothing of the recipe shows its first hyperparameters as they are.
-    """
-    values = dict(spec)
-    names = REFERENCE_KNOB_NAMES if knobs is None else knobs
-
-    def value(role: str) -> Any:
-        return values.get(names[role]) if role in names else None
-
-    parts = [
-        f"{label} {value(role):g}"
-        for role, label in (("warmup_learning_rate", "warm-up LR"), ("learning_rate", "LR"))
-        if isinstance(value(role), int | float)
-    ]
-    if "normalization" in names:
-        parts.append("BN" if value("normalization") in (1, True) else "no BN")
-    clip = value("grad_clip")
-    if isinstance(clip, int | float) and clip:
-        parts.append(f"clip {clip:g}")
-    if not parts:
-        parts = [f"{key}={_fmt(item)}" for key, item in list(values.items())[:4]]
-    return ", ".join(parts) or "no hyperparameters"
-
-
 def _trim_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
     trimmed: dict[str, Any] = {}
     for key, value in evidence.items():
@@ -183,7 +114,7 @@ def _finding_lines(finding: Finding | None, evidence: dict[str, Any]) -> list[st
     if evidence:
         lines.append("Evidence:")
         for key, value in _trim_evidence(evidence).items():
-            lines.append(f"  {key}: {_fmt(value)}")
+            lines.append(f"  {key}: {format_value(value)}")
     return lines
 
 
@@ -320,7 +251,7 @@ def relaunching(
     else:
         cause = (attempt.failure_reason or attempt.status).split(":")[0]
     change = (
-        ", ".join(f"{key} {_fmt(old)}->{_fmt(new)}" for key, (old, new) in decision.changes.items())
+        ", ".join(f"{key} {format_value(old)}->{format_value(new)}" for key, (old, new) in decision.changes.items())
         or "same recipe"
     )
     hosts = decision.instance_count

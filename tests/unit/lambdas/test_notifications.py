@@ -9,8 +9,9 @@ import pytest
 from conftest import RULE_STOP, T0, launched, observation, sentinel_findings, watched_findings
 
 from stabilizer_workflow import attempts as launching
-from stabilizer_workflow import monitor, notifications
+from stabilizer_workflow import monitor
 from stabilizer_workflow.notifications import SUBJECT_MAX, clean_subject
+from stabilizer_workflow.recipe_text import recipe_diff
 
 
 def _relaunch_note(settings):
@@ -120,4 +121,4 @@ def test_every_event_type_has_a_subject_under_the_sns_limit(settings):
 
 
 def test_recipe_diff_of_an_unchanged_retry():
-    assert notifications.recipe_diff({}) == "  (unchanged)"
+    assert recipe_diff({}) == "  (unchanged)"
