@@ -17,7 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from stabilizer_contract.s3_uris import split_s3_uri
 from stabilizer_workflow.aws import NOT_THERE, error_code, new_client, translate
 from stabilizer_workflow.hang_settings import PROGRESS_FILE, STRAGGLERS_FILE
-from stabilizer_workflow.observation import FindingsDocument, StragglerReport, parse_findings, parse_stragglers
+from stabilizer_workflow.sentinel_files import FindingsDocument, StragglerReport, parse_findings, parse_stragglers
 
 
 @lru_cache(maxsize=1)

@@ -24,7 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from stabilizer_workflow.observation import Observation, Summary, finite, nonfinite
+from stabilizer_workflow.observation import Observation
+from stabilizer_workflow.sentinel_files import Summary, finite, nonfinite
 from stabilizer_workflow.state import Attempt, Finding, Watched
 
 # The sentinel's Diverging check: a loss ten times where the run started (docs/contracts.md, 3).

@@ -13,7 +13,8 @@ import pytest
 
 from stabilizer_workflow import attempts as launching
 from stabilizer_workflow import monitor
-from stabilizer_workflow.observation import FindingsDocument, Observation, observe
+from stabilizer_workflow.observation import Observation, observe
+from stabilizer_workflow.sentinel_files import FindingsDocument
 from stabilizer_workflow.settings import TrainSettings
 from stabilizer_workflow.state import WorkflowState
 

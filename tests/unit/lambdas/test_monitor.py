@@ -10,7 +10,8 @@ from conftest import RULE_STOP, T0, describe, launched, observation, sentinel_fi
 from stabilizer_workflow import monitor
 from stabilizer_workflow.check_results import Effects
 from stabilizer_workflow.errors import StateCorrupted
-from stabilizer_workflow.observation import FindingsDocument, observe
+from stabilizer_workflow.observation import observe
+from stabilizer_workflow.sentinel_files import FindingsDocument
 
 LATER = T0 + timedelta(minutes=5)
 COUNTERS = (

@@ -67,7 +67,8 @@ def _worst_recorded_attempt(settings):
     from conftest import describe, launched, sentinel_findings
 
     from stabilizer_workflow import monitor
-    from stabilizer_workflow.observation import StragglerReport, Summary, observe
+    from stabilizer_workflow.observation import observe
+    from stabilizer_workflow.sentinel_files import StragglerReport, Summary
 
     state = launched(settings)
     findings = sentinel_findings(step=2**31)

@@ -25,7 +25,8 @@ from conftest import (
 from stabilizer_workflow import attempts as launching
 from stabilizer_workflow import monitor
 from stabilizer_workflow.evidence import UNWATCHED
-from stabilizer_workflow.observation import FindingsDocument, observe
+from stabilizer_workflow.observation import observe
+from stabilizer_workflow.sentinel_files import FindingsDocument
 from stabilizer_workflow.settings import TrainSettings
 
 LATER = T0 + timedelta(minutes=5)
