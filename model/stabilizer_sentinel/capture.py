@@ -1,29 +1,8 @@
 """Tensor capture: decide which collections are due at a step, copy their tensors, hand them on.
 
 A collection is a named group of tensors with its own schedule (``save_interval`` or
-``save_steps``) and modes (TRAIN, EVAL). Built-in collections and the tensor names they hold:
-
-==============  ======================================================================
-collection      tensors
-==============  ======================================================================
-``weights``     ``weights/<parameter>`` for every parameter whose name does not end in ``bias``
-``biases``      ``biases/<parameter>`` for every parameter whose name ends in ``bias``
-``gradients``   ``gradients/<parameter>`` for every parameter with a gradient
-``losses``      ``losses/loss`` (TRAIN: the batch loss; EVAL: the mean loss of the evaluation)
-``activations`` ``activations/<module>``: outputs of the network's blocks (modules whose class
-                name ends in ``Block``), or of the modules its ``include_regex`` names
-``activation_outputs`` ``activations/<module>`` for activation-function modules (ReLU, ELU, ...)
-``activation_inputs`` ``activation_inputs/<module>``: what those modules received
-``inputs``      ``inputs/inputs`` (the input batch)
-``labels``      ``labels/labels`` (class indices)
-``predictions`` ``predictions/predictions`` (arg-max class indices)
-==============  ======================================================================
-
-Any other name is a custom collection selected by ``include_regex`` over all of the names above and
-their smdebug names (``<module>_output_0``, ``<Loss>_input_0``, ...), where ``activations/<module>`` and
-``activation_inputs/<module>`` exist for every named module (searched anywhere in the name, as Debugger
-does). A collection whose regex matches nothing fails the job after its first step (the loss module is
-known then), naming it with sample names in both forms: Debugger leaves it empty and silent.
+``save_steps``) and modes (TRAIN, EVAL). The tensors each collection holds, by name, and how a
+custom collection's ``include_regex`` selects them: ``stabilizer_sentinel.collection_members``.
 
 Captured tensors go to a store writer on a background thread (disk collections, the ``capture``
 hyperparameter) and to a ``MemoryTrial`` (collections the sentinel's rules need). The hot path
@@ -34,7 +13,6 @@ This module must not evaluate rules or decide about stopping: that is the sentin
 from __future__ import annotations
 
 import queue
-import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -54,12 +32,13 @@ from stabilizer_sentinel.collection_config import (
     default_modes,
     parse_capture,
 )
+from stabilizer_sentinel.collection_members import builtin_names, sample_names, select_members, selectable_names
 from stabilizer_sentinel.loss_module import LossModuleWatch
-from stabilizer_sentinel.trial import MemoryTrial, matches, smdebug_name
+from stabilizer_sentinel.trial import MemoryTrial, smdebug_name
 
 __all__ = ["BUILTIN_COLLECTIONS", "Capture", "CaptureConfigError", "CollectionConfig", "parse_capture"]
 
-ACTIVATION_TYPES = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid)
+
 @dataclass
 class _Collection:
     config: CollectionConfig
@@ -101,7 +80,7 @@ def _numpy(tensor: torch.Tensor) -> np.ndarray:
 
 
 class Capture:
-    """Saves due collections each step; see the module docstring for names and the store layout."""
+    """Saves due collections each step; names: ``stabilizer_sentinel.collection_members``."""
 
     def __init__(
         self,
@@ -168,23 +147,7 @@ class Capture:
         return self.out_dir is not None and any(coll.to_disk for coll in self._collections.values())
 
     def _candidates(self) -> dict[str, list[str]]:
-        names = {
-            "weights": [f"weights/{n}" for n, _ in self._params if not n.endswith("bias")],
-            "biases": [f"biases/{n}" for n, _ in self._params if n.endswith("bias")],
-            "gradients": [f"gradients/{n}" for n, _ in self._params],
-            "losses": ["losses/loss"],
-            "inputs": ["inputs/inputs"],
-            "labels": ["labels/labels"],
-            "predictions": ["predictions/predictions"],
-        }
-        # Inputs of activation-function modules (SaturatedActivation, PoorWeightInitialization).
-        names["activation_inputs"] = [f"activation_inputs/{n}" for n, m in self._modules.items()
-                                      if isinstance(m, ACTIVATION_TYPES)]
-        names["activation_outputs"] = [f"activations/{n}" for n, m in self._modules.items()
-                                       if isinstance(m, ACTIVATION_TYPES)]
-        names["activations"] = [f"activations/{n}" for n, m in self._modules.items()
-                                if type(m).__name__.endswith("Block")]
-        return names
+        return builtin_names((name for name, _ in self._params), self._modules)
 
     def _alias(self, name: str) -> str | None:
         return smdebug_name(name, self.model_name, self.loss and self.loss.name)
@@ -200,34 +163,19 @@ class Capture:
 
     def _everything(self) -> list[str]:
         """Every name a custom collection selects from: all built-in tensors, every named module's output and input."""
-        names = [n for key, names in self._candidates().items() if not key.startswith("activation") for n in names]
-        return names + [f"activations/{n}" for n in self._modules] + [f"activation_inputs/{n}" for n in self._modules]
+        return selectable_names(self._candidates(), self._modules)
 
     def _resolve_members(self) -> None:
         """Each collection's tensors: custom ones by name or smdebug's name (re.search, as smdebug's ``match_inc``)."""
         candidates = self._candidates()
         everything = self._everything()
         for name, coll in self._collections.items():
-            patterns = [re.compile(regex) for regex in coll.config.include_regex]
-            if name in BUILTIN_COLLECTIONS and not patterns:
-                members = candidates[name]
-            elif name in ("activations", "activation_outputs"):
-                members = [n for n in everything
-                           if n.startswith("activations/") and matches(n, patterns, self._alias(n))]
-            elif name in BUILTIN_COLLECTIONS:
-                members = [n for n in candidates[name] if matches(n, patterns, self._alias(n))]
-            else:
-                members = [n for n in everything if matches(n, patterns, self._alias(n))]
-            coll.members = tuple(members)
+            coll.members = select_members(name, coll.config, candidates, everything, self._alias)
 
     def _refuse_unmatched(self) -> None:
         """After the first step (the loss module known): a collection whose regex matches nothing is an
         error naming it, with sample names in both forms (Debugger would leave it empty, unsaid)."""
-        everything = self._everything()
-        firsts: dict[str, str] = {}
-        for each in everything:  # the first of each kind, and the last module's output
-            firsts.setdefault(each.partition("/")[0], each)
-        sample = list(dict.fromkeys([*firsts.values(), *[f"activations/{n}" for n in list(self._modules)[-1:]]]))
+        sample = sample_names(self._everything(), list(self._modules))
         for name, coll in self._collections.items():
             if not coll.members and coll.config.include_regex:
                 raise CaptureConfigError(

@@ -1,8 +1,9 @@
 """Capture settings: the collections a job saves and when (``save_interval``, ``save_steps``,
 ``start_step``/``end_step``, ``include_regex``, ``modes``), parsed from the ``capture`` configuration.
 
-Pure Python and NumPy-free: what a collection holds and how tensors are copied is
-``stabilizer_sentinel.capture``'s; this module only says which collection is due at a step.
+Pure Python and NumPy-free: what a collection holds is ``stabilizer_sentinel.collection_members``',
+how tensors are copied ``stabilizer_sentinel.capture``'s; this module only says which collection is
+due at a step.
 """
 
 from __future__ import annotations
