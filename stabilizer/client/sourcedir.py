@@ -3,7 +3,7 @@
 This is the one place that decides what of a job's source goes to the job, for every path that
 packs one: local mode (`stabilizer.local.staging`, the engine's reference `model/`), the AWS
 client's upload (`stabilizer.client.sdk_aws.upload_local_files`), SDK estimators and ModelTrainers
-(`stabilizer.client.sdk`), and the CDK app's archive of `model/` (`infra/training_source.py`).
+(`stabilizer.client.sdk_source`), and the CDK app's archive of `model/` (`infra/training_source.py`).
 
 What the SDK does, and so what this does. An estimator's `source_dir` goes up whole:
 ``sagemaker.fw_utils.tar_and_upload_dir`` lists every entry of the directory
