@@ -17,7 +17,8 @@ through ``stabilizer_sentinel/autostart/sitecustomize.py``); Lightning users add
 
 Parts
 -----
-``guard``      ``watch(model, optimizer)``: the sentinel and capture wired by hooks into any loop
+``script_watch`` ``watch(model, optimizer)``: builds the guard a script asks for
+``guard``      ``Guard``: the sentinel and capture wired by hooks into any loop
 ``job_config`` the ``sagemaker_stabilizer`` configuration and the job's paths (no torch)
 ``launch``     ``python -m stabilizer_sentinel.launch``: runs an unmodified script as a job does
 ``launcher_hooks`` the global hooks that watch it (installed by the autostart ``sitecustomize``)
@@ -84,7 +85,7 @@ _EXPORTS = {
     "Verdict": "sentinel",
     "build_monitoring": "sentinel",
     "Guard": "guard",
-    "watch": "guard",
+    "watch": "script_watch",
     "StabilizerConfig": "job_config",
     "StabilizerConfigError": "job_config",
     "load_config": "job_config",

@@ -78,8 +78,7 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from stabilizer_sentinel import backward_loss, bare_tensors, exit_status, log_channel, resume, step_clock
-from stabilizer_sentinel import guard as guard_module
+from stabilizer_sentinel import backward_loss, bare_tensors, exit_status, log_channel, resume, script_watch, step_clock
 from stabilizer_sentinel.guard import Guard
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_config
 from stabilizer_sentinel.networks import BareTensors, unwrap
@@ -117,7 +116,7 @@ class LauncherHooks:
         bare_tensors.LISTENERS.append(self._backward)
         self.channel = log_channel.install(config.effective_loss_regex)
         self.channel.listeners.append(self._logged_loss)
-        guard_module.ON_WATCH.append(self._script_watches)
+        script_watch.ON_WATCH.append(self._script_watches)
         EXIT.install()
         exit_status.install()  # sys.exit(n) and a bare raise SystemExit(n): how the script ended
         self._closed = False
@@ -141,7 +140,7 @@ class LauncherHooks:
         """The script watches itself (watch() before its first step): only the log channel stays."""
         self.stood_down = True
         if self._checkpoint is not None:  # loaded at a forward pass before watch(): the library's guard says so
-            guard_module.PRELOADED = resume.started_from(self._checkpoint[0], self.paths)
+            script_watch.PRELOADED = resume.started_from(self._checkpoint[0], self.paths)
         for handle in (*self._module_handles, self._optimizer_handle):
             handle.remove()
         self._unhook_scaler()
@@ -326,7 +325,7 @@ class LauncherHooks:
         for handle in self._module_handles:
             handle.remove()
         with contextlib.suppress(ValueError):
-            guard_module.ON_WATCH.remove(self._script_watches)
+            script_watch.ON_WATCH.remove(self._script_watches)
         self._unhook_scaler()
         self._unhook_backward()
         if self.guard is not None:

@@ -25,8 +25,9 @@ from typing import Any
 
 import lightning
 
-from stabilizer_sentinel.guard import Guard, claim
+from stabilizer_sentinel.guard import Guard
 from stabilizer_sentinel.job_config import JobPaths, load_config
+from stabilizer_sentinel.script_watch import claim
 from stabilizer_sentinel.summary import describe
 
 

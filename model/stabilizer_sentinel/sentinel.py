@@ -9,7 +9,7 @@ against a ``MemoryTrial``. When a rule fires it writes ``<checkpoint dir>/findin
 optimizer applies the bad step; ``exit_for_rule_stop`` then ends the process with status 86 and a
 failure file starting ``RuleStop:`` (section 1).
 
-Training loops normally reach it through ``stabilizer_sentinel.guard.watch`` (hooks do the calls below);
+Training loops normally reach it through ``stabilizer_sentinel.script_watch.watch`` (hooks do the calls below);
 this is the hand-wired form (``capture`` and ``sentinel`` come from ``build_monitoring``)::
 
     capture.begin_step(step)

@@ -84,7 +84,7 @@ class _Setup:
         self.capture = self.sentinel = self.guard = self.launcher = self.rewind = None
         self.criterion = torch.nn.CrossEntropyLoss()
         if name == LIBRARY:
-            from stabilizer_sentinel.guard import watch
+            from stabilizer_sentinel.script_watch import watch
 
             self.guard = watch(self.model, self.optimizer, rules=config[0], capture=config[1], action="notify",
                                environ={"STABILIZER_HYPERPARAMETERS_FILE": str(workdir / "absent.json"),

@@ -1,0 +1,88 @@
+"""How a script asks to be watched: ``watch(model, optimizer)`` builds its ``Guard`` from the job's
+configuration, unless the launcher already watches that optimizer.
+
+Under the launcher (stabilizer_sentinel.launcher_hooks) a standby waits for the script's own call:
+``claim`` asks it (``ON_WATCH``) to hand over the guard it attached, or to stand down, and a
+checkpoint the launcher loaded before the call is named in ``PRELOADED`` for the summary. What the
+guard then does in the loop is stabilizer_sentinel.guard's; this module only wires one up.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from stabilizer_contract.job import REWIND_EVERY
+from stabilizer_sentinel.guard import Guard
+from stabilizer_sentinel.job_config import JobPaths, load_config
+
+# Called by watch() before it builds a guard: the launcher's standby (stabilizer_sentinel.launcher_hooks)
+# answers with the guard it already attached to that optimizer, or stands down and answers None.
+ON_WATCH: list[Callable[[nn.Module, torch.optim.Optimizer | None], Any]] = []
+PRELOADED: str | None = None  # a checkpoint the launcher loaded before the script called watch()
+
+
+def claim(model: nn.Module, optimizer: Any) -> Guard | None:
+    """The script watches itself: the launcher's standby stands down, or hands over the guard it attached."""
+    for standby in list(ON_WATCH):
+        attached = standby(model, optimizer)
+        if attached is not None:
+            return attached
+    return None
+
+
+def watch(
+    model: nn.Module | Sequence[torch.Tensor],
+    optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
+    *,
+    rules: list[Mapping[str, Any]] | str | None = None,
+    capture: Mapping[str, Any] | str | None = None,
+    action: str | None = None,
+    start_step: int = 0,
+    environ: Mapping[str, str] | None = None,
+    install_hooks: bool = True,
+    rewind_every: int = REWIND_EVERY,
+    rewind_keep: int = 2,
+    started_from: str | None = None,
+) -> Guard:
+    """Protect ``model`` trained by ``optimizer``, configured by the SageMaker job.
+
+    The job's ``sagemaker_stabilizer`` hyperparameter (stabilizer_sentinel.job_config) decides; ``rules``,
+    ``capture`` and ``action`` are the script's own defaults for what the job leaves unset. With
+    neither, the sentinel runs the finite check (``ExplodingTensor``) and stops the job when it fires.
+    The finite check and the learning check (stabilizer_sentinel.health) run whatever the rule list says;
+    action ``notify`` records findings without stopping.
+
+    ``optimizer`` may be a list (a GAN's optimizers: the first one's steps are the run's) or None
+    (parameters updated by hand: each backward pass is a step); ``model`` a list of leaf tensors. A
+    script that fine-tunes a state it loaded itself names it in ``started_from`` (the summary's;
+    ``guard.restore()`` sets it itself).
+
+    With an optimizer, the guard keeps the last healthy state (``guard.rewind``, stabilizer_sentinel.rewind):
+    every ``rewind_every`` steps a host copy of the weights and optimizer state, the newest
+    ``rewind_keep`` kept and written as checkpoints at the first finding. It costs ``rewind_keep`` x
+    (weights + optimizer state) of host memory: a very large model may want it off (``rewind_every=0``).
+    """
+    if rewind_every < 0 or rewind_keep < 1:
+        raise ValueError(f"watch: rewind_every must be >= 0 and rewind_keep >= 1, got rewind_every={rewind_every}, "
+                         f"rewind_keep={rewind_keep}")
+    attached = claim(model, optimizer)
+    if attached is not None:
+        return attached  # the launcher watches this optimizer already: one guard, the launcher's
+    config = load_config(environ).with_defaults(
+        rules=json.loads(rules) if isinstance(rules, str) else (list(rules) if rules is not None else None),
+        capture=json.loads(capture) if isinstance(capture, str) else (dict(capture) if capture is not None else None),
+        action=action,
+    )
+    guard = Guard(model, optimizer, config=config, paths=JobPaths.from_env(environ), start_step=start_step,
+                  install_hooks=install_hooks, rewind_every=rewind_every, rewind_keep=rewind_keep)
+    if PRELOADED is not None:
+        guard.record.started_from, guard.record.restores = PRELOADED, True
+    if started_from is not None:
+        guard.record.started_from = started_from
+    return guard
+
