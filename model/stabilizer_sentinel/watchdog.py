@@ -9,11 +9,12 @@ optimizer step (the guard calls ``beat`` after each):
 - **hang**: no step for longer than ``max(floor, factor x median step time)`` (the median of the
   last 50 step intervals); before the run's second step, for longer than ``startup`` seconds (data
   download, compilation and the first step's allocations are slow);
-- the bounds come from ``STABILIZER_HANG_FLOOR_SECONDS`` (default 600: above NCCL's and gloo's own
-  collective timeouts would be too late, below a long evaluation between two steps too early),
-  ``STABILIZER_HANG_FACTOR`` (default 10) and ``STABILIZER_HANG_STARTUP_SECONDS`` (default three
-  floors); ``STABILIZER_HANG_FLOOR_SECONDS=0`` turns the watchdog off. The floor must exceed the
-  longest pause a healthy loop takes between two optimizer steps (an evaluation, a checkpoint);
+- the bounds (stabilizer_sentinel.hang_bounds) come from ``STABILIZER_HANG_FLOOR_SECONDS``
+  (default 600: above NCCL's and gloo's own collective timeouts would be too late, below a long
+  evaluation between two steps too early), ``STABILIZER_HANG_FACTOR`` (default 10) and
+  ``STABILIZER_HANG_STARTUP_SECONDS`` (default three floors); ``STABILIZER_HANG_FLOOR_SECONDS=0``
+  turns the watchdog off. The floor must exceed the longest pause a healthy loop takes between two
+  optimizer steps (an evaluation, a checkpoint);
 - each tick (a tenth of the floor, at most a second) every rank publishes a heartbeat (its step,
   wall time, host and median busy time) to the job's rendezvous store (torchrun's
   ``MASTER_ADDR:MASTER_PORT``), through a connection of its own. When a rank's bound passes, the
@@ -47,11 +48,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from stabilizer_sentinel import bare_tensors
+from stabilizer_sentinel.hang_bounds import HangBounds
 
 HANG = "Hang"
 STRAGGLER = "Straggler"
@@ -67,58 +68,6 @@ STRAGGLER_TICKS = 3  # consecutive ticks a rank must lag before it is reported
 STRAGGLER_MIN_EXCESS = 0.005  # seconds: below this a "slower" rank is timer noise
 REPORT_WAIT_SECONDS = 10.0  # how long other ranks give rank 0 to record the finding before leaving
 _PREFIX = "stabilizer/watchdog"
-
-
-class HangSettingsError(ValueError):
-    """A hang bound in the environment is not a number in range; the message names the variable."""
-
-
-def _number(environ: Mapping[str, str], name: str, default: float, *, low: float = 0.0) -> float:
-    raw = environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise HangSettingsError(f"{name}: expected a number of seconds or a factor, got {raw!r}") from None
-    if not value >= low:
-        raise HangSettingsError(f"{name}: expected a number >= {low:g}, got {raw!r}")
-    return value
-
-
-@dataclass(frozen=True)
-class HangBounds:
-    """When no step counts as a hang, and when a slower rank counts as a straggler."""
-
-    floor: float = 600.0
-    factor: float = 10.0
-    startup: float = 1800.0
-    straggler_factor: float = 2.0
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> HangBounds:
-        env = os.environ if environ is None else environ
-        floor = _number(env, "STABILIZER_HANG_FLOOR_SECONDS", cls.floor)
-        return cls(
-            floor=floor,
-            factor=_number(env, "STABILIZER_HANG_FACTOR", cls.factor, low=1.0),
-            startup=_number(env, "STABILIZER_HANG_STARTUP_SECONDS", 3 * floor),
-            straggler_factor=_number(env, "STABILIZER_STRAGGLER_FACTOR", cls.straggler_factor),
-        )
-
-    @property
-    def enabled(self) -> bool:
-        return self.floor > 0
-
-    @property
-    def tick(self) -> float:
-        return min(1.0, max(self.floor / 10, 0.05))
-
-    def limit(self, median_step: float | None) -> float:
-        """Seconds without a step that make a hang: the startup bound until a median exists."""
-        if median_step is None:
-            return max(self.startup, self.floor)
-        return max(self.floor, self.factor * median_step)
 
 
 class Heartbeats:
