@@ -65,6 +65,8 @@ def end(
     remedy: str | None = None,
     best: str | None = None,
 ) -> CheckResult:
+    """End the execution with `outcome` and `reason`: the attempt's decision records them, what still
+    runs is stopped (the job itself only with `stop_job`) and the last message tells the end."""
     attempt.decision = Decision(action="end", outcome=outcome, reason=reason, remedy=remedy, resume_from=best)
     state.outcome = outcome  # type: ignore[assignment]
     state.reason = reason
@@ -82,6 +84,7 @@ def end(
 
 
 def keep_watching(state: WorkflowState, effects: Effects | None = None) -> CheckResult:
+    """Look at the job again at the next check; `effects` (a stop, a message) are carried out meanwhile."""
     state.next_action = "monitor"
     return CheckResult(state, effects or Effects())
 
@@ -95,6 +98,8 @@ def relaunch(
     finding: Finding | None,
     counters: tuple[str, ...],
 ) -> CheckResult:
+    """Launch the next attempt as `decision` says: `num_retraining` and each of `counters` move by
+    one, and the message tells why and with what recipe."""
     for counter in counters:
         setattr(state.history, counter, getattr(state.history, counter) + 1)
     state.history.num_retraining += 1
