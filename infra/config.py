@@ -45,7 +45,7 @@ POWERTOOLS_VERSION = "3.22.1"
 # midnight UTC (S3 user guide, "Lifecycle configuration elements", Expiration), so a retention of one
 # day more than the timeout never expires an object a running execution still reads.
 EXECUTION_TIMEOUT_DAYS = 31
-MIN_ARTIFACT_RETENTION_DAYS = EXECUTION_TIMEOUT_DAYS + 1
+MIN_RETENTION_DAYS = EXECUTION_TIMEOUT_DAYS + 1
 # SageMaker managed warm pools keep an instance at most 3600 s after a job (KeepAlivePeriodInSeconds).
 WARM_POOL_MAX_SECONDS = 3600
 
@@ -75,7 +75,9 @@ class DeploymentConfig:
     # pool quota increase"); billed while kept. Off by default: not every account has that quota.
     warm_pool_seconds: int = 0
     # Days of Lambda, state machine logs kept.
-    log_retention_days: int = 30
+    # Days of Lambda and state machine logs: an execution may run 31 days, and its first steps' logs
+    # are read when it ends. 60 is the first CloudWatch retention above that.
+    log_retention_days: int = 60
     # Buckets besides the stack's that jobs may read channels from (read only); a channel in any
     # other bucket is refused at ValidateInput (lambdas/stabilizer_workflow/access.py).
     data_buckets: tuple[str, ...] = ()
@@ -141,10 +143,11 @@ def read_config(source: ContextSource) -> DeploymentConfig:
         training_image_uri=_text(source, "training_image_uri", defaults.training_image_uri),
         job_name_prefix=_text(source, "job_name_prefix", defaults.job_name_prefix),
         artifact_retention_days=_count(
-            source, "artifact_retention_days", defaults.artifact_retention_days, MIN_ARTIFACT_RETENTION_DAYS
+            source, "artifact_retention_days", defaults.artifact_retention_days, MIN_RETENTION_DAYS
         ),
         powertools_version=_text(source, "powertools_version", defaults.powertools_version),
-        log_retention_days=_count(source, "log_retention_days", defaults.log_retention_days, 1),
+        log_retention_days=_count(source, "log_retention_days", defaults.log_retention_days,
+                                  MIN_RETENTION_DAYS),
         warm_pool_seconds=_count(source, "warm_pool_seconds", defaults.warm_pool_seconds, 0),
         data_buckets=_names(source, "data_buckets"),
     )

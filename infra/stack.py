@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import Aws, CfnMapping, CfnOutput, Fn, Stack
+from aws_cdk import Aws, CfnCondition, CfnMapping, CfnOutput, Fn, Stack
 from constructs import Construct
 
 from infra.config import DeploymentConfig
@@ -26,7 +26,9 @@ __all__ = ["LAMBDA_MEMORY_MB", "LAMBDA_TIMEOUT_SECONDS", "StabilizerStack"]
 # the original sample's remedy ladder, checking every two minutes. Every field is optional.
 EXAMPLE_INPUT = '{"policy": "original", "wait_seconds": 120}'
 
-# The console's host per partition (the console link must work in China and GovCloud too).
+# The console's host per partition (the console link must work in China and GovCloud too). In a
+# partition not listed here (aws-iso*, aws-eusc: no public console host) the stack has no ConsoleLink
+# output, rather than a lookup that fails the deploy.
 CONSOLE_HOSTS = {
     "aws": "console.aws.amazon.com",
     "aws-cn": "console.amazonaws.cn",
@@ -58,9 +60,12 @@ class StabilizerStack(Stack):
         CfnOutput(self, "TopicArn", value=self.storage.topic.topic_arn,
                   description="Every decision and failure is published here.")
         hosts = CfnMapping(self, "ConsoleHost", mapping={p: {"host": h} for p, h in CONSOLE_HOSTS.items()})
+        known = CfnCondition(self, "ConsoleHostKnown", expression=Fn.condition_or(
+            *(Fn.condition_equals(Aws.PARTITION, partition) for partition in CONSOLE_HOSTS)))
         CfnOutput(
             self,
             "ConsoleLink",
+            condition=known,
             value=Fn.join("", [
                 "https://", Aws.REGION, ".", hosts.find_in_map(Aws.PARTITION, "host"),
                 "/states/home?region=", Aws.REGION, "#/statemachines/view/", machine.state_machine_arn,

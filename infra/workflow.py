@@ -44,7 +44,8 @@ LAMBDA_MEMORY_MB = 256
 # One AWS call may take stabilizer_workflow.aws.worst_case_call_seconds() (52 s) with botocore's retries and
 # timeouts; the handlers start no call that could not finish before this timeout
 # (stabilizer_workflow.aws.invocation_deadline), so a slow call ends as TransientAwsError, which the state
-# machine retries, and never as a Lambda timeout (Lambda.Unknown). tests/infra checks the sum.
+# machine retries, and never as a Lambda timeout (Lambda.Unknown or Sandbox.Timedout). tests/infra checks
+# the sum.
 LAMBDA_TIMEOUT_SECONDS = 120
 
 def _retention(days: int) -> logs.RetentionDays:
@@ -281,7 +282,9 @@ class Workflow(Construct):
             statements=[
                 iam.PolicyStatement(
                     sid="WatchAndStopTrainingJobs",
-                    actions=["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"],
+                    # UpdateTrainingJob: releases a warm pool no attempt will reuse (KeepAlivePeriodInSeconds 0).
+                    actions=["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob",
+                             "sagemaker:UpdateTrainingJob"],
                     resources=[self.training_job_arn()],
                 ),
                 iam.PolicyStatement(

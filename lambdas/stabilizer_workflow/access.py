@@ -1,7 +1,8 @@
 """What the deployment's SageMaker execution role can reach, checked before anything is launched.
 
 A training job runs as the stack's execution role (infra/training_runtime.py). That role reads
-every object of the stack's bucket (so a channel may sit at any prefix of it) and of the buckets
+every object of the stack's bucket (so a channel may sit at any prefix of it; a source archive
+under source/ only, where the train function reads it at ValidateInput) and of the buckets
 the deployment names in `data_buckets` (DATA_BUCKETS), and pulls images from the repositories of
 the images the deployment baked in (the SDK's PyTorch training repository of its region, and the
 repository of `training_image_uri` when one is deployed). A job whose channel or image lies
@@ -19,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from stabilizer_contract.s3_uris import bucket_of
+from stabilizer_contract.s3_uris import bucket_of, split_s3_uri
 from stabilizer_workflow.errors import InvalidInput
 
 # <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:<tag>|@<digest>]: an image in
@@ -103,9 +104,19 @@ def image_problem(image: str, settings: Any) -> str | None:
     return None
 
 
+# Where the train function reads source archives in the stack's bucket (infra/workflow.py,
+# ReadSourceArchives): ValidateInput lists an archive's members to find the entry point in it.
+SOURCE_PREFIX = "source/"
+
+
 def source_problem(source: str, settings: Any) -> str | None:
     bucket = bucket_of(source)
     buckets = readable_buckets(settings)
+    if bucket == settings.bucket and not split_s3_uri(source)[1].startswith(SOURCE_PREFIX):
+        return (
+            f"job.source: {source} is outside s3://{settings.bucket}/{SOURCE_PREFIX}, where the workflow reads "
+            f"source archives to check their entry point; upload it under s3://{settings.bucket}/{SOURCE_PREFIX}"
+        )
     if bucket in buckets:
         return None
     return (

@@ -20,6 +20,7 @@ from stabilizer_contract.job import CONFIG_HYPERPARAMETER
 from stabilizer_contract.s3_uris import is_s3_uri
 from stabilizer_workflow import notifications
 from stabilizer_workflow.access import check_job_access
+from stabilizer_workflow.distribution import image_problem
 from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
 from stabilizer_workflow.execution_bounds import execution_problems
 from stabilizer_workflow.execution_input import (
@@ -32,7 +33,7 @@ from stabilizer_workflow.images import default_image, training_image_for
 from stabilizer_workflow.job import Job
 from stabilizer_workflow.notifications import Notification
 from stabilizer_workflow.reference import is_reference, reference_job
-from stabilizer_workflow.requests import build_create_training_job, checkpoint_uri, configuration_problem
+from stabilizer_workflow.requests import build_create_training_job, checkpoint_uri, configuration_problem, hook_problems
 from stabilizer_workflow.rule_checks import custom_rule_sources
 from stabilizer_workflow.service_limits import request_problems
 from stabilizer_workflow.settings import TrainSettings
@@ -68,6 +69,10 @@ def _resolve(job: Job, settings: TrainSettings, instance_field: str = "job.insta
             "LIBRARY_S3_URI is not set, so the stabilizer library cannot reach a job of your own"
         )
     instance_type = job.instance_type or settings.default_instance_type
+    if not isinstance(job.image, str):  # the deployment's framework image, as the SDK would pick it
+        problem = image_problem(job.distribution, instance_type)
+        if problem:
+            raise InvalidInput(problem)
     if job.image is None:  # the deployment's image for this instance; an error names the field the person typed
         image = default_image(instance_type, settings, field=instance_field)
     else:
@@ -129,6 +134,9 @@ def prepare(
     problems = execution_problems(state) + request_problems(
         build_create_training_job(state, settings, 1), _hyperparameter_sources(given.job is not None, job)
     )
+    if settings.debugger_rules_enabled:
+        section = "run_spec" if given.job is None and given.monitoring is None and given.run_spec else "monitoring"
+        problems += hook_problems(monitoring, section)
     if problems:
         raise InvalidInput("; ".join(problems))
     return state

@@ -99,7 +99,8 @@ def invocation_deadline(context: Any) -> None:
 
     From then on, a call that could not finish before the deadline is not started: it raises
     TransientAwsError, which the state machine retries, instead of the function being killed by
-    its timeout (reported as Lambda.Unknown, with whatever the invocation did half done).
+    its timeout (reported as Lambda.Unknown or Sandbox.Timedout, with whatever the invocation did
+    half done).
     """
     remaining = getattr(context, "get_remaining_time_in_millis", None)
     _Invocation.deadline = None if remaining is None else time.monotonic() + remaining() / 1000

@@ -86,6 +86,20 @@ class TrainingJobs:
         except BotoCoreError as error:
             raise translate(error, f"StopTrainingJob {name}") from error
 
+    def release_warm_pool(self, name: str) -> bool:
+        """Release the job's warm pool (UpdateTrainingJob with KeepAlivePeriodInSeconds 0, "Terminate a
+        warm pool" in the SageMaker developer guide); False when SageMaker holds no pool of it to
+        release (none was kept, or it was reused or terminated meanwhile)."""
+        try:
+            self.client.update_training_job(TrainingJobName=name, ResourceConfig={"KeepAlivePeriodInSeconds": 0})
+            return True
+        except ClientError as error:
+            if error_code(error) in ("ValidationException", "ResourceNotFound"):
+                return False
+            raise translate(error, f"UpdateTrainingJob {name}") from error
+        except BotoCoreError as error:
+            raise translate(error, f"UpdateTrainingJob {name}") from error
+
     def running(self, name_prefix: str) -> list[dict[str, Any]]:
         """Descriptions of the InProgress training jobs whose name starts with `name_prefix`."""
         names: list[str] = []

@@ -80,6 +80,25 @@ class Distribution(BaseModel):
         return self.pytorchddp is not None and self.pytorchddp.enabled
 
 
+def accelerated(instance_type: str) -> bool:
+    """A GPU (ml.p*, ml.g*) or Trainium (ml.trn*) instance, as the SDK tells them apart
+    (``sagemaker.fw_utils._is_gpu_instance``, ``_is_trainium_instance``)."""
+    family = instance_type.removeprefix("ml.").split(".")[0]
+    return family.startswith(("p", "g", "trn"))
+
+
+def image_problem(distribution: Distribution | None, instance_type: str) -> str | None:
+    """Why the deployment's framework image cannot run the distribution on ``instance_type``. The SDK's
+    PyTorch estimator refuses torch_distributed on other than GPU and Trainium instances when it picks
+    the image (``sagemaker.fw_utils.validate_torch_distributed_distribution``); with an image of the
+    user's own it does not ask, nor is this asked."""
+    if distribution is None or not distribution.torch_distributed_enabled or accelerated(instance_type):
+        return None
+    return (f"job.distribution.torch_distributed: the SageMaker Python SDK runs torch_distributed on GPU and "
+            f"Trainium instances only (ml.p*, ml.g*, ml.trn*), not {instance_type}; choose one as job.instance_type, "
+            "or give an image of your own as job.image")
+
+
 def distribution_problem(distribution: Distribution | None, instance_type: str) -> str | None:
     """Why the job's distribution cannot run on ``instance_type``, naming the field; None when it can."""
     if distribution is None or not distribution.data_parallel_enabled:

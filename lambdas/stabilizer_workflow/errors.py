@@ -21,7 +21,9 @@ class TransientAwsError(WorkflowError):
 
 
 class CapacityUnavailable(WorkflowError):  # noqa: N818 - the name is the contract
-    """SageMaker has no capacity or the account quota is used up (ResourceLimitExceeded)."""
+    """SageMaker has no capacity for the request now (CapacityError, InsufficientCapacity): it comes back
+    by itself, so the state machine retries with a long back-off. A used-up account quota
+    (ResourceLimitExceeded) is ServiceQuotaExceeded instead."""
 
 
 class AwsRequestRejected(WorkflowError):  # noqa: N818 - the name is the contract

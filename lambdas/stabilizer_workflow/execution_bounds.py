@@ -24,7 +24,16 @@ from stabilizer_workflow.service_limits import (
     HISTORY_EVENT_QUOTA,
     LAUNCH_SECONDS,
 )
-from stabilizer_workflow.state import Attempt, Decision, Finding, WorkflowState
+from stabilizer_workflow.state import (
+    MAX_NOTIFY,
+    MAX_STRAGGLERS,
+    Attempt,
+    Decision,
+    Finding,
+    Straggler,
+    Watched,
+    WorkflowState,
+)
 
 
 def history_events(state: WorkflowState) -> int:
@@ -78,11 +87,20 @@ def execution_problems(state: WorkflowState) -> list[str]:
 
 # Step Functions' quota on the data a state passes on: 256 KiB of UTF-8 (developer guide, "Step
 # Functions service quotas", "Maximum input or output size for a task, state, or execution"); past
-# it the execution fails with States.DataLimitExceeded, which no Catch handles. The state must
-# leave room beside it for a caught $.error (its cause is a Lambda error message) and the abort's
-# fields, so it is held to STATE_BUDGET_BYTES.
+# it the execution fails with States.DataLimitExceeded, which no Catch handles. SNS's limit on a
+# message is the same 262,144 bytes (API Reference, Publish: Message), and the failure path's own
+# notification (NotifyFailure) publishes the state with the caught error beside it. So the state
+# leaves room for the largest error Step Functions records (an error name of at most 256 characters
+# and a cause of at most 32,768: its API's SensitiveError and SensitiveCause), each character of it
+# escaped once more in JSON, and for the notification's own fields.
 STATE_PAYLOAD_LIMIT_BYTES = 256 * 1024
-STATE_BUDGET_BYTES = STATE_PAYLOAD_LIMIT_BYTES - 32 * 1024
+ERROR_NAME_MAX, ERROR_CAUSE_MAX = 256, 32_768
+# {"error": {"Error": ..., "Cause": ...}} with every character escaped ('"' -> '\\"'): its worst size.
+LARGEST_ERROR_BYTES = len(json.dumps({"error": {"Error": '"' * ERROR_NAME_MAX, "Cause": '"' * ERROR_CAUSE_MAX}}))
+# NotifyFailure's {"event": "execution_failed", "execution": <an execution ARN, at most 256
+# characters>, "data": {"state": ...}} around the state and the error, rounded up.
+NOTIFICATION_FIELDS_BYTES = 512
+STATE_BUDGET_BYTES = STATE_PAYLOAD_LIMIT_BYTES - LARGEST_ERROR_BYTES - NOTIFICATION_FIELDS_BYTES
 
 
 def most_attempts(state: WorkflowState) -> int:
@@ -92,27 +110,36 @@ def most_attempts(state: WorkflowState) -> int:
 
 def largest_state(state: WorkflowState) -> WorkflowState:
     """`state` as it could be at its end: the most attempts its limits allow, each with this run's
-    recipe and every field that comes from outside as long as the state keeps it."""
+    recipe and every field that comes from outside as long as the state keeps it (the finding with
+    its endpoints, the summary the job left, the stragglers it reported). Test: an attempt the
+    monitor records from the longest outside text is no larger (tests/unit/lambdas/test_state_size.py)."""
     long = "x" * STATE_PAYLOAD_LIMIT_BYTES  # cut to each field's bound as it enters
+    big, tiny = 2**31, 1e-300
     spec = dict(state.run_spec)
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    finding = Finding(rule=long, step=2**31, epoch=2**31, phase="warmup", learning_rate=1e-300, tensor=long,
-                      value=long, message=long, source="failure_reason", onset_step=2**31,
-                      stable_learning_rate=1e-300)
+    finding = Finding(rule=long, step=big, epoch=big, phase="warmup", learning_rate=tiny, tensor=long,
+                      value=long, message=long, source="failure_reason", onset_step=big,
+                      stable_learning_rate=tiny, action="notify", notify=[long] * MAX_NOTIFY)
     decision = Decision(action="relaunch", outcome="failed", remedy=long, changes={k: [v, v] for k, v in spec.items()},
                         resume_from=f"s3://{'b' * 63}/executions/{state.execution.name}/attempt-1/checkpoints/"
-                                    "checkpoint-99999999.pt", reason=long)
+                                    "checkpoint-99999999.pt", instance_count=big, reason=long)
+    watched = Watched(integration=long, ended=long, steps_taken=big, steps_observed=big, steps_skipped=big,
+                      first_loss=tiny, last_loss=long, best_loss=tiny, learned=False, best_evaluation=(big, tiny),
+                      started_from=long, restores=False, exception=long)
+    stragglers = [Straggler(rank=big, host=long, step=big, factor=tiny)] * MAX_STRAGGLERS
     attempts = [
         Attempt(number=n, job_name=f"{'p' * 31}-{state.execution.short_id}-{n}", run_spec=spec,
                 checkpoint_s3_uri=f"s3://{'b' * 63}/executions/{state.execution.name}/attempt-{n}/checkpoints",
                 resumed_from=decision.resume_from, started_at=now, ended_at=now, status="Stopped",
-                secondary_status=long, failure_reason=long, finding=finding, steps=2**31, seconds=2**31,
-                decision=decision)
+                secondary_status=long, failure_reason=long, finding=finding, steps=big, seconds=big,
+                billable_seconds=big, interruptions=big, watched=watched, decision=decision, stragglers=stragglers)
         for n in range(1, most_attempts(state) + 1)
     ]
+    history = state.history.model_copy(update={"latest_job_name": attempts[-1].job_name})
     return WorkflowState.model_validate({
         **state.model_dump(), "attempts": [a.model_dump() for a in attempts], "reason": long, "rule_status": long,
         "resume_from": decision.resume_from, "outcome": "failed", "next_action": "end",
+        "history": history.model_dump(),
     })
 
 
@@ -133,6 +160,7 @@ def state_size_problem(state: WorkflowState) -> str | None:
         f"limits.max_num_retraining: {state.limits.max_num_retraining} relaunches (plus "
         f"limits.max_infrastructure_retries {state.limits.max_infrastructure_retries}) of this job may grow the "
         f"state to {largest:,} bytes; Step Functions passes at most {STATE_PAYLOAD_LIMIT_BYTES:,} between states "
-        f"({STATE_PAYLOAD_LIMIT_BYTES - STATE_BUDGET_BYTES:,} kept for errors), so at most {fits} relaunches fit "
+        f"and SNS publishes as much ({STATE_PAYLOAD_LIMIT_BYTES - STATE_BUDGET_BYTES:,} kept for an error and the "
+        f"failure notification's fields), so at most {fits} relaunches fit "
         "(fewer or shorter job.hyperparameters fit more)"
     )

@@ -18,7 +18,8 @@ act on (a frozen process, a dead host), from two signs of life:
   loss line was logged. Any script with a ``loss_metric`` has it, watched by the library or not;
 - ``progress.json``: the job's rank 0 writes it beside findings.json whenever its step moved (at
   most every 30 s), and SageMaker uploads it with the checkpoints.
-The newer of the two wins: a job in training is a ``Hang`` only when every sign it has is older
+The newer of the two wins: a job in training (``SecondaryStatus`` ``Training``, not ``Uploading`` its
+model once training is over) is a ``Hang`` only when every sign it has is older
 than the monitor's bound (``job.hang.monitor_seconds``, default ``max(2 x floor, 300 s)``). Each
 sign is also given the time its own channel needs before silence means anything: three periods of
 the metric stream (60 s each on AWS), 300 s for progress.json. A job with neither sign yet (no
@@ -42,9 +43,11 @@ from stabilizer_workflow.evidence import why_fresh
 from stabilizer_workflow.hang_settings import DEFAULT_FLOOR_SECONDS, HANG_RELAUNCHES, PROGRESS_FILE
 from stabilizer_workflow.observation import Observation
 from stabilizer_workflow.policy import Plan, describe_finding
-from stabilizer_workflow.state import Attempt, Decision, Finding, Straggler, WorkflowState
+from stabilizer_workflow.state import MAX_STRAGGLERS, Attempt, Decision, Finding, Straggler, WorkflowState
 
 HANG = "Hang"
+# DescribeTrainingJob's SecondaryStatus while the script runs (SageMaker API Reference).
+TRAINING = "Training"
 # The monitor's bound never goes under this: the file is written at most every 30 s, uploaded as
 # SageMaker syncs checkpoints, and read at the next check.
 MONITOR_MIN_SECONDS = 300.0
@@ -138,15 +141,22 @@ def monitor_bound(state: WorkflowState) -> float | None:
 def no_progress(state: WorkflowState, obs: Observation, now: datetime) -> Finding | None:
     """The monitor's own hang check: a job in training whose every sign of life went stale."""
     bound = monitor_bound(state)
-    if obs.status != "InProgress" or bound is None:
+    # Only while it trains (SecondaryStatus Training): starting, downloading, and uploading the model
+    # once training is over, log no loss line and write no progress, and may outlast the bound.
+    if obs.status != "InProgress" or obs.secondary_status != TRAINING or bound is None:
         return None
     signs = []  # (silence, what the channel is, the least silence it needs)
+
+    def silence(sign_at: datetime) -> float:
+        # A job back in Training (after a spot interruption, SageMaker restarts it) is silent since then at most.
+        since = max(sign_at, obs.training_since) if obs.training_since is not None else sign_at
+        return (now - since).total_seconds()
+
     if obs.metric_at is not None:
-        signs.append(((now - obs.metric_at).total_seconds(), f"no {state.job.loss_metric} line in its metric stream",
+        signs.append((silence(obs.metric_at), f"no {state.job.loss_metric} line in its metric stream",
                       METRIC_PERIODS * obs.metric_period_seconds))
     if obs.progress_at is not None:
-        signs.append(((now - obs.progress_at).total_seconds(), f"{PROGRESS_FILE} unchanged in S3",
-                      MONITOR_MIN_SECONDS))
+        signs.append((silence(obs.progress_at), f"{PROGRESS_FILE} unchanged in S3", MONITOR_MIN_SECONDS))
     if not signs or any(silent <= max(bound, least) for silent, _, least in signs):
         return None
     silent = min(silence for silence, _, _ in signs)
@@ -154,10 +164,6 @@ def no_progress(state: WorkflowState, obs: Observation, now: datetime) -> Findin
     return Finding(rule=HANG, source="log", message=(
         f"the job reported no new step for {silent:.0f} s ({said}; the monitor's bound is {bound:.0f} s): "
         "the job did not stop itself"))
-
-
-# The stragglers one attempt records (the state stays small; the job's file has them all).
-MAX_STRAGGLERS = 16
 
 
 def new_stragglers(attempt: Attempt, obs: Observation) -> list[Straggler]:

@@ -226,6 +226,19 @@ class Job(Strict):
     metric_definitions: list[MetricDefinition] = Field(default_factory=list, max_length=40)
     loss_metric: str | None = Field(None, description="the Name of the metric definition that reads the loss")
     max_runtime_seconds: Annotated[int, Field(ge=60, le=2_419_200)] = 3600
+    use_spot_instances: bool = Field(
+        False, description="SageMaker managed spot training (the SDK's use_spot_instances): cheaper, and "
+        "SageMaker restarts an interrupted job from its checkpoints; needs max_wait_seconds",
+    )
+    max_wait_seconds: Annotated[int, Field(ge=60, le=2_419_200)] | None = Field(
+        None, description="the SDK's max_wait: how long a spot job may take, waiting for capacity included; at "
+        "least max_runtime_seconds (StoppingCondition.MaxWaitTimeInSeconds)",
+    )
+    checkpoint_s3_uri: str | None = Field(
+        None, description="the SDK's checkpoint_s3_uri, accepted as given; each attempt checkpoints under the "
+        "execution's prefix instead (executions/<execution>/attempt-<n>/checkpoints), where the monitor reads "
+        "its findings, a relaunch resumes and a spot job is restored after an interruption",
+    )
     knobs: Knobs = Field(default_factory=Knobs)
 
     @field_validator("entry_point")
@@ -288,6 +301,7 @@ class Job(Strict):
                 f"min_instance_count: {self.min_instance_count} is more than instance_count {self.instance_count}; "
                 "give the fewest hosts a relaunch may use, at most the job's instance_count"
             )
+        self._spot_limits()
         names = [definition.Name for definition in self.metric_definitions]
         if len(set(names)) != len(names):
             raise ValueError("metric_definitions: each Name may appear once")
@@ -297,6 +311,19 @@ class Job(Strict):
                 f"({', '.join(names) or 'none given'})"
             )
         return self
+
+    def _spot_limits(self) -> None:
+        """StoppingCondition.MaxWaitTimeInSeconds: a spot job's wait and run, at least MaxRuntimeInSeconds."""
+        if self.use_spot_instances and self.max_wait_seconds is None:
+            raise ValueError("max_wait_seconds: a spot job needs one (the SDK's max_wait): how long it may take, "
+                             "waiting for spot capacity included")
+        if self.max_wait_seconds is not None and not self.use_spot_instances:
+            raise ValueError("max_wait_seconds: SageMaker takes a wait only with use_spot_instances")
+        if self.max_wait_seconds is not None and self.max_wait_seconds < self.max_runtime_seconds:
+            raise ValueError(f"max_wait_seconds: {self.max_wait_seconds} s is less than job.max_runtime_seconds "
+                             f"{self.max_runtime_seconds} s; SageMaker needs the wait to be at least the runtime")
+        if self.checkpoint_s3_uri is not None and not self.checkpoint_s3_uri.startswith("s3://"):
+            raise ValueError(f"checkpoint_s3_uri: expected an s3:// URI, got {self.checkpoint_s3_uri!r}")
 
     def loss_regex(self) -> str | None:
         for definition in self.metric_definitions:

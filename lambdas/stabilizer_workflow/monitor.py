@@ -25,6 +25,7 @@ from stabilizer_workflow.errors import StateCorrupted
 from stabilizer_workflow.ladders import EXPLOSIONS
 from stabilizer_workflow.notifications import Notification
 from stabilizer_workflow.observation import Observation, evidence_of
+from stabilizer_workflow.rule_checks import debugger_actions
 from stabilizer_workflow.state import Attempt, Decision, Finding, WorkflowState
 
 # FailureReason prefixes SageMaker uses for failures of its own, not of the training code.
@@ -38,6 +39,20 @@ class Effects:
     stop_job: str | None = None
     stop_processing_jobs: tuple[str, ...] = ()
     notification: Notification | None = None
+    # The job whose warm pool no attempt will reuse (UpdateTrainingJob, KeepAlivePeriodInSeconds 0).
+    release_warm_pool: str | None = None
+
+
+def _pool_to_release(attempt: Attempt, obs: Observation, decision: Decision | None,
+                     finding: Finding | None) -> str | None:
+    """The ended attempt's job when its warm pool would wait, billed, for no attempt: the execution
+    ends (`decision` None), the relaunch runs on another number of hosts (a pool is reused only by a
+    job with the same InstanceCount), or the attempt hung (its hosts are not to be trusted again)."""
+    if not obs.terminal or not obs.warm_pool_kept:
+        return None
+    if decision is None or decision.instance_count is not None or (finding is not None and hangs.is_hang(finding)):
+        return attempt.job_name
+    return None
 
 
 @dataclass(frozen=True)
@@ -56,6 +71,10 @@ def _record(attempt: Attempt, obs: Observation, now: datetime) -> None:
         attempt.seconds = obs.training_seconds
     elif obs.start_time is not None:
         attempt.seconds = max(0, int(((obs.end_time or now) - obs.start_time).total_seconds()))
+    if obs.billable_seconds is not None:
+        attempt.billable_seconds = obs.billable_seconds
+    if obs.interruptions:
+        attempt.interruptions = obs.interruptions
     steps = obs.steps_consumed()
     if steps is not None:
         attempt.steps = steps
@@ -119,6 +138,7 @@ def _end(
             stop_job=attempt.job_name if stop_job else None,
             stop_processing_jobs=_lingering(obs),
             notification=notifications.finished(state, attempt, finding, evidence),
+            release_warm_pool=_pool_to_release(attempt, obs, None, finding),
         ),
     )
 
@@ -149,6 +169,7 @@ def _relaunch(
         Effects(
             stop_processing_jobs=_lingering(obs),
             notification=notifications.relaunching(state, attempt, decision, finding, evidence),
+            release_warm_pool=_pool_to_release(attempt, obs, decision, finding),
         ),
     )
 
@@ -200,22 +221,26 @@ def _remediate(state: WorkflowState, attempt: Attempt, obs: Observation, finding
     return _relaunch(state, attempt, obs=obs, decision=decision, finding=finding, counters=planned.counters)
 
 
-def _infrastructure_failure(state: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResult:
-    """SageMaker failed the job itself: the same recipe was never really tried, so try it again."""
+def _infrastructure_failure(state: WorkflowState, attempt: Attempt, obs: Observation,
+                            spot: bool = False) -> CheckResult:
+    """SageMaker failed the job itself, or (`spot`) spot capacity did not let it finish within its
+    MaxWaitTimeInSeconds: the same recipe was never really tried, so try it again."""
     reason_text = obs.failure_reason or "no FailureReason"
+    what = (f"spot capacity did not let the job finish within MaxWaitTimeInSeconds "
+            f"({state.job.max_wait_seconds} s; interrupted {attempt.interruptions or 0} times)" if spot
+            else f"SageMaker failed the job ({reason_text})")
     limits = state.limits
     if state.history.num_infrastructure_retries >= limits.max_infrastructure_retries:
         return _end(
             state,
             attempt,
             obs,
-            "failed",
-            f"SageMaker failed the job ({reason_text}) and max_infrastructure_retries "
-            f"({limits.max_infrastructure_retries}) is reached",
+            "gave_up" if spot else "failed",
+            f"{what} and max_infrastructure_retries ({limits.max_infrastructure_retries}) is reached",
         )
     blocked = _relaunch_blocked(state)
     if blocked:
-        return _end(state, attempt, obs, "gave_up", f"SageMaker failed the job ({reason_text}); {blocked}")
+        return _end(state, attempt, obs, "gave_up", f"{what}; {blocked}")
     # No rule fired, so the newest checkpoint is healthy; it counts only if the relaunch loads it.
     newest = max(obs.checkpoint_files) if obs.checkpoint_files else None
     resume = (
@@ -230,8 +255,9 @@ def _infrastructure_failure(state: WorkflowState, attempt: Attempt, obs: Observa
         action="relaunch",
         remedy="retry",
         resume_from=resume,
-        reason=f"SageMaker failed the job ({reason_text.split(':')[0]}), not the training code; "
-        f"same recipe again, {start}",
+        reason=(f"{what}, not the training code; same recipe again, {start}" if spot else
+                f"SageMaker failed the job ({reason_text.split(':')[0]}), not the training code; "
+                f"same recipe again, {start}"),
     )
     return _relaunch(
         state, attempt, obs=obs, decision=decision, finding=None, counters=("num_infrastructure_retries",)
@@ -312,6 +338,8 @@ def _failed(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResult
 
 def _stopped(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResult:
     # Stopped without any finding: nobody in this workflow asked for it.
+    if obs.secondary_status == "MaxWaitTimeExceeded":  # a spot job: capacity, not the recipe
+        return _infrastructure_failure(s, attempt, obs, spot=True)
     if obs.secondary_status == "MaxRuntimeExceeded":
         limit = s.job.max_runtime_seconds
         return _end(
@@ -352,6 +380,10 @@ def _decide(s: WorkflowState, attempt: Attempt, obs: Observation, now: datetime)
     # A finding seen on an earlier check is remembered: once the job is stopped, Debugger may
     # report its rules as Stopped rather than IssuesFound.
     issue = obs.primary_issue() or attempt.finding or hangs.no_progress(s, obs, now)
+    if issue is not None and issue.source == "debugger" and issue.action is None:
+        # Debugger reports a verdict only; the rule's actions are carried out here (docs/rules.md).
+        action, endpoints = debugger_actions(s.monitoring.rules, issue.rule)
+        issue = issue.model_copy(update={"action": action, "notify": endpoints[:5]})
 
     # Debugger rules go on evaluating after the job ends; a completed job is not a success until
     # every rule has given its verdict.

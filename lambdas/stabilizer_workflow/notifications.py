@@ -328,7 +328,8 @@ def relaunching(
     subject = clean_subject(f"{cause}: relaunching attempt {attempt.number + 1}{where} with {change}")
     lines = [
         f"Attempt {attempt.number} ({attempt.job_name}) ended: {attempt.status}"
-        + (f" - {attempt.failure_reason}" if attempt.failure_reason else ""),
+        + (f" - {attempt.failure_reason}" if attempt.failure_reason else "")
+        + (f"; {billing(state, attempt)}" if billing(state, attempt) else ""),
         "",
         *_finding_lines(finding, evidence),
         "",
@@ -355,11 +356,26 @@ def relaunching(
     )
 
 
+def billing(state: WorkflowState, attempt: Attempt) -> str | None:
+    """What SageMaker billed for the attempt; with spot, the savings as SageMaker documents them
+    (DescribeTrainingJob, BillableTimeInSeconds: (1 - billable / training time) x 100)."""
+    if attempt.billable_seconds is None or not attempt.seconds:
+        return None
+    text = f"billed {attempt.billable_seconds} s of {attempt.seconds} s trained"
+    if state.job.use_spot_instances:
+        saved = (1 - attempt.billable_seconds / attempt.seconds) * 100
+        interrupted = f", interrupted {attempt.interruptions} times" if attempt.interruptions else ""
+        text += f" ({saved:.0f}% saved with spot{interrupted})"
+    return text
+
+
 def _attempts_table(state: WorkflowState) -> list[str]:
     lines = ["Attempts:"]
     for a in state.attempts:
         fired = f", {a.finding.rule} at step {a.finding.step}" if a.finding else ""
-        lines.append(f"  {a.number}. {a.job_name}: {a.status}{fired} [{recipe_text(a.run_spec, knob_names(state))}]")
+        billed = f", {billing(state, a)}" if billing(state, a) else ""
+        lines.append(f"  {a.number}. {a.job_name}: {a.status}{fired}{billed} "
+                     f"[{recipe_text(a.run_spec, knob_names(state))}]")
     return lines
 
 

@@ -175,8 +175,12 @@ class StragglerReport(BaseModel):
     message: str = ""
 
 
+# DescribeTrainingJob's rule verdicts: Debugger's rules, then its profiler rules (ProfilerRuleConfigurations).
+RULE_STATUS_MEMBERS = ("DebugRuleEvaluationStatuses", "ProfilerRuleEvaluationStatuses")
+
+
 class RuleStatus(BaseModel):
-    """One entry of DescribeTrainingJob's DebugRuleEvaluationStatuses."""
+    """One entry of DescribeTrainingJob's DebugRuleEvaluationStatuses or ProfilerRuleEvaluationStatuses."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -205,6 +209,11 @@ class Observation(BaseModel):
     start_time: datetime | None = None
     end_time: datetime | None = None
     training_seconds: int | None = None
+    billable_seconds: int | None = None
+    # Spot: how often the job's instances were taken away (SecondaryStatusTransitions' Interrupted),
+    # and when it last entered Training (SageMaker restarts it there after an interruption).
+    interruptions: int = 0
+    training_since: datetime | None = None
     final_metrics: dict[str, float] = Field(default_factory=dict)
     # When the job's progress.json last changed in S3 (stabilizer_workflow.hangs.no_progress), if it has one.
     progress_at: datetime | None = None
@@ -214,6 +223,10 @@ class Observation(BaseModel):
     metric_period_seconds: int = 60
     # What the job's stragglers.json reported so far (empty: no file, or no straggler).
     stragglers: list[StragglerReport] = Field(default_factory=list)
+    # The job's warm pool (ResourceConfig.KeepAlivePeriodInSeconds, WarmPoolStatus.Status): 0 and None
+    # when it keeps none.
+    keep_alive_seconds: int = 0
+    warm_pool_status: str | None = None
 
     @property
     def summary(self) -> Summary | None:
@@ -223,6 +236,12 @@ class Observation(BaseModel):
     def notify_only(self) -> bool:
         """The sentinel was told to notify, not stop: its findings are news, not a stop."""
         return self.findings is not None and self.findings.job_action == "notify"
+
+    @property
+    def warm_pool_kept(self) -> bool:
+        """The job keeps its instances for a matching job, or will once it ends (SageMaker's warm
+        pools: Available, or InUse while the job runs); not once the pool was Reused or Terminated."""
+        return self.keep_alive_seconds > 0 and self.warm_pool_status not in ("Reused", "Terminated")
 
     @property
     def checkpoint_steps(self) -> list[int]:
@@ -360,7 +379,9 @@ def observe(
             processing_job_name=(item.get("RuleEvaluationJobArn") or "").split("/")[-1] or None,
             details=item.get("StatusDetails"),
         )
-        for item in description.get("DebugRuleEvaluationStatuses") or []
+        # Debugger reports its profiler rules apart, in the same entry shape.
+        for member in RULE_STATUS_MEMBERS
+        for item in description.get(member) or []
     ]
     # A metric's value may be NaN or infinite: the job's log said so, and that is evidence.
     metrics = {
@@ -369,6 +390,9 @@ def observe(
         if "MetricName" in item and "Value" in item
     }
     seconds = description.get("TrainingTimeInSeconds")
+    billable = description.get("BillableTimeInSeconds")
+    transitions = description.get("SecondaryStatusTransitions") or []
+    trained = [t.get("StartTime") for t in transitions if t.get("Status") == "Training" and t.get("StartTime")]
     return Observation(
         job_name=description["TrainingJobName"],
         status=description["TrainingJobStatus"],
@@ -381,11 +405,16 @@ def observe(
         start_time=description.get("TrainingStartTime"),
         end_time=description.get("TrainingEndTime"),
         training_seconds=int(seconds) if seconds is not None else None,
+        billable_seconds=int(billable) if billable is not None else None,
+        interruptions=sum(1 for t in transitions if t.get("Status") == "Interrupted"),
+        training_since=trained[-1] if trained and description.get("SecondaryStatus") == "Training" else None,
         final_metrics=metrics,
         progress_at=progress_at,
         metric_at=metric_at,
         metric_period_seconds=metric_period_seconds,
         stragglers=stragglers or [],
+        keep_alive_seconds=int((description.get("ResourceConfig") or {}).get("KeepAlivePeriodInSeconds") or 0),
+        warm_pool_status=(description.get("WarmPoolStatus") or {}).get("Status"),
     )
 
 

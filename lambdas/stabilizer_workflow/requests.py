@@ -13,15 +13,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stabilizer_contract.catalogue import SENTINEL_CHECKS
 from stabilizer_contract.job import CHECKPOINT_DIR_VARIABLE, CHECKPOINT_LOCAL_PATH, CONFIG_HYPERPARAMETER
 from stabilizer_workflow import hang_settings
 from stabilizer_workflow.distribution import distribution_hyperparameters, distribution_problem
 from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
 from stabilizer_workflow.execution_input import Monitoring, RuleConfig
 from stabilizer_workflow.job import Job
-from stabilizer_workflow.rule_checks import is_custom, is_profiler_rule, runs_in_engine
-from stabilizer_workflow.service_limits import hyperparameter_value_problem
+from stabilizer_workflow.rule_checks import ACTION_KEY, is_profiler_rule, runs_in_engine
+from stabilizer_workflow.service_limits import (
+    DEBUGGER_COLLECTION_TEXT_MAX,
+    DEBUGGER_COLLECTIONS_MAX,
+    hyperparameter_value_problem,
+)
 from stabilizer_workflow.settings import TrainSettings
 from stabilizer_workflow.state import WorkflowState
 
@@ -152,27 +155,20 @@ def _channel(name: str, uri: str) -> dict[str, Any]:
     }
 
 
+def debugger_rules(monitoring: Monitoring) -> list[RuleConfig]:
+    """The rules only SageMaker Debugger runs (accepted only where it is enabled): what a job's
+    Debugger configuration is for. The engine runs every other rule in the job, so a job whose
+    rules it all runs carries no Debugger configuration at all (Debugger is closed to new
+    customers since 2026-07-30; such an account refuses it)."""
+    return [rule for rule in monitoring.rules if not runs_in_engine(rule.name, rule.parameters)]
+
+
 def _debugger(monitoring: Monitoring, settings: TrainSettings, prefix: str) -> dict[str, Any]:
-    """DebugHookConfig and DebugRuleConfigurations from the same rule list as the sentinel."""
-    collections = {name: capture for name, capture in monitoring.capture.items()}
-    for rule in monitoring.rules:
-        for name in filter(None, rule.parameters.get("collection_names", "").split(",")):
-            # A rule reads a collection only if the hook saves it.
-            collections.setdefault(name.strip(), None)
-    configurations = []
-    for name, capture in sorted(collections.items()):
-        if capture is None:
-            parameters = {"save_interval": "10"}
-        elif capture.save_interval is not None:
-            parameters = {"save_interval": str(capture.save_interval)}
-        else:
-            parameters = {"save_steps": ",".join(str(s) for s in capture.save_steps or [])}
-        if capture is not None:  # Debugger's own keys, as the SDK's CollectionConfig sends them
-            regex = capture.include_regex
-            extra = {"include_regex": regex if isinstance(regex, str) else "|".join(regex or []),
-                     "start_step": capture.start_step, "end_step": capture.end_step}
-            parameters.update({key: str(value) for key, value in extra.items() if value not in (None, "")})
-        configurations.append({"CollectionName": name, "CollectionParameters": parameters})
+    """DebugHookConfig and DebugRuleConfigurations for the rules only Debugger runs, and
+    ProfilerConfig and ProfilerRuleConfigurations for its profiler rules; {} when there are none."""
+    rules = debugger_rules(monitoring)
+    if not rules:
+        return {}
     image = rule_image(settings)
 
     def configuration(rule: RuleConfig) -> dict[str, Any]:
@@ -181,38 +177,107 @@ def _debugger(monitoring: Monitoring, settings: TrainSettings, prefix: str) -> d
             "RuleEvaluatorImage": image,
             "InstanceType": RULE_INSTANCE_TYPE,
             "VolumeSizeInGB": 0,
-            "RuleParameters": {"rule_to_invoke": rule.name, **rule.parameters},
+            # Without its actions (action_json): Debugger's rule job would run them as the execution
+            # role, which may not stop jobs nor publish to an SMDebugRules topic; the monitor runs them.
+            "RuleParameters": {"rule_to_invoke": rule.name,
+                               **{k: v for k, v in rule.parameters.items() if k != ACTION_KEY}},
         }
 
     # Debugger runs its profiler rules (ProfilerRule) beside a profiler, not beside the debug hook.
-    # NotLearning and Diverging entries only set the sentinel's own checks: Debugger has no such rule.
-    # Custom rules run in the job's engine: their file travels in the job's source, not to Debugger.
-    debugger_rules = [rule for rule in monitoring.rules
-                      if rule.name not in SENTINEL_CHECKS and not is_custom(rule.parameters)]
-    profiler_rules = [configuration(rule) for rule in debugger_rules if is_profiler_rule(rule.name)]
-    request: dict[str, Any] = {
-        "DebugHookConfig": {
+    debug = [configuration(rule) for rule in rules if not is_profiler_rule(rule.name)]
+    profiler = [configuration(rule) for rule in rules if is_profiler_rule(rule.name)]
+    request: dict[str, Any] = {}
+    if debug:
+        request["DebugHookConfig"] = {
             "S3OutputPath": f"{prefix}/debug",
             "LocalPath": DEBUG_LOCAL_PATH,
-            "CollectionConfigurations": configurations,
-        },
-        "DebugRuleConfigurations": [
-            configuration(rule) for rule in debugger_rules if not is_profiler_rule(rule.name)
-        ],
-    }
-    if profiler_rules:
+            "CollectionConfigurations": [
+                {"CollectionName": name, "CollectionParameters": parameters}
+                for name, parameters, _ in hook_collections(monitoring)
+            ],
+        }
+        request["DebugRuleConfigurations"] = debug
+    if profiler:
         request["ProfilerConfig"] = {"S3OutputPath": f"{prefix}/profiler", "ProfilingIntervalInMilliseconds": 500}
-        request["ProfilerRuleConfigurations"] = profiler_rules
+        request["ProfilerRuleConfigurations"] = profiler
     return request
 
 
-def _resources(instance_type: str, instance_count: int, settings: TrainSettings) -> dict[str, Any]:
-    resources: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": instance_count, "VolumeSizeInGB": 30}
-    if settings.warm_pool_seconds:
+def hook_collections(monitoring: Monitoring) -> list[tuple[str, dict[str, str], dict[str, str]]]:
+    """The debug hook's collections: (name, CollectionParameters, the input field behind each
+    parameter), as the SDK's CollectionConfig sends them. The capture entries, plus each collection
+    a Debugger rule reads (its `collection_names`) that the capture does not save."""
+    collections: dict[str, Any] = dict(monitoring.capture)
+    readers: dict[str, str] = {}
+    for rule in debugger_rules(monitoring):
+        for name in filter(None, (n.strip() for n in rule.parameters.get("collection_names", "").split(","))):
+            # A rule reads a collection only if the hook saves it.
+            collections.setdefault(name, None)
+            readers.setdefault(name, f"rules ({rule.name}).collection_names")
+    out = []
+    for name, capture in sorted(collections.items()):
+        if capture is None:
+            out.append((name, {"save_interval": "10"}, {"save_interval": readers[name]}))
+            continue
+        if capture.save_interval is not None:
+            parameters = {"save_interval": str(capture.save_interval)}
+        else:
+            parameters = {"save_steps": ",".join(str(s) for s in capture.save_steps or [])}
+        regex = capture.include_regex  # Debugger's own keys, as the SDK's CollectionConfig sends them
+        extra = {"include_regex": regex if isinstance(regex, str) else "|".join(regex or []),
+                 "start_step": capture.start_step, "end_step": capture.end_step}
+        parameters.update({key: str(value) for key, value in extra.items() if value not in (None, "")})
+        out.append((name, parameters, {key: f"capture.{name}.{key}" for key in parameters}))
+    return out
+
+
+def hook_problems(monitoring: Monitoring, section: str) -> list[str]:
+    """What of the debug hook's collections CreateTrainingJob would reject, each naming its input
+    field under `section` (`monitoring` or `run_spec`); [] when the job sends no debug hook."""
+    if not any(not is_profiler_rule(rule.name) for rule in debugger_rules(monitoring)):
+        return []
+    collections = hook_collections(monitoring)
+    problems = []
+    if len(collections) > DEBUGGER_COLLECTIONS_MAX:
+        readers = sorted({source[key] for _, parameters, source in collections for key in parameters
+                          if source[key].startswith("rules")})
+        fields = " and ".join([f"{section}.capture", *(f"{section}.{reader}" for reader in readers)])
+        problems.append(
+            f"{fields}: {len(collections)} Debugger collections (the capture entries and the collections "
+            f"Debugger rules read); SageMaker's DebugHookConfig takes at most {DEBUGGER_COLLECTIONS_MAX}"
+        )
+    for name, parameters, source in collections:
+        if len(name) > DEBUGGER_COLLECTION_TEXT_MAX:
+            problems.append(f"{section}.capture.{name[:40]}...: a collection name of {len(name)} characters; "
+                            f"Debugger's CollectionName takes at most {DEBUGGER_COLLECTION_TEXT_MAX}")
+        for key, value in parameters.items():
+            if len(value) > DEBUGGER_COLLECTION_TEXT_MAX:
+                problems.append(
+                    f"{section}.{source[key]}: {len(value)} characters as Debugger's CollectionParameters "
+                    f"{key!r} of collection {name!r}; SageMaker allows at most {DEBUGGER_COLLECTION_TEXT_MAX}"
+                )
+    return problems
+
+
+def _resources(job: Job, instance_type: str, settings: TrainSettings) -> dict[str, Any]:
+    resources: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": job.instance_count,
+                                 "VolumeSizeInGB": 30}
+    # Warm pools "cannot be used with spot instances" (SageMaker developer guide, managed warm pools).
+    if settings.warm_pool_seconds and not job.use_spot_instances:
         # SageMaker managed warm pools: the next attempt (same role, instance type and count,
         # volume) starts on this job's instance instead of provisioning one.
         resources["KeepAlivePeriodInSeconds"] = settings.warm_pool_seconds
     return resources
+
+
+def stopping_condition(job: Job, remaining_seconds: int) -> dict[str, int]:
+    """MaxRuntimeInSeconds never past the execution's training budget, whatever the job asks for; a
+    spot job's MaxWaitTimeInSeconds (waiting for capacity plus running), never under the runtime."""
+    runtime = max(60, min(job.max_runtime_seconds, remaining_seconds))
+    condition = {"MaxRuntimeInSeconds": runtime}
+    if job.use_spot_instances and job.max_wait_seconds is not None:
+        condition["MaxWaitTimeInSeconds"] = max(job.max_wait_seconds, runtime)
+    return condition
 
 
 def build_create_training_job(state: WorkflowState, settings: TrainSettings, attempt: int) -> dict[str, Any]:
@@ -224,7 +289,6 @@ def build_create_training_job(state: WorkflowState, settings: TrainSettings, att
         raise StateCorrupted("job: instance_type and image are not resolved (prepare fills them in)")
     name = job_name(settings.job_name_prefix, state.execution.short_id, attempt)
     prefix = attempt_prefix(settings.bucket, state.execution.name, attempt)
-    # Never run past the execution's training budget, whatever the job asks for.
     remaining = state.limits.max_total_training_seconds - state.training_seconds()
     channels = [_channel(channel, uri) for channel, uri in job.channels.items()]
     problem = distribution_problem(job.distribution, job.instance_type)
@@ -246,8 +310,8 @@ def build_create_training_job(state: WorkflowState, settings: TrainSettings, att
         },
         "RoleArn": settings.sagemaker_role_arn,
         "OutputDataConfig": {"S3OutputPath": f"{prefix}/output"},
-        "ResourceConfig": _resources(job.instance_type, job.instance_count, settings),
-        "StoppingCondition": {"MaxRuntimeInSeconds": max(60, min(job.max_runtime_seconds, remaining))},
+        "ResourceConfig": _resources(job, job.instance_type, settings),
+        "StoppingCondition": stopping_condition(job, remaining),
         "CheckpointConfig": {
             "S3Uri": checkpoint_uri(settings.bucket, state.execution.name, attempt),  # where the monitor reads
             "LocalPath": CHECKPOINT_LOCAL_PATH,
@@ -259,8 +323,10 @@ def build_create_training_job(state: WorkflowState, settings: TrainSettings, att
             {"Key": "stabilizer:policy", "Value": state.policy},
         ],
     }
+    if job.use_spot_instances:  # restarted from CheckpointConfig after an interruption
+        request["EnableManagedSpotTraining"] = True
     if channels:  # InputDataConfig, when given, holds at least one channel
         request["InputDataConfig"] = channels
-    if settings.debugger_rules_enabled:
+    if settings.debugger_rules_enabled:  # only where a rule needs Debugger (debugger_rules)
         request.update(_debugger(state.monitoring, settings, prefix))
     return request

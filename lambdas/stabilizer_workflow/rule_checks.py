@@ -13,10 +13,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stabilizer_contract.catalogue import CATALOGUE, ENGINE, PROFILER, SOURCE_KEY, RuleConfigError, check_rule
+from stabilizer_contract.catalogue import (
+    ACTION_KEY,
+    CATALOGUE,
+    ENGINE,
+    PROFILER,
+    SOURCE_KEY,
+    RuleConfigError,
+    check_actions,
+    check_rule,
+)
 
-__all__ = ["RuleConfigError", "check_rule_config", "custom_rule_sources", "is_custom", "is_profiler_rule",
-           "runs_in_engine"]
+__all__ = ["ACTION_KEY", "RuleConfigError", "check_rule_config", "custom_rule_sources", "debugger_actions",
+           "is_custom", "is_profiler_rule", "runs_in_engine"]
 
 
 def check_rule_config(name: str, parameters: Mapping[str, Any], *, debugger_enabled: bool | None) -> None:
@@ -50,3 +59,15 @@ def is_profiler_rule(name: str) -> bool:
     """Debugger's ProfilerRule family (ProfilerRuleConfigurations), not its Rule family."""
     entry = CATALOGUE.get(name)
     return entry is not None and entry.family == PROFILER
+
+
+def debugger_actions(rules: Any, name: str) -> tuple[str | None, list[str]]:
+    """What the rule `name` of a rule list asks when it fires, by its Debugger actions (``action_json``),
+    as the in-job sentinel reads them: "stop" (StopTraining, or no action: None) or "notify" (Email/SMS
+    only), and the endpoints to notify ("email:<address>", "sms:<number>")."""
+    rule = next((rule for rule in rules if rule.name == name), None)
+    actions = check_actions(rule.parameters.get(ACTION_KEY), name) if rule is not None else None
+    if actions is None:
+        return None, []
+    endpoints = [f"{a['name']}:{a['endpoint']}" for a in actions if a["name"] != "stoptraining"]
+    return ("stop" if any(a["name"] == "stoptraining" for a in actions) else "notify"), endpoints

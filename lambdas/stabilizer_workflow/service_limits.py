@@ -6,9 +6,10 @@ Functions service quotas": 25,000 events in an execution's history, a hard quota
 workflow's own limits (`limits.max_monitor_transitions` checks at most `wait_seconds` apart,
 relaunches) must therefore end every execution well inside both.
 
-SageMaker: CreateTrainingJob rejects a hyperparameter value over 2,500 characters and a tag value
-outside `[\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*` or over 256 characters (botocore's SageMaker model,
-HyperParameterValue and TagValue; tests/unit/lambdas compare these constants with it). Found at
+SageMaker: CreateTrainingJob rejects a hyperparameter value over 2,500 characters, a tag value
+outside `[\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*` or over 256 characters, and more than 20 Debugger
+collections or a collection value over 256 characters (botocore's SageMaker model,
+HyperParameterValue, TagValue and DebugHookConfig; tests/unit/lambdas compare these constants with it). Found at
 input, such a request says which field to change instead of failing the first launch.
 
 Pure: a request or a value in, a problem (naming its field) out. The bounds of a whole execution
@@ -49,6 +50,10 @@ LAUNCH_SECONDS = 1_800
 
 HYPERPARAMETER_VALUE_MAX = 2_500
 TAG_VALUE_MAX = 256
+# DebugHookConfig (botocore's model, CollectionConfigurations and CollectionConfiguration): at most
+# 20 collections, each name and each CollectionParameters value at most 256 characters.
+DEBUGGER_COLLECTIONS_MAX = 20
+DEBUGGER_COLLECTION_TEXT_MAX = 256
 _TAG_PUNCTUATION = frozenset("_.:/=+-@")
 
 

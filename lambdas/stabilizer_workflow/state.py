@@ -45,7 +45,8 @@ TrainingJobStatus = Literal["InProgress", "Completed", "Failed", "Stopping", "St
 
 # Text that comes from outside the workflow (SageMaker's failure reasons and statuses, the job's
 # findings: rule and tensor names, values, messages, exception lines; reasons quoting them) is cut
-# to a bound of UTF-8 bytes as it enters the state, so that a state with the most attempts the
+# to a bound of UTF-8 bytes as it enters the state (assigned to a field, too: the models validate
+# assignments), so that a state with the most attempts the
 # limits allow stays under Step Functions' 256 KB payload quota (stabilizer_workflow.service_limits checks
 # the rest at input; tests/unit/lambdas/test_state_size.py builds the largest state).
 def _clipped(max_bytes: int) -> BeforeValidator:
@@ -58,6 +59,9 @@ def _clipped(max_bytes: int) -> BeforeValidator:
 
 
 NAME_MAX_BYTES, VALUE_MAX_BYTES, TEXT_MAX_BYTES = 128, 40, 240
+# The stragglers one attempt records (the state stays small; the job's stragglers.json has them all),
+# and the Debugger endpoints one finding names.
+MAX_STRAGGLERS, MAX_NOTIFY = 16, 5
 ExternalName = Annotated[str, _clipped(NAME_MAX_BYTES)]  # a rule, tensor or status name
 ExternalValue = Annotated[str, _clipped(VALUE_MAX_BYTES)]  # a tensor's value as text
 ExternalText = Annotated[str, _clipped(TEXT_MAX_BYTES)]  # a message, failure reason or reason
@@ -85,7 +89,7 @@ class ExecutionRef(BaseModel):
 class History(BaseModel):
     """The original sample's counters. Each moves exactly once per decision of its kind."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     num_warmup_adjustments: int = 0
     num_batch_layer_adjustments: int = 0
@@ -103,7 +107,7 @@ class History(BaseModel):
 class Finding(BaseModel):
     """One rule firing, as kept in the state: enough to decide and to explain, no bulky evidence."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     rule: ExternalName
     step: int | None = None
@@ -124,13 +128,13 @@ class Finding(BaseModel):
     # The rule's Debugger actions (docs/rules.md): "notify" (Email/SMS only) does not stop the job;
     # notify lists their "email:<address>" / "sms:<number>".
     action: Literal["stop", "notify"] | None = None
-    notify: list[ExternalName] = Field(default_factory=list, max_length=5)
+    notify: list[ExternalName] = Field(default_factory=list, max_length=MAX_NOTIFY)
 
 
 class Decision(BaseModel):
     """What the workflow decided after an attempt, with a one-line reason a person can read."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     action: Literal["relaunch", "end"]
     outcome: Outcome | None = None
@@ -149,7 +153,7 @@ class Watched(BaseModel):
     kept as its text ("nan", "inf").
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     integration: ExternalName | None = None
     ended: ExternalName | None = None
@@ -170,7 +174,7 @@ class Watched(BaseModel):
 class Straggler(BaseModel):
     """One rank the job's watchdog found persistently slower than the others (stragglers.json)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     rank: int = Field(ge=0)
     host: ExternalName | None = None
@@ -181,7 +185,7 @@ class Straggler(BaseModel):
 class Attempt(BaseModel):
     """One training job of the execution."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     number: int = Field(ge=1)
     job_name: str
@@ -197,17 +201,21 @@ class Attempt(BaseModel):
     finding: Finding | None = None
     steps: int | None = None
     seconds: int | None = None
+    # What SageMaker bills (BillableTimeInSeconds; under `seconds` with spot) and how often spot
+    # capacity was taken away meanwhile (SecondaryStatus Interrupted).
+    billable_seconds: int | None = None
+    interruptions: int | None = None
     # The summary the job left (None: it left none, or has not ended yet).
     watched: Watched | None = None
     decision: Decision | None = None
     # Ranks reported slower than the others during this attempt, each once (at most MAX_STRAGGLERS).
-    stragglers: list[Straggler] = Field(default_factory=list, max_length=16)
+    stragglers: list[Straggler] = Field(default_factory=list, max_length=MAX_STRAGGLERS)
 
 
 class WorkflowState(BaseModel):
     """The state payload. Stable paths the state machine reads are noted in docs/contracts.md."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     version: Literal[2] = STATE_VERSION
     execution: ExecutionRef

@@ -32,6 +32,8 @@ at each backward pass until the launcher attaches or stands down (one walk in a 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,7 +51,21 @@ def wrap_backward() -> None:
     """Wrap ``torch.autograd.backward`` once per process."""
     if not _ORIGINAL:
         _ORIGINAL["backward"] = torch.autograd.backward
-        torch.autograd.backward = _backward  # type: ignore[assignment]
+        # Under the original's name, signature and documentation: what a script inspects stays the same.
+        torch.autograd.backward = functools.wraps(torch.autograd.backward)(_backward)  # type: ignore[assignment]
+
+
+class Listening:
+    """One listener of every backward pass, until ``remove()`` (idempotent, as torch's handles are)."""
+
+    def __init__(self, listener: Callable[[Sequence[torch.Tensor]], None]) -> None:
+        self.listener = listener
+        wrap_backward()
+        LISTENERS.append(listener)
+
+    def remove(self) -> None:
+        with contextlib.suppress(ValueError):
+            LISTENERS.remove(self.listener)
 
 
 def _backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from stabilizer_sentinel import store
+from stabilizer_sentinel import module_hooks, store
 from stabilizer_sentinel.collection_config import (
     BUILTIN_COLLECTIONS,
     DEFAULT_SAVE_INTERVAL,
@@ -151,10 +151,12 @@ class Capture:
         self._resolve_members()
         self._watch_loss_if_needed()
 
+    def _wants_loss_inputs(self) -> bool:
+        return any(name in ("labels", "predictions") or name not in BUILTIN_COLLECTIONS for name in self._collections)
+
     def _watch_loss_if_needed(self) -> None:
         # Only where its inputs or names are wanted: a global module hook makes torch.compile warn.
-        if self.loss is None and any(name in ("labels", "predictions") or name not in BUILTIN_COLLECTIONS
-                                     for name in self._collections):
+        if self.loss is None and self._wants_loss_inputs():
             self.loss = LossModuleWatch(on_found=self._loss_found)
 
     @property
@@ -189,7 +191,8 @@ class Capture:
 
     def loss_module_seen(self, module: nn.Module, args: tuple[torch.Tensor, torch.Tensor] | None) -> None:
         """The loss module, called before this capture existed, with its last training call's inputs."""
-        self.loss = self.loss or LossModuleWatch(on_found=self._loss_found)  # its global hook goes at once
+        # Its global hook goes at once; a hook on the loss module stays only where its inputs are wanted.
+        self.loss = self.loss or LossModuleWatch(on_found=self._loss_found, inputs=self._wants_loss_inputs())
         self.loss.adopt(module, args)
 
     def _loss_found(self) -> None:
@@ -245,7 +248,7 @@ class Capture:
         wanted = {m[len("activations/") :] for m in members if m.startswith("activations/")} | self._wanted_inputs
         self._disarm()
         for module_name in sorted(wanted):
-            hook = self._modules[module_name].register_forward_hook(self._make_hook(module_name))
+            hook = module_hooks.forward_hook(self._modules[module_name], self._make_hook(module_name))
             self._hooks.append(hook)
         self._armed_step = step if wanted else None
 

@@ -14,11 +14,16 @@ below it has not learned, whatever its fall. For a loss whose level is known:
 * **mean squared error** (mean reduction): the variance of each target column seen in training,
   averaged over the columns.
 
-The level is read from the graph of the scalar every backward pass starts from
-(``torch.autograd.backward``, wrapped by stabilizer_sentinel.bare_tensors). Anything else, a loss
-scaled or summed before its backward pass (gradient accumulation, a loss scaler, a GAN's two
-losses, a regulariser), leaves the level unknown for the rest of the run: the learning check then
-judges the fall from the start alone. So does one backward pass of another kind.
+The level is read from the loss node of the scalar every backward pass starts from
+(``torch.autograd.backward``, wrapped by stabilizer_sentinel.bare_tensors; the node found through
+the scalings a script applies before its backward pass by stabilizer_sentinel.backward_loss). A
+scaled loss (divided by the accumulation steps, multiplied by a loss scaler) has the level of its
+node only where the loss the check judges is the node's own (the launcher's, read from the backward
+pass: ``accept_scaled``); a loss the script reports itself after scaling it would be judged against
+a level it is not on, so there the level stays unknown. Anything else, a sum of terms (a GAN's two
+losses, a regulariser), a sum reduction the script does not divide, leaves the level unknown for
+the rest of the run: the learning check then judges the fall from the start alone, and says so. So
+does one backward pass of another kind.
 
 This module must not change gradients or weights: it reads the saved targets of the loss's node.
 Counts stay on the tensors' device; they are read (one synchronisation) when the check asks.
@@ -33,11 +38,9 @@ from typing import Any
 
 import torch
 
-from stabilizer_sentinel import bare_tensors
+from stabilizer_sentinel import backward_loss, bare_tensors
+from stabilizer_sentinel.backward_loss import CROSS_ENTROPY, MEAN, SQUARED_ERROR, SUM
 
-CROSS_ENTROPY = ("NllLossBackward0", "NllLoss2DBackward0")
-SQUARED_ERROR = "MseLossBackward0"
-MEAN = 1  # the reduction code autograd saves for "mean"
 # Labels per class (or targets) seen before the level is used: the entropy of a prior estimated
 # from n labels is low by about (classes - 1) / (2 n); with ten per class that is under 5 % of ln 2.
 SAMPLES_PER_CLASS = 10
@@ -49,6 +52,8 @@ class ChanceLevel:
     def __init__(self) -> None:
         self.kind: str | None = None
         self.off = False  # a backward pass this module cannot read: unknown for the rest of the run
+        self.accept_scaled = False  # the loss judged is the loss node's own, however the script scaled it
+        self.reason: str | None = None  # why the level is unknown, once off
         self._counts: torch.Tensor | None = None  # cross-entropy: labels per class
         self._sums: torch.Tensor | None = None  # squared error: per column, count, sum and sum of squares
         self._samples = 0
@@ -58,22 +63,33 @@ class ChanceLevel:
         """One backward pass is about to run from ``tensors``."""
         if self.off:
             return
-        loss = bare_tensors.scalar_loss(tensors)
-        node = loss.grad_fn if loss is not None else None
-        name = node.name() if node is not None else None
+        read = backward_loss.read(tensors)
+        if read is None or read.node is None:
+            self._give_up("the loss is neither a cross-entropy nor a squared error (a sum of terms, another loss)")
+            return
+        node = read.node
+        name = node.name()
         try:
-            if name in CROSS_ENTROPY and self.kind in (None, "cross_entropy"):
+            # Where the check judges the script's own loss, only an unscaled mean is on the node's level.
+            judged_here = self.accept_scaled or (not read.scaled and int(node._saved_reduction) == MEAN)
+            if not judged_here or int(node._saved_reduction) not in (MEAN, SUM):
+                self._give_up("the loss reported is scaled or summed, not the mean its level is of")
+            elif name in CROSS_ENTROPY and self.kind in (None, "cross_entropy"):
                 self._cross_entropy(node)
             elif name == SQUARED_ERROR and self.kind in (None, "squared_error"):
                 self._squared_error(node)
             else:
-                self.off = True
-        except (AttributeError, RuntimeError, ValueError):  # a node saved differently: say nothing
-            self.off = True
+                self._give_up("the backward passes start from losses of different kinds")
+        except (AttributeError, RuntimeError, ValueError):  # a node saved differently
+            self._give_up("its loss node could not be read")
+
+    def _give_up(self, reason: str) -> None:
+        self.off = True
+        self.reason = self.reason or reason
 
     def _cross_entropy(self, node: Any) -> None:
-        if node._saved_reduction != MEAN or node._saved_weight is not None:
-            self.off = True
+        if node._saved_weight is not None:
+            self._give_up("the cross-entropy weighs its classes")
             return
         scores = node._saved_self
         classes = scores.shape[1] if scores.dim() > 1 else scores.shape[0]
@@ -90,13 +106,13 @@ class ChanceLevel:
 
     def _squared_error(self, node: Any) -> None:
         target = node._saved_target.detach()
-        if node._saved_reduction != MEAN or target.shape != node._saved_self.shape or target.dim() == 0:
-            self.off = True
+        if target.shape != node._saved_self.shape or target.dim() == 0:
+            self._give_up("the squared error broadcasts its targets")
             return
         rows = target.reshape(target.shape[0], -1).double()
         sums = torch.stack([torch.full_like(rows[0], rows.shape[0]), rows.sum(0), (rows * rows).sum(0)])
         if self._sums is not None and self._sums.shape != sums.shape:
-            self.off = True
+            self._give_up("the targets change shape between steps")
             return
         self._sums = sums if self._sums is None else self._sums + sums
         self.kind = "squared_error"

@@ -138,7 +138,9 @@ class Evaluator:
                 if why is not None:
                     status.set(ERROR, f"ClientError: {why}", self.last_step)
                 else:
-                    status.set(NO_ISSUES, f"No issue found up to step {self.last_step} ({self.trial.end_status}).")
+                    skipped = rule.not_judged()  # part of the rule's check had nothing to judge: said
+                    status.set(NO_ISSUES, f"No issue found up to step {self.last_step} ({self.trial.end_status})"
+                               + (f"; {skipped}." if skipped else "."))
                 changed = True
         if changed:
             self.write()

@@ -164,6 +164,10 @@ class FallTests:
 
     def _chance_words(self) -> str:
         chance = self._chance()
+        reason = getattr(self.chance, "reason", None)
+        if chance is None and reason:
+            return (f"; no chance level (the loss of a prediction that ignores the inputs) is known, as {reason}: "
+                    f"the verdict rests on the fall from the start")
         if chance is None or self.learning_start is None or chance >= self.learning_start:
             return ""
         return (f"; it started above the loss {chance:.4g} of a prediction that ignores the inputs (the "

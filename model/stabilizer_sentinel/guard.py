@@ -57,7 +57,7 @@ from torch import nn
 
 from stabilizer_contract.catalogue import SENTINEL_CHECKS
 from stabilizer_contract.job import REWIND_EVERY
-from stabilizer_sentinel import distributed, log_channel, resume, watchdog
+from stabilizer_sentinel import distributed, log_channel, module_hooks, resume, watchdog
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_config
 from stabilizer_sentinel.networks import network_of
 from stabilizer_sentinel.optimizer_hooks import OptimizerHooks
@@ -121,25 +121,26 @@ class Guard(OptimizerHooks):
         self.epoch: int | None = None
         self.phase: str | None = None
         self._loss: torch.Tensor | float | None = None
+        self._passes, self._pass_sum = 0, None  # the step under way's backward passes (backward_pass)
         self._labels: torch.Tensor | None = None
         self._inputs: torch.Tensor | None = None
         self._outputs: torch.Tensor | None = None
-        self._deferred_stop = False
-        self._reported_once = False
-        self._warned_late = False
+        self._deferred_stop = self._reported_once = self._warned_late = False
         self.warn_when_loss_is_late = True  # the launcher reads losses from log lines, late by design
         self._closed = False
         self.first_checked: int | None = None  # the first and last step checked, for the closing line
         self.last_checked = 0
         # What the summary of findings.json says (stabilizer_sentinel.summary); written at the end, findings or not.
         self.record = RunRecord(integration=integration)
+        if integration == "launcher" and self.sentinel.learning.chance is not None:
+            self.sentinel.learning.chance.accept_scaled = True  # its losses are the loss nodes' own (backward_pass)
         self.sentinel.summary = self._summary
         EXIT.install()
         self.scaler_watch = ScalerWatch(self)
         self.clock: BackwardClock | None = None
         self._handles: list[Any] = []
         if install_hooks and optimizer is not None:
-            self.hook_optimizers(optimizers)
+            self.hook_optimizers(optimizers, in_checkpoints=integration != "launcher")
             follow_scaler(optimizer, self)
         elif install_hooks:  # parameters updated by hand: each backward pass is a step (stabilizer_sentinel.step_clock)
             params = [p for p in self.model.parameters() if p.requires_grad]
@@ -149,7 +150,7 @@ class Guard(OptimizerHooks):
             log_channel.install(config.effective_loss_regex).attach(self)
         collections = set(self.capture.collections)
         if collections & {"inputs", "predictions"}:
-            self._handles.append(self.model.register_forward_hook(self._keep_inputs_and_outputs))
+            self._handles.append(module_hooks.forward_hook(self.model, self._keep_inputs_and_outputs))
         self.capture.begin_step(self.step_number)
         self.watchdog = watchdog.start(self)  # a thread that notices a loop which stopped taking steps
         self_ref = weakref.ref(self)
@@ -173,11 +174,26 @@ class Guard(OptimizerHooks):
         if self.clock is not None:
             self.clock.loss_reported()
 
+    def backward_pass(self, loss: torch.Tensor) -> None:
+        """A backward pass of the step under way started from ``loss`` (read by stabilizer_sentinel.backward_loss).
+
+        The step's loss is the mean over its passes (gradient accumulation: one per micro-batch), on the
+        device (no host synchronisation). The launcher reports its losses here.
+        """
+        if self._loss is None or self._passes == 0:
+            self._passes, self._pass_sum = 0, loss
+        else:
+            self._pass_sum = self._pass_sum + loss
+        self._passes += 1
+        self._loss = self._pass_sum / self._passes if self._passes > 1 else loss
+        if self.clock is not None:
+            self.clock.loss_reported()
+
     has_loss = property(lambda self: self._loss is not None)
 
     def take_loss(self) -> torch.Tensor | float | None:
         """The loss reported for the step about to be counted without a check (a skipped step), cleared."""
-        loss, self._loss = self._loss, None
+        loss, self._loss, self._passes = self._loss, None, 0
         return loss
 
     def eval_loss(self, loss: float | torch.Tensor, *, labels: torch.Tensor | None = None,
@@ -207,6 +223,7 @@ class Guard(OptimizerHooks):
             inputs=self._inputs, labels=self._labels, outputs=self._outputs,
         )
         self._loss = self._labels = self._inputs = self._outputs = None
+        self._passes = 0
         history = self.sentinel.loss_history
         self.record.observed(step, history[-1][1] if history and history[-1][0] == step else None)
         stop = verdict.stop or self._deferred_stop

@@ -38,16 +38,27 @@ stabilizer_sentinel.step_clock, and ``torch.autograd.backward``, stabilizer_sent
 - At the end of the script (``atexit``, after the guard has closed) rank 0 writes one line to
   stderr in the log-line form of docs/contracts.md section 1, ``step=<last step> (stabilizer
   launcher: <n> optimizer steps taken)``.
-- The loss: the output of the loss module seen during discovery, through a forward hook on that
-  module (every step, no host synchronisation); without a loss module (``F.cross_entropy(...)``), the
-  last number the log reports (stabilizer_sentinel.log_channel, read with the configuration's ``loss_regex``,
-  by default ``loss=<number>``, ``loss: <number>``), checked with the next step's gradients. The log
-  is read in any case, as the second channel of the summary (``log_loss``).
+- The loss: the scalar each backward pass starts from (``torch.autograd.backward``, wrapped by
+  stabilizer_sentinel.bare_tensors), unscaled by stabilizer_sentinel.backward_loss (divided by the
+  accumulation steps, multiplied by a loss scaler, a sum divided by its count): a loss module, a
+  functional loss, a loss computed inside the model (``outputs.loss``) or a sum of terms alike,
+  every step, on the device (no host synchronisation). A step of several backward passes (gradient
+  accumulation) has their mean. The backward passes before the first optimizer step are that step's,
+  so the learning check starts from the first step's loss. Only a loop with no backward pass
+  (``torch.autograd.grad``) has its loss from the log: the last number it reports
+  (stabilizer_sentinel.log_channel, read with the configuration's ``loss_regex``, by default
+  ``loss=<number>``, ``loss: <number>``). The log is read in any case, as the second channel of the
+  summary (``log_loss``).
+- Nothing is stored on the script's objects: the few forward hooks a configuration needs on its
+  modules (captured module outputs, the loss module's inputs for ``labels``) are routed from one
+  global hook (stabilizer_sentinel.module_hooks), none in the default configuration once attached,
+  and the optimizer gets only step hooks (no ``state_dict`` keys), so its model pickles,
+  deep-copies, saves whole, scripts, traces, compiles and exports as unwatched (docs/harmless.md).
 
 Rules at this level: everything that reads gradients, weights, biases or module outputs
 (``ExplodingTensor``, ``VanishingGradient``, ``WeightUpdateRatio``, ``AllZero``, ``UnchangedTensor``,
-``DeadRelu``) and ``inputs``/``predictions``; ``LossNotDecreasing`` at the steps whose loss is known
-(every step with a loss module, the logged steps otherwise); with a ``torch.nn`` loss module, ``labels``
+``DeadRelu``) and ``inputs``/``predictions``; ``LossNotDecreasing`` at every step (at the logged
+steps for a loop with no backward pass); with a ``torch.nn`` loss module, ``labels``
 (so ``ClassImbalance``) and its smdebug names: the loss module, called before the hooks attach, is
 handed to the capture with that call's inputs (``Capture.loss_module_seen``), so step 0 has them too.
 Not available: evaluation losses (so ``Overfit``): the launcher cannot tell them apart from other
@@ -67,7 +78,7 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from stabilizer_sentinel import bare_tensors, exit_status, log_channel, resume, step_clock
+from stabilizer_sentinel import backward_loss, bare_tensors, exit_status, log_channel, resume, step_clock
 from stabilizer_sentinel import guard as guard_module
 from stabilizer_sentinel.guard import Guard
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_config
@@ -87,9 +98,10 @@ class LauncherHooks:
         self._roots: dict[int, weakref.ref[nn.Module]] = {}
         self._loss_modules: dict[int, weakref.ref[nn.Module]] = {}
         self._fingerprints: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._pending_loss: torch.Tensor | float | None = None
+        self._pending_loss: torch.Tensor | float | None = None  # the log's, before the hooks attach
+        self._pending_passes: list[torch.Tensor] = []  # the backward passes' losses before the hooks attach
+        self._backward_seen = False  # a backward pass gave the loss: the log is the second channel only
         self._loss_args: tuple[torch.Tensor, torch.Tensor] | None = None  # the first loss module's last inputs
-        self._loss_from_module = False
         self._checkpoint: tuple[Any, dict[str, Any], nn.Module] | None = None  # read, loaded into that model
         self._candidate: tuple[Any, dict[str, Any]] | None = None  # the newest checkpoint, read
         self._looked_for_checkpoint = False
@@ -101,7 +113,6 @@ class LauncherHooks:
         step_clock.wrap_scaler()
         step_clock.STANDBY.append(self._scaler_stepping)
         self._hand_updates = bare_tensors.HandUpdates()
-        self._loss_from_backward = False  # attached to bare tensors: each backward pass starts from the loss
         bare_tensors.wrap_backward()
         bare_tensors.LISTENERS.append(self._backward)
         self.channel = log_channel.install(config.effective_loss_regex)
@@ -154,9 +165,6 @@ class LauncherHooks:
             if (next(iter(self._loss_modules)) == id(module) and torch.is_grad_enabled() and len(args) >= 2
                     and all(isinstance(a, torch.Tensor) for a in args[:2])):
                 self._loss_args = (args[0].detach(), args[1].detach())  # the capture's <Loss>_input_0/1 of step 0
-            if isinstance(output, torch.Tensor) and output.numel() == 1:
-                self._pending_loss = output.detach()
-                self._loss_from_module = True
 
     def _updated_by_hand(self, module: nn.Module) -> None:
         """A training forward pass of a network whose weights changed with no optimizer step: a hand-written update."""
@@ -180,20 +188,21 @@ class LauncherHooks:
         self._attach(self._model_of(optimizer), optimizer)
 
     def _backward(self, tensors: Any) -> None:
-        """A backward pass is about to run: a loop over bare tensors is found here, and its loss read."""
-        if self.guard is not None and not self._loss_from_backward:
-            self._unhook_backward()  # attached at an optimizer or a module: their hooks do the rest
-            return
+        """A backward pass is about to run: its scalar is the step's loss; a loop over bare tensors is found here."""
         if self.guard is None and not self.stood_down:
             found = self._hand_updates.backward(tensors)
             if found is not None:  # updated by hand since the last pass: its first update went unseen
                 self._pending_loss = self._hand_updates.previous_loss
+                self._pending_passes.clear()
                 self._attach(BareTensors(found), None, start_step=1)
-                self._loss_from_backward = True
-        if self._loss_from_backward and self.guard is not None:
-            loss = bare_tensors.scalar_loss(tensors)
-            if loss is not None:
-                self.guard.step(loss)  # checked with this pass's gradients, when it ends
+        read = backward_loss.read(tensors)
+        if read is None:
+            return
+        self._backward_seen = True
+        if self.guard is None:
+            self._pending_passes.append(read.value)
+        else:
+            self.guard.backward_pass(read.value)  # checked with this pass's gradients, at the step
 
     def _unhook_backward(self) -> None:
         with contextlib.suppress(ValueError):
@@ -222,7 +231,6 @@ class LauncherHooks:
         for ref in self._loss_modules.values():
             loss_module = ref()
             if loss_module is not None:
-                loss_module.register_forward_hook(self._loss_computed)
                 # Called before the capture existed: its names (CrossEntropyLoss_output_0, ...) and this step's inputs.
                 self.guard.capture.loss_module_seen(loss_module, self._loss_args)
                 self._loss_args = None
@@ -231,9 +239,13 @@ class LauncherHooks:
             value = float(self._pending_loss)
             if math.isfinite(value):
                 self.guard.sentinel.learning.observe(0, value, None, None)
+        elif self._pending_passes:
+            for loss in self._pending_passes:  # this first step's passes (its micro-batches)
+                self.guard.backward_pass(loss)
         elif self._pending_loss is not None:
             self.guard.step(self._pending_loss)
         self._pending_loss = None
+        self._pending_passes.clear()
 
     def _model_of(self, optimizer: torch.optim.Optimizer) -> nn.Module:
         wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
@@ -284,15 +296,10 @@ class LauncherHooks:
         self.guard.capture.begin_step(self.guard.step_number)
         self.guard.record.started_from = resume.started_from(source, self.paths)
 
-    # -- the loss, after discovery
-    def _loss_computed(self, module: nn.Module, args: Any, output: Any) -> None:
-        # Only losses that will be back-propagated: an evaluation under no_grad is not a training step.
-        if self.guard is not None and isinstance(output, torch.Tensor) and output.numel() == 1 and output.requires_grad:
-            self.guard.step(output)
-
+    # -- the loss, after discovery: from each backward pass (_backward), else the log
     def _logged_loss(self, value: float) -> None:
-        if self._loss_from_module or self._loss_from_backward:
-            return  # the loss module's output (or the backwarded scalar) is exact and per step; log lines are neither
+        if self._backward_seen:
+            return  # the backwarded scalar is exact and per step; log lines are neither
         if self.guard is None:
             self._pending_loss = value
         else:

@@ -50,8 +50,25 @@ class _LossFromLog(io.TextIOBase):
     def flush(self) -> None:
         self._stream.flush()
 
-    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, buffer, ...
+    def __getattr__(self, name: str) -> Any:  # buffer, name, mode, line_buffering, reconfigure, ...
         return getattr(self._stream, name)
+
+
+def _delegate(name: str) -> Any:
+    def method(self: _LossFromLog, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self._stream, name)(*args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+# What io.TextIOBase defines itself (so __getattr__ never sees it) answers as the stream underneath:
+# fileno() is the script's file descriptor, isatty() its terminal, encoding its encoding.
+for _name in ("fileno", "isatty", "readable", "writable", "seekable", "tell", "seek", "truncate", "close",
+              "detach", "read", "readline", "readlines"):
+    setattr(_LossFromLog, _name, _delegate(_name))
+for _name in ("encoding", "errors", "newlines", "closed"):
+    setattr(_LossFromLog, _name, property(lambda self, _name=_name: getattr(self._stream, _name)))
 
 
 def raw_stderr() -> TextIO:

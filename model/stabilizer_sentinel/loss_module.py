@@ -16,6 +16,8 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook
 
+from stabilizer_sentinel import module_hooks
+
 # The store's tensors that take their smdebug names from the loss module (stabilizer_sentinel.trial.smdebug_name).
 LOSS_TENSORS = ("losses/loss", "labels/labels", "predictions/predictions")
 
@@ -23,15 +25,17 @@ LOSS_TENSORS = ("losses/loss", "labels/labels", "predictions/predictions")
 class LossModuleWatch:
     """A global forward hook until the first loss module is called, then a hook on that module alone.
 
-    ``on_found`` is called once the loss module is known. A step that ends with no loss module
+    ``on_found`` is called once the loss module is known. Without ``inputs`` only its name is kept (the
+    losses collection's smdebug names), and no hook stays once it is found. A step that ends with no loss module
     seen after a forward pass means there is none (a functional loss): the global hook goes. A loss
     module called before the watch existed (the launcher attaches at the first optimizer step) is
     handed over with ``adopt``.
     """
 
-    def __init__(self, on_found: Callable[[], None]) -> None:
+    def __init__(self, on_found: Callable[[], None], *, inputs: bool = True) -> None:
         self.name: str | None = None
         self._on_found = on_found
+        self._inputs = inputs  # its inputs are wanted (labels, predictions): else only its name
         self._args: tuple[torch.Tensor, torch.Tensor] | None = None
         self._forward_seen = False
         self._hooks: list[Any] = [register_module_forward_hook(self._module_called)]
@@ -46,7 +50,8 @@ class LossModuleWatch:
     def _found(self, module: nn.Module) -> None:
         self.name = type(module).__name__
         self.close()
-        self._hooks = [module.register_forward_hook(self._loss_called)]
+        if self._inputs:
+            self._hooks = [module_hooks.forward_hook(module, self._loss_called)]
         self._on_found()
 
     def adopt(self, module: nn.Module, args: tuple[torch.Tensor, torch.Tensor] | None) -> None:

@@ -4,9 +4,11 @@
   ``optimizer.step(closure)`` (LBFGS, ...) gradients exist only after the step, so the check runs in
   the post-hook and a stopping step has already been applied.
 - Step post-hook: count the step (``guard.advance()``).
-- ``state_dict`` post-hook / ``load_state_dict`` pre-hook: the guard's step count and the learning
-  check's start travel in the optimizer's checkpoint, so a loop that checkpoints its optimizer
-  resumes both by itself.
+- ``state_dict`` post-hook / ``load_state_dict`` pre-hook, at the library level only (a script that
+  calls ``watch()``): the guard's step count and the learning check's start travel in the
+  optimizer's checkpoint, so a loop that checkpoints its optimizer resumes both by itself. A script
+  watched by the launcher knows nothing of us: its ``state_dict()`` keeps PyTorch's keys alone, and
+  it resumes through the launcher's own checkpoints (stabilizer_sentinel.resume).
 - Other optimizers of the same run (a GAN's second, ``add_optimizer``): their steps get the finite
   check of their own loss and gradients, with one host synchronisation per step each; they are not
   counted as steps and do not feed the learning check (the first optimizer's steps are the run's).
@@ -38,15 +40,17 @@ class OptimizerHooks:
     _warned_late: bool
     warn_when_loss_is_late: bool
 
-    def hook_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
-        """Hook the first optimizer (its steps are the run's) and check the others' steps."""
+    def hook_optimizers(self, optimizers: list[torch.optim.Optimizer], *, in_checkpoints: bool) -> None:
+        """Hook the first optimizer (its steps are the run's) and check the others' steps; with
+        ``in_checkpoints``, the step count travels in the first one's ``state_dict()``."""
         first = optimizers[0]
         self._handles += [
             first.register_step_pre_hook(self._before_optimizer_step),
             first.register_step_post_hook(self._after_optimizer_step),
-            first.register_state_dict_post_hook(self._save_step),
-            first.register_load_state_dict_pre_hook(self._load_step),
         ]
+        if in_checkpoints:
+            self._handles += [first.register_state_dict_post_hook(self._save_step),
+                              first.register_load_state_dict_pre_hook(self._load_step)]
         for other in optimizers[1:]:
             self.add_optimizer(other)
 

@@ -39,6 +39,7 @@ This module must not change gradients, weights or the scaler's decisions.
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from typing import Any
@@ -117,8 +118,9 @@ def wrap_scaler() -> None:
         from torch.amp import GradScaler
 
         _ORIGINAL.update(step=GradScaler.step, update=GradScaler.update)
-        GradScaler.step = _scaler_step  # type: ignore[method-assign]
-        GradScaler.update = _scaler_update  # type: ignore[method-assign]
+        # Under the originals' names, signatures and documentation: what a script inspects stays the same.
+        GradScaler.step = functools.wraps(GradScaler.step)(_scaler_step)  # type: ignore[method-assign]
+        GradScaler.update = functools.wraps(GradScaler.update)(_scaler_update)  # type: ignore[method-assign]
 
 
 def follow_scaler(optimizer: torch.optim.Optimizer, guard: Any) -> ScalerWatch:

@@ -51,6 +51,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from stabilizer_sentinel import bare_tensors
+
 HANG = "Hang"
 STRAGGLER = "Straggler"
 EXIT_HANG = 86  # a rule stop (sentinel.EXIT_RULE_STOP): the workflow reads the finding
@@ -233,8 +235,9 @@ class Watchdog:
         self.last_beat, self.step, self.steps = now, step, self.steps + 1
         self._forward_seen = False
 
-    def forward_done(self, *_: Any) -> None:
-        """The first forward pass after a step ended: the rank's own busy time since that step."""
+    def forward_done(self) -> None:
+        """The first forward pass after a step ended (its backward pass starts): the rank's own busy time
+        since that step."""
         if not self._forward_seen:
             self._forward_seen = True
             if self.steps:
@@ -390,7 +393,8 @@ def start(guard: Any, environ: Mapping[str, str] | None = None) -> Watchdog | No
     if not bounds.enabled:
         return None
     dog = Watchdog(guard, bounds, environ=environ)
-    guard._handles.append(guard.model.register_forward_hook(dog.forward_done))
+    # The forward pass has ended when the backward pass starts: a listener, not a hook on the script's model.
+    guard._handles.append(bare_tensors.Listening(lambda _tensors: dog.forward_done()))
     if guard.optimizer is not None:
         guard._handles.append(guard.optimizer.register_step_post_hook(dog.after_step))
     guard._handles.append(dog)

@@ -72,6 +72,8 @@ class Result:
     misdiagnosis: str = ""
     outcome_met: bool = False  # judged entirely right: the expected outcome, and no FP, FN or misdiagnosis
     run_dir: str = ""
+    detection_step: int | None = None  # the step of the first attempt's finding, when it had one
+    reason: str = ""  # the execution's reason, as the workflow gave it
 
 
 # ---------------------------------------------------------------------------- reading one execution
@@ -91,9 +93,15 @@ def attempt_call(attempt: dict[str, Any]) -> str:
 
 
 def logged_steps(log: str, step_regex: str) -> tuple[int, int] | None:
-    """(first, last) step number the script logged; None when it logged none."""
-    steps = [int(m.group(1)) for m in re.finditer(step_regex, log, flags=re.MULTILINE)]
-    return (min(steps), max(steps)) if steps else None
+    """(first, last) step number the script logged; None when it logged none. A regex with no group
+    matches a line the script prints once a step (and no step number): each match counts one step."""
+    matches = list(re.finditer(step_regex, log, flags=re.MULTILINE))
+    if not matches:
+        return None
+    if re.compile(step_regex).groups == 0:
+        return (0, len(matches) - 1)
+    steps = [int(m.group(1)) for m in matches]
+    return (min(steps), max(steps))
 
 
 def changes_between(attempts: list[dict[str, Any]]) -> list[dict[str, list[Any]]]:
@@ -149,22 +157,28 @@ def measure(run: Run, policy: str, state: dict[str, Any], status: str, logs: lis
         run=run.name, kind=run.kind, policy=policy, healthy=run.healthy, outcome=outcome, attempts=len(attempts),
         first_call=attempt_call(attempts[0]) if attempts else "none", steps_computed=computed,
         wasted_steps=max(0, computed - useful), wall_seconds=round(wall, 1), changes=changes_between(attempts),
+        detection_step=((attempts[0].get("finding") or {}).get("step") if attempts else None),
+        reason=str(state.get("reason") or ""),
     ))
     if result.false_negative:  # a failing run called healthy: its "final model" is the failure itself
         result.wasted_steps = computed
     return result
 
 
-def execute(run: Run, policy: str, data_dir: Path, run_root: Path) -> Result:
-    """One execution of one run through the local workflow, measured and judged."""
+def execute(run: Run, policy: str, data_dir: Path, run_root: Path, job_environment: dict[str, str] | None = None
+            ) -> Result:
+    """One execution of one run through the local workflow, measured and judged; `job_environment`
+    is what this machine adds to each job's as its image (LocalSettings.job_environment)."""
     from stabilizer.client.inputs import check_input
     from stabilizer.local.checkout import project_root
+    from stabilizer.local.deployment import LocalSettings
     from stabilizer.local.engine import LocalEngine, Project
 
     name = f"{run.name}-{policy}-{time.strftime('%H%M%S')}"
     run_dir = run_root / name
     execution_input = check_input(run.execution_input(policy))
-    with LocalEngine(run_dir, data_dir, project=Project.discover(project_root())) as engine:
+    settings = LocalSettings(job_environment=dict(job_environment or {}))
+    with LocalEngine(run_dir, data_dir, project=Project.discover(project_root()), settings=settings) as engine:
         record = engine.run(execution_input, name=name)
     logs = []
     for attempt in record.attempts:
@@ -175,7 +189,7 @@ def execute(run: Run, policy: str, data_dir: Path, run_root: Path) -> Result:
     return result
 
 
-def _worker_init(log_file: str) -> None:
+def worker_init(log_file: str) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     logging.basicConfig(filename=log_file, level=logging.WARNING, force=True)
 
@@ -205,7 +219,7 @@ def verdict(r: Result) -> str:
     return text or "ok"
 
 
-def _table(header: tuple[str, ...], cells: list[list[str]]) -> list[str]:
+def table(header: tuple[str, ...], cells: list[list[str]]) -> list[str]:
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(),
              "  ".join("-" * w for w in widths)]
@@ -213,7 +227,7 @@ def _table(header: tuple[str, ...], cells: list[list[str]]) -> list[str]:
 
 
 def row_lines(results: list[Result]) -> list[str]:
-    return _table(ROW_COLUMNS, [[
+    return table(ROW_COLUMNS, [[
         r.run, r.kind, r.policy, "yes" if r.healthy else "no", str(r.attempts), str(r.steps_computed),
         str(r.wasted_steps), f"{r.wall_seconds:.0f}", r.first_call, r.outcome, verdict(r)] for r in results])
 
@@ -253,7 +267,7 @@ def summary_lines(results: list[Result]) -> list[str]:
             " | ".join(f"{c['outcome_met']}/{c['healthy'] + c['failing']}" for c in per),
             side("attempts"), side("steps"), side("wasted"), side("wall", "{:.0f}"),
         ])
-    return [f"per kind, {' | '.join(policies)} side by side:", *_table(SUMMARY_COLUMNS, cells)]
+    return [f"per kind, {' | '.join(policies)} side by side:", *table(SUMMARY_COLUMNS, cells)]
 
 
 def listing_lines(results: list[Result]) -> list[str]:
@@ -316,7 +330,7 @@ def main(args: argparse.Namespace) -> int:
           f"{len(policies)} policies, {args.jobs} in parallel", flush=True)
     started = time.monotonic()
     results: list[Result] = []
-    with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn"), initializer=_worker_init,
+    with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn"), initializer=worker_init,
                              initargs=(str(run_root / "engine.log"),)) as pool:
         futures = [pool.submit(_execute_by_name, run.name, policy, str(digits), str(run_root)) for run, policy in tasks]
         for future in as_completed(futures):

@@ -18,12 +18,19 @@ names) and lists its runs. A run is the script with some hyperparameters and wha
   outcomes the execution may end with (`outcome`: `["succeeded"]` when a declared knob can fix it,
   the failure outcomes when none can).
 
+The public-scripts corpus (`tests/public_scripts/<project>__<script>/`, unmodified scripts of public
+projects, `tests/public_scripts/README.md`) uses the same manifest with more keys: where the files
+came from (`upstream`), how a user runs the script (`command`), what makes its data (`data`) and
+which stand-in packages it imports (`standins`); `load_script` reads them.
+
 This module only reads manifests and builds execution inputs; it runs nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +38,7 @@ from typing import Any
 from stabilizer.local.checkout import project_root
 
 CORPUS_DIR = project_root() / "tests" / "corpus"
+PUBLIC_SCRIPTS_DIR = project_root() / "tests" / "public_scripts"
 # The outcomes an expectation may use (the state's Outcome, docs/contracts.md).
 SUCCESS = ("succeeded", "stopped_early")
 FAILURE_CALLS = ("diverged", "did_not_learn", "stopped_early", "unwatched", "unverified", "gave_up", "failed")
@@ -112,8 +120,10 @@ def _expect(source: Path, where: str, data: dict[str, Any], healthy: bool, hyper
     return Expect(outcome, first, dict(remedy))
 
 
-def load_kind(directory: Path) -> list[Run]:
-    """The runs of one kind's manifest; ManifestError names the file and field when it is malformed."""
+def load_kind(directory: Path, *, files_in_place: bool = True) -> list[Run]:
+    """The runs of one kind's manifest; ManifestError names the file and field when it is malformed.
+    Without ``files_in_place`` (a public script whose upstream files are not in the checkout) its entry
+    point is not looked for."""
     source = directory / "manifest.json"
     try:
         data = json.loads(source.read_text())
@@ -127,7 +137,7 @@ def load_kind(directory: Path) -> list[Run]:
     if watch not in ("library", "none"):
         raise ManifestError(f"{source}: watch: expected library (the script calls watch()) or none, got {watch!r}")
     entry = directory / str(job.get("entry_point", ""))
-    if not entry.is_file():
+    if files_in_place and not entry.is_file():
         raise ManifestError(f"{source}: job.entry_point: {entry.name!r} is not a file in {directory}")
     job["source"] = str(directory.resolve())
     runs = []
@@ -151,12 +161,180 @@ def load(root: Path = CORPUS_DIR) -> list[Run]:
     """Every run of the corpus, kind by kind in name order; run names are unique."""
     runs = [run for directory in sorted(root.iterdir()) if (directory / "manifest.json").is_file()
             for run in load_kind(directory)]
+    _unique(root, runs)
+    return runs
+
+
+def _unique(root: Path, runs: list[Run]) -> None:
     seen: set[str] = set()
     for run in runs:
         if run.name in seen:
             raise ManifestError(f"{root}: run name {run.name!r} appears twice")
         seen.add(run.name)
-    return runs
+
+
+# ---------------------------------------------------------------------------- the public-scripts corpus
+SCRIPT_FOLDER = re.compile(r"^[a-z0-9_]+__[a-z0-9_]+$")  # <project>__<script>
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+ARGUMENT_STYLES = ("space", "equals")
+STANDINS = "_standins"  # the stand-in packages, beside the script folders
+
+
+@dataclass(frozen=True)
+class Upstream:
+    repo: str  # owner/name on GitHub
+    commit: str
+    root: str  # the repository folder the files are copied relative to ("" for the top)
+    paths: tuple[str, ...]  # repository paths
+    blobs: dict[str, str]  # repository path -> git blob id of the vendored file
+    licence: str
+
+    def local(self, path: str) -> str:
+        """Where a repository path lies in the script's folder."""
+        return path[len(self.root) + 1:] if self.root else path
+
+    def missing(self, directory: Path) -> list[str]:
+        """The upstream files (and LICENSE) not in ``directory``: a checkout holds only what is ours until a
+        developer puts them in place from the manifest's commit (tests/public_scripts/README.md)."""
+        wanted = [self.local(path) for path in self.paths] + ["LICENSE"]
+        return [name for name in wanted if not (directory / name).is_file()]
+
+
+@dataclass(frozen=True)
+class Script:
+    """One vendored public script: its folder, where it came from, how it runs, and its runs."""
+
+    name: str  # the folder's name, <project>__<script>
+    directory: Path
+    description: str
+    upstream: Upstream
+    script: str  # the file a user runs (the transparency runs)
+    arguments: str  # "space": --name value (SageMaker's toolkit); "equals": --name=value
+    data_maker: tuple[str, ...]  # the maker and its arguments, run in the folder's copy; () for none
+    standins: tuple[str, ...]  # packages of tests/public_scripts/_standins the script imports
+    runs: tuple[Run, ...]
+    no_failing_run: str = ""
+    interleaved_output: str = ""  # why its processes' lines interleave in any order ("": they do not)
+
+    @property
+    def present(self) -> bool:
+        """Its upstream files are in place (a checkout holds only what is ours until they are put there)."""
+        return not self.upstream.missing(self.directory)
+
+    @property
+    def healthy(self) -> Run:
+        return next(run for run in self.runs if run.healthy)
+
+    def command_arguments(self, hyperparameters: dict[str, Any]) -> list[str]:
+        """The script's command line for these hyperparameters, as its manifest says a user writes it."""
+        from stabilizer.local.container import to_cmd_args
+
+        args = to_cmd_args(hyperparameters)
+        if self.arguments == "space":
+            return args
+        return [f"{name}={value}" for name, value in zip(args[::2], args[1::2], strict=True)]
+
+
+def git_blob_id(path: Path) -> str:
+    """The id git gives the file's content (`git hash-object`)."""
+    data = path.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+
+
+def edited_files(script: Script) -> list[str]:
+    """The vendored files whose content is not the upstream blob recorded in the manifest."""
+    return [path for path in script.upstream.paths
+            if git_blob_id(script.directory / script.upstream.local(path)) != script.upstream.blobs[path]]
+
+
+def _upstream(source: Path, directory: Path, data: dict[str, Any]) -> Upstream:
+    where = "upstream."
+    repo = _field(source, where, data, "repo", str)
+    commit = _field(source, where, data, "commit", str)
+    if not COMMIT.match(commit):
+        raise ManifestError(f"{source}: upstream.commit: expected 40 lower-case hex digits, got {commit!r}")
+    root = _field(source, where, data, "root", str).strip("/")
+    paths = _field(source, where, data, "paths", list)
+    blobs = _field(source, where, data, "blobs", dict)
+    licence = _field(source, where, data, "licence", str)
+    if repo.count("/") != 1:
+        raise ManifestError(f"{source}: upstream.repo: expected owner/name, got {repo!r}")
+    if not paths:
+        raise ManifestError(f"{source}: upstream.paths: expected at least one path")
+    upstream = Upstream(repo, commit, root, tuple(paths), dict(blobs), licence)
+    for index, path in enumerate(paths):
+        if not isinstance(path, str) or (root and not path.startswith(root + "/")):
+            raise ManifestError(f"{source}: upstream.paths[{index}]: expected a path under {root or 'the top'!r}, "
+                                f"got {path!r}")
+        if not isinstance(blobs.get(path), str) or not COMMIT.match(blobs[path]):
+            raise ManifestError(f"{source}: upstream.blobs.{path}: expected the file's git blob id (40 hex digits)")
+    missing = upstream.missing(directory)
+    if missing and len(missing) < len(paths) + 1:  # in place, but not all of it: a copy gone wrong
+        raise ManifestError(f"{source}: upstream: {', '.join(missing)} missing from {directory} (upstream's files "
+                            f"and its LICENSE are put in place together)")
+    return upstream
+
+
+def load_script(directory: Path) -> Script:  # noqa: PLR0912 - one check per manifest field
+    """One public script's manifest; ManifestError names the file and field when it is malformed."""
+    source = directory / "manifest.json"
+    try:
+        data = json.loads(source.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ManifestError(f"{source}: cannot read: {error}") from None
+    if not SCRIPT_FOLDER.match(directory.name):
+        raise ManifestError(f"{source}: the folder's name: expected <project>__<script>, got {directory.name!r}")
+    upstream = _upstream(source, directory, _field(source, "", data, "upstream", dict))
+    present = not upstream.missing(directory)
+    runs = load_kind(directory, files_in_place=present)
+    command = data.get("command", {})
+    if not isinstance(command, dict):
+        raise ManifestError(f"{source}: command: expected an object with script and arguments")
+    script = command.get("script", runs[0].job["entry_point"] if runs else "")
+    if present and not (directory / str(script)).is_file():
+        raise ManifestError(f"{source}: command.script: {script!r} is not a file in {directory}")
+    arguments = command.get("arguments", "space")
+    if arguments not in ARGUMENT_STYLES:
+        raise ManifestError(f"{source}: command.arguments: expected space or equals, got {arguments!r}")
+    maker = data.get("data", {})
+    if not isinstance(maker, dict) or (maker and not isinstance(maker.get("maker"), str)):
+        raise ManifestError(f"{source}: data.maker: expected the file name of the data maker")
+    if maker and not (directory / maker["maker"]).is_file():
+        raise ManifestError(f"{source}: data.maker: {maker['maker']!r} is not a file in {directory}")
+    maker_args = maker.get("args", [])
+    if not isinstance(maker_args, list) or not all(isinstance(a, str) for a in maker_args):
+        raise ManifestError(f"{source}: data.args: expected a list of strings")
+    standins = data.get("standins", [])
+    standins_dir = directory.parent / STANDINS
+    known = {p.name for p in standins_dir.iterdir() if p.is_dir()} if standins_dir.is_dir() else set()
+    if not isinstance(standins, list) or any(name not in known for name in standins):
+        raise ManifestError(f"{source}: standins: expected a list of {', '.join(sorted(known)) or 'no'} packages, "
+                            f"got {standins!r}")
+    if sum(run.healthy for run in runs) != 1:
+        raise ManifestError(f"{source}: runs: expected exactly one healthy run, got {sum(r.healthy for r in runs)}")
+    no_failing_run = data.get("no_failing_run", "")
+    if all(run.healthy for run in runs) and not (isinstance(no_failing_run, str) and no_failing_run.strip()):
+        raise ManifestError(f"{source}: no_failing_run: required when runs has no failing run (say why none fails)")
+    interleaved = data.get("interleaved_output", "")
+    if not isinstance(interleaved, str):
+        raise ManifestError(f"{source}: interleaved_output: expected why the script's lines interleave (a string)")
+    if any(run.watch != "none" for run in runs):
+        raise ManifestError(f"{source}: watch: expected none (a public script does not call watch())")
+    return Script(
+        name=directory.name, directory=directory.resolve(), description=_field(source, "", data, "description", str),
+        upstream=upstream, script=str(script), arguments=arguments,
+        data_maker=(maker["maker"], *maker_args) if maker else (), standins=tuple(standins), runs=tuple(runs),
+        no_failing_run=no_failing_run, interleaved_output=interleaved,
+    )
+
+
+def load_scripts(root: Path = PUBLIC_SCRIPTS_DIR) -> list[Script]:
+    """Every public script, in folder order; run names are unique across them. A script whose upstream
+    files are not in place loads all the same (``Script.present`` is false): the benchmark names it and
+    leaves it out."""
+    scripts = [load_script(d) for d in sorted(root.iterdir()) if (d / "manifest.json").is_file()]
+    _unique(root, [run for script in scripts for run in script.runs])
+    return scripts
 
 
 def select(runs: list[Run], kinds: list[str] | None = None, names: list[str] | None = None) -> list[Run]:

@@ -9,7 +9,8 @@ concept)::
 
 `job_from_sdk` reads the object's own attributes (never calling AWS, creating no session) and
 returns the `job` section of docs/contracts.md: source, entry_point, image, instance_type,
-instance_count, hyperparameters, channels, metric_definitions, max_runtime_seconds, knobs. The
+instance_count, hyperparameters, channels, metric_definitions, max_runtime_seconds, managed spot
+training (use_spot_instances, max_wait_seconds, checkpoint_s3_uri), knobs. The
 source is packed as the SDK packs it (`sagemaker.utils.create_tar_file` over the source
 directory's entries, or the lone entry point, plus `dependencies`); `upload_local_files` puts a
 local source and local channels in the stack's bucket for a run on AWS, as the SDK's
@@ -17,8 +18,8 @@ local source and local channels in the stack's bucket for a run on AWS, as the S
 
 What the workflow owns is not taken from the object: role, job name, output and checkpoint
 locations, tags. What the job section cannot express is refused with an error naming the SDK
-attribute (distributed training, a ModelTrainer `command`, non-empty `environment`, spot
-training, file-system channels, SDK local mode's ``instance_type="local"``), rather than run as
+attribute (distributed training, a ModelTrainer `command`, non-empty `environment`,
+file-system channels, SDK local mode's ``instance_type="local"``), rather than run as
 a different job than the one described.
 
 Works with the SDK v2 (2.257+); ModelTrainer objects of v3 (``sagemaker.train``) have the same
@@ -233,8 +234,6 @@ def _estimator_image(estimator: Any, region: str | None) -> str | dict[str, str]
 
 
 def _from_estimator(estimator: Any, inputs: Any, region: str | None, rule_files: Sequence[Path] = ()) -> dict[str, Any]:
-    if getattr(estimator, "use_spot_instances", False):
-        raise SdkJobError("use_spot_instances: stabilizer launches on-demand jobs")
     if getattr(estimator, "environment", None):
         raise SdkJobError(
             "environment: stabilizer's job section sets no environment variables; pass them as hyperparameters"
@@ -258,7 +257,22 @@ def _from_estimator(estimator: Any, inputs: Any, region: str | None, rule_files:
             {"Name": d["Name"], "Regex": d["Regex"]} for d in (estimator.metric_definitions or [])
         ],
         "max_runtime_seconds": int(estimator.max_run),
+        **_spot_fields(bool(getattr(estimator, "use_spot_instances", False)), getattr(estimator, "max_wait", None),
+                       getattr(estimator, "checkpoint_s3_uri", None)),
     }
+
+
+def _spot_fields(spot: bool, max_wait: Any, checkpoint_s3_uri: Any) -> dict[str, Any]:
+    """Managed spot training, as the job section takes it: use_spot_instances, max_wait_seconds and the
+    SDK's checkpoint_s3_uri (accepted; the workflow checkpoints each attempt under its execution)."""
+    fields: dict[str, Any] = {}
+    if spot:
+        fields["use_spot_instances"] = True
+    if _given(max_wait):
+        fields["max_wait_seconds"] = int(max_wait)
+    if _given(checkpoint_s3_uri):
+        fields["checkpoint_s3_uri"] = str(checkpoint_s3_uri)
+    return fields
 
 
 def _from_model_trainer(trainer: Any, inputs: Any) -> dict[str, Any]:
@@ -274,10 +288,12 @@ def _from_model_trainer(trainer: Any, inputs: Any) -> dict[str, Any]:
         raise SdkJobError("training_image: the ModelTrainer names no image")
     source, entry_point = _trainer_source(trainer)
     compute = trainer.compute
-    if _given(getattr(compute, "enable_managed_spot_training", None)) and compute.enable_managed_spot_training:
-        raise SdkJobError("compute.enable_managed_spot_training: stabilizer launches on-demand jobs")
+    spot = _given(getattr(compute, "enable_managed_spot_training", None)) and bool(compute.enable_managed_spot_training)
     stopping = trainer.stopping_condition
     runtime = stopping.max_runtime_in_seconds if _given(stopping) else None
+    max_wait = getattr(stopping, "max_wait_time_in_seconds", None) if _given(stopping) else None
+    checkpoints = getattr(trainer, "checkpoint_config", None)
+    checkpoint_uri = getattr(checkpoints, "s3_uri", None) if _given(checkpoints) else None
     hyperparameters = trainer.hyperparameters if isinstance(trainer.hyperparameters, dict) else {}
     channels = _trainer_channels(trainer.input_data_config)
     channels.update(_trainer_channels(inputs))  # train(input_data_config=...) adds to the trainer's
@@ -293,6 +309,7 @@ def _from_model_trainer(trainer: Any, inputs: Any) -> dict[str, Any]:
         "channels": channels,
         "metric_definitions": [{"Name": m.name, "Regex": m.regex} for m in metrics],
         "max_runtime_seconds": int(runtime if _given(runtime) else 3600),
+        **_spot_fields(spot, max_wait, checkpoint_uri),
     }
 
 

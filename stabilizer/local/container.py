@@ -288,6 +288,12 @@ class Container:
         for key, value in self.request.get("Environment", {}).items():
             # The request's environment speaks of container paths; they live in the job directory.
             env[key] = value.replace(OPT_ML, str(self.job_dir)) if OPT_ML in value else value
+        if extra_env.get("PYTHONPATH"):
+            # This machine stands for the image: packages it adds come after the job's own path, as an
+            # image's installed packages come after the PYTHONPATH a job sets.
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (self.request.get("Environment", {}).get("PYTHONPATH") and env["PYTHONPATH"],
+                            extra_env["PYTHONPATH"]) if p)
         return env
 
     def _training_env(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,6 +110,9 @@ class LocalSettings:
     debugger_rules_enabled: bool = False
     # SageMaker kills a stopped job 120 s after StopTrainingJob; the local default is the same.
     stop_grace_seconds: float = 120.0
+    # Added to every training job's environment, as the image's own: this machine stands for the
+    # image, so a PYTHONPATH here (packages "installed in the image") comes after the job's own.
+    job_environment: dict[str, str] = field(default_factory=dict)
 
     @property
     def topic_arn(self) -> str:

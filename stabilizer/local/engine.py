@@ -178,9 +178,9 @@ class LocalEngine:
         self.sagemaker = LocalSageMaker(
             self.run_dir / "jobs",
             job_s3,
-            region=REGION,
-            account=ACCOUNT,
+            region=REGION, account=ACCOUNT,
             python=self.python,
+            extra_env=self.settings.job_environment,
             stop_grace_seconds=self.settings.stop_grace_seconds,
             rule_evaluator=rule_evaluator_factory(python=self.python, region=REGION, account=ACCOUNT),
             on_job_end=self._job_ended,

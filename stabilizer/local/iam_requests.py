@@ -132,6 +132,7 @@ _OPERATIONS: dict[tuple[str, str], Callable[[dict[str, Any], Where], list[IamReq
     ("sagemaker", "CreateTrainingJob"): _create_training_job,
     ("sagemaker", "DescribeTrainingJob"): _training_job("sagemaker:DescribeTrainingJob"),
     ("sagemaker", "StopTrainingJob"): _training_job("sagemaker:StopTrainingJob"),
+    ("sagemaker", "UpdateTrainingJob"): _training_job("sagemaker:UpdateTrainingJob"),
     ("sagemaker", "ListTrainingJobs"): lambda params, w: [IamRequest("sagemaker:ListTrainingJobs", "*")],
     ("sagemaker", "StopProcessingJob"): lambda params, w: [
         IamRequest("sagemaker:StopProcessingJob", sagemaker_arn("processing-job", params["ProcessingJobName"], w))

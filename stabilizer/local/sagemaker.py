@@ -97,7 +97,7 @@ class LocalSageMaker:
 
     # ---------------------------------------------------------------- API operations
     def create_training_job(self, request: dict[str, Any]) -> dict[str, Any]:
-        problem = request_errors("sagemaker", "CreateTrainingJob", request)
+        problem = request_errors("sagemaker", "CreateTrainingJob", request) or _spot_problem(request)
         if problem:
             raise SageMakerRequestError("ValidationException", problem)
         name = request["TrainingJobName"]
@@ -149,6 +149,8 @@ class LocalSageMaker:
                 "CheckpointConfig",
                 "DebugHookConfig",
                 "DebugRuleConfigurations",
+                "ProfilerConfig",
+                "ProfilerRuleConfigurations",
                 "TensorBoardOutputConfig",
                 "ExperimentConfig",
                 "Environment",
@@ -179,6 +181,18 @@ class LocalSageMaker:
                         "LastModifiedTime": job.creation_time,
                     }
                     for rule in request["DebugRuleConfigurations"]
+                ]
+            if request.get("ProfilerRuleConfigurations"):
+                # Debugger's profiler rules (BatchSize, StepOutlier, ...) read Debugger's profiler
+                # output, which no local job writes: each reports Error, saying so, rather than nothing.
+                response["ProfilerRuleEvaluationStatuses"] = [
+                    {
+                        "RuleConfigurationName": rule["RuleConfigurationName"],
+                        "RuleEvaluationStatus": "Error",
+                        "StatusDetails": "ClientError: Debugger's profiler rules do not run in local mode",
+                        "LastModifiedTime": job.creation_time,
+                    }
+                    for rule in request["ProfilerRuleConfigurations"]
                 ]
         return response
 
@@ -334,6 +348,21 @@ class LocalSageMaker:
             for attribute, method in patches.items():
                 stack.enter_context(mock.patch.object(SageMakerResponse, attribute, method, create=True))
             yield self
+
+
+def _spot_problem(request: dict[str, Any]) -> str | None:
+    """Managed spot training's limit: MaxWaitTimeInSeconds, given and at least MaxRuntimeInSeconds
+    (botocore's model, StoppingCondition). Locally there is no spot market: a spot job runs, is
+    never interrupted and is billed its training time."""
+    if not request.get("EnableManagedSpotTraining"):
+        return None
+    stopping = request.get("StoppingCondition") or {}
+    wait, runtime = stopping.get("MaxWaitTimeInSeconds"), stopping.get("MaxRuntimeInSeconds", 86400)
+    if wait is None:
+        return "MaxWaitTimeInSeconds is required when EnableManagedSpotTraining is true"
+    if wait < runtime:
+        return f"MaxWaitTimeInSeconds ({wait}) must be equal to or greater than MaxRuntimeInSeconds ({runtime})"
+    return None
 
 
 def _containers(job_dir: Path, request: dict[str, Any]) -> list[Container]:

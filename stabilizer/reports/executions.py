@@ -87,17 +87,24 @@ def notification_rows(notes: Iterable[Any]) -> list[dict[str, str]]:
 
 
 def policy_summary(view: Any) -> dict[str, str]:
-    """Attempts, training steps and job seconds an execution consumed, and how it ended."""
+    """Attempts, training steps and job seconds an execution consumed (and what was billed, with spot
+    the savings), and how it ended."""
     state = view.state or {}
     attempts = view.attempts
     steps = sum(a.get("steps") or 0 for a in attempts)
     seconds = sum(a.get("seconds") or 0 for a in attempts)
     final = attempts[-1].get("run_spec") if attempts else None
-    return {
+    summary = {
         "policy": str(state.get("policy") or view.input.get("policy") or "default"),
         "outcome": str(state.get("outcome") or view.status),
         "attempts": str(len(attempts)),
         "training steps": str(steps),
         "job seconds": str(seconds),
-        "final recipe": recipe_text(final, state) if final else "-",
     }
+    billed = [a["billable_seconds"] for a in attempts if a.get("billable_seconds") is not None]
+    if billed:  # BillableTimeInSeconds, and with spot the savings as SageMaker computes them
+        summary["billed seconds"] = str(sum(billed))
+        if (state.get("job") or {}).get("use_spot_instances") and seconds:
+            summary["spot savings"] = f"{(1 - sum(billed) / seconds) * 100:.0f}%"
+    summary["final recipe"] = recipe_text(final, state) if final else "-"
+    return summary

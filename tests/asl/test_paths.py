@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from tests.asl.harness import ok, raises, sleeps
+from tests.asl.harness import DEFINITION, ok, raises, sleeps
 
 
 def state(job: str | None = None, **fields) -> dict:
@@ -266,7 +266,40 @@ def test_failed_abort_falls_back_to_topic_and_keeps_original_error(workflow):
     assert notification["data"]["error"]["Error"] == "StateCorrupted"
     # The job that may still be running is named in the message.
     assert notification["data"]["state"]["history"]["latest_job_name"] == "stabilizer-exec-1-1"
-    assert notification["data"]["abort_error"]["Error"] == "AwsRequestRejected"
+    # The abort's own error is in the history (its TaskFailed), not in the message or the data.
+    assert set(notification["data"]) == {"state", "error"}
+    assert _task_failures(outcome, "StopJobAndNotify")[-1]["error"] == "AwsRequestRejected"
+
+
+def test_the_failure_notification_of_the_largest_state_with_the_largest_error_reaches_the_topic(workflow):
+    """The state is held to STATE_BUDGET_BYTES at input; with the largest error Step Functions records
+    beside it (a cause of 32,768 characters, here every one escaped again in JSON), the fallback
+    notification still fits SNS's 262,144 bytes, which moto's SNS enforces as SNS does (Publish:
+    "Invalid parameter: Message too long"), so it is published, not lost."""
+    from stabilizer_workflow.execution_bounds import ERROR_CAUSE_MAX, STATE_BUDGET_BYTES
+
+    def sized(payload: dict) -> dict:
+        padded = {**payload, "pad": ""}  # the definition reads only its own paths of the state
+        padded["pad"] = "p" * (STATE_BUDGET_BYTES - len(json.dumps(padded)))
+        assert len(json.dumps(padded)) == STATE_BUDGET_BYTES
+        return padded
+
+    # The Lambda's error body is {"errorType", "errorMessage", "stackTrace"}: quotes in the message are
+    # escaped in the cause, and escaped again where the cause sits in the data.
+    message = '"' * ((ERROR_CAUSE_MAX - 200) // 2)
+    outcome = workflow.run(
+        {},
+        prepare=[ok(sized(PREPARED))],
+        launch=[ok(sized(LAUNCHED))],
+        check=[raises("StateCorrupted", message)],
+        abort=[raises("AwsRequestRejected", message)],
+    )
+    assert outcome.states[-3:] == ["StopJobAndNotify", "NotifyFailure", "FailWithOriginalError"]
+    assert len(outcome.cause) <= ERROR_CAUSE_MAX
+    [notification] = outcome.notifications
+    assert len(json.dumps(notification).encode()) <= 262_144
+    assert notification["data"]["error"]["Error"] == "StateCorrupted"
+    assert notification["data"]["state"]["history"]["latest_job_name"] == "stabilizer-exec-1-1"
 
 
 def test_unexpected_error_before_any_state_notifies_and_fails(workflow):
@@ -276,11 +309,11 @@ def test_unexpected_error_before_any_state_notifies_and_fails(workflow):
     )
 
     assert outcome.status == "FAILED"
-    assert outcome.states == ["ValidateInput", "NotifyFailure", "FailWithOriginalError"]
+    assert outcome.states == ["ValidateInput", "NotifyFailureBeforeLaunch", "FailWithOriginalError"]
     assert outcome.error == "AwsRequestRejected"
     assert outcome.actions() == ["prepare"]
     [notification] = outcome.notifications
-    assert notification["data"]["error"]["Error"] == "AwsRequestRejected"
+    assert notification["data"] == {"error": {"Error": "AwsRequestRejected", "Cause": outcome.cause}}
 
 
 def test_policy_gives_up_fails_not_recovered(workflow):
@@ -386,6 +419,25 @@ def test_lambda_timeout_is_retried_not_left_unwatched(workflow):
     assert outcome.status == "SUCCEEDED"
     assert outcome.actions() == ["prepare", "launch", "launch", "await", "check", "check"]
     assert "StopJobAndNotify" not in outcome.states
+
+
+def test_a_lambda_timeout_named_sandbox_timedout_is_retried_at_every_lambda_step(workflow):
+    """Lambda reports a function that ran past its timeout with the error type "Sandbox.Timedout"
+    ("Task timed out after 120.00 seconds"), which Step Functions gives as the error name; every
+    Lambda task retries it like Lambda.Unknown."""
+    timed_out = "RequestId: 1 Error: Task timed out after 120.00 seconds"
+    outcome = workflow.run(
+        {}, prepare=[raises("Sandbox.Timedout", timed_out), ok(PREPARED)],
+        launch=[raises("Sandbox.Timedout", timed_out), ok(LAUNCHED)],
+        check=[raises("Sandbox.Timedout", timed_out), ok(COMPLETED)],
+    )
+    assert outcome.status == "SUCCEEDED"
+    assert outcome.actions() == ["prepare", "prepare", "launch", "launch", "await", "check", "check"]
+    definition = json.loads(DEFINITION.read_text())["States"]
+    lambda_tasks = [name for name, body in definition.items() if ":lambda:invoke" in body.get("Resource", "")]
+    assert len(lambda_tasks) == 6
+    for name in lambda_tasks:
+        assert any("Sandbox.Timedout" in retry["ErrorEquals"] for retry in definition[name]["Retry"]), name
 
 
 def test_an_end_without_reason_still_fails_as_not_recovered(workflow):

@@ -91,3 +91,35 @@ def test_the_readme_debugger_collection_saves_the_loss_tensors_of_a_sequential_m
         assert trial.tensor(name).steps(mode="TRAIN") == [0, 100, 200, 300], name
     labels = trial.tensor("CrossEntropyLoss_input_1").value(0, mode="TRAIN")
     assert labels.shape == (16,) and set(labels.tolist()) <= {0, 1, 2, 3}
+
+
+def test_a_debugger_estimator_on_a_functional_loss_is_verified_and_its_whole_model_saved(tmp_path, monkeypatch):
+    """Debugger's rules and hook configuration, a script whose loss is ``F.cross_entropy`` (no loss
+    module) and whose log says ``xent``: the loss is read from its backward passes, so the run is
+    judged (``succeeded``, not ``unverified``), and ``torch.save(model)`` works under the watcher."""
+    from sagemaker.debugger import CollectionConfig, DebuggerHookConfig, Rule, rule_configs
+    from sagemaker.local import LocalSession
+    from sagemaker.pytorch import PyTorch
+
+    from stabilizer.client.local_client import LocalClient
+
+    for key, value in {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
+                       "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(key, value)
+    estimator = PyTorch(
+        entry_point="train.py", source_dir=str(SCRIPT.parents[1] / "functional"),
+        role="arn:aws:iam::123456789012:role/sagemaker-execution", framework_version="2.8.0", py_version="py312",
+        instance_type="ml.m5.xlarge", instance_count=1, hyperparameters={"epochs": 3, "lr": 0.05},
+        rules=[Rule.sagemaker(rule_configs.exploding_tensor()), Rule.sagemaker(rule_configs.loss_not_decreasing())],
+        debugger_hook_config=DebuggerHookConfig(collection_configs=[CollectionConfig(name="gradients")]),
+        sagemaker_session=LocalSession(),
+    )
+    channels = write_channels(tmp_path / "data")
+    with LocalClient.open(tmp_path / "runs", data_dir=tmp_path / "data") as client:
+        arn = client.start({"wait_seconds": 1, "limits": {"max_num_retraining": 0}}, job=estimator, inputs=channels)
+        view = client.wait(arn, timeout=300)
+    state = view.state or {}
+    assert view.status == "SUCCEEDED", (state.get("reason"), view.cause)
+    assert state["outcome"] == "succeeded", state.get("reason")
+    (attempt,) = state["attempts"]
+    assert attempt["outcome"] == "succeeded" and attempt["watched"]["steps_observed"] == 3 * 32

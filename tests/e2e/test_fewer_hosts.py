@@ -28,6 +28,7 @@ def test_a_host_that_held_up_the_job_is_left_out_of_the_relaunch_which_resumes_o
         "integration": "library",
         "instance_count": 2,
         "min_instance_count": 1,
+        "instance_type": "ml.g5.xlarge",  # torch_distributed runs on GPU instances (the SDK's rule)
         "distribution": {"torch_distributed": {"enabled": True}, "processes_per_host": 1},
         "hyperparameters": {"sleep-rank": 1, "sleep-step": 8, "once": 1, "steps": 20},
         "hang": {"floor_seconds": 2, "factor": 10},

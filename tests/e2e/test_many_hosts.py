@@ -59,6 +59,7 @@ def test_a_rank_asleep_on_the_second_host_is_detected_stopped_and_retried(tmp_pa
         "entry_point": "hang.py",
         "integration": "library",
         "instance_count": 2,
+        "instance_type": "ml.g5.xlarge",  # torch_distributed runs on GPU instances (the SDK's rule)
         "distribution": {"torch_distributed": {"enabled": True}, "processes_per_host": 1},
         "hyperparameters": {"sleep-rank": 1, "sleep-step": 8, "once": 1, "steps": 30},
         "hang": {"floor_seconds": 2, "factor": 10},

@@ -20,6 +20,7 @@ def test_a_straggler_is_told_with_its_rank_and_host_and_kept_on_the_attempt(digi
         "source": str(ROOT / "tests" / "fixtures" / "ddp"),
         "entry_point": "hang.py",
         "integration": "library",
+        "instance_type": "ml.g5.xlarge",  # torch_distributed runs on GPU instances (the SDK's rule)
         "distribution": {"torch_distributed": {"enabled": True}, "processes_per_host": 2},
         "hyperparameters": {"sleep-rank": -1, "slow-rank": 1, "slow-seconds": 0.15, "steps": 40},
         "hang": {"floor_seconds": 3, "straggler_factor": 2},

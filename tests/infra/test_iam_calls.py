@@ -9,8 +9,9 @@ of stabilizer/local/access_check.py (moto 5.2.5 knows only StringEquals, turns a
 condition into a Deny, ignores NotResource); the semantics it must honour are checked in
 tests/unit/local/test_access_check.py.
 
-What the stack grants, decided here: a job reads its channels and source anywhere in the stack's
-bucket (the `resume` channel lies under executions/, a user's data under their own prefix), and
+What the stack grants, decided here: a job reads its channels anywhere in the stack's bucket (the
+`resume` channel lies under executions/, a user's data under their own prefix) and its source
+archive under source/ (where ValidateInput reads it as the train role), and
 in the buckets the deployment names with `data_buckets`; anything else is refused at
 ValidateInput naming the field. The execution role pulls only the images the deployment baked
 in (and `training_image_uri`'s repository); any other `job.image` is refused naming job.image.
@@ -244,6 +245,23 @@ def test_a_channel_in_another_bucket_is_refused_at_validate_input_naming_it(poli
                                          {"s3:prefix": "train/"})).allowed
 
 
+def test_a_source_archive_outside_source_in_the_stack_bucket_is_refused_naming_job_source(policies):
+    """ValidateInput reads the archive as the train role (its entry point must be in it), which reads
+    source/ of the stack's bucket only; an archive elsewhere in that bucket is refused before any
+    call, saying where to put it, exactly where the evaluator denies the read."""
+    train = policies[TRAIN].documents
+    elsewhere, inside = f"s3://{BUCKET}/mycode/sourcedir.tar.gz", f"s3://{BUCKET}/source/jobs/mine/sourcedir.tar.gz"
+    for uri in (elsewhere, inside):
+        [read] = requests_for("s3", "GetObject", {"Bucket": BUCKET, "Key": uri.split("/", 3)[3]}, WHERE)
+        assert evaluate(train, read).allowed == (uri == inside), uri
+    message = _refusal(_own_job(source=elsewhere))
+    assert message.startswith(f"job.source: {elsewhere} is outside s3://{BUCKET}/source/")
+    _own_job_accepted = _train_settings()
+    from stabilizer_workflow.access import source_problem
+
+    assert source_problem(inside, _own_job_accepted) is None
+
+
 def test_a_bucket_granted_by_data_buckets_is_readable_and_accepted():
     _, raw = synth(data_buckets="shared-datasets")
     role = principal_policies(raw, NAMES)[EXECUTION_ROLE].documents
@@ -294,7 +312,8 @@ def test_the_profiler_output_path_is_writable_by_the_execution_role():
 
     prepared = train_handler.handle(
         {"action": "prepare", "execution": EXECUTION,
-         "input": {"run_spec": {"rules": [{"name": "ExplodingTensor"}, {"name": "LowGPUUtilization"}]}}},
+         "input": {"run_spec": {"rules": [{"name": "NLPSequenceRatio", "parameters": {"token_values": "0"}},
+                                          {"name": "StepOutlier"}]}}},
         settings=settings)
     request = build_create_training_job(WorkflowState.model_validate(prepared), settings, 1)
     assert request["ProfilerConfig"]["S3OutputPath"].endswith("/profiler")
@@ -302,6 +321,50 @@ def test_the_profiler_output_path_is_writable_by_the_execution_role():
     assert [r.resource.split(f"{BUCKET}/", 1)[1].split("/")[3] for r in writes] == ["debug", "profiler"]
     for write in writes:
         assert evaluate(role.documents, write).allowed, write
+
+
+def test_debugger_rule_jobs_get_no_actions_their_role_could_not_carry_out():
+    """Debugger's built-in actions run in its rule job as the execution role ("Use Debugger built-in
+    actions for rules"): StopTraining lists and stops training jobs (smdebug's StopTrainingAction calls
+    ListTrainingJobs and StopTrainingJob), Email and SMS publish to an SMDebugRules topic. The
+    synthesized execution role may do none of these, so the request carries no action_json and the
+    monitor, whose role may stop the job and publish to the stack's topic, carries the actions out."""
+    from stabilizer_workflow.handlers import train as train_handler
+    from stabilizer_workflow.requests import build_create_training_job
+    from stabilizer_workflow.state import WorkflowState
+
+    _, raw = synth(debugger_rules_enabled="true")
+    policies = principal_policies(raw, NAMES)
+    job = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/stabilizer-0a1b2c3d-1"
+    smdebug_topic = f"arn:aws:sns:{REGION}:{ACCOUNT}:SMDebugRules"
+    role = policies[EXECUTION_ROLE].documents
+    for request in (IamRequest("sagemaker:ListTrainingJobs", "*"), IamRequest("sagemaker:StopTrainingJob", job),
+                    IamRequest("sns:Publish", smdebug_topic), IamRequest("sns:CreateTopic", smdebug_topic)):
+        assert not evaluate(role, request).allowed, request
+    assert evaluate(policies[MONITOR].documents, IamRequest("sagemaker:StopTrainingJob", job)).allowed
+    settings = _train_settings(DEBUGGER_RULES_ENABLED="true",
+                               DEBUGGER_RULE_IMAGE="503895931360.dkr.ecr.us-east-1.amazonaws.com/"
+                                                   "sagemaker-debugger-rules:latest")
+    actions = '[{"name": "stoptraining"}, {"name": "email", "endpoint": "mlteam@example.com"}]'
+    prepared = train_handler.handle(
+        {"action": "prepare", "execution": EXECUTION, "input": {"run_spec": {"rules": [
+            {"name": "NLPSequenceRatio", "parameters": {"token_values": "0", "action_json": actions}}]}}},
+        settings=settings)
+    request = build_create_training_job(WorkflowState.model_validate(prepared), settings, 1)
+    (rule,) = request["DebugRuleConfigurations"]
+    assert "action_json" not in rule["RuleParameters"]
+
+
+def test_the_monitor_may_release_a_warm_pool_of_its_own_jobs_only(policies):
+    """A warm pool is released with UpdateTrainingJob (ResourceConfig.KeepAlivePeriodInSeconds 0,
+    "Terminate a warm pool", SageMaker developer guide); the monitor asks it on its own jobs."""
+    monitor = policies[MONITOR].documents
+    params = {"ResourceConfig": {"KeepAlivePeriodInSeconds": 0}}
+    [own] = requests_for("sagemaker", "UpdateTrainingJob", {"TrainingJobName": "stabilizer-0a1b2c3d-1", **params},
+                         WHERE)
+    assert own.action == "sagemaker:UpdateTrainingJob" and evaluate(monitor, own).allowed
+    [other] = requests_for("sagemaker", "UpdateTrainingJob", {"TrainingJobName": "someone-elses-1", **params}, WHERE)
+    assert not evaluate(monitor, other).allowed
 
 
 def test_data_buckets_is_read_from_the_command_line_or_cdk_json_and_checked():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -84,6 +85,16 @@ def test_an_executions_artifacts_outlive_the_longest_execution(default_synth):
     assert rule["ExpirationInDays"] * 86_400 > timeout
 
 
+def _cloudwatch_retentions() -> set[str]:
+    import re
+
+    import botocore.session
+
+    shape = botocore.session.get_session().get_service_model("logs").operation_model(
+        "PutRetentionPolicy").input_shape.members["retentionInDays"]
+    return set(re.findall(r"\b\d+\b", shape.documentation.split("Possible values are:")[1].split(".")[0]))
+
+
 def test_a_retention_shorter_than_an_execution_is_refused():
     class Context(dict):
         def try_get_context(self, key):
@@ -92,6 +103,8 @@ def test_a_retention_shorter_than_an_execution_is_refused():
     minimum = EXECUTION_TIMEOUT_DAYS + 1
     with pytest.raises(ContextError, match=f"'artifact_retention_days' must be an integer >= {minimum}"):
         read_config(Context({"artifact_retention_days": 30}))
+    with pytest.raises(ContextError, match=f"'log_retention_days' must be an integer >= {minimum}"):
+        read_config(Context({"log_retention_days": 30}))
 
 
 def test_bucket_and_topic_refuse_requests_without_tls(default_synth):
@@ -172,6 +185,7 @@ def test_sagemaker_actions_only_on_this_deployments_jobs(default_synth):
     assert granted == {
         "sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob",
         "sagemaker:AddTags", "sagemaker:StopProcessingJob", "sagemaker:ListTrainingJobs",
+        "sagemaker:UpdateTrainingJob",  # the monitor releases a warm pool no attempt will reuse
     }
 
 
@@ -275,7 +289,7 @@ def test_state_machine_role_invokes_the_two_functions_and_publishes(default_synt
 
 
 def test_functions_runtime_layer_memory_tracing_and_logs(default_synth):
-    template, raw = default_synth
+    _, raw = default_synth
     functions = {k: r["Properties"] for k, r in _resources(raw, "AWS::Lambda::Function").items()
                  if any(f"{n}Function" in k for n in ("Train", "Monitor", "Watch"))}
     handlers = sorted(p["Handler"] for p in functions.values())
@@ -294,7 +308,13 @@ def test_functions_runtime_layer_memory_tracing_and_logs(default_synth):
         kind = properties["Handler"].split(".")[2]
         assert set(properties["Environment"]["Variables"]) == CONTRACT_ENVIRONMENT[kind]
         assert "LoggingConfig" in properties
-    template.has_resource_properties("AWS::Logs::LogGroup", {"RetentionInDays": 30})
+    # Every log group keeps an execution's logs as long as it may run (31 days), in a retention
+    # CloudWatch accepts (botocore's model, PutRetentionPolicy retentionInDays: 1, 3, 5, 7, 14, 30, 60, ...).
+    groups = [r["Properties"] for r in raw["Resources"].values() if r["Type"] == "AWS::Logs::LogGroup"]
+    assert len(groups) == 4
+    for group in groups:
+        assert group["RetentionInDays"] * 86_400 > EXECUTION_TIMEOUT_DAYS * 86_400
+        assert str(group["RetentionInDays"]) in _cloudwatch_retentions()
 
 
 def test_environment_bakes_in_deployment_values(default_synth):
@@ -379,6 +399,35 @@ def test_state_machine_logs_everything_and_traces(default_synth):
         "LoggingConfiguration": Match.object_like({"Level": "ALL"}),
         "TracingConfiguration": {"Enabled": True},
     })
+
+
+def test_the_console_link_never_stops_a_deploy_in_a_partition_it_has_no_host_for(default_synth):
+    """Fn::FindInMap fails the deploy when the partition is not in the mapping. Every partition
+    botocore knows (its partitions.json: aws, aws-cn, aws-us-gov, aws-iso*, aws-eusc) either has
+    a console host in the mapping or gets no ConsoleLink output (its condition is false there)."""
+    import os
+
+    import botocore
+
+    _, raw = default_synth
+    partitions = json.loads((Path(os.path.dirname(botocore.__file__)) / "data" / "partitions.json").read_text())
+    known = [p["id"] for p in partitions["partitions"]]
+    assert {"aws", "aws-cn", "aws-us-gov", "aws-iso", "aws-iso-b"} <= set(known)
+    output = raw["Outputs"]["ConsoleLink"]
+    condition = raw["Conditions"][output["Condition"]]
+    hosts = raw["Mappings"]["ConsoleHost"]
+
+    def holds(expression: dict, partition: str) -> bool:
+        [(function, arguments)] = expression.items()
+        if function == "Fn::Or":
+            return any(holds(argument, partition) for argument in arguments)
+        assert function == "Fn::Equals"
+        values = [partition if argument == {"Ref": "AWS::Partition"} else argument for argument in arguments]
+        return values[0] == values[1]
+
+    for partition in known:
+        assert holds(condition, partition) == (partition in hosts), partition
+    assert {p for p in known if p in hosts} == {"aws", "aws-cn", "aws-us-gov"}
 
 
 def test_outputs(default_synth):

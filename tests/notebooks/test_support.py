@@ -86,3 +86,13 @@ def test_watch_refreshes_until_the_execution_ends():
     assert last.status == "SUCCEEDED"
     assert len(shown) == 3
     assert shown[-1].endswith("attempt 2 completed with no rule firing")
+
+
+def test_the_policy_summary_of_a_spot_job_says_what_was_billed_and_saved():
+    # DescribeTrainingJob's BillableTimeInSeconds per attempt; savings as SageMaker documents them,
+    # (1 - billable / trained) x 100 over the execution's attempts.
+    spot = view(attempts=[{**EXPLODED, "billable_seconds": 2}, {**HEALTHY, "billable_seconds": 8}])
+    spot.state["job"] = {"use_spot_instances": True}
+    summary = executions.policy_summary(spot)
+    assert (summary["job seconds"], summary["billed seconds"], summary["spot savings"]) == ("25", "10", "60%")
+    assert "billed seconds" not in executions.policy_summary(view())

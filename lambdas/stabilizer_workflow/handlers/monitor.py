@@ -96,6 +96,10 @@ def carry_out(effects: Effects, deps: Collaborators) -> None:
             "rule evaluation job stopped" if stopped else "rule evaluation job was already over",
             processing_job_name=name,
         )
+    if effects.release_warm_pool:
+        released = deps.jobs.release_warm_pool(effects.release_warm_pool)
+        logger.info("warm pool released" if released else "no warm pool left to release",
+                    job_name=effects.release_warm_pool)
     if effects.notification is not None:
         _publish(effects.notification, deps)
 

@@ -90,6 +90,14 @@ class Rule:
                 return self._no_tensor(param, selection)
         return None
 
+    def not_judged(self) -> str | None:
+        """What part of the rule's check the run gave it nothing to judge; None when it judged all of it.
+
+        A rule of several checks that ran on part of what it reads (ClassImbalance on labels without
+        predictions) says which part it skipped instead of a plain ``NoIssuesFound``.
+        """
+        return None
+
     def _no_tensor(self, param: str, value: Any) -> str:
         known = sorted({self.base_trial.smdebug_name_of(n) for n in self.base_trial.tensor_names()})
         text = value if isinstance(value, str) else ",".join(value)

@@ -6,6 +6,7 @@ the computation differs from Debugger's guide and why.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -14,18 +15,24 @@ import numpy as np
 from stabilizer_sentinel.rules.base import Rule, register_rule, value_at
 from stabilizer_sentinel.trial import Trial
 
+logger = logging.getLogger(__name__)
+
 
 @register_rule
 class ClassImbalance(Rule):
-    """As the guide describes it, over the training steps' labels and predictions: once ``samples``
-    labels were seen, fires when the largest class outnumbers the smallest by more than
-    ``threshold_imbalance``, or when the fraction of a class's samples that were mispredicted
-    exceeds ``threshold_misprediction``. Counts accumulate over every training step the rule sees.
+    """As the guide describes it, over the training steps' labels and predictions, two checks once
+    ``samples`` labels were seen: the class counts (labels alone) fire when the largest class
+    outnumbers the smallest by more than ``threshold_imbalance``; the mispredictions (labels and
+    predictions) fire when the fraction of a class's samples that were mispredicted exceeds
+    ``threshold_misprediction``. Counts accumulate over every training step the rule sees;
+    mispredictions over the steps that saved predictions too.
 
     Tensors: the first whose name (or smdebug name, such as ``CrossEntropyLoss_input_1``) matches
     ``labels_regex``, and likewise ``predictions_regex``. Predictions of several values per sample
     (class scores) are reduced with arg-max whatever ``argmax`` says; the store keeps the loss
-    module's first input as class indices already.
+    module's first input as class indices already. A job that saves labels and no predictions has
+    its class counts judged and the misprediction check skipped, which the rule says (``not_judged``,
+    its finding's message, a warning in the job's log); labels that match nothing are an error.
     """
 
     required_collections: ClassVar[Mapping[str, int]] = {"labels": 10, "predictions": 10}
@@ -49,13 +56,27 @@ class ClassImbalance(Rule):
         self.labels_regex = labels_regex
         self.predictions_regex = predictions_regex
         self._counts: dict[int, int] = {}
+        # Per class: samples seen with a prediction, and how many of those were mispredicted.
+        self._predicted: dict[int, int] = {}
         self._wrong: dict[int, int] = {}
         self._seen: set[int] = set()
+        self._mismatch: str | None = None
+        self._warned = False
 
     def unmatched(self) -> str | None:
-        for param, regex in (("labels_regex", self.labels_regex), ("predictions_regex", self.predictions_regex)):
-            if not self.base_trial.tensor_names(regex=regex, mode="TRAIN"):
-                return self._no_tensor(param, regex)
+        # Only the labels are required: without predictions the rule judges the class counts alone.
+        if not self.base_trial.tensor_names(regex=self.labels_regex, mode="TRAIN"):
+            return self._no_tensor("labels_regex", self.labels_regex)
+        return None
+
+    def not_judged(self) -> str | None:
+        if self._predicted:
+            return None
+        if self._mismatch is not None:
+            return f"mispredictions not judged: {self._mismatch}"
+        if not self.base_trial.tensor_names(regex=self.predictions_regex, mode="TRAIN"):
+            return (f"mispredictions not judged: predictions_regex {self.predictions_regex!r} matched no tensor "
+                    "the job saved")
         return None
 
     def _value(self, regex: str, step: int) -> tuple[str, np.ndarray] | None:
@@ -67,36 +88,51 @@ class ClassImbalance(Rule):
             value = value.argmax(axis=-1)
         return names[0], value.astype(np.int64).ravel()
 
+    def _count(self, labels: np.ndarray, predictions: tuple[str, np.ndarray] | None, step: int) -> None:
+        for cls, count in zip(*np.unique(labels, return_counts=True), strict=True):
+            self._counts[int(cls)] = self._counts.get(int(cls), 0) + int(count)
+        if predictions is None:
+            return
+        name, predicted = predictions
+        if predicted.shape != labels.shape:
+            self._mismatch = (f"{name} holds {predicted.size} classes for {labels.size} labels at step {step}; "
+                              "give predictions_regex the tensor of one class (or one score per class) per label")
+            return
+        for cls in np.unique(labels):
+            mask = labels == cls
+            self._predicted[int(cls)] = self._predicted.get(int(cls), 0) + int(mask.sum())
+            self._wrong[int(cls)] = self._wrong.get(int(cls), 0) + int(np.sum(predicted[mask] != cls))
+
     def invoke_at_step(self, step: int) -> bool:
         if step in self._seen:
             return False
         labels = self._value(self.labels_regex, step)
-        predictions = self._value(self.predictions_regex, step)
         if labels is None:
             return False
+        predictions = self._value(self.predictions_regex, step)
         self._seen.add(step)
-        for cls, count in zip(*np.unique(labels[1], return_counts=True), strict=True):
-            self._counts[int(cls)] = self._counts.get(int(cls), 0) + int(count)
-        if predictions is not None and predictions[1].shape == labels[1].shape:
-            for cls in np.unique(labels[1]):
-                mask = labels[1] == cls
-                self._wrong[int(cls)] = self._wrong.get(int(cls), 0) + int(np.sum(predictions[1][mask] != cls))
+        self._count(labels[1], predictions, step)
         seen = sum(self._counts.values())
         if seen < self.samples:
             return False
+        skipped = self.not_judged()
+        if skipped is not None and not self._warned:
+            self._warned = True
+            logger.warning("%s: %s; judging the class counts from the labels alone", self.name, skipped)
         largest = max(self._counts, key=self._counts.__getitem__)
         smallest = min(self._counts, key=self._counts.__getitem__)
         ratio = self._counts[largest] / self._counts[smallest]
         if ratio > self.threshold_imbalance:
             return self.fire(step, f"class {largest} has {self._counts[largest]} of the {seen} training samples seen "
                              f"and class {smallest} {self._counts[smallest]}: imbalance {ratio:.3g} exceeds "
-                             f"{self.threshold_imbalance:g} at step {step}", labels[0], ratio)
+                             f"{self.threshold_imbalance:g} at step {step}" + (f" ({skipped})" if skipped else ""),
+                             labels[0], ratio)
         for cls in sorted(self._wrong):
-            fraction = self._wrong[cls] / self._counts[cls]
+            fraction = self._wrong[cls] / self._predicted[cls]
             if fraction > self.threshold_misprediction:
-                return self.fire(step, f"class {cls} was mispredicted on {fraction:.0%} of its {self._counts[cls]} "
-                                 f"training samples seen, more than {self.threshold_misprediction:g}, at step {step}",
-                                 predictions[0] if predictions else None, fraction)
+                return self.fire(step, f"class {cls} was mispredicted on {fraction:.0%} of its {self._predicted[cls]} "
+                                 f"training samples with a prediction, more than {self.threshold_misprediction:g}, "
+                                 f"at step {step}", predictions[0] if predictions else None, fraction)
         return False
 
 

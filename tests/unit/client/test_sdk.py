@@ -176,6 +176,18 @@ def test_a_model_trainer_becomes_the_same_job(session, source, points):
     }
 
 
+def test_a_model_trainer_on_spot_keeps_its_spot_settings(session, source, points):
+    from sagemaker.modules.configs import CheckpointConfig, Compute, StoppingCondition
+
+    trainer = model_trainer(session, source, points)
+    trainer.compute = Compute(instance_type="ml.m5.xlarge", instance_count=1, enable_managed_spot_training=True)
+    trainer.stopping_condition = StoppingCondition(max_runtime_in_seconds=1200, max_wait_time_in_seconds=3600)
+    trainer.checkpoint_config = CheckpointConfig(s3_uri=f"s3://{BUCKET}/ckpt")
+    job = job_from_sdk(trainer, knobs=KNOBS, loss_metric="train:loss")
+    assert (job["use_spot_instances"], job["max_runtime_seconds"], job["max_wait_seconds"]) == (True, 1200, 3600)
+    assert job["checkpoint_s3_uri"] == f"s3://{BUCKET}/ckpt"
+
+
 def test_a_model_trainer_source_leaves_out_what_its_ignore_patterns_name_at_every_depth(session, source, points):
     # ModelTrainer copies source_dir with shutil.ignore_patterns: every name at every depth.
     (source / ".env").write_text("TOKEN=secret\n")

@@ -96,7 +96,10 @@ def test_a_multi_instance_estimator_is_launched_with_the_request_the_sdk_sends(
         session, tmp_path, instance_type, distribution, version, python):
     definition = estimator(session, tmp_path, instance_type, distribution, version, python)
     theirs = sdk_request(session, definition)
-    ours = our_request(definition, json.loads(theirs["HyperParameters"]["sagemaker_submit_directory"]))
+    # The SDK uploads the source under its job's prefix; the client stages it under source/jobs/ of
+    # the stack's bucket, where the workflow reads archives (the submit directory is the SDK's own).
+    uploaded = json.loads(theirs["HyperParameters"]["sagemaker_submit_directory"])
+    ours = our_request(definition, f"s3://{BUCKET}/source/jobs/sdk/{uploaded.rsplit('/', 1)[1]}")
     assert ours["ResourceConfig"]["InstanceCount"] == theirs["ResourceConfig"]["InstanceCount"] == 2
     assert ours["ResourceConfig"]["InstanceType"] == theirs["ResourceConfig"]["InstanceType"]
     assert ours["AlgorithmSpecification"]["TrainingImage"] == theirs["AlgorithmSpecification"]["TrainingImage"]
@@ -123,3 +126,28 @@ def test_the_job_input_refuses_at_validate_input_what_the_workflow_does_not_run(
            "instance_type": instance_type, "instance_count": 2, "distribution": distribution}
     with pytest.raises(InvalidInput, match=re.escape(expected)):
         launching.prepare({"job": job}, EXECUTION, TrainSettings.from_env(SETTINGS))
+
+
+def test_torch_distributed_on_a_cpu_instance_is_refused_as_the_sdk_refuses_it(session, tmp_path):
+    """The SDK's PyTorch estimator refuses torch_distributed on an instance that is neither GPU nor
+    Trainium when it picks the image itself (sagemaker.fw_utils.validate_torch_distributed_distribution:
+    "Currently torch_distributed is supported only for GPU and Trainium instances"); so does ValidateInput,
+    naming the field. With an image of the user's own, neither asks."""
+    with pytest.raises(ValueError, match="torch_distributed is supported only for GPU and Trainium instances"):
+        estimator(session, tmp_path, "ml.m5.xlarge", {"torch_distributed": {"enabled": True}})
+    job = {"source": f"s3://{BUCKET}/source/jobs/x/sourcedir.tar.gz", "entry_point": "fit.py",
+           "instance_type": "ml.m5.xlarge", "instance_count": 2,
+           "distribution": {"torch_distributed": {"enabled": True}}}
+    cpu = SETTINGS["TRAINING_IMAGE_URI"].replace("-gpu-", "-cpu-")
+    settings = TrainSettings.from_env({**SETTINGS, "TRAINING_IMAGE_URI": cpu,
+                                       "TRAINING_IMAGE_URI_GPU": SETTINGS["TRAINING_IMAGE_URI"]})
+    refused = r"^job\.distribution\.torch_distributed: .*GPU and Trainium .*ml\.m5\.xlarge"
+    with pytest.raises(InvalidInput, match=refused):
+        launching.prepare({"job": job}, EXECUTION, settings)
+    launching.prepare({"job": {**job, "instance_type": "ml.g5.12xlarge"}}, EXECUTION, settings)
+    own = {**job, "image": cpu}
+    from sagemaker.pytorch import PyTorch
+
+    PyTorch(entry_point="fit.py", source_dir=str(tmp_path), role=ROLE, image_uri=cpu, instance_type="ml.m5.xlarge",
+            instance_count=2, distribution={"torch_distributed": {"enabled": True}}, sagemaker_session=session)
+    launching.prepare({"job": own}, EXECUTION, settings)

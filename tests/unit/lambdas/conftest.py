@@ -71,10 +71,13 @@ def describe(
     failure_reason: str | None = None,
     secondary: str | None = None,
     rules: list[tuple[str, str]] | None = None,
+    profiler_rules: list[tuple[str, str]] | None = None,
     seconds: int | None = 120,
     start: datetime = T0,
+    warm_pool: tuple[int, str] | None = None,
 ) -> dict[str, Any]:
-    """A DescribeTrainingJob response for the current attempt."""
+    """A DescribeTrainingJob response for the current attempt. `warm_pool`: (KeepAlivePeriodInSeconds,
+    WarmPoolStatus.Status) of a job launched with a warm pool."""
     name = state.history.latest_job_name
     response: dict[str, Any] = {
         "TrainingJobName": name,
@@ -96,16 +99,25 @@ def describe(
             response["TrainingTimeInSeconds"] = seconds
     if failure_reason:
         response["FailureReason"] = failure_reason
-    if rules:
-        response["DebugRuleEvaluationStatuses"] = [
-            {
-                "RuleConfigurationName": rule,
-                "RuleEvaluationJobArn": f"{PROCESSING_ARN}/{name}-{rule.lower()}",
-                "RuleEvaluationStatus": rule_status,
-                "LastModifiedTime": start,
-            }
-            for rule, rule_status in rules
-        ]
+    if warm_pool is not None:
+        keep_alive, pool = warm_pool
+        response["ResourceConfig"] = {"InstanceType": state.job.instance_type,
+                                      "InstanceCount": state.job.instance_count,
+                                      "VolumeSizeInGB": 30, "KeepAlivePeriodInSeconds": keep_alive}
+        response["WarmPoolStatus"] = {"Status": pool, "ResourceRetainedBillableTimeInSeconds": 0}
+    # DebugRuleEvaluationStatuses and ProfilerRuleEvaluationStatuses: the same entry shape
+    # (botocore's model: DebugRuleEvaluationStatus, ProfilerRuleEvaluationStatus).
+    for member, given in (("DebugRuleEvaluationStatuses", rules), ("ProfilerRuleEvaluationStatuses", profiler_rules)):
+        if given:
+            response[member] = [
+                {
+                    "RuleConfigurationName": rule,
+                    "RuleEvaluationJobArn": f"{PROCESSING_ARN}/{name}-{rule.lower()}",
+                    "RuleEvaluationStatus": rule_status,
+                    "LastModifiedTime": start,
+                }
+                for rule, rule_status in given
+            ]
     return response
 
 
@@ -169,7 +181,9 @@ def state_with_exploded_attempts(settings: TrainSettings, count: int) -> Workflo
     Once the ladder is used up the execution is reopened with a fresh seed: what is under test is
     the payload's size, not the policy.
     """
-    state = new_state(settings, {"limits": {"max_num_retraining": count + 10}})
+    # More relaunches than ValidateInput accepts for the worst case: these attempts are typical ones.
+    state = new_state(settings)
+    state = state.model_copy(update={"limits": state.limits.model_copy(update={"max_num_retraining": count + 10})})
     now = T0
     for number in range(count):
         spec = {**state.run_spec, "seed": number}

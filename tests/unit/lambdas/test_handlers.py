@@ -128,8 +128,8 @@ def test_prepare_reads_a_user_jobs_archive_from_s3_and_rejects_a_missing_entry_p
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
         info = tarfile.TarInfo("train.py")
         archive.addfile(info, io.BytesIO(b""))
-    cloud["s3"].put_object(Bucket=ENV["BUCKET"], Key="jobs/mine/sourcedir.tar.gz", Body=buffer.getvalue())
-    job = {"source": f"s3://{ENV['BUCKET']}/jobs/mine/sourcedir.tar.gz", "entry_point": "fit.py"}
+    cloud["s3"].put_object(Bucket=ENV["BUCKET"], Key="source/jobs/mine/sourcedir.tar.gz", Body=buffer.getvalue())
+    job = {"source": f"s3://{ENV['BUCKET']}/source/jobs/mine/sourcedir.tar.gz", "entry_point": "fit.py"}
     event = {**load_event("train-prepare-console.json"), "input": {"job": job}}
     with pytest.raises(InvalidInput, match=r"job\.entry_point: 'fit\.py' is not in s3://"):
         train_handler.lambda_handler(event, Context())

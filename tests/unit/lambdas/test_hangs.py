@@ -226,3 +226,28 @@ def test_a_smallest_host_count_above_the_jobs_is_refused_naming_the_field():
 
     with pytest.raises(ValidationError, match="min_instance_count: 3 is more than instance_count 2"):
         Job(source="s3://b/s.tar.gz", entry_point="t.py", instance_count=2, min_instance_count=3)
+
+
+def test_a_job_uploading_its_model_is_not_judged_silent(settings):
+    """DescribeTrainingJob's SecondaryStatus (SageMaker API Reference, DescribeTrainingJob): while
+    TrainingJobStatus is InProgress, "Training - Training is in progress" and "Uploading - Training is
+    complete and the model artifacts are being uploaded to the S3 location". A job that uploads a
+    large model logs no loss line and writes no progress.json, and is not hung: silence counts only
+    while it trains."""
+    import botocore.session
+
+    shape = botocore.session.get_session().get_service_model("sagemaker").operation_model(
+        "DescribeTrainingJob").output_shape.members["SecondaryStatus"]
+    assert {"Training", "Uploading", "Downloading", "Starting"} <= set(shape.enum)
+    assert "Uploading - Training is complete" in " ".join(shape.documentation.replace("<code>", "").replace(
+        "</code>", "").replace("<p>", "").replace("</p>", "").split())
+    state = launched_with(settings, monitor_seconds=200)
+    last = T0 + timedelta(minutes=2)
+    silent = last + timedelta(seconds=3600)  # far past the bound on both channels
+    for secondary in ("Uploading", "Downloading", "Starting"):
+        quiet = observe(describe(state, "InProgress", secondary=secondary), metric_at=last, progress_at=last)
+        result = monitor.check(state, quiet, silent)
+        assert result.effects.stop_job is None, secondary
+        assert result.state.attempts[-1].finding is None and result.state.next_action == "monitor"
+    training = observe(describe(state, "InProgress", secondary="Training"), metric_at=last, progress_at=last)
+    assert monitor.check(state, training, silent).effects.stop_job == state.history.latest_job_name

@@ -373,3 +373,60 @@ def test_findings_document_accepts_the_contract_example():
     doc = sentinel_findings()
     assert isinstance(doc, FindingsDocument)
     assert doc.findings[0].value == "nan"
+
+
+# --- Debugger's profiler rules ---------------------------------------------------------------
+
+
+def test_debugger_profiler_rules_report_apart_and_are_read_and_stopped_like_the_others(settings):
+    """Debugger reports its profiler rules (ProfilerRuleConfigurations) in DescribeTrainingJob's
+    ProfilerRuleEvaluationStatuses, not in DebugRuleEvaluationStatuses (SageMaker API Reference,
+    DescribeTrainingJob and ProfilerRuleEvaluationStatus; botocore's model below). Each runs as a
+    processing job (RuleEvaluationJobArn); StopTrainingJob's documentation says nothing of them, so an
+    ended attempt stops the ones still running with StopProcessingJob, as for the debug rules."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    output = model.operation_model("DescribeTrainingJob").output_shape.members
+    profiler, debug = output["ProfilerRuleEvaluationStatuses"].member, output["DebugRuleEvaluationStatuses"].member
+    assert set(profiler.members) == set(debug.members) >= {"RuleConfigurationName", "RuleEvaluationJobArn",
+                                                           "RuleEvaluationStatus", "StatusDetails"}
+    assert profiler.members["RuleEvaluationStatus"].enum == debug.members["RuleEvaluationStatus"].enum
+    state = launched(settings)
+    # A verdict of a profiler rule is a finding like any other.
+    fired = monitor.check(state, observation(state, "InProgress", profiler_rules=[("StepOutlier", "IssuesFound")]),
+                          LATER)
+    assert fired.state.attempts[-1].finding.rule == "StepOutlier"
+    assert fired.state.attempts[-1].finding.source == "debugger"
+    assert fired.effects.stop_job == state.history.latest_job_name
+    assert "StepOutlier:IssuesFound" in fired.state.rule_status
+    # A completed job waits for a profiler rule still evaluating ...
+    pending = observation(state, "Completed", profiler_rules=[("StepOutlier", "InProgress")],
+                          findings=watched_findings())
+    assert monitor.check(state, pending, LATER).state.next_action == "monitor"
+    # ... and an ended attempt stops the profiler rule jobs still running, as the debug ones.
+    description = describe(state, "Failed", failure_reason=RULE_STOP, rules=[("NLPSequenceRatio", "InProgress")],
+                           profiler_rules=[("StepOutlier", "InProgress"), ("BatchSize", "NoIssuesFound")])
+    ended = monitor.check(state, observe(description), LATER)
+    name = state.history.latest_job_name
+    assert set(ended.effects.stop_processing_jobs) == {f"{name}-nlpsequenceratio", f"{name}-stepoutlier"}
+
+
+def _debugger_rule_with(actions: str):
+    return {"run_spec": {"rules": [{"name": "NLPSequenceRatio",
+                                    "parameters": {"token_values": "0", "action_json": actions}}]}}
+
+
+def test_a_debugger_verdict_follows_the_rules_own_actions(debugger_settings):
+    """Debugger's actions are carried out by the monitor, not by Debugger's rule job: StopTraining (or
+    no action) stops the job; Email/SMS alone notify and the job runs on, naming the endpoints."""
+    email = '[{"name": "email", "endpoint": "mlteam@example.com"}]'
+    state = launched(debugger_settings, _debugger_rule_with(email))
+    issues = observation(state, "InProgress", rules=[("NLPSequenceRatio", "IssuesFound")])
+    result = monitor.check(state, issues, LATER)
+    assert result.effects.stop_job is None and result.state.next_action == "monitor"
+    note = result.effects.notification
+    assert note.attributes["notify"] == "email:mlteam@example.com" and "the job runs on" in note.subject
+    stop = launched(debugger_settings, _debugger_rule_with('[{"name": "stoptraining"}]'))
+    stopped = monitor.check(stop, observation(stop, "InProgress", rules=[("NLPSequenceRatio", "IssuesFound")]), LATER)
+    assert stopped.effects.stop_job == stop.history.latest_job_name

@@ -68,7 +68,10 @@ def test_request_is_valid_against_the_service_model(settings):
 
 
 def test_request_with_debugger_rules_is_valid_against_the_service_model(debugger_settings):
-    assert_valid(_request(new_state(debugger_settings), debugger_settings))
+    raw = {"run_spec": {"rules": [{"name": "ExplodingTensor"}, NLP_RULE, {"name": "StepOutlier"}]}}
+    request = _request(new_state(debugger_settings, raw), debugger_settings)
+    assert {"DebugHookConfig", "ProfilerRuleConfigurations"} <= set(request)
+    assert_valid(request)
 
 
 def test_request_carries_the_recipe_as_sdk_style_hyperparameters(settings):
@@ -172,33 +175,45 @@ def test_a_prefix_that_cannot_make_valid_names_is_rejected_at_cold_start(prefix)
         TrainSettings.from_env({**ENV, "JOB_NAME_PREFIX": prefix})
 
 
-def test_debugger_configuration_comes_from_the_same_rule_list(debugger_settings):
-    raw = {
-        "run_spec": {
-            "rules": [
-                {
-                    "name": "ExplodingTensor",
-                    "parameters": {"collection_names": "gradients", "only_nan": "False"},
-                },
-                {"name": "LossNotDecreasing", "parameters": {"num_steps": "10", "diff_percent": "0.1"}},
-            ]
-        }
-    }
+# A rule only Debugger runs (the catalogue's runs_in "debugger"): the one kind that needs Debugger.
+NLP_RULE = {"name": "NLPSequenceRatio", "parameters": {"token_values": "0"}}
+DEBUGGER_FIELDS = ("DebugHookConfig", "DebugRuleConfigurations", "ProfilerConfig", "ProfilerRuleConfigurations")
+
+
+def test_no_debugger_configuration_is_sent_when_the_engine_runs_every_rule(debugger_settings):
+    """Debugger is closed to new customers since 2026-07-30 ("Debugger availability change",
+    https://docs.aws.amazon.com/sagemaker/latest/dg/debugger-availability-change.html): a request that
+    carries DebugHookConfig needs an account that still has Debugger. With Debugger rules enabled, a
+    job whose rules the engine all runs (the defaults, a profiler rule it runs) carries none of
+    CreateTrainingJob's Debugger members (botocore's model: DebugHookConfig, DebugRuleConfigurations,
+    ProfilerConfig, ProfilerRuleConfigurations)."""
+    assert set(DEBUGGER_FIELDS) <= set(CREATE.input_shape.members)
+    for raw in ({}, {"run_spec": {"rules": [{"name": "ExplodingTensor"}, {"name": "LowGPUUtilization"},
+                                            {"name": "LossNotDecreasing"}]}}):
+        request = _request(new_state(debugger_settings, raw), debugger_settings)
+        assert not set(DEBUGGER_FIELDS) & set(request), raw
+        assert_valid(request)
+
+
+def test_debugger_gets_only_the_rules_it_alone_runs(debugger_settings):
+    raw = {"run_spec": {"rules": [
+        {"name": "ExplodingTensor", "parameters": {"collection_names": "gradients", "only_nan": "False"}},
+        {"name": "LossNotDecreasing", "parameters": {"num_steps": "10", "diff_percent": "0.1"}},
+        NLP_RULE,
+    ]}}
     request = _request(new_state(debugger_settings, raw), debugger_settings)
-    rules = request["DebugRuleConfigurations"]
-    assert [r["RuleConfigurationName"] for r in rules] == ["ExplodingTensor", "LossNotDecreasing"]
-    assert rules[0]["RuleParameters"] == {
-        "rule_to_invoke": "ExplodingTensor",
-        "collection_names": "gradients",
-        "only_nan": "False",
-    }
-    image = "503895931360.dkr.ecr.us-east-1.amazonaws.com/sagemaker-debugger-rules:latest"
-    assert all(r["RuleEvaluatorImage"] == image for r in rules)
+    (rule,) = request["DebugRuleConfigurations"]
+    assert rule["RuleConfigurationName"] == "NLPSequenceRatio"
+    assert rule["RuleParameters"] == {"rule_to_invoke": "NLPSequenceRatio", "token_values": "0"}
+    assert rule["RuleEvaluatorImage"] == "503895931360.dkr.ecr.us-east-1.amazonaws.com/sagemaker-debugger-rules:latest"
     hook = request["DebugHookConfig"]
     assert hook["S3OutputPath"] == "s3://stabilizer-bucket/executions/run-1/attempt-1/debug"
     collections = {c["CollectionName"]: c["CollectionParameters"] for c in hook["CollectionConfigurations"]}
-    assert collections["gradients"] == {"save_interval": "100"}
-    assert collections["losses"] == {"save_interval": "10"}
+    assert collections == {"gradients": {"save_interval": "100"}, "losses": {"save_interval": "10"}}
+    assert "ProfilerConfig" not in request  # no profiler rule only Debugger runs
+    # The engine still runs all three in the job.
+    sentinel = json.loads(request["HyperParameters"]["sagemaker_stabilizer"])
+    assert [r["name"] for r in sentinel["rules"]] == ["ExplodingTensor", "LossNotDecreasing"]
     assert_valid(request)
 
 
@@ -208,26 +223,29 @@ def test_the_sentinels_own_check_settings_never_reach_debugger(debugger_settings
         {"name": "ExplodingTensor"},
         {"name": "NotLearning", "parameters": {"patience": "200"}},
         {"name": "Diverging", "parameters": {"persistence": "2"}},
+        NLP_RULE,
     ]}}
     request = _request(new_state(debugger_settings, raw), debugger_settings)
-    assert [r["RuleConfigurationName"] for r in request["DebugRuleConfigurations"]] == ["ExplodingTensor"]
+    assert [r["RuleConfigurationName"] for r in request["DebugRuleConfigurations"]] == ["NLPSequenceRatio"]
     sentinel = json.loads(request["HyperParameters"]["sagemaker_stabilizer"])
     assert [rule["name"] for rule in sentinel["rules"]] == ["ExplodingTensor", "NotLearning", "Diverging"]
     assert_valid(request)
 
 
 def test_a_rule_collection_the_capture_does_not_save_is_added_to_the_hook(debugger_settings):
-    raw = {"run_spec": {"capture": {"losses": {"save_steps": [0, 5, 10]}}}}
+    raw = {"run_spec": {"capture": {"losses": {"save_steps": [0, 5, 10]}}, "rules": [
+        {"name": "SimilarAcrossRuns", "parameters": {"other_trials": "s3://b/other", "collection_names": "weights"}},
+    ]}}
     request = _request(new_state(debugger_settings, raw), debugger_settings)
     collections = {
         c["CollectionName"]: c["CollectionParameters"]
         for c in request["DebugHookConfig"]["CollectionConfigurations"]
     }
-    assert collections == {"gradients": {"save_interval": "10"}, "losses": {"save_steps": "0,5,10"}}
+    assert collections == {"weights": {"save_interval": "10"}, "losses": {"save_steps": "0,5,10"}}
 
 
 def test_rule_image_is_the_one_the_deployment_baked_in(debugger_settings):
-    request = _request(new_state(debugger_settings), debugger_settings)
+    request = _request(new_state(debugger_settings, {"run_spec": {"rules": [NLP_RULE]}}), debugger_settings)
     images = {rule["RuleEvaluatorImage"] for rule in request["DebugRuleConfigurations"]}
     assert images == {ENV["DEBUGGER_RULE_IMAGE"]}
 
@@ -249,7 +267,7 @@ def test_rule_parameters_longer_than_256_characters_never_reach_a_request(settin
 
 
 def test_the_validity_check_itself_catches_what_the_service_would_reject(debugger_settings):
-    good = _request(new_state(debugger_settings), debugger_settings)
+    good = _request(new_state(debugger_settings, {"run_spec": {"rules": [NLP_RULE]}}), debugger_settings)
     too_long_name = {**good, "TrainingJobName": "a" * 64}
     with pytest.raises(AssertionError, match="TrainingJobName"):
         assert_valid(too_long_name)
@@ -265,15 +283,87 @@ def test_the_validity_check_itself_catches_what_the_service_would_reject(debugge
 def test_profiler_and_debugger_only_rules_go_to_debugger_and_the_sentinel_gets_what_it_runs(debugger_settings):
     raw = {"run_spec": {"rules": [
         {"name": "ExplodingTensor"},
-        {"name": "NLPSequenceRatio", "parameters": {"token_values": "0"}},
+        NLP_RULE,
         {"name": "LowGPUUtilization", "parameters": {"threshold_p95": "70"}},
+        {"name": "StepOutlier", "parameters": {"stddev": "3"}},
     ]}}
     request = _request(new_state(debugger_settings, raw), debugger_settings)
-    assert [r["RuleConfigurationName"] for r in request["DebugRuleConfigurations"]] == ["ExplodingTensor",
-                                                                                         "NLPSequenceRatio"]
+    assert [r["RuleConfigurationName"] for r in request["DebugRuleConfigurations"]] == ["NLPSequenceRatio"]
     (profiler_rule,) = request["ProfilerRuleConfigurations"]
-    assert profiler_rule["RuleParameters"] == {"rule_to_invoke": "LowGPUUtilization", "threshold_p95": "70"}
+    assert profiler_rule["RuleParameters"] == {"rule_to_invoke": "StepOutlier", "stddev": "3"}
     assert request["ProfilerConfig"]["S3OutputPath"] == "s3://stabilizer-bucket/executions/run-1/attempt-1/profiler"
     sentinel = json.loads(request["HyperParameters"]["sagemaker_stabilizer"])["rules"]
     assert [r["name"] for r in sentinel] == ["ExplodingTensor", "LowGPUUtilization"]
+    assert_valid(request)
+
+
+def test_debugger_collection_limits_are_sagemakers_own():
+    """CollectionConfiguration (SageMaker API Reference, "CollectionConfiguration": CollectionName and
+    each CollectionParameters value at most 256 characters) in DebugHookConfig's
+    CollectionConfigurations (at most 20 items)."""
+    from stabilizer_workflow import service_limits
+
+    hook = MODEL.shape_for("DebugHookConfig").members["CollectionConfigurations"]
+    assert hook.metadata["max"] == service_limits.DEBUGGER_COLLECTIONS_MAX
+    entry = hook.member.members
+    assert entry["CollectionName"].metadata["max"] == service_limits.DEBUGGER_COLLECTION_TEXT_MAX
+    assert entry["CollectionParameters"].value.metadata["max"] == service_limits.DEBUGGER_COLLECTION_TEXT_MAX
+
+
+def _capture_input(capture: dict, rules: list | None = None) -> dict:
+    return {"run_spec": {"capture": capture, "rules": [NLP_RULE, *(rules or [])]}}
+
+
+def test_a_collection_value_debugger_would_reject_is_refused_at_validation_naming_its_field(debugger_settings):
+    from stabilizer_workflow.errors import InvalidInput
+
+    # Each regex is fine on its own; joined with "|" they make one 259-character value.
+    regexes = ["layer" + "a" * 80, "layer" + "b" * 80, "layer" + "c" * 82]
+    too_long = _capture_input({"custom": {"save_interval": 5, "include_regex": regexes}})
+    with pytest.raises(InvalidInput, match=r"^run_spec\.capture\.custom\.include_regex: 259 characters .* at most 256"):
+        new_state(debugger_settings, too_long)
+    # The same capture with rules the engine runs reaches only the sentinel, which takes it.
+    engine_only = {"run_spec": {"capture": too_long["run_spec"]["capture"]}}
+    assert "DebugHookConfig" not in _request(new_state(debugger_settings, engine_only), debugger_settings)
+    # save_steps joined with "," likewise.
+    steps = _capture_input({"losses": {"save_steps": list(range(10_000, 10_043))}}, [])
+    with pytest.raises(InvalidInput, match=r"^run_spec\.capture\.losses\.save_steps: 257 characters"):
+        new_state(debugger_settings, steps)
+    # 256 characters exactly is what SageMaker takes; the request is then valid against the model.
+    fits = _capture_input({"custom": {"save_interval": 5, "include_regex": [*regexes[:2], "layer" + "c" * 79]}})
+    assert_valid(_request(new_state(debugger_settings, fits), debugger_settings))
+
+
+def test_more_collections_than_debugger_takes_are_refused_at_validation(debugger_settings):
+    from stabilizer_workflow.errors import InvalidInput
+
+    capture = {f"c{i}": {"save_interval": 10} for i in range(20)}  # the capture's own bound
+    reader = {"name": "SimilarAcrossRuns", "parameters": {"other_trials": "s3://b/o", "collection_names": "weights"}}
+    with pytest.raises(InvalidInput, match=r"^run_spec\.capture and run_spec\.rules \(SimilarAcrossRuns\)"
+                                           r"\.collection_names: 21 Debugger collections .* at most 20"):
+        new_state(debugger_settings, _capture_input(capture, [reader]))
+    request = _request(new_state(debugger_settings, _capture_input(capture)), debugger_settings)
+    assert len(request["DebugHookConfig"]["CollectionConfigurations"]) == 20
+    assert_valid(request)
+
+
+def test_a_rules_debugger_actions_are_not_forwarded_to_debugger(debugger_settings):
+    """Debugger's built-in actions run inside its rule job as the training job's execution role
+    ("Use Debugger built-in actions for rules", https://docs.aws.amazon.com/sagemaker/latest/dg/debugger-built-in-actions.html):
+    StopTraining lists and stops the job named by the action's `training_job_prefix` (which the SDK
+    adds and this request would lack), Email and SMS publish to an `SMDebugRules` topic, each needing
+    permissions the execution role does not have; and they cannot be used for profiler rules nor on
+    spot training. The workflow carries the actions out instead (the monitor: stop, or notify and run
+    on), so the rule configuration Debugger gets has no `action_json`."""
+    actions = '[{"name": "stoptraining"}, {"name": "email", "endpoint": "mlteam@example.com"}]'
+    raw = {"run_spec": {"rules": [{"name": "NLPSequenceRatio", "parameters": {"token_values": "0",
+                                                                             "action_json": actions}},
+                                  {"name": "StepOutlier", "parameters": {"action_json": actions}}]}}
+    state = new_state(debugger_settings, raw)
+    assert state.monitoring.rules[0].parameters["action_json"] == actions  # kept for the monitor
+    request = _request(state, debugger_settings)
+    for rule in request["DebugRuleConfigurations"] + request["ProfilerRuleConfigurations"]:
+        assert "action_json" not in rule["RuleParameters"], rule
+    assert request["DebugRuleConfigurations"][0]["RuleParameters"] == {"rule_to_invoke": "NLPSequenceRatio",
+                                                                       "token_values": "0"}
     assert_valid(request)

@@ -195,7 +195,8 @@ def test_strict_mode_without_the_evaluator_says_what_to_install(monkeypatch):
 
 
 def test_the_state_machines_own_notification_and_invocations_are_its_calls(tmp_path):
-    """A deployment fault at prepare (not an input error) ends in NotifyFailure: the state machine publishes."""
+    """A deployment fault at prepare (not an input error) ends in NotifyFailureBeforeLaunch: the state
+    machine publishes."""
     from pathlib import Path
 
     import numpy as np

@@ -45,3 +45,20 @@ def test_the_scripts_environment_speaks_of_the_job_directory_as_the_toolkit_woul
     assert env["STABILIZER_TENSOR_DIR"] == str(tmp_path / "job" / "ckpt" / "tensors")
     assert env["STABILIZER_CHECKPOINT_DIR"] == str(tmp_path / "job" / "ckpt")
     assert env["COLOUR"] == "blue"
+
+
+def test_packages_this_machine_adds_as_the_images_come_after_the_jobs_own_path(tmp_path: Path):
+    request = {
+        "HyperParameters": {"sagemaker_program": json.dumps("fit.py")},
+        "Environment": {"PYTHONPATH": "/opt/ml/input/data/stabilizer:/opt/ml/input/data/stabilizer/autostart"},
+        "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1},
+    }
+    container = Container(tmp_path / "job", request)
+    env = container.environment(container.hyperparameters, job_name="job", job_arn="arn:job",
+                                extra_env={"PYTHONPATH": "/standins"})
+    library = tmp_path / "job" / "input" / "data" / "stabilizer"
+    assert env["PYTHONPATH"].split(":") == [str(library), str(library / "autostart"), "/standins"]
+    del request["Environment"]
+    env = container.environment(container.hyperparameters, job_name="job", job_arn="arn:job",
+                                extra_env={"PYTHONPATH": "/standins"})
+    assert env["PYTHONPATH"] == "/standins"

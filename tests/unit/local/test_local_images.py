@@ -47,7 +47,7 @@ def test_a_gpu_instance_type_passes_validate_input_in_local_mode_with_the_gpu_im
 
 
 def test_job_image_by_framework_and_version_resolves_in_local_mode():
-    raw = {"job": {"source": "s3://stabilizer-local/sources/mine.tar.gz", "entry_point": "train.py",
+    raw = {"job": {"source": "s3://stabilizer-local/source/jobs/mine/sourcedir.tar.gz", "entry_point": "train.py",
                    "image": {"framework": "pytorch", "version": "2.7"}, "instance_type": "ml.c5.xlarge"}}
     state, _ = _prepare(raw, LocalSettings())
     assert state.job.image == _sdk_training_image("ml.c5.xlarge", "2.7.1")
@@ -56,7 +56,9 @@ def test_job_image_by_framework_and_version_resolves_in_local_mode():
 def test_debugger_rules_get_the_rule_image_in_the_first_request():
     from stabilizer_workflow.requests import build_create_training_job
 
-    state, train = _prepare({"run_spec": {}}, LocalSettings(debugger_rules_enabled=True))
+    # A rule only Debugger runs: the engine's own rules never reach Debugger.
+    raw = {"run_spec": {"rules": [{"name": "NLPSequenceRatio", "parameters": {"token_values": "0"}}]}}
+    state, train = _prepare(raw, LocalSettings(debugger_rules_enabled=True))
     request = build_create_training_job(state, train, 1)
     from sagemaker import image_uris
 

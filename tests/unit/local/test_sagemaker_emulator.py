@@ -358,6 +358,24 @@ def test_debugger_rules_without_an_evaluator_are_reported_as_errors(sagemaker: A
     assert [(s["RuleConfigurationName"], s["RuleEvaluationStatus"]) for s in statuses] == [("ExplodingTensor", "Error")]
 
 
+def test_debugger_profiler_rules_report_in_their_own_member_as_errors_locally(sagemaker: Any, staged: Any):
+    """DescribeTrainingJob reports profiler rules in ProfilerRuleEvaluationStatuses (SageMaker API
+    Reference); none runs locally, and each says so."""
+    client, _ = sagemaker
+    job_request = request(staged, "job-profiler-rules", steps="1")
+    job_request["ProfilerConfig"] = {"S3OutputPath": "s3://bucket/profiler", "ProfilingIntervalInMilliseconds": 500}
+    job_request["ProfilerRuleConfigurations"] = [
+        {"RuleConfigurationName": "StepOutlier", "RuleEvaluatorImage": RULES_IMAGE,
+         "RuleParameters": {"rule_to_invoke": "StepOutlier"}},
+    ]
+    client.create_training_job(**job_request)
+    described = wait_for(client, "job-profiler-rules", {"Completed", "Failed", "Stopped"})
+    (status,) = described["ProfilerRuleEvaluationStatuses"]
+    assert (status["RuleConfigurationName"], status["RuleEvaluationStatus"]) == ("StepOutlier", "Error")
+    assert "local mode" in status["StatusDetails"]
+    assert "DebugRuleEvaluationStatuses" not in described
+
+
 def rules_request(staged: dict[str, str], name: str, **hyperparameters: str) -> dict[str, Any]:
     job_request = request(staged, name, **hyperparameters)
     job_request["DebugRuleConfigurations"] = [
@@ -428,3 +446,25 @@ def test_stop_processing_job_stops_one_rule_evaluation(sagemaker_with_rules: Any
     # The training job itself keeps running.
     assert client.describe_training_job(TrainingJobName="job-rules-stop")["TrainingJobStatus"] == "InProgress"
 
+
+
+def test_a_spot_request_sagemaker_would_refuse_is_refused_and_a_valid_one_is_billed_as_trained(
+        sagemaker: Any, staged: Any):
+    """Managed spot training: StoppingCondition.MaxWaitTimeInSeconds "must be equal to or greater than
+    MaxRuntimeInSeconds" (botocore's model, StoppingCondition). Locally there is no spot market, so
+    BillableTimeInSeconds is the training time (no savings) and no instance is taken away."""
+    client, emulator = sagemaker
+    for stopping in ({"MaxRuntimeInSeconds": 60}, {"MaxRuntimeInSeconds": 60, "MaxWaitTimeInSeconds": 30}):
+        spot = {**request(staged, "job-spot-bad"), "EnableManagedSpotTraining": True, "StoppingCondition": stopping}
+        with pytest.raises(ClientError) as error:
+            client.create_training_job(**spot)
+        assert error.value.response["Error"]["Code"] == "ValidationException"
+        assert "MaxWaitTimeInSeconds" in error.value.response["Error"]["Message"]
+    assert emulator.jobs == {}
+    good = {**request(staged, "job-spot", steps="1"), "EnableManagedSpotTraining": True,
+            "StoppingCondition": {"MaxRuntimeInSeconds": 60, "MaxWaitTimeInSeconds": 120}}
+    client.create_training_job(**good)
+    described = wait_for(client, "job-spot", {"Completed", "Failed", "Stopped"})
+    assert described["EnableManagedSpotTraining"] is True
+    assert described["BillableTimeInSeconds"] == described["TrainingTimeInSeconds"]
+    assert described["StoppingCondition"]["MaxWaitTimeInSeconds"] == 120

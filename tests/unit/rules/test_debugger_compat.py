@@ -229,6 +229,29 @@ def test_a_custom_rule_reading_a_tensor_the_job_never_saved_says_so_at_the_end(t
     assert "CrossEntropyLoss_input_0" in finding["message"]  # what it did save
 
 
+def test_class_imbalance_on_a_job_that_saves_labels_alone_judges_the_labels_and_is_no_error(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A loop that passes its labels and computes its loss functionally: no predictions are saved.
+    rules = [{"name": "ClassImbalance", "parameters": {"samples": "60"}}]
+    model = SmallNet()
+    capture, sentinel = build_monitoring(model, sentinel_rules=rules, sentinel_action="stop", capture=None,
+                                         checkpoint_dir=tmp_path, tensor_dir=None)
+    capture.begin_step(0)
+    with caplog.at_level("WARNING", logger="stabilizer_sentinel.rules"):
+        for n, (x, y) in enumerate(batches(21)):
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            assert not sentinel.after_backward(n, epoch=0, phase="main", learning_rate=0.1, loss=loss, labels=y).stop
+            model.zero_grad()
+            capture.begin_step(n + 1)
+    sentinel.close()
+    written = tmp_path / "findings.json"
+    findings = json.loads(written.read_text())["findings"] if written.exists() else []
+    assert [f for f in findings if f["rule"] == "NoTensorMatched"] == []
+    assert ("ClassImbalance: mispredictions not judged: predictions_regex '.*predictions' matched no tensor the "
+            "job saved; judging the class counts from the labels alone") in caplog.messages
+
+
 def test_a_collection_whose_schedule_never_came_is_not_a_tensor_that_matched_nothing(tmp_path: Path) -> None:
     # A resumed run of steps 5..7 with gradients saved every 100 steps saves no gradient: the rule had
     # nothing to judge, which is no misnamed tensor (a collection nobody configured is refused at start).

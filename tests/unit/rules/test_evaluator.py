@@ -139,6 +139,25 @@ def test_a_finished_store_is_evaluated_to_the_end_in_process(tmp_path):
     assert only["RuleEvaluationStatus"] == "IssuesFound" and "at step 10" in only["StatusDetails"]
 
 
+@pytest.mark.parametrize(("share_of_class_0", "status_found"), [(0.5, "NoIssuesFound"), (0.97, "IssuesFound")])
+def test_class_imbalance_on_a_store_of_labels_alone_judges_the_counts_and_says_what_it_skipped(
+        tmp_path, share_of_class_0, status_found):
+    from stabilizer_sentinel.evaluator import main
+
+    capture = Capture(tiny_net(), parse_capture({"labels": {"save_interval": 1}}), out_dir=tmp_path / "tensors")
+    rng = np.random.default_rng(0)
+    for step in range(6):
+        labels = np.where(rng.random(100) < share_of_class_0, 0, 1)
+        capture.end_step(step, loss=1.0, labels=torch.from_numpy(labels))
+    capture.close()
+    status = tmp_path / "status.json"
+    assert main(["--tensors", str(tmp_path / "tensors"), "--rules", '[{"name": "ClassImbalance"}]',
+                 "--status-file", str(status)]) == 0
+    (only,) = statuses(status).values()
+    assert only["RuleEvaluationStatus"] == status_found
+    assert "mispredictions not judged: predictions_regex '.*predictions' matched no tensor" in only["StatusDetails"]
+
+
 def test_a_rule_that_fires_while_the_job_is_idle_is_reported_in_debuggers_words(tmp_path):
     """StalledTrainingRule fires between steps; its status reads as a rule fired at a step does."""
     from stabilizer_sentinel.evaluator import Evaluator

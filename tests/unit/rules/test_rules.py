@@ -235,6 +235,56 @@ def test_class_imbalance_judges_the_training_steps_as_the_guide_documents():
     assert "class 7 was mispredicted on 100% of its 60 training samples" in rule.finding.message
 
 
+def test_class_imbalance_on_labels_alone_judges_the_imbalance_and_says_mispredictions_were_not(caplog):
+    # The guide's two checks: the per-class counts need labels only; the per-class mispredictions
+    # need predictions. A job that saves labels alone has its imbalance judged, not an error.
+    rng = np.random.default_rng(0)
+    balanced, skewed = MemoryTrial(), MemoryTrial()
+    on_balanced, on_skewed = build(balanced, "ClassImbalance"), build(skewed, "ClassImbalance")
+    fired = []
+    with caplog.at_level("WARNING", logger="stabilizer_sentinel.rules"):
+        for step in range(5):
+            balanced.add(step, "TRAIN", {"labels/labels": (("labels",), rng.integers(0, 10, 128))})
+            skewed.add(step, "TRAIN", {"labels/labels": (("labels",), np.where(rng.random(128) < 0.95, 0, 1))})
+            assert not on_balanced.invoke_at_step(step)
+            if on_skewed.invoke_at_step(step):
+                fired.append(step)
+    assert on_balanced.unmatched() is None and on_skewed.unmatched() is None
+    assert fired[0] == 3  # 512 labels >= samples 500
+    skipped = "mispredictions not judged: predictions_regex '.*predictions' matched no tensor the job saved"
+    assert skipped in on_skewed.finding.message
+    assert skipped in on_balanced.not_judged()
+    # Said once per rule in the job's log, when it first judges the counts without predictions.
+    assert [r.getMessage() for r in caplog.records].count(f"ClassImbalance: {skipped}; "
+                                                          "judging the class counts from the labels alone") == 2
+
+
+def test_class_imbalance_judges_mispredictions_over_the_steps_that_saved_predictions():
+    # Predictions saved at every other step: class 7 is always mispredicted where it was predicted,
+    # which is 100% of its predicted samples, not 50% of all its labels.
+    labels = np.repeat(np.arange(10), 20)
+    predictions = np.where(labels == 7, 1, labels)
+    trial = MemoryTrial()
+    rule = build(trial, "ClassImbalance", samples="800")
+    for step in range(4):
+        tensors = {"labels/labels": (("labels",), labels)}
+        if step % 2:
+            tensors["predictions/predictions"] = (("predictions",), predictions)
+        trial.add(step, "TRAIN", tensors)
+    assert run(rule, range(4)) == 3
+    assert "class 7 was mispredicted on 100% of its 40 training samples with a prediction" in rule.finding.message
+    assert rule.not_judged() is None
+
+
+def test_class_imbalance_with_labels_regex_matching_nothing_is_still_an_error_naming_it():
+    trial = MemoryTrial()
+    trial.add(0, "TRAIN", {"labels/labels": (("labels",), np.zeros(8, np.int64)),
+                           "predictions/predictions": (("predictions",), np.zeros(8, np.int64))})
+    rule = build(trial, "ClassImbalance", labels_regex="CrossEntropyLoss_0_input_1")
+    assert run(rule, [0]) is None
+    assert rule.unmatched().startswith("ClassImbalance: labels_regex 'CrossEntropyLoss_0_input_1' matched no tensor")
+
+
 def test_class_imbalance_does_not_judge_each_evaluation():
     labels = np.repeat(np.arange(10), 60)
     predictions = labels.copy()

@@ -1,0 +1,103 @@
+"""The loss a backward pass starts from, however the script wrote it.
+
+Every loop that learns calls ``backward()`` on a scalar. That scalar is often not the loss itself:
+divided by the accumulation steps (``loss / accum``), multiplied by a loss scaler
+(``scaler.scale(loss)``, ``loss * 65536``), or a sum-reduced loss divided by its count (a language
+model's ``cross_entropy(..., reduction="sum") / num_tokens``). Its graph says which: ``read`` walks
+from the scalar's node through multiplications and divisions by a constant scalar (a tensor that
+needs no gradient, or a Python number, which autograd saves as one) and undoes each, down to the
+node that computed the loss:
+
+* a cross-entropy (``NllLossBackward0``, which ``F.cross_entropy``, ``nn.CrossEntropyLoss`` and a
+  model's ``outputs.loss`` all end in) or a squared error (``MseLossBackward0``): the loss is that
+  node's mean per element (a sum reduction is divided by the elements it summed: the labels not
+  ignored, or the targets), whatever the script did with it after;
+* anything else (a sum of terms, a custom loss): the scalar with the scalings above it undone.
+
+The value stays on the tensors' device: no host synchronisation. Reading the graph costs one
+attribute read per node walked, a few at most.
+
+This module must not change gradients or weights: it reads the nodes' saved tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+CROSS_ENTROPY = ("NllLossBackward0", "NllLoss2DBackward0")
+SQUARED_ERROR = "MseLossBackward0"
+LOSS_NODES = (*CROSS_ENTROPY, SQUARED_ERROR)
+MEAN, SUM = 1, 2  # the reduction codes autograd saves
+MAX_SCALINGS = 8  # more nested scalings than any loop writes: what is left is read as the loss
+
+
+@dataclass(frozen=True)
+class BackwardLoss:
+    value: torch.Tensor  # the loss, detached, on the scalar's device
+    node: Any  # the loss node (cross-entropy or squared error), None for another loss
+    scaled: bool  # the script scaled its loss before the backward pass (undone in ``value``)
+
+
+def scalar_of(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """The one scalar a backward pass starts from (None for several, or a non-scalar)."""
+    if len(tensors) == 1 and isinstance(tensors[0], torch.Tensor) and tensors[0].numel() == 1:
+        return tensors[0]
+    return None
+
+
+def read(tensors: Sequence[torch.Tensor]) -> BackwardLoss | None:
+    """The loss of a backward pass from ``tensors``; None when it starts from no scalar with a graph."""
+    scalar = scalar_of(tensors)
+    if scalar is None or scalar.grad_fn is None:
+        return None
+    value = scalar.detach().reshape(())
+    node = scalar.grad_fn
+    scaled = False
+    try:
+        for _ in range(MAX_SCALINGS):
+            undone = _undo_scaling(node, value)
+            if undone is None:
+                break
+            node, value = undone
+            scaled = True
+        if node.name() in LOSS_NODES and int(node._saved_reduction) == SUM:
+            value = value / _summed(node)
+    except (AttributeError, RuntimeError, TypeError):  # a node saved differently: what was undone stands
+        pass
+    return BackwardLoss(value, node if node.name() in LOSS_NODES else None, scaled)
+
+
+def _undo_scaling(node: Any, value: torch.Tensor) -> tuple[Any, torch.Tensor] | None:
+    """(the node below, the value before it) when ``node`` scales its one graph input by a constant scalar."""
+    name = node.name()
+    if name not in ("MulBackward0", "DivBackward0"):
+        return None
+    (left, _), (right, _) = node.next_functions
+    if name == "DivBackward0":
+        other = node._saved_other
+        if left is None or right is not None or other is None or other.numel() != 1:
+            return None
+        return left, value * other.detach().reshape(())
+    if left is not None and right is None:
+        below, factor = left, node._saved_other
+    elif right is not None and left is None:
+        below, factor = right, node._saved_self
+    else:
+        return None
+    if factor is None or factor.numel() != 1:
+        return None
+    return below, value / factor.detach().reshape(())
+
+
+def _summed(node: Any) -> torch.Tensor:
+    """How many elements a sum-reduced loss node added up (kept on the device)."""
+    target = node._saved_target
+    if node.name() in CROSS_ENTROPY:
+        ignore = int(node._saved_ignore_index)
+        ignore = ignore - 2**64 if ignore >= 2**63 else ignore  # saved as an unsigned integer
+        return (target != ignore).sum().clamp(min=1)
+    return torch.tensor(max(target.numel(), 1), device=target.device)

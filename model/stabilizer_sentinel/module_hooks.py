@@ -1,0 +1,71 @@
+"""Forward hooks on chosen modules, kept outside them.
+
+A hook registered on a module (``module.register_forward_hook``) lives in that module's
+``_forward_hooks``: it is pickled with it (``torch.save(model)``), deep-copied with it (an EMA or a
+best-model copy), scripted with it (``torch.jit.script`` compiles a module's hooks) and it is in
+every copy the script makes. The sentinel's hooks are bound to objects holding threads, locks and
+open files, so a watched script could do none of those things. Here a single process-wide forward
+hook (``register_module_forward_hook``: torch keeps it in a table of its own, not in any module)
+calls the hooks registered for the module that has just run, found by identity. The modules stay
+exactly as the script built them.
+
+Cost: one dictionary lookup per module call while any hook is registered; nothing once none is.
+
+This module must not read or change tensors: it only routes calls.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+from torch.nn.modules.module import register_module_forward_hook
+
+Hook = Callable[[nn.Module, Any, Any], None]
+
+_BY_MODULE: dict[int, tuple[weakref.ref[nn.Module], dict[int, Hook]]] = {}
+_NUMBERS = itertools.count()
+_GLOBAL: list[Any] = []  # the process-wide hook's handle, while any hook is registered
+
+
+class Handle:
+    """Removes one hook; idempotent, as torch's handles are."""
+
+    def __init__(self, module_id: int, number: int) -> None:
+        self._module_id = module_id
+        self._number = number
+
+    def remove(self) -> None:
+        entry = _BY_MODULE.get(self._module_id)
+        if entry is None:
+            return
+        entry[1].pop(self._number, None)
+        if not entry[1]:
+            del _BY_MODULE[self._module_id]
+        if not _BY_MODULE and _GLOBAL:
+            _GLOBAL.pop().remove()
+
+
+def forward_hook(module: nn.Module, hook: Hook) -> Handle:
+    """Call ``hook(module, args, output)`` after each forward pass of ``module``, as its own hook would."""
+    key = id(module)
+    entry = _BY_MODULE.get(key)
+    if entry is None or entry[0]() is not module:  # a new module, or one that reuses a dead module's id
+        entry = (weakref.ref(module), {})
+        _BY_MODULE[key] = entry
+    number = next(_NUMBERS)
+    entry[1][number] = hook
+    if not _GLOBAL:
+        _GLOBAL.append(register_module_forward_hook(_dispatch))
+    return Handle(key, number)
+
+
+def _dispatch(module: nn.Module, args: Any, output: Any) -> None:
+    entry = _BY_MODULE.get(id(module))
+    if entry is None or entry[0]() is not module:
+        return
+    for hook in list(entry[1].values()):
+        hook(module, args, output)

@@ -1,0 +1,33 @@
+"""The job's entry point for minGPT's projects/chargpt/chargpt.py:
+SageMaker passes hyperparameters as `--name value`, and
+minGPT's `CfgNode.merge_from_args` asserts `--name=value` (`--trainer.max_iters=200`), so this rewrites the
+arguments and runs the unchanged upstream script with `runpy`, in this process, as `__main__`.
+
+minGPT is used installed (`pip install -e .` at the repository root); here its `mingpt/` package sits
+beside this file, which is first on `sys.path` when this file is the program, as it is for an
+installed package. Nothing else is changed: same process, same working directory, same output.
+"""
+
+import runpy
+import sys
+
+SCRIPT = "projects/chargpt/chargpt.py"
+
+
+def equals_arguments(arguments: list[str]) -> list[str]:
+    """`--name value` pairs as `--name=value`; an argument already written `--name=value` stays as it is."""
+    rewritten, index = [], 0
+    while index < len(arguments):
+        argument = arguments[index]
+        if "=" not in argument and index + 1 < len(arguments) and not arguments[index + 1].startswith("--"):
+            rewritten.append(f"{argument}={arguments[index + 1]}")
+            index += 2
+        else:
+            rewritten.append(argument)
+            index += 1
+    return rewritten
+
+
+if __name__ == "__main__":
+    sys.argv = [SCRIPT, *equals_arguments(sys.argv[1:])]
+    runpy.run_path(SCRIPT, run_name="__main__")

@@ -1,0 +1,184 @@
+"""The public-scripts corpus's manifests, and how its benchmark compares a watched run with unwatched ones
+(no training here)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from stabilizer.bench import transparency as bench
+from stabilizer.bench.corpus import PUBLIC_SCRIPTS_DIR, ManifestError, Script, edited_files, load_script, load_scripts
+from stabilizer.client.inputs import check_input
+
+SCRIPTS = load_scripts()
+PRESENT = [s for s in SCRIPTS if s.present]
+ABSENT = "the upstream files are not in this checkout (tests/public_scripts/README.md)"
+
+
+def test_every_script_folder_has_a_manifest_and_every_run_is_an_input_the_workflow_accepts():
+    folders = {p.name for p in PUBLIC_SCRIPTS_DIR.iterdir() if p.is_dir() and "__" in p.name}
+    assert folders == {s.name for s in SCRIPTS}
+    for script in SCRIPTS:
+        for run in script.runs:
+            check_input(run.execution_input("default"))  # raises InputProblemError naming the field
+            assert bench.loss_regex(run), run.name
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
+def test_every_vendored_file_is_upstreams_byte_for_byte(script: Script):
+    if not script.present:
+        pytest.skip(f"{script.name}: {ABSENT}")
+    assert edited_files(script) == []
+    assert (script.directory / "LICENSE").read_text().strip()
+
+
+def test_a_hand_edit_of_a_vendored_file_is_caught(tmp_path: Path):
+    if not PRESENT:
+        pytest.skip(ABSENT)
+    script = PRESENT[0]
+    copy = tmp_path / script.name
+    shutil.copytree(script.directory, copy)
+    shutil.copytree(PUBLIC_SCRIPTS_DIR / "_standins", tmp_path / "_standins")
+    path = script.upstream.paths[0]
+    target = copy / script.upstream.local(path)
+    target.write_bytes(target.read_bytes() + b"\n")
+    assert edited_files(load_script(copy)) == [path]
+
+
+def _folder(tmp_path: Path, **changes: object) -> Path:
+    """A well-formed script folder, with top-level manifest keys replaced by `changes`."""
+    folder = tmp_path / "someone__fit"
+    folder.mkdir()
+    (folder / "fit.py").write_text("print('loss 1.0')\n")
+    (folder / "LICENSE").write_text("MIT License\n")
+    (tmp_path / "_standins" / "torchvision").mkdir(parents=True)
+    manifest = {
+        "description": "a fit", "watch": "none", "step_regex": "^loss",
+        "upstream": {"repo": "someone/project", "commit": "a" * 40, "root": "", "paths": ["fit.py"],
+                     "blobs": {"fit.py": "b" * 40}, "licence": "MIT"},
+        "job": {"entry_point": "fit.py", "hyperparameters": {"lr": 0.1},
+                "metric_definitions": [{"Name": "loss", "Regex": "loss (\\S+)"}], "loss_metric": "loss"},
+        "runs": [{"name": "fit-healthy", "healthy": True, "expect": {"outcome": "succeeded"}},
+                 {"name": "fit-lr100", "healthy": False, "hyperparameters": {"lr": 100},
+                  "expect": {"first_attempt": "diverged", "outcome": ["succeeded"]}}],
+    }
+    for key, value in changes.items():
+        if value is None:
+            manifest.pop(key)
+        else:
+            manifest[key] = value
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def test_a_well_formed_folder_loads(tmp_path: Path):
+    script = load_script(_folder(tmp_path, standins=["torchvision"], command={"arguments": "equals"}))
+    assert script.healthy.name == "fit-healthy" and script.script == "fit.py"
+    assert script.command_arguments({"lr": 0.1, "compile": False}) == ["--compile=False", "--lr=0.1"]
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"upstream": None}, r"upstream: required"),
+    ({"upstream": {"repo": "someone/project", "root": "", "paths": ["fit.py"], "blobs": {}, "licence": "MIT"}},
+     r"upstream\.commit: required"),
+    ({"upstream": {"repo": "someone/project", "commit": "HEAD", "root": "", "paths": ["fit.py"], "blobs": {},
+                   "licence": "MIT"}}, r"upstream\.commit: expected 40 lower-case hex digits, got 'HEAD'"),
+    ({"upstream": {"repo": "someone/project", "commit": "a" * 40, "root": "src", "paths": ["fit.py"],
+                   "blobs": {"fit.py": "b" * 40}, "licence": "MIT"}}, r"upstream\.paths\[0\]: expected a path under"),
+    ({"upstream": {"repo": "someone/project", "commit": "a" * 40, "root": "", "paths": ["fit.py"], "blobs": {},
+                   "licence": "MIT"}}, r"upstream\.blobs\.fit\.py: expected the file's git blob id"),
+    ({"command": {"arguments": "colon"}}, r"command\.arguments: expected space or equals, got 'colon'"),
+    ({"command": {"script": "missing.py"}}, r"command\.script: 'missing\.py' is not a file"),
+    ({"data": {"maker": "make_data.py"}}, r"data\.maker: 'make_data\.py' is not a file"),
+    ({"standins": ["tensorflow"]}, r"standins: expected a list of torchvision packages, got \['tensorflow'\]"),
+    ({"watch": "library"}, r"watch: expected none"),
+    ({"runs": [{"name": "fit-healthy", "healthy": True, "expect": {"outcome": "succeeded"}}]},
+     r"no_failing_run: required when runs has no failing run"),
+    ({"runs": [{"name": "fit-lr100", "healthy": False, "expect": {"first_attempt": "diverged",
+                                                                   "outcome": "succeeded"}}]},
+     r"runs: expected exactly one healthy run, got 0"),
+])
+def test_a_malformed_manifest_is_refused_naming_the_field(tmp_path: Path, changes: dict, message: str):
+    with pytest.raises(ManifestError, match=message):
+        load_script(_folder(tmp_path, **changes))
+
+
+def test_upstream_files_in_place_without_their_licence_are_refused(tmp_path: Path):
+    folder = _folder(tmp_path)
+    (folder / "LICENSE").unlink()
+    with pytest.raises(ManifestError, match=r"upstream: LICENSE missing from"):
+        load_script(folder)
+
+
+def test_a_folder_holding_only_what_is_ours_loads_and_is_not_present(tmp_path: Path):
+    folder = _folder(tmp_path)
+    script = load_script(folder)
+    assert script.present
+    for name in script.upstream.missing(tmp_path / "nowhere"):
+        (folder / name).unlink()
+    assert load_script(folder).present is False
+
+
+# ---------------------------------------------------------------------------- comparing runs
+def _observed(stdout: list[str], *, status: int = 0, files: dict | None = None, losses: list | None = None,
+              stderr: list[str] | None = None) -> bench.Observed:
+    return bench.Observed(status, stdout, stderr or [], files or {}, losses or [], 1.0)
+
+
+def test_lines_that_differ_between_unwatched_runs_are_not_compared():
+    first = _observed(["epoch 1", "took 1.2 s", "loss 0.5"])
+    second = _observed(["epoch 1", "took 1.4 s", "loss 0.5"])
+    watched = _observed(["epoch 1", "took 3.0 s", "loss 0.5"])
+    assert bench.differences(first, second, watched) == []
+
+
+def test_lines_that_carry_a_process_id_are_volatile_in_whatever_order_the_processes_print():
+    first = _observed(["101 loss 2.3", "102 loss 2.4", "test 0.5"])
+    second = _observed(["202 loss 2.4", "201 loss 2.3", "test 0.5"])
+    assert bench.differences(first, second, _observed(["302 loss 2.4", "301 loss 2.3", "test 0.5"])) == []
+    assert bench.differences(first, second, _observed(["302 loss 2.4", "301 loss 2.3", "test 0.6"])) == [
+        "stdout line 3: unwatched 'test 0.5', watched 'test 0.6'"]
+
+
+def test_a_line_the_watched_run_adds_changes_or_drops_is_its_first_difference():
+    first = second = _observed(["epoch 1", "loss 0.5"])
+    assert bench.differences(first, second, _observed(["epoch 1", "watching", "loss 0.5"])) == [
+        "stdout: watched printed 'watching' after line 1"]
+    assert bench.differences(first, second, _observed(["epoch 1", "loss 0.7"])) == [
+        "stdout line 2: unwatched 'loss 0.5', watched 'loss 0.7'"]
+    assert bench.differences(first, second, _observed(["epoch 1"])) == [
+        "stdout: watched did not print line 2 'loss 0.5'"]
+
+
+def test_exit_status_losses_and_files_are_compared_and_the_exit_comes_first():
+    first = second = _observed(["done"], files={"model.pt": "aa", "log.txt": "cc"}, losses=["0.5", "0.4"])
+    watched = _observed(["done"], status=1, files={"log.txt": "cd"}, losses=["0.5", "0.41"],
+                        stderr=["Traceback (most recent call last):", "AttributeError: Can't pickle local object",
+                                "sentinel: checked steps 0..3, exception"])
+    found = bench.differences(first, second, watched)
+    assert found[0] == "exit 1 (unwatched 0): AttributeError: Can't pickle local object"
+    assert "losses: 2 watched, 2 unwatched; first differs at #2: unwatched ['0.4'], watched ['0.41']" in found
+    assert "file model.pt: written unwatched, not watched" in found
+    assert "file log.txt: content differs" in found
+
+
+def test_a_file_whose_content_differs_between_unwatched_runs_is_compared_by_name_only():
+    first = _observed([], files={"sample.png": "aa"})
+    second = _observed([], files={"sample.png": "bb"})
+    assert bench.differences(first, second, _observed([], files={"sample.png": "cc"})) == []
+
+
+def test_a_healthy_setting_that_fails_unwatched_is_named_not_called_identical():
+    failed = _observed([], status=1, stderr=["ModuleNotFoundError: No module named 'torchvision'"])
+    assert bench.differences(failed, failed, failed) == [
+        "the unwatched run failed (exit 1): ModuleNotFoundError: No module named 'torchvision'"]
+
+
+def test_output_that_interleaves_is_left_out_of_the_comparison_only_when_the_manifest_says_so():
+    first = second = _observed(["101 loss 2.3", "", "102 loss 2.4"], losses=["2.3", "2.4"])
+    watched = _observed(["101 loss 2.3", "102 loss 2.4", ""], losses=["2.3", "2.4"])
+    assert bench.differences(first, second, watched, ordered=False) == []
+    assert bench.differences(first, second, watched) == ["stdout line 2: unwatched '', watched '102 loss 2.4'"]
