@@ -358,6 +358,7 @@ def test_debugger_rules_without_an_evaluator_are_reported_as_errors(sagemaker: A
     assert [(s["RuleConfigurationName"], s["RuleEvaluationStatus"]) for s in statuses] == [("ExplodingTensor", "Error")]
 
 
+@pytest.mark.slow
 def test_debugger_profiler_rules_report_in_their_own_member_as_errors_locally(sagemaker: Any, staged: Any):
     """DescribeTrainingJob reports profiler rules in ProfilerRuleEvaluationStatuses (SageMaker API
     Reference); none runs locally, and each says so."""
@@ -448,6 +449,7 @@ def test_stop_processing_job_stops_one_rule_evaluation(sagemaker_with_rules: Any
 
 
 
+@pytest.mark.slow
 def test_a_spot_request_sagemaker_would_refuse_is_refused_and_a_valid_one_is_billed_as_trained(
         sagemaker: Any, staged: Any):
     """Managed spot training: StoppingCondition.MaxWaitTimeInSeconds "must be equal to or greater than
