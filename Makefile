@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint clean
+.PHONY: setup run test test-fast lint clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -26,9 +26,22 @@ setup: $(STAMP) $(NPM_STAMP)
 run: setup
 	$(BIN)/stabilizer run --local $(ARGS)
 
+# One pytest worker per core (pytest-xdist), at most four: each worker imports torch, the CDK and
+# moto and starts its own jsii runtime. Workers take tests one by one in collection order, the long
+# end-to-end runs first; tests that share an expensive fixture (a synth, one local execution) carry
+# the same `xdist_group` and run on one worker. `make test WORKERS=0` runs in this process.
+WORKERS ?= auto
+XDIST = -n $(WORKERS) --maxprocesses 4 --dist loadgroup
+
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+
+# The fast tier: what starts no process and trains nothing (tests marked `slow` left out;
+# tests/conftest.py fails any other test that starts a process).
+test-fast: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) cdk.out .pytest_cache runs build dist *.egg-info

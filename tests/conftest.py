@@ -1,12 +1,97 @@
-"""Fixtures shared by every tier: the offline data set and a job directory."""
+"""Fixtures shared by every tier: the offline data set and a job directory; and the rule that keeps
+`make test-fast` fast: a test that starts a process is marked `slow`.
+
+Every test that starts a process (a training run, a local job, a command, pip, git, torchrun) or
+trains a network for real is marked `slow`; `make test-fast` runs the others (`-m "not slow"`).
+The mark is checked, not trusted: while a test without it runs (its set-up, call and tear-down),
+every way Python starts a process raises `ProcessStartError`, and the test fails even if the code
+under test catches that error.
+
+Every boto3 session parses the AWS service models again (SageMaker's alone is megabytes of JSON),
+which was about half the time of the tests that start none: here each model file is parsed once
+per test process and the parse is shared, as the clients of one session already share it.
+"""
 
 from __future__ import annotations
 
+import _posixsubprocess
+import functools
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from botocore import loaders
 
 from tests.helpers import JobDirs, model_module
+
+# Every way a process starts: subprocess (fork_exec or posix_spawn, both under _execute_child),
+# multiprocessing's spawn and forkserver (fork_exec), its fork (os.fork), pty, os.system and os.spawn*.
+_STARTERS = (
+    (subprocess.Popen, "_execute_child"),
+    (_posixsubprocess, "fork_exec"),
+    (os, "fork"),
+    (os, "forkpty"),
+    (os, "posix_spawn"),
+    (os, "posix_spawnp"),
+    (os, "system"),
+)
+
+
+class ProcessStartError(RuntimeError):
+    """A test outside the `slow` tier started a process."""
+
+
+@contextmanager
+def _no_process_started(test: str) -> Iterator[list[str]]:
+    started: list[str] = []
+    saved = [(owner, name, getattr(owner, name)) for owner, name in _STARTERS if hasattr(owner, name)]
+
+    def refuse(what: str):
+        def refused(*_args, **_kwargs):
+            started.append(what)
+            raise ProcessStartError(f"{test} called {what}: a test that starts a process is marked slow")
+
+        return refused
+
+    for owner, name, _ in saved:
+        setattr(owner, name, refuse(f"{getattr(owner, '__name__', owner)}.{name}"))
+    try:
+        yield started
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+def _guarded(item: pytest.Item):
+    if item.get_closest_marker("slow"):
+        return (yield)
+    with _no_process_started(item.nodeid) as started:
+        result = yield
+    if started:  # raised inside the test, and caught there
+        raise ProcessStartError(f"{item.nodeid} tried to start a process ({', '.join(started)}): mark it slow")
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    return (yield from _guarded(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    return (yield from _guarded(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    return (yield from _guarded(item))
+
+
+_parse_model_file = functools.cache(loaders.JSONFileLoader().load_file)
+loaders.JSONFileLoader.load_file = lambda _loader, file_path: _parse_model_file(file_path)
 
 
 @pytest.fixture(scope="session")

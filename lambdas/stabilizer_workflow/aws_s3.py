@@ -111,7 +111,7 @@ def missing_data_message(empty: list[tuple[str, str]]) -> str:
         f"{where}. Upload the training data before starting an execution: x.npy and y.npy under "
         f"each channel's prefix (docs/contracts.md, section 1), for the reference problem "
         f"`cd model && python data.py cifar10 --out ../data` then "
-        f"`aws s3 cp ../data/<channel>/ <prefix> --recursive` (README, Deploy to AWS, Data)"
+        f"`aws s3 cp ../data/<channel>/ <prefix> --recursive` (docs/deploy.md, Data)"
     )
 
 

@@ -5,7 +5,7 @@ It ships inside the SageMaker source directory (``model/``) and needs only torch
 detection works inside a training job on AWS, in local mode and in a notebook afterwards, with or
 without SageMaker Debugger.
 
-Protecting a training loop (the plain-loop level; README "Protect your own training script")::
+Protecting a training loop (the plain-loop level; docs/library.md)::
 
     import stabilizer_sentinel as sentinel
     guard = sentinel.watch(model, optimizer)    # configured by the job's sagemaker_stabilizer hyperparameter

@@ -1,6 +1,6 @@
 """The sentinel for any PyTorch loop: ``watch(model, optimizer)`` installs hooks, the loop reports its loss.
 
-A plain loop gains three lines (docs/contracts.md, section 8; README "Protect your own training script")::
+A plain loop gains three lines (docs/contracts.md, section 8; docs/library.md)::
 
     import stabilizer_sentinel as sentinel
     guard = sentinel.watch(model, optimizer)        # configuration from the SageMaker job

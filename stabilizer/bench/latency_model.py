@@ -49,7 +49,7 @@ class Figure:
 # --- the figures, each with its source ------------------------------------------------------
 
 # One training step of ResNet-20 (batch 128) on a CPU: python -m stabilizer.bench.overhead on the
-# development machine (README, Measured figures: 155 ms a step).
+# development machine (docs/figures.md: 155 ms a step).
 STEP = Figure(0.155, MEASURED, "stabilizer.bench.overhead: 155 ms a ResNet-20 step on 2 CPU cores")
 # The state machine's check interval; both ways default to 300 s (the sample's and ours).
 WAIT_SECONDS = 300.0
@@ -81,8 +81,8 @@ SENTINEL = Figure(STEP.seconds, DERIVED, "in-job check at the step of the explos
 JOB_END = Figure(10.0, ASSUMED, "Uploading of a few MB then Failed; no AWS figure")
 # EventBridge delivers service events to rule targets in near real time; AWS gives no bound.
 EVENT_DELIVERY = Figure(1.0, ASSUMED, "EventBridge rule to Lambda target; AWS publishes no latency figure")
-# A Lambda invocation from cold: the handlers' cold import measured at 0.33-0.34 s (README,
-# Measured figures), plus the runtime start and one or two AWS calls.
+# A Lambda invocation from cold: the handlers' cold import measured at 0.33-0.34 s
+# (docs/figures.md), plus the runtime start and one or two AWS calls.
 LAMBDA_COLD = Figure(1.0, ASSUMED, "cold import measured 0.33 s locally; runtime start and calls added")
 # Step Functions moves between states in well under a second; no AWS figure.
 TRANSITIONS = Figure(0.5, ASSUMED, "a few state transitions; no AWS figure")

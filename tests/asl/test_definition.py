@@ -28,6 +28,7 @@ def _tasks(definition: dict) -> dict[str, dict]:
     return {name: s for name, s in definition["States"].items() if s["Type"] == "Task"}
 
 
+@pytest.mark.slow
 def test_statelint_accepts_the_definition():
     statelint = Path(sys.executable).with_name("statelint")
     result = subprocess.run([str(statelint), str(DEFINITION)], capture_output=True, text=True, check=False)

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,32 @@ def run_policy(policy: str, data: Path, run_dir: Path) -> tuple[RunRecord, list[
         record = engine.run({**SMALL_RUN, "policy": policy}, name=f"e2e-{policy}")
         history = engine.history(record.execution_arn)
     return record, history
+
+
+@dataclass
+class FollowedRun:
+    """One execution as the notebook client saw it, and as the engine recorded it."""
+
+    record: RunRecord
+    history: list[dict[str, Any]]
+    view: Any
+    notes: list[Any]
+    findings: dict[str, Any] | None
+    trial: Any
+
+
+@pytest.fixture(scope="module")
+def default_run(small_digits: Path, tmp_path_factory: pytest.TempPathFactory) -> FollowedRun:
+    """The default policy on SMALL_RUN, run once for the tests that read it: started and followed
+    through the notebook client, whose thread runs the engine's own `follow` (as `engine.run` does)."""
+    from stabilizer.client.local_client import LocalClient
+
+    with LocalClient.open(tmp_path_factory.mktemp("default") / "nb", data_dir=small_digits) as client:
+        arn = client.start({**SMALL_RUN, "policy": "default"}, name="e2e-default")
+        view = client.wait(arn, timeout=300)
+        return FollowedRun(record=client.record(arn), history=client.history(arn), view=view,
+                           notes=client.notifications(arn), findings=client.findings(arn, 1),
+                           trial=client.open_tensor_store(arn, 1))
 
 
 def check_recovered_with_batch_norm(record: RunRecord, history: list[dict[str, Any]]) -> None:
@@ -117,10 +144,10 @@ def check_recovered_with_batch_norm(record: RunRecord, history: list[dict[str, A
     assert final.body["outcome"] == "succeeded"
 
 
-def test_default_policy_adds_batch_norm_after_the_first_explosion(small_digits: Path, tmp_path: Path):
-    record, history = run_policy("default", small_digits, tmp_path / "run")
-    check_recovered_with_batch_norm(record, history)
-    assert len(record.attempts) == 2
+@pytest.mark.xdist_group("default_run")  # one worker runs the shared execution once
+def test_default_policy_adds_batch_norm_after_the_first_explosion(default_run: FollowedRun):
+    check_recovered_with_batch_norm(default_run.record, default_run.history)
+    assert len(default_run.record.attempts) == 2
 
 
 def test_original_policy_halves_the_warmup_lr_five_times_then_adds_batch_norm(small_digits: Path, tmp_path: Path):
@@ -174,16 +201,10 @@ def test_ctrl_c_stops_the_running_job_and_keeps_its_checkpoint(small_digits: Pat
     assert "stopped by SIGTERM" in next(jobs.glob("*/logs/training.log")).read_text()
 
 
-def test_notebook_client_follows_an_execution_and_opens_its_tensors(small_digits: Path, tmp_path: Path):
-    from stabilizer.client.local_client import LocalClient
-
-    with LocalClient.open(tmp_path / "nb", data_dir=small_digits) as client:
-        arn = client.start({**SMALL_RUN, "policy": "default"}, name="e2e-notebook")
-        view = client.wait(arn, timeout=300)
-        notes = client.notifications(arn)
-        findings = client.findings(arn, 1)
-        trial = client.open_tensor_store(arn, 1)
-        history = client.history(arn)
+@pytest.mark.xdist_group("default_run")  # one worker runs the shared execution once
+def test_notebook_client_follows_an_execution_and_opens_its_tensors(default_run: FollowedRun):
+    view, notes, findings, trial, history = (
+        default_run.view, default_run.notes, default_run.findings, default_run.trial, default_run.history)
 
     assert view.status == "SUCCEEDED"
     assert [a["number"] for a in view.attempts] == [1, 2]

@@ -1,5 +1,5 @@
-"""Jobs on several instances, run locally as the README says: two hosts of torchrun each, one stop for
-every rank at one step, a relaunch that resumes on two hosts, and a hang that is detected, stopped
+"""Jobs on several instances, run locally as docs/many-hosts.md says: two hosts of torchrun each, one
+stop for every rank at one step, a relaunch that resumes on two hosts, and a hang that is detected, stopped
 and retried. Tiny models on CPU over gloo; hang floors of seconds."""
 
 from __future__ import annotations

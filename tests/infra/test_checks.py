@@ -74,6 +74,7 @@ def test_an_unacknowledged_finding_fails_synth(tmp_path):
     assert "AwsSolutions-S10" in rules
 
 
+@pytest.mark.slow
 def test_cfn_lint_finds_nothing(default_outdir):
     cfn_lint = Path(sys.executable).with_name("cfn-lint")
     template = default_outdir / "Stabilizer.template.json"
@@ -81,6 +82,7 @@ def test_cfn_lint_finds_nothing(default_outdir):
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
 
 
+@pytest.mark.slow
 def test_cdk_cli_synth_offline_without_credentials_or_docker(tmp_path):
     """`npx cdk synth` as a newcomer runs it: pinned CLI, venv python, no AWS settings at all."""
     cli = REPO_ROOT / "node_modules" / ".bin" / "cdk"

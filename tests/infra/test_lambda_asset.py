@@ -136,6 +136,7 @@ def _load_in_lambda_layout(tmp_path: Path, code: str) -> dict:
     return report
 
 
+@pytest.mark.slow
 def test_bundled_packages_load_from_the_asset_alone(tmp_path):
     report = _load_in_lambda_layout(tmp_path, "import pydantic, pydantic_core\npydantic.TypeAdapter(int)")
     assert report["modules"]["pydantic_core._pydantic_core"].startswith(report["asset"])
@@ -145,6 +146,7 @@ def test_bundled_packages_load_from_the_asset_alone(tmp_path):
     assert stray == {}
 
 
+@pytest.mark.slow
 def test_handlers_load_from_the_asset_alone(tmp_path):
     code = "\n".join(f"import {h}\nassert callable({h}.lambda_handler)" for h in HANDLERS)
     report = _load_in_lambda_layout(tmp_path, code)
@@ -155,6 +157,7 @@ def test_handlers_load_from_the_asset_alone(tmp_path):
     assert report["rss_mib"] < LAMBDA_MEMORY_MB / 2
 
 
+@pytest.mark.slow
 def test_asset_holds_no_sagemaker_sdk_and_picks_images_without_it(deployed_asset, tmp_path):
     # The SDK resolves images at synth time only; the functions read what synth baked in.
     top_level = {p.name.lower() for p in deployed_asset.iterdir()}

@@ -149,6 +149,7 @@ def test_no_package_imports_in_a_circle():
     assert circles(graph) == []
 
 
+@pytest.mark.slow
 def test_the_tree_holds_no_symlinks():
     links = [path.relative_to(ROOT).as_posix() for path in tracked_files() if path.is_symlink()]
     assert links == []
@@ -169,6 +170,7 @@ def test_the_pattern_recognises_each_kind_of_sys_path_edit():
         assert not SYS_PATH_EDIT.search(read), read
 
 
+@pytest.mark.slow
 def test_no_file_edits_sys_path():
     this = Path(__file__).resolve()
     edits: dict[str, list[str]] = {}
@@ -209,6 +211,7 @@ CODE_DIRECTORIES = ("stabilizer", "lambdas", "model", "infra")
 MAX_LINES = 400
 
 
+@pytest.mark.slow
 def test_no_module_of_the_code_grows_past_400_lines():
     sizes = {}
     for path in tracked_files():

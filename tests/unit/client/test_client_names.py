@@ -57,6 +57,7 @@ def test_an_unknown_name_is_an_attribute_error_naming_it():
         from stabilizer.client import LocalClinet  # noqa: F401
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "program",
     [

@@ -64,6 +64,7 @@ FILES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git to compare with")
 def test_the_ignore_file_leaves_out_exactly_what_git_would_for_the_same_patterns(tmp_path: Path):
     ours = tree(tmp_path / "ours", dict.fromkeys(FILES, "x") | {IGNORE_FILE: PATTERNS})

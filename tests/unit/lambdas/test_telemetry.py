@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from stabilizer_workflow import telemetry
 from stabilizer_workflow.handlers import monitor as monitor_handler
 from stabilizer_workflow.handlers import train as train_handler
@@ -48,6 +50,7 @@ def test_both_handlers_share_one_logger_and_one_metrics():
     assert train_handler.metrics is monitor_handler.metrics is telemetry.metrics
 
 
+@pytest.mark.slow
 def test_outside_lambda_the_tracing_sdk_is_not_imported():
     seen = probe()
     assert seen["xray_imported"] is False
@@ -57,6 +60,7 @@ def test_outside_lambda_the_tracing_sdk_is_not_imported():
     assert (seen["namespace"], seen["service"]) == ("Stabilizer", "stabilizer")
 
 
+@pytest.mark.slow
 def test_in_lambda_with_tracing_on_every_handler_is_traced():
     seen = probe(LAMBDA_TASK_ROOT="/var/task")
     assert seen["xray_imported"] is True
@@ -66,11 +70,13 @@ def test_in_lambda_with_tracing_on_every_handler_is_traced():
     assert seen["patched"] == ["botocore"]
 
 
+@pytest.mark.slow
 def test_tracing_disabled_by_powertools_variable_even_in_lambda():
     seen = probe(LAMBDA_TASK_ROOT="/var/task", POWERTOOLS_TRACE_DISABLED="true")
     assert (seen["xray_imported"], seen["tracer_created"]) == (False, False)
 
 
+@pytest.mark.slow
 def test_namespace_and_service_come_from_the_environment():
     seen = probe(POWERTOOLS_METRICS_NAMESPACE="TeamMetrics", POWERTOOLS_SERVICE_NAME="stabilizer-eu")
     assert (seen["namespace"], seen["service"]) == ("TeamMetrics", "stabilizer-eu")

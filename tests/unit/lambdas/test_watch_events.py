@@ -140,6 +140,7 @@ def test_an_await_without_its_token_or_with_a_broken_state_is_refused_naming_the
         watch_handler.handle([], Untouchable())
 
 
+@pytest.mark.slow
 def test_the_watch_functions_cold_start_does_not_import_powertools_parser():
     # Importing the parser builds every model Powertools ships; only EventBridge's events need it.
     probe = ("import sys, stabilizer_workflow.handlers.watch; "

@@ -12,6 +12,8 @@ import pytest
 
 from tests.unit.library.support import FIXTURES, findings, job_env, run
 
+pytestmark = pytest.mark.slow  # every test runs a looping script as its own process
+
 SCRIPT = FIXTURES / "ddp" / "hang.py"
 FLOOR = 2.0
 BOUNDS = {"STABILIZER_HANG_FLOOR_SECONDS": str(FLOOR), "STABILIZER_HANG_FACTOR": "10"}

@@ -14,6 +14,8 @@ import pytest
 
 from tests.unit.library.support import FIXTURES, findings, job_env, logged, run, summary
 
+pytestmark = pytest.mark.slow  # every test runs a script as its own process
+
 SCRIPT = FIXTURES / "loops" / "loss_forms.py"
 FORMS = ["module", "functional", "inside", "accumulated", "scaled", "summed", "terms", "mse"]
 

@@ -63,6 +63,7 @@ def test_bad_configuration_is_rejected_naming_the_field(raw, field):
         parse_config(raw)
 
 
+@pytest.mark.slow
 def test_train_py_takes_its_monitoring_from_the_configuration_before_its_own_hyperparameters(tmp_path,
                                                                                               digits_channels):
     job = JobDirs(tmp_path / "job")

@@ -10,6 +10,8 @@ import pytest
 from tests.helpers import MODEL_DIR
 from tests.unit.library.support import FIXTURES, findings, job_env, logged, run, summary
 
+pytestmark = pytest.mark.slow  # every test runs a script as its own process
+
 SCRIPT = FIXTURES / "regression" / "unchanged.py"
 DIVERGING = ["--lr", "3", "--steps", "12"]
 

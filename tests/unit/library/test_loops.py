@@ -56,6 +56,7 @@ def test_every_loop_kind_that_trains_is_watched_to_its_end_through_the_library(t
     assert written["learned"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["accumulate", "lbfgs", "by_hand", "bare", "gan", "compiled"])
 def test_the_launcher_stops_an_unchanged_loop_of_every_kind_at_its_first_non_finite_step(tmp_path, kind):
     result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", kind, "--nan-from", "3"], LOOPS.parent,
@@ -66,6 +67,7 @@ def test_the_launcher_stops_an_unchanged_loop_of_every_kind_at_its_first_non_fin
     assert summary(tmp_path)["integration"] == "launcher"
 
 
+@pytest.mark.slow
 def test_the_launcher_watches_a_loop_over_bare_tensors_to_its_end(tmp_path):
     # Leaf tensors, torch.nn.functional and a hand-written update: no module is called, no optimizer
     # steps. Its second backward pass shows the update, and each pass from then on is a checked step.
@@ -79,6 +81,7 @@ def test_the_launcher_watches_a_loop_over_bare_tensors_to_its_end(tmp_path):
     assert written["learned"] is True and written["last_loss"] < written["first_loss"]
 
 
+@pytest.mark.slow
 def test_the_launcher_checks_the_gradients_of_a_functional_model_before_its_optimizer_applies_them(tmp_path):
     # Leaf tensors stepped by torch.optim.SGD, no module: the guard must read the optimizer's own tensors'
     # gradients, and stop at the first NaN step before the update (not a step later, from the log).
@@ -91,6 +94,7 @@ def test_the_launcher_checks_the_gradients_of_a_functional_model_before_its_opti
     assert summary(tmp_path)["steps_taken"] == 3  # steps 0..2 applied; step 3's never
 
 
+@pytest.mark.slow
 def test_a_loop_that_makes_new_tensors_every_step_is_refused_in_one_line_not_silently_unwatched(tmp_path):
     result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "rebind", "--steps", "6"], LOOPS.parent,
                  job_env(tmp_path))
@@ -100,6 +104,7 @@ def test_a_loop_that_makes_new_tensors_every_step_is_refused_in_one_line_not_sil
     assert not (tmp_path / "checkpoints" / "findings.json").exists()  # no summary: the workflow says unwatched
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("integration", ["library", "launcher"])
 def test_a_nan_loss_under_a_grad_scaler_is_found_though_the_scaler_skips_every_step_after_it(
         tmp_path, monkeypatch, integration):
@@ -130,6 +135,7 @@ def test_a_scaler_calibrating_its_scale_is_healthy_and_its_skipped_steps_are_cou
     assert written["loss_scale"]["last"] < 2.0**16 and written["loss_scale"]["min"] >= 1
 
 
+@pytest.mark.slow
 def test_the_losses_of_steps_a_scaler_skipped_count_where_the_run_started(tmp_path):
     # The first steps are skipped while the scale calibrates; their losses are the model's all the
     # same, and the first of them is where the run started (a run whose applied steps exploded at once
@@ -169,6 +175,7 @@ def test_a_collapsing_loss_scale_is_an_exploding_tensor(tmp_path):
     assert summary(tmp_path)["loss_scale"]["min"] == 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("integration", ["library", "launcher"])
 def test_a_non_finite_loss_in_the_log_is_an_exploding_tensor_whatever_the_hooks_saw(tmp_path, integration):
     config = {"loss_regex": r"\bloss=(\S+)"}

@@ -22,6 +22,7 @@ def test_the_integration_is_three_lines():
     assert added[0].startswith("import stabilizer_sentinel")
 
 
+@pytest.mark.slow
 def test_a_diverging_loop_is_stopped_at_its_first_non_finite_step(tmp_path):
     # The same script with a sentinel that only records (action notify) shows where it first goes non-finite.
     free = run([str(SCRIPT), "--lr", "3", "--steps", "8"], SCRIPT.parent,
@@ -44,6 +45,7 @@ def test_a_diverging_loop_is_stopped_at_its_first_non_finite_step(tmp_path):
     assert expected < 5 and summary(job)["first_loss"] == pytest.approx(first, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_a_healthy_loop_runs_to_the_end_and_closes_the_store(tmp_path):
     config = {"capture": {"gradients": {"save_interval": 5}}}
     result = run([str(SCRIPT), "--lr", "0.05", "--steps", "12"], SCRIPT.parent, job_env(tmp_path, config))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import torch
 from torch import nn
 
@@ -22,6 +23,7 @@ def _first_non_finite(script, root, *args: str) -> int:
     return next(step for step, norm in logged(free.stdout) if not math.isfinite(norm))
 
 
+@pytest.mark.slow
 def test_a_stopped_plain_loop_leaves_the_state_from_before_the_explosion(tmp_path):
     args = ("--lr", "0.1", "--steps", "20")
     exploded_at = _first_non_finite(PLAIN, tmp_path / "free", *args)
@@ -52,6 +54,7 @@ def _explode(tmp_path, lr: str = "0.05") -> tuple[int, list]:
     return findings(job)[0]["step"], checkpoints_in(job / "checkpoints")
 
 
+@pytest.mark.slow
 def test_restore_resumes_the_weights_and_the_step_count_from_the_resume_channel(tmp_path):
     exploded_at, saved = _explode(tmp_path)
     newest = saved[-1]
@@ -75,6 +78,7 @@ def test_restore_resumes_the_weights_and_the_step_count_from_the_resume_channel(
     assert (written["started_from"], written["restores"], written["first_step"]) == (newest.name, True, next_step)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_architecture_starts_fresh_and_says_so(tmp_path):
     _, saved = _explode(tmp_path)
     job = tmp_path / "wider"

@@ -6,11 +6,14 @@ stabilizer_sentinel.launch`` for the launcher, the fixture's own ``watch()`` lin
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 from tests.helpers import MODEL_DIR
 from tests.unit.library.support import FIXTURES, findings, job_env, logged, run, summary
+
+pytestmark = pytest.mark.slow  # every test runs a script as its own process
 
 LOOPS = FIXTURES / "loops" / "loops.py"
 RNN = FIXTURES / "loops" / "rnn_lm.py"

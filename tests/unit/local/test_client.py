@@ -159,6 +159,7 @@ def test_aws_client_reads_findings_and_names_the_tensor_store_by_the_s3_layout(s
     assert client.tensor_store(arn, 3) == "s3://stabilizer-bucket/executions/exec-2/attempt-3/checkpoints/tensors/"
 
 
+@pytest.mark.slow
 def test_local_client_drives_the_local_engine(tmp_path: Path):
     root = FIXTURES / "project"
     project = Project(root, root / "statemachine" / "loop.asl.json", root / "lambdas", FIXTURES / "fake_model")

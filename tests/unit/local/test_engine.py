@@ -38,6 +38,7 @@ def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
+@pytest.mark.slow
 def test_rule_stop_then_relaunch_succeeds_through_the_interpreter(tmp_path: Path, project: Project, data_dir: Path):
     events = []
     with LocalEngine(tmp_path / "run", data_dir, project=project) as engine:

@@ -8,9 +8,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from stabilizer.local.deployment import Project
 from stabilizer.local.engine import LocalEngine
+
+pytestmark = pytest.mark.slow  # its jobs run as processes
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parents[3]

@@ -19,6 +19,8 @@ from tests.helpers import MODEL_DIR, ROOT
 from tests.unit.local.support import BUCKET, FIXTURES, aws_env_fixture, s3_fixture  # noqa: F401 fixtures
 from tests.unit.local.test_sagemaker_emulator import request, wait_for
 
+pytestmark = pytest.mark.slow  # every job runs its hosts as processes
+
 DDP_FIXTURE = ROOT / "tests" / "fixtures" / "ddp"  # a DDP loop whose rank --bad-rank reports a NaN loss
 
 
@@ -93,7 +95,6 @@ def test_a_stop_reaches_every_host(sagemaker, hosts_source):
     assert [process.returncode for process in job.processes] == [-9, -9]
 
 
-@pytest.mark.slow  # four ranks of torch on two hosts: about 30 s on a loaded 2-core machine
 def test_a_rule_firing_on_host_2_rank_1_stops_every_rank_of_both_hosts_at_that_step(tmp_path, s3):
     s3.put_object(Bucket=BUCKET, Key="data/train/x.npy", Body=b"x")
     s3.put_object(Bucket=BUCKET, Key="source/ddp.tar.gz", Body=source_archive(DDP_FIXTURE))

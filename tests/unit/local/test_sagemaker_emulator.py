@@ -75,6 +75,7 @@ def keys(s3: Any, prefix: str) -> list[str]:
     return [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])]
 
 
+@pytest.mark.slow
 def test_completed_job_runs_the_script_under_the_container_contract(sagemaker: Any, staged: Any, s3: Any):
     client, emulator = sagemaker
     client.create_training_job(**request(staged, "job-ok", steps="3", rules='[{"name": "ExplodingTensor"}]'))
@@ -104,6 +105,7 @@ def test_completed_job_runs_the_script_under_the_container_contract(sagemaker: A
     assert described["TrainingTimeInSeconds"] >= 1
 
 
+@pytest.mark.slow
 def test_rule_stop_fails_with_the_failure_file_and_findings_already_in_s3(sagemaker: Any, staged: Any, s3: Any):
     client, _ = sagemaker
     client.create_training_job(**request(staged, "job-rulestop", mode="rulestop"))
@@ -115,6 +117,7 @@ def test_rule_stop_fails_with_the_failure_file_and_findings_already_in_s3(sagema
     assert json.loads(body.read())["findings"][0]["rule"] == "ExplodingTensor"
 
 
+@pytest.mark.slow
 def test_crash_reports_the_reason_written_by_the_script(sagemaker: Any, staged: Any):
     client, _ = sagemaker
     client.create_training_job(**request(staged, "job-crash", mode="fail"))
@@ -123,6 +126,7 @@ def test_crash_reports_the_reason_written_by_the_script(sagemaker: Any, staged: 
     assert described["FailureReason"] == "AlgorithmError: ValueError: the data is bad"
 
 
+@pytest.mark.slow
 def test_findings_reach_s3_on_the_next_describe_while_the_job_runs(sagemaker: Any, staged: Any, s3: Any):
     client, emulator = sagemaker
     client.create_training_job(**request(staged, "job-live", mode="hang", step_seconds="0.05"))
@@ -143,6 +147,7 @@ def _wait_for_line(job: Any, text: str, timeout: float = 20) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_stop_sends_the_script_nothing_and_kills_it_after_the_grace_period(tmp_path: Path, staged: Any, s3: Any):
     # SageMaker's framework containers do not forward StopTrainingJob's SIGTERM to the script:
     # it trains on, unaware, until the container is killed at the end of the window. The stand-in
@@ -171,6 +176,7 @@ def test_stop_sends_the_script_nothing_and_kills_it_after_the_grace_period(tmp_p
     assert last_logged > 2  # it kept training while Stopping
 
 
+@pytest.mark.slow
 def test_local_interrupt_asks_the_script_to_end_without_sagemakers_grace(tmp_path: Path, staged: Any, s3: Any):
     emulator = LocalSageMaker(tmp_path / "jobs", s3)  # SageMaker's 120 s
     with emulator.installed():
@@ -190,6 +196,7 @@ def test_local_interrupt_asks_the_script_to_end_without_sagemakers_grace(tmp_pat
     assert waited < 5
 
 
+@pytest.mark.slow
 def test_checkpoint_deletions_are_mirrored_to_s3(sagemaker: Any, staged: Any, s3: Any):
     client, emulator = sagemaker
     client.create_training_job(**request(staged, "job-rotate", mode="rotate", steps="6", step_seconds="0.2"))
@@ -224,6 +231,7 @@ def test_a_job_that_fails_before_training_never_starts_its_script(sagemaker: Any
     assert job.process is None and not job.log_path.exists()
 
 
+@pytest.mark.slow
 def test_the_end_of_every_job_is_announced_once(tmp_path: Path, staged: Any, s3: Any):
     ended: list[tuple[str, str]] = []
     emulator = LocalSageMaker(tmp_path / "jobs", s3, on_job_end=lambda job: ended.append((job.name, job.status)))
@@ -237,6 +245,7 @@ def test_the_end_of_every_job_is_announced_once(tmp_path: Path, staged: Any, s3:
     assert sorted(ended) == [("job-a", "Completed"), ("job-b", "Failed")]
 
 
+@pytest.mark.slow
 def test_max_runtime_stops_the_job(sagemaker: Any, staged: Any):
     client, _ = sagemaker
     job_request = request(staged, "job-slow", mode="hang")
@@ -247,6 +256,7 @@ def test_max_runtime_stops_the_job(sagemaker: Any, staged: Any):
     assert described["SecondaryStatus"] == "MaxRuntimeExceeded"
 
 
+@pytest.mark.slow
 def test_a_script_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path: Path, staged: Any, s3: Any):
     emulator = LocalSageMaker(tmp_path / "jobs", s3, stop_grace_seconds=0.5)
     with emulator.installed():
@@ -263,6 +273,7 @@ def test_a_script_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path: Pa
     assert job.exit_code == -9
 
 
+@pytest.mark.slow
 def test_resumes_from_checkpoints_already_under_the_checkpoint_uri(sagemaker: Any, staged: Any, s3: Any):
     s3.put_object(Bucket=BUCKET, Key="executions/e1/attempt-1/checkpoints/checkpoint-7.pt", Body=b"{}")
     client, emulator = sagemaker
@@ -315,6 +326,7 @@ def test_invalid_requests_are_rejected_before_anything_runs(sagemaker: Any, stag
     assert error.value.response["Error"]["Message"] == "Requested resource not found."
 
 
+@pytest.mark.slow
 def test_list_training_jobs_filters_and_sorts(sagemaker: Any, staged: Any):
     client, _ = sagemaker
     client.create_training_job(**request(staged, "list-a", steps="1"))
@@ -329,6 +341,7 @@ def test_list_training_jobs_filters_and_sorts(sagemaker: Any, staged: Any):
     assert "NextToken" in page
 
 
+@pytest.mark.slow
 def test_debugger_rules_without_an_evaluator_are_reported_as_errors(sagemaker: Any, staged: Any):
     client, _ = sagemaker
     job_request = request(staged, "job-rules", steps="1")
@@ -345,6 +358,7 @@ def test_debugger_rules_without_an_evaluator_are_reported_as_errors(sagemaker: A
     assert [(s["RuleConfigurationName"], s["RuleEvaluationStatus"]) for s in statuses] == [("ExplodingTensor", "Error")]
 
 
+@pytest.mark.slow
 def test_debugger_profiler_rules_report_in_their_own_member_as_errors_locally(sagemaker: Any, staged: Any):
     """DescribeTrainingJob reports profiler rules in ProfilerRuleEvaluationStatuses (SageMaker API
     Reference); none runs locally, and each says so."""
@@ -385,6 +399,7 @@ def sagemaker_with_rules(tmp_path: Path, s3: Any) -> Any:
     emulator.wait_all(timeout=30)
 
 
+@pytest.mark.slow
 def test_rule_statuses_come_from_an_evaluator_process_per_rule(sagemaker_with_rules: Any, staged: Any):
     client, _ = sagemaker_with_rules
     client.create_training_job(**rules_request(staged, "job-rules-fire", mode="rulestop"))
@@ -403,6 +418,7 @@ def test_rule_statuses_come_from_an_evaluator_process_per_rule(sagemaker_with_ru
     )
 
 
+@pytest.mark.slow
 def test_stop_processing_job_stops_one_rule_evaluation(sagemaker_with_rules: Any, staged: Any):
     client, _ = sagemaker_with_rules
     client.create_training_job(**rules_request(staged, "job-rules-stop", mode="hang"))
@@ -433,6 +449,7 @@ def test_stop_processing_job_stops_one_rule_evaluation(sagemaker_with_rules: Any
 
 
 
+@pytest.mark.slow
 def test_a_spot_request_sagemaker_would_refuse_is_refused_and_a_valid_one_is_billed_as_trained(
         sagemaker: Any, staged: Any):
     """Managed spot training: StoppingCondition.MaxWaitTimeInSeconds "must be equal to or greater than

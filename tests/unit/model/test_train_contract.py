@@ -16,6 +16,7 @@ _recipe = model_module("recipe")
 Config, HyperparameterError, parse_config = _recipe.Config, _recipe.HyperparameterError, _recipe.parse_config
 
 
+@pytest.mark.slow
 def test_help_documents_every_hyperparameter():
     result = subprocess.run([sys.executable, str(TRAIN_SCRIPT), "--help"], capture_output=True, text=True,
                             cwd=MODEL_DIR, check=True)
@@ -50,6 +51,7 @@ def test_bad_hyperparameters_are_rejected_naming_the_field(argv, message):
     assert message in str(raised.value)
 
 
+@pytest.mark.slow
 def test_a_bad_hyperparameter_exits_2_with_the_reason_in_the_failure_file(job_dirs, digits_channels):
     result = run_train(["--learning_rate", "fast"], job_dirs.env(digits_channels))
     assert result.returncode == 2
@@ -57,6 +59,7 @@ def test_a_bad_hyperparameter_exits_2_with_the_reason_in_the_failure_file(job_di
     assert reason.startswith("HyperparameterError: argument --learning_rate") and "fast" in reason
 
 
+@pytest.mark.slow
 def test_dry_run_writes_model_and_checkpoint(job_dirs, digits_channels):
     result = run_train(["--dry-run", "--log_every", "1"], job_dirs.env(digits_channels))
     assert result.returncode == 0, result.stderr
@@ -67,6 +70,7 @@ def test_dry_run_writes_model_and_checkpoint(job_dirs, digits_channels):
     assert [c.name for c in checkpoints] == ["checkpoint-00000003.pt"]
 
 
+@pytest.mark.slow
 def test_log_lines_match_a_metric_definitions_regex(job_dirs, digits_channels):
     import re
 
@@ -78,6 +82,7 @@ def test_log_lines_match_a_metric_definitions_regex(job_dirs, digits_channels):
     assert re.search(r"eval epoch=1 test_loss=\S+ test_accuracy=[\d.]+", result.stdout)
 
 
+@pytest.mark.slow
 def test_one_hot_labels_are_accepted(job_dirs, tmp_path, digits_channels):
     _data = model_module("data")
     read_channel, write_channel = _data.read_channel, _data.write_channel
@@ -89,6 +94,7 @@ def test_one_hot_labels_are_accepted(job_dirs, tmp_path, digits_channels):
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly_where_an_uninterrupted_run_would(tmp_path, digits_channels):
     from tests.helpers import JobDirs
 
@@ -105,6 +111,7 @@ def test_resume_continues_exactly_where_an_uninterrupted_run_would(tmp_path, dig
     assert len(expected) == 4
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_and_exits_zero(job_dirs, digits_channels):
     env = job_dirs.env(digits_channels)
     process = subprocess.Popen([sys.executable, str(TRAIN_SCRIPT), "--num_epochs", "50", "--log_every", "1",
@@ -124,6 +131,7 @@ def test_sigterm_checkpoints_and_exits_zero(job_dirs, digits_channels):
     assert not (job_dirs.model / "model.pt").exists()
 
 
+@pytest.mark.slow
 def test_a_crash_writes_a_one_line_reason_and_exits_non_zero(job_dirs, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -52,6 +52,7 @@ def save_gradients(capture: Capture, model: torch.nn.Module, step: int, value: f
     capture.flush()
 
 
+@pytest.mark.slow
 def test_statuses_follow_the_job_step_by_step(tmp_path):
     model = tiny_net()
     capture = Capture(model, parse_capture({"gradients": {"save_interval": 1}, "losses": {"save_interval": 1}}),
@@ -79,6 +80,7 @@ def test_statuses_follow_the_job_step_by_step(tmp_path):
     assert json.loads(status.read_text())["loaded_all_steps"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("rule", "said"),
     [
@@ -102,6 +104,7 @@ def test_a_bad_rule_list_is_an_error_status_and_exit_2_not_a_traceback(tmp_path,
     assert "Traceback" not in process.stderr.read()
 
 
+@pytest.mark.slow
 def test_sigterm_stops_rules_still_in_progress(tmp_path):
     status = tmp_path / "status.json"
     process = start(tmp_path / "tensors", status)
@@ -111,6 +114,7 @@ def test_sigterm_stops_rules_still_in_progress(tmp_path):
     assert {s["RuleEvaluationStatus"] for s in statuses(status).values()} == {"Stopped"}
 
 
+@pytest.mark.slow
 def test_idle_timeout_without_end_marker_is_an_error(tmp_path):
     status = tmp_path / "status.json"
     process = start(tmp_path / "tensors", status, RULES, "--idle-timeout", "0.5")

@@ -1,7 +1,7 @@
-"""The README's "Coming from SageMaker Debugger" example, taken from README.md as written.
+"""The Debugger page's example (docs/debugger.md, "Before and after"), taken from the page as written.
 
 The "before" block is a Debugger user's Estimator; the "after" block hands it to the client. The
-test builds the estimator with the README's own code (a role and a `src/train.py` supplied, `fit`
+test builds the estimator with the page's own code (a role and a `src/train.py` supplied, `fit`
 kept from calling AWS), translates it as `client.start(job=estimator, ...)` does, and checks that
 ValidateInput accepts the result and that the Debugger configuration arrived with its meaning.
 """
@@ -16,17 +16,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-README = (ROOT / "README.md").read_text()
-SECTION = "## Coming from SageMaker Debugger"
+PAGE = ROOT / "docs" / "debugger.md"
+SECTION = "## Before and after"
 
 
 def _blocks() -> list[str]:
-    start = README.index(SECTION)
-    end = README.index("\n## ", start + len(SECTION))
-    return re.findall(r"```python\n(.*?)```", README[start:end], flags=re.S)
+    text = PAGE.read_text()
+    start = text.index(SECTION)
+    end = text.index("\n## ", start + len(SECTION))
+    return re.findall(r"```python\n(.*?)```", text[start:end], flags=re.S)
 
 
-def test_the_readme_debugger_estimator_translates_to_an_input_validate_input_accepts(tmp_path, monkeypatch):
+def test_the_debugger_page_estimator_translates_to_an_input_validate_input_accepts(tmp_path, monkeypatch):
     pytest.importorskip("sagemaker")
     from sagemaker.pytorch import PyTorch
 
@@ -42,13 +43,13 @@ def test_the_readme_debugger_estimator_translates_to_an_input_validate_input_acc
     fitted: list = []
     monkeypatch.setattr(PyTorch, "fit", lambda self, inputs=None, **_: fitted.append(inputs))
     namespace: dict = {"role": "arn:aws:iam::111122223333:role/MySageMakerRole"}
-    exec(compile(before, "README.md", "exec"), namespace)  # the README's own code
+    exec(compile(before, str(PAGE), "exec"), namespace)  # the page's own code
     assert fitted == [{"train": "s3://my-bucket/train", "test": "s3://my-bucket/test"}]
 
     # The "after" block's call, made without a deployed stack: the same arguments, translated.
     [call] = [node for node in ast.walk(ast.parse(after))
               if isinstance(node, ast.Call) and ast.unparse(node.func) == "client.start"]
-    arguments = {kw.arg: eval(ast.unparse(kw.value), namespace) for kw in call.keywords}  # the README's own
+    arguments = {kw.arg: eval(ast.unparse(kw.value), namespace) for kw in call.keywords}  # the page's own
     job = arguments.pop("job")
     execution_input = execution_input_for(None, job, **arguments)
     parsed = parse_execution_input(execution_input)

@@ -1,4 +1,4 @@
-"""The README's "Coming from SageMaker Debugger" estimator, as written there, run through
+"""The Debugger page's estimator (docs/debugger.md, "Before and after"), as written there, run through
 ``client.start(job=estimator)`` locally on an ordinary script of a user's own (tests/conformance/mlp:
 an ``nn.Sequential`` MLP, no module named ``fc``, an ``nn.CrossEntropyLoss`` module).
 
@@ -23,14 +23,15 @@ sagemaker = pytest.importorskip("sagemaker")
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parent / "mlp" / "train.py"
-SECTION = "## Coming from SageMaker Debugger"
+PAGE = ROOT / "docs" / "debugger.md"
+SECTION = "## Before and after"
 
 
-def readme_estimator_code() -> str:
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index(SECTION)
-    end = readme.index("\n## ", start + len(SECTION))
-    return re.findall(r"```python\n(.*?)```", readme[start:end], flags=re.S)[0]
+def page_estimator_code() -> str:
+    text = PAGE.read_text()
+    start = text.index(SECTION)
+    end = text.index("\n## ", start + len(SECTION))
+    return re.findall(r"```python\n(.*?)```", text[start:end], flags=re.S)[0]
 
 
 def write_channels(data: Path) -> dict[str, str]:
@@ -51,7 +52,7 @@ def write_channels(data: Path) -> dict[str, str]:
     return out
 
 
-def test_the_readme_debugger_collection_saves_the_loss_tensors_of_a_sequential_mlp(tmp_path, monkeypatch):
+def test_the_debugger_page_collection_saves_the_loss_tensors_of_a_sequential_mlp(tmp_path, monkeypatch):
     from sagemaker.local import LocalSession
     from sagemaker.pytorch import PyTorch
 
@@ -64,14 +65,14 @@ def test_the_readme_debugger_collection_saves_the_loss_tensors_of_a_sequential_m
     for key, value in {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
                        "AWS_SECRET_ACCESS_KEY": "testing"}.items():
         monkeypatch.setenv(key, value)
-    # The README's code as written; its estimator gets a local session and is not fitted on AWS.
+    # The page's code as written; its estimator gets a local session and is not fitted on AWS.
     built: list = []
     init = PyTorch.__init__
     monkeypatch.setattr(PyTorch, "__init__", lambda self, *a, **kw: (
         built.append(self), init(self, *a, **{**kw, "sagemaker_session": LocalSession()}))[1])
     monkeypatch.setattr(PyTorch, "fit", lambda self, inputs=None, **_: None)
     namespace: dict = {"role": "arn:aws:iam::123456789012:role/sagemaker-execution"}
-    exec(compile(readme_estimator_code(), "README.md", "exec"), namespace)
+    exec(compile(page_estimator_code(), str(PAGE), "exec"), namespace)
     estimator = namespace["estimator"]
     assert built == [estimator]
 
