@@ -1,10 +1,13 @@
-"""Package `model/` as `sourcedir.tar.gz`, the SageMaker script-mode source archive.
+"""Package `model/` as `sourcedir.tar.gz`, the SageMaker script-mode source archive, and stage the in-job library.
 
 What goes in, and how (reproducible bytes: sorted entries, fixed owner and time), is
-`stabilizer.client.sourcedir`'s, the one packer of every job's source; an unchanged `model/` gives the
-same bytes and CDK does not upload it again. It is written to a staging directory that holds
-nothing else; the stack deploys that directory to `source/` in the project bucket. This module
-must not import the training code.
+`stabilizer.source.sourcedir`'s, the one packer of every job's source; an unchanged `model/` gives
+the same bytes and CDK does not upload it again. It is written to a staging directory that holds
+nothing else; the stack deploys that directory to `source/` in the project bucket. Which files
+the library holds is `stabilizer.source.job_library`'s, the list local mode uploads too.
+
+This module must not import the training code, nor the client or local mode: of `stabilizer`, the
+CDK app imports only the floor they stand on (tests/packaging/test_import_direction.py).
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ import os
 import shutil
 from pathlib import Path
 
-from stabilizer.client.sourcedir import ARCHIVE_NAME, source_archive
-from stabilizer.local.staging import library_files
+from stabilizer.source.job_library import library_files
+from stabilizer.source.sourcedir import ARCHIVE_NAME, source_archive
 
 __all__ = ["ARCHIVE_NAME", "archive_bytes", "stage_library", "stage_source_archive"]
 

@@ -5,7 +5,7 @@ SageMaker only finds a missing entry point after it has started an instance and 
 archive; reading the archive's member list at ValidateInput turns that into an `InvalidInput`
 naming `job.entry_point`. Archives are small (scripts, not data); one larger than
 `MAX_ARCHIVE_BYTES` is not read and the check is skipped (SageMaker then reports it). The
-clients never pack a local source larger than this (stabilizer/client/sourcedir.py, same limit), so
+clients never pack a local source larger than this (stabilizer/source/sourcedir.py, same limit), so
 every archive they upload is checked here.
 """
 

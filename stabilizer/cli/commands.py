@@ -203,10 +203,10 @@ class Interrupts:
 
 def run_local(args: argparse.Namespace, out: TextIO) -> int:
     from stabilizer.client.inputs import build_input, execution_input_module
-    from stabilizer.client.sourcedir import mark_run_directory
     from stabilizer.local.deployment import LocalSettings, Project, strict_from_environment
     from stabilizer.local.engine import LocalEngine
     from stabilizer.local.staging import source_summary
+    from stabilizer.source.sourcedir import mark_run_directory
 
     # The input is checked first: a wrong input is the person's to fix, whatever else is missing.
     state_module = execution_input_module()

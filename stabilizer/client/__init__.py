@@ -14,7 +14,6 @@ Modules
 ``inputs``        the execution input from the command line (``build_input``, ``check_input``)
 ``sdk``           a SageMaker SDK job adapted to the client (``job_from_sdk``, ``execution_input_for``),
                   with ``debugger`` (Debugger's configuration), ``sdk_aws`` and ``sdk_distribution``
-``sourcedir``, ``ignorefile``  a job's source directory packed as the SDK packs it
 ``channels``      the data channels, prepared and uploaded
 ``mailbox``       the SNS mailbox (``Mailbox``)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from stabilizer.client.sdk_errors import SdkJobError
-from stabilizer.client.sourcedir import ARCHIVE_NAME, SourceError, pack, plan_source
+from stabilizer.source.sourcedir import ARCHIVE_NAME, SourceError, pack, plan_source
 
 
 def _is_s3(value: Any) -> bool:
@@ -56,7 +56,7 @@ def upload_local_files(job: dict[str, Any], s3: Any, bucket: str,
                        say: Callable[[str], None] = print) -> dict[str, Any]:
     """The job with a local source packed and uploaded under `source/`, local channels under `data/`.
 
-    A source directory is packed by `stabilizer.client.sourcedir` (what goes up, what is left out, the
+    A source directory is packed by `stabilizer.source.sourcedir` (what goes up, what is left out, the
     size limit); `say` receives one line on it (files, sizes, left out) before the upload.
 
     Keys carry the content's hash, so a rerun of the same code and data uploads nothing new under

@@ -5,7 +5,7 @@
 A source already in S3 (or a ModelTrainer's ``.tar.gz``) is taken as it is, and a local directory
 that needs nothing added or left out is handed on as a directory; anything else becomes a
 `sourcedir.tar.gz` under a content-hashed path (`pack_source`). What goes into an archive, and the
-size limit, are stabilizer.client.sourcedir's; this module only says which files the SDK would send.
+size limit, are stabilizer.source.sourcedir's; this module only says which files the SDK would send.
 No AWS call: uploading is stabilizer.client.sdk_aws's.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from stabilizer.client.sdk_attributes import given, is_s3
 from stabilizer.client.sdk_errors import SdkJobError
-from stabilizer.client.sourcedir import ARCHIVE_NAME, Packed, SourceError, SourcePlan, pack, plan_source
+from stabilizer.source.sourcedir import ARCHIVE_NAME, Packed, SourceError, SourcePlan, pack, plan_source
 
 # What the SDK's ModelTrainer leaves out of a source upload by default (SourceCode.ignore_patterns).
 _MODEL_TRAINER_IGNORED = {".env", ".git", "__pycache__", ".DS_Store", ".cache", ".ipynb_checkpoints"}
@@ -40,11 +40,11 @@ def _packed(plan: SourcePlan, shown_as: str) -> Packed:
 
 
 def pack_source(plan: SourcePlan, cache: Path | None = None, shown_as: str = "the source") -> str:
-    """`sourcedir.tar.gz` of `plan` (stabilizer.client.sourcedir), written where the content's hash says.
+    """`sourcedir.tar.gz` of `plan` (stabilizer.source.sourcedir), written where the content's hash says.
 
     The same source packs to the same path (and, on AWS, the same key). The SDK's own
     ``create_tar_file`` is not used: it packs links, `.git`, virtual environments and earlier runs
-    alike; what is left out, and the size limit, are `stabilizer.client.sourcedir`'s.
+    alike; what is left out, and the size limit, are `stabilizer.source.sourcedir`'s.
     """
     packed = _packed(plan, shown_as)
     home = (cache or Path(tempfile.gettempdir()) / "stabilizer-sources") / packed.digest[:16]

@@ -6,8 +6,8 @@ are relative to the input file) and checks them before anything starts (the sour
 entry point is in it, every channel exists, the source packs to an archive within the limit);
 `stage()` then uploads the packed source and the channels to the local S3, so the state machine,
 the Lambdas and the training-job emulator see exactly what they would see on AWS. What a source
-directory packs to is `stabilizer.client.sourcedir`'s to say (the SageMaker SDK's whole `source_dir`, less
-run directories, `.git`, virtual environments, caches and what `.stabilizerignore` names).
+directory packs to is `stabilizer.source.sourcedir`'s to say (the SageMaker SDK's whole `source_dir`,
+less run directories, `.git`, virtual environments, caches and what `.stabilizerignore` names).
 
 It knows paths and S3 keys, nothing about the workflow's decisions.
 """
@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stabilizer.client import sourcedir
-from stabilizer.client.sourcedir import Packed, SourceError, pack, plan_source, size_text
 from stabilizer.local.runners import local_distribution_problem
+from stabilizer.source import sourcedir
+from stabilizer.source.job_library import library_files
+from stabilizer.source.sourcedir import Packed, SourceError, pack, plan_source, size_text
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 
@@ -155,26 +156,8 @@ def stage(execution_input: dict[str, Any], s3: Any, bucket: str, prefix: str,
     return result
 
 
-# The in-job library and the contract it imports: what every job's `stabilizer` channel holds.
-LIBRARY_PACKAGES = ("stabilizer_sentinel", "stabilizer_contract")
-
-
-def library_files(model_dir: Path) -> list[Path]:
-    """The files of `LIBRARY_PACKAGES` under `model_dir`, caches left out, relative to `model_dir`."""
-    files = []
-    for name in LIBRARY_PACKAGES:
-        package = Path(model_dir) / name
-        if not package.is_dir():
-            raise StagingError(f"no library to deliver: {package} is not a directory")
-        for path in sorted(package.rglob("*")):
-            relative = path.relative_to(model_dir)
-            if path.is_file() and "__pycache__" not in relative.parts and path.suffix != ".pyc":
-                files.append(relative)
-    return files
-
-
 def upload_library(s3: Any, model_dir: Path, bucket: str, prefix: str) -> int:
-    """Upload the in-job library (`LIBRARY_PACKAGES` of `model/`) under `prefix`, as the stack deploys it.
+    """Upload the in-job library's files of `model/` (`library_files`) under `prefix`, as the stack deploys them.
 
     The training job receives that prefix as its `stabilizer` channel, with PYTHONPATH pointing at
     it (docs/contracts.md, section 8).

@@ -312,7 +312,7 @@ def test_the_local_client_hands_the_job_to_the_engine_as_it_is(session, source, 
 
 def test_the_aws_upload_carries_what_the_sdk_would_less_runs_git_and_environments(session, source):
     from stabilizer.client.sdk_aws import upload_local_files
-    from stabilizer.client.sourcedir import mark_run_directory
+    from stabilizer.source.sourcedir import mark_run_directory
 
     for name, content in {"data/corpus.txt": "words\n", "tests/test_fit.py": "", ".git/HEAD": "ref: main\n",
                           "env/pyvenv.cfg": "home = /usr/bin\n", "runs/old/ckpt.pt": "0" * 1000}.items():
@@ -331,8 +331,8 @@ def test_the_aws_upload_carries_what_the_sdk_would_less_runs_git_and_environment
 
 
 def test_the_aws_upload_refuses_a_source_over_the_limit_before_uploading_anything(session, source, monkeypatch):
-    from stabilizer.client import sourcedir
     from stabilizer.client.sdk_aws import upload_local_files
+    from stabilizer.source import sourcedir
 
     monkeypatch.setattr(sourcedir, "MAX_ARCHIVE_BYTES", 4096)
     (source / "data").mkdir()

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from moto import mock_aws
 
-from stabilizer.client.sourcedir import source_archive
+from stabilizer.source.sourcedir import source_archive
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BUCKET = "stabilizer-test"

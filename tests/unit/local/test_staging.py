@@ -146,7 +146,7 @@ def test_the_library_is_uploaded_as_the_stack_deploys_it():
         assert not any("__pycache__" in key for key in keys)
 
 
-# --- what of the source goes to the job (stabilizer.client.sourcedir) -------------------------------------
+# --- what of the source goes to the job (stabilizer.source.sourcedir) -------------------------------------
 
 
 def staged_members(given: dict, leave_out=()) -> list[str]:
@@ -256,7 +256,7 @@ def test_the_cli_refuses_a_source_over_the_limit_in_one_line_and_launches_nothin
     project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
     no_engine: list[str],
 ):
-    from stabilizer.client import sourcedir
+    from stabilizer.source import sourcedir
 
     monkeypatch.setattr(sourcedir, "MAX_ARCHIVE_BYTES", 64 * 1024)
     (project / "src" / "corpus").mkdir()

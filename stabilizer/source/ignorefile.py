@@ -1,7 +1,7 @@
 """Patterns in the syntax of `.gitignore`, read from a job source's `.stabilizerignore`.
 
 Only the matching: which paths, relative to the source's root, the patterns leave out.
-`stabilizer.client.sourcedir` decides what else stays out of a source and packs it. No dependency
+`stabilizer.source.sourcedir` decides what else stays out of a source and packs it. No dependency
 (pathspec is not among the project's): the forms `IgnoreRules` lists are the ones supported, and a
 test compares their verdicts with git's own on the same patterns.
 """

@@ -1,4 +1,4 @@
-"""What a job's source directory packs to (stabilizer.client.sourcedir): everything the SageMaker SDK would
+"""What a job's source directory packs to (stabilizer.source.sourcedir): everything the SageMaker SDK would
 upload, less runs, `.git`, virtual environments, caches and what `.stabilizerignore` names; read as
 git reads the same patterns; reproducible; refused over the limit."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from stabilizer.client import sourcedir
-from stabilizer.client.sourcedir import (
+from stabilizer.source import sourcedir
+from stabilizer.source.sourcedir import (
     IGNORE_FILE,
     SourceTooLargeError,
     mark_run_directory,

@@ -25,7 +25,7 @@ What is left out, and nothing else:
   ``conda-meta/`` (conda), whatever its name;
 - caches: `CACHE_DIRECTORIES`;
 - what the source's ignore file (`IGNORE_FILE`, at the source's root) names, in gitignore syntax
-  (`stabilizer.client.ignorefile` says which forms), and a ModelTrainer's ``ignore_patterns``.
+  (`stabilizer.source.ignorefile` says which forms), and a ModelTrainer's ``ignore_patterns``.
 
 An archive larger than `MAX_ARCHIVE_BYTES` is refused (`SourceTooLargeError`, naming ``job.source``,
 the sizes, the limit and the biggest entries) before anything is uploaded or launched.
@@ -49,14 +49,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from stabilizer.client.ignorefile import IgnoreRules
+from stabilizer.source.ignorefile import IgnoreRules
 
 ARCHIVE_NAME = "sourcedir.tar.gz"
 IGNORE_FILE = ".stabilizerignore"
 RUN_MARKER = ".stabilizer-run"
 RUN_MARKER_TEXT = (
     "This directory holds stabilizer runs. stabilizer leaves it out of every training job's source "
-    "archive (see stabilizer/client/sourcedir.py).\n"
+    "archive (see stabilizer/source/sourcedir.py).\n"
 )
 CACHE_DIRECTORIES = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".ipynb_checkpoints"})
 # 64 MiB, the size up to which the train Lambda reads a source archive at ValidateInput to check
