@@ -15,10 +15,10 @@ Modules
 ``sdk``           a SageMaker SDK job adapted to the client (``job_from_sdk``, ``execution_input_for``),
                   with ``debugger`` (Debugger's configuration), ``sdk_aws`` and ``sdk_distribution``
 ``channels``      the data channels, prepared and uploaded
-``mailbox``       the SNS mailbox (``Mailbox``)
 
-Names are resolved on first use: importing this package loads none of its modules, so local mode
-(which imports ``mailbox`` and ``sourcedir``) and the client may be imported in either order.
+Names are resolved on first use: importing this package loads none of its modules, and so no part
+of local mode, until a name is asked for. The client stands on local mode, never the other way
+round: nothing in ``stabilizer.local`` imports this package (tests/packaging/test_import_direction.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ _EXPORTS = {
     "ExecutionView": "execution_client",
     "LocalClient": "local_client",
     "AwsClient": "aws_client",
-    "Mailbox": "mailbox",
     "build_input": "inputs",
     "check_input": "inputs",
     "InputProblemError": "inputs",

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from stabilizer.client.execution_client import ExecutionClient, canonical_message, published_by_state_machine
-from stabilizer.client.mailbox import Mailbox
+from stabilizer.mailbox import Mailbox
 from stabilizer.reports.records import Notification
 
 

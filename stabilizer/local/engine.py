@@ -41,7 +41,6 @@ from types import ModuleType
 from typing import Any
 from unittest import mock
 
-from stabilizer.client.mailbox import Mailbox
 from stabilizer.local.access_check import AccessChecker, acting_as, state_machine_clients, tag_client
 from stabilizer.local.deployment import (
     ACCOUNT,
@@ -60,6 +59,7 @@ from stabilizer.local.rule_jobs import rule_evaluator_factory
 from stabilizer.local.sagemaker import LocalSageMaker
 from stabilizer.local.staging import StagingError, stage, upload_library
 from stabilizer.local.training_job import LOCAL_INTERRUPT_GRACE_SECONDS, LocalTrainingJob
+from stabilizer.mailbox import Mailbox
 from stabilizer.reports.records import RunRecord
 from stabilizer.source.sourcedir import mark_run_directory, source_archive
 from stabilizer_workflow.aws_cloudwatch import NAMESPACE as JOB_METRICS_NAMESPACE

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stabilizer.client.mailbox import Mailbox
 from stabilizer.local.sagemaker import LocalSageMaker
 from stabilizer.local.training_job import LocalTrainingJob
+from stabilizer.mailbox import Mailbox
 from stabilizer.reports.records import (
     AttemptRecord,
     EvalPoint,

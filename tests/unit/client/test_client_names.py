@@ -17,7 +17,6 @@ PUBLIC = {
     "AwsClient": "stabilizer.client.aws_client",
     "ExecutionClient": "stabilizer.client.execution_client",
     "ExecutionView": "stabilizer.client.execution_client",
-    "Mailbox": "stabilizer.client.mailbox",
     "check_input": "stabilizer.client.inputs",
     "build_input": "stabilizer.client.inputs",
     "InputProblemError": "stabilizer.client.inputs",
@@ -65,7 +64,7 @@ def test_an_unknown_name_is_an_attribute_error_naming_it():
         "import sys, stabilizer.client\n"
         "loaded = sorted(m for m in sys.modules if m.startswith(('stabilizer.client.', 'stabilizer.local')))\n"
         "assert loaded == [], loaded",
-        # Local mode first (it imports the mailbox and the source packer), then the short name.
+        # Local mode first, then the short name.
         "import stabilizer.local.engine\nfrom stabilizer.client import LocalClient\nLocalClient.open",
         # The short name first, then local mode.
         "from stabilizer.client import LocalClient, channels\nimport stabilizer.local.engine",

@@ -8,7 +8,7 @@ import json
 import boto3
 from moto import mock_aws
 
-from stabilizer.client.mailbox import Mailbox
+from stabilizer.mailbox import Mailbox
 
 ARN = "arn:aws:states:us-east-1:123456789012:execution:sm:{}"
 

@@ -6,6 +6,9 @@ executions: ``drain`` moves everything waiting into the mailbox, and ``for_execu
 one execution's messages by the ``execution`` message attribute the workflow sets on every
 notification (docs/contracts.md), else by the execution's ARN or quoted name in the text (for
 messages published without attributes).
+
+It sits at the package's root, under both its readers: the client and local mode import it, and it
+imports neither.
 """
 
 from __future__ import annotations
