@@ -1,0 +1,126 @@
+"""Imports point one way: down the floors of ``stabilizer``, and from infra/ only to the bottom floor.
+
+The floors, top to bottom, are `FLOORS`: the benchmarks, the command line, the client, local mode,
+and the floor they all stand on (source packing, reports, the SNS mailbox, the training images). A
+module imports modules of its own floor and of the floors below it, never one above: local mode
+runs without the client, the client without the command line. The CDK app (infra/) imports of
+``stabilizer`` only the bottom floor: synthesizing the stack never loads local mode or the client.
+
+Every ``import`` and ``from ... import`` counts, at the top of a module or inside a function, and
+under ``if TYPE_CHECKING:`` too (a type from a floor above still points up); relative imports are
+resolved against the module's package. Read from the source with ``ast``, nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Top to bottom. A module of `stabilizer` belongs to the floor of the longest name here that it
+# is or lies under; `stabilizer` itself (its __init__) is on the bottom floor.
+FLOORS = (
+    ("stabilizer.bench",),
+    ("stabilizer.cli",),
+    ("stabilizer.client",),
+    ("stabilizer.local",),
+    ("stabilizer", "stabilizer.source", "stabilizer.reports", "stabilizer.mailbox", "stabilizer.training_images"),
+)
+BOTTOM = len(FLOORS) - 1
+
+
+def floor_of(module: str) -> int | None:
+    """The floor of a module of `stabilizer`, or None when no name in `FLOORS` holds it."""
+    if module == "stabilizer":
+        return BOTTOM
+    holders = [(len(name), number) for number, names in enumerate(FLOORS) for name in names
+               if name != "stabilizer" and (module == name or module.startswith(name + "."))]
+    return max(holders)[1] if holders else None
+
+
+def modules(root: Path) -> dict[str, Path]:
+    """Every module of stabilizer/ and infra/ under `root`, by its dotted name."""
+    found = {}
+    for top in ("stabilizer", "infra"):
+        for path in sorted((root / top).rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def imported(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """What an import statement names: the module, and for ``from m import n`` also ``m.n`` (maybe a module)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        package = module.split(".") if is_package else module.split(".")[:-1]
+        package = package[: len(package) - (node.level - 1)]
+        base = ".".join([*package, base] if base else package)
+    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
+
+
+def module_of(named: str, known: dict[str, Path]) -> str:
+    """The module an imported name lies in: ``from m import a_function`` imports m."""
+    while named not in known and "." in named:
+        named = named.rpartition(".")[0]
+    return named
+
+
+def upward_imports(root: Path = ROOT) -> list[str]:
+    """Each import under `root` that points up a floor, or from infra/ above the bottom floor, as a line."""
+    known = modules(root)
+    found = []
+    for name, path in known.items():
+        own = BOTTOM if name.split(".")[0] == "infra" else floor_of(name)
+        if own is None:
+            continue  # test_every_module_of_stabilizer_is_on_a_floor names it
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            targets = set()
+            for named in imported(name, path.name == "__init__.py", node):
+                target = module_of(named, known)
+                floor = floor_of(target) if target.split(".")[0] == "stabilizer" else None
+                if floor is not None and floor < own:
+                    targets.add((target, floor))
+            for target, floor in targets:  # `from p import m` names p and p.m: m says more
+                if not any(other.startswith(target + ".") for other, _ in targets):
+                    where = path.relative_to(root).as_posix()
+                    found.append(f"{where}:{node.lineno} ({name}) imports {target}, "
+                                 f"on floor {', '.join(FLOORS[floor])}, above its own")
+    return sorted(set(found))
+
+
+def test_the_checker_finds_an_upward_import_inside_a_function(tmp_path):
+    (tmp_path / "stabilizer" / "local").mkdir(parents=True)
+    (tmp_path / "stabilizer" / "client").mkdir()
+    (tmp_path / "infra").mkdir()
+    for package in ("stabilizer", "stabilizer/local", "stabilizer/client", "infra"):
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "stabilizer" / "client" / "mailbox.py").write_text("")
+    (tmp_path / "stabilizer" / "client" / "inputs.py").write_text("from stabilizer.local.engine import run\n")
+    (tmp_path / "stabilizer" / "local" / "engine.py").write_text(
+        "def run():\n    from ..client.mailbox import Mailbox\n")
+    (tmp_path / "infra" / "stack.py").write_text("from stabilizer import local\n")
+    assert upward_imports(tmp_path) == [
+        "infra/stack.py:1 (infra.stack) imports stabilizer.local, on floor stabilizer.local, above its own",
+        "stabilizer/local/engine.py:2 (stabilizer.local.engine) imports stabilizer.client.mailbox, "
+        "on floor stabilizer.client, above its own",
+    ]
+
+
+def test_every_module_of_stabilizer_is_on_a_floor():
+    names = [name for name in modules(ROOT) if name.split(".")[0] == "stabilizer"]
+    assert len(names) > 50, "the modules of stabilizer/ were not found"
+    assert [name for name in names if floor_of(name) is None] == [], "add the package to FLOORS"
+
+
+def test_imports_point_down_the_floors_and_infra_imports_only_the_bottom():
+    upward = upward_imports()
+    assert upward == [], "imports that point up:\n" + "\n".join(upward)
