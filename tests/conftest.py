@@ -90,6 +90,19 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     return (yield from _guarded(item))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under `make test` the workers run side by side, one per core: each worker, and every
+    training process it starts, gets one torch thread, so that two workers use two cores instead
+    of four threads contending for them (measured: ResNet-20's 36 steps alone take 57 s of CPU
+    on one thread and 76 s on two)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        os.environ.setdefault("MKL_NUM_THREADS", "1")
+        import torch
+
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
 _parse_model_file = functools.cache(loaders.JSONFileLoader().load_file)
 loaders.JSONFileLoader.load_file = lambda _loader, file_path: _parse_model_file(file_path)
 
