@@ -81,7 +81,7 @@ def verdict_lines(results: list[calibration.Result]) -> list[str]:
 def total_lines(rows: list[Transparency], results: list[calibration.Result]) -> list[str]:
     lines = []
     if rows:
-        differ = [r for r in rows if r.result != "identical"]
+        differ = [r for r in rows if not r.result.startswith("identical")]
         named = f" ({', '.join(r.script for r in differ)})" if differ else ""
         lines.append(f"transparency: {len(rows) - len(differ)} of {len(rows)} scripts identical watched, "
                      f"{len(differ)} with a difference{named}")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from stabilizer.bench import public_scripts
 from stabilizer.bench import transparency as bench
 from stabilizer.bench.corpus import PUBLIC_SCRIPTS_DIR, ManifestError, Script, edited_files, load_script, load_scripts
 from stabilizer.client.inputs import check_input
@@ -182,3 +183,12 @@ def test_output_that_interleaves_is_left_out_of_the_comparison_only_when_the_man
     watched = _observed(["101 loss 2.3", "102 loss 2.4", ""], losses=["2.3", "2.4"])
     assert bench.differences(first, second, watched, ordered=False) == []
     assert bench.differences(first, second, watched) == ["stdout line 2: unwatched '', watched '102 loss 2.4'"]
+
+
+def test_the_totals_count_a_script_identical_where_only_uncompared_output_could_differ():
+    rows = [bench.Transparency("a__b", "b-healthy", "identical (stdout not compared: processes interleave)", [],
+                               1.0, 1.0, 0, ""),
+            bench.Transparency("c__d", "d-healthy", "exit 1 (unwatched 0): AttributeError: x", ["exit"],
+                               1.0, 1.0, 0, "")]
+    assert public_scripts.total_lines(rows, []) == [
+        "transparency: 1 of 2 scripts identical watched, 1 with a difference (c__d)"]
