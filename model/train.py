@@ -188,11 +188,9 @@ def train(config: Config, paths: Paths, dry_run: bool = False) -> dict:
     step = restore(model, optimizer, paths, config)
     # This script loads the newest checkpoint itself (restore() above, with its architecture check), so
     # a relaunch of it resumes: the summary says so, and the workflow's "resumes from X" is then true.
-    guard.record.restores = True
-    if guard.rewind is not None:
-        # The guard copies the last healthy state every few steps and writes it as a checkpoint when a
-        # rule fires; the config goes with it, as in every checkpoint restore() reads.
-        guard.rewind.extra = {"config": dataclasses.asdict(config)}
+    # The guard copies the last healthy state every few steps and writes it as a checkpoint when a
+    # rule fires; the config goes with it, as in every checkpoint restore() reads.
+    guard.restores_checkpoints(extra={"config": dataclasses.asdict(config)})
     stop = StopRequested()
     log(f"training steps={total_steps} steps_per_epoch={steps_per_epoch} examples={len(xt)} start_step={step} "
         f"device={device.type}")

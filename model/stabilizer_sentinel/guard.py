@@ -65,7 +65,7 @@ from stabilizer_sentinel.rewind import Rewind
 from stabilizer_sentinel.rules import RuleFinding
 from stabilizer_sentinel.sentinel import Verdict, build_monitoring
 from stabilizer_sentinel.step_clock import BackwardClock, ScalerWatch, follow_scaler, unfollow
-from stabilizer_sentinel.summary import EXIT, RunRecord, jsonable
+from stabilizer_sentinel.summary import EXIT, RunRecord, describe, jsonable
 
 FINITE_CHECK_RULE = "ExplodingTensor"
 
@@ -122,7 +122,8 @@ class Guard(OptimizerHooks):
         self._inputs: torch.Tensor | None = None
         self._outputs: torch.Tensor | None = None
         self._deferred_stop = self._reported_once = self._warned_late = False
-        self.warn_when_loss_is_late = True  # the launcher reads losses from log lines, late by design
+        # The launcher may read losses from log lines, late by design: no warning there.
+        self.warn_when_loss_is_late = integration != "launcher"
         self._closed = False
         self.first_checked: int | None = None  # the first and last step checked, for the closing line
         self.last_checked = 0
@@ -250,10 +251,41 @@ class Guard(OptimizerHooks):
         if restored is None:
             return 0
         source, next_step = restored
-        self.record.started_from = resume.started_from(source, self.paths)
-        self.step_number = next_step
-        self.capture.begin_step(next_step)
+        self.resumed(resume.started_from(source, self.paths), next_step)
         return next_step
+
+    # -- what a caller tells the guard (model/train.py, the Lightning callback, the launcher, watch())
+    def restores_checkpoints(self, extra: dict[str, Any] | None = None) -> None:
+        """The script loads the newest checkpoint itself at its start, so a relaunch of it resumes (the
+        summary's ``restores``); ``extra`` goes into every checkpoint the rewind writes."""
+        self.record.restores = True
+        if extra is not None and self.rewind is not None:
+            self.rewind.extra = extra
+
+    def resumed(self, started_from: str | None, next_step: int | None = None) -> None:
+        """The run started from ``started_from`` (a checkpoint, named in the summary); with
+        ``next_step``, its steps count on from there."""
+        if started_from is not None:
+            self.record.started_from = started_from
+        if next_step is not None:
+            self.begin_step(next_step)
+
+    def begin_step(self, step: int) -> None:
+        """The loop's own count says step ``step`` begins (Lightning's ``trainer.global_step``)."""
+        self.step_number = step
+        self.capture.begin_step(step)
+
+    def check_counted(self, step: int) -> Verdict:
+        """Check step ``step`` of a loop that counts its steps itself, and count it as taken."""
+        self.step_number = step
+        verdict = self.check()
+        self.record.steps_taken += 1
+        return verdict
+
+    def failed(self, exception: BaseException) -> None:
+        """The loop raised ``exception``: close with how it ended (stabilizer_sentinel.summary.describe)."""
+        ended, self.record.exception = describe(exception)
+        self.close(status=ended)
 
     def external_finding(self, step: int, tensor: str, value: float, message: str, *, source: str,
                          rule: str = FINITE_CHECK_RULE) -> None:

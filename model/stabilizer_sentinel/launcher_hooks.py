@@ -224,8 +224,7 @@ class LauncherHooks:
         self.guard = Guard(model, optimizer, config=self.config, paths=self.paths, start_step=start_step,
                            integration="launcher")
         atexit.register(exit_status.record_uncaught)  # after the guard's: at exit, it runs before the guard closes
-        self.guard.warn_when_loss_is_late = False
-        self.guard.record.restores = True  # a relaunch under the launcher loads the newest checkpoint
+        self.guard.restores_checkpoints()  # a relaunch under the launcher loads the newest checkpoint
         self._resume_optimizer(model, optimizer)
         for ref in self._loss_modules.values():
             loss_module = ref()
@@ -291,9 +290,7 @@ class LauncherHooks:
             return
         if optimizer is not None and resume.misfit(state, model, optimizer) is None:
             resume.load_optimizer(state, optimizer)  # before this first step: its momentum applies to it
-        self.guard.step_number = int(state["next_step"])
-        self.guard.capture.begin_step(self.guard.step_number)
-        self.guard.record.started_from = resume.started_from(source, self.paths)
+        self.guard.resumed(resume.started_from(source, self.paths), int(state["next_step"]))
 
     # -- the loss, after discovery: from each backward pass (_backward), else the log
     def _logged_loss(self, value: float) -> None:

@@ -28,7 +28,6 @@ import lightning
 from stabilizer_sentinel.guard import Guard
 from stabilizer_sentinel.job_config import JobPaths, load_config
 from stabilizer_sentinel.script_watch import claim
-from stabilizer_sentinel.summary import describe
 
 
 class SentinelCallback(lightning.Callback):
@@ -64,8 +63,7 @@ class SentinelCallback(lightning.Callback):
     def on_train_batch_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
                              batch: Any, batch_idx: int) -> None:
         if self.guard is not None:
-            self.guard.step_number = trainer.global_step
-            self.guard.capture.begin_step(trainer.global_step)
+            self.guard.begin_step(trainer.global_step)
 
     def on_before_backward(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
                            loss: Any) -> None:
@@ -75,9 +73,7 @@ class SentinelCallback(lightning.Callback):
     def on_before_optimizer_step(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
                                  optimizer: Any) -> None:
         if self.guard is not None and optimizer is self.guard.optimizer and not self.scaled:
-            self.guard.step_number = trainer.global_step
-            self.guard.check()
-            self.guard.record.steps_taken += 1  # Lightning counts its steps itself (trainer.global_step)
+            self.guard.check_counted(trainer.global_step)  # Lightning counts its steps itself
 
     def on_train_end(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
         if self.guard is not None:
@@ -86,5 +82,4 @@ class SentinelCallback(lightning.Callback):
     def on_exception(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
                      exception: BaseException) -> None:
         if self.guard is not None and not isinstance(exception, SystemExit):  # SystemExit: a rule stop, recorded
-            ended, self.guard.record.exception = describe(exception)
-            self.guard.close(status=ended)
+            self.guard.failed(exception)

@@ -33,8 +33,8 @@ without the guard wires it the same way by hand::
     optimizer.step(); step += 1
     rewind.after_step(step)             # step = the next step to run, as in checkpoint names
 
-``extra`` goes into every checkpoint it writes (model/train.py sets ``guard.rewind.extra`` to its
-config, which its own resume reads for the architecture check).
+``extra`` goes into every checkpoint it writes (model/train.py passes its config through
+``guard.restores_checkpoints(extra=...)``; its own resume reads it for the architecture check).
 
 This module must not decide anything about the run; it keeps and writes state.
 """

@@ -81,8 +81,8 @@ def watch(
     guard = Guard(model, optimizer, config=config, paths=JobPaths.from_env(environ), start_step=start_step,
                   install_hooks=install_hooks, rewind_every=rewind_every, rewind_keep=rewind_keep)
     if PRELOADED is not None:
-        guard.record.started_from, guard.record.restores = PRELOADED, True
-    if started_from is not None:
-        guard.record.started_from = started_from
+        guard.restores_checkpoints()
+        guard.resumed(PRELOADED)
+    guard.resumed(started_from)
     return guard
 

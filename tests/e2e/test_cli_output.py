@@ -1,4 +1,4 @@
-"""``stabilizer run --local`` as a person reads it in a CI log: a three-line header, one line per
+"""``stabilizer run --local`` as a person reads it in a CI log: a header, one line per
 notification, the table of attempts, the outcome and where the report is; the notification
 bodies are in report.md, not on the terminal."""
 
@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from stabilizer.cli.commands import EXIT_SUCCEEDED, EXIT_USAGE, main
-from tests.e2e.test_local_mode import SMALL_RUN, small_digits  # noqa: F401 - small_digits is a fixture
+from tests.e2e.test_local_mode import small_digits  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_plain_run_prints_subjects_table_and_report_path(
@@ -20,35 +21,27 @@ def test_plain_run_prints_subjects_table_and_report_path(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ):
-    pairs = [f"{k}={json.dumps(v)}" for k, v in SMALL_RUN["run_spec"].items()]
-    code = main(
-        [
-            "run",
-            "--local",
-            "--plain",
-            "--run-dir",
-            str(tmp_path),
-            "--data-dir",
-            str(small_digits),
-            "--name",
-            "terminal",
-            *pairs,
-        ]
-    )
+    # The quickstart's job (a small fit that diverges, then is relaunched lower): the reference
+    # problem's own runs are local mode's tests' (tests/e2e/test_local_mode.py).
+    code = main(["run", "--local", "--plain", "--run-dir", str(tmp_path), "--data-dir", str(small_digits),
+                 "--name", "terminal",
+                 "--input", str(ROOT / "examples" / "quickstart" / "input.json")])
     out = capsys.readouterr().out
     assert code == EXIT_SUCCEEDED, out
     lines = out.splitlines()
     record = json.loads((tmp_path / "terminal" / "run.json").read_text())
     subjects = [n["subject"] for n in record["notifications"]]
     attempts = len(record["attempts"])
+    assert attempts >= 2, "the quickstart's job diverges and is relaunched"
 
-    assert lines[0] == f"execution terminal: the reference ResNet with {' '.join(pairs)}; policy default"
+    assert lines[0] == "execution terminal: job fit.py from examples/quickstart/src; policy default", out
     assert lines[1].startswith("rules ExplodingTensor, VanishingGradient (stop when one fires); at most ")
     assert lines[2] == f"run directory: {tmp_path / 'terminal'}"
-    assert [line.split("] ", 1)[1] for line in lines[3 : 3 + len(subjects)]] == subjects
+    assert lines[3].startswith("source: examples/quickstart/src -> sourcedir.tar.gz, 1 file")
+    assert [line.split("] ", 1)[1] for line in lines[4 : 4 + len(subjects)]] == subjects
     # header, subjects, blank, table header and rule, a row and its decision per attempt, blank,
     # outcome, reason, report
-    assert len(lines) == 3 + len(subjects) + 1 + 2 + 2 * attempts + 1 + 3, out
+    assert len(lines) == 4 + len(subjects) + 1 + 2 + 2 * attempts + 1 + 3, out
     assert lines[-3].startswith(f"outcome: succeeded (SUCCEEDED) after {attempts} attempt(s)")
     assert lines[-1].startswith(f"report: {tmp_path / 'terminal' / 'report.md'}")
     assert "Details (JSON)" not in out and '"event_type"' not in out
