@@ -1,6 +1,11 @@
-"""The reference phenomenon on the offline data: it explodes without batch norm, trains with it."""
+"""The reference phenomenon on the offline data: it explodes without batch norm.
 
-import json
+That it trains with batch norm is local mode's default run (tests/e2e/test_local_mode.py: learned
+in 12 steps) and the detection tier's healthy run (tests/detection/test_detection.py: test
+accuracy after three epochs, ResNet-8); its three epochs at depth 20 are a figure of
+docs/figures.md, measured by `python train.py --add_batch_norm 1 --num_epochs 3`.
+"""
+
 import math
 
 import pytest
@@ -19,13 +24,3 @@ def test_without_batch_norm_gradients_go_non_finite_within_10_steps(job_dirs, di
     norms = [float(row["grad_norm"]) for row in step_lines(result.stdout)]
     first_non_finite = next(i for i, value in enumerate(norms) if not math.isfinite(value))
     assert first_non_finite < 10
-
-
-def test_with_batch_norm_three_epochs_reach_useful_accuracy(job_dirs, digits_channels):
-    result = run_train(["--add_batch_norm", "1", "--num_epochs", "3", "--log_every", "1", "--seed", "0"],
-                       job_dirs.env(digits_channels))
-    assert result.returncode == 0, result.stderr
-    assert all(math.isfinite(float(row["loss"])) for row in step_lines(result.stdout))
-    metrics = json.loads((job_dirs.model / "metrics.json").read_text())
-    assert metrics["steps"] == 36
-    assert metrics["test_accuracy"] >= 0.6
