@@ -18,10 +18,13 @@ def _events(workflow, checks: int, launches: int = 1, parking_fails: bool = Fals
         check_replies.append(ok(relaunch if launch < launches - 1 else COMPLETED))
     parked = {}
     if parking_fails:
-        fast = {**LAUNCHED, "wait_seconds": 0}
+        # One second, the least the workflow accepts (state.wait_seconds >= 1). At 0 the interpreter's
+        # task timeout fires while the watch function's invocation still runs, and the two race on
+        # its evaluation stack: a history event then carries the payload as its timeoutInSeconds.
+        fast = {**LAUNCHED, "wait_seconds": 1}
         parked = {"parked": [raises("AwsRequestRejected", "PutObject: AccessDenied")] * (checks * launches)}
         launch_replies = [ok(fast)] * launches
-        check_replies = [ok({**r.payload, "wait_seconds": 0}) for r in check_replies]
+        check_replies = [ok({**r.payload, "wait_seconds": 1}) for r in check_replies]
     else:
         launch_replies = [ok(LAUNCHED)] * launches
     outcome = workflow.run({}, prepare=[ok(PREPARED)], launch=launch_replies, check=check_replies, **parked)
