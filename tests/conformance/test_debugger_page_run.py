@@ -52,11 +52,23 @@ def write_channels(data: Path) -> dict[str, str]:
     return out
 
 
+def run_locally(tmp_path: Path, estimator) -> tuple[dict, str]:
+    """The estimator's job through local mode with no relaunch: the final state and attempt 1's tensor store."""
+    from stabilizer.client.local_client import LocalClient
+
+    channels = write_channels(tmp_path / "data")
+    with LocalClient.open(tmp_path / "runs", data_dir=tmp_path / "data") as client:
+        arn = client.start({"wait_seconds": 1, "limits": {"max_num_retraining": 0}}, job=estimator, inputs=channels)
+        view = client.wait(arn, timeout=300)
+        state = view.state or {}
+        assert view.status == "SUCCEEDED", (state.get("reason"), view.cause)
+        return state, client.tensor_store(arn, 1)
+
+
 def test_the_debugger_page_collection_saves_the_loss_tensors_of_a_sequential_mlp(tmp_path, monkeypatch):
     from sagemaker.local import LocalSession
     from sagemaker.pytorch import PyTorch
 
-    from stabilizer.client.local_client import LocalClient
     from stabilizer_sentinel.smdebug_compat import create_trial
 
     (tmp_path / "src").mkdir()
@@ -76,14 +88,7 @@ def test_the_debugger_page_collection_saves_the_loss_tensors_of_a_sequential_mlp
     estimator = namespace["estimator"]
     assert built == [estimator]
 
-    channels = write_channels(tmp_path / "data")
-    with LocalClient.open(tmp_path / "runs", data_dir=tmp_path / "data") as client:
-        arn = client.start({"wait_seconds": 1, "limits": {"max_num_retraining": 0}}, job=estimator, inputs=channels)
-        view = client.wait(arn, timeout=300)
-        state = view.state or {}
-        assert view.status == "SUCCEEDED", (state.get("reason"), view.cause)
-        store = client.tensor_store(arn, 1)
-
+    _, store = run_locally(tmp_path, estimator)
     trial = create_trial(store)
     loss_tensors = ["CrossEntropyLoss_input_0", "CrossEntropyLoss_input_1", "CrossEntropyLoss_output_0"]
     assert sorted(trial.tensor_names(collection="custom_collection")) == loss_tensors
@@ -102,8 +107,6 @@ def test_a_debugger_estimator_on_a_functional_loss_is_verified_and_its_whole_mod
     from sagemaker.local import LocalSession
     from sagemaker.pytorch import PyTorch
 
-    from stabilizer.client.local_client import LocalClient
-
     for key, value in {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
                        "AWS_SECRET_ACCESS_KEY": "testing"}.items():
         monkeypatch.setenv(key, value)
@@ -115,12 +118,7 @@ def test_a_debugger_estimator_on_a_functional_loss_is_verified_and_its_whole_mod
         debugger_hook_config=DebuggerHookConfig(collection_configs=[CollectionConfig(name="gradients")]),
         sagemaker_session=LocalSession(),
     )
-    channels = write_channels(tmp_path / "data")
-    with LocalClient.open(tmp_path / "runs", data_dir=tmp_path / "data") as client:
-        arn = client.start({"wait_seconds": 1, "limits": {"max_num_retraining": 0}}, job=estimator, inputs=channels)
-        view = client.wait(arn, timeout=300)
-    state = view.state or {}
-    assert view.status == "SUCCEEDED", (state.get("reason"), view.cause)
+    state, _ = run_locally(tmp_path, estimator)
     assert state["outcome"] == "succeeded", state.get("reason")
     (attempt,) = state["attempts"]
     assert attempt["status"] == "Completed" and attempt["watched"]["steps_observed"] == 3 * 32, attempt

@@ -16,6 +16,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.packaging.test_layout import imported_names
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Top to bottom. A module of `stabilizer` belongs to the floor of the longest name here that it
@@ -53,18 +55,6 @@ def modules(root: Path) -> dict[str, Path]:
     return found
 
 
-def imported(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -> list[str]:
-    """What an import statement names: the module, and for ``from m import n`` also ``m.n`` (maybe a module)."""
-    if isinstance(node, ast.Import):
-        return [alias.name for alias in node.names]
-    base = node.module or ""
-    if node.level:
-        package = module.split(".") if is_package else module.split(".")[:-1]
-        package = package[: len(package) - (node.level - 1)]
-        base = ".".join([*package, base] if base else package)
-    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
-
-
 def module_of(named: str, known: dict[str, Path]) -> str:
     """The module an imported name lies in: ``from m import a_function`` imports m."""
     while named not in known and "." in named:
@@ -84,7 +74,7 @@ def upward_imports(root: Path = ROOT) -> list[str]:
             if not isinstance(node, ast.Import | ast.ImportFrom):
                 continue
             targets = set()
-            for named in imported(name, path.name == "__init__.py", node):
+            for named in imported_names(name, path.name == "__init__.py", node):
                 target = module_of(named, known)
                 floor = floor_of(target) if target.split(".")[0] == "stabilizer" else None
                 if floor is not None and floor < own:

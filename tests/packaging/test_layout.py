@@ -44,7 +44,8 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def _imported(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -> list[str]:
+def imported_names(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """What an import statement names: the module, and for ``from m import n`` also ``m.n`` (maybe a module)."""
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
     base = node.module or ""
@@ -75,7 +76,7 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in known}
     for name, path in known.items():
         for node in _imports(ast.parse(path.read_text(), str(path))):
-            for imported in _imported(name, path.name == "__init__.py", node):
+            for imported in imported_names(name, path.name == "__init__.py", node):
                 target = imported
                 while target and target not in known:
                     target = target.rpartition(".")[0]
@@ -139,7 +140,7 @@ def test_the_checker_finds_a_circle_closed_by_a_lazy_import(tmp_path):
     graph = {"p.a": set(), "p.b": set()}
     for name, tree in (("p.a", a), ("p.b", b)):
         for node in _imports(tree):
-            graph[name].update(t for t in _imported(name, False, node) if t in graph and t != name)
+            graph[name].update(t for t in imported_names(name, False, node) if t in graph and t != name)
     assert circles(graph) == [["p.a", "p.b"]]
 
 
