@@ -223,6 +223,7 @@ class LocalEngine:
             (self.settings.watch_function, "watch"),
         ):
             module = _handler_module(self.project.lambdas, name)
+            _cold_start(module)
             self.lambdas.register(function, self._quiet(module.lambda_handler, self.settings.principal_of(function)))
         self._route_handler_logs()
 
@@ -388,6 +389,19 @@ def _handler_module(lambdas: Path, name: str) -> ModuleType:
         spec.loader.exec_module(module)
         sys.modules[key] = module
     return sys.modules[key]
+
+
+def _cold_start(handler: ModuleType) -> None:
+    """Each engine is a new deployment, so its functions start cold: what a handler's package
+    cached at module level (its settings read from the environment, its clients) is dropped, as a
+    new Lambda execution environment would not have it."""
+    package = handler.__name__.rpartition(".handlers.")[0] or "stabilizer_workflow"
+    modules = [handler] + [m for n, m in list(sys.modules.items())
+                           if m is not None and (n == package or n.startswith(package + "."))]
+    for module in modules:
+        for value in list(vars(module).values()):
+            if callable(getattr(value, "cache_clear", None)) and getattr(value, "__module__", None) == module.__name__:
+                value.cache_clear()
 
 
 @contextlib.contextmanager

@@ -247,3 +247,26 @@ def test_strict_mode_fails_a_job_whose_image_its_role_cannot_pull():
     # Not strict: judged and recorded by the caller, never refused here.
     assert AccessChecker({EXECUTION_ROLE: role}, Where()).job_refusal(
         {**request, "AlgorithmSpecification": {"TrainingImage": theirs}}) is None
+
+
+def test_each_engine_is_a_fresh_deployment_whose_functions_read_its_own_settings(tmp_path):
+    """Lambda reads its environment at a cold start; a second engine in the same process is a new
+    deployment, so its functions must not keep the settings the first engine's functions read."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from stabilizer.local.deployment import Project
+    from stabilizer.local.engine import LocalEngine
+
+    for channel in ("train", "test"):
+        (tmp_path / "data" / channel).mkdir(parents=True)
+        np.save(tmp_path / "data" / channel / "x.npy", np.zeros((2, 1), dtype=np.float32))
+    project = Project.discover(Path(__file__).resolve().parents[3])
+    with LocalEngine(tmp_path / "first", tmp_path / "data", project=project) as engine:
+        assert engine.run({"nonsense": 1}, name="exec-first").error == "InvalidInput"
+    settings = LocalSettings(job_name_prefix="not_a_prefix")
+    with LocalEngine(tmp_path / "second", tmp_path / "data", project=project, settings=settings) as engine:
+        record = engine.run({"nonsense": 1}, name="exec-second")
+    assert (record.status, record.error) == ("FAILED", "MisconfiguredEnvironment")
+    assert "JOB_NAME_PREFIX" in record.cause
