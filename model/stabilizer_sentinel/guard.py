@@ -125,8 +125,6 @@ class Guard(OptimizerHooks):
         # The launcher may read losses from log lines, late by design: no warning there.
         self.warn_when_loss_is_late = integration != "launcher"
         self._closed = False
-        self.first_checked: int | None = None  # the first and last step checked, for the closing line
-        self.last_checked = 0
         # What the summary of findings.json says (stabilizer_sentinel.summary); written at the end, findings or not.
         self.record = RunRecord(integration=integration)
         if integration == "launcher" and self.sentinel.learning.chance is not None:
@@ -212,9 +210,6 @@ class Guard(OptimizerHooks):
     def check(self) -> Verdict:
         """Check the gradients of the step about to be applied (the hooks call this; so may a framework)."""
         step = self.step_number
-        if self.first_checked is None:
-            self.first_checked = step
-        self.last_checked = step
         verdict = self.sentinel.after_backward(
             step, epoch=self.epoch, phase=self.phase, learning_rate=self.learning_rate, loss=self._loss,
             inputs=self._inputs, labels=self._labels, outputs=self._outputs,
@@ -326,7 +321,6 @@ class Guard(OptimizerHooks):
         self._remove_hooks()
         if self.scaler_watch.scaler is not None:
             self.scaler_watch.read_scale(judge=False)
-        self._say_checked(status)
         self.sentinel.close(status=status)
 
     def discard(self) -> None:
@@ -342,12 +336,6 @@ class Guard(OptimizerHooks):
             self.clock.remove()
         if self.optimizer is not None:
             unfollow(self.optimizer, self)
-
-    def _say_checked(self, status: str) -> None:
-        """One line for the job's log: which steps this process checked, and how it ended."""
-        if self.first_checked is not None and self.primary:
-            print(f"sentinel: checked steps {self.first_checked}..{self.last_checked}, {status}", file=sys.stderr,
-                  flush=True)
 
     def __enter__(self) -> Guard:
         return self
@@ -376,8 +364,7 @@ class Guard(OptimizerHooks):
     # -- stopping
     def _stop(self, when: str) -> None:
         finding = self.sentinel.stop_finding or {"message": "another rank stopped"}
-        print(f"sentinel stopped the job {when}: {finding['message']}", flush=True)
-        self._say_checked("stopped")
+        print(f"sentinel stopped the job {when}: {finding['message']}", file=sys.stderr, flush=True)
         self._closed = True
         self._remove_hooks()
         self.sentinel.exit_for_rule_stop()  # exit status 86, failure file "RuleStop: ..."

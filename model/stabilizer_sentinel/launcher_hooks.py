@@ -35,9 +35,6 @@ stabilizer_sentinel.step_clock, and ``torch.autograd.backward``, stabilizer_sent
 - How the script ended: an uncaught exception through ``sys.excepthook`` (stabilizer_sentinel.summary);
   ``sys.exit(n)``, ``exit(n)`` or a bare ``raise SystemExit(n)`` that ends it through
   stabilizer_sentinel.exit_status (0 a normal end, any other status ``SystemExit: <status>``).
-- At the end of the script (``atexit``, after the guard has closed) rank 0 writes one line to
-  stderr in the log-line form of docs/contracts.md section 1, ``step=<last step> (stabilizer
-  launcher: <n> optimizer steps taken)``.
 - The loss: the scalar each backward pass starts from (``torch.autograd.backward``, wrapped by
   stabilizer_sentinel.bare_tensors), unscaled by stabilizer_sentinel.backward_loss (divided by the
   accumulation steps, multiplied by a loss scaler, a sum divided by its count): a loss module, a
@@ -70,6 +67,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import math
+import sys
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -277,13 +275,13 @@ class LauncherHooks:
             return  # not this module (a loss, an augmentation, another network): the next root may fit
         network.load_state_dict(state["model"])
         self._checkpoint = (source, state, network)
-        print(f"sentinel: the launcher resumed {type(network).__name__} from {source}", flush=True)
+        print(f"sentinel: the launcher resumed {type(network).__name__} from {source}", file=sys.stderr, flush=True)
 
     def _resume_optimizer(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         if self._checkpoint is None or self.guard is None:
             if self._candidate is not None:
                 print(f"sentinel: checkpoint {self._candidate[0]} fits no network of this script; starting fresh",
-                      flush=True)
+                      file=sys.stderr, flush=True)
             return
         source, state, network = self._checkpoint
         if network is not model:
@@ -301,17 +299,6 @@ class LauncherHooks:
         else:
             self.guard.step(value)
 
-    def _report_steps(self) -> None:
-        guard = self.guard
-        if guard is None or not guard.primary or guard.step_number < 1:
-            return
-        stream = log_channel.raw_stderr()  # not read back as a loss
-        with contextlib.suppress(OSError, ValueError):  # a closed stream at exit: nothing to tell
-            stream.write(
-                f"step={guard.step_number - 1} (stabilizer launcher: {guard.step_number} optimizer steps taken)\n"
-            )
-            stream.flush()
-
     def close(self) -> None:
         """Remove the hooks, close the guard and say how many steps it watched; idempotent."""
         if self._closed:
@@ -327,7 +314,6 @@ class LauncherHooks:
         self._unhook_backward()
         if self.guard is not None:
             self.guard.close()
-        self._report_steps()
         self.channel.uninstall()
 
 

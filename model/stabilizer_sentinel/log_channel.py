@@ -71,12 +71,6 @@ for _name in ("encoding", "errors", "newlines", "closed"):
     setattr(_LossFromLog, _name, property(lambda self, _name=_name: getattr(self._stream, _name)))
 
 
-def raw_stderr() -> TextIO:
-    """The stream under the channel: for lines of ours that must not be read back as a loss."""
-    stream = sys.stderr
-    return stream._stream if isinstance(stream, _LossFromLog) else stream  # type: ignore[return-value]
-
-
 class LogChannel:
     def __init__(self, pattern: str) -> None:
         self.pattern = re.compile(pattern)

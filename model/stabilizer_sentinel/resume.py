@@ -12,6 +12,7 @@ This module must not decide when to load: the guard and the launcher do.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,8 @@ def read_newest(paths: JobPaths) -> tuple[Path, dict[str, Any]] | None:
     try:
         state = torch.load(source, map_location="cpu", weights_only=True)
     except Exception as exc:  # not a checkpoint this library can read: the loop's own business
-        print(f"sentinel: cannot read checkpoint {source} ({exc!r}); starting from step 0", flush=True)
+        print(f"sentinel: cannot read checkpoint {source} ({exc!r}); starting from step 0", file=sys.stderr,
+              flush=True)
         return None
     return source, state
 
@@ -69,13 +71,14 @@ def restore(paths: JobPaths, model: nn.Module, optimizer: torch.optim.Optimizer 
     source, state = found
     reason = misfit(state, model, optimizer)
     if reason is not None:
-        print(f"sentinel: checkpoint {source} does not fit this model ({reason}); starting from step 0", flush=True)
+        print(f"sentinel: checkpoint {source} does not fit this model ({reason}); starting from step 0",
+              file=sys.stderr, flush=True)
         return None
     model.load_state_dict(state["model"])
     if optimizer is not None:
         load_optimizer(state, optimizer)
     next_step = int(state["next_step"])
-    print(f"sentinel: resumed from {source} at step {next_step}", flush=True)
+    print(f"sentinel: resumed from {source} at step {next_step}", file=sys.stderr, flush=True)
     return source, next_step
 
 

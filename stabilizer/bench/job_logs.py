@@ -1,11 +1,13 @@
-"""What one training job computed, read from its log: the step it started at, the step it ended
-at, and the steps of a clean run of its recipe. The remediation benchmark counts steps with it.
+"""What one training job computed, read from its log (the reference script's) or its findings.json
+summary (any script the library protects): the step it started at, the step it ended at, and the
+steps of a clean run of its recipe. The remediation benchmark counts steps with it.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 _START = re.compile(r"^training steps=(\d+) .*start_step=(\d+)")
 _ENDS = (
@@ -14,8 +16,6 @@ _ENDS = (
 )
 _RULE_STOP = re.compile(r"^sentinel stopped the job (?:at|after the evaluation at) step (\d+)")
 _LOGGED = re.compile(r"^step=(\d+) ")
-# Any script the library protects: the guard's closing line (stabilizer_sentinel.guard).
-_CHECKED = re.compile(r"^sentinel: checked steps (\d+)\.\.(\d+), ")
 
 
 @dataclass(frozen=True)
@@ -31,19 +31,19 @@ class JobSteps:
         return max(0, self.end - self.start)
 
 
-def job_steps(log: str, clean_steps: int | None = None) -> JobSteps | None:
+def job_steps(log: str, clean_steps: int | None = None, summary: dict[str, Any] | None = None) -> JobSteps | None:
     """None when the job never started training (a bad channel, a bad hyperparameter).
 
-    The reference script logs its total; for a user's script, `clean_steps` gives it, and the
-    guard's closing line the steps it checked.
+    The reference script logs its total; for a user's script, `clean_steps` gives it, and its
+    findings.json `summary` the first and last step the sentinel checked.
     """
+    if clean_steps is not None and summary and summary.get("first_step") is not None:
+        return JobSteps(total=clean_steps, start=int(summary["first_step"]), end=int(summary["last_step"]) + 1)
     total = start = None
     end = None
     last_logged = None
     for line in log.splitlines():
-        if (match := _CHECKED.match(line)) is not None and clean_steps is not None:
-            total, start, end = clean_steps, int(match.group(1)), int(match.group(2)) + 1
-        elif (match := _START.match(line)) is not None:
+        if (match := _START.match(line)) is not None:
             total, start = int(match.group(1)), int(match.group(2))
         elif (match := _RULE_STOP.match(line)) is not None:
             end = int(match.group(1)) + 1

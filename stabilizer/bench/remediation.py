@@ -82,13 +82,17 @@ def recipe_text(run_spec: dict[str, Any], state: dict[str, Any] | None = None) -
     return ", ".join(parts)
 
 
-def measure(scenario: Scenario, policy: str, state: dict[str, Any], logs: list[str], wall: float) -> Row:
-    """The benchmark row of one finished execution: its state payload and its jobs' logs."""
+def measure(scenario: Scenario, policy: str, state: dict[str, Any], logs: list[str], wall: float,
+            summaries: list[dict[str, Any] | None] | None = None) -> Row:
+    """The benchmark row of one finished execution: its state payload, its jobs' logs and their
+    findings.json summaries (None where a job left none)."""
     attempts = state.get("attempts") or []
     clean = [
         scenario.clean_steps(a.get("run_spec") or {}) if scenario.clean_steps is not None else None for a in attempts
     ]
-    steps = [job_steps(log, total) for log, total in zip(logs, clean + [None] * (len(logs) - len(clean)), strict=False)]
+    clean += [None] * (len(logs) - len(clean))
+    summaries = list(summaries or []) + [None] * (len(logs) - len(summaries or []))
+    steps = [job_steps(log, total, summary) for log, total, summary in zip(logs, clean, summaries, strict=False)]
     computed = sum(s.computed for s in steps if s is not None)
     last = steps[-1] if steps else None
     outcome = state.get("outcome") or "unknown"
@@ -165,7 +169,8 @@ def run_scenario(scenario: Scenario, policy: str, data: dict[str, Path], run_roo
     for attempt in record.attempts:
         path = run_dir / "jobs" / attempt.job_name / "logs" / "training.log"
         logs.append(path.read_text() if path.is_file() else "")
-    row = measure(scenario, policy, record.state or {}, logs, record.wall_seconds)
+    summaries = [(attempt.findings or {}).get("summary") for attempt in record.attempts]
+    row = measure(scenario, policy, record.state or {}, logs, record.wall_seconds, summaries)
     row.peak_memory_bytes = memory.peak
     row.job_seconds = timing(record)["job_seconds"]
     row.run_dir = str(run_dir)

