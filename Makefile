@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint clean
+.PHONY: setup run test test-fast test-all lint clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -33,12 +33,19 @@ run: setup
 WORKERS ?= auto
 XDIST = -n $(WORKERS) --maxprocesses 4 --dist loadgroup
 
+# The tiers (docs/testing.md): `make test` is the fast tier and small real runs, one or two for each
+# path (what CI runs); `make test-all` adds the long ones (tests marked `long`: the whole notebook,
+# the scenario set, many hosts, the detection corpus, the other variants of a path); `make test-fast`
+# is what starts no process and trains nothing (tests marked `slow` left out; tests/conftest.py
+# fails any other test that starts a process).
 test: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -m "not long" $(XDIST) $(PYTEST_ARGS)
+
+test-all: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
-# The fast tier: what starts no process and trains nothing (tests marked `slow` left out;
-# tests/conftest.py fails any other test that starts a process).
 test-fast: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -m "not slow" $(XDIST) $(PYTEST_ARGS)

@@ -90,6 +90,14 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     return (yield from _guarded(item))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A `long` test is a real run too: it is `slow` as well, so that `make test-fast` leaves it out."""
+    for item in items:
+        if item.get_closest_marker("long") is not None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Under `make test` the workers run side by side, one per core: each worker, and every
     training process it starts, gets one torch thread, so that two workers use two cores instead

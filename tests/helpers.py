@@ -105,3 +105,11 @@ def model_module(name: str):
                 else:
                     sys.modules[sibling] = before
     return sys.modules[key]
+
+
+def in_make_test_all(*values: object) -> list:
+    """Parameters of a test that `make test` leaves to `make test-all` (marked `long`): the other
+    variants of a path whose first variants `make test` runs. A tuple is one set of arguments."""
+    import pytest
+
+    return [pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=pytest.mark.long) for v in values]

@@ -93,6 +93,7 @@ def run(tmp_path: Path, job: Any, channels: dict[str, str]) -> tuple[Any, Any, d
     return view, store, view.state or {}
 
 
+@pytest.mark.long
 def test_pytorch_custom_container_vanishing_gradient(tmp_path, channels, sdk_env):
     # pytorch_custom_container/pytorch_byoc_smdebug.ipynb
     rules = [
@@ -159,6 +160,7 @@ def test_cnn_class_activation_maps_collection_and_class_imbalance(tmp_path, chan
             "SmallNet_fc.bias"} <= names
 
 
+@pytest.mark.long
 def test_iterative_model_pruning_custom_rule_says_which_tensor_it_never_found(tmp_path, channels, sdk_env):
     # pytorch_iterative_model_pruning/iterative_model_pruning_resnet.ipynb: its hook and custom rule
     debugger_hook_config = DebuggerHookConfig(
@@ -195,6 +197,7 @@ def test_iterative_model_pruning_custom_rule_says_which_tensor_it_never_found(tm
     assert "CrossEntropyLoss_0_input_0" in state["reason"]
 
 
+@pytest.mark.long
 def test_pytorch_profiling_rules_and_profiler_config(tmp_path, channels, sdk_env):
     # pytorch_profiling/pt-resnet-profiling-single-gpu-single-node.ipynb
     rules = [

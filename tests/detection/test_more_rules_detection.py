@@ -24,7 +24,7 @@ from tests.helpers import MODEL_DIR, TRAIN_SCRIPT, JobDirs, model_module, run_tr
 _data = model_module("data")
 read_channel = _data.read_channel
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
 def monitored(rules: list[dict], capture: dict) -> list[str]:

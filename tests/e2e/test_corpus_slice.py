@@ -15,9 +15,10 @@ import pytest
 
 from stabilizer.bench import calibration as bench_corpus
 from stabilizer.bench.corpus import load, select
+from tests.helpers import in_make_test_all
 
 pytestmark = pytest.mark.slow
-SLICE = ["rnn-lr0.5-clip1", "accum-lr1.5"]
+SLICE = ["rnn-lr0.5-clip1", *in_make_test_all("accum-lr1.5")]
 
 
 @pytest.mark.parametrize("name", SLICE)

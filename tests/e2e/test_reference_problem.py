@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers import run_train, step_lines
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
 def test_without_batch_norm_gradients_go_non_finite_within_10_steps(job_dirs, digits_channels):

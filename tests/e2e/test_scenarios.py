@@ -27,6 +27,7 @@ def data_sets(digits_channels: dict[str, Path], tmp_path_factory: pytest.TempPat
 
 
 @pytest.mark.parametrize("name", [s.name for s in by_name(small=True)])
+@pytest.mark.long
 def test_small_scenario_gets_the_right_rule_remedy_and_verdict(name, data_sets, tmp_path):
     scenario = by_name([name], small=True)[0]
     row = bench.run_scenario(scenario, "default", data_sets, tmp_path, small=True)

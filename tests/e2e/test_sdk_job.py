@@ -13,7 +13,7 @@ import pytest
 
 from stabilizer.client.local_client import LocalClient
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
 sagemaker = pytest.importorskip("sagemaker")
 SCRIPT_DIR = Path(__file__).resolve().parent / "fixtures" / "regression_job"

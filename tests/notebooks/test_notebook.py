@@ -84,6 +84,7 @@ def kernel_for_this_interpreter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_the_notebook_runs_top_to_bottom_in_local_mode(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel_for_this_interpreter: str
 ):

@@ -16,7 +16,7 @@ import pytest
 from stabilizer.cli.commands import EXIT_STATUS
 from tests.packaging.support import build_wheel, copy_tree, fresh_environment, wheel_names
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 # The smallest run that ends in a verdict: one attempt of a shallow network with batch norm, 12
 # steps (the fewest in which the learning check can judge the loss).

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from tests.helpers import in_make_test_all
 from tests.unit.library.support import FIXTURES, findings, job_env, run
 
 pytestmark = pytest.mark.slow  # every test runs a looping script as its own process
@@ -63,7 +64,7 @@ def test_the_watchdog_stays_quiet_on_a_healthy_loop_and_can_be_turned_off(tmp_pa
     assert off.returncode == 0 and "rank=0 done" in off.stdout, off.stderr
 
 
-@pytest.mark.parametrize("value", ["soon", "-1"])
+@pytest.mark.parametrize("value", ["-1", *in_make_test_all("soon")])
 def test_a_bad_bound_is_refused_naming_the_variable(tmp_path, value):
     result = run([str(SCRIPT), "--steps", "1"], SCRIPT.parent,
                  job_env(tmp_path, STABILIZER_HANG_FLOOR_SECONDS=value), timeout=60)

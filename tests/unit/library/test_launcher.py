@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from tests.helpers import MODEL_DIR
+from tests.helpers import MODEL_DIR, in_make_test_all
 from tests.unit.library.support import FIXTURES, findings, job_env, logged, run, summary
 
 pytestmark = pytest.mark.slow  # every test runs a script as its own process
@@ -66,6 +66,7 @@ def test_a_bad_configuration_fails_the_job_before_the_script_runs_naming_the_fie
     assert (tmp_path / "failure").read_text().startswith("StabilizerConfigError: sagemaker_stabilizer.action")
 
 
+@pytest.mark.long
 def test_the_attempts_table_counts_the_steps_of_a_script_whose_log_says_no_step(tmp_path):
     # A script run through the launcher logs in its own words (here `iter=<n> mse=<loss>`) and the
     # launcher adds nothing to its output: the attempts table counts its steps from the summary.
@@ -174,7 +175,8 @@ sys.exit(main())
 '''
 
 
-@pytest.mark.parametrize(("how", "status"), [("bare", 4), ("nested", 4), ("bare", 0), ("sys.exit", 0)])
+@pytest.mark.parametrize(("how", "status"),
+                         [("nested", 4), *in_make_test_all(("bare", 4), ("bare", 0), ("sys.exit", 0))])
 def test_how_a_script_exits_under_the_launcher_is_how_its_summary_says_it_ended(tmp_path, how, status):
     # `raise SystemExit(n)` reaches no hook of Python's (sys.excepthook is for other exceptions):
     # a failure status is recorded as the exception that ended the script, 0 as a normal end.

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from stabilizer_sentinel import watch
+from tests.helpers import in_make_test_all
 from tests.unit.library.support import FIXTURES, findings, job_env, run, summary
 
 LOOPS = FIXTURES / "loops" / "loops.py"
@@ -57,7 +58,7 @@ def test_every_loop_kind_that_trains_is_watched_to_its_end_through_the_library(t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["accumulate", "lbfgs", "by_hand", "bare", "gan", "compiled"])
+@pytest.mark.parametrize("kind", ["accumulate", "gan", "compiled", *in_make_test_all("lbfgs", "by_hand", "bare")])
 def test_the_launcher_stops_an_unchanged_loop_of_every_kind_at_its_first_non_finite_step(tmp_path, kind):
     result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", kind, "--nan-from", "3"], LOOPS.parent,
                  job_env(tmp_path))
@@ -176,7 +177,7 @@ def test_a_collapsing_loss_scale_is_an_exploding_tensor(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("integration", ["library", "launcher"])
+@pytest.mark.parametrize("integration", ["launcher", *in_make_test_all("library")])
 def test_a_non_finite_loss_in_the_log_is_an_exploding_tensor_whatever_the_hooks_saw(tmp_path, integration):
     config = {"loss_regex": r"\bloss=(\S+)"}
     launcher = ["-m", "stabilizer_sentinel.launch", str(LOOPS)]

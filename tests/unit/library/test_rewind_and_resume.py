@@ -79,6 +79,7 @@ def test_restore_resumes_the_weights_and_the_step_count_from_the_resume_channel(
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_checkpoint_of_another_architecture_starts_fresh_and_says_so(tmp_path):
     _, saved = _explode(tmp_path)
     job = tmp_path / "wider"

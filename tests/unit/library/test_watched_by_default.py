@@ -44,6 +44,7 @@ def test_auto_watches_a_loop_over_bare_tensors_that_never_calls_watch(tmp_path):
     assert written["integration"] == "launcher" and written["ended"] == "rule_stop"
 
 
+@pytest.mark.long
 def test_a_script_that_watches_its_training_after_an_unwatched_pre_training_is_judged_on_what_it_watches(
     tmp_path,
 ):
@@ -84,6 +85,7 @@ def test_an_interrupted_script_leaves_a_summary_that_says_so(tmp_path):
     assert (written["ended"], written["exception"], written["steps_taken"]) == ("interrupted", "KeyboardInterrupt", 3)
 
 
+@pytest.mark.long
 def test_an_rnn_language_model_updating_by_hand_is_stopped_as_diverging_before_its_loss_overflows(tmp_path):
     # Unwatched, its loss climbs from 6.9 to 152 at batch 22, then at batch 23 math.exp(loss) overflows
     # in its log line. 152 is above Diverging's bound once; batch 23's loss is an explosion at once

@@ -54,7 +54,7 @@ def request(staged: dict[str, str], name: str, **hyperparameters: str) -> dict[s
 
 @pytest.fixture
 def sagemaker(tmp_path: Path, s3: Any) -> Any:
-    emulator = LocalSageMaker(tmp_path / "jobs", s3, stop_grace_seconds=5)
+    emulator = LocalSageMaker(tmp_path / "jobs", s3, stop_grace_seconds=1)  # a job left running is killed 1 s after
     with emulator.installed():
         yield boto3.client("sagemaker", region_name="us-east-1"), emulator
     emulator.stop_all()
@@ -392,7 +392,7 @@ def rules_request(staged: dict[str, str], name: str, **hyperparameters: str) -> 
 @pytest.fixture
 def sagemaker_with_rules(tmp_path: Path, s3: Any) -> Any:
     factory = rule_evaluator_factory(python=sys.executable, region="us-east-1", account="123456789012")
-    emulator = LocalSageMaker(tmp_path / "jobs", s3, stop_grace_seconds=5, rule_evaluator=factory)
+    emulator = LocalSageMaker(tmp_path / "jobs", s3, stop_grace_seconds=1, rule_evaluator=factory)
     with emulator.installed():
         yield boto3.client("sagemaker", region_name="us-east-1"), emulator
     emulator.stop_all()

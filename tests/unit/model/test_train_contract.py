@@ -95,6 +95,7 @@ def test_one_hot_labels_are_accepted(job_dirs, tmp_path, digits_channels):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_resume_continues_exactly_where_an_uninterrupted_run_would(tmp_path, digits_channels):
     from tests.helpers import JobDirs
 
