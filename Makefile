@@ -33,7 +33,7 @@ run: setup
 WORKERS ?= auto
 XDIST = -n $(WORKERS) --maxprocesses 4 --dist loadgroup
 
-# The tiers (docs/testing.md): `make test` is the fast tier and small real runs, one or two for each
+# The tiers (docs/layout.md, "Tests"): `make test` is the fast tier and small real runs, one or two for each
 # path (what CI runs); `make test-all` adds the long ones (tests marked `long`: the whole notebook,
 # the scenario set, many hosts, the detection corpus, the other variants of a path); `make test-fast`
 # is what starts no process and trains nothing (tests marked `slow` left out; tests/conftest.py

@@ -110,6 +110,7 @@ def test_pytorch_custom_container_vanishing_gradient(tmp_path, channels, sdk_env
     assert "gradient/SmallNet_fc.weight" in trial.tensor_names(collection="gradients")
 
 
+@pytest.mark.long
 def test_pytorch_model_debugging_rules_and_hook_intervals(tmp_path, channels, sdk_env):
     # pytorch_model_debugging/pytorch_script_change_smdebug.ipynb
     rules = [

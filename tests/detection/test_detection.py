@@ -24,7 +24,7 @@ from tests.helpers import JobDirs, model_module, run_train, step_lines
 _data = model_module("data")
 read_channel, write_channel = _data.read_channel, _data.write_channel
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # the detection corpus: `make test-all`
 
 RULES = [
     {"name": "ExplodingTensor"},
@@ -101,7 +101,6 @@ def test_exploding_reference_run_stops_at_the_first_non_finite_gradient(tmp_path
     assert all(torch.isfinite(value).all() for value in state["model"].values())
 
 
-@pytest.mark.long
 def test_vanishing_run_is_flagged_by_vanishing_gradient(tmp_path, job_dirs, digits_channels):
     # Inputs scaled to ~1e-5 of their range (normalised three times over): the network is close to
     # linear around zero, so every kernel's gradient shrinks with the input.
@@ -112,7 +111,6 @@ def test_vanishing_run_is_flagged_by_vanishing_gradient(tmp_path, job_dirs, digi
     assert "VanishingGradient" in {f["rule"] for f in findings(job_dirs)}
 
 
-@pytest.mark.long
 def test_plateau_run_is_flagged_by_loss_not_decreasing(job_dirs, digits_channels):
     result = run_train([*SMALL, "--add_batch_norm", "1", "--max_steps", "24", "--warmup_learning_rate", "0",
                         "--learning_rate", "0", *monitored()], job_dirs.env(digits_channels))
@@ -120,7 +118,6 @@ def test_plateau_run_is_flagged_by_loss_not_decreasing(job_dirs, digits_channels
     assert "LossNotDecreasing" in {f["rule"] for f in findings(job_dirs)}
 
 
-@pytest.mark.long
 def test_overfit_run_on_a_tiny_training_set_is_flagged_by_overfit(tmp_path, job_dirs, digits_channels):
     keep = np.random.default_rng(0).permutation(len(read_channel(digits_channels["train"])[1]))[:40]
     channels = {"train": derived_channel(tmp_path / "train", digits_channels["train"], keep=keep),
@@ -133,7 +130,6 @@ def test_overfit_run_on_a_tiny_training_set_is_flagged_by_overfit(tmp_path, job_
     assert overfit and overfit[0]["value"] > 0.1
 
 
-@pytest.mark.long
 def test_class_imbalanced_run_is_flagged_by_class_imbalance(tmp_path, job_dirs, digits_channels):
     _, y = read_channel(digits_channels["train"])
     keep = np.concatenate([np.where(y == 0)[0], *[np.where(y == c)[0][:10] for c in range(1, 10)]])

@@ -137,12 +137,6 @@ def check_recovered_with_batch_norm(record: RunRecord, history: list[dict[str, A
     assert final.body["outcome"] == "succeeded"
 
 
-@pytest.mark.xdist_group("default_run")  # one worker runs the shared execution once
-def test_default_policy_adds_batch_norm_after_the_first_explosion(default_run: FollowedRun):
-    check_recovered_with_batch_norm(default_run.record, default_run.history)
-    assert len(default_run.record.attempts) == 2
-
-
 def test_ctrl_c_stops_the_running_job_and_keeps_its_checkpoint(small_digits: Path, tmp_path: Path):
     command = [
         sys.executable,
@@ -186,8 +180,12 @@ def test_ctrl_c_stops_the_running_job_and_keeps_its_checkpoint(small_digits: Pat
     assert "stopped by SIGTERM" in next(jobs.glob("*/logs/training.log")).read_text()
 
 
-@pytest.mark.xdist_group("default_run")  # one worker runs the shared execution once
-def test_notebook_client_follows_an_execution_and_opens_its_tensors(default_run: FollowedRun):
+def test_default_policy_adds_batch_norm_after_the_first_explosion_as_the_notebook_client_sees(
+        default_run: FollowedRun):
+    # One execution, read two ways (it is the longest part of this module: run once, in one test).
+    check_recovered_with_batch_norm(default_run.record, default_run.history)
+    assert len(default_run.record.attempts) == 2
+
     view, notes, findings, trial, history = (
         default_run.view, default_run.notes, default_run.findings, default_run.trial, default_run.history)
 

@@ -60,6 +60,7 @@ def run(execution_input: dict[str, Any], data: Path, run_dir: Path, name: str) -
     return record, requests, logs
 
 
+@pytest.mark.long
 def test_user_job_explodes_and_recovers_through_its_learning_rate_knob(
     digits_channels: dict[str, Path], points: Path, tmp_path: Path
 ):

@@ -72,6 +72,7 @@ def test_a_bad_bound_is_refused_naming_the_variable(tmp_path, value):
     assert "STABILIZER_HANG_FLOOR_SECONDS: expected" in result.stderr
 
 
+@pytest.mark.long
 def test_a_rank_persistently_slower_than_the_others_is_reported_with_its_rank_and_host(tmp_path):
     command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
                str(SCRIPT), "--sleep-rank", "-1", "--slow-rank", "1", "--slow-seconds", "0.15", "--steps", "40"]
