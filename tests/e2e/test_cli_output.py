@@ -9,44 +9,36 @@ from pathlib import Path
 
 import pytest
 
-from stabilizer.cli.commands import EXIT_SUCCEEDED, EXIT_USAGE, main
+from stabilizer.cli.commands import EXIT_USAGE, main
 from tests.e2e.test_local_mode import small_digits  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_plain_run_prints_subjects_table_and_report_path(
-    small_digits: Path,  # noqa: F811
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-):
-    # The quickstart's job (a small fit that diverges, then is relaunched lower): the reference
-    # problem's own runs are local mode's tests' (tests/e2e/test_local_mode.py).
-    code = main(["run", "--local", "--plain", "--run-dir", str(tmp_path), "--data-dir", str(small_digits),
-                 "--name", "terminal",
-                 "--input", str(ROOT / "examples" / "quickstart" / "input.json")])
-    out = capsys.readouterr().out
-    assert code == EXIT_SUCCEEDED, out
+def check_plain_output(out: str, run_dir: Path) -> None:
+    """What `stabilizer run --local --plain` printed for the quickstart's job (a small fit that
+    diverges, then is relaunched lower), whose run went to `run_dir`; the README's own command
+    (tests/e2e/test_readme_snippets.py) is read with it, so the quickstart runs once."""
     lines = out.splitlines()
-    record = json.loads((tmp_path / "terminal" / "run.json").read_text())
+    record = json.loads((run_dir / "run.json").read_text())
     subjects = [n["subject"] for n in record["notifications"]]
     attempts = len(record["attempts"])
     assert attempts >= 2, "the quickstart's job diverges and is relaunched"
 
-    assert lines[0] == "execution terminal: job fit.py from examples/quickstart/src; policy default", out
+    assert lines[0] == f"execution {run_dir.name}: job fit.py from examples/quickstart/src; policy default", out
     assert lines[1].startswith("rules ExplodingTensor, VanishingGradient (stop when one fires); at most ")
-    assert lines[2] == f"run directory: {tmp_path / 'terminal'}"
+    assert lines[2] == f"run directory: {run_dir}"
     assert lines[3].startswith("source: examples/quickstart/src -> sourcedir.tar.gz, 1 file")
     assert [line.split("] ", 1)[1] for line in lines[4 : 4 + len(subjects)]] == subjects
     # header, subjects, blank, table header and rule, a row and its decision per attempt, blank,
     # outcome, reason, report
     assert len(lines) == 4 + len(subjects) + 1 + 2 + 2 * attempts + 1 + 3, out
     assert lines[-3].startswith(f"outcome: succeeded (SUCCEEDED) after {attempts} attempt(s)")
-    assert lines[-1].startswith(f"report: {tmp_path / 'terminal' / 'report.md'}")
+    assert lines[-1].startswith(f"report: {run_dir / 'report.md'}")
     assert "Details (JSON)" not in out and '"event_type"' not in out
 
-    report = (tmp_path / "terminal" / "report.md").read_text()
+    report = (run_dir / "report.md").read_text()
     assert report.count("Details (JSON):") == len(subjects)
     for subject in subjects:
         assert f". {subject}" in report

@@ -35,8 +35,9 @@ def run_example(name: str, run_dir: Path, *extra: str) -> tuple[subprocess.Compl
 @pytest.mark.parametrize(
     ("name", "knob", "integration", "rule"),
     # Both diverge; the sentinel stops each at its first loss ten times its start, before the overflow.
-    [("mlp-diabetes", "step_size", "launcher", "Diverging"),
-     *in_make_test_all(("transformer-digits", "lr", "library", "Diverging"))],
+    # Both in `make test-all`; `make test` runs the quickstart's job (tests/e2e/test_readme_snippets.py).
+    in_make_test_all(("mlp-diabetes", "step_size", "launcher", "Diverging"),
+                     ("transformer-digits", "lr", "library", "Diverging")),
 )
 def test_example_explodes_is_stopped_and_is_fixed_through_its_knob(tmp_path, name, knob, integration, rule):
     example = json.loads((ROOT / "examples" / name / "input.json").read_text())

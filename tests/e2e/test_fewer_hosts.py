@@ -17,7 +17,7 @@ import pytest
 from stabilizer.local.deployment import Project
 from stabilizer.local.engine import LocalEngine
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 ROOT = Path(__file__).resolve().parents[2]
 
 

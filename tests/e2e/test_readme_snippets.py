@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.test_cli_output import check_plain_output
+
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -45,6 +47,7 @@ def test_the_readme_job_example_explodes_is_stopped_and_relaunched_lower(tmp_pat
     [run_json] = tmp_path.glob("local-*/run.json")
     state = json.loads(run_json.read_text())["state"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    check_plain_output(result.stdout, run_json.parent)  # what a person reads in a CI log
     assert state["outcome"] == "succeeded"
     first, *rest = state["attempts"]
     assert first["finding"] is not None and first["status"] != "Completed", first

@@ -13,6 +13,7 @@ pytestmark = pytest.mark.slow  # two torchrun workers: about 24 s each on a load
 SCRIPT = FIXTURES / "ddp" / "train.py"
 
 
+@pytest.mark.long
 def test_a_non_finite_loss_on_one_rank_stops_every_rank_at_that_step(tmp_path):
     command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
                str(SCRIPT), "--bad-rank", "1", "--bad-step", "5", "--steps", "20"]
@@ -28,7 +29,6 @@ def test_a_non_finite_loss_on_one_rank_stops_every_rank_at_that_step(tmp_path):
     assert (tmp_path / "failure").read_text().startswith("RuleStop: ExplodingTensor at step 5")
 
 
-@pytest.mark.long
 def test_a_healthy_ddp_run_finishes_on_every_rank(tmp_path):
     command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
                str(SCRIPT), "--bad-rank", "-1", "--steps", "6"]

@@ -51,6 +51,7 @@ def on_hosts(staged: dict[str, str], name: str, count: int, **hyperparameters: s
     return job
 
 
+@pytest.mark.long
 def test_torch_distributed_on_two_hosts_runs_torchrun_on_each_with_sagemakers_host_files(sagemaker, hosts_source):
     client, emulator = sagemaker
     client.create_training_job(**on_hosts(hosts_source, "job-ddp", 2, mode='"ddp"',
