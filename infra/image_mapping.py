@@ -22,6 +22,7 @@ from infra.training_image import (
     framework_versions,
     pytorch_training,
 )
+from stabilizer_workflow import environment as env
 
 
 class BakedImages(Construct):
@@ -34,8 +35,8 @@ class BakedImages(Construct):
             # deploys, and Fn::FindInMap fails the whole stack there. Framework images by version
             # are then not offered (the train Lambda says to give job.image as a URI).
             self.environment: dict[str, str] = {
-                "FRAMEWORK_IMAGES": "{}",
-                "TRAINING_IMAGE_URI": config.training_image_uri,
+                env.FRAMEWORK_IMAGES: "{}",
+                env.TRAINING_IMAGE_URI: config.training_image_uri,
             }
             self.repository_arns = [_repository_arn_of(config.training_image_uri)]
         else:
@@ -45,9 +46,9 @@ class BakedImages(Construct):
                 mapping={region: {"account": account} for region, account in sorted(cpu.accounts.items())},
             ).find_in_map(Aws.REGION, "account")
             self.environment = {
-                "FRAMEWORK_IMAGES": self._framework_images(),
-                "TRAINING_IMAGE_URI": self._uri(cpu),
-                "TRAINING_IMAGE_URI_GPU": self._uri(pytorch_training(PYTORCH_VERSION, "gpu")),
+                env.FRAMEWORK_IMAGES: self._framework_images(),
+                env.TRAINING_IMAGE_URI: self._uri(cpu),
+                env.TRAINING_IMAGE_URI_GPU: self._uri(pytorch_training(PYTORCH_VERSION, "gpu")),
             }
             self.repository_arns = [self._repository_arn(self._training_account, cpu.repository)]
         if config.debugger_rules_enabled:
@@ -57,7 +58,7 @@ class BakedImages(Construct):
                 mapping={region: {"account": account} for region, account in sorted(rules.accounts.items())},
             )
             account = mapping.find_in_map(Aws.REGION, "account")
-            self.environment["DEBUGGER_RULE_IMAGE"] = self._uri(rules, account)
+            self.environment[env.DEBUGGER_RULE_IMAGE] = self._uri(rules, account)
             self.debugger_repository_arn = self._repository_arn(account, rules.repository)
 
     def _uri(self, image: RegionalImage, account: str | None = None) -> str:

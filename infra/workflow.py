@@ -35,6 +35,7 @@ from infra.definition import DEFINITION_FILE, substitutions
 from infra.lambda_asset import BuiltAsset
 from infra.storage import Storage
 from infra.training_runtime import TrainingRuntime
+from stabilizer_workflow import environment as env
 
 # Measured, not on Lambda: loading both handlers in the Lambda layout (asset, layer, boto3 only;
 # tests/infra/test_lambda_asset.py, CPython 3.11 on x86_64, nothing byte-compiled, as on a cold
@@ -74,12 +75,12 @@ class Workflow(Construct):
         self.monitor_function = self._function(
             "MonitorFunction", "stabilizer_workflow.handlers.monitor.lambda_handler", lambda_asset, powertools,
             "Checks a training job and its rule findings, decides the next step, stops jobs.",
-            self._common_environment(),
+            self._monitor_environment(),
         )
         self.watch_function = self._function(
             "WatchFunction", "stabilizer_workflow.handlers.watch.lambda_handler", lambda_asset, powertools,
             "Wakes the execution when its training job ends; cleans up after executions that end abnormally.",
-            self._common_environment(),
+            self._watch_environment(),
         )
         self._grant_train()
         self._grant_monitor()
@@ -131,27 +132,30 @@ class Workflow(Construct):
         )
         return lambda_.LayerVersion.from_layer_version_arn(self, "PowertoolsLayer", arn)
 
-    def _common_environment(self) -> dict[str, str]:
+    # Each function gets what its settings read (stabilizer_workflow.environment), and no more.
+    def _monitor_environment(self) -> dict[str, str]:
+        return {env.TOPIC_ARN: self.storage.topic.topic_arn, env.POWERTOOLS_SERVICE_NAME: "stabilizer"}
+
+    def _watch_environment(self) -> dict[str, str]:
         return {
-            "BUCKET": self.storage.bucket.bucket_name,
-            "TOPIC_ARN": self.storage.topic.topic_arn,
-            "JOB_NAME_PREFIX": self.config.job_name_prefix,
-            "POWERTOOLS_SERVICE_NAME": "stabilizer",
+            **self._monitor_environment(),
+            env.BUCKET: self.storage.bucket.bucket_name,
+            env.JOB_NAME_PREFIX: self.config.job_name_prefix,
         }
 
     def _train_environment(self) -> dict[str, str]:
         return {
-            **self._common_environment(),
-            "SAGEMAKER_ROLE_ARN": self.runtime.execution_role.role_arn,
+            **self._watch_environment(),
+            env.SAGEMAKER_ROLE_ARN: self.runtime.execution_role.role_arn,
             **self.runtime.images.environment,
-            "SOURCE_S3_URI": self.storage.source_s3_uri,
-            "LIBRARY_S3_URI": self.storage.library_s3_uri,
-            "TRAIN_DATA_S3_URI": self.storage.data_uri("train"),
-            "TEST_DATA_S3_URI": self.storage.data_uri("test"),
-            "DEFAULT_INSTANCE_TYPE": self.config.instance_type,
-            "DEBUGGER_RULES_ENABLED": "true" if self.config.debugger_rules_enabled else "false",
-            "WARM_POOL_SECONDS": str(self.config.warm_pool_seconds),
-            **({"DATA_BUCKETS": ",".join(self.config.data_buckets)} if self.config.data_buckets else {}),
+            env.SOURCE_S3_URI: self.storage.source_s3_uri,
+            env.LIBRARY_S3_URI: self.storage.library_s3_uri,
+            env.TRAIN_DATA_S3_URI: self.storage.data_uri("train"),
+            env.TEST_DATA_S3_URI: self.storage.data_uri("test"),
+            env.DEFAULT_INSTANCE_TYPE: self.config.instance_type,
+            env.DEBUGGER_RULES_ENABLED: "true" if self.config.debugger_rules_enabled else "false",
+            env.WARM_POOL_SECONDS: str(self.config.warm_pool_seconds),
+            **({env.DATA_BUCKETS: ",".join(self.config.data_buckets)} if self.config.data_buckets else {}),
         }
 
     def _function(self, construct_id: str, handler: str, asset: BuiltAsset, powertools: lambda_.ILayerVersion,

@@ -32,6 +32,8 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
+from stabilizer_workflow import environment as names
+
 # The newest PyTorch training image the pinned SDK (sagemaker 2.257.7) knows; its GPU build is
 # CUDA 12.9, which still runs on V100 (ml.p3). Changing it is a deliberate, tested decision.
 PYTORCH_VERSION = "2.8.0"
@@ -163,10 +165,10 @@ def framework_images(region: str) -> dict[str, dict[str, dict[str, str]]]:
 def environment_for_region(region: str, debugger: bool = False) -> dict[str, str]:
     """The image variables the train Lambda reads, resolved for one region (local mode, tests)."""
     env = {
-        "TRAINING_IMAGE_URI": pytorch_training(PYTORCH_VERSION, "cpu").uri(region),
-        "TRAINING_IMAGE_URI_GPU": pytorch_training(PYTORCH_VERSION, "gpu").uri(region),
-        "FRAMEWORK_IMAGES": json.dumps(framework_images(region), separators=(",", ":")),
+        names.TRAINING_IMAGE_URI: pytorch_training(PYTORCH_VERSION, "cpu").uri(region),
+        names.TRAINING_IMAGE_URI_GPU: pytorch_training(PYTORCH_VERSION, "gpu").uri(region),
+        names.FRAMEWORK_IMAGES: json.dumps(framework_images(region), separators=(",", ":")),
     }
     if debugger:
-        env["DEBUGGER_RULE_IMAGE"] = debugger_rules().uri(region)
+        env[names.DEBUGGER_RULE_IMAGE] = debugger_rules().uri(region)
     return env

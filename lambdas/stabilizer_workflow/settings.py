@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError, field_validator
 
 from stabilizer_contract.s3_uris import is_s3_uri, split_s3_uri
+from stabilizer_workflow import environment
 from stabilizer_workflow.errors import MisconfiguredEnvironment
 
 # The job name is "<prefix>-<8 hex>-<attempt>": 63 characters leave 49 for the prefix with
@@ -35,7 +36,7 @@ class MonitorSettings(BaseModel):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> MonitorSettings:
-        return _load(cls, env, {"topic_arn": "TOPIC_ARN", "metric_period_seconds": "METRIC_PERIOD_SECONDS"})
+        return _load(cls, env, environment.MONITOR)
 
 
 class WatchSettings(BaseModel):
@@ -49,9 +50,7 @@ class WatchSettings(BaseModel):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> WatchSettings:
-        return _load(
-            cls, env, {"bucket": "BUCKET", "topic_arn": "TOPIC_ARN", "job_name_prefix": "JOB_NAME_PREFIX"}
-        )
+        return _load(cls, env, environment.WATCH)
 
 
 class TrainSettings(BaseModel):
@@ -109,36 +108,13 @@ class TrainSettings(BaseModel):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> TrainSettings:
-        return _load(
-            cls,
-            env,
-            {
-                "bucket": "BUCKET",
-                "topic_arn": "TOPIC_ARN",
-                "sagemaker_role_arn": "SAGEMAKER_ROLE_ARN",
-                "training_image_uri": "TRAINING_IMAGE_URI",
-                "training_image_uri_gpu": "TRAINING_IMAGE_URI_GPU",
-                "framework_images": "FRAMEWORK_IMAGES",
-                "debugger_rule_image": "DEBUGGER_RULE_IMAGE",
-                "source_s3_uri": "SOURCE_S3_URI",
-                "train_data_s3_uri": "TRAIN_DATA_S3_URI",
-                "test_data_s3_uri": "TEST_DATA_S3_URI",
-                "job_name_prefix": "JOB_NAME_PREFIX",
-                "default_instance_type": "DEFAULT_INSTANCE_TYPE",
-                "debugger_rules_enabled": "DEBUGGER_RULES_ENABLED",
-                "warm_pool_seconds": "WARM_POOL_SECONDS",
-                "region": "AWS_REGION",
-                "library_s3_uri": "LIBRARY_S3_URI",
-                "data_buckets": "DATA_BUCKETS",
-            },
-            fallbacks={"region": "AWS_DEFAULT_REGION"},
-        )
+        return _load(cls, env, environment.TRAIN)
 
 
-def _load(model, env: Mapping[str, str], names: dict[str, str], fallbacks: dict[str, str] | None = None):
+def _load(model, env: Mapping[str, str], names: dict[str, str]):
     values: dict[str, object] = {}
     for field, variable in names.items():
-        raw = env.get(variable) or env.get((fallbacks or {}).get(field, ""), "")
+        raw = env.get(variable) or env.get(environment.FALLBACKS.get(variable, ""), "")
         if raw:
             values[field] = _truthy(raw) if field == "debugger_rules_enabled" else raw
     try:

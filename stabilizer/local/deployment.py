@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stabilizer.local.checkout import in_checkout, installed_parts, project_root
+from stabilizer_workflow import environment as env
 
 if TYPE_CHECKING:
     from stabilizer.local.access_check import AccessChecker
@@ -190,23 +191,23 @@ class LocalSettings:
         """The Lambda environment of docs/contracts.md section 4."""
         return {
             **self.image_environment(),
-            "BUCKET": self.bucket,
-            "TOPIC_ARN": self.topic_arn,
-            "SAGEMAKER_ROLE_ARN": self.sagemaker_role,
-            "SOURCE_S3_URI": self.source_uri,
-            "TRAIN_DATA_S3_URI": self.data_uri("train"),
-            "TEST_DATA_S3_URI": self.data_uri("test"),
-            "LIBRARY_S3_URI": self.library_uri,
-            "JOB_NAME_PREFIX": self.job_name_prefix,
-            "DEFAULT_INSTANCE_TYPE": self.instance_type,
-            "DEBUGGER_RULES_ENABLED": "true" if self.debugger_rules_enabled else "false",
-            "POWERTOOLS_SERVICE_NAME": "stabilizer",
+            env.BUCKET: self.bucket,
+            env.TOPIC_ARN: self.topic_arn,
+            env.SAGEMAKER_ROLE_ARN: self.sagemaker_role,
+            env.SOURCE_S3_URI: self.source_uri,
+            env.TRAIN_DATA_S3_URI: self.data_uri("train"),
+            env.TEST_DATA_S3_URI: self.data_uri("test"),
+            env.LIBRARY_S3_URI: self.library_uri,
+            env.JOB_NAME_PREFIX: self.job_name_prefix,
+            env.DEFAULT_INSTANCE_TYPE: self.instance_type,
+            env.DEBUGGER_RULES_ENABLED: "true" if self.debugger_rules_enabled else "false",
+            env.POWERTOOLS_SERVICE_NAME: "stabilizer",
             "POWERTOOLS_METRICS_NAMESPACE": "stabilizer",
             # No X-Ray daemon on a laptop.
             "POWERTOOLS_TRACE_DISABLED": "true",
             "POWERTOOLS_METRICS_DISABLED": "true",
             # The local metric streams are kept to the second (stabilizer.local.engine), not the minute.
-            "METRIC_PERIOD_SECONDS": "1",
+            env.METRIC_PERIOD_SECONDS: "1",
         }
 
 
