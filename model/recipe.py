@@ -17,22 +17,28 @@ import os
 from dataclasses import dataclass, field
 
 import stabilizer_sentinel as sentinel
+from stabilizer_contract.reference_recipe import RECIPE
+
+
+def _default(name: str):
+    return RECIPE[name].default
 
 
 @dataclass
 class Config:
-    warmup_learning_rate: float = 0.1  # the reference recipe's warm-up LR (it explodes without batch norm)
-    learning_rate: float = 0.1  # the reference recipe's LR after warm-up
-    warmup_epochs: int = 1  # the reference recipe warms up for one epoch
-    add_batch_norm: bool = False  # the reference network has no batch norm: that is the problem
-    num_epochs: int = 3  # enough for the offline data set to reach a useful accuracy
-    batch_size: int = 128  # as the reference recipe
-    depth: int = 20  # ResNet-20: 3 stages of 3 blocks
-    activation: str = "elu"  # the ELU-Conv-ELU-Conv block of the reference network
-    grad_clip: float = 0.0  # max total gradient norm; 0 = off, as the reference recipe
-    seed: int = 0  # fixes initialisation and data order, so runs and resumes are reproducible
-    checkpoint_every: int = 50  # steps between checkpoints; cheap on small models, bounded loss on stop
-    max_steps: int = 0  # 0 = no limit; used by tests and benchmarks to cut a run short
+    # The recipe's defaults, bounds and meanings have one home (stabilizer_contract.reference_recipe).
+    warmup_learning_rate: float = _default("warmup_learning_rate")  # it explodes without batch norm
+    learning_rate: float = _default("learning_rate")
+    warmup_epochs: int = _default("warmup_epochs")
+    add_batch_norm: bool = bool(_default("add_batch_norm"))  # no batch norm: that is the problem
+    num_epochs: int = _default("num_epochs")  # enough for the offline data set to reach a useful accuracy
+    batch_size: int = _default("batch_size")
+    depth: int = _default("depth")  # ResNet-20: 3 stages of 3 blocks
+    activation: str = _default("activation")  # the ELU-Conv-ELU-Conv block of the reference network
+    grad_clip: float = _default("grad_clip")  # max total gradient norm; 0 = off
+    seed: int = _default("seed")  # fixes initialisation and data order, so runs and resumes are reproducible
+    checkpoint_every: int = _default("checkpoint_every")  # cheap on small models, bounded loss on stop
+    max_steps: int = _default("max_steps")  # 0 = no limit; used by tests and benchmarks to cut a run short
     log_every: int = 10  # steps between log lines; each line costs a host synchronisation
     sentinel_rules: list = field(default_factory=list)  # rules evaluated in-job (docs/contracts.md section 3)
     sentinel_action: str = "stop"  # what the sentinel does when a rule fires: stop or notify
@@ -46,18 +52,7 @@ class Config:
 
 
 HELP = {
-    "warmup_learning_rate": "learning rate for the first warmup_epochs epochs",
-    "learning_rate": "learning rate after warm-up",
-    "warmup_epochs": "number of epochs at the warm-up learning rate",
-    "add_batch_norm": "1 adds BatchNorm before each residual addition, 0 leaves it out",
-    "num_epochs": "number of epochs to train",
-    "batch_size": "mini-batch size",
-    "depth": "ResNet depth, 6n+2 (20 = three stages of three blocks)",
-    "activation": "activation in the residual blocks: elu or relu",
-    "grad_clip": "clip the total gradient norm to this value; 0 turns clipping off",
-    "seed": "random seed for initialisation and data order",
-    "checkpoint_every": "steps between checkpoints (the last step always checkpoints)",
-    "max_steps": "stop after this many steps in total; 0 means no limit",
+    **{name: hyperparameter.help for name, hyperparameter in RECIPE.items()},
     "log_every": "steps between 'step=... loss=...' log lines",
     "sentinel_rules": "JSON list of rules the in-job sentinel evaluates",
     "sentinel_action": "what the sentinel does when a rule fires: stop or notify",

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from stabilizer_contract.catalogue import CATALOGUE
+from stabilizer_contract.reference_recipe import RECIPE, depth_problem
 from stabilizer_workflow.errors import InvalidInput
 from stabilizer_workflow.job import KNOB_ROLES, Job, Strict
 from stabilizer_workflow.migration import from_sample_input
@@ -149,6 +150,34 @@ class Monitoring(_Strict):
 
 # The run_spec fields that are not hyperparameters of the reference script.
 MONITORING_FIELDS = ("rules", "capture", "sentinel_action")
+
+
+def _recipe(name: str, kind: type) -> Any:
+    """The reference recipe's hyperparameter `name` as a field type: its bounds from the recipe's
+    one home (stabilizer_contract.reference_recipe)."""
+    hyperparameter = RECIPE[name]
+    if hyperparameter.choices is not None:
+        return Literal[hyperparameter.choices]
+    bounds: dict[str, float] = {}
+    if hyperparameter.low is not None:
+        bounds["gt" if hyperparameter.low_open else "ge"] = hyperparameter.low
+    if hyperparameter.high is not None:
+        bounds["le"] = hyperparameter.high
+    return Annotated[kind, Field(**bounds)]
+
+
+WarmupLearningRate = _recipe("warmup_learning_rate", float)
+LearningRate = _recipe("learning_rate", float)
+WarmupEpochs = _recipe("warmup_epochs", int)
+AddBatchNorm = _recipe("add_batch_norm", int)
+NumEpochs = _recipe("num_epochs", int)
+BatchSize = _recipe("batch_size", int)
+Depth = _recipe("depth", int)
+Activation = _recipe("activation", str)
+GradClip = _recipe("grad_clip", float)
+Seed = _recipe("seed", int)
+CheckpointEvery = _recipe("checkpoint_every", int)
+MaxSteps = _recipe("max_steps", int)
 RESOURCE_FIELDS = ("instance_type", "max_runtime_seconds")
 
 
@@ -161,18 +190,19 @@ class RunSpec(_Strict):
     0.1 then 0.1.
     """
 
-    warmup_learning_rate: Annotated[float, Field(gt=0, le=10)] = 0.1
-    learning_rate: Annotated[float, Field(gt=0, le=10)] = 0.1
-    warmup_epochs: Annotated[int, Field(ge=0, le=1000)] = 1
-    add_batch_norm: Annotated[int, Field(ge=0, le=1)] = 0
-    num_epochs: Annotated[int, Field(ge=1, le=1000)] = 3
-    batch_size: Annotated[int, Field(ge=1, le=8192)] = 128
-    depth: Annotated[int, Field(ge=8, le=1202)] = 20
-    activation: Literal["elu", "relu"] = "elu"
-    grad_clip: Annotated[float, Field(ge=0, le=1e6)] = 0.0
-    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
-    checkpoint_every: Annotated[int, Field(ge=1)] = 50
-    max_steps: Annotated[int, Field(ge=0)] = 0
+    # Defaults and bounds: the reference recipe's (stabilizer_contract.reference_recipe).
+    warmup_learning_rate: WarmupLearningRate = RECIPE["warmup_learning_rate"].default
+    learning_rate: LearningRate = RECIPE["learning_rate"].default
+    warmup_epochs: WarmupEpochs = RECIPE["warmup_epochs"].default
+    add_batch_norm: AddBatchNorm = RECIPE["add_batch_norm"].default
+    num_epochs: NumEpochs = RECIPE["num_epochs"].default
+    batch_size: BatchSize = RECIPE["batch_size"].default
+    depth: Depth = RECIPE["depth"].default
+    activation: Activation = RECIPE["activation"].default
+    grad_clip: GradClip = RECIPE["grad_clip"].default
+    seed: Seed = RECIPE["seed"].default
+    checkpoint_every: CheckpointEvery = RECIPE["checkpoint_every"].default
+    max_steps: MaxSteps = RECIPE["max_steps"].default
     rules: list[RuleConfig] = Field(default_factory=_default_rules, max_length=20)
     sentinel_action: Literal["stop", "notify"] = "stop"
     capture: dict[str, CaptureSpec] = Field(default_factory=_default_capture, max_length=20)
@@ -183,8 +213,8 @@ class RunSpec(_Strict):
     @field_validator("depth")
     @classmethod
     def _resnet_depth(cls, value: int) -> int:
-        if (value - 2) % 6:
-            raise ValueError(f"ResNet depth must be 6n+2 (20, 32, 44, 56, ...), got {value}")
+        if (problem := depth_problem(value)) is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("instance_type")

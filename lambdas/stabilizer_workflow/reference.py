@@ -9,6 +9,7 @@ own hyperparameters (stabilizer_workflow.requests).
 
 from __future__ import annotations
 
+from stabilizer_contract.reference_recipe import RECIPE
 from stabilizer_workflow.execution_input import RunSpec
 from stabilizer_workflow.job import Job, Knob, Knobs, MetricDefinition
 from stabilizer_workflow.settings import TrainSettings
@@ -27,17 +28,31 @@ METRIC_DEFINITIONS = [
     {"Name": "test:accuracy", "Regex": r"test_accuracy=(\S+)"},
 ]
 
-# The reference script's hyperparameters that remedies may change. Bounds are those the
-# `run_spec` section already enforces, so every recipe it accepts stays valid; the policies'
-# own limits (stabilizer_workflow.policy) keep remedies far inside them.
+# A rate above the recipe's open low bound of 0 (a remedy never turns a rate to nothing).
+SMALLEST_RATE = 1e-12
+
+
+def _knob(hyperparameter: str, kind: str) -> Knob:
+    """A knob on the reference script's hyperparameter, within the recipe's bounds
+    (stabilizer_contract.reference_recipe), which the `run_spec` section enforces too."""
+    recipe = RECIPE[hyperparameter]
+    if recipe.choices is not None:
+        return Knob(hyperparameter=hyperparameter, type="choice", values=list(recipe.choices))
+    low = SMALLEST_RATE if recipe.low_open else recipe.low
+    return Knob(hyperparameter=hyperparameter, type=kind, min=low, max=recipe.high)
+
+
+# The reference script's hyperparameters that remedies may change, so every recipe a remedy makes
+# is one the `run_spec` section accepts; the policies' own limits (stabilizer_workflow.policy)
+# keep remedies far inside them. The activation's choices are in the recipe's order: ELU first,
+# as it passes gradient for negative inputs where ReLU units die.
 KNOBS = Knobs(
-    learning_rate=Knob(hyperparameter="learning_rate", type="float", min=1e-12, max=10),
-    warmup_learning_rate=Knob(hyperparameter="warmup_learning_rate", type="float", min=1e-12, max=10),
-    normalization=Knob(hyperparameter="add_batch_norm", type="int", min=0, max=1),
-    grad_clip=Knob(hyperparameter="grad_clip", type="float", min=0, max=1e6),
-    batch_size=Knob(hyperparameter="batch_size", type="int", min=1, max=8192),
-    # ELU first: it passes gradient for negative inputs where ReLU units die.
-    activation=Knob(hyperparameter="activation", type="choice", values=["elu", "relu"]),
+    learning_rate=_knob("learning_rate", "float"),
+    warmup_learning_rate=_knob("warmup_learning_rate", "float"),
+    normalization=_knob("add_batch_norm", "int"),
+    grad_clip=_knob("grad_clip", "float"),
+    batch_size=_knob("batch_size", "int"),
+    activation=_knob("activation", "choice"),
 )
 
 
