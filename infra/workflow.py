@@ -32,10 +32,10 @@ from constructs import Construct
 from infra import nag
 from infra.config import DeploymentConfig
 from infra.definition import DEFINITION_FILE, substitutions
+from infra.function_environment import function_environments
 from infra.lambda_asset import BuiltAsset
 from infra.storage import Storage
 from infra.training_runtime import TrainingRuntime
-from stabilizer_workflow import environment as env
 
 # Measured, not on Lambda: loading both handlers in the Lambda layout (asset, layer, boto3 only;
 # tests/infra/test_lambda_asset.py, CPython 3.11 on x86_64, nothing byte-compiled, as on a cold
@@ -68,19 +68,20 @@ class Workflow(Construct):
         self.storage = storage
         self.runtime = runtime
         powertools = self._powertools_layer()
+        environments = function_environments(config, storage, runtime)
         self.train_function = self._function(
             "TrainFunction", "stabilizer_workflow.handlers.train.lambda_handler", lambda_asset, powertools,
-            "Prepares the execution's state and launches each training job.", self._train_environment(),
+            "Prepares the execution's state and launches each training job.", environments["train"],
         )
         self.monitor_function = self._function(
             "MonitorFunction", "stabilizer_workflow.handlers.monitor.lambda_handler", lambda_asset, powertools,
             "Checks a training job and its rule findings, decides the next step, stops jobs.",
-            self._monitor_environment(),
+            environments["monitor"],
         )
         self.watch_function = self._function(
             "WatchFunction", "stabilizer_workflow.handlers.watch.lambda_handler", lambda_asset, powertools,
             "Wakes the execution when its training job ends; cleans up after executions that end abnormally.",
-            self._watch_environment(),
+            environments["watch"],
         )
         self._grant_train()
         self._grant_monitor()
@@ -131,32 +132,6 @@ class Workflow(Construct):
             self, f"/aws/service/powertools/python/x86_64/python3.13/{self.config.powertools_version}"
         )
         return lambda_.LayerVersion.from_layer_version_arn(self, "PowertoolsLayer", arn)
-
-    # Each function gets what its settings read (stabilizer_workflow.environment), and no more.
-    def _monitor_environment(self) -> dict[str, str]:
-        return {env.TOPIC_ARN: self.storage.topic.topic_arn, env.POWERTOOLS_SERVICE_NAME: "stabilizer"}
-
-    def _watch_environment(self) -> dict[str, str]:
-        return {
-            **self._monitor_environment(),
-            env.BUCKET: self.storage.bucket.bucket_name,
-            env.JOB_NAME_PREFIX: self.config.job_name_prefix,
-        }
-
-    def _train_environment(self) -> dict[str, str]:
-        return {
-            **self._watch_environment(),
-            env.SAGEMAKER_ROLE_ARN: self.runtime.execution_role.role_arn,
-            **self.runtime.images.environment,
-            env.SOURCE_S3_URI: self.storage.source_s3_uri,
-            env.LIBRARY_S3_URI: self.storage.library_s3_uri,
-            env.TRAIN_DATA_S3_URI: self.storage.data_uri("train"),
-            env.TEST_DATA_S3_URI: self.storage.data_uri("test"),
-            env.DEFAULT_INSTANCE_TYPE: self.config.instance_type,
-            env.DEBUGGER_RULES_ENABLED: "true" if self.config.debugger_rules_enabled else "false",
-            env.WARM_POOL_SECONDS: str(self.config.warm_pool_seconds),
-            **({env.DATA_BUCKETS: ",".join(self.config.data_buckets)} if self.config.data_buckets else {}),
-        }
 
     def _function(self, construct_id: str, handler: str, asset: BuiltAsset, powertools: lambda_.ILayerVersion,
                   description: str, environment: dict[str, str]) -> lambda_.Function:
