@@ -152,32 +152,19 @@ class Monitoring(_Strict):
 MONITORING_FIELDS = ("rules", "capture", "sentinel_action")
 
 
-def _recipe(name: str, kind: type) -> Any:
-    """The reference recipe's hyperparameter `name` as a field type: its bounds from the recipe's
-    one home (stabilizer_contract.reference_recipe)."""
+def _recipe(name: str) -> Any:
+    """The field of the reference recipe's hyperparameter `name`: its default and bounds from the
+    recipe's one home (stabilizer_contract.reference_recipe)."""
     hyperparameter = RECIPE[name]
-    if hyperparameter.choices is not None:
-        return Literal[hyperparameter.choices]
     bounds: dict[str, float] = {}
     if hyperparameter.low is not None:
         bounds["gt" if hyperparameter.low_open else "ge"] = hyperparameter.low
     if hyperparameter.high is not None:
         bounds["le"] = hyperparameter.high
-    return Annotated[kind, Field(**bounds)]
+    return Field(hyperparameter.default, **bounds)
 
 
-WarmupLearningRate = _recipe("warmup_learning_rate", float)
-LearningRate = _recipe("learning_rate", float)
-WarmupEpochs = _recipe("warmup_epochs", int)
-AddBatchNorm = _recipe("add_batch_norm", int)
-NumEpochs = _recipe("num_epochs", int)
-BatchSize = _recipe("batch_size", int)
-Depth = _recipe("depth", int)
-Activation = _recipe("activation", str)
-GradClip = _recipe("grad_clip", float)
-Seed = _recipe("seed", int)
-CheckpointEvery = _recipe("checkpoint_every", int)
-MaxSteps = _recipe("max_steps", int)
+Activation = Literal[RECIPE["activation"].choices]  # type: ignore[valid-type]
 RESOURCE_FIELDS = ("instance_type", "max_runtime_seconds")
 
 
@@ -191,18 +178,18 @@ class RunSpec(_Strict):
     """
 
     # Defaults and bounds: the reference recipe's (stabilizer_contract.reference_recipe).
-    warmup_learning_rate: WarmupLearningRate = RECIPE["warmup_learning_rate"].default
-    learning_rate: LearningRate = RECIPE["learning_rate"].default
-    warmup_epochs: WarmupEpochs = RECIPE["warmup_epochs"].default
-    add_batch_norm: AddBatchNorm = RECIPE["add_batch_norm"].default
-    num_epochs: NumEpochs = RECIPE["num_epochs"].default
-    batch_size: BatchSize = RECIPE["batch_size"].default
-    depth: Depth = RECIPE["depth"].default
-    activation: Activation = RECIPE["activation"].default
-    grad_clip: GradClip = RECIPE["grad_clip"].default
-    seed: Seed = RECIPE["seed"].default
-    checkpoint_every: CheckpointEvery = RECIPE["checkpoint_every"].default
-    max_steps: MaxSteps = RECIPE["max_steps"].default
+    warmup_learning_rate: float = _recipe("warmup_learning_rate")
+    learning_rate: float = _recipe("learning_rate")
+    warmup_epochs: int = _recipe("warmup_epochs")
+    add_batch_norm: int = _recipe("add_batch_norm")
+    num_epochs: int = _recipe("num_epochs")
+    batch_size: int = _recipe("batch_size")
+    depth: int = _recipe("depth")
+    activation: Activation = _recipe("activation")
+    grad_clip: float = _recipe("grad_clip")
+    seed: int = _recipe("seed")
+    checkpoint_every: int = _recipe("checkpoint_every")
+    max_steps: int = _recipe("max_steps")
     rules: list[RuleConfig] = Field(default_factory=_default_rules, max_length=20)
     sentinel_action: Literal["stop", "notify"] = "stop"
     capture: dict[str, CaptureSpec] = Field(default_factory=_default_capture, max_length=20)
