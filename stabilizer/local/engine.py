@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from stabilizer.local import history_events
 from stabilizer.local.access_check import AccessChecker, acting_as, state_machine_clients, tag_client
 from stabilizer.local.deployment import (
     ACCOUNT,
@@ -154,6 +155,7 @@ class LocalEngine:
         for variable in ("AWS_PROFILE", "AWS_ENDPOINT_URL"):
             self._stack.enter_context(_unset(variable))
         self._stack.enter_context(mock_aws(config={"stepfunctions": {"execute_state_machine": True}}))
+        self._stack.enter_context(history_events.installed())  # a late task thread's event stays readable
         self._stack.callback(self._clients.clear)
         if self.access is None and self.strict:
             self.access = self.settings.strict_access_checker(self.lambdas)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 from moto import mock_aws
 
+from stabilizer.local import history_events
 from tests.asl.harness import REGION, Workflow
 
 
@@ -20,5 +21,6 @@ def workflow(monkeypatch: pytest.MonkeyPatch) -> Iterator[Workflow]:
     }.items():
         monkeypatch.setenv(name, value)
     config = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
-    with mock_aws(config=config):
+    # As the local engine does: the history stays in GetExecutionHistory's shape (tests/asl/test_history_shape.py).
+    with mock_aws(config=config), history_events.installed():
         yield Workflow(monkeypatch)
