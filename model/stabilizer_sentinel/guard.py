@@ -57,7 +57,7 @@ import torch
 from torch import nn
 
 from stabilizer_contract.catalogue import SENTINEL_CHECKS
-from stabilizer_sentinel import distributed, log_channel, module_hooks, resume, watchdog
+from stabilizer_sentinel import distributed, log_channel, module_hooks, resume, watchdog, worker_processes
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig
 from stabilizer_sentinel.networks import network_of
 from stabilizer_sentinel.optimizer_hooks import OptimizerHooks
@@ -95,13 +95,16 @@ class Guard(OptimizerHooks):
         self.paths = paths
         self.rank, self.world_size = distributed.rank_and_size()
         self.primary = self.rank == 0
+        # A worker process of the script (stabilizer_sentinel.worker_processes) judges and reports as rank 0
+        # does, into its own part of findings.json; like another rank, it stores no tensors and no rewind.
+        stores = self.primary and not worker_processes.is_worker()
         self.capture, self.sentinel = build_monitoring(
             self.model,
             sentinel_rules=config.effective_rules,
             sentinel_action=config.effective_action,
-            capture=config.effective_capture if self.primary else {},
+            capture=config.effective_capture if stores else {},
             checkpoint_dir=paths.checkpoint_dir,
-            tensor_dir=paths.tensor_dir if self.primary else None,
+            tensor_dir=paths.tensor_dir if stores else None,
             failure_file=paths.failure_file,
             write_findings=self.primary,
             only_rules=None if self.primary else (FINITE_CHECK_RULE, *SENTINEL_CHECKS),  # their thresholds too
@@ -110,7 +113,7 @@ class Guard(OptimizerHooks):
         # The last healthy states, copied every few steps and written as checkpoints at the first finding.
         # Rank 0 alone keeps them: under DDP every rank holds the same weights.
         self.rewind: Rewind | None = None
-        if rewind_every > 0 and optimizer is not None and self.primary:
+        if rewind_every > 0 and optimizer is not None and stores:
             self.rewind = Rewind(self.model, optimizer, checkpoint_dir=paths.checkpoint_dir, every=rewind_every,
                                  keep=rewind_keep)
             self.sentinel.rewind = self.rewind

@@ -27,6 +27,11 @@ stabilizer_sentinel.step_clock, and ``torch.autograd.backward``, stabilizer_sent
   changed with no optimizer step are attached the same way, from step 1, and from then on the
   scalar each backward pass starts from is the step's loss. A loop that makes new leaf tensors at
   every step is said to be unwatchable in one line of stderr, and ends unwatched.
+- **Training in child processes** (Hogwild!, a loop in a ``multiprocessing.Process``): a spawned or
+  forkserver child of the entry point installs these hooks itself (the autostart), a forked one
+  inherits them while they stand by (``os.register_at_fork``); a child that steps an optimizer is
+  watched as a worker and writes its part of findings.json (stabilizer_sentinel.worker_processes). A
+  child forked after they attached (a DataLoader worker) drops its copy of the guard: it writes nothing.
 - **Zero-code resume**: at the first forward pass of a network that fits the newest checkpoint (the
   job's own, else the ``resume`` channel's: stabilizer_sentinel.resume), its weights are loaded before that
   pass; when the hooks attach, the optimizer's state too, and the step count goes on from the
@@ -67,6 +72,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import math
+import multiprocessing.util
+import os
 import sys
 import weakref
 from collections.abc import Mapping
@@ -76,7 +83,16 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from stabilizer_sentinel import backward_loss, bare_tensors, exit_status, log_channel, resume, script_watch, step_clock
+from stabilizer_sentinel import (
+    backward_loss,
+    bare_tensors,
+    exit_status,
+    log_channel,
+    resume,
+    script_watch,
+    step_clock,
+    worker_processes,
+)
 from stabilizer_sentinel.guard import Guard
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_config
 from stabilizer_sentinel.networks import BareTensors, unwrap
@@ -120,6 +136,27 @@ class LauncherHooks:
         self._closed = False
         # Registered before the guard exists, so it runs after the guard's own close (atexit is LIFO).
         atexit.register(self.close)
+        self_ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: (hooks := self_ref()) is not None and hooks._forked())
+        multiprocessing.util.register_after_fork(self, LauncherHooks._closed_by_multiprocessing)
+
+    def _forked(self) -> None:
+        """In a child forked from this process (stabilizer_sentinel.worker_processes)."""
+        if self._closed or self.stood_down:
+            return
+        if self.guard is not None:  # a copy of a watched process (a DataLoader worker): it writes nothing
+            self.guard.discard()
+            self.guard = None
+            self.close()
+            return
+        # Standing by: a child that trains (Hogwild!, a loop in a multiprocessing.Process) is a worker.
+        worker_processes.become_worker()
+
+    def _closed_by_multiprocessing(self) -> None:
+        """multiprocessing ends a forked child with os._exit (no atexit) after its exit finalizers, which
+        it clears when the child starts and before it runs its after-fork callbacks: this one adds ours."""
+        if worker_processes.is_worker() and not self._closed:
+            multiprocessing.util.Finalize(None, self.close, exitpriority=0)
 
     # -- standby: the script may watch() itself
     def _script_watches(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> Guard | None:
@@ -317,8 +354,10 @@ class LauncherHooks:
         self.channel.uninstall()
 
 
-def activate(environ: Mapping[str, str] | None = None, *, force: bool = False) -> LauncherHooks | None:
-    """Install the global hooks when the job asks for the launcher level (or ``force``)."""
+def activate(environ: Mapping[str, str] | None = None, *, force: bool = False,
+             worker: bool = False) -> LauncherHooks | None:
+    """Install the global hooks when the job asks for the launcher level (or ``force``); ``worker``: in a
+    ``multiprocessing`` child of the entry point's process (stabilizer_sentinel.worker_processes)."""
     config = load_config(environ)
     if not force and config.integration not in ("launcher", "auto"):
         return None
@@ -327,4 +366,6 @@ def activate(environ: Mapping[str, str] | None = None, *, force: bool = False) -
 
     parse_rule_list(config.effective_rules)  # a bad configuration fails before the script starts
     parse_capture(config.effective_capture)
+    if worker:
+        worker_processes.become_worker()
     return LauncherHooks(config, JobPaths.from_env(environ))

@@ -39,7 +39,7 @@ from torch import nn
 
 from stabilizer_contract.job import ENDED_RULE_STOP, EXIT_RULE_STOP, RULE_STOP_PREFIX
 from stabilizer_sentinel import profiler as system_profiler
-from stabilizer_sentinel import store
+from stabilizer_sentinel import worker_processes
 from stabilizer_sentinel.capture import Capture, parse_capture
 from stabilizer_sentinel.health import LearningCheck, default_finite_rule, run_up
 from stabilizer_sentinel.rules import ExplodingTensor, Rule, RuleConfigError, RuleFinding, parse_rule_list
@@ -281,7 +281,7 @@ class Sentinel:
         document: dict[str, Any] = {"version": 2, "job_action": self.action, "findings": self._findings}
         if self.summary is not None:
             document["summary"] = self.summary(ended)
-        store.write_json_atomic(self.findings_path, document)
+        worker_processes.write_findings(self.findings_path, document)  # one file for several processes
 
     def _entry(self, finding: RuleFinding, context: Mapping[str, Any]) -> dict[str, Any]:
         # The run-up (stabilizer_sentinel.health.run_up): which checkpoints are healthy, which rate was stable.

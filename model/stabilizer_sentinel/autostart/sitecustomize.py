@@ -9,7 +9,9 @@ The SageMaker training toolkit passes its own ``sys.path`` (which holds PYTHONPA
 entry point's PYTHONPATH, so the script's interpreter imports this module too. It does something
 only in the entry point's process: ``SM_USER_ENTRY_POINT`` is set (the toolkit sets it for the
 script, not for itself) and the command line runs that file or module, which also holds for each
-worker ``torchrun`` starts. There it reads the ``sagemaker_stabilizer`` configuration and, when it
+worker ``torchrun`` starts, and in each ``multiprocessing`` child (spawn, forkserver) of that
+process, which watches itself as a worker (stabilizer_sentinel.worker_processes). There it reads
+the ``sagemaker_stabilizer`` configuration and, when it
 says ``"integration": "launcher"`` or ``"auto"`` (the workflow's default), installs the global hooks of
 ``stabilizer_sentinel.launcher_hooks``: with "auto" they stand by, and stand down if the script calls ``watch()``
 before its first optimizer step. Any other
@@ -28,11 +30,11 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _runs_the_entry_point() -> bool:
+def _runs_the_entry_point(argv: list[str] | None = None) -> bool:
     entry = os.environ.get("SM_USER_ENTRY_POINT")
     if not entry:
         return False
-    argv = list(getattr(sys, "orig_argv", []))[1:] or list(sys.argv)
+    argv = argv if argv is not None else list(getattr(sys, "orig_argv", []))[1:] or list(sys.argv)
     module = entry[:-3] if entry.endswith(".py") else entry
     for index, arg in enumerate(argv):
         if arg == "-m" and index + 1 < len(argv):
@@ -44,11 +46,24 @@ def _runs_the_entry_point() -> bool:
     return False
 
 
-def _activate() -> None:
+def _a_worker_of_the_entry_point() -> bool:
+    """A ``multiprocessing`` child (spawn, forkserver) of the entry point's process
+    (stabilizer_sentinel.worker_processes)."""
+    if not os.environ.get("SM_USER_ENTRY_POINT"):
+        return False
+    from stabilizer_sentinel import worker_processes
+
+    if not worker_processes.is_worker_command(list(getattr(sys, "orig_argv", []))[1:]):
+        return False
+    parent = worker_processes.parent_command()
+    return parent is not None and _runs_the_entry_point(parent)
+
+
+def _activate(worker: bool = False) -> None:
     try:
         from stabilizer_sentinel.launcher_hooks import activate
 
-        activate()
+        activate(worker=worker)
     except ValueError as error:  # StabilizerConfigError, RuleConfigError, CaptureConfigError
         reason = f"{type(error).__name__}: {error}"
         failure = os.environ.get("STABILIZER_FAILURE_FILE") or "/opt/ml/output/failure"
@@ -77,5 +92,7 @@ def _chain() -> None:
 try:
     if _runs_the_entry_point():
         _activate()
+    elif _a_worker_of_the_entry_point():
+        _activate(worker=True)
 finally:
     _chain()
