@@ -230,7 +230,8 @@ def markdown() -> str:
         "Sized from the evidence (`rates.py`): the last stable and the lowest failing learning rate of",
         "this recipe family (attempts that differ only in their rates). The next rate lies a tenth of",
         "the way from the stable to the failing one in log space, is the stable rate itself once the",
-        "two are within 2x, and a quarter of the failing rate while no stable rate is known.",
+        "two are within 2x, and a quarter of the failing rate while no stable rate is known (a tenth",
+        "of it when the failing rate never took five healthy steps: wrecked from its first steps).",
     ]
     for finding, row in TABLE.items():
         lines += ["", f"## {finding}", "", "| phase | # | remedy | knob role | sizing | bound | why |",

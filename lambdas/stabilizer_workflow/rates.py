@@ -4,9 +4,12 @@ The last stable and the first failing learning rate of this recipe family (attem
 only in their rates): the sentinel reports the highest rate each attempt took at least five
 healthy steps at and the rate at the explosion. The next rate lies between the two, a tenth of the
 way from the stable one in log space, the stable rate itself once the two are within 2x, and a
-quarter of the failing rate while no stable rate is known. A warm-up rate above the main rate is
-brought down to it, a main rate lowered below the warm-up rate takes the warm-up rate down with
-it, and a warm-up that failed at a rate the main rate reaches too takes the main rate down with it.
+quarter of the failing rate while no stable rate is known; a tenth of it when the run at the failing
+rate never took five healthy steps (it was wrecked from its first steps: a rate orders of magnitude too
+high, which quartering would take more relaunches to come down from than a run is given). A
+warm-up rate above the main rate is brought down to it, a main rate lowered below the warm-up rate
+takes the warm-up rate down with it, and a warm-up that failed at a rate the main rate reaches too
+takes the main rate down with it.
 
 Pure arithmetic over the state: no decisions of what to remedy (stabilizer_workflow.policy).
 """
@@ -29,6 +32,14 @@ RATE_ROLES = ("learning_rate", "warmup_learning_rate")
 # known, and the ratio of failing to stable rate under which the stable rate itself is taken.
 BLIND_STEP = 0.25
 CLOSE_ENOUGH = 2.0
+# ... and while the run that failed took fewer than NEVER_STABLE_ONSET healthy steps from its first
+# (the sentinel's run-up put the onset there: its STABLE_STEPS) and no rate was stable: an order of
+# magnitude. Counted from step 0, so that a schedule changing its rate at every step (whose run-up
+# never finds a stable rate) is not taken for one wrecked from the start. Seen in the public scripts at 100 to
+# 10,000 times their rates (nanoGPT, DCGAN, MNIST, Hogwild!, forward-forward, Siamese): quartering from
+# there used up the relaunches at rates still too high to learn (docs/public-scripts.md).
+NEVER_STABLE_STEP = 0.1
+NEVER_STABLE_ONSET = 5
 # How far from the stable toward the failing rate the next try goes, in log space. Not halfway: a
 # try that fails costs a relaunch and the steps to its explosion, one on the low side only trains
 # a little slower. Seen in the scenario suite (bn-lr-2x: 0.1 stable in warm-up, 2.0 failing after
@@ -53,12 +64,16 @@ class Evidence:
 
     failing: float | None  # the lowest rate an attempt of the family exploded at
     stable: float | None  # the highest rate below it that an attempt took healthy steps at
+    never_stable: bool = False  # the run failing at it took fewer than five healthy steps from its first
 
     def next_rate(self) -> tuple[float, str] | None:
         """The rate to try next, and why; None without a failing rate to size from."""
         if self.failing is None:
             return None
         failing = fmt(self.failing)
+        if self.stable is None and self.never_stable:
+            return self.failing * NEVER_STABLE_STEP, (f"the run at the failing rate {failing} never took five "
+                                                      "healthy steps: a tenth of it")
         if self.stable is None:
             return self.failing * BLIND_STEP, f"no stable rate is known yet: a quarter of the failing {failing}"
         stable = fmt(self.stable)
@@ -94,7 +109,13 @@ def rate_evidence(state: WorkflowState) -> Evidence:
         for f in findings
         if f.stable_learning_rate is not None and (low is None or f.stable_learning_rate < low)
     ]
-    return Evidence(low, max(stable, default=None))
+    # The sentinel read the run-up: at the failing rate, no rate stable and the onset in the first steps.
+    never_stable = low is not None and any(
+        f.rule in EXPLOSIONS and f.learning_rate == low and f.stable_learning_rate is None
+        and f.onset_step is not None and f.onset_step < NEVER_STABLE_ONSET
+        for f in findings
+    )
+    return Evidence(low, max(stable, default=None), never_stable)
 
 
 

@@ -66,8 +66,9 @@ class RunUp:
     """What preceded an explosion at ``step``, for the policy.
 
     ``onset_step``: checkpoints whose next step is at most this hold state from before the run-up
-    (the first step at a new learning rate, the state before the gradient norm started to grow, or
-    the last state whose loss was below ``RISE`` times the first window's). It can be earlier than
+    (the first step at a new learning rate, the state before the gradient norm started to grow, the
+    last state whose loss was below ``RISE`` times the first window's, or the state before a spike
+    the run never learned past). It can be earlier than
     the run's first step: a resumed run whose first states were already on the way up.
     ``stable_learning_rate``: the highest rate the run took at least ``STABLE_STEPS`` finite steps
     at before the onset; None when it took none.
@@ -84,6 +85,7 @@ def run_up(
     losses: Sequence[tuple[int, float]] = (),
     start_loss: float | None = None,
     scale: float | None = None,
+    wrecked_at: int | None = None,
 ) -> RunUp:
     """Where the run-up to an explosion at ``step`` began, from the per-step gradient norms, rates and losses.
 
@@ -93,20 +95,17 @@ def run_up(
     ``start_loss`` (the mean of the lineage's first window) by ``RISE - 1`` times ``scale`` (the
     learning check's scale of the loss; the start's magnitude when not given, so ``RISE`` times a
     positive start), which catches a loss that jumps and stays up while its gradients grow slowly.
-    The onset is the earliest.
+    A fourth is the learning check's: ``wrecked_at``, a spike above its divergence bound that the
+    run never learned past (it returned to chance, say, where no loss is above where it started),
+    whose state before it is the last healthy one. The onset is the earliest.
     """
     onset = step - 1  # without evidence: the state before the step that failed
+    if wrecked_at is not None:
+        onset = min(onset, wrecked_at - 1)
     rate_at = {s: r for s, r in rates if r is not None and s < step}
-    steps = sorted(rate_at)
-    if steps and step in {s for s, _ in rates}:
-        current = next((r for s, r in rates if s == step), None)
-        changed = None
-        for s in reversed(steps):
-            if rate_at[s] != current:
-                changed = s + 1  # the first step at the current rate
-                break
-        if changed is not None and step - changed <= RATE_CHANGE_REACH:
-            onset = min(onset, changed)
+    changed = _rate_changed(rate_at, rates, step)
+    if changed is not None and step - changed <= RATE_CHANGE_REACH:
+        onset = min(onset, changed)
     finite = [(s, n) for s, n in norms if s < step and math.isfinite(n)]
     index = len(finite)
     while index > BASELINE:
@@ -133,3 +132,14 @@ def run_up(
             healthy[rate] = healthy.get(rate, 0) + 1
     stable = [rate for rate, count in healthy.items() if count >= STABLE_STEPS]
     return RunUp(onset, max(stable) if stable else None)
+
+
+def _rate_changed(rate_at: dict[int, float], rates: Sequence[tuple[int, float | None]], step: int) -> int | None:
+    """The first step at the rate of ``step``, when the rate changed before it; else None."""
+    if not rate_at or step not in {s for s, _ in rates}:
+        return None
+    current = next((r for s, r in rates if s == step), None)
+    for s in sorted(rate_at, reverse=True):
+        if rate_at[s] != current:
+            return s + 1
+    return None

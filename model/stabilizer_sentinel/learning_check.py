@@ -146,6 +146,12 @@ class LearningCheck(FallTests):
         return self._lowest
 
     @property
+    def wrecked_at(self) -> int | None:
+        """The step of a spike above the divergence bound (or an explosion in the first window) that the
+        run never learned past: where its run-up began, whatever was found later; None without one."""
+        return self._spike[0] if self._spike is not None and not self.learned else None
+
+    @property
     def scale_of_loss(self) -> float | None:
         """The scale the divergence bound is measured in (see ``_refresh_bound``); None until known."""
         return self._scale if self._scale > 0 else None
@@ -285,8 +291,10 @@ class LearningCheck(FallTests):
             self._first_spread = statistics.pstdev(self._recent)
             self._start = untrained_level(list(self._recent), self.spreads)
             if self._start != mean:  # exploded within the first window: a spike, and no part of the trend
-                self._spike = (step, max(self._recent))
                 self._exploded = self._start + self.spreads * abs(self._start)
+                recent = list(self._recent)
+                first_up = next(i for i, loss in enumerate(recent) if loss > self._exploded)
+                self._spike = (step - (len(recent) - 1 - first_up), recent[first_up])  # its first step up
                 self._trend = Trend()
         else:
             assert self._best is not None

@@ -287,7 +287,7 @@ class Sentinel:
         # The run-up (stabilizer_sentinel.health.run_up): which checkpoints are healthy, which rate was stable.
         before = run_up(self.grad_norm_history, self.rate_history, finding.step,
                         losses=self.loss_history, start_loss=self.learning.start_loss,
-                        scale=self.learning.scale_of_loss)
+                        scale=self.learning.scale_of_loss, wrecked_at=self.learning.wrecked_at)
         return {
             "rule": finding.rule,
             "onset_step": before.onset_step,

@@ -290,11 +290,28 @@ def test_the_bisection_narrows_with_each_failure_and_settles_on_the_stable_rate(
 
 def test_rates_that_exploded_in_another_network_are_not_evidence(settings):
     # Without batch norm the network failed at 0.1; with it, only its own failure at 3.0 counts,
-    # and with no stable rate reported the step is a quarter.
-    state = _history(settings, ({}, _exploded(0.1, stable=None)),
-                     ({"add_batch_norm": 1, "learning_rate": 3.0}, _exploded(3.0, stable=None)))
+    # and with no stable rate reported (a finding without the sentinel's run-up) the step is a quarter.
+    state = _history(settings, ({}, _exploded(0.1, stable=None, onset=None)),
+                     ({"add_batch_norm": 1, "learning_rate": 3.0}, _exploded(3.0, stable=None, onset=None)))
     plan = policy.plan(state, state.current.finding, written())
     assert plan.run_spec["learning_rate"] == pytest.approx(0.75)
+
+
+def test_a_rate_that_never_took_a_healthy_step_comes_down_an_order_of_magnitude(settings):
+    # The sentinel's run-up put the onset in the first steps and found no rate stable: wrecked from
+    # its start, a rate far too high (the public scripts at 100 to 10,000 times theirs). Quartering
+    # would use up the relaunches on the way down; a tenth of it.
+    bn = {"add_batch_norm": 1}
+    wrecked = _history(settings, ({**bn, "learning_rate": 3.0}, _exploded(3.0, step=31, stable=None, onset=4)))
+    plan = policy.plan(wrecked, wrecked.current.finding, written())
+    assert plan.run_spec["learning_rate"] == pytest.approx(0.3), plan.decision
+    assert "never took five healthy steps: a tenth of it" in plan.decision.reason, plan.decision.reason
+    # Healthy steps at the failing rate before it failed (the run-up's stable rate is that rate), or an
+    # onset past the first steps with no stable rate (a schedule that changes its rate every step): a
+    # quarter, as before.
+    for finding in (_exploded(3.0, step=31, stable=3.0, onset=20), _exploded(3.0, step=31, stable=None, onset=5)):
+        state = _history(settings, ({**bn, "learning_rate": 3.0}, finding))
+        assert policy.plan(state, finding, written()).run_spec["learning_rate"] == pytest.approx(0.75)
 
 
 def test_a_warmup_rate_above_the_main_rate_comes_down_to_it(settings):

@@ -202,6 +202,18 @@ def test_the_run_up_of_a_loss_that_jumped_and_stayed_up_is_before_the_jump():
     assert run_up(norms, rates, 11, losses=losses).onset_step == 10
 
 
+def test_the_run_up_of_a_run_wrecked_by_a_spike_it_never_learned_past_is_before_the_spike():
+    # Thrown to thousands at step 5, back at chance from step 9 to the end, judged at step 31: every
+    # state after the spike is as good as the start by its loss, and none is healthy. The onset is the
+    # state before the spike, and the rate, taken for only five steps before it, is stable there.
+    norms = [(s, 1.0) for s in range(31)]
+    rates = [(s, 1000.0) for s in range(32)]
+    assert run_up(norms, rates, 31).onset_step == 30  # the norms and rates alone place nothing
+    found = run_up(norms, rates, 31, wrecked_at=5)
+    assert (found.onset_step, found.stable_learning_rate) == (4, None)
+    assert run_up(norms, rates, 31, wrecked_at=8).stable_learning_rate == 1000.0  # 7 steps before it
+
+
 def test_the_sentinel_reports_the_run_up_with_its_finding(tmp_path):
     def poison(step, model):
         if step == 9:

@@ -107,6 +107,9 @@ def test_a_loss_thrown_to_thousands_in_its_first_steps_and_back_at_chance_is_div
     finding = watched(tmp_path, t.make_spike_then_chance(0))
     assert finding["rule"] == "Diverging" and "2.3 at its first step" in finding["message"]
     assert "never learned since it spiked" in finding["message"]
+    # Its run-up began before the spike, not before the step it was judged at: no state after the
+    # first one is healthy, and no rate was stable (the policy steps a rate that never was further down).
+    assert (finding["onset_step"], finding["stable_learning_rate"]) == (0, None), finding["message"]
 
 
 def test_a_noisy_loss_that_never_learned_and_ended_far_above_its_start_is_diverging(tmp_path):
