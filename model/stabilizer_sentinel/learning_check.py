@@ -101,6 +101,8 @@ class LearningCheck(FallTests):
         self._lineage_noise: float | None = None
         self._trend = Trend()
         self._recent: deque[float] = deque(maxlen=self.window)
+        self._recent_rates: deque[float | None] = deque(maxlen=self.window)  # the rates of ``_recent``'s steps
+        self._spike_rate: float | None = None  # the learning rate at the spike's step
         self._tail: deque[float] = deque(maxlen=self.patience_windows * self.window)
         self.chance: chance_level.ChanceLevel | None = None  # the loss's chance level, where it can be read
         self._around: deque[float] = deque(maxlen=max(CENTRE_STEPS, self.window))
@@ -152,6 +154,12 @@ class LearningCheck(FallTests):
         return self._spike[0] if self._spike is not None and not self.learned else None
 
     @property
+    def wrecked_rate(self) -> float | None:
+        """The learning rate at ``wrecked_at``'s step: the rate that wrecked the run, whatever it has
+        decayed to by the step the run is judged at; None without one (or where it was not given)."""
+        return self._spike_rate if self.wrecked_at is not None else None
+
+    @property
     def scale_of_loss(self) -> float | None:
         """The scale the divergence bound is measured in (see ``_refresh_bound``); None until known."""
         return self._scale if self._scale > 0 else None
@@ -182,7 +190,7 @@ class LearningCheck(FallTests):
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to be judged against the start of its lineage, not its own first steps."""
         return {"first": self._first, "main_steps": self.main_steps, "lowest": self._lowest, "noise": self.noise,
-                "start": self._start, "spike": self._spike}
+                "start": self._start, "spike": self._spike, "spike_rate": self._spike_rate}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Judge this run against its lineage's first window. Whether it learned is not carried over:
@@ -193,6 +201,8 @@ class LearningCheck(FallTests):
         start, spike = state.get("start"), state.get("spike")
         self._start = float(start) if start is not None else None
         self._spike = None if spike is None else (int(spike[0]), float(spike[1]))
+        rate = state.get("spike_rate")
+        self._spike_rate = float(rate) if rate is not None else None
         lowest = state.get("lowest")
         self._lowest = float(lowest) if lowest is not None else self.start_loss
         noise = state.get("noise")
@@ -211,7 +221,7 @@ class LearningCheck(FallTests):
         if self._bound is not None:
             self._above = self._above + 1 if loss > self._bound else 0
             if self._above and self._spike is None:
-                self._spike = (step, loss)
+                self._spike, self._spike_rate = (step, loss), learning_rate
             base = self._bound - self.spreads * self._scale
             if loss > base + self.jump_spreads * self._scale:  # no batch is that far off; an explosion is
                 message = (f"the loss {loss:.4g} jumped above {base + self.jump_spreads * self._scale:.4g} "
@@ -231,6 +241,7 @@ class LearningCheck(FallTests):
             self._trend.add(step, self._clipped(loss))
             self._around.append(loss)
         self._recent.append(loss)
+        self._recent_rates.append(learning_rate)
         self._tail.append(loss)
         self._sum += loss
         self._count += 1
@@ -289,12 +300,13 @@ class LearningCheck(FallTests):
         if self._first is None:
             self._first = self._best = (step, mean)
             self._first_spread = statistics.pstdev(self._recent)
-            self._start = untrained_level(list(self._recent), self.spreads)
+            self._start = untrained_level(list(self._recent), self.spreads, self.jump_spreads)
             if self._start != mean:  # exploded within the first window: a spike, and no part of the trend
                 self._exploded = self._start + self.spreads * abs(self._start)
                 recent = list(self._recent)
-                first_up = next(i for i, loss in enumerate(recent) if loss > self._exploded)
+                first_up = next((i for i, loss in enumerate(recent) if loss > self._exploded), 0)
                 self._spike = (step - (len(recent) - 1 - first_up), recent[first_up])  # its first step up
+                self._spike_rate = list(self._recent_rates)[first_up]
                 self._trend = Trend()
         else:
             assert self._best is not None

@@ -104,7 +104,7 @@ class Trend:
         return self._mean_loss + slope * (self.last_step - self._mean_step)
 
 
-def untrained_level(first_window: list[float], spreads: float) -> float:
+def untrained_level(first_window: list[float], spreads: float, jump_spreads: float | None = None) -> float:
     """Where a run's loss started: the mean of its first window, or its first step's loss when the
     loss exploded within that window.
 
@@ -116,11 +116,15 @@ def untrained_level(first_window: list[float], spreads: float) -> float:
     step no update has touched yet), the loss exploded: the first step alone is then the untrained
     network's level. The median, so that one hard batch among them (a fine-tune's spiky batch, ten
     to forty times the rest) is not taken for an explosion, while a loss that swings between ten
-    and five hundred times its start is.
+    and five hundred times its start is. One step ``jump_spreads`` magnitudes above the first is an
+    explosion too, as it is after the first window (the divergence check's jump): thrown to
+    thousands for a step or two and back, the loss has no start in the window's mean.
     """
     first = first_window[0]
     rest = first_window[1:]
     if rest and statistics.median(rest) > first + spreads * abs(first):
+        return first
+    if rest and jump_spreads is not None and max(rest) > first + jump_spreads * abs(first):
         return first
     return sum(first_window) / len(first_window)
 

@@ -288,6 +288,9 @@ class Sentinel:
         before = run_up(self.grad_norm_history, self.rate_history, finding.step,
                         losses=self.loss_history, start_loss=self.learning.start_loss,
                         scale=self.learning.scale_of_loss, wrecked_at=self.learning.wrecked_at)
+        # The rate at the explosion: for a run wrecked by a spike it never learned past, the spike's
+        # (a schedule may have decayed it a hundredfold by the step the run is judged at).
+        rate = self.learning.wrecked_rate if self.learning.wrecked_rate is not None else context["learning_rate"]
         return {
             "rule": finding.rule,
             "onset_step": before.onset_step,
@@ -295,7 +298,7 @@ class Sentinel:
             "step": finding.step,
             "epoch": context["epoch"],
             "phase": context["phase"],
-            "learning_rate": None if context["learning_rate"] is None else _jsonable(float(context["learning_rate"])),
+            "learning_rate": None if rate is None else _jsonable(float(rate)),
             "tensor": finding.tensor,
             "value": finding.value,
             "message": finding.message,
