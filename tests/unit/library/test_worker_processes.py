@@ -9,6 +9,7 @@ import json
 import pytest
 
 from stabilizer_sentinel import worker_processes
+from tests.helpers import in_make_test_all
 from tests.unit.library.support import FIXTURES, job_env, run
 
 SCRIPT = FIXTURES / "processes" / "hogwild.py"
@@ -24,7 +25,7 @@ def _launch(tmp_path, *args: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("start", ["spawn", "fork", pytest.param("forkserver", marks=pytest.mark.long)])
+@pytest.mark.parametrize("start", ["spawn", "fork", *in_make_test_all("forkserver")])
 def test_hogwild_workers_are_watched_whatever_starts_them(tmp_path, start):
     result, document = _launch(tmp_path, "--start", start, "--processes", "2", "--steps", "30")
     assert result.returncode == 0, result.stderr
@@ -50,7 +51,7 @@ def test_a_worker_that_diverges_stops_itself_and_its_finding_is_the_jobs(tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("start", ["fork", "spawn"])
+@pytest.mark.parametrize("start", ["fork", *in_make_test_all("spawn")])
 def test_the_dataloader_workers_of_a_watched_loop_write_nothing(tmp_path, start):
     result, document = _launch(tmp_path, "--in-parent", "--loader-workers", "2", "--start", start, "--steps", "30")
     assert result.returncode == 0, result.stderr
