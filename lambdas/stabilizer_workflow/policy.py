@@ -179,7 +179,10 @@ def _apply(
         new, how = sized
         why = f"{rung.why}: {how}"
     else:
-        new = within(rung, knob, current * rung.value, current, start.get(name, current), clamp=False)
+        # A learning rate lowered to below its floor is lowered to the floor, once (as a sized rate
+        # is): the last try of the ladder, not a give-up a step short of it. A raise is never clamped.
+        lowering_a_rate = rung.role in RATE_ROLES and rung.value < 1
+        new = within(rung, knob, current * rung.value, current, start.get(name, current), clamp=lowering_a_rate)
         if new is None:
             return None
     if new == current or (isinstance(new, float) and isinstance(current, (int, float))

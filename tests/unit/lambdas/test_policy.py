@@ -392,6 +392,23 @@ def test_once_a_rate_exploded_tiny_gradients_are_not_answered_by_raising_the_rat
 
 
 
+def test_a_rate_still_too_high_after_an_explosion_is_lowered_to_its_floor_before_the_ladder_gives_up(settings):
+    # A GAN at 600 times its rate: exploded, then at a lowered rate its loss never learned. A quarter of
+    # that would be under the floor (1/100 of the job's own): the floor is the last try, as for a
+    # sized rate, not a give-up a step short of it; at the floor, nothing lower is tried.
+    bn = {"add_batch_norm": 1}
+    own = launched(settings).run_spec["learning_rate"]
+    floor = own * 0.01
+    flat = _finding(rule="NotLearning", step=39, phase="main")
+    state = _history(settings, ({**bn, "learning_rate": own}, _exploded(own, stable=None)),
+                     ({**bn, "learning_rate": floor * 2.5}, flat))
+    plan = policy.plan(state, flat, written(30))
+    assert plan.decision.remedy == "lower_lr" and plan.run_spec["learning_rate"] == pytest.approx(floor)
+    at_floor = _history(settings, ({**bn, "learning_rate": own}, _exploded(own, stable=None)),
+                        ({**bn, "learning_rate": floor}, flat))
+    assert policy.plan(at_floor, flat, written(30)).decision.outcome in ("did_not_learn", "gave_up")
+
+
 def test_a_rate_sized_back_to_the_value_it_has_is_no_relaunch_though_the_floats_differ(settings):
     # The corpus's one-cycle run at max_lr 20, its values divided by 4 (exact in binary): attempt 1
     # diverged at a rate of 3.27 and was relaunched at a quarter (1.2499999999999998); attempt 2's loss
