@@ -64,9 +64,9 @@ def test_watching_adds_no_line_to_a_scripts_stderr(runs, name: str):
     assert _differences(runs, name, "stderr") == []
 
 
-@pytest.mark.xfail(strict=True, reason="measured at 9fa7cf6 (docs/public-scripts.md): stopped as diverged and "
-                   "relaunched lower, but quartering from 1000x does not reach a rate that learns within the "
-                   "relaunches allowed (did_not_learn); passes the day a remedy recovers it, and then this mark goes")
+@pytest.mark.xfail(strict=True, reason="measured at 5a63725 (docs/public-scripts.md): stopped as diverged and "
+                   "relaunched lower, 10 -> 1 -> 0.25 -> 0.1, the floor of a hundredth of its own rate, where it "
+                   "ends did_not_learn (its own is 1e-3); passes the day a remedy recovers it, and then this mark goes")
 def test_nanogpt_at_a_thousand_times_its_rate_is_stopped_and_relaunched_lower(digits_channels: dict[str, Path],
                                                                               tmp_path: Path):
     script: Script = SCRIPTS[NANOGPT]
