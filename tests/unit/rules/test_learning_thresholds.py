@@ -117,7 +117,7 @@ def test_one_step_thrown_to_thousands_in_the_first_window_is_an_explosion_too(tm
     # from the fourth to the end. The median of the window is no explosion, its mean (thousands)
     # no start: one step that far above the first (the jump the divergence check stops at once after
     # the first window) is a spike the run never learned past, from its first steps.
-    losses = [2.3, 2.6, 12000.0, 3.0, 2.9] + t.multiplicative([2.33] * 95, 0.02, 0)
+    losses = [2.3, 2.6, 12000.0, 3.0, 2.9, *t.multiplicative([2.33] * 95, 0.02, 0)]
     rates = [100.0 * 0.95**step for step in range(100)]  # a schedule that decays it a hundredfold
     finding = watched(tmp_path, t.Run(losses, rates))
     assert finding["rule"] == "Diverging" and "never learned since it spiked" in finding["message"]
@@ -126,7 +126,7 @@ def test_one_step_thrown_to_thousands_in_the_first_window_is_an_explosion_too(tm
     # The rate that wrecked it is the spike's, not the decayed one at the step it was judged at.
     assert finding["step"] > 20 and finding["learning_rate"] == pytest.approx(rates[2])
     # One hard batch of a fine-tune (forty times the rest) is no explosion: the window's mean is its start.
-    spiky = [0.3, 0.31, 12.0, 0.29, 0.3] + t.multiplicative([0.3 - 0.002 * k for k in range(95)], 0.05, 0)
+    spiky = [0.3, 0.31, 12.0, 0.29, 0.3, *t.multiplicative([0.3 - 0.002 * k for k in range(95)], 0.05, 0)]
     assert watched(tmp_path / "spiky", t.Run(spiky, [1e-4] * 100)) is None
 
 
