@@ -1,5 +1,5 @@
 """The house rules of the tree, each a check CI runs: no import circle in any of the four packages,
-no symlink, no ``sys.path`` edit, no module of the code growing past 400 lines.
+no symlink, no ``sys.path`` edit.
 
 Import circles are found on the import graph of the packages' modules, read from their source
 (``ast``): every ``import`` and ``from ... import`` of a module of the four packages, at the top
@@ -205,19 +205,3 @@ def test_the_distributions_list_every_package_on_disk():
     assert _listed_packages(ROOT / "pyproject.toml") == on_disk | data
     library = {name for name in on_disk if name.split(".")[0] in {"stabilizer_sentinel", "stabilizer_contract"}}
     assert _listed_packages(ROOT / "model" / "pyproject.toml") == library
-
-
-# Where the project's own code lives (tests and examples aside): no module there over MAX_LINES.
-CODE_DIRECTORIES = ("stabilizer", "lambdas", "model", "infra")
-MAX_LINES = 400
-
-
-@pytest.mark.slow
-def test_no_module_of_the_code_grows_past_400_lines():
-    sizes = {}
-    for path in tracked_files():
-        relative = path.relative_to(ROOT)
-        if path.suffix == ".py" and relative.parts[0] in CODE_DIRECTORIES and path.is_file():
-            sizes[relative.as_posix()] = len(path.read_text().splitlines())
-    assert len(sizes) > 100, "the code's modules were not found"
-    assert {name: lines for name, lines in sizes.items() if lines > MAX_LINES} == {}
