@@ -29,7 +29,6 @@ Standard library only: the ``sitecustomize`` of every process asks ``is_worker_c
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -91,6 +90,8 @@ def write_findings(path: Path, document: dict[str, Any]) -> None:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
+    import fcntl  # POSIX, where jobs run; imported here so that the library still imports elsewhere
+
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
