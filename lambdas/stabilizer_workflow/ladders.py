@@ -231,7 +231,9 @@ def markdown() -> str:
         "this recipe family (attempts that differ only in their rates). The next rate lies a tenth of",
         "the way from the stable to the failing one in log space, is the stable rate itself once the",
         "two are within 2x, and a quarter of the failing rate while no stable rate is known (a tenth",
-        "of it when the failing rate never took five healthy steps: wrecked from its first steps).",
+        "of it when the failing rate never took five healthy steps: wrecked from its first steps). A",
+        "learning rate a remedy would take below its floor is taken to the floor, once; then that",
+        "remedy is used up.",
     ]
     for finding, row in TABLE.items():
         lines += ["", f"## {finding}", "", "| phase | # | remedy | knob role | sizing | bound | why |",
