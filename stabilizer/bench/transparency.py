@@ -138,10 +138,40 @@ def observe(script: Script, watched: bool, root: Path, keep_as: str) -> Observed
 
 
 # ---------------------------------------------------------------------------- comparing runs
+NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def _shape(line: str) -> tuple[str, list[str]]:
+    """A line's text with its numbers taken out, and the numbers in order."""
+    return NUMBER.sub("#", line), NUMBER.findall(line)
+
+
+def _volatile_fields(first: list[str], second: list[str]) -> dict[str, set[int]]:
+    """For each shape of line, the numbers (by position) that differ between the two unwatched runs in
+    some line of that shape: a field such as a timing is volatile wherever it is printed, even in a
+    line where the two unwatched runs happened to print the same value."""
+    fields: dict[str, set[int]] = {}
+    for a, b in zip(first, second, strict=False):
+        (shape_a, numbers_a), (shape_b, numbers_b) = _shape(a), _shape(b)
+        if a != b and shape_a == shape_b:
+            fields.setdefault(shape_a, set()).update(i for i, (x, y) in enumerate(zip(numbers_a, numbers_b,
+                                                                                     strict=True)) if x != y)
+    return fields
+
+
+def _only_volatile(unwatched: str, watched: str, fields: dict[str, set[int]]) -> bool:
+    (shape_u, numbers_u), (shape_w, numbers_w) = _shape(unwatched), _shape(watched)
+    return shape_u == shape_w and shape_u in fields and all(
+        i in fields[shape_u] for i, (x, y) in enumerate(zip(numbers_u, numbers_w, strict=True)) if x != y)
+
+
 def _stream_difference(name: str, first: list[str], second: list[str], watched: list[str]) -> str | None:
-    """The first line of `watched` that differs from the unwatched `first` where the two unwatched agree."""
+    """The first line of `watched` that differs from the unwatched `first` where the two unwatched agree
+    (a field that differs between them in any line of the same shape is not compared: `_volatile_fields`)."""
     if len(first) == len(second) == len(watched):  # line by line: each line volatile or not on its own
-        line = next((i for i, (a, b, w) in enumerate(zip(first, second, watched, strict=True)) if a == b != w), None)
+        fields = _volatile_fields(first, second)
+        line = next((i for i, (a, b, w) in enumerate(zip(first, second, watched, strict=True))
+                     if a == b != w and not _only_volatile(a, w, fields)), None)
         return None if line is None else f"{name} line {line + 1}: unwatched {first[line]!r}, watched {watched[line]!r}"
     volatile: set[int] = set()
     for op, i1, i2, _j1, _j2 in difflib.SequenceMatcher(None, first, second, autojunk=False).get_opcodes():

@@ -136,6 +136,20 @@ def test_lines_that_differ_between_unwatched_runs_are_not_compared():
     assert bench.differences(first, second, watched) == []
 
 
+def test_a_timing_field_is_volatile_in_every_line_of_its_shape_even_where_two_runs_agreed_by_chance():
+    # word_language_model prints "ms/batch 4.63" at batch 10 in both unwatched runs and 3.23 watched; at
+    # batches 9 and 11 the unwatched runs differ there: the field is a timing, never compared.
+    line = "| {:>3}/22 batches | ms/batch {:5.2f} | loss {:5.2f}"
+    first = _observed([line.format(9, 4.51, 6.53), line.format(10, 4.63, 6.40), line.format(11, 4.54, 6.56)])
+    second = _observed([line.format(9, 4.67, 6.53), line.format(10, 4.63, 6.40), line.format(11, 4.72, 6.56)])
+    watched = [line.format(9, 3.15, 6.53), line.format(10, 3.23, 6.40), line.format(11, 3.09, 6.56)]
+    assert bench.differences(first, second, _observed(watched)) == []
+    # The same line with its loss changed is a difference: only the field that varied is volatile.
+    watched[1] = line.format(10, 3.23, 6.41)
+    assert bench.differences(first, second, _observed(watched)) == [
+        f"stdout line 2: unwatched {line.format(10, 4.63, 6.40)!r}, watched {watched[1]!r}"]
+
+
 def test_lines_that_carry_a_process_id_are_volatile_in_whatever_order_the_processes_print():
     first = _observed(["101 loss 2.3", "102 loss 2.4", "test 0.5"])
     second = _observed(["202 loss 2.4", "201 loss 2.3", "test 0.5"])
