@@ -94,6 +94,7 @@ def test_missing_data_is_reported_before_anything_starts(tmp_path: Path, project
         LocalEngine(tmp_path / "run", tmp_path / "nowhere", project=project).__enter__()
 
 
+@pytest.mark.slow  # its Launch starts a training job, whose process may start before the stop
 def test_closing_stops_executions_still_running(tmp_path: Path, project: Project, data_dir: Path):
     sfn_status = "RUNNING"
     with LocalEngine(tmp_path / "run", data_dir, project=project) as engine:
