@@ -57,10 +57,12 @@ import torch
 from torch import nn
 
 from stabilizer_contract.catalogue import SENTINEL_CHECKS
+from stabilizer_contract.job import REWIND_EVERY
 from stabilizer_sentinel import distributed, log_channel, module_hooks, resume, watchdog, worker_processes
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig
 from stabilizer_sentinel.networks import network_of
 from stabilizer_sentinel.optimizer_hooks import OptimizerHooks
+from stabilizer_sentinel.recovery import Recovery
 from stabilizer_sentinel.rewind import Rewind
 from stabilizer_sentinel.rules import RuleFinding
 from stabilizer_sentinel.sentinel import Verdict, build_monitoring
@@ -110,13 +112,10 @@ class Guard(OptimizerHooks):
             only_rules=None if self.primary else (FINITE_CHECK_RULE, *SENTINEL_CHECKS),  # their thresholds too
         )
         self.step_number = start_step
-        # The last healthy states, copied every few steps and written as checkpoints at the first finding.
-        # Rank 0 alone keeps them: under DDP every rank holds the same weights.
         self.rewind: Rewind | None = None
-        if rewind_every > 0 and optimizer is not None and stores:
-            self.rewind = Rewind(self.model, optimizer, checkpoint_dir=paths.checkpoint_dir, every=rewind_every,
-                                 keep=rewind_keep)
-            self.sentinel.rewind = self.rewind
+        self.recovery: Recovery | None = None
+        if optimizer is not None and stores:
+            self._keep_states(optimizer, start_step, rewind_every, rewind_keep)
         self.epoch: int | None = None
         self.phase: str | None = None
         self._loss: torch.Tensor | float | None = None
@@ -153,6 +152,23 @@ class Guard(OptimizerHooks):
         self.watchdog = watchdog.start(self)  # a thread that notices a loop which stopped taking steps
         self_ref = weakref.ref(self)
         atexit.register(lambda: (guard := self_ref()) is not None and guard.close())
+
+    def _keep_states(self, optimizer: torch.optim.Optimizer, start_step: int, every: int, keep: int) -> None:
+        """The last healthy states, copied every few steps and written as checkpoints at the first finding.
+
+        Rank 0 alone keeps them: under DDP every rank holds the same weights. In-job recovery
+        (stabilizer_sentinel.recovery) rolls back to them: one process, one model, copies always taken.
+        """
+        in_job = self.config.effective_recovery == "in_job" and self.world_size == 1
+        every = REWIND_EVERY if in_job and every <= 0 else every
+        if every <= 0:
+            return
+        self.rewind = Rewind(self.model, optimizer, checkpoint_dir=self.paths.checkpoint_dir, every=every, keep=keep)
+        self.sentinel.rewind = self.rewind
+        if in_job:
+            self.rewind.companion = self.sentinel
+            self.rewind.keep(self.rewind.take_now(start_step))  # an explosion in the first steps
+            self.recovery = self.sentinel.recovery = Recovery(self)
 
     # -- what the loop calls
     def step(self, loss: torch.Tensor | float | None, *, labels: torch.Tensor | None = None,
@@ -220,7 +236,10 @@ class Guard(OptimizerHooks):
         self._loss = self._labels = self._inputs = self._outputs = None
         self._passes = 0
         history = self.sentinel.loss_history
-        self.record.observed(step, history[-1][1] if history and history[-1][0] == step else None)
+        loss = history[-1][1] if history and history[-1][0] == step else None
+        self.record.observed(step, loss)
+        if self.recovery is not None:
+            self.recovery.observed(loss)
         stop = verdict.stop or self._deferred_stop
         if self.world_size > 1 and torch.distributed.is_initialized():
             stop = distributed.agree(self, verdict, stop)
@@ -234,8 +253,17 @@ class Guard(OptimizerHooks):
         self.record.steps_taken += 1
         if self.rewind is not None:
             self.rewind.after_step(self.step_number)
+        if self.recovery is not None:
+            self.recovery.after_step()
         if not self._closed:
             self.capture.begin_step(self.step_number)
+
+    def give_up_rollback(self, finding: dict[str, Any]) -> None:
+        """In-job recovery found no lower rate that trains: the finding stands, the job stops (a relaunch follows)."""
+        if self.rewind is not None:
+            self.rewind.persist(before_step=finding["step"])
+        self.sentinel.adopt([finding])
+        self._stop(f"at step {finding['step']} (no lower rate trained in the job)")
 
     def restore(self) -> int:
         """Load the newest checkpoint into the model and optimizer; returns the next step to run (0: none).
@@ -350,6 +378,8 @@ class Guard(OptimizerHooks):
     def learning_rate(self) -> float | None:
         if self.optimizer is None or not self.optimizer.param_groups:
             return None
+        if self.recovery is not None:  # the rate the step runs at: the script's, times a rollback's factor
+            return self.recovery.rate(self.optimizer)
         lr = self.optimizer.param_groups[0].get("lr")
         return float(lr) if lr is not None else None
 

@@ -35,7 +35,8 @@ INTEGRATIONS = ("auto", "library", "launcher")
 # Matches "loss=0.93", "loss: 0.93", "Loss 0.93" but not "test_loss=..." or "val_loss=...".
 DEFAULT_LOSS_REGEX = r"(?:^|[\s,;|(\[{])loss\s*[=:]?\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf|NaN|Inf))"
 DEFAULT_RULES: tuple[dict[str, Any], ...] = ({"name": "ExplodingTensor"},)
-_KEYS = {"rules", "capture", "action", "integration", "loss_regex", "knobs"}
+RECOVERIES = ("in_job", "relaunch")
+_KEYS = {"rules", "capture", "action", "integration", "loss_regex", "knobs", "recovery"}
 
 
 class StabilizerConfigError(ValueError):
@@ -52,6 +53,8 @@ class StabilizerConfig:
     integration: str | None = None
     loss_regex: str | None = None
     knobs: dict[str, Any] = field(default_factory=dict)
+    # in_job: roll back and go on at a probed rate (stabilizer_sentinel.recovery); relaunch: stop for the workflow.
+    recovery: str | None = None
 
     def with_defaults(self, **defaults: Any) -> StabilizerConfig:
         """Fill the fields the job left unset from ``defaults`` (the script's own arguments)."""
@@ -69,6 +72,10 @@ class StabilizerConfig:
     @property
     def effective_action(self) -> str:
         return self.action or "stop"
+
+    @property
+    def effective_recovery(self) -> str:
+        return self.recovery or "relaunch"
 
     @property
     def effective_loss_regex(self) -> str:
@@ -122,8 +129,12 @@ def _validated(value: Mapping[str, Any]) -> StabilizerConfig:
             raise StabilizerConfigError(
                 f"{HYPERPARAMETER}.loss_regex: needs one capture group around the number, got {loss_regex!r}"
             )
+    recovery = value.get("recovery")
+    if recovery is not None and recovery not in RECOVERIES:
+        raise StabilizerConfigError(f"{HYPERPARAMETER}.recovery: expected one of {list(RECOVERIES)}, got {recovery!r}")
     knobs = value.get("knobs") or {}
     return StabilizerConfig(
+        recovery=recovery,
         rules=rules,
         capture=dict(capture) if capture is not None else None,
         action=action,

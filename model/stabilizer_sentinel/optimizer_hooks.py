@@ -35,6 +35,7 @@ class OptimizerHooks:
     sentinel: Any
     capture: Any
     _handles: list[Any]
+    recovery: Any
     _loss: Any
     _reported_once: bool
     _warned_late: bool
@@ -56,16 +57,22 @@ class OptimizerHooks:
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if _has_closure(args, kwargs):
+            if self.recovery is not None:
+                self.recovery.scale(optimizer)
             return  # gradients do not exist yet; checked after the step
         if self._loss is None and self._reported_once and self.warn_when_loss_is_late and not self._warned_late:
             self._warned_late = True
             print("sentinel: guard.step(loss) came after optimizer.step(); each loss is checked with the next "
                   "step's gradients. Call guard.step(loss) before optimizer.step().", file=sys.stderr)
         self.check()
+        if self.recovery is not None:  # an in-job rollback's rate, for this step alone
+            self.recovery.scale(optimizer)
 
     def _after_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if _has_closure(args, kwargs):
             self.check()
+        if self.recovery is not None:
+            self.recovery.unscale(optimizer)
         self.advance()
 
     def _save_step(self, optimizer: torch.optim.Optimizer, state_dict: dict) -> dict:

@@ -41,6 +41,7 @@ This module must not decide anything about the run; it keeps and writes state.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -51,6 +52,9 @@ import torch
 from torch import nn
 
 from stabilizer_contract.checkpoints import checkpoint_name
+from stabilizer_sentinel.optimizer_hooks import LEARNING_KEY, STATE_KEY
+
+GUARD_KEYS = (STATE_KEY, LEARNING_KEY)
 
 
 def _to_cpu(value: Any) -> Any:
@@ -79,6 +83,8 @@ class Snapshot:
     next_step: int
     model: dict[str, Any]
     optimizer: dict[str, Any]
+    checks: Any = None  # the companion's state (the sentinel's checks), for an in-job rollback
+    level: float | None = None  # the mean loss of the steps just before it, when known: how good it is
 
     @property
     def nbytes(self) -> int:
@@ -108,17 +114,59 @@ class Rewind:
         self.frozen = False
         self.seconds = 0.0  # time spent taking copies, and how many: for the overhead benchmark
         self.copies = 0
+        # In-job recovery (stabilizer_sentinel.recovery): the sentinel, whose checks' state is kept beside each
+        # copy and put back with it; then the first copy and the one with the lowest loss level (``anchor``)
+        # are kept too, whatever ``keep`` says.
+        self.companion: Any = None
+        self.first: Snapshot | None = None
+        self.anchor: Snapshot | None = None
 
     def after_step(self, next_step: int) -> None:
         """Call after each optimizer step; copies the state every ``every`` steps."""
         if self.frozen or next_step % self.every:
             return
+        self.keep(self.take_now(next_step))
+
+    def keep(self, snapshot: Snapshot) -> None:
+        self.snapshots.append(snapshot)
+        if self.companion is None:
+            return
+        if self.first is None:
+            self.first = snapshot
+        if snapshot.level is not None and (self.anchor is None or snapshot.level <= self.anchor.level):
+            self.anchor = snapshot
+
+    def kept(self) -> list[Snapshot]:
+        """Every copy held, oldest first: the first, the anchor and the newest ``keep``."""
+        held = {id(s): s for s in (self.first, self.anchor, *self.snapshots) if s is not None}
+        return sorted(held.values(), key=lambda s: s.next_step)
+
+    def take_now(self, next_step: int) -> Snapshot:
+        """A copy of the state now, from which training goes on at ``next_step`` (not kept here)."""
         started = time.perf_counter()
-        self.snapshots.append(
-            Snapshot(next_step, _to_cpu(self.model.state_dict()), _to_cpu(self.optimizer.state_dict()))
-        )
+        checks, level = (self.companion.checks_state(), self.companion.loss_level()) if self.companion else (None, None)
+        snapshot = Snapshot(next_step, _to_cpu(self.model.state_dict()), _to_cpu(self.optimizer.state_dict()), checks,
+                            level)
         self.seconds += time.perf_counter() - started
         self.copies += 1
+        return snapshot
+
+    def load(self, snapshot: Snapshot) -> None:
+        """Put ``snapshot`` back into the model, the optimizer's state and the companion; the copy stays intact.
+
+        The guard's own keys in the optimizer's state (its step count, the learning check's start)
+        are left out: a rollback keeps counting the steps the script takes.
+        """
+        self.model.load_state_dict(snapshot.model)  # copied into the parameters
+        optimizer = {key: value for key, value in _to_cpu(snapshot.optimizer).items() if key not in GUARD_KEYS}
+        # The groups' settings (lr, momentum, ...) are the script's schedule, now: they stay as they are.
+        settings = [{key: value for key, value in group.items() if key != "params"}
+                    for group in self.optimizer.param_groups]
+        self.optimizer.load_state_dict(optimizer)  # a fresh copy: the optimizer updates its state in place
+        for group, setting in zip(self.optimizer.param_groups, settings, strict=True):
+            group.update(setting)
+        if self.companion is not None and snapshot.checks is not None:
+            self.companion.load_checks_state(copy.deepcopy(snapshot.checks))
 
     def healthy_before(self, step: int) -> Snapshot | None:
         """The newest copy from which training went on at a step before ``step``."""

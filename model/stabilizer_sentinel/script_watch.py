@@ -42,6 +42,7 @@ def watch(
     rules: list[Mapping[str, Any]] | str | None = None,
     capture: Mapping[str, Any] | str | None = None,
     action: str | None = None,
+    recovery: str | None = None,
     start_step: int = 0,
     environ: Mapping[str, str] | None = None,
     install_hooks: bool = True,
@@ -55,7 +56,9 @@ def watch(
     ``capture`` and ``action`` are the script's own defaults for what the job leaves unset. With
     neither, the sentinel runs the finite check (``ExplodingTensor``) and stops the job when it fires.
     The finite check and the learning check (stabilizer_sentinel.health) run whatever the rule list says;
-    action ``notify`` records findings without stopping.
+    action ``notify`` records findings without stopping. ``recovery="in_job"`` answers an explosion or a
+    divergence inside the job: back to the last healthy state, on at a lower rate chosen by probing
+    (stabilizer_sentinel.recovery); the default, ``relaunch``, stops the job for the workflow.
 
     ``optimizer`` may be a list (a GAN's optimizers: the first one's steps are the run's) or None
     (parameters updated by hand: each backward pass is a step); ``model`` a list of leaf tensors. A
@@ -77,6 +80,7 @@ def watch(
         rules=json.loads(rules) if isinstance(rules, str) else (list(rules) if rules is not None else None),
         capture=json.loads(capture) if isinstance(capture, str) else (dict(capture) if capture is not None else None),
         action=action,
+        recovery=recovery,
     )
     guard = Guard(model, optimizer, config=config, paths=JobPaths.from_env(environ), start_step=start_step,
                   install_hooks=install_hooks, rewind_every=rewind_every, rewind_keep=rewind_keep)

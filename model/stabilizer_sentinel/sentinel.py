@@ -25,6 +25,7 @@ This module must not checkpoint, log training metrics or change the model.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import sys
@@ -107,6 +108,10 @@ class Sentinel:
         self._system_rules = [rule for rule in self.rules if rule.reads_system_metrics]
         # A stabilizer_sentinel.rewind.Rewind, when the training loop keeps one: persisted at the first finding.
         self.rewind: Any = None
+        # A stabilizer_sentinel.recovery.Recovery, when the job recovers in place: it may take a step's
+        # findings (a rollback instead of a stop); its decisions are findings.json's ``rollbacks``.
+        self.recovery: Any = None
+        self.rollbacks: list[dict[str, Any]] = []
         # The run's summary (stabilizer_sentinel.summary), given how the run ended (None while it runs); set by
         # whoever watches the job. With it, findings.json is written at the end too, findings or not.
         self.summary: Callable[[str | None], dict[str, Any]] | None = None
@@ -257,6 +262,8 @@ class Sentinel:
         if not new:
             return Verdict()
         entries = [{**self._entry(finding, context), **({"source": source} if source else {})} for finding in new]
+        if self.recovery is not None and self.recovery.intercept(entries):
+            return Verdict()
         if self.rewind is not None:  # before findings.json: whoever reads it finds the checkpoint there
             self.rewind.persist(before_step=min(entry["step"] for entry in entries))
         for entry in entries:
@@ -279,9 +286,31 @@ class Sentinel:
         if not self.write_findings:
             return
         document: dict[str, Any] = {"version": 2, "job_action": self.action, "findings": self._findings}
+        if self.rollbacks:
+            document["rollbacks"] = self.rollbacks
         if self.summary is not None:
             document["summary"] = self.summary(ended)
         worker_processes.write_findings(self.findings_path, document)  # one file for several processes
+
+    def rolled_back(self, decision: dict[str, Any]) -> None:
+        """An in-job rollback (stabilizer_sentinel.recovery) went on from an earlier state: into findings.json."""
+        self.rollbacks.append(decision)
+        self.write(ended=None)
+
+    def checks_state(self) -> dict[str, Any]:
+        """What the per-step checks know of the run so far, for a rollback to put back (``load_checks_state``)."""
+        learning = {key: copy.deepcopy(value) for key, value in vars(self.learning).items() if key != "chance"}
+        return {"learning": learning, "fired": set(self._fired), "first_nonfinite_layer": self.first_nonfinite_layer}
+
+    def loss_level(self) -> float | None:
+        """The mean of the last window's finite losses (None before any): how good the state after them is."""
+        recent = [value for _, value in list(self.loss_history)[-self.learning.window:] if math.isfinite(value)]
+        return sum(recent) / len(recent) if recent else None
+
+    def load_checks_state(self, state: dict[str, Any]) -> None:
+        vars(self.learning).update(state["learning"])
+        self._fired = state["fired"]
+        self.first_nonfinite_layer = state["first_nonfinite_layer"]
 
     def _entry(self, finding: RuleFinding, context: Mapping[str, Any]) -> dict[str, Any]:
         # The run-up (stabilizer_sentinel.health.run_up): which checkpoints are healthy, which rate was stable.

@@ -1,0 +1,300 @@
+"""In-job recovery: roll back to the last healthy state and go on at a rate chosen by probing from it.
+
+A relaunch costs a new job (provisioning, image, data, checkpoint: minutes on AWS). When the
+sentinel finds an explosion or a divergence (``ExplodingTensor``, ``Diverging``: a rate too high for
+the network at this point) and the job was asked to recover in place (the ``recovery`` key of its
+configuration, ``in_job``), the guard does not stop. Instead:
+
+1. **Roll back.** The step that failed is let through and undone: after it, the model and optimizer
+   are loaded from the newest copy the rewind took before the run-up began (the finding's
+   ``onset_step``; stabilizer_sentinel.rewind keeps the copies, with the learning check's state
+   beside them, so the run is judged from that state's lineage again).
+2. **Probe.** From that state, each candidate rate (a third, a tenth, a thirtieth, a hundredth of
+   the failing one: two orders of magnitude in one round) trains ``probe_steps`` steps of the
+   script's own batches. A candidate fails at a finding of the sentinel's, a non-finite loss, or a
+   loss that climbs within its steps; among those that did not, the one whose loss fell lowest is
+   kept, and training goes on from the state that candidate reached. When every candidate of a
+   round failed, the next round probes a hundred times lower again; after ``rounds`` rounds the
+   finding stands and the job stops as it would have (the workflow relaunches).
+3. **Record.** Each rollback is a decision in findings.json's ``rollbacks`` (docs/contracts.md,
+   section 2): the finding, the step restored, the rate before and after, what was probed, steps
+   lost and the seconds from the finding to training again. The workflow records it in the attempt's
+   history and tells the topic.
+
+The rate is applied at the optimizer step (``scale``/``unscale`` around it): each group's ``lr`` is
+multiplied by the factor in force just before the step and set back just after, so a script that
+sets its own rate each step, a scheduler, or neither keep the schedule's shape, lowered.
+
+Only for one optimizer in one process (a second optimizer, several ranks or a worker process stop
+as before: the relaunch handles them), and at most ``max_rollbacks`` times per job.
+
+This module decides the in-job remedy; it must not write files other than through the sentinel.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from stabilizer_contract.catalogue import DIVERGING
+
+EXPLODING = "ExplodingTensor"
+RECOVERABLE = (EXPLODING, DIVERGING)  # a rate too high: the job can lower it itself
+FACTORS = (1 / 3, 1 / 10, 1 / 30, 1 / 100)  # one round of candidates, relative to the failing rate
+ROUND_STEP = 1 / 100  # each further round is this much lower again
+ROUNDS = 2
+PROBE_STEPS = 5
+MAX_ROLLBACKS = 3
+NOISE_ERRORS = 2.0  # scores closer than this many standard errors are the same to the probe
+# A probe whose last loss is this fraction of its first's magnitude above it is climbing; a copy whose
+# loss climbed back this fraction of the way to where the run started has lost what it learned.
+CLIMB = 0.5
+
+
+@dataclass
+class Probe:
+    """One candidate factor tried from the restored state."""
+
+    factor: float
+    losses: list[float] = field(default_factory=list)
+    failed: str | None = None
+
+    @property
+    def score(self) -> float:
+        """The mean loss after the first step (the first is the restored state's, the same for all)."""
+        later = self.losses[1:] or self.losses
+        return sum(later) / len(later) if later else math.inf
+
+    @property
+    def error(self) -> float:
+        """The standard error of ``score``: the batches differ from probe to probe, and so do their losses."""
+        later = self.losses[1:] or self.losses
+        if len(later) < 2:
+            return 0.0
+        mean = sum(later) / len(later)
+        return math.sqrt(sum((x - mean) ** 2 for x in later) / (len(later) - 1) / len(later))
+
+    def climbing(self) -> bool:
+        first, last = self.losses[0], self.losses[-1]
+        return len(self.losses) > 1 and last - first > CLIMB * max(abs(first), 1e-12)
+
+
+class Recovery:
+    """The guard's in-job recovery (see the module docstring); ``guard`` is a stabilizer_sentinel.guard.Guard."""
+
+    def __init__(self, guard: Any, *, max_rollbacks: int = MAX_ROLLBACKS, probe_steps: int = PROBE_STEPS,
+                 factors: tuple[float, ...] = FACTORS, rounds: int = ROUNDS) -> None:
+        self.guard = guard
+        self.max_rollbacks = max_rollbacks
+        self.probe_steps = probe_steps
+        self.factors = factors
+        self.rounds = rounds
+        self.factor = 1.0  # the multiplier in force on every group's rate
+        self.decisions: list[dict[str, Any]] = []
+        self._saved: list[Any] = []  # the script's own rates while a step runs scaled
+        self._trigger: dict[str, Any] | None = None  # the rollback under way
+        self._snapshot: Any = None
+        self._round = 0
+        self._queue: list[float] = []
+        self._probes: list[Probe] = []
+        self._probe: Probe | None = None
+        self._ends: dict[int, Any] = {}  # the state each probe that did not fail reached, by id
+        self._restore_due = False
+
+    # -- the rate at the optimizer step
+    def scale(self, optimizer: torch.optim.Optimizer) -> None:
+        """Just before the step: each group's rate times the factor in force."""
+        self._saved = []
+        if self.factor == 1.0:
+            return
+        for group in optimizer.param_groups:
+            self._saved.append(group["lr"])
+            group["lr"] = group["lr"] * self.factor
+
+    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        """Just after it: the script's own rates back, as it set them."""
+        for group, rate in zip(optimizer.param_groups, self._saved, strict=False):
+            group["lr"] = rate
+        self._saved = []
+
+    def rate(self, optimizer: torch.optim.Optimizer) -> float | None:
+        """The first group's rate as the step runs it (the script's rate times the factor)."""
+        lr = self._saved[0] if self._saved else optimizer.param_groups[0].get("lr")
+        return None if lr is None else float(lr) * self.factor
+
+    @property
+    def probing(self) -> bool:
+        return self._trigger is not None
+
+    # -- what the sentinel hands over
+    def intercept(self, entries: list[dict[str, Any]]) -> bool:
+        """Findings of a step: True when they are this recovery's to handle (not recorded, no stop)."""
+        stops = [entry for entry in entries if entry.get("action") == "stop"]
+        if not stops:
+            return False
+        if self._probe is not None:  # the candidate under trial failed
+            self._probe.failed = f"{stops[0]['rule']} at step {stops[0]['step']}"
+            self._restore_due = True
+            return True
+        if self.probing or not self._can_roll_back(stops):
+            return False
+        entry = stops[0]
+        snapshot = restore_point(self.guard.rewind, entry)
+        if snapshot is None:
+            return False
+        self._trigger = {"finding": entry, "started": time.perf_counter(), "rate_before": self.guard.learning_rate,
+                         "factor_before": self.factor}
+        self._snapshot = snapshot
+        self._round = 0
+        self._queue = [self.factor * f for f in self.factors]
+        self._probes = []
+        self._ends = {}
+        self._restore_due = True
+        self.guard.rewind.frozen = True  # no copies of probing states
+        print(f"sentinel: {entry['rule']} at step {entry['step']}: rolling back to step {snapshot.next_step} and "
+              f"probing lower rates in the job", file=sys.stderr, flush=True)
+        return True
+
+    def _can_roll_back(self, stops: list[dict[str, Any]]) -> bool:
+        guard = self.guard
+        return (len(self.decisions) < self.max_rollbacks and guard.rewind is not None and not guard.others
+                and guard.world_size == 1 and all(entry["rule"] in RECOVERABLE for entry in stops))
+
+    def observed(self, loss: float | None) -> None:
+        """The loss of the step just checked (None when the step had none)."""
+        if self._probe is not None and loss is not None:
+            if math.isfinite(loss):
+                self._probe.losses.append(loss)
+            elif self._probe.failed is None:
+                self._probe.failed = f"non-finite loss ({loss})"
+                self._restore_due = True
+
+    def after_step(self) -> None:
+        """After the optimizer step (the guard counted it): restore, move to the next candidate, or settle."""
+        probe = self._probe
+        if probe is not None and not self._restore_due and len(probe.losses) >= self.probe_steps:
+            if probe.climbing():
+                probe.failed = "its loss climbed"
+            else:
+                self._ends[id(probe)] = self.guard.rewind.take_now(self.guard.step_number)
+            self._restore_due = True
+        if not self._restore_due:
+            return
+        self._restore_due = False
+        if probe is not None:
+            self._probes.append(probe)
+            self._probe = None
+        if self._queue:
+            self._start(self._queue.pop(0))
+            return
+        if not self._ends and self._round + 1 < self.rounds and self._trigger is not None:
+            self._round += 1
+            lower = self._trigger["factor_before"] * ROUND_STEP ** self._round
+            self._queue = [lower * f for f in self.factors]
+            self._start(self._queue.pop(0))
+            return
+        self._settle()
+
+    # -- steps of a rollback
+    def _start(self, factor: float) -> None:
+        self.guard.rewind.load(self._snapshot)
+        self.factor = factor
+        self._probe = Probe(factor)
+
+    def _settle(self) -> None:
+        trigger, guard = self._trigger, self.guard
+        assert trigger is not None
+        finding = trigger["finding"]
+        before, factor_before = trigger["rate_before"], trigger["factor_before"]
+        probed = [{"factor": p.factor, "learning_rate": _times(before, p.factor / factor_before),
+                   "steps": len(p.losses), "score": _number(p.score), "failed": p.failed} for p in self._probes]
+        self._trigger = None
+        guard.rewind.frozen = False
+        chosen = choose([p for p in self._probes if id(p) in self._ends])
+        if chosen is None:  # nothing lower trained: the finding stands, the job stops as it would have
+            guard.rewind.load(self._snapshot)
+            self.factor = trigger["factor_before"]
+            decision = self._decision(trigger, probed, None)
+            self.decisions.append(decision)
+            guard.sentinel.rollbacks.append(decision)  # written with the finding, as the job stops
+            guard.give_up_rollback(finding)
+            return
+        guard.rewind.load(self._ends[id(chosen)])
+        self._ends = {}
+        self.factor = factor = chosen.factor
+        decision = self._decision(trigger, probed, factor)
+        self.decisions.append(decision)
+        print(f"sentinel: rolled back {decision['steps_lost']} steps to step {decision['restored_step']}; going on "
+              f"at {decision['learning_rate_after']:.3g} ({decision['factor']:.3g} x the script's rate), chosen from "
+              f"{len(probed)} probes in {decision['seconds']:.2f} s", file=sys.stderr, flush=True)
+        guard.sentinel.rolled_back(decision)
+
+    def _decision(self, trigger: dict[str, Any], probed: list[dict[str, Any]], factor: float | None) -> dict[str, Any]:
+        finding = trigger["finding"]
+        restored = self._snapshot.next_step
+        kept = next((p for p in probed if factor is not None and p["factor"] == factor), None)
+        return {
+            "rule": finding["rule"],
+            "step": finding["step"],
+            "message": finding["message"],
+            "restored_step": restored,
+            "steps_lost": finding["step"] + 1 - restored,
+            "probe_steps": sum(p["steps"] for p in probed) - (kept["steps"] if kept else 0),
+            "learning_rate_before": _number(trigger["rate_before"]),
+            "learning_rate_after": _times(trigger["rate_before"], factor / trigger["factor_before"])
+            if factor is not None else None,
+            "factor": factor,
+            "probed": probed,
+            "outcome": "recovered" if factor is not None else "stopped",
+            "seconds": round(time.perf_counter() - trigger["started"], 3),
+            "resumed_at_step": self.guard.step_number,
+            "finding": finding,
+        }
+
+
+def choose(stable: list[Probe]) -> Probe | None:
+    """The probe to go on with: the highest rate whose loss fell as low as the lowest within the noise.
+
+    Each probe trains on the script's next batches, not the same ones, so two scores differ by the
+    batches as much as by the rates; where they cannot be told apart, the higher rate learns faster.
+    """
+    if not stable:
+        return None
+    best = min(stable, key=lambda p: p.score)
+    tied = [p for p in stable if p.score <= best.score + NOISE_ERRORS * math.hypot(p.error, best.error)]
+    return max(tied, key=lambda p: p.factor)
+
+
+def restore_point(rewind: Any, finding: dict[str, Any]) -> Any:
+    """The copy to roll back to for ``finding``: of those taken before its run-up began (its
+    ``onset_step``, else the step before it), the newest that kept what the run had learned; None
+    when no copy is that old.
+
+    A copy taken before the onset may still be a poor state (a run that drifted up slowly for tens of
+    steps). The lowest loss level among the copies (the rewind keeps the copy with the lowest level so
+    far, and the first) is the best state known; a copy whose level climbed back less than ``CLIMB``
+    of the way from there to the earliest copy's level (where the run started) kept what was learned.
+    The first copy (taken before any step: no level) always counts.
+    """
+    onset = finding.get("onset_step")
+    limit = min(finding["step"] - 1, onset if onset is not None else finding["step"] - 1)
+    held = [s for s in rewind.kept() if s.next_step <= max(limit, 0)]
+    levels = [s.level for s in held if s.level is not None]
+    if not levels:
+        return held[-1] if held else None
+    lowest, start = min(levels), levels[0]
+    bound = lowest + CLIMB * max(start - lowest, abs(lowest))
+    return [s for s in held if s.level is None or s.level <= bound][-1]
+
+
+def _number(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _times(rate: float | None, factor: float) -> float | None:
+    return None if rate is None else _number(rate * factor)
