@@ -204,6 +204,13 @@ class Job(Strict):
         "script runs unchanged under stabilizer's launcher, which finds the loss in torch.nn loss modules, "
         "else in the log line `loss_metric` matches",
     )
+    recovery: Literal["in_job", "relaunch"] = Field(
+        "in_job",
+        description="in_job: an explosion or divergence is answered inside the running job (back to its last "
+        "good state, on at a lower rate probed from there; docs/recovery.md), and a relaunch follows only when "
+        "no lower rate trains or the remedy needs a new job; relaunch: every remedy is a new job. The original "
+        "policy always relaunches",
+    )
     image: str | ImageSpec | None = Field(
         None, description="an image URI, or {framework, version}; the deployment's training image when left out"
     )

@@ -7,8 +7,9 @@ job's own loss lines) is read by `stabilizer_workflow.evidence`; which remedy fo
 Pure: `check()` takes the state, an `Observation` and the time, and returns the next state plus
 the effects the handler must carry out (stop a job, stop lingering rule-evaluation jobs, publish
 one notification), built by `stabilizer_workflow.check_results`. A straggler the job's watchdog
-reported (stragglers.json: a rank slower than the others, with its host) is recorded on the
-attempt and told once, in that check's message. No AWS call and no clock in here, so every
+reported (stragglers.json: a rank slower than the others, with its host) and each rollback the job
+decided itself (findings.json's rollbacks; stabilizer_workflow.in_job) are recorded on the attempt
+and told once, in that check's message. No AWS call and no clock in here, so every
 job-status x rule-status case is a plain unit test.
 
 Counters: every `check` moves `num_monitor_transitions` by one; a relaunch moves
@@ -21,7 +22,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from stabilizer_contract.catalogue import NOT_LEARNING
-from stabilizer_workflow import evidence, hangs, notifications, policy
+from stabilizer_workflow import evidence, hangs, in_job, notifications, policy
 from stabilizer_workflow.check_results import CheckResult, Effects, end, keep_watching, lingering_rule_jobs, relaunch
 from stabilizer_workflow.errors import StateCorrupted
 from stabilizer_workflow.ladders import EXPLOSIONS
@@ -223,6 +224,9 @@ def _completed(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckRes
     if judged.finding is not None:
         return _remediate(s, attempt, obs, judged.finding)
     reason = judged.reason
+    recovered = in_job.summary_line(attempt)
+    if recovered:
+        reason += f"; {recovered}"
     unknown = obs.rules_without_verdict()
     if unknown:
         # Not a failure of the training run; say plainly which verdicts are missing.
@@ -270,13 +274,19 @@ def check(state: WorkflowState, obs: Observation, now: datetime) -> CheckResult:
     s.history.num_monitor_transitions += 1
     _record(attempt, obs, now)
     stragglers = hangs.new_stragglers(attempt, obs)
+    rollbacks = in_job.new_rollbacks(attempt, obs)  # the job's own decisions since the last look
     result = _decide(s, attempt, obs, now)
-    if not stragglers:
+    if not stragglers and not rollbacks:
         return result
-    # One message per check: the stragglers ride on the decision's, or have their own.
+    # One message per check: the job's decisions and the stragglers ride on the decision's, or have their own.
     note = result.effects.notification
-    note = (notifications.with_stragglers(note, stragglers) if note is not None
-            else notifications.stragglers_found(result.state, result.state.attempts[-1], stragglers))
+    told = result.state.attempts[-1] if result.state.attempts[-1].number == attempt.number else attempt
+    if rollbacks:
+        note = (notifications.with_rollbacks(note, rollbacks) if note is not None
+                else notifications.rolled_back(result.state, told, rollbacks))
+    if stragglers:
+        note = (notifications.with_stragglers(note, stragglers) if note is not None
+                else notifications.stragglers_found(result.state, told, stragglers))
     return CheckResult(result.state, replace(result.effects, notification=note))
 
 

@@ -4,7 +4,8 @@ evidence, and message attributes for subscription filters.
 Pure formatting: no AWS calls. One decision makes exactly one `Notification`.
 
 Event types (the `event_type` attribute): launched, issue_found, straggler (a rank slower than
-the others: it slows the job, it does not stop it), relaunching, and one per outcome at the end:
+the others: it slows the job, it does not stop it), rolled_back (the job answered a finding itself,
+job.recovery in_job: back to an earlier state, on at a lower rate), relaunching, and one per outcome at the end:
 completed (succeeded), stopped_early, unwatched, unverified, diverged, did_not_learn, gave_up, failed.
 """
 
@@ -15,12 +16,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from stabilizer_workflow.recipe_text import format_value, knob_names, recipe_diff, recipe_text
-from stabilizer_workflow.state import Attempt, Decision, Finding, Straggler, WorkflowState
+from stabilizer_workflow.state import Attempt, Decision, Finding, Rollback, Straggler, WorkflowState
 
 EventType = Literal[
     "launched",
     "issue_found",
     "straggler",
+    "rolled_back",
     "relaunching",
     "completed",
     "stopped_early",
@@ -237,6 +239,36 @@ def with_stragglers(note: Notification, stragglers: list[Straggler]) -> Notifica
     hosts = ",".join(sorted({s.host for s in stragglers if s.host}))
     attributes = {**note.attributes, "straggler_host": hosts} if hosts else note.attributes
     return replace(note, body=body, attributes=attributes)
+
+
+def _rollback_lines(rollbacks: list[Rollback]) -> list[str]:
+    return ["Decided inside the job (in-job recovery):", *(f"  {rollback.reason}" for rollback in rollbacks)]
+
+
+def rolled_back(state: WorkflowState, attempt: Attempt, rollbacks: list[Rollback]) -> Notification:
+    """The job answered findings itself since the last look (job.recovery in_job)."""
+    last = rollbacks[-1]
+    more = f" (+{len(rollbacks) - 1} more)" if len(rollbacks) > 1 else ""
+    if last.factor is not None:
+        subject = (f"Recovered in the job, attempt {attempt.number}: {last.rule} at step {last.step}, "
+                   f"on at a lower rate{more}")
+        runs = f"Training job {attempt.job_name} trains on."
+    else:
+        subject = f"No lower rate trained in the job, attempt {attempt.number}: {last.rule} at step {last.step}{more}"
+        runs = f"Training job {attempt.job_name} stops on the finding; the next check decides."
+    lines = [runs, "", *_rollback_lines(rollbacks)]
+    body = _compose(state, "rolled_back", clean_subject(subject), lines, job_name=attempt.job_name,
+                    rollbacks=[rollback.model_dump() for rollback in rollbacks])
+    return Notification("rolled_back", clean_subject(subject), body, _attributes(
+        state, "rolled_back", attempt, rule=",".join(sorted({r.rule for r in rollbacks}))))
+
+
+def with_rollbacks(note: Notification, rollbacks: list[Rollback]) -> Notification:
+    """The same message, telling the job's own decisions too (one message per check)."""
+    details = note.body.rfind("\n\nDetails (JSON):")
+    lines = "\n".join(["", *_rollback_lines(rollbacks)])
+    body = note.body[:details] + lines + note.body[details:] if details >= 0 else note.body + "\n" + lines
+    return replace(note, body=body)
 
 
 def relaunching(

@@ -58,6 +58,7 @@ from stabilizer_contract.checkpoints import checkpoint_step
 from stabilizer_contract.job import REWIND_EVERY
 from stabilizer_contract.parameters import NO_TENSOR_MATCHED
 from stabilizer_workflow.evidence import has_learned, loss_rise, rediagnose, why_fresh
+from stabilizer_workflow.in_job import recipe_in_force
 from stabilizer_workflow.job import Knob
 from stabilizer_workflow.ladders import ARCHITECTURE_ROLES, EXPLOSIONS, ROLE_COUNTERS, Rung, remedies
 from stabilizer_workflow.rates import (
@@ -241,7 +242,7 @@ def _plateau_relaunches(state: WorkflowState) -> int:
 def plan_default(state: WorkflowState, finding: Finding, checkpoints: Mapping[int, str]) -> Plan:
     attempt = state.current
     assert attempt is not None, "plan needs an attempt"
-    spec = attempt.run_spec
+    spec = recipe_in_force(state, attempt)  # the rates the job last ran, after its own rollbacks
     what = describe_finding(finding)
     # A rate that exploded in this execution says the rates were too high: a later sign of too small
     # a step (tiny gradients under Adam, dead units after the explosion) is not answered by going back up.

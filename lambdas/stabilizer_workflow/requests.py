@@ -87,12 +87,13 @@ def _capture_json(monitoring: Monitoring) -> dict[str, Any]:
     return {name: capture.model_dump(exclude_none=True) for name, capture in monitoring.capture.items()}
 
 
-def sentinel_configuration(job: Job, monitoring: Monitoring) -> str:
+def sentinel_configuration(job: Job, monitoring: Monitoring, policy: str = "default") -> str:
     """The `sagemaker_stabilizer` value: the in-job library's whole configuration as JSON text.
 
     Shape (docs/contracts.md, section 8): rules, capture, action, integration, loss_regex (the
     launcher reads the loss from the log lines it matches; null when the job names no loss
-    metric) and knobs (role -> the job's hyperparameter name). The library rejects other keys.
+    metric), knobs (role -> the job's hyperparameter name) and recovery (in_job or relaunch; the
+    original policy relaunches, as the sample did). The library rejects other keys.
     """
     config = {
         "rules": _rules_json(_engine_rules(monitoring)),
@@ -101,6 +102,7 @@ def sentinel_configuration(job: Job, monitoring: Monitoring) -> str:
         "integration": job.integration,
         "loss_regex": job.loss_regex(),
         "knobs": {role: knob.hyperparameter for role, knob in job.knobs.declared().items()},
+        "recovery": "relaunch" if policy == "original" else job.recovery,
     }
     return json.dumps(config, separators=(",", ":"))
 
@@ -137,7 +139,7 @@ def hyperparameters(state: WorkflowState, settings: TrainSettings) -> dict[str, 
     )
     encoded = {key: json.dumps(value) for key, value in plain.items()}
     encoded.update(distribution_hyperparameters(job.distribution, job.instance_type or ""))
-    encoded[CONFIG_HYPERPARAMETER] = sentinel_configuration(job, state.monitoring)
+    encoded[CONFIG_HYPERPARAMETER] = sentinel_configuration(job, state.monitoring, state.policy)
     return encoded
 
 

@@ -143,12 +143,44 @@ class Summary(BaseModel):
         )
 
 
+class Probed(BaseModel):
+    """One rate an in-job rollback tried from the restored state."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    learning_rate: Number = None
+    steps: int = 0
+    failed: str | None = None
+
+
+class SentinelRollback(BaseModel):
+    """One entry of findings.json's `rollbacks`: an in-job recovery's decision (stabilizer_sentinel.recovery)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rule: str
+    step: int
+    message: str = ""
+    restored_step: int
+    steps_lost: int = 0
+    probe_steps: int = 0
+    learning_rate_before: Number = None
+    learning_rate_after: Number = None
+    factor: float | None = None
+    probed: list[Probed] = Field(default_factory=list)
+    outcome: Literal["recovered", "stopped"] = "recovered"
+    seconds: float | None = None
+    resumed_at_step: int | None = None
+
+
 class FindingsDocument(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     version: int = 1
     job_action: Literal["stop", "notify"] = "stop"
     findings: list[SentinelFinding] = Field(default_factory=list)
+    # In-job rollbacks, in order (written when the job recovers in place; absent otherwise).
+    rollbacks: list[SentinelRollback] = Field(default_factory=list)
     # Version 2: written at every end of a watched job; absent when nothing watched it.
     summary: Summary | None = None
 

@@ -62,6 +62,7 @@ NAME_MAX_BYTES, VALUE_MAX_BYTES, TEXT_MAX_BYTES = 128, 40, 240
 # The stragglers one attempt records (the state stays small; the job's stragglers.json has them all),
 # and the Debugger endpoints one finding names.
 MAX_STRAGGLERS, MAX_NOTIFY = 16, 5
+MAX_ROLLBACKS, MAX_PROBED = 16, 12
 ExternalName = Annotated[str, _clipped(NAME_MAX_BYTES)]  # a rule, tensor or status name
 ExternalValue = Annotated[str, _clipped(VALUE_MAX_BYTES)]  # a tensor's value as text
 ExternalText = Annotated[str, _clipped(TEXT_MAX_BYTES)]  # a message, failure reason or reason
@@ -182,6 +183,26 @@ class Straggler(BaseModel):
     factor: float | None = None  # its busy time over the median of the other ranks'
 
 
+class Rollback(BaseModel):
+    """An in-job decision (job.recovery in_job): the job went back to an earlier state of its own and
+    trained on at a lower rate, chosen by probing from it; or found none and stopped (``rate_after`` None)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    rule: ExternalName
+    step: int
+    restored_step: int
+    steps_lost: int = Field(ge=0)
+    probe_steps: int = Field(0, ge=0)
+    rate_before: float | None = None
+    rate_after: float | None = None
+    factor: float | None = None  # the script's rates times this from then on (None: it stopped)
+    probed: list[float | None] = Field(default_factory=list, max_length=MAX_PROBED)  # the rates tried
+    failed_probes: int = 0
+    seconds: float | None = None  # from the finding to training again
+    reason: ExternalText
+
+
 class Attempt(BaseModel):
     """One training job of the execution."""
 
@@ -210,6 +231,8 @@ class Attempt(BaseModel):
     decision: Decision | None = None
     # Ranks reported slower than the others during this attempt, each once (at most MAX_STRAGGLERS).
     stragglers: list[Straggler] = Field(default_factory=list, max_length=MAX_STRAGGLERS)
+    # In-job rollbacks of this attempt, in order (at most MAX_ROLLBACKS; findings.json has them all).
+    rollbacks: list[Rollback] = Field(default_factory=list, max_length=MAX_ROLLBACKS)
 
 
 class WorkflowState(BaseModel):

@@ -1,0 +1,105 @@
+"""The job's own decisions (job.recovery in_job; stabilizer_workflow.in_job): each rollback in
+findings.json is recorded on the attempt and told once, a recovered run is judged by its summary as any
+run is, and a relaunch after one starts from the rates the job last ran."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from conftest import T0, describe, launched, summary
+
+from stabilizer_workflow import monitor
+from stabilizer_workflow.errors import InvalidInput
+from stabilizer_workflow.execution_input import parse_execution_input
+from stabilizer_workflow.observation import observe
+from stabilizer_workflow.requests import CONFIG_HYPERPARAMETER, hyperparameters
+from stabilizer_workflow.sentinel_files import FindingsDocument
+
+
+def rollback(step: int = 4, *, after: float | None = 0.01, factor: float | None = 0.1, outcome: str = "recovered"):
+    """One entry of findings.json's rollbacks as stabilizer_sentinel.recovery writes it."""
+    return {
+        "rule": "ExplodingTensor", "step": step, "message": f"gradient norm is non-finite at step {step}",
+        "restored_step": 0, "steps_lost": step + 1, "probe_steps": 15,
+        "learning_rate_before": 0.1, "learning_rate_after": after, "factor": factor,
+        "probed": [{"factor": f, "learning_rate": 0.1 * f, "steps": 5, "score": 1.0, "failed": None}
+                   for f in (1 / 3, 1 / 10, 1 / 30, 1 / 100)],
+        "outcome": outcome, "seconds": 0.8, "resumed_at_step": step + 21,
+        "finding": {"rule": "ExplodingTensor", "step": step},
+    }
+
+
+def document(rollbacks: list[dict], findings: list[dict] | None = None, **changes) -> FindingsDocument:
+    return FindingsDocument.model_validate({"version": 2, "job_action": "stop", "findings": findings or [],
+                                            "rollbacks": rollbacks, "summary": summary(**changes)})
+
+
+def test_a_rollback_is_told_once_and_the_job_trains_on(settings):
+    state = launched(settings)
+    seen = observe(describe(state, "InProgress"), findings=document([rollback()]))
+    first = monitor.check(state, seen, T0 + timedelta(minutes=5))
+    note = first.effects.notification
+    assert first.effects.stop_job is None and first.state.next_action == "monitor"
+    assert note.event_type == "rolled_back" and note.attributes["rule"] == "ExplodingTensor"
+    assert note.subject.startswith("Recovered in the job, attempt 1: ExplodingTensor at step 4")
+    line = ("ExplodingTensor at step 4: back to step 0 (5 steps lost), on at rate 0.01 from 0.1, "
+            "chosen from 4 rates probed in 0.8 s")
+    assert line in note.body
+    [kept] = first.state.attempts[-1].rollbacks
+    assert (kept.step, kept.restored_step, kept.rate_after, kept.factor, len(kept.probed)) == (4, 0, 0.01, 0.1, 4)
+    assert first.state.history.num_retraining == 0  # no new job
+
+    again = monitor.check(first.state, seen, T0 + timedelta(minutes=10))
+    assert again.effects.notification is None  # once per rollback
+    later = observe(describe(state, "InProgress"), findings=document([rollback(), rollback(40, after=0.001,
+                                                                                         factor=0.01)]))
+    third = monitor.check(again.state, later, T0 + timedelta(minutes=15))
+    assert [r.step for r in third.state.attempts[-1].rollbacks] == [4, 40]
+    assert "ExplodingTensor at step 40" in third.effects.notification.subject
+
+
+def test_a_run_recovered_in_the_job_succeeds_on_its_summary_and_says_how(settings):
+    state = launched(settings)
+    ended = observe(describe(state, "Completed"), findings=document([rollback()]))
+    result = monitor.check(state, ended, T0 + timedelta(minutes=5))
+    assert result.state.outcome == "succeeded"
+    assert "learned; recovered in the job 1 time, last on at rate 0.01 (0.1 x the script's)" in result.state.reason
+    assert "Decided inside the job (in-job recovery):" in result.effects.notification.body  # rides on the end's
+
+    unlearned = observe(describe(state, "Completed"), findings=document([rollback()], learned=False, last_loss=2.3))
+    assert monitor.check(state, unlearned, T0 + timedelta(minutes=5)).state.outcome != "succeeded"
+
+
+def test_when_no_lower_rate_trained_the_relaunch_starts_from_the_rates_the_job_last_ran(settings):
+    """The reference job's remedy after a mid-run explosion is batch norm, a network change no job makes
+    to itself: the relaunch gets it, at the rates in force after the job's own rollback."""
+    state = launched(settings)
+    lr = state.job.knobs.learning_rate.hyperparameter
+    launched_rate = state.run_spec[lr]
+    # A first rollback went on at a tenth; a second found nothing lower that trains, and the job stopped.
+    finding = {"rule": "ExplodingTensor", "step": 40, "phase": "main", "learning_rate": launched_rate * 0.1,
+               "message": "gradient norm is non-finite at step 40", "action": "stop", "onset_step": 39}
+    stopped = document([rollback(factor=0.1, after=launched_rate * 0.1),
+                        rollback(40, after=None, factor=None, outcome="stopped")], [finding],
+                       ended="rule_stop")
+    seen = observe(describe(state, "Failed", failure_reason="AlgorithmError: RuleStop: ExplodingTensor at step 40"),
+                   findings=stopped)
+    result = monitor.check(state, seen, T0 + timedelta(minutes=5))
+    assert result.state.next_action == "launch_new", result.state.reason
+    assert result.state.attempts[-1].decision.remedy == "add_batch_norm"
+    assert result.state.run_spec[lr] == pytest.approx(launched_rate * 0.1)  # what the job last ran, not the launch
+    assert "no lower rate trained" in result.state.attempts[-1].rollbacks[-1].reason
+
+
+@pytest.mark.parametrize(("raw", "sent"), [({}, "in_job"), ({"policy": "original"}, "relaunch")])
+def test_the_job_is_told_how_to_recover(settings, raw, sent):
+    state = launched(settings, raw)
+    config = json.loads(hyperparameters(state, settings)[CONFIG_HYPERPARAMETER])
+    assert config["recovery"] == sent
+
+
+def test_recovery_is_checked_before_anything_launches():
+    with pytest.raises(InvalidInput, match=r"job.recovery: expected 'in_job' or 'relaunch'"):
+        parse_execution_input({"job": {"source": "s3://b/k.tar.gz", "entry_point": "train.py", "recovery": "now"}})
