@@ -14,9 +14,34 @@ from __future__ import annotations
 
 from typing import Any
 
+from stabilizer_workflow.ladders import ARCHITECTURE_ROLES, EXPLOSIONS, remedies
 from stabilizer_workflow.observation import Observation
 from stabilizer_workflow.sentinel_files import SentinelRollback, finite
 from stabilizer_workflow.state import MAX_PROBED, MAX_ROLLBACKS, Attempt, Rollback, WorkflowState
+
+
+PHASES = ("warmup", "main", None)
+
+
+def recovery_for(state: WorkflowState) -> str:
+    """How the next attempt answers an explosion: "in_job" (stabilizer_sentinel.recovery) or "relaunch".
+
+    In the job only where the policy's own answer would be one the job can apply to itself: the
+    `original` policy, `job.recovery` relaunch, or an explosion ladder whose first remedy the job
+    declares is a network change still to make (batch norm off, say) relaunch.
+    """
+    if state.policy == "original" or state.job.recovery == "relaunch":
+        return "relaunch"
+    knobs = state.job.knobs.declared()
+    for rule in EXPLOSIONS:
+        for phase in PHASES:
+            first = next((rung for rung in remedies(rule, phase) or () if rung.role in knobs), None)
+            if first is not None and first.role in ARCHITECTURE_ROLES:
+                knob = knobs[first.role]
+                value = state.run_spec.get(knob.hyperparameter)
+                if first.op != "switch_on" or value is False or (not isinstance(value, bool) and value == 0):
+                    return "relaunch"
+    return "in_job"
 
 
 def _rate(value: float | None) -> str:
@@ -33,6 +58,8 @@ def describe(rollback: SentinelRollback) -> str:
     before, after = finite(rollback.learning_rate_before), finite(rollback.learning_rate_after)
     if rollback.outcome == "stopped":
         return f"{head}; no lower rate trained ({probes}{seconds}): the job stopped on the finding"
+    if rollback.outcome == "ended":
+        return f"{head}; the run ended while probing ({probes}), at rate {_rate(after)}"
     return f"{head}, on at rate {_rate(after)} from {_rate(before)}, chosen from {probes}{seconds}"
 
 

@@ -18,6 +18,7 @@ from stabilizer_workflow import hang_settings
 from stabilizer_workflow.distribution import distribution_hyperparameters, distribution_problem
 from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment, StateCorrupted
 from stabilizer_workflow.execution_input import Monitoring, RuleConfig
+from stabilizer_workflow.in_job import recovery_for
 from stabilizer_workflow.job import Job
 from stabilizer_workflow.rule_checks import ACTION_KEY, is_profiler_rule, runs_in_engine
 from stabilizer_workflow.service_limits import (
@@ -87,13 +88,13 @@ def _capture_json(monitoring: Monitoring) -> dict[str, Any]:
     return {name: capture.model_dump(exclude_none=True) for name, capture in monitoring.capture.items()}
 
 
-def sentinel_configuration(job: Job, monitoring: Monitoring, policy: str = "default") -> str:
+def sentinel_configuration(job: Job, monitoring: Monitoring, recovery: str = "relaunch") -> str:
     """The `sagemaker_stabilizer` value: the in-job library's whole configuration as JSON text.
 
     Shape (docs/contracts.md, section 8): rules, capture, action, integration, loss_regex (the
     launcher reads the loss from the log lines it matches; null when the job names no loss
-    metric), knobs (role -> the job's hyperparameter name) and recovery (in_job or relaunch; the
-    original policy relaunches, as the sample did). The library rejects other keys.
+    metric), knobs (role -> the job's hyperparameter name) and recovery (in_job or relaunch:
+    stabilizer_workflow.in_job.recovery_for). The library rejects other keys.
     """
     config = {
         "rules": _rules_json(_engine_rules(monitoring)),
@@ -102,7 +103,7 @@ def sentinel_configuration(job: Job, monitoring: Monitoring, policy: str = "defa
         "integration": job.integration,
         "loss_regex": job.loss_regex(),
         "knobs": {role: knob.hyperparameter for role, knob in job.knobs.declared().items()},
-        "recovery": "relaunch" if policy == "original" else job.recovery,
+        "recovery": recovery,
     }
     return json.dumps(config, separators=(",", ":"))
 
@@ -139,7 +140,7 @@ def hyperparameters(state: WorkflowState, settings: TrainSettings) -> dict[str, 
     )
     encoded = {key: json.dumps(value) for key, value in plain.items()}
     encoded.update(distribution_hyperparameters(job.distribution, job.instance_type or ""))
-    encoded[CONFIG_HYPERPARAMETER] = sentinel_configuration(job, state.monitoring, state.policy)
+    encoded[CONFIG_HYPERPARAMETER] = sentinel_configuration(job, state.monitoring, recovery_for(state))
     return encoded
 
 

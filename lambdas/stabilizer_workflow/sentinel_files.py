@@ -168,7 +168,8 @@ class SentinelRollback(BaseModel):
     learning_rate_after: Number = None
     factor: float | None = None
     probed: list[Probed] = Field(default_factory=list)
-    outcome: Literal["recovered", "stopped"] = "recovered"
+    # recovered: on at the chosen rate; stopped: no lower rate trained; ended: the run ended while probing
+    outcome: Literal["recovered", "stopped", "ended"] = "recovered"
     seconds: float | None = None
     resumed_at_step: int | None = None
 

@@ -350,6 +350,8 @@ class Guard(OptimizerHooks):
         status = status or EXIT.ended or "completed"
         self._closed = True
         self._remove_hooks()
+        if self.recovery is not None:
+            self.recovery.close()
         if self.scaler_watch.scaler is not None:
             self.scaler_watch.read_scale(judge=False)
         self.sentinel.close(status=status)

@@ -200,6 +200,29 @@ class Recovery:
             return
         self._settle()
 
+    def close(self) -> None:
+        """The run ended (the script's loop is done): a rollback still probing is recorded as it stands.
+
+        The weights are the probe's under way (the job cannot go back once the script stopped
+        stepping); the decision says so, with what was probed, and the summary judges the run.
+        """
+        trigger, probe = self._trigger, self._probe
+        if trigger is None:
+            return
+        if probe is not None and probe.losses:
+            self._probes.append(probe)
+        before, factor_before = trigger["rate_before"], trigger["factor_before"]
+        probed = [{"factor": p.factor, "learning_rate": _times(before, p.factor / factor_before),
+                   "steps": len(p.losses), "score": _number(p.score), "failed": p.failed} for p in self._probes]
+        decision = self._decision(trigger, probed, probe.factor if probe is not None else None)
+        decision["outcome"] = "ended"
+        decision["probe_steps"] = sum(p["steps"] for p in probed)
+        self.decisions.append(decision)
+        self._trigger = self._probe = None
+        self.guard.sentinel.rollbacks.append(decision)  # written with the summary, as the job closes
+        print(f"sentinel: the run ended while probing rates after {decision['rule']} at step {decision['step']} "
+              f"({len(probed)} probed)", file=sys.stderr, flush=True)
+
     # -- steps of a rollback
     def _start(self, factor: float) -> None:
         self.guard.rewind.load(self._snapshot)

@@ -17,7 +17,7 @@ from typing import Any
 
 from stabilizer.reports.records import AttemptRecord
 
-COLUMNS = ("#", "job", "recipe", "status", "steps", "seconds", "finding", "decision", "reason")
+COLUMNS = ("#", "job", "recipe", "status", "steps", "seconds", "finding", "in_job", "decision", "reason")
 
 
 def recipe_text(values: Any, state: dict[str, Any] | None = None) -> str:
@@ -39,6 +39,7 @@ class AttemptRow:
     steps: str
     seconds: str
     finding: str
+    in_job: str  # the job's own rollbacks (job.recovery in_job), in a few words
     decision: str
     reason: str
 
@@ -65,6 +66,21 @@ def _finding(recorded: dict[str, Any] | None, observed: AttemptRecord | None) ->
     return f"{explosion[1]} at step {explosion[0]}" if explosion else "-"
 
 
+def _in_job(recorded: dict[str, Any], observed: AttemptRecord | None) -> str:
+    """``2 rollbacks, on at LR 0.0167``: what the job decided itself, as the state or its findings.json say."""
+    rollbacks = recorded.get("rollbacks")
+    if not rollbacks and observed is not None:
+        written = (observed.findings or {}).get("rollbacks", [])
+        rollbacks = [{"rate_after": r.get("learning_rate_after")} for r in written]
+    if not rollbacks:
+        return "-"
+    count = f"{len(rollbacks)} rollback{'s' if len(rollbacks) > 1 else ''}"
+    last = rollbacks[-1].get("rate_after")
+    if isinstance(last, int | float):
+        return f"{count}, on at LR {last:.3g}"
+    return f"{count}, the last found no lower rate"
+
+
 def _row(
     number: Any, recorded: dict[str, Any], observed: AttemptRecord | None, state: dict[str, Any] | None = None
 ) -> AttemptRow:
@@ -82,6 +98,7 @@ def _row(
         steps="-" if steps is None else str(steps),
         seconds="-" if seconds is None else str(seconds),
         finding=_finding(recorded.get("finding"), observed),
+        in_job=_in_job(recorded, observed),
         decision=str(decision.get("remedy") or decision.get("action") or "-"),
         reason=str(decision.get("reason") or "-"),
     )

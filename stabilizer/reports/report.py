@@ -69,6 +69,8 @@ def table_text(record: RunRecord) -> str:
     lines = table[:2]
     for row, line in zip(attempts, table[2:], strict=True):
         lines.append(line)
+        if row.in_job != "-":
+            lines.append(f"   in the job: {row.in_job}")
         if row.decision != "-":
             lines.append(f"   -> {row.decision}: {row.reason}")
     return "\n".join(lines)

@@ -8,7 +8,7 @@ import json
 from datetime import timedelta
 
 import pytest
-from conftest import T0, describe, launched, summary
+from conftest import ENV, T0, describe, launched, summary
 
 from stabilizer_workflow import monitor
 from stabilizer_workflow.errors import InvalidInput
@@ -16,6 +16,7 @@ from stabilizer_workflow.execution_input import parse_execution_input
 from stabilizer_workflow.observation import observe
 from stabilizer_workflow.requests import CONFIG_HYPERPARAMETER, hyperparameters
 from stabilizer_workflow.sentinel_files import FindingsDocument
+from stabilizer_workflow.settings import TrainSettings
 
 
 def rollback(step: int = 4, *, after: float | None = 0.01, factor: float | None = 0.1, outcome: str = "recovered"):
@@ -93,11 +94,25 @@ def test_when_no_lower_rate_trained_the_relaunch_starts_from_the_rates_the_job_l
     assert "no lower rate trained" in result.state.attempts[-1].rollbacks[-1].reason
 
 
-@pytest.mark.parametrize(("raw", "sent"), [({}, "in_job"), ({"policy": "original"}, "relaunch")])
-def test_the_job_is_told_how_to_recover(settings, raw, sent):
-    state = launched(settings, raw)
-    config = json.loads(hyperparameters(state, settings)[CONFIG_HYPERPARAMETER])
-    assert config["recovery"] == sent
+def test_the_job_recovers_in_place_only_where_the_policy_would_change_what_it_can_change_itself(settings):
+    own = TrainSettings.from_env({**ENV, "LIBRARY_S3_URI": "s3://stabilizer-bucket/library/",
+                                  "DATA_BUCKETS": "my-bucket"})
+
+    def told(state) -> str:
+        return json.loads(hyperparameters(state, settings)[CONFIG_HYPERPARAMETER])["recovery"]
+
+    # The reference job declares batch norm, off: its explosions' first remedy is a network change.
+    reference = launched(settings)
+    assert told(reference) == "relaunch"
+    with_bn = reference.model_copy(update={"run_spec": {**reference.run_spec, "add_batch_norm": 1}})
+    assert told(with_bn) == "in_job"  # once batch norm is on, the next remedies are rates and clipping
+    assert told(launched(settings, {"policy": "original"})) == "relaunch"
+
+    job = {"source": "s3://my-bucket/jobs/sourcedir.tar.gz", "entry_point": "fit.py", "hyperparameters": {"lr": 1.6},
+           "knobs": {"learning_rate": {"hyperparameter": "lr", "type": "float", "min": 0.0001, "max": 10}}}
+    assert told(launched(own, {"job": job})) == "in_job"
+    assert told(launched(own, {"job": {**job, "recovery": "relaunch"}})) == "relaunch"
+    assert told(launched(own, {"job": {k: v for k, v in job.items() if k != "knobs"}})) == "in_job"
 
 
 def test_recovery_is_checked_before_anything_launches():

@@ -108,3 +108,12 @@ def test_the_recovery_setting_is_checked_by_name():
     assert parse_config({}).effective_recovery == "relaunch"
     with pytest.raises(StabilizerConfigError, match=r"sagemaker_stabilizer.recovery: expected one of"):
         parse_config({"recovery": "inline"})
+
+
+def test_a_run_that_ends_while_probing_says_so(tmp_path, monkeypatch):
+    status, lines, document = train(tmp_path, monkeypatch, "--lr", "0.5", "--steps", "12")
+    assert status == 0 and lines[-1].startswith("final=")
+    (decision,) = document["rollbacks"]
+    assert decision["outcome"] == "ended" and decision["step"] == 4
+    assert sum(p["steps"] for p in decision["probed"]) == 12 - 5  # every step after the rollback probed
+    assert document["findings"] == [] and document["summary"]["ended"] == "completed"
