@@ -19,7 +19,6 @@ from stabilizer_workflow.observation import Observation
 from stabilizer_workflow.sentinel_files import SentinelRollback, finite
 from stabilizer_workflow.state import MAX_PROBED, MAX_ROLLBACKS, Attempt, Rollback, WorkflowState
 
-
 PHASES = ("warmup", "main", None)
 
 
