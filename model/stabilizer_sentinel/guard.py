@@ -115,7 +115,9 @@ class Guard(OptimizerHooks):
         self.rewind: Rewind | None = None
         self.recovery: Recovery | None = None
         if optimizer is not None and stores:
-            self._keep_states(optimizer, start_step, rewind_every, rewind_keep)
+            # In-job recovery needs the optimizer's hooks (the rate at the step, the step's end): not Lightning's steps.
+            hooked = install_hooks and integration != "lightning"
+            self._keep_states(optimizer, start_step, rewind_every, rewind_keep, in_job_possible=hooked)
         self.epoch: int | None = None
         self.phase: str | None = None
         self._loss: torch.Tensor | float | None = None
@@ -153,13 +155,14 @@ class Guard(OptimizerHooks):
         self_ref = weakref.ref(self)
         atexit.register(lambda: (guard := self_ref()) is not None and guard.close())
 
-    def _keep_states(self, optimizer: torch.optim.Optimizer, start_step: int, every: int, keep: int) -> None:
+    def _keep_states(self, optimizer: torch.optim.Optimizer, start_step: int, every: int, keep: int, *,
+                     in_job_possible: bool) -> None:
         """The last healthy states, copied every few steps and written as checkpoints at the first finding.
 
         Rank 0 alone keeps them: under DDP every rank holds the same weights. In-job recovery
         (stabilizer_sentinel.recovery) rolls back to them: one process, one model, copies always taken.
         """
-        in_job = self.config.effective_recovery == "in_job" and self.world_size == 1
+        in_job = in_job_possible and self.config.effective_recovery == "in_job" and self.world_size == 1
         every = REWIND_EVERY if in_job and every <= 0 else every
         if every <= 0:
             return

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -50,6 +51,8 @@ RULE_CALLS = {
     "NotLearning": "did_not_learn", "LossNotDecreasing": "did_not_learn", "VanishingGradient": "did_not_learn",
     "Overfit": "stopped_early",
 }
+# A recovered run is as good as a healthy one when its final loss is at most this times the healthy run's.
+QUALITY_WITHIN = 1.1
 # Calls that say the failure went unseen.
 UNDETECTED = ("unwatched", "unverified", "none")
 
@@ -72,15 +75,22 @@ class Result:
     misdiagnosis: str = ""
     outcome_met: bool = False  # judged entirely right: the expected outcome, and no FP, FN or misdiagnosis
     run_dir: str = ""
-    detection_step: int | None = None  # the step of the first attempt's finding, when it had one
+    detection_step: int | None = None  # the step of the first attempt's finding (or rollback), when it had one
+    rollbacks: int = 0  # in-job rollbacks over all attempts (job.recovery in_job)
+    rolled_back_steps: int = 0  # their steps lost and probed: computed, not in the final model
+    final_loss: float | None = None  # the last attempt's last loss the sentinel saw (its summary)
     reason: str = ""  # the execution's reason, as the workflow gave it
 
 
 # ---------------------------------------------------------------------------- reading one execution
 def attempt_call(attempt: dict[str, Any]) -> str:
-    """What the workflow called an attempt: its own outcome when it has one, else its finding's class."""
+    """What the workflow called an attempt: its own outcome when it has one, else its first rollback's
+    class (the job answered a finding itself, job.recovery in_job), else its finding's class."""
     if attempt.get("outcome"):
         return str(attempt["outcome"])
+    rollbacks = attempt.get("rollbacks") or []
+    if rollbacks:
+        return RULE_CALLS.get(rollbacks[0].get("rule"), f"finding {rollbacks[0].get('rule')}")
     rule = (attempt.get("finding") or {}).get("rule")
     if rule:
         return RULE_CALLS.get(rule, f"finding {rule}")
@@ -113,25 +123,37 @@ def changes_between(attempts: list[dict[str, Any]]) -> list[dict[str, list[Any]]
     return moved
 
 
+def _healthy_run_disturbed(result: Result, expected: tuple[str, ...] | list[str]) -> str:
+    """Why a healthy run's result is a false positive, or "" when it is none."""
+    if result.attempts != 1:
+        return f"{result.attempts} attempts (first called {result.first_call})"
+    if result.rollbacks:
+        return f"rolled back {result.rollbacks} time(s) in the job (first called {result.first_call})"
+    if result.outcome not in expected:
+        return f"ended {result.outcome}"
+    return ""
+
+
 def judge(run: Run, result: Result) -> Result:
     """Fill the false positive / false negative / misdiagnosis columns from the manifest."""
     expect = run.expect
     if run.healthy:
-        if result.attempts != 1:
-            result.false_positive = f"{result.attempts} attempts (first called {result.first_call})"
-        elif result.outcome not in expect.outcome:
-            result.false_positive = f"ended {result.outcome}"
+        result.false_positive = _healthy_run_disturbed(result, expect.outcome)
         result.outcome_met = not result.false_positive
         return result
     if result.first_call in (*SUCCESS, *UNDETECTED) and result.first_call not in expect.first_attempt:
         result.false_negative = f"first attempt called {result.first_call}"
-    elif result.outcome == "succeeded" and result.attempts == 1:
-        result.false_negative = "succeeded in one attempt"
-    elif result.outcome == "succeeded" and "succeeded" not in expect.outcome:
+    elif result.outcome == "succeeded" and result.attempts == 1 and not result.rollbacks:
+        result.false_negative = "succeeded in one attempt, nothing found"
+    elif result.outcome == "succeeded" and "succeeded" not in expect.outcome and not result.rollbacks:
         result.false_negative = f"ended succeeded after {result.attempts} attempts; no declared knob fixes it"
     wrong = []
     if not result.false_negative and result.first_call not in expect.first_attempt:
         wrong.append(f"first attempt called {result.first_call}, expected {'/'.join(expect.first_attempt)}")
+    knobs = run.job.get("knobs") or {}
+    rates = {knob.get("hyperparameter") for role, knob in knobs.items() if role.endswith("learning_rate")}
+    if result.rollbacks and any(expect.remedy.get(name) == "up" for name in rates):  # a rollback lowers rates
+        wrong.append(f"rolled back {result.rollbacks} time(s) to lower rates in the job, expected a rate up")
     for number, moved in enumerate(result.changes, start=2):
         for name, (old, new) in moved.items():
             direction = expect.remedy.get(name)
@@ -144,6 +166,34 @@ def judge(run: Run, result: Result) -> Result:
     return result
 
 
+def _final_loss(attempts: list[dict[str, Any]]) -> float | None:
+    last = ((attempts[-1].get("watched") or {}).get("last_loss")) if attempts else None
+    return float(last) if isinstance(last, int | float) and math.isfinite(last) else None
+
+
+def quality_lines(results: list[Result]) -> list[str]:
+    """Each failing run that ended succeeded: its final loss over the lowest final loss a healthy run of
+    the same kind and policy reached (the same script at a rate it takes), and how many are within 10 %."""
+    lines, within = [], 0
+    ratios = []
+    for r in results:
+        if r.healthy or r.outcome != "succeeded" or r.final_loss is None:
+            continue
+        healthy = [h.final_loss for h in results if h.healthy and h.kind == r.kind and h.policy == r.policy
+                   and h.final_loss is not None and h.outcome in SUCCESS]
+        if not healthy or min(healthy) <= 0:
+            continue
+        ratio = r.final_loss / min(healthy)
+        ratios.append(ratio)
+        within += ratio <= QUALITY_WITHIN
+        how = f"{r.rollbacks} in job, {r.attempts} job(s)"
+        lines.append(f"  {r.run} ({r.policy}): final loss {r.final_loss:.4g} / healthy {min(healthy):.4g} = "
+                     f"{ratio:.2f} ({how})")
+    head = (f"recovered quality (failing runs that ended succeeded; final loss over the best healthy run of their "
+            f"kind): {within} of {len(ratios)} within {QUALITY_WITHIN - 1:.0%}")
+    return [head, *lines]
+
+
 def measure(run: Run, policy: str, state: dict[str, Any], status: str, logs: list[str], wall: float) -> Result:
     attempts = state.get("attempts") or []
     outcome = state.get("outcome") or ("failed" if status != "SUCCEEDED" else "unknown")
@@ -153,12 +203,21 @@ def measure(run: Run, policy: str, state: dict[str, Any], status: str, logs: lis
     # The final model descends from every step up to where the last attempt ended (through any
     # checkpoint it resumed from); nothing is usable when the execution ended without a model.
     useful = last[1] + 1 if last is not None and outcome in SUCCESS else 0
+    rollbacks = [r for a in attempts for r in a.get("rollbacks") or []]
+    last_rolled = sum(r.get("steps_lost", 0) + r.get("probe_steps", 0) for r in (attempts[-1].get("rollbacks") or [])
+                      ) if attempts else 0
+    useful = max(0, useful - last_rolled)  # the last attempt's discarded steps are not in its model
+    first = attempts[0] if attempts else {}
+    detected = (first.get("finding") or {}).get("step")
+    if first.get("rollbacks"):
+        detected = first["rollbacks"][0].get("step")
     result = judge(run, Result(
         run=run.name, kind=run.kind, policy=policy, healthy=run.healthy, outcome=outcome, attempts=len(attempts),
         first_call=attempt_call(attempts[0]) if attempts else "none", steps_computed=computed,
         wasted_steps=max(0, computed - useful), wall_seconds=round(wall, 1), changes=changes_between(attempts),
-        detection_step=((attempts[0].get("finding") or {}).get("step") if attempts else None),
-        reason=str(state.get("reason") or ""),
+        detection_step=detected, reason=str(state.get("reason") or ""), rollbacks=len(rollbacks),
+        rolled_back_steps=sum(r.get("steps_lost", 0) + r.get("probe_steps", 0) for r in rollbacks),
+        final_loss=_final_loss(attempts),
     ))
     if result.false_negative:  # a failing run called healthy: its "final model" is the failure itself
         result.wasted_steps = computed
@@ -228,7 +287,8 @@ def table(header: tuple[str, ...], cells: list[list[str]]) -> list[str]:
 
 def row_lines(results: list[Result]) -> list[str]:
     return table(ROW_COLUMNS, [[
-        r.run, r.kind, r.policy, "yes" if r.healthy else "no", str(r.attempts), str(r.steps_computed),
+        r.run, r.kind, r.policy, "yes" if r.healthy else "no",
+        str(r.attempts) + (f" +{r.rollbacks} in job" if r.rollbacks else ""), str(r.steps_computed),
         str(r.wasted_steps), f"{r.wall_seconds:.0f}", r.first_call, r.outcome, verdict(r)] for r in results])
 
 
@@ -240,12 +300,14 @@ def _counts(results: list[Result]) -> dict[str, Any]:
         "fp": sum(bool(r.false_positive) for r in healthy), "fn": sum(bool(r.false_negative) for r in failing),
         "misdiagnosed": sum(bool(r.misdiagnosis) for r in failing),
         "outcome_met": sum(r.outcome_met for r in results),
-        "attempts": sum(r.attempts for r in results), "steps": sum(r.steps_computed for r in results),
+        "attempts": sum(r.attempts for r in results), "rollbacks": sum(r.rollbacks for r in results),
+        "steps": sum(r.steps_computed for r in results),
         "wasted": sum(r.wasted_steps for r in results), "wall": sum(r.wall_seconds for r in results),
     }
 
 
-SUMMARY_COLUMNS = ("kind", "runs h/f", "FP", "FN", "misdiag", "right", "attempts", "steps", "wasted", "wall s")
+SUMMARY_COLUMNS = ("kind", "runs h/f", "FP", "FN", "misdiag", "right", "attempts", "in job", "steps", "wasted",
+                   "wall s")
 
 
 def summary_lines(results: list[Result]) -> list[str]:
@@ -265,7 +327,7 @@ def summary_lines(results: list[Result]) -> list[str]:
             kind, f"{first['healthy']}/{first['failing']}",
             side("fp"), side("fn"), side("misdiagnosed"),
             " | ".join(f"{c['outcome_met']}/{c['healthy'] + c['failing']}" for c in per),
-            side("attempts"), side("steps"), side("wasted"), side("wall", "{:.0f}"),
+            side("attempts"), side("rollbacks"), side("steps"), side("wasted"), side("wall", "{:.0f}"),
         ])
     return [f"per kind, {' | '.join(policies)} side by side:", *table(SUMMARY_COLUMNS, cells)]
 
@@ -308,7 +370,8 @@ def main(args: argparse.Namespace) -> int:
 
     if args.report:
         results = [r for path in args.report for r in load_results(path)]
-        for line in [*row_lines(results), "", *summary_lines(results), "", *listing_lines(results)]:
+        for line in [*row_lines(results), "", *summary_lines(results), "", *listing_lines(results), "",
+                     *quality_lines(results)]:
             print(line)
         return 0
     try:
@@ -342,7 +405,8 @@ def main(args: argparse.Namespace) -> int:
     results.sort(key=lambda r: order[(r.run, r.policy)])
     _write(args.json, results)
     print()
-    for line in [*row_lines(results), "", *summary_lines(results), "", *listing_lines(results)]:
+    for line in [*row_lines(results), "", *summary_lines(results), "", *listing_lines(results), "",
+                 *quality_lines(results)]:
         print(line)
     print(f"wall {time.monotonic() - started:.0f} s for {len(tasks)} executions, {args.jobs} in parallel; "
           f"load average after: {os.getloadavg()[0]:.2f}")

@@ -1,6 +1,6 @@
-"""Print the latency model: explosion to the next job's first training step, on AWS, part by part.
+"""Print the latency model: explosion to training again, on AWS, part by part, relaunched or in the job.
 
-    python -m stabilizer.bench.latency                 # measures the wake path first (about a minute)
+    python -m stabilizer.bench.latency                 # measures the wake path and both recoveries first
     python -m stabilizer.bench.latency --model-only    # the model alone, the wake taken to work
 
 The figures and their sources are in stabilizer/bench/latency_model.py (documented, measured, derived or
@@ -12,15 +12,25 @@ next check, the model uses the check instead. What is measured is the path from 
 to the execution's next check, not the verdict: a run of a few steps may end `unverified` (too
 short to judge learning) and still measures it, as long as its one job ran to its end. The last
 lines give each way's total and its ratio to the original sample's.
+
+It then runs the quickstart (examples/quickstart, lr 1.6: it diverges) twice in local mode, with
+`job.recovery` in_job and relaunch, and prints the seconds from the finding to training again for
+each on this machine: the rollback's own figure (findings.json) in the job; when relaunched, the
+stopped job's end to the next job's launch (CreateTrainingJob), a lower bound: the new job's start,
+its script's imports and its first step come on top.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import logging
 import shutil
+import subprocess
+import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -109,20 +119,72 @@ def measure_wake(work: Path) -> WakeMeasurement:
     return wake_from_history(history, end, MEASURE_WAIT_SECONDS)
 
 
+QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart" / "input.json"
+
+
+@dataclass(frozen=True)
+class LocalRecovery:
+    """The quickstart's explosion answered both ways in local mode (wall clock, this machine)."""
+
+    in_job_seconds: float  # the finding to training on at the chosen rate, probing included (the job's own figure)
+    in_job_jobs: int
+    relaunch_seconds: float  # the stopped job's end to the next job's launch (a lower bound)
+    relaunch_jobs: int
+
+    def lines(self) -> list[str]:
+        ratio = self.relaunch_seconds / self.in_job_seconds if self.in_job_seconds > 0 else float("inf")
+        return [
+            "locally, the quickstart (lr 1.6) answered both ways on this machine:",
+            f"  in the job:  {self.in_job_seconds:7.2f} s from the finding to training on at the chosen rate "
+            f"({self.in_job_jobs} job)",
+            f"  relaunched:  {self.relaunch_seconds:7.2f} s from the stopped job's end to the next job's launch "
+            f"({self.relaunch_jobs} jobs; its start and first step come on top: a lower bound)",
+            f"  relaunch / in the job: at least {ratio:.0f}x",
+        ]
+
+
+def _quickstart(work: Path, recovery: str) -> dict[str, Any]:
+    """run.json of the quickstart in local mode with ``job.recovery`` set."""
+    run_dir = work / recovery
+    command = [sys.executable, "-m", "stabilizer.cli", "run", "--local", "--input", str(QUICKSTART),
+               f"job.recovery={recovery}", "--plain", "--run-dir", str(run_dir), "--name", recovery]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=900)
+    runs = list(run_dir.glob("*/run.json"))
+    if not runs:
+        raise RuntimeError(f"the quickstart ({recovery}) left no run.json: {done.stderr[-500:]}")
+    return json.loads(runs[0].read_text())
+
+
+def measure_recovery(work: Path) -> LocalRecovery:
+    """The quickstart once in the job and once relaunched (see LocalRecovery)."""
+    in_job = _quickstart(work, "in_job")
+    rollbacks = in_job["state"]["attempts"][0].get("rollbacks") or []
+    if not rollbacks or rollbacks[0].get("seconds") is None:
+        raise RuntimeError("the quickstart recovered in the job made no rollback")
+    relaunch = _quickstart(work, "relaunch")
+    attempts = relaunch["state"]["attempts"]
+    if len(attempts) < 2:
+        raise RuntimeError("the quickstart relaunched made no second attempt")
+    waited = (_time(attempts[1]["started_at"]) - _time(attempts[0]["ended_at"])).total_seconds()
+    return LocalRecovery(float(rollbacks[0]["seconds"]), len(in_job["state"]["attempts"]), waited, len(attempts))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m stabilizer.bench.latency", description=__doc__.split("\n")[0])
     parser.add_argument("--model-only", action="store_true", help="print the model without measuring the wake path")
     args = parser.parse_args(argv)
-    wake = None
+    wake, local = None, None
     if not args.model_only:
         work = Path(tempfile.mkdtemp(prefix="stabilizer-latency-"))
         try:
             wake = measure_wake(work)
+            local = measure_recovery(work)
         except RuntimeError as error:  # the run's files stay for a look
             parser.exit(1, f"{parser.prog}: {error}\n")
         shutil.rmtree(work, ignore_errors=True)
         print(f"wake path: {wake.source}\n")
-    print(table(ways(wake)))
+        print("\n".join(local.lines()) + "\n")
+    print(table(ways(wake, local.in_job_seconds if local else None)))
 
 
 if __name__ == "__main__":

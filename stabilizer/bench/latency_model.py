@@ -14,7 +14,10 @@ The two ways, step by step:
   StopTrainingJob, which ends the job 120 s later (the training toolkit does not forward SIGTERM
   to the script, so nothing ends it sooner); the next check, a full `wait_seconds` after the stop,
   sees it Stopped and relaunches; the new job provisions an instance and pulls the image.
-- stabilizer: the sentinel in the job sees the non-finite gradient at the step it happens and
+- stabilizer in the job (job.recovery in_job, where the remedy is a rate): the sentinel sees it at
+  the step; the job loads its last good copy from host memory and probes lower rates for a few
+  steps each; no new job, instance or image.
+- stabilizer by relaunch: the sentinel in the job sees the non-finite gradient at the step it happens and
   ends the job itself (exit status 86, no StopTrainingJob); SageMaker's "Training Job State
   Change" event reaches the watch function through EventBridge, which sends the parked
   execution its task token; the monitor decides, the train function launches; with a warm pool
@@ -25,7 +28,8 @@ runs the true path in local mode (the event in the shape SageMaker documents, th
 function, the task token) and measures it. When the event does not wake the execution, the
 execution sees the job's end only at its next check, and the model says so (`WakeMeasurement`).
 
-This module must not import the workflow or call AWS.
+This module must not import the workflow or call AWS (the in-job way reads the probe counts from
+stabilizer_sentinel.recovery).
 """
 
 from __future__ import annotations
@@ -167,5 +171,25 @@ def stabilizer_way(warm_pool: bool, wake: WakeMeasurement | None = None) -> Way:
     ))
 
 
-def ways(wake: WakeMeasurement | None = None) -> list[Way]:
-    return [sample_way(), stabilizer_way(warm_pool=False, wake=wake), stabilizer_way(warm_pool=True, wake=wake)]
+def in_job_way(rollback_seconds: float | None = None) -> Way:
+    """stabilizer's in-job recovery (job.recovery in_job): the same job goes on; no instance, no image.
+
+    The rollback's own time on the step of the reference ResNet: loading a copy from host memory,
+    then the probe steps (every candidate's; the job trains during them, at the probed rates).
+    `rollback_seconds`, when measured locally, is shown beside the model's figure."""
+    from stabilizer_sentinel.recovery import FACTORS, PROBE_STEPS
+
+    probes = len(FACTORS) * PROBE_STEPS
+    measured = f"; measured locally on the quickstart: {rollback_seconds:.2f} s" if rollback_seconds is not None else ""
+    return Way("stabilizer in the job (rollback, probing, same job)", (
+        Part("explosion seen by the sentinel", SENTINEL),
+        Part("copy loaded from host memory", Figure(0.01, ASSUMED, "as long as taking the copy, which "
+                                                    "stabilizer.bench.overhead measures in milliseconds")),
+        Part(f"{probes} probe steps to the chosen rate", Figure(
+            probes * STEP.seconds, DERIVED, f"{len(FACTORS)} rates x {PROBE_STEPS} steps of {STEP.source}{measured}")),
+    ))
+
+
+def ways(wake: WakeMeasurement | None = None, rollback_seconds: float | None = None) -> list[Way]:
+    return [sample_way(), stabilizer_way(warm_pool=False, wake=wake), stabilizer_way(warm_pool=True, wake=wake),
+            in_job_way(rollback_seconds)]

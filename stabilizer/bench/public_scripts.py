@@ -73,7 +73,8 @@ def transparency_lines(rows: list[Transparency]) -> list[str]:
 def verdict_lines(results: list[calibration.Result]) -> list[str]:
     return calibration.table(
         ("run", "script", "policy", "healthy", "attempts", "detected at", "first call", "outcome", "right", "verdict"),
-        [[r.run, r.kind, r.policy, "yes" if r.healthy else "no", str(r.attempts),
+        [[r.run, r.kind, r.policy, "yes" if r.healthy else "no",
+          str(r.attempts) + (f" +{r.rollbacks} in job" if r.rollbacks else ""),
           "-" if r.detection_step is None else f"step {r.detection_step}", r.first_call, r.outcome,
           "right" if r.outcome_met else "wrong", calibration.verdict(r)] for r in results])
 
@@ -92,7 +93,8 @@ def total_lines(rows: list[Transparency], results: list[calibration.Result]) -> 
             f"verdicts ({policy}): {sum(r.outcome_met for r in mine)}/{len(mine)} right; false positives "
             f"{sum(bool(r.false_positive) for r in healthy)} of {len(healthy)} healthy, false negatives "
             f"{sum(bool(r.false_negative) for r in failing)} of {len(failing)} failing, misdiagnoses "
-            f"{sum(bool(r.misdiagnosis) for r in failing)}; {sum(r.attempts for r in mine)} attempts")
+            f"{sum(bool(r.misdiagnosis) for r in failing)}; {sum(r.attempts for r in mine)} attempts, "
+            f"{sum(r.rollbacks for r in mine)} rollbacks in the job")
     return lines
 
 
@@ -107,7 +109,7 @@ def report(rows: list[Transparency], results: list[calibration.Result]) -> list[
     if results:
         reasons = [f"  {r.run} ({r.policy}): {r.reason}" for r in results if r.reason]
         lines += ["verdicts through the local workflow (auto integration, the script unchanged):",
-                  *verdict_lines(results), "reasons:", *reasons, ""]
+                  *verdict_lines(results), "reasons:", *reasons, "", *calibration.quality_lines(results), ""]
     return lines + total_lines(rows, results)
 
 

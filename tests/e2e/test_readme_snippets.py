@@ -38,19 +38,33 @@ def test_the_readme_job_example_is_the_quickstart_input():
         (ROOT / "examples" / "quickstart" / "input.json").read_text())
 
 
-def test_the_readme_job_example_explodes_is_stopped_and_relaunched_lower(tmp_path):
+def _quickstart(tmp_path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
     result = subprocess.run(
         [sys.executable, "-m", "stabilizer.cli", "run", "--local", "--plain",
-         "--input", "examples/quickstart/input.json", "--run-dir", str(tmp_path)],
+         "--input", "examples/quickstart/input.json", *extra, "--run-dir", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )
     [run_json] = tmp_path.glob("local-*/run.json")
-    state = json.loads(run_json.read_text())["state"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     check_plain_output(result.stdout, run_json.parent)  # what a person reads in a CI log
+    return result, json.loads(run_json.read_text())["state"]
+
+
+def test_the_readme_job_example_diverges_and_is_recovered_inside_the_one_job(tmp_path):
+    result, state = _quickstart(tmp_path)
+    assert state["outcome"] == "succeeded"
+    [only] = state["attempts"]
+    assert only["status"] == "Completed" and only["finding"] is None and only["run_spec"]["lr"] == 1.6
+    first = only["rollbacks"][0]
+    assert first["rule"] in ("Diverging", "ExplodingTensor") and first["rate_after"] < 1.6
+    assert "in the job: 1 rollback" in result.stdout or "in the job: 2 rollbacks" in result.stdout
+
+
+def test_the_readme_job_example_relaunched_is_stopped_and_relaunched_lower(tmp_path):
+    _, state = _quickstart(tmp_path, "job.recovery=relaunch")
     assert state["outcome"] == "succeeded"
     first, *rest = state["attempts"]
-    assert first["finding"] is not None and first["status"] != "Completed", first
+    assert first["finding"] is not None and first["status"] != "Completed" and not first["rollbacks"], first
     assert rest and rest[-1]["status"] == "Completed"
     assert rest[-1]["run_spec"]["lr"] < first["run_spec"]["lr"] == 1.6
 
@@ -69,5 +83,5 @@ def test_the_readme_sdk_snippet_runs_locally_as_written(tmp_path, monkeypatch):
     state = view.state or {}
     assert view.status == "SUCCEEDED", (view.error, view.cause, state.get("reason"))
     assert state["outcome"] == "succeeded"
-    lrs = [attempt["run_spec"]["lr"] for attempt in view.attempts]
-    assert len(lrs) >= 2 and lrs[0] == 1.6 and lrs[-1] < 1.6
+    [only] = view.attempts  # recovered inside the one job
+    assert only["run_spec"]["lr"] == 1.6 and only["rollbacks"][-1]["rate_after"] < 1.6

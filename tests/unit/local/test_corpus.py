@@ -133,6 +133,35 @@ def test_an_unfixable_run_ending_succeeded_after_relaunches_is_a_false_negative(
     assert result.false_negative.startswith("ended succeeded after 2 attempts")
 
 
+def _rolled_back(attempt: dict, step: int = 3, lost: int = 4, probed: int = 15) -> dict:
+    return {**attempt, "rollbacks": [{"rule": "ExplodingTensor", "step": step, "restored_step": step + 1 - lost,
+                                      "steps_lost": lost, "probe_steps": probed, "factor": 0.1}]}
+
+
+def test_a_diverging_run_recovered_in_the_job_is_a_true_positive_whose_rolled_back_steps_are_wasted():
+    run = _run("rnn-lr3.5-noclip")
+    state = {"outcome": "succeeded", "attempts": [_rolled_back(_attempt(1, 3.5))]}
+    result = bench_corpus.measure(run, "default", state, "SUCCEEDED", [_log(0, 149)], 10.0)
+    assert bench_corpus.verdict(result) == "ok" and result.first_call == "diverged"
+    assert (result.attempts, result.rollbacks, result.detection_step) == (1, 1, 3)
+    assert (result.steps_computed, result.wasted_steps) == (150, 4 + 15)
+
+
+def test_a_healthy_run_rolled_back_in_the_job_is_a_false_positive():
+    run = _run("rnn-lr0.5-clip1")
+    state = {"outcome": "succeeded", "attempts": [_rolled_back(_attempt(1, 0.5))]}
+    result = bench_corpus.measure(run, "default", state, "SUCCEEDED", [_log(0, 149)], 10.0)
+    assert result.false_positive == "rolled back 1 time(s) in the job (first called diverged)"
+
+
+def test_a_rollback_of_a_run_whose_rate_is_too_low_is_a_misdiagnosis():
+    run = _run("plateau-lr1e-6")
+    assert run.expect.remedy == {"lr": "up"}
+    state = {"outcome": "did_not_learn", "attempts": [_rolled_back(_attempt(1, 1e-6))]}
+    result = bench_corpus.measure(run, "default", state, "FAILED", [""], 1.0)
+    assert "to lower rates in the job, expected a rate up" in result.misdiagnosis
+
+
 def test_the_summary_puts_both_policies_side_by_side_per_kind_and_in_total():
     run = _run("rnn-lr3.5-noclip")
     relaunched = [_attempt(1, 3.5, rule="Diverging", status="Failed"), _attempt(2, 0.8)]
@@ -142,8 +171,8 @@ def test_the_summary_puts_both_policies_side_by_side_per_kind_and_in_total():
                                   "SUCCEEDED", [_log(0, 149)], 5)
     lines = bench_corpus.summary_lines([good, missed])
     total = next(line for line in lines if line.startswith("total"))
-    # kind, runs, FP, FN, misdiagnosed, right, attempts, steps, wasted: default | original
-    expected = r"total\s+0/1\s+0 \| 0\s+0 \| 1\s+0 \| 0\s+1/1 \| 0/1\s+2 \| 1\s+157 \| 150\s+7 \| 150"
+    # kind, runs, FP, FN, misdiagnosed, right, attempts, in job, steps, wasted: default | original
+    expected = r"total\s+0/1\s+0 \| 0\s+0 \| 1\s+0 \| 0\s+1/1 \| 0/1\s+2 \| 1\s+0 \| 0\s+157 \| 150\s+7 \| 150"
     assert re.search(expected, total), total
     listing = bench_corpus.listing_lines([good, missed])
     assert "original false negatives (1):" in listing
