@@ -355,6 +355,7 @@ class Guard(OptimizerHooks):
         self._remove_hooks()
         if self.recovery is not None:
             self.recovery.close()
+            self.sentinel.recovery = None  # a finding at the end (a run that never learned) is the run's verdict
         if self.scaler_watch.scaler is not None:
             self.scaler_watch.read_scale(judge=False)
         self.sentinel.close(status=status)

@@ -117,3 +117,25 @@ def test_a_run_that_ends_while_probing_says_so(tmp_path, monkeypatch):
     assert decision["outcome"] == "ended" and decision["step"] == 4
     assert sum(p["steps"] for p in decision["probed"]) == 12 - 5  # every step after the rollback probed
     assert document["findings"] == [] and document["summary"]["ended"] == "completed"
+
+
+def test_a_finding_at_the_runs_end_is_its_verdict_not_a_rollback(tmp_path, monkeypatch):
+    import torch
+    from torch import nn
+
+    from stabilizer_sentinel import watch
+
+    monkeypatch.setenv("STABILIZER_CONFIG", json.dumps({"recovery": "in_job"}))
+    monkeypatch.setenv("STABILIZER_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = watch(model, optimizer)
+    for step in range(40):  # a loss that climbs slowly, never past the divergence bound while it runs
+        optimizer.zero_grad()
+        loss = model(torch.ones(1, 2)).sum() * 0 + 1.0 + 0.05 * step
+        loss.backward()
+        guard.step(loss)
+        optimizer.step()
+    guard.close()
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert [f["rule"] for f in document["findings"]] == ["Diverging"] and "rollbacks" not in document
