@@ -58,7 +58,7 @@ def describe(rollback: SentinelRollback) -> str:
     if rollback.outcome == "stopped":
         return f"{head}; no lower rate trained ({probes}{seconds}): the job stopped on the finding"
     if rollback.outcome == "ended":
-        return f"{head}; the run ended while probing ({probes}), at rate {_rate(after)}"
+        return f"{head}; the run ended while probing ({probes}): the finding stands"
     return f"{head}, on at rate {_rate(after)} from {_rate(before)}, chosen from {probes}{seconds}"
 
 

@@ -207,7 +207,9 @@ class Recovery:
         """The run ended (the script's loop is done): a rollback still probing is recorded as it stands.
 
         The weights are the probe's under way (the job cannot go back once the script stopped
-        stepping); the decision says so, with what was probed, and the summary judges the run.
+        stepping), not a recipe the job chose: the finding stands, as if the job had stopped on it, so
+        the workflow remedies it by a relaunch. Its ``stable_learning_rate`` is the highest rate a
+        probe trained at without failing, when that is higher than the run-up's own.
         """
         trigger, probe = self._trigger, self._probe
         if trigger is None:
@@ -223,8 +225,13 @@ class Recovery:
         self.decisions.append(decision)
         self._trigger = self._probe = None
         self.guard.sentinel.rollbacks.append(decision)  # written with the summary, as the job closes
+        finding = dict(trigger["finding"])
+        trained = [p["learning_rate"] for p in probed if p["failed"] is None and p["learning_rate"] is not None]
+        if trained and max(trained) > (finding.get("stable_learning_rate") or 0):
+            finding["stable_learning_rate"] = max(trained)
         print(f"sentinel: the run ended while probing rates after {decision['rule']} at step {decision['step']} "
-              f"({len(probed)} probed)", file=sys.stderr, flush=True)
+              f"({len(probed)} probed): the finding stands", file=sys.stderr, flush=True)
+        self.guard.sentinel.adopt([finding])
 
     # -- steps of a rollback
     def _start(self, factor: float) -> None:

@@ -116,7 +116,11 @@ def test_a_run_that_ends_while_probing_says_so(tmp_path, monkeypatch):
     (decision,) = document["rollbacks"]
     assert decision["outcome"] == "ended" and decision["step"] == 4
     assert sum(p["steps"] for p in decision["probed"]) == 12 - 5  # every step after the rollback probed
-    assert document["findings"] == [] and document["summary"]["ended"] == "completed"
+    # Not a recipe the job chose: the finding stands for the workflow, with the highest rate a probe trained at.
+    (finding,) = document["findings"]
+    assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 4) and document["summary"]["ended"] == "completed"
+    trained = [p["learning_rate"] for p in decision["probed"] if p["failed"] is None]
+    assert finding["stable_learning_rate"] == max(trained)
 
 
 def test_a_finding_at_the_runs_end_is_its_verdict_not_a_rollback(tmp_path, monkeypatch):
