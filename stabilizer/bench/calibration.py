@@ -4,6 +4,7 @@ through local mode with both policies, judged against the outcome written beside
     python -m stabilizer.bench --corpus                         # every run, both policies
     python -m stabilizer.bench --corpus --kinds rnn_lm,gan --jobs 2 --json corpus.json
     python -m stabilizer.bench --corpus --runs gan-healthy-lr0.002 --policy default
+    python -m stabilizer.bench --corpus --policy default --recovery both   # in the job and relaunched, side by side
 
 Each (run, policy) is one execution through the real local workflow: the project's ASL in moto's
 interpreter, the Lambdas in process, the user's script as a real local training job. Per policy it
@@ -44,6 +45,21 @@ from typing import Any
 from stabilizer.bench.corpus import SUCCESS, Run, load, select
 
 POLICIES = ("default", "original")
+# A policy label with this suffix runs with job.recovery relaunch (every remedy a new job); without it,
+# the workflow's own choice (in the job where the remedy allows, stabilizer_workflow.in_job).
+RELAUNCHED = ":relaunch"
+
+
+def ways(policies: list[str], recovery: str) -> list[str]:
+    """The policy labels to run: each policy, in the job and/or relaunched (`recovery`: in_job, relaunch, both);
+    the original policy always relaunches, so it runs once."""
+    labels = []
+    for policy in policies:
+        if recovery in ("in_job", "both") or policy == "original":
+            labels.append(policy)
+        if recovery in ("relaunch", "both") and policy != "original":
+            labels.append(policy + RELAUNCHED)
+    return labels
 # What the first attempt is called from the rule of its finding, on code whose attempts carry no
 # outcome of their own.
 RULE_CALLS = {
@@ -233,9 +249,12 @@ def execute(run: Run, policy: str, data_dir: Path, run_root: Path, job_environme
     from stabilizer.local.deployment import LocalSettings
     from stabilizer.local.engine import LocalEngine, Project
 
-    name = f"{run.name}-{policy}-{time.strftime('%H%M%S')}"
+    name = f"{run.name}-{policy.replace(RELAUNCHED, '-relaunch')}-{time.strftime('%H%M%S')}"
     run_dir = run_root / name
-    execution_input = check_input(run.execution_input(policy))
+    raw = run.execution_input(policy.removesuffix(RELAUNCHED))
+    if policy.endswith(RELAUNCHED):
+        raw["job"] = {**raw["job"], "recovery": "relaunch"}
+    execution_input = check_input(raw)
     settings = LocalSettings(job_environment=dict(job_environment or {}))
     with LocalEngine(run_dir, data_dir, project=Project.discover(project_root()), settings=settings) as engine:
         record = engine.run(execution_input, name=name)
@@ -361,6 +380,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", help="corpus: comma-separated run names (default: all)")
     parser.add_argument("--jobs", type=int, default=1, help="corpus: executions run in parallel processes")
     parser.add_argument("--json", type=Path, help="corpus: write every result here (after each execution)")
+    parser.add_argument("--recovery", choices=["in_job", "relaunch", "both"], default="in_job",
+                        help="corpus: job.recovery; both runs each run both ways, side by side (default policy "
+                        "labels: default, default:relaunch)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -386,7 +408,7 @@ def main(args: argparse.Namespace) -> int:
         return 64
     run_root = (args.run_dir / "corpus").resolve()
     run_root.mkdir(parents=True, exist_ok=True)
-    policies = list(POLICIES) if args.policy == "both" else [args.policy]
+    policies = ways(list(POLICIES) if args.policy == "both" else [args.policy], args.recovery)
     tasks = [(run, policy) for run in runs for policy in policies]
     print(f"cpus: {os.cpu_count()}  load average before: {os.getloadavg()[0]:.2f}  {len(runs)} runs "
           f"({sum(r.healthy for r in runs)} healthy, {sum(not r.healthy for r in runs)} failing) x "

@@ -122,6 +122,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=1, help="scripts and executions run in parallel processes")
     parser.add_argument("--json", type=Path, help="write every row here (after each one)")
     parser.add_argument("--policy", choices=[*calibration.POLICIES, "both"], default="default")
+    parser.add_argument("--recovery", choices=["in_job", "relaunch", "both"], default="in_job",
+                        help="job.recovery for the verdicts; both: each run both ways (default, default:relaunch)")
     parser.add_argument("--no-transparency", action="store_true", help="verdicts only")
     parser.add_argument("--no-verdicts", action="store_true", help="transparency only")
     parser.add_argument("--run-dir", type=Path, default=Path("runs"), help="where runs are kept (default: runs/)")
@@ -180,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         return 64
     root = (args.run_dir / "public_scripts" / time.strftime("%Y%m%d-%H%M%S")).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    policies = list(calibration.POLICIES) if args.policy == "both" else [args.policy]
+    policies = calibration.ways(list(calibration.POLICIES) if args.policy == "both" else [args.policy], args.recovery)
     tasks = [] if args.no_transparency else [("transparency", r.kind, r.name, "") for r in runs if r.healthy]
     tasks += [] if args.no_verdicts else [("verdict", r.kind, r.name, p) for r in runs for p in policies]
     print(f"cpus: {os.cpu_count()}  load average before: {os.getloadavg()[0]:.2f}  {len(tasks)} tasks, "
