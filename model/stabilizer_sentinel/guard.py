@@ -169,8 +169,7 @@ class Guard(OptimizerHooks):
         self.rewind = Rewind(self.model, optimizer, checkpoint_dir=self.paths.checkpoint_dir, every=every, keep=keep)
         self.sentinel.rewind = self.rewind
         if in_job:
-            self.rewind.companion = self.sentinel
-            self.rewind.keep(self.rewind.take_now(start_step))  # an explosion in the first steps
+            self.rewind.companion = self.sentinel  # the first copy is taken at the first check (check())
             self.recovery = self.sentinel.recovery = Recovery(self)
 
     # -- what the loop calls
@@ -232,6 +231,10 @@ class Guard(OptimizerHooks):
     def check(self) -> Verdict:
         """Check the gradients of the step about to be applied (the hooks call this; so may a framework)."""
         step = self.step_number
+        if self.recovery is not None and self.rewind is not None and self.rewind.first is None:
+            # The state the script starts training from (after any checkpoint it loaded): an explosion in
+            # the first steps rolls back to it.
+            self.rewind.keep(self.rewind.take_now(step))
         verdict = self.sentinel.after_backward(
             step, epoch=self.epoch, phase=self.phase, learning_rate=self.learning_rate, loss=self._loss,
             inputs=self._inputs, labels=self._labels, outputs=self._outputs,

@@ -263,8 +263,10 @@ class Sentinel:
             return Verdict()
         entries = [{**self._entry(finding, context), **({"source": source} if source else {})} for finding in new]
         if self.recovery is not None and self.recovery.intercept(entries):
-            return Verdict()
-        if self.rewind is not None:  # before findings.json: whoever reads it finds the checkpoint there
+            entries = [entry for entry in entries if entry["action"] != "stop"]  # notices still go on record
+            if not entries:
+                return Verdict()
+        elif self.rewind is not None:  # before findings.json: whoever reads it finds the checkpoint there
             self.rewind.persist(before_step=min(entry["step"] for entry in entries))
         for entry in entries:
             print(f"sentinel: {entry['rule']} at step {entry['step']}: {entry['message']}", file=sys.stderr)

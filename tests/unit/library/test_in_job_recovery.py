@@ -143,3 +143,31 @@ def test_a_finding_at_the_runs_end_is_its_verdict_not_a_rollback(tmp_path, monke
     guard.close()
     document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
     assert [f["rule"] for f in document["findings"]] == ["Diverging"] and "rollbacks" not in document
+
+
+def test_the_first_copy_is_the_state_the_script_starts_training_from(tmp_path, monkeypatch):
+    """A script that loads its own checkpoint after watch() (a fine-tune, a resume) rolls back to what it
+    loaded, not to the weights it was built with."""
+    import torch
+    from torch import nn
+
+    from stabilizer_sentinel import watch
+
+    monkeypatch.setenv("STABILIZER_CONFIG", json.dumps({"recovery": "in_job"}))
+    monkeypatch.setenv("STABILIZER_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = watch(model, optimizer)
+    loaded = {name: torch.full_like(value, 0.5) for name, value in model.state_dict().items()}
+    model.load_state_dict(loaded)  # after watch(): the script's own resume
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    optimizer.zero_grad()
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    guard.step(loss)
+    optimizer.step()
+    first = guard.rewind.first
+    assert first is not None and first.next_step == 0
+    assert all(torch.equal(first.model[name], value) for name, value in loaded.items())
+    guard.close()
