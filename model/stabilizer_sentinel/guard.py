@@ -264,6 +264,17 @@ class Guard(OptimizerHooks):
         if not self._closed:
             self.capture.begin_step(self.step_number)
 
+    def undone(self, step: int) -> bool:
+        """Whether a rollback undid step ``step`` (in-job recovery)."""
+        return self.recovery is not None and step < self.recovery.live_from
+
+    def undone_before(self, step: int) -> None:
+        """A rollback undid the steps before ``step`` (the lineage goes on from a copy): a non-finite loss
+        the job's log printed for one of them is no longer the run's (the summary's ``log_loss``)."""
+        log = self.record.log
+        if log is not None and log.nonfinite_step is not None and log.nonfinite_step < step:
+            log.nonfinite_step = None
+
     def give_up_rollback(self, finding: dict[str, Any]) -> None:
         """In-job recovery found no lower rate that trains: the finding stands, the job stops (a relaunch follows)."""
         if self.rewind is not None:

@@ -97,9 +97,11 @@ class LogChannel:
             self.record.last = value
             for listener in self.listeners:
                 listener(value)
-            if not math.isfinite(value) and self.record.nonfinite_step is None:
-                guard = self.guard
-                self.record.nonfinite_step = max(guard.step_number - 1, 0) if guard is not None else 0
+            guard = self.guard
+            step = max(guard.step_number - 1, 0) if guard is not None else 0
+            if not math.isfinite(value) and self.record.nonfinite_step is None and not (
+                    guard is not None and guard.undone(step)):  # a step a rollback undid is not the run's
+                self.record.nonfinite_step = step
                 if guard is not None:
                     guard.log_nonfinite(value)
         finally:

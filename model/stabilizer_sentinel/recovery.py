@@ -105,7 +105,7 @@ class Recovery:
         self._probe: Probe | None = None
         self._ends: dict[int, Any] = {}  # the state each probe that did not fail reached, by id
         self._restore_due = False
-        self._live_from = -1  # findings of steps before this one are about steps a rollback undid
+        self.live_from = -1  # findings of steps before this one are about steps a rollback undid
 
     # -- the rate at the optimizer step
     def scale(self, optimizer: torch.optim.Optimizer) -> None:
@@ -138,7 +138,7 @@ class Recovery:
         stops = [entry for entry in entries if entry.get("action") == "stop"]
         if not stops:
             return False
-        if all(entry["step"] < self._live_from for entry in stops):
+        if all(entry["step"] < self.live_from for entry in stops):
             return True  # about a step already undone (a log line printed after the rollback): nothing to do
         if self._probe is not None:  # the candidate under trial failed
             self._probe.failed = f"{stops[0]['rule']} at step {stops[0]['step']}"
@@ -237,7 +237,7 @@ class Recovery:
     def _start(self, factor: float) -> None:
         self.guard.rewind.load(self._snapshot)
         self.factor = factor
-        self._live_from = self.guard.step_number
+        self.live_from = self.guard.step_number
         self._probe = Probe(factor)
 
     def _settle(self) -> None:
@@ -252,7 +252,7 @@ class Recovery:
         chosen = choose([p for p in self._probes if id(p) in self._ends])
         if chosen is None:  # nothing lower trained: the finding stands, the job stops as it would have
             guard.rewind.load(self._snapshot)
-            self._live_from = guard.step_number
+            self.live_from = guard.step_number
             self.factor = trigger["factor_before"]
             decision = self._decision(trigger, probed, None)
             self.decisions.append(decision)
@@ -261,7 +261,8 @@ class Recovery:
             return
         guard.rewind.load(self._ends[id(chosen)])
         self._ends = {}
-        self._live_from = guard.step_number
+        self.live_from = guard.step_number
+        guard.undone_before(guard.step_number)
         self.factor = factor = chosen.factor
         decision = self._decision(trigger, probed, factor)
         self.decisions.append(decision)

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from stabilizer_sentinel.job_config import StabilizerConfigError, parse_config
-from tests.unit.library.support import FIXTURES
+from tests.unit.library.support import FIXTURES, job_env, run
 
 SCRIPT = FIXTURES / "recovery" / "too_fast.py"
 
@@ -171,3 +171,17 @@ def test_the_first_copy_is_the_state_the_script_starts_training_from(tmp_path, m
     assert first is not None and first.next_step == 0
     assert all(torch.equal(first.model[name], value) for name, value in loaded.items())
     guard.close()
+
+
+@pytest.mark.slow  # the job's own process: the log channel reads what it prints
+def test_the_non_finite_loss_the_log_printed_for_an_undone_step_is_not_the_runs(tmp_path):
+    """The log is the second channel: its "loss=nan" at the step a rollback undid does not make the
+    recovered run an explosion (the summary's log_loss)."""
+    env = job_env(tmp_path, {"recovery": "in_job", "loss_regex": r"loss=(\S+)"})
+    done = run([str(SCRIPT), "--watch", "1", "--lr", "3"], tmp_path, env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "step=3 loss=inf" in done.stdout.splitlines()[3]  # at lr 3 the loss itself overflows at step 3
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert document["rollbacks"][0]["step"] == 3 and document["findings"] == []
+    log = document["summary"]["log_loss"]
+    assert log["lines"] >= 300 and log["nonfinite_step"] is None
