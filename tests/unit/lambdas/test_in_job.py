@@ -118,3 +118,22 @@ def test_the_job_recovers_in_place_only_where_the_policy_would_change_what_it_ca
 def test_recovery_is_checked_before_anything_launches():
     with pytest.raises(InvalidInput, match=r"job.recovery: expected 'in_job' or 'relaunch'"):
         parse_execution_input({"job": {"source": "s3://b/k.tar.gz", "entry_point": "train.py", "recovery": "now"}})
+
+
+def test_a_run_that_does_not_learn_after_the_job_lowered_its_rate_is_lowered_again_not_raised(settings):
+    """An explosion answered in the job is an explosion of this execution: a loss that then does not fall
+    says the rate is still too high (the after-explosion ladder), not too low."""
+    own = TrainSettings.from_env({**ENV, "LIBRARY_S3_URI": "s3://stabilizer-bucket/library/",
+                                  "DATA_BUCKETS": "my-bucket"})
+    job = {"source": "s3://my-bucket/jobs/sourcedir.tar.gz", "entry_point": "fit.py", "hyperparameters": {"lr": 5.0},
+           "knobs": {"learning_rate": {"hyperparameter": "lr", "type": "float", "min": 0.0001, "max": 10}}}
+    state = launched(own, {"job": job})
+    finding = {"rule": "NotLearning", "step": 52, "phase": "main", "learning_rate": 0.5, "action": "stop",
+               "message": "the loss never learned in 35 steps after warm-up"}
+    stopped = document([rollback(3, after=0.5, factor=0.1)], [finding], ended="rule_stop", learned=False,
+                       last_loss=34.7, first_loss=23.6)
+    seen = observe(describe(state, "Failed", failure_reason="AlgorithmError: RuleStop: NotLearning at step 52"),
+                   findings=stopped)
+    result = monitor.check(state, seen, T0 + timedelta(minutes=5))
+    assert result.state.next_action == "launch_new", result.state.reason
+    assert result.state.run_spec["lr"] == pytest.approx(5.0 * 0.1 * 0.25)  # a quarter of the rate in force
