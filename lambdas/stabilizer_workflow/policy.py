@@ -248,7 +248,7 @@ def plan_default(state: WorkflowState, finding: Finding, checkpoints: Mapping[in
     # a step (tiny gradients under Adam, dead units after the explosion) is not answered by going back up.
     exploded_before = any(
         a.finding is not None and a.finding.rule in EXPLOSIONS for a in state.attempts if a is not attempt
-    ) or any(rollback.rule in EXPLOSIONS for rollback in attempt.rollbacks)  # or exploded in it, answered in the job
+    ) or any(rollback.rule in EXPLOSIONS for a in state.attempts for rollback in a.rollbacks)  # answered in a job
     # The table's row for this finding and phase (its after-explosion row where there is one).
     ladder = remedies(finding.rule, finding.phase, exploded_before=exploded_before)
     if ladder is None:

@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from conftest import ENV, T0, describe, launched, summary
 
+from stabilizer_workflow import attempts as launching
 from stabilizer_workflow import monitor
 from stabilizer_workflow.errors import InvalidInput
 from stabilizer_workflow.execution_input import parse_execution_input
@@ -137,3 +138,24 @@ def test_a_run_that_does_not_learn_after_the_job_lowered_its_rate_is_lowered_aga
     result = monitor.check(state, seen, T0 + timedelta(minutes=5))
     assert result.state.next_action == "launch_new", result.state.reason
     assert result.state.run_spec["lr"] == pytest.approx(5.0 * 0.1 * 0.25)  # a quarter of the rate in force
+
+
+def test_an_explosion_a_job_answered_counts_for_the_attempts_after_it_too(settings):
+    own = TrainSettings.from_env({**ENV, "LIBRARY_S3_URI": "s3://stabilizer-bucket/library/",
+                                  "DATA_BUCKETS": "my-bucket"})
+    job = {"source": "s3://my-bucket/jobs/sourcedir.tar.gz", "entry_point": "fit.py", "hyperparameters": {"lr": 5.0},
+           "knobs": {"learning_rate": {"hyperparameter": "lr", "type": "float", "min": 0.0001, "max": 10}}}
+    state = launched(own, {"job": job})
+    not_learning = {"rule": "NotLearning", "step": 52, "phase": "main", "learning_rate": 0.5, "action": "stop",
+                    "message": "the loss never learned"}
+    first = observe(describe(state, "Failed", failure_reason="AlgorithmError: RuleStop: NotLearning at step 52"),
+                    findings=document([rollback(3, after=0.5, factor=0.1)], [not_learning], ended="rule_stop",
+                                      learned=False, last_loss=2.6, first_loss=2.6))
+    relaunched = monitor.check(state, first, T0 + timedelta(minutes=5)).state
+    assert relaunched.run_spec["lr"] == pytest.approx(0.125)
+    second = launching.launch(relaunched, own, T0 + timedelta(minutes=6)).state
+    again = observe(describe(second, "Failed", failure_reason="AlgorithmError: RuleStop: NotLearning at step 52"),
+                    findings=document([], [{**not_learning, "learning_rate": 0.125}], ended="rule_stop",
+                                      learned=False, last_loss=2.6, first_loss=2.6))
+    result = monitor.check(second, again, T0 + timedelta(minutes=10))
+    assert result.state.run_spec["lr"] < 0.125, result.state.reason  # still down, never back up
