@@ -193,8 +193,8 @@ TABLE: dict[str, dict[str | None, tuple[Rung, ...]]] = {
 # lowered rate counts it as stable, and the next size would lie above it.
 LOWER_LR_AFTER_EXPLOSION = Rung(
     "lower_lr", "scale", "learning_rate", 0.25, floor_ratio=0.01,
-    why="an earlier attempt of this execution exploded and this one does not learn at the lowered rate: the "
-        "rate is still too high for the recipe; a quarter of it")
+    why="this execution exploded (an earlier attempt, or a rollback inside a job) and this attempt does not learn "
+        "at the lowered rate: the rate is still too high for the recipe; a quarter of it")
 AFTER_EXPLOSION: dict[str, tuple[Rung, ...]] = {
     "NotLearning": (LOWER_LR_AFTER_EXPLOSION,),
     "VanishingGradient": (NORMALIZE_FOR_GRADIENTS, USE_ELU, LOWER_LR_AFTER_EXPLOSION),
@@ -203,7 +203,8 @@ AFTER_EXPLOSION: dict[str, tuple[Rung, ...]] = {
 
 def remedies(finding: str, phase: str | None, *, exploded_before: bool = False) -> tuple[Rung, ...] | None:
     """The remedies for `finding` in `phase`, in order; None when the table has no row for it.
-    `exploded_before`: an earlier attempt of the execution exploded (`AFTER_EXPLOSION`)."""
+    `exploded_before`: an earlier attempt of the execution exploded, or a job of it rolled back an explosion
+    itself (`AFTER_EXPLOSION`)."""
     if exploded_before and finding in AFTER_EXPLOSION:
         return AFTER_EXPLOSION[finding]
     row = TABLE.get(finding)

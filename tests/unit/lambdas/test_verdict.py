@@ -363,4 +363,4 @@ def test_a_run_that_does_not_learn_after_an_explosion_gets_a_lower_rate_never_a_
     second, third = state.attempts[-1].run_spec, state.run_spec
     assert state.attempts[-1].decision.remedy == "lower_lr"
     assert third["learning_rate"] == pytest.approx(second["learning_rate"] / 4)
-    assert "an earlier attempt of this execution exploded" in state.attempts[-1].decision.reason
+    assert "this execution exploded (an earlier attempt" in state.attempts[-1].decision.reason
