@@ -33,6 +33,7 @@ import logging
 import math
 import os
 import re
+import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -190,8 +191,8 @@ def _final_loss(attempts: list[dict[str, Any]]) -> float | None:
 def quality_lines(results: list[Result]) -> list[str]:
     """Each failing run that ended succeeded: its final loss over the lowest final loss a healthy run of
     the same kind and policy reached (the same script at a rate it takes), and how many are within 10 %."""
-    lines, within = [], 0
-    ratios = []
+    lines: list[str] = []
+    ratios: dict[str, list[float]] = {}
     for r in results:
         if r.healthy or r.outcome != "succeeded" or r.final_loss is None:
             continue
@@ -200,14 +201,15 @@ def quality_lines(results: list[Result]) -> list[str]:
         if not healthy or min(healthy) <= 0:
             continue
         ratio = r.final_loss / min(healthy)
-        ratios.append(ratio)
-        within += ratio <= QUALITY_WITHIN
+        ratios.setdefault(r.policy, []).append(ratio)
         how = f"{r.rollbacks} in job, {r.attempts} job(s)"
         lines.append(f"  {r.run} ({r.policy}): final loss {r.final_loss:.4g} / healthy {min(healthy):.4g} = "
                      f"{ratio:.2f} ({how})")
-    head = (f"recovered quality (failing runs that ended succeeded; final loss over the best healthy run of their "
-            f"kind): {within} of {len(ratios)} within {QUALITY_WITHIN - 1:.0%}")
-    return [head, *lines]
+    head = ["recovered quality (failing runs that ended succeeded: the last loss over the lowest last loss of a "
+            "healthy run of their kind; one step's loss, so noisy):"]
+    head += [f"  {policy}: {sum(x <= QUALITY_WITHIN for x in mine)} of {len(mine)} within "
+             f"{QUALITY_WITHIN - 1:.0%}, median ratio {statistics.median(mine):.2f}" for policy, mine in ratios.items()]
+    return [*head, *lines]
 
 
 def measure(run: Run, policy: str, state: dict[str, Any], status: str, logs: list[str], wall: float) -> Result:

@@ -187,3 +187,16 @@ def test_an_execution_that_raises_becomes_a_row_naming_the_error(monkeypatch: py
     result = bench_corpus._execute_by_name("gan-lr3", "default", str(tmp_path), str(tmp_path))
     assert (result.outcome, result.attempts, result.outcome_met) == ("error RuntimeError", 0, False)
     assert bench_corpus.verdict(result).startswith("FN: first attempt called none")
+
+
+def test_the_recovered_quality_is_the_last_loss_over_the_best_healthy_run_of_the_kind_per_policy():
+    healthy = bench_corpus.measure(_run("rnn-lr0.5-clip1"), "default",
+                                   {"outcome": "succeeded", "attempts": [{**_attempt(1, 0.5),
+                                                                          "watched": {"last_loss": 0.5}}]},
+                                   "SUCCEEDED", [_log(0, 149)], 1.0)
+    attempt = _rolled_back({**_attempt(1, 3.5), "watched": {"last_loss": 0.6}})
+    recovered = bench_corpus.measure(_run("rnn-lr3.5-noclip"), "default",
+                                     {"outcome": "succeeded", "attempts": [attempt]}, "SUCCEEDED", [_log(0, 149)], 1.0)
+    lines = bench_corpus.quality_lines([healthy, recovered])
+    assert lines[1] == "  default: 0 of 1 within 10%, median ratio 1.20"
+    assert "rnn-lr3.5-noclip (default): final loss 0.6 / healthy 0.5 = 1.20 (1 in job, 1 job(s))" in lines[2]
