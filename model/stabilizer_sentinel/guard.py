@@ -163,10 +163,12 @@ class Guard(OptimizerHooks):
         (stabilizer_sentinel.recovery) rolls back to them: one process, one model, copies always taken.
         """
         in_job = in_job_possible and self.config.effective_recovery == "in_job" and self.world_size == 1
+        writes = every > 0  # copies kept for the rollback alone are not written as checkpoints at a finding
         every = REWIND_EVERY if in_job and every <= 0 else every
         if every <= 0:
             return
         self.rewind = Rewind(self.model, optimizer, checkpoint_dir=self.paths.checkpoint_dir, every=every, keep=keep)
+        self.rewind.writes = writes
         self.sentinel.rewind = self.rewind
         if in_job:
             self.rewind.companion = self.sentinel  # the first copy is taken at the first check (check())

@@ -63,6 +63,7 @@ class Probe:
     factor: float
     losses: list[float] = field(default_factory=list)
     failed: str | None = None
+    steps: int = 0  # optimizer steps taken at this rate (a step may have no loss: the launcher reads some from logs)
 
     @property
     def score(self) -> float:
@@ -80,8 +81,10 @@ class Probe:
         return math.sqrt(sum((x - mean) ** 2 for x in later) / (len(later) - 1) / len(later))
 
     def climbing(self) -> bool:
+        if len(self.losses) < 2:
+            return False
         first, last = self.losses[0], self.losses[-1]
-        return len(self.losses) > 1 and last - first > CLIMB * max(abs(first), 1e-12)
+        return last - first > CLIMB * max(abs(first), 1e-12)
 
 
 class Recovery:
@@ -180,7 +183,9 @@ class Recovery:
     def after_step(self) -> None:
         """After the optimizer step (the guard counted it): restore, move to the next candidate, or settle."""
         probe = self._probe
-        if probe is not None and not self._restore_due and len(probe.losses) >= self.probe_steps:
+        if probe is not None:
+            probe.steps += 1
+        if probe is not None and not self._restore_due and probe.steps >= self.probe_steps:
             if probe.climbing():
                 probe.failed = "its loss climbed"
             else:
@@ -214,11 +219,11 @@ class Recovery:
         trigger, probe = self._trigger, self._probe
         if trigger is None:
             return
-        if probe is not None and probe.losses:
+        if probe is not None and probe.steps:
             self._probes.append(probe)
         before, factor_before = trigger["rate_before"], trigger["factor_before"]
         probed = [{"factor": p.factor, "learning_rate": _times(before, p.factor / factor_before),
-                   "steps": len(p.losses), "score": _number(p.score), "failed": p.failed} for p in self._probes]
+                   "steps": p.steps, "score": _number(p.score), "failed": p.failed} for p in self._probes]
         decision = self._decision(trigger, probed, probe.factor if probe is not None else None)
         decision["outcome"] = "ended"
         decision["probe_steps"] = sum(p["steps"] for p in probed)
@@ -246,7 +251,7 @@ class Recovery:
         finding = trigger["finding"]
         before, factor_before = trigger["rate_before"], trigger["factor_before"]
         probed = [{"factor": p.factor, "learning_rate": _times(before, p.factor / factor_before),
-                   "steps": len(p.losses), "score": _number(p.score), "failed": p.failed} for p in self._probes]
+                   "steps": p.steps, "score": _number(p.score), "failed": p.failed} for p in self._probes]
         self._trigger = None
         guard.rewind.frozen = False
         chosen = choose([p for p in self._probes if id(p) in self._ends])

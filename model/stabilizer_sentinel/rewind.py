@@ -120,6 +120,9 @@ class Rewind:
         self.companion: Any = None
         self.first: Snapshot | None = None
         self.anchor: Snapshot | None = None
+        # False: the copies serve the rollback alone and are never written as checkpoints (a launcher-level
+        # job whose relaunch would otherwise resume from them: it did not before in-job recovery kept copies).
+        self.writes = True
 
     def after_step(self, next_step: int) -> None:
         """Call after each optimizer step; copies the state every ``every`` steps."""
@@ -182,6 +185,8 @@ class Rewind:
         if self.frozen:
             return self.persisted
         self.frozen = True
+        if not self.writes:
+            return None
         for snapshot in self.snapshots:
             if snapshot.next_step < before_step:
                 self.persisted = self._write(snapshot)

@@ -185,3 +185,22 @@ def test_the_non_finite_loss_the_log_printed_for_an_undone_step_is_not_the_runs(
     assert document["rollbacks"][0]["step"] == 3 and document["findings"] == []
     log = document["summary"]["log_loss"]
     assert log["lines"] >= 300 and log["nonfinite_step"] is None
+
+
+def test_copies_kept_for_the_rollback_alone_are_never_written_as_checkpoints(tmp_path, monkeypatch):
+    """The launcher keeps no rewind of its own (rewind_every 0): the copies in-job recovery keeps do not
+    change where a relaunch resumes from."""
+    import torch
+    from torch import nn
+
+    from stabilizer_sentinel import watch
+
+    monkeypatch.setenv("STABILIZER_CONFIG", json.dumps({"recovery": "in_job"}))
+    monkeypatch.setenv("STABILIZER_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    model = nn.Linear(2, 1)
+    guard = watch(model, torch.optim.SGD(model.parameters(), lr=0.1), rewind_every=0)
+    assert guard.recovery is not None and guard.rewind is not None and guard.rewind.writes is False
+    guard.rewind.keep(guard.rewind.take_now(0))
+    assert guard.rewind.persist(before_step=10) is None
+    assert not list((tmp_path / "checkpoints").glob("checkpoint-*"))
+    guard.close()
