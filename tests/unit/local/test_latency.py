@@ -14,11 +14,22 @@ def test_the_model_uses_the_workflows_own_settings():
 
     assert ExecutionInput().wait_seconds == latency.WAIT_SECONDS
     assert latency.STOP_GRACE.seconds == SAGEMAKER_STOP_GRACE_SECONDS
-    sample, cold, warm = latency.ways()
+    sample, cold, warm, in_job = latency.ways()
     # The sample waits for a check, then a second full one after the stop; stabilizer waits for neither.
     assert sample.seconds - cold.seconds >= latency.POLL_DELAY.seconds + latency.NEXT_CHECK.seconds
     assert cold.seconds - warm.seconds == latency.COLD_START.seconds - latency.WARM_START.seconds
-    assert all(part.figure.source for way in (sample, cold, warm) for part in way.parts)
+    assert all(part.figure.source for way in (sample, cold, warm, in_job) for part in way.parts)
+
+
+def test_the_in_job_way_is_the_sentinel_the_copy_and_the_probe_steps_and_no_instance():
+    from stabilizer_sentinel.recovery import FACTORS, PROBE_STEPS
+
+    in_job = latency.in_job_way(0.04)
+    names = [part.name for part in in_job.parts]
+    assert names[0] == "explosion seen by the sentinel" and not any("instance" in name for name in names)
+    assert in_job.parts[-1].figure.seconds == pytest.approx(len(FACTORS) * PROBE_STEPS * latency.STEP.seconds)
+    assert "measured locally on the quickstart: 0.04 s" in in_job.parts[-1].figure.source
+    assert in_job.seconds < latency.ways()[2].seconds  # sooner than a relaunch onto a warm pool
 
 
 def test_the_benchmark_prints_every_part_and_the_ratios():
@@ -27,14 +38,14 @@ def test_the_benchmark_prints_every_part_and_the_ratios():
         assert way.name in text
         for part in way.parts:
             assert part.name in text
-    assert text.splitlines()[-3].endswith("1.0x")
+    assert text.splitlines()[-4].endswith("1.0x")  # the sample's row, the base of every ratio
 
 
 def test_a_job_end_event_that_wakes_nothing_costs_the_model_a_check():
     woken = latency.WakeMeasurement(True, 0.2, 300)
     missed = latency.WakeMeasurement(False, 300.4, 300)
-    _, cold_woken, _ = latency.ways(woken)
-    _, cold_missed, warm_missed = latency.ways(missed)
+    _, cold_woken, _, _ = latency.ways(woken)
+    _, cold_missed, warm_missed, _ = latency.ways(missed)
     assert cold_woken.seconds == latency.ways()[1].seconds
     names = [part.name for part in cold_missed.parts]
     assert "job-end event to the watch function" not in names
