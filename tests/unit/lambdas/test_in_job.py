@@ -33,6 +33,18 @@ def rollback(step: int = 4, *, after: float | None = 0.01, factor: float | None 
     }
 
 
+def own_job_settings() -> TrainSettings:
+    """A deployment that takes jobs of one's own (the library's channel, the data bucket)."""
+    return TrainSettings.from_env({**ENV, "LIBRARY_S3_URI": "s3://stabilizer-bucket/library/",
+                                   "DATA_BUCKETS": "my-bucket"})
+
+
+def own_job(lr: float) -> dict:
+    """A job of one's own with its rate as its one knob."""
+    return {"source": "s3://my-bucket/jobs/sourcedir.tar.gz", "entry_point": "fit.py", "hyperparameters": {"lr": lr},
+            "knobs": {"learning_rate": {"hyperparameter": "lr", "type": "float", "min": 0.0001, "max": 10}}}
+
+
 def document(rollbacks: list[dict], findings: list[dict] | None = None, **changes) -> FindingsDocument:
     return FindingsDocument.model_validate({"version": 2, "job_action": "stop", "findings": findings or [],
                                             "rollbacks": rollbacks, "summary": summary(**changes)})
@@ -96,8 +108,7 @@ def test_when_no_lower_rate_trained_the_relaunch_starts_from_the_rates_the_job_l
 
 
 def test_the_job_recovers_in_place_only_where_the_policy_would_change_what_it_can_change_itself(settings):
-    own = TrainSettings.from_env({**ENV, "LIBRARY_S3_URI": "s3://stabilizer-bucket/library/",
-                                  "DATA_BUCKETS": "my-bucket"})
+    own = own_job_settings()
 
     def told(state) -> str:
         return json.loads(hyperparameters(state, settings)[CONFIG_HYPERPARAMETER])["recovery"]
@@ -109,8 +120,7 @@ def test_the_job_recovers_in_place_only_where_the_policy_would_change_what_it_ca
     assert told(with_bn) == "in_job"  # once batch norm is on, the next remedies are rates and clipping
     assert told(launched(settings, {"policy": "original"})) == "relaunch"
 
-    job = {"source": "s3://my-bucket/jobs/sourcedir.tar.gz", "entry_point": "fit.py", "hyperparameters": {"lr": 1.6},
-           "knobs": {"learning_rate": {"hyperparameter": "lr", "type": "float", "min": 0.0001, "max": 10}}}
+    job = own_job(1.6)
     assert told(launched(own, {"job": job})) == "in_job"
     assert told(launched(own, {"job": {**job, "recovery": "relaunch"}})) == "relaunch"
     assert told(launched(own, {"job": {k: v for k, v in job.items() if k != "knobs"}})) == "in_job"
@@ -124,10 +134,8 @@ def test_recovery_is_checked_before_anything_launches():
 def test_a_run_that_does_not_learn_after_the_job_lowered_its_rate_is_lowered_again_not_raised(settings):
     """An explosion answered in the job is an explosion of this execution: a loss that then does not fall
     says the rate is still too high (the after-explosion ladder), not too low."""
-    own = TrainSettings.from_env({**ENV, "LIBRARY_S3_URI": "s3://stabilizer-bucket/library/",
-                                  "DATA_BUCKETS": "my-bucket"})
-    job = {"source": "s3://my-bucket/jobs/sourcedir.tar.gz", "entry_point": "fit.py", "hyperparameters": {"lr": 5.0},
-           "knobs": {"learning_rate": {"hyperparameter": "lr", "type": "float", "min": 0.0001, "max": 10}}}
+    own = own_job_settings()
+    job = own_job(5.0)
     state = launched(own, {"job": job})
     finding = {"rule": "NotLearning", "step": 52, "phase": "main", "learning_rate": 0.5, "action": "stop",
                "message": "the loss never learned in 35 steps after warm-up"}
@@ -141,10 +149,8 @@ def test_a_run_that_does_not_learn_after_the_job_lowered_its_rate_is_lowered_aga
 
 
 def test_an_explosion_a_job_answered_counts_for_the_attempts_after_it_too(settings):
-    own = TrainSettings.from_env({**ENV, "LIBRARY_S3_URI": "s3://stabilizer-bucket/library/",
-                                  "DATA_BUCKETS": "my-bucket"})
-    job = {"source": "s3://my-bucket/jobs/sourcedir.tar.gz", "entry_point": "fit.py", "hyperparameters": {"lr": 5.0},
-           "knobs": {"learning_rate": {"hyperparameter": "lr", "type": "float", "min": 0.0001, "max": 10}}}
+    own = own_job_settings()
+    job = own_job(5.0)
     state = launched(own, {"job": job})
     not_learning = {"rule": "NotLearning", "step": 52, "phase": "main", "learning_rate": 0.5, "action": "stop",
                     "message": "the loss never learned"}
