@@ -58,6 +58,7 @@ class ChanceLevel:
         self._sums: torch.Tensor | None = None  # squared error: per column, count, sum and sum of squares
         self._samples = 0
         self._needed = 0
+        self._classes: int | None = None  # cross-entropy: the width of its scores
 
     def observe(self, tensors: Sequence[torch.Tensor]) -> None:
         """One backward pass is about to run from ``tensors``."""
@@ -101,6 +102,7 @@ class ChanceLevel:
             self._counts = torch.zeros(classes, dtype=torch.float64, device=labels.device)
         self._counts.index_add_(0, torch.where(kept, labels, 0), kept.double())
         self.kind = "cross_entropy"
+        self._classes = classes
         self._samples += labels.numel()
         self._needed = SAMPLES_PER_CLASS * classes
 
@@ -131,6 +133,16 @@ class ChanceLevel:
         n, total, squares = self._sums
         value = float((squares / n - (total / n) ** 2).clamp(min=0).mean())
         return value if math.isfinite(value) else None
+
+
+    def ceiling(self) -> float | None:
+        """The level, or while it is still being measured a bound above it: for a cross-entropy the
+        loss of the uniform prediction, ln of its classes (no prior's entropy is higher), known from
+        the first backward pass; None while neither is known."""
+        level = self.level()
+        if level is not None or self.off or self._classes is None:
+            return level
+        return math.log(self._classes)
 
 
 def listen(owner: object) -> ChanceLevel:

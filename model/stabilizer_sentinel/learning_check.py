@@ -28,7 +28,11 @@
   where it started"; for a loss that is negative or near zero (a log-likelihood, a fine-tune from
   a trained state) the range and the noise set it, never a ratio. One or two steps above the
   bound are hard batches of a noisy run; three in a row are a trend, and so is one step
-  ``jump_spreads`` scales above the baseline (an explosion, caught before it overflows).
+  ``jump_spreads`` scales above the baseline (an explosion, caught before it overflows). Before the
+  first window closes, a loss whose chance level is known is measured from its first step, in the
+  larger of its magnitude and that level (``_first_window_finding``).
+  A run that never learned after its loss rose from its first step and fell back (a network a rate
+  too high saturated, back at about chance) is Diverging too (``_rose_and_fell``).
   VanishingGradient is never the finding while the loss climbs, nor after a spike above the bound
   (or an explosion in the first window) that the run never learned past: it becomes Diverging.
 * **LossNotDecreasing** (a plateau after learning), only when ``plateau_patience`` is set.
@@ -89,6 +93,10 @@ class LearningCheck(FallTests):
         self._first: tuple[int, float] | None = None  # (last step of the first window, its mean)
         self._first_spread: float | None = None  # the standard deviation of the first window's steps
         self._start: float | None = None  # where learning is measured from (loss_statistics.untrained_level)
+        self._first_step: float | None = None  # this process's first loss: the network before its first update
+        self._first_up: tuple[int, float, float | None] | None = None  # (step, loss, rate) first at twice that
+        self._peak: float | None = None  # the highest window mean of this process
+        self._early_above = 0  # consecutive first-window steps above the provisional bound
         self._spike: tuple[int, float] | None = None  # the first step above the divergence bound
         self._exploded: float | None = None  # the level of an explosion within the first window
         self._best: tuple[int, float] | None = None  # plateau reference: the best window, by plateau_decrease
@@ -149,15 +157,18 @@ class LearningCheck(FallTests):
 
     @property
     def wrecked_at(self) -> int | None:
-        """The step of a spike above the divergence bound (or an explosion in the first window) that the
-        run never learned past: where its run-up began, whatever was found later; None without one."""
-        return self._spike[0] if self._spike is not None and not self.learned else None
+        """The step of a spike above the divergence bound (or an explosion in the first window), or of
+        the first step of a rise the loss fell back from (``_rose_and_fell``), that the run never
+        learned past: where its run-up began, whatever was found later; None without one."""
+        wreck = self._wreck()
+        return None if wreck is None else wreck[0]
 
     @property
     def wrecked_rate(self) -> float | None:
         """The learning rate at ``wrecked_at``'s step: the rate that wrecked the run, whatever it has
         decayed to by the step the run is judged at; None without one (or where it was not given)."""
-        return self._spike_rate if self.wrecked_at is not None else None
+        wreck = self._wreck()
+        return None if wreck is None else wreck[2]
 
     @property
     def scale_of_loss(self) -> float | None:
@@ -218,6 +229,14 @@ class LearningCheck(FallTests):
         self._phase.observe(phase, learning_rate)
         if self._fired or not math.isfinite(loss):
             return None  # a non-finite loss is the finite check's business
+        if self._first_step is None:
+            self._first_step = loss
+        elif self._first_up is None and loss - self._first_step > abs(self._first_step):
+            self._first_up = (step, loss, learning_rate)
+        if self._bound is None and self._first is None and self._recent:
+            early = self._first_window_finding(step, loss, learning_rate)
+            if early is not None:
+                return early
         if self._bound is not None:
             self._above = self._above + 1 if loss > self._bound else 0
             if self._above and self._spike is None:
@@ -280,7 +299,7 @@ class LearningCheck(FallTests):
         vanishing = [f for f in findings if f.rule == VANISHING]
         if not vanishing:
             return findings
-        wrecked = self._spike is not None and not self.learned  # a spike the run never learned past
+        wrecked = self._wreck() is not None  # a spike or a rise the run never learned past
         if not (self.climbing() or wrecked or any(f.rule == DIVERGING for f in findings)):
             return findings
         kept = [f for f in findings if f.rule != VANISHING]
@@ -288,13 +307,42 @@ class LearningCheck(FallTests):
             level = sum(self._recent) / len(self._recent)
             how = (f"the loss is climbing ({level:.4g} over the last {len(self._recent)} steps, best "
                    f"{self._lowest:.4g})" if self.climbing() else
-                   f"the loss never learned since it spiked{self._spike_words()}")
+                   f"the loss never learned since it {'spiked' if self._spike else 'rose'}{self._spike_words()}")
             message = f"{how} while {vanishing[0].message}: diverging, not vanishing ({self._bound_reason()})"
             kept.insert(0, self._fire(DIVERGING, step, message, level))
         return kept
 
     # -- internals
+    def _first_window_finding(self, step: int, loss: float, learning_rate: float | None) -> RuleFinding | None:
+        """The divergence check of the first window, before its mean sets the bound: for a loss whose
+        chance level is known, ``persistence`` steps in a row above the first step + ``spreads`` x the
+        larger of its magnitude and that level (an untrained network scores about chance, and no three
+        batches of it score ten times that); while a cross-entropy's level is still being measured,
+        ln of its classes stands in for it (``ChanceLevel.ceiling``: no level is higher). Without a
+        chance level (a log-likelihood, a sum of terms) the first window waits: such a loss can start
+        near zero and leap from there while healthy. No jump is judged here: a loss thrown that far
+        in the first steps is a step from overflowing, and the finite check names it (ExplodingTensor)."""
+        ceiling = getattr(self.chance, "ceiling", None)  # the level, or a bound above it while it is measured
+        chance = ceiling() if ceiling is not None else self._chance()
+        first = self._first_step
+        if chance is None or first is None:
+            return None
+        scale = max(abs(first), chance)
+        bound = first + self.spreads * scale
+        self._early_above = self._early_above + 1 if loss > bound else 0
+        if self._early_above < self.persistence:
+            return None
+        back = self._early_above - 1  # the spike is the first of the steps above, still in this window's losses
+        self._spike = (step - back, list(self._recent)[-back]) if back else (step, loss)
+        self._spike_rate = list(self._recent_rates)[-back] if back else learning_rate
+        message = (f"the loss {loss:.4g} has been above {bound:.4g} for {self._early_above} steps of its first "
+                   f"{self.window} (its first step {first:.4g} + {self.spreads:g} x the loss's scale {scale:.4g}, "
+                   f"the larger of that step's magnitude and the loss {chance:.4g} of a prediction that "
+                   f"ignores the inputs)")
+        return self._fire(DIVERGING, step, message, loss)
+
     def _close_window(self, step: int, mean: float) -> None:
+        self._peak = mean if self._peak is None else max(self._peak, mean)
         self._last = (step, mean)
         self._lowest = mean if self._lowest is None else min(self._lowest, mean)
         if self._first is None:
@@ -323,7 +371,13 @@ class LearningCheck(FallTests):
         return f"mean {start:.4g} over the steps to {first_step}"
 
     def _spike_words(self) -> str:
-        return "" if self._spike is None else f" (it spiked to {self._spike[1]:.4g} at step {self._spike[0]})"
+        wreck = self._wreck() if self._spike is None else (*self._spike, self._spike_rate)
+        if wreck is None:
+            return ""
+        if self._spike is None:
+            return (f" (from {self._first_step:.4g} at its first step to a window mean of {self._peak:.4g}; "
+                    f"above twice its first step from step {wreck[0]})")
+        return f" (it spiked to {wreck[1]:.4g} at step {wreck[0]})"
 
     def _refresh_bound(self) -> None:
         base = self.baseline if self.baseline is not None else self.start_loss
@@ -392,7 +446,32 @@ class LearningCheck(FallTests):
         if self._spike is not None:  # a spike above the bound it never learned past: a rate too high
             return (f"the loss never learned since it spiked{self._spike_words()}: "
                     f"{self._start_words(first_step)}, {last:.4g} over the steps to {last_step}")
+        if self._rose_and_fell():
+            return (f"the loss never learned since it rose{self._spike_words()}: "
+                    f"{self._start_words(first_step)}, {last:.4g} over the steps to {last_step}")
         return None
+
+    def _wreck(self) -> tuple[int, float, float | None] | None:
+        """(step, loss, rate) of a spike or a rise the run never learned past; None without one."""
+        if self.learned:
+            return None
+        if self._spike is not None:
+            return self._spike[0], self._spike[1], self._spike_rate
+        return self._first_up if self._rose_and_fell() else None
+
+    def _rose_and_fell(self) -> bool:
+        """Whether this process's loss rose from its first step and fell back: its highest window mean
+        above both its first step and where it is now (the last window, or the median of the last
+        steps when lower) by more than the loss's scale (the larger of the first step's magnitude,
+        the chance level and ``noise_spreads`` per-step noise deviations). A rate too low leaves the
+        network about where it started, batch noise aside; one too high throws the loss up, and a
+        network it saturated falls back to about chance: a run that never learned after that had a
+        rate too high, and raising it would be the wrong remedy."""
+        if self._peak is None or self._first_step is None or self._first_up is None or self._last is None:
+            return False
+        now = min(self._last[1], self._centre if self._centre is not None else self._last[1])
+        scale = max(abs(self._first_step), self._chance() or 0.0, self.noise_spreads * (self.noise or 0.0))
+        return self._peak - max(self._first_step, now) > scale
 
     def _rose(self, first: float) -> bool:
         """Whether a run that never learned ended above its start by more than the noise of each end.

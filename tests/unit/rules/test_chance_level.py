@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
 import torch
 from torch import nn
 
@@ -122,3 +123,83 @@ def test_a_run_shorter_than_the_chance_levels_span_is_judged_at_its_end_against_
     flat = [2.6] * 12  # and a short flat run still never learned
     finding = verdict(flat, math.log(10))
     assert finding is not None and finding.rule == "NotLearning"
+
+
+def test_a_classifier_thrown_to_ten_times_its_chance_level_in_its_first_steps_is_diverging_there():
+    # MNIST at a thousand times its rate: 2.3 at the first step, then 1.8e8, 9.3e6, 4e5, and back
+    # near chance by step 7. The first window's mean is no start to measure a bound from: the first
+    # step is, in the larger of its magnitude and the chance level. Three steps above ten times it
+    # are a divergence at the third, where the check used to wait for the run's patience.
+    losses = [2.306, 1.776e8, 9.27e6, 3.98e5, 191.4, 254.5, 37.8, 10.2, *noisy([3.0] * 24, 0.3)]
+    finding = verdict(losses, math.log(10))
+    assert finding is not None and finding.rule == "Diverging" and finding.step == 3, finding
+    assert "for 3 steps of its first 5" in finding.message and "2.306" in finding.message
+    # A loss that leaves its chance level at 0.69 (a binary cross-entropy) for 50 and stays.
+    stuck = verdict([0.805, *[50.0] * 31], math.log(2))
+    assert stuck is not None and stuck.rule == "Diverging" and stuck.step == 3
+    # Without a chance level the first window waits for its mean (a log-likelihood may leap from near zero).
+    assert verdict(losses, None).step > 3
+
+
+def test_a_healthy_start_or_a_hard_batch_in_the_first_window_is_not_diverging():
+    # A classifier whose first batches are harder than its first (2.3 then up to 2.9): healthy.
+    learning = [2.3, 2.9, 2.7, 2.6, 2.5, *[2.4 * math.exp(-step / 30) + 0.1 for step in range(60)]]
+    assert verdict(noisy(learning, 0.02), math.log(10)) is None
+    # A fine-tune from a trained state (0.03) with two hard batches at 12 in its first window: the
+    # chance level (2.3), not the tiny first step, sets the scale, and two steps are no trend.
+    fine_tune = [0.03, 12.0, 0.04, 12.0, 0.03, *noisy([0.03] * 60, 0.005)]
+    finding = verdict(fine_tune, math.log(10))
+    assert finding is None or finding.step > 4, finding
+
+
+def test_a_classifier_that_rose_from_its_first_step_and_fell_back_to_chance_had_a_rate_too_high():
+    # An RNN at a thousand times its rate: 2.29 (chance, ln 10) at the first step, thrown to 11.8 and
+    # back to about chance within the first window, where it stays. It never learned; "NotLearning"
+    # would be answered by a higher rate. The loss rose from where the untrained network was and fell
+    # back: a rate too high.
+    losses = [2.288, 11.757, 9.279, 5.994, 2.995, 2.633, 2.413, 2.344, *noisy([2.35] * 24, 0.09)]
+    finding = verdict(losses, math.log(10))
+    assert finding is not None and finding.rule == "Diverging", finding
+    assert "never learned since it rose" in finding.message
+    assert "above twice its first step from step 1" in finding.message
+
+
+def test_a_rate_too_low_is_still_not_learning_whatever_its_first_batch():
+    # The same classifier at a rate too low: about chance throughout.
+    flat = verdict(noisy([2.31] * 32, 0.05), math.log(10))
+    assert flat is not None and flat.rule == "NotLearning", flat
+    # A regression whose first batch happened to be easy (0.5, where its batches score 1.5 +- 0.5 at
+    # the targets' variance): its windows are above its first step, but by its noise, not a rise.
+    regression = [0.5, *noisy([1.5] * 59, 0.5, seed=2)]
+    finding = verdict(regression, 1.5)
+    assert finding is not None and finding.rule == "NotLearning", finding
+
+
+class Ceiling:
+    """A cross-entropy's chance level still being measured: only its bound, ln of its classes, is known."""
+
+    def __init__(self, classes: int) -> None:
+        self.classes = classes
+
+    def level(self) -> None:
+        return None
+
+    def ceiling(self) -> float:
+        return math.log(self.classes)
+
+
+def test_while_a_cross_entropys_level_is_measured_ln_of_its_classes_bounds_it():
+    labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    early = _train(lambda model, x: nn.functional.cross_entropy(model(x), labels), steps=1)
+    assert early.level() is None and early.ceiling() == pytest.approx(math.log(3))  # 8 labels of 3 classes
+    measured = _train(lambda model, x: nn.functional.cross_entropy(model(x), labels))
+    assert measured.ceiling() == measured.level()
+    regression = _train(lambda model, x: nn.functional.mse_loss(model(x), torch.zeros(8, 3)), steps=1)
+    assert regression.ceiling() is None  # a squared error has no bound before its variance is measured
+    # MNIST with batches of 8: 100 labels are needed for its level, the divergence of its first window
+    # is judged from the bound (as in the test above, where the level was known).
+    check = LearningCheck()
+    check.chance = Ceiling(10)
+    losses = [2.306, 1.776e8, 9.27e6, 3.98e5, 191.4, 254.5]
+    finding = next(f for step, loss in enumerate(losses) if (f := check.observe(step, loss, None, 1000.0)))
+    assert finding.rule == "Diverging" and finding.step == 3

@@ -8,6 +8,7 @@ completed. The losses are synthetic (tests/detection/trajectories.py) so that ea
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -16,18 +17,22 @@ from stabilizer_contract.catalogue import RuleConfigError, check_rule_list
 from stabilizer_sentinel.rules import parse_rule_list
 from stabilizer_sentinel.sentinel import build_monitoring
 from tests.detection import trajectories as t
+from tests.unit.rules.test_chance_level import Known
 from tests.unit.rules.tinynet import tiny_net
 
 
-def watched(tmp_path, run: t.Run, rules=(), *, capture=None, grads=None):
+def watched(tmp_path, run: t.Run, rules=(), *, capture=None, grads=None, chance=None):
     """The finding the sentinel reports for ``run`` (None for none), as findings.json has it.
 
-    ``grads(step)`` gives the value every gradient holds at that step (for the gradient rules).
+    ``grads(step)`` gives the value every gradient holds at that step (for the gradient rules);
+    ``chance`` the loss's chance level, as real backward passes would have measured it.
     """
     model = tiny_net()
     cap, sentinel = build_monitoring(model, sentinel_rules=list(rules), sentinel_action="stop",
                                      capture=capture or {}, checkpoint_dir=tmp_path / "checkpoints",
                                      tensor_dir=tmp_path / "checkpoints" / "tensors")
+    if chance is not None:
+        sentinel.learning.chance = Known(chance)
     for step, (loss, rate) in enumerate(zip(run.losses, run.rates, strict=True)):
         cap.begin_step(step)
         if grads is not None:
@@ -202,3 +207,23 @@ def test_the_sentinel_checks_parameters_are_validated_by_name():
         check_rule_list([{"name": "Diverging", "parameters": {"persistence": "0"}}])
     with pytest.raises(RuleConfigError, match=r"\(NotLearning\)\.run_fraction: expected a number in \[0, 1\]"):
         check_rule_list([{"name": "NotLearning", "parameters": {"run_fraction": "1.5"}}])
+
+
+def test_vanishing_gradients_after_a_rise_the_loss_fell_back_from_are_diverging(tmp_path):
+    # llama2.c at a rate far too high (warm-up to 5 over 10 steps, then a cosine to 0 at step 100):
+    # 4.14 at its first steps, thrown up to about 60 by step 10, then back to 3.2 (about the entropy of
+    # its characters) as the schedule decays the rate, where the gradients vanish (1e-9 at step 100).
+    # It never learned past the rise; VanishingGradient (answered by a higher rate) would be wrong.
+    climb = [4.144, 4.137, 6.853, 15.06, 21.18, 29.81, 47.46, 39.40, 58.13, 62.18, 65.61, 62.29, 68.57,
+             46.55, 66.90, 54.88, 52.05, 29.23, 49.81, 49.75, 51.43, 48.48, 41.27, 37.63, 22.24, 50.62,
+             28.86, 34.31, 52.28]
+    fall = t.multiplicative([3.2 + 49.0 * (1 - k / 71) ** 3 for k in range(72)], 0.05, 0)
+    rates = [0.5 * step for step in range(11)] + [2.5 * (1 + math.cos(math.pi * k / 90)) for k in range(1, 91)]
+    rules = [{"name": "VanishingGradient"}]
+    finding = watched(tmp_path, t.Run(climb + fall, rates), rules, capture={"gradients": {"save_interval": 1}},
+                      grads=lambda step: 1e-9 if step >= 100 else 1e-2, chance=3.25)  # its characters' entropy
+    assert finding["rule"] == "Diverging" and finding["step"] == 100, finding["message"]
+    assert "never learned since it rose" in finding["message"]
+    # Its run-up began before the rise (the loss above twice its first step from step 3), and the rate
+    # that threw it up is the one reported, not the decayed one at step 100.
+    assert finding["onset_step"] == 2 and finding["learning_rate"] == pytest.approx(rates[3])
