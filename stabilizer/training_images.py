@@ -20,7 +20,7 @@ SDK and synthesize again. With Debugger rules on, a region without a Debugger ru
 refused the same way (mapping DebuggerRuleRegistry).
 
 The CDK app reads this module through infra/training_image.py; local mode
-(stabilizer.local.deployment) gives its functions the same variables for its region, so an
+(stabilizer.local.engine.deployment) gives its functions the same variables for its region, so an
 instance type or `job.image` resolves there as it does in the deployed stack. The SDK is imported
 only here, at synth time and when local mode starts; the Lambda asset never contains it. No AWS calls.
 """

@@ -248,8 +248,8 @@ def execute(run: Run, policy: str, data_dir: Path, run_root: Path, job_environme
     is what this machine adds to each job's as its image (LocalSettings.job_environment)."""
     from stabilizer.client.inputs import check_input
     from stabilizer.local.checkout import project_root
-    from stabilizer.local.deployment import LocalSettings
-    from stabilizer.local.engine import LocalEngine, Project
+    from stabilizer.local.engine.deployment import LocalSettings
+    from stabilizer.local.engine.engine import LocalEngine, Project
 
     name = f"{run.name}-{policy.replace(RELAUNCHED, '-relaunch')}-{time.strftime('%H%M%S')}"
     run_dir = run_root / name

@@ -227,7 +227,7 @@ class Script:
 
     def command_arguments(self, hyperparameters: dict[str, Any]) -> list[str]:
         """The script's command line for these hyperparameters, as its manifest says a user writes it."""
-        from stabilizer.local.container import to_cmd_args
+        from stabilizer.local.emulator.container import to_cmd_args
 
         args = to_cmd_args(hyperparameters)
         if self.arguments == "space":

@@ -86,7 +86,7 @@ def measuring_problem(record: Any, job_statuses: list[str]) -> str | None:
     """Why a measuring run measured no wake, in one line; None when it did: the workflow reached
     a verdict of its own (whichever: the wake does not depend on it) after exactly one job that
     ended by itself (a job the monitor stopped ends at the workflow's request, not on its own)."""
-    from stabilizer.local.execution_follower import failure_message
+    from stabilizer.local.engine.execution_follower import failure_message
 
     verdict = record.status == "SUCCEEDED" or (record.status == "FAILED" and record.error == "TrainingNotRecovered")
     if verdict and job_statuses == ["Completed"]:
@@ -101,7 +101,7 @@ def measure_wake(work: Path) -> WakeMeasurement:
 
     The libraries' log (the ASL interpreter's dump of each failed state) goes to `work`/engine.log."""
     from stabilizer.local.checkout import reference_source
-    from stabilizer.local.engine import LocalEngine
+    from stabilizer.local.engine.engine import LocalEngine
     from stabilizer.local.offline_digits import ensure_offline_digits
 
     logging.basicConfig(filename=work / "engine.log", level=logging.WARNING, force=True)

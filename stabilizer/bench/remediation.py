@@ -156,7 +156,7 @@ def prepare_data_sets(digits: Path, root: Path) -> dict[str, Path]:
 
 def run_scenario(scenario: Scenario, policy: str, data: dict[str, Path], run_root: Path, *, small: bool = False) -> Row:
     from stabilizer.local.checkout import project_root
-    from stabilizer.local.engine import LocalEngine, Project
+    from stabilizer.local.engine.engine import LocalEngine, Project
     from stabilizer.reports.report import timing
 
     name = f"{scenario.name}-{policy}-{time.strftime('%H%M%S')}"

@@ -203,9 +203,9 @@ class Interrupts:
 
 def run_local(args: argparse.Namespace, out: TextIO) -> int:
     from stabilizer.client.inputs import build_input, execution_input_module
-    from stabilizer.local.deployment import LocalSettings, Project, strict_from_environment
-    from stabilizer.local.engine import LocalEngine
-    from stabilizer.local.staging import source_summary
+    from stabilizer.local.engine.deployment import LocalSettings, Project, strict_from_environment
+    from stabilizer.local.engine.engine import LocalEngine
+    from stabilizer.local.engine.staging import source_summary
     from stabilizer.source.sourcedir import mark_run_directory
 
     # The input is checked first: a wrong input is the person's to fix, whatever else is missing.
@@ -331,7 +331,7 @@ def _shown_path(source: str) -> str:
 
 
 def finish(record: Any, run_dir: Path, out: TextIO) -> int:
-    from stabilizer.local.execution_follower import failure_message
+    from stabilizer.local.engine.execution_follower import failure_message
     from stabilizer.reports.report import outcome, table_text, timing, write_report
 
     paths = write_report(record, run_dir)
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except Exception as error:
         from stabilizer.client.inputs import InputProblemError
-        from stabilizer.local.deployment import EngineError
+        from stabilizer.local.engine.deployment import EngineError
 
         if isinstance(error, InputProblemError | EngineError):
             sys.stderr.write(f"stabilizer: {error}\n")

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from stabilizer.local.execution_follower import EngineEvent
+from stabilizer.local.engine.execution_follower import EngineEvent
 from stabilizer.reports.records import AttemptRecord
 
 TERMINAL_JOB_STATUSES = ("Completed", "Failed", "Stopped")

@@ -62,7 +62,7 @@ class Client(Protocol):
 
 def latest_state(events: list[dict[str, Any]], output: str | None = None) -> dict[str, Any] | None:
     """The newest state payload in an execution's history (or its output, once it succeeded)."""
-    from stabilizer.local.execution_follower import state_payload
+    from stabilizer.local.engine.execution_follower import state_payload
 
     if output:
         found = state_payload(output)

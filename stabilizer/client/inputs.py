@@ -14,7 +14,7 @@ limits fields, then the original AWS sample's flat names (``init_warmup_learning
 
 A job's local paths (``job.source``, ``job.channels``) are relative to the input file (or to the
 current directory without one); they are made absolute and checked here, before anything starts
-(stabilizer.local.staging).
+(stabilizer.local.engine.staging).
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def build_input(
 
 def localize_job(data: dict[str, Any], base: Path, leave_out: Sequence[Path] = ()) -> dict[str, Any]:
     """The input with its job's local paths absolute and checked; InputProblemError names the field."""
-    from stabilizer.local.staging import StagingError, localize
+    from stabilizer.local.engine.staging import StagingError, localize
 
     try:
         return localize(data, base, leave_out)

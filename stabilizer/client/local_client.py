@@ -60,8 +60,8 @@ class LocalClient(ExecutionClient):
         cls, run_dir: str | Path = "runs/notebook", data_dir: str | Path | None = None, settings: Any = None
     ) -> LocalClient:
         """Start a local engine for a notebook: the offline digits unless ``data_dir`` is given."""
-        from stabilizer.local.deployment import Project
-        from stabilizer.local.engine import LocalEngine
+        from stabilizer.local.engine.deployment import Project
+        from stabilizer.local.engine.engine import LocalEngine
         from stabilizer.local.offline_digits import ensure_offline_digits
 
         project = Project.discover()
@@ -92,7 +92,7 @@ class LocalClient(ExecutionClient):
     ) -> dict[str, Any]:
         """As on every client, plus: an image named by framework and version becomes the SDK's URI for
         the local engine's region (local jobs run on this machine; the URI only has to be the right one)."""
-        from stabilizer.local.deployment import REGION
+        from stabilizer.local.engine.deployment import REGION
 
         if job is not None and not isinstance(job, dict):
             options = {"region": REGION, **options}

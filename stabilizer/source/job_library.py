@@ -1,7 +1,7 @@
 """The in-job library's files: what every training job's `stabilizer` channel holds.
 
 The stack deploys them to the library prefix (infra/training_source.py) and local mode uploads
-them to its local S3 (`stabilizer.local.staging.upload_library`); both take the list from here, so
+them to its local S3 (`stabilizer.local.engine.staging.upload_library`); both take the list from here, so
 the two deliver the same files. The job receives the prefix as its `stabilizer` channel, with
 PYTHONPATH pointing at it (docs/contracts.md, section 8). This module lists files; it copies and
 uploads nothing.

@@ -1,7 +1,7 @@
 """A training job's source directory, packed as `sourcedir.tar.gz` the way the SageMaker SDK packs it.
 
 This is the one place that decides what of a job's source goes to the job, for every path that
-packs one: local mode (`stabilizer.local.staging`, the engine's reference `model/`), the AWS
+packs one: local mode (`stabilizer.local.engine.staging`, the engine's reference `model/`), the AWS
 client's upload (`stabilizer.client.sdk_aws.upload_local_files`), SDK estimators and ModelTrainers
 (`stabilizer.client.sdk_source`), and the CDK app's archive of `model/` (`infra/training_source.py`).
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from moto import mock_aws
 
-from stabilizer.local import history_events
+from stabilizer.local.engine import history_events
 from tests.asl.harness import REGION, Workflow
 
 

@@ -3,7 +3,7 @@
 On a loaded machine the interpreter's task thread can reach the parked watch task's scheduling only
 after the state's one-second timeout fired; its late ``TaskScheduled`` event then held the task's
 parameters as ``timeoutInSeconds``, and every later ``GetExecutionHistory`` failed to serialise
-(a public-scripts run ended ``error TypeError`` that way). stabilizer.local.history_events keeps the
+(a public-scripts run ended ``error TypeError`` that way). stabilizer.local.engine.history_events keeps the
 event in its documented shape; the local engine and this harness install it.
 """
 
@@ -16,7 +16,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state
     StateTaskService,
 )
 
-from stabilizer.local import history_events
+from stabilizer.local.engine import history_events
 from tests.asl.harness import ok, sleeps
 from tests.asl.test_paths import COMPLETED, LAUNCHED, PREPARED, WATCHING
 

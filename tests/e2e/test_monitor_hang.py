@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from stabilizer.local.deployment import LocalSettings, Project
-from stabilizer.local.engine import LocalEngine
+from stabilizer.local.engine.deployment import LocalSettings, Project
+from stabilizer.local.engine.engine import LocalEngine
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

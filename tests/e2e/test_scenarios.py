@@ -46,8 +46,8 @@ def test_small_scenario_gets_the_right_rule_remedy_and_verdict(name, data_sets, 
 
 @pytest.mark.long
 def test_a_rule_list_without_exploding_tensor_still_stops_at_the_first_non_finite_step(data_sets, tmp_path):
-    from stabilizer.local.deployment import Project
-    from stabilizer.local.engine import LocalEngine
+    from stabilizer.local.engine.deployment import Project
+    from stabilizer.local.engine.engine import LocalEngine
 
     execution_input = {
         "wait_seconds": 1,

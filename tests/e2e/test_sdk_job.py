@@ -20,7 +20,7 @@ SCRIPT_DIR = Path(__file__).resolve().parent / "fixtures" / "regression_job"
 if not SCRIPT_DIR.is_dir():
     pytest.skip("the user-job fixture (tests/e2e/fixtures/regression_job) is not in this tree",
                 allow_module_level=True)
-pytest.importorskip("stabilizer.local.staging", reason="local mode that runs a job of your own")
+pytest.importorskip("stabilizer.local.engine.staging", reason="local mode that runs a job of your own")
 
 
 @pytest.fixture

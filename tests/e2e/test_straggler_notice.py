@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from stabilizer.local.deployment import Project
-from stabilizer.local.engine import LocalEngine
+from stabilizer.local.engine.deployment import Project
+from stabilizer.local.engine.engine import LocalEngine
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from stabilizer.local.deployment import Project
-from stabilizer.local.engine import LocalEngine
+from stabilizer.local.engine.deployment import Project
+from stabilizer.local.engine.engine import LocalEngine
 from stabilizer.reports.records import RunRecord
 
 pytestmark = pytest.mark.slow

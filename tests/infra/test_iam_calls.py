@@ -1,11 +1,11 @@
 """Every AWS call of a launch, judged by the synthesized IAM with a real policy evaluator.
 
 moto enforces no IAM, so a call AWS would deny passes every moto test. Here the handlers run
-under moto with `stabilizer.local.access_check` recording each call as its principal's IAM
+under moto with `stabilizer.local.iam.access_check` recording each call as its principal's IAM
 requests (action, resource ARN, context keys such as `s3:prefix` and `iam:PassedToService`),
 and each request is evaluated against that principal's policies in the template the CDK app
 synthesizes. Why principalmapper's evaluator and not moto's IAM enforcement: see the docstring
-of stabilizer/local/access_check.py (moto 5.2.5 knows only StringEquals, turns a failed
+of stabilizer/local/iam/access_check.py (moto 5.2.5 knows only StringEquals, turns a failed
 condition into a Deny, ignores NotResource); the semantics it must honour are checked in
 tests/unit/local/test_access_check.py.
 
@@ -30,11 +30,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from stabilizer.local.access_check import AccessChecker, acting_as, evaluate
-from stabilizer.local.deployment import ACCOUNT, REGION, LocalSettings
-from stabilizer.local.iam_requests import IamRequest, Where, job_requests, requests_for
-from stabilizer.local.lambda_seam import LocalLambdas
-from stabilizer.local.stack_policies import EXECUTION_ROLE, MONITOR, TRAIN, principal_policies
+from stabilizer.local.engine.deployment import ACCOUNT, REGION, LocalSettings
+from stabilizer.local.engine.lambda_seam import LocalLambdas
+from stabilizer.local.iam.access_check import AccessChecker, acting_as, evaluate
+from stabilizer.local.iam.iam_requests import IamRequest, Where, job_requests, requests_for
+from stabilizer.local.iam.stack_policies import EXECUTION_ROLE, MONITOR, TRAIN, principal_policies
 from tests.infra.synth import synth
 
 SETTINGS = LocalSettings()

@@ -1,9 +1,11 @@
 """Imports point one way: down the floors of ``stabilizer``, and from infra/ only to the bottom floor.
 
-The floors, top to bottom, are `FLOORS`: the benchmarks, the command line, the client, local mode,
-and the floor they all stand on (source packing, reports, the SNS mailbox, the training images). A
-module imports modules of its own floor and of the floors below it, never one above: local mode
-runs without the client, the client without the command line. The CDK app (infra/) imports of
+The floors, top to bottom, are `FLOORS`: the benchmarks, the command line, the client, local mode
+(its engine, then the SageMaker emulator and the IAM access check the engine stands up, then
+what they share: where the project's parts are), and the floor they all stand on (source packing,
+reports, the SNS mailbox, the training images). A module imports modules of its own floor and of
+the floors below it, never one above: local mode runs without the client, the client without the
+command line, the emulator and the access check without the engine. The CDK app (infra/) imports of
 ``stabilizer`` only the bottom floor: synthesizing the stack never loads local mode or the client.
 
 Every ``import`` and ``from ... import`` counts, at the top of a module or inside a function, and
@@ -26,6 +28,8 @@ FLOORS = (
     ("stabilizer.bench",),
     ("stabilizer.cli",),
     ("stabilizer.client",),
+    ("stabilizer.local.engine",),
+    ("stabilizer.local.emulator", "stabilizer.local.iam"),
     ("stabilizer.local",),
     ("stabilizer", "stabilizer.source", "stabilizer.reports", "stabilizer.mailbox", "stabilizer.training_images"),
 )

@@ -65,9 +65,9 @@ def test_an_unknown_name_is_an_attribute_error_naming_it():
         "loaded = sorted(m for m in sys.modules if m.startswith(('stabilizer.client.', 'stabilizer.local')))\n"
         "assert loaded == [], loaded",
         # Local mode first, then the short name.
-        "import stabilizer.local.engine\nfrom stabilizer.client import LocalClient\nLocalClient.open",
+        "import stabilizer.local.engine.engine\nfrom stabilizer.client import LocalClient\nLocalClient.open",
         # The short name first, then local mode.
-        "from stabilizer.client import LocalClient, channels\nimport stabilizer.local.engine",
+        "from stabilizer.client import LocalClient, channels\nimport stabilizer.local.engine.engine",
     ],
     ids=["lazy", "local-mode-first", "client-first"],
 )

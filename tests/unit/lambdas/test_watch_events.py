@@ -75,7 +75,7 @@ def test_a_failed_jobs_event_with_tags_as_a_list_and_a_member_aws_adds_later_par
 
 
 def test_the_local_engines_job_event_parses_as_sagemakers_does():
-    from stabilizer.local.job_state_events import job_state_change
+    from stabilizer.local.emulator.job_state_events import job_state_change
     from stabilizer_workflow.watch_events import parse_watch_event
 
     t0 = dt.datetime(2026, 11, 25, 9, 0, tzinfo=dt.UTC)

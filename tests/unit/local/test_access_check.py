@@ -16,10 +16,10 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from stabilizer.local.access_check import AccessChecker, acting_as, evaluate, tag_client
-from stabilizer.local.deployment import LocalSettings
-from stabilizer.local.iam_requests import IamRequest, Where, job_requests, requests_for
-from stabilizer.local.stack_policies import PrincipalPolicies, principal_policies
+from stabilizer.local.engine.deployment import LocalSettings
+from stabilizer.local.iam.access_check import AccessChecker, acting_as, evaluate, tag_client
+from stabilizer.local.iam.iam_requests import IamRequest, Where, job_requests, requests_for
+from stabilizer.local.iam.stack_policies import PrincipalPolicies, principal_policies
 
 BUCKET = "arn:aws:s3:::bkt"
 LIST_DATA = {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": BUCKET,
@@ -108,7 +108,7 @@ def test_a_job_pulls_its_image_and_writes_profiler_output_as_its_role():
 
 
 def test_template_intrinsics_resolve_to_the_deployment_names():
-    from stabilizer.local.stack_policies import DeploymentNames
+    from stabilizer.local.iam.stack_policies import DeploymentNames
 
     template = {
         "Mappings": {"Registry": {"us-east-1": {"account": "763104351884"}}},
@@ -181,9 +181,9 @@ def test_a_tagged_client_is_its_principals_whoever_calls_it(s3):
 
 
 def test_strict_mode_without_the_evaluator_says_what_to_install(monkeypatch):
-    from stabilizer.local import access_check
-    from stabilizer.local.deployment import EngineError
-    from stabilizer.local.lambda_seam import LocalLambdas
+    from stabilizer.local.engine.deployment import EngineError
+    from stabilizer.local.engine.lambda_seam import LocalLambdas
+    from stabilizer.local.iam import access_check
 
     def missing():
         raise RuntimeError("judging calls by the stack's IAM policies needs principalmapper (No module named "
@@ -201,9 +201,9 @@ def test_the_state_machines_own_notification_and_invocations_are_its_calls(tmp_p
 
     import numpy as np
 
-    from stabilizer.local.deployment import Project
-    from stabilizer.local.engine import LocalEngine
-    from stabilizer.local.stack_policies import STATE_MACHINE, TRAIN
+    from stabilizer.local.engine.deployment import Project
+    from stabilizer.local.engine.engine import LocalEngine
+    from stabilizer.local.iam.stack_policies import STATE_MACHINE, TRAIN
 
     for channel in ("train", "test"):
         (tmp_path / "data" / channel).mkdir(parents=True)
@@ -227,7 +227,7 @@ def test_the_state_machines_own_notification_and_invocations_are_its_calls(tmp_p
 
 
 def test_strict_mode_fails_a_job_whose_image_its_role_cannot_pull():
-    from stabilizer.local.stack_policies import EXECUTION_ROLE
+    from stabilizer.local.iam.stack_policies import EXECUTION_ROLE
 
     role = PrincipalPolicies(EXECUTION_ROLE, "arn:aws:iam::123456789012:role/job", policy(
         {"Effect": "Allow", "Action": ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer",
@@ -256,8 +256,8 @@ def test_each_engine_is_a_fresh_deployment_whose_functions_read_its_own_settings
 
     import numpy as np
 
-    from stabilizer.local.deployment import Project
-    from stabilizer.local.engine import LocalEngine
+    from stabilizer.local.engine.deployment import Project
+    from stabilizer.local.engine.engine import LocalEngine
 
     for channel in ("train", "test"):
         (tmp_path / "data" / channel).mkdir(parents=True)

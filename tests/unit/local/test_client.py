@@ -15,8 +15,8 @@ from moto import mock_aws
 
 from stabilizer.client.aws_client import AwsClient
 from stabilizer.client.local_client import LocalClient
-from stabilizer.local.deployment import Project
-from stabilizer.local.engine import LocalEngine
+from stabilizer.local.engine.deployment import Project
+from stabilizer.local.engine.engine import LocalEngine
 from tests.unit.local.support import aws_env_fixture  # noqa: F401 fixture
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from stabilizer.local.container import Container, decode_hyperparameters, to_cmd_args
+from stabilizer.local.emulator.container import Container, decode_hyperparameters, to_cmd_args
 
 
 def test_hyperparameters_are_decoded_and_passed_as_the_toolkit_does():

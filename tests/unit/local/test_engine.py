@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stabilizer.local.deployment import EngineError, Project, fill_placeholders
-from stabilizer.local.engine import LocalEngine
+from stabilizer.local.engine.deployment import EngineError, Project, fill_placeholders
+from stabilizer.local.engine.engine import LocalEngine
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -116,8 +116,8 @@ def test_closing_stops_executions_still_running(tmp_path: Path, project: Project
 
 
 def test_the_projects_placeholders_come_from_the_one_map_cdk_reads_too(tmp_path: Path):
-    from stabilizer.local.deployment import LocalSettings, placeholder_values
-    from stabilizer.local.lambda_seam import LocalLambdas
+    from stabilizer.local.engine.deployment import LocalSettings, placeholder_values
+    from stabilizer.local.engine.lambda_seam import LocalLambdas
 
     real = Project.discover(Path(__file__).resolve().parents[3])
     values = placeholder_values(real.placeholder_map, LocalSettings(), LocalLambdas("us-east-1", "123456789012"))

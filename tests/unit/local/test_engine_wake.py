@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stabilizer.local.deployment import Project
-from stabilizer.local.engine import LocalEngine
+from stabilizer.local.engine.deployment import Project
+from stabilizer.local.engine.engine import LocalEngine
 
 pytestmark = pytest.mark.slow  # its jobs run as processes
 

@@ -6,7 +6,7 @@ import threading
 import time
 from types import SimpleNamespace
 
-from stabilizer.local.engine import LocalEngine
+from stabilizer.local.engine.engine import LocalEngine
 
 
 def test_concurrent_invocations_restore_stdout_and_log_everything():

@@ -7,7 +7,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from stabilizer.local.job_state_events import job_state_change
+from stabilizer.local.emulator.job_state_events import job_state_change
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 T0 = dt.datetime(2026, 11, 25, 9, 0, tzinfo=dt.UTC)

@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
-from stabilizer.local.lambda_seam import LocalLambdas, function_name_of
+from stabilizer.local.engine.lambda_seam import LocalLambdas, function_name_of
 from tests.unit.local.support import aws_env_fixture  # noqa: F401 fixture
 
 ROLE = "arn:aws:iam::123456789012:role/states"

@@ -6,7 +6,7 @@ import pytest
 
 from stabilizer.bench import latency_model as latency
 from stabilizer.bench.latency import table
-from stabilizer.local.training_job import SAGEMAKER_STOP_GRACE_SECONDS
+from stabilizer.local.emulator.training_job import SAGEMAKER_STOP_GRACE_SECONDS
 
 
 def test_the_model_uses_the_workflows_own_settings():

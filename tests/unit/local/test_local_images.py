@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from stabilizer.cli.commands import gpu_instance_note
-from stabilizer.local.deployment import REGION, LocalSettings
+from stabilizer.local.engine.deployment import REGION, LocalSettings
 from stabilizer.training_images import PYTORCH_VERSION
 
 EXECUTION = {"id": f"arn:aws:states:{REGION}:123456789012:execution:m:local-1", "name": "local-1"}

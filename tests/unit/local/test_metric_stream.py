@@ -5,8 +5,8 @@ are not sent."""
 
 from __future__ import annotations
 
-from stabilizer.local.container import Container
-from stabilizer.local.training_job import LocalTrainingJob
+from stabilizer.local.emulator.container import Container
+from stabilizer.local.emulator.training_job import LocalTrainingJob
 
 
 def test_each_complete_loss_line_of_every_host_is_sent_once_with_the_jobs_name(tmp_path):

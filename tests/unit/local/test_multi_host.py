@@ -13,7 +13,7 @@ from typing import Any
 import boto3
 import pytest
 
-from stabilizer.local.sagemaker import LocalSageMaker
+from stabilizer.local.emulator.sagemaker import LocalSageMaker
 from stabilizer.source.sourcedir import source_archive
 from tests.helpers import MODEL_DIR, ROOT
 from tests.unit.local.support import BUCKET, FIXTURES, aws_env_fixture, s3_fixture  # noqa: F401 fixtures

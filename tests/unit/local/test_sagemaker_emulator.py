@@ -16,8 +16,8 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from stabilizer.local.rule_jobs import rule_evaluator_factory
-from stabilizer.local.sagemaker import LocalSageMaker
+from stabilizer.local.emulator.rule_jobs import rule_evaluator_factory
+from stabilizer.local.emulator.sagemaker import LocalSageMaker
 from tests.unit.local.support import aws_env_fixture, s3_fixture, staged_fixture  # noqa: F401 fixtures
 
 BUCKET = "stabilizer-test"  # the bucket of tests/unit/local/support.py
@@ -311,7 +311,7 @@ def test_invalid_requests_are_rejected_before_anything_runs(sagemaker: Any, stag
     problem = emulator.create_training_job.__func__  # type: ignore[attr-defined]
     missing_role = request(staged, "job-norole")
     del missing_role["RoleArn"]
-    from stabilizer.local.sagemaker import SageMakerRequestError
+    from stabilizer.local.emulator.sagemaker import SageMakerRequestError
 
     with pytest.raises(SageMakerRequestError, match="RoleArn"):
         problem(emulator, missing_role)

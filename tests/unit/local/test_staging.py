@@ -15,7 +15,7 @@ from moto import mock_aws
 
 from stabilizer.cli.commands import EXIT_USAGE, main
 from stabilizer.client.inputs import InputProblemError, build_input, execution_input_module
-from stabilizer.local.staging import StagingError, localize, stage, upload_library
+from stabilizer.local.engine.staging import StagingError, localize, stage, upload_library
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -218,9 +218,9 @@ class NoEngine:
 
 @pytest.fixture
 def no_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
-    import stabilizer.local.engine
+    import stabilizer.local.engine.engine
 
-    monkeypatch.setattr(stabilizer.local.engine, "LocalEngine", NoEngine)
+    monkeypatch.setattr(stabilizer.local.engine.engine, "LocalEngine", NoEngine)
     NoEngine.started = []
     digits = tmp_path / "digits"
     for channel in ("train", "test"):

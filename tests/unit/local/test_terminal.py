@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 
 from stabilizer.cli.progress import LiveProgress, Pace, PlainProgress, time_left_text
-from stabilizer.local.execution_follower import EngineEvent
+from stabilizer.local.engine.execution_follower import EngineEvent
 from stabilizer.reports.records import AttemptRecord, EvalPoint, MetricPoint, Notification, TrainingPlan, parse_log_line
 
 SUBJECTS = [

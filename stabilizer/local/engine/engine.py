@@ -4,18 +4,18 @@ The engine starts moto (``mock_aws`` with its Step Functions interpreter executi
 creates the bucket and topic the CDK app would create, uploads the packaged ``model/`` source and
 the offline data set, fills the ASL file's ``${placeholders}`` from the map CDK reads too
 (``statemachine/placeholders.json``; the deployment's local stand-ins are
-``stabilizer.local.deployment``'s), routes the three Lambda functions to the handler functions
+``stabilizer.local.engine.deployment``'s), routes the three Lambda functions to the handler functions
 in ``lambdas/`` (the same code CDK deploys), serves SageMaker training jobs as local subprocesses
 (their metric definitions' matches sent to moto's CloudWatch, as SageMaker sends them), delivers
 each job's end to the watch function as EventBridge's rule does in the cloud. Then it starts
-executions, stops them, and hands each one to ``stabilizer.local.execution_follower``, which follows
+executions, stops them, and hands each one to ``stabilizer.local.engine.execution_follower``, which follows
 it: history, notifications (through an SQS queue subscribed to the topic, as a person's mailbox
 would be), and each job's log for its loss and gradient norm.
 
 In strict mode (``strict=True``, ``STABILIZER_STRICT=1``, ``stabilizer run --local --strict``)
 every AWS call of the functions, the state machine and the training jobs is judged by the IAM
 policies of the synthesized stack, and what AWS would deny is refused with the same error
-(``stabilizer.local.access_check``).
+(``stabilizer.local.iam.access_check``).
 
 It must not decide anything about the workflow: every decision is made by the state machine and
 the handlers, exactly as in the cloud.
@@ -37,9 +37,12 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from stabilizer.local import history_events
-from stabilizer.local.access_check import AccessChecker, acting_as, state_machine_clients, tag_client
-from stabilizer.local.deployment import (
+from stabilizer.local.emulator.job_state_events import job_state_change
+from stabilizer.local.emulator.rule_jobs import rule_evaluator_factory
+from stabilizer.local.emulator.sagemaker import LocalSageMaker
+from stabilizer.local.emulator.training_job import LOCAL_INTERRUPT_GRACE_SECONDS, LocalTrainingJob
+from stabilizer.local.engine import history_events
+from stabilizer.local.engine.deployment import (
     ACCOUNT,
     REGION,
     EngineError,
@@ -49,13 +52,10 @@ from stabilizer.local.deployment import (
     placeholder_values,
     strict_from_environment,
 )
-from stabilizer.local.execution_follower import ExecutionFollower, Observer, unobserved
-from stabilizer.local.job_state_events import job_state_change
-from stabilizer.local.lambda_seam import LocalLambdas, cold_start, handler_module
-from stabilizer.local.rule_jobs import rule_evaluator_factory
-from stabilizer.local.sagemaker import LocalSageMaker
-from stabilizer.local.staging import StagingError, stage, upload_library
-from stabilizer.local.training_job import LOCAL_INTERRUPT_GRACE_SECONDS, LocalTrainingJob
+from stabilizer.local.engine.execution_follower import ExecutionFollower, Observer, unobserved
+from stabilizer.local.engine.lambda_seam import LocalLambdas, cold_start, handler_module
+from stabilizer.local.engine.staging import StagingError, stage, upload_library
+from stabilizer.local.iam.access_check import AccessChecker, acting_as, state_machine_clients, tag_client
 from stabilizer.mailbox import Mailbox
 from stabilizer.reports.records import RunRecord
 from stabilizer.source.sourcedir import mark_run_directory, source_archive
@@ -78,7 +78,7 @@ class LocalEngine:
     ) -> None:
         """`access` records and judges every call of the stack's principals by the synthesized
         IAM; `strict` (default: STABILIZER_STRICT) builds one from a synth that refuses what AWS
-        would deny (stabilizer.local.access_check)."""
+        would deny (stabilizer.local.iam.access_check)."""
         self.run_dir = Path(run_dir).resolve()
         self.data_dir = Path(data_dir).resolve()
         self.project = project or Project.discover()
@@ -163,7 +163,7 @@ class LocalEngine:
         if self.access is not None:
             import boto3
 
-            from stabilizer.local.stack_policies import EXECUTION_ROLE, STATE_MACHINE
+            from stabilizer.local.iam.stack_policies import EXECUTION_ROLE, STATE_MACHINE
 
             self._stack.enter_context(self.access.installed())
             self._stack.enter_context(state_machine_clients(STATE_MACHINE))

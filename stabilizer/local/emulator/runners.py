@@ -19,8 +19,8 @@ the SageMaker Python SDK wrote for the estimator's ``distribution``:
 
 Locally every host is a process group on this machine: the master's address is ``127.0.0.1`` (no
 host named ``algo-1`` resolves here) and the port a free one (two local jobs may run at once), and
-the processes talk over loopback with gloo. This module says what to run; ``stabilizer.local.container``
-lays out each host and ``stabilizer.local.training_job`` runs and ends them.
+the processes talk over loopback with gloo. This module says what to run; ``stabilizer.local.emulator.container``
+lays out each host and ``stabilizer.local.emulator.training_job`` runs and ends them.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the training jobs that belong to it (each job's log for its plan, loss and gradi
 it), fills the execution's ``RunRecord`` and tells an observer each thing as an ``EngineEvent``.
 
 It only watches: it starts nothing and decides nothing. Starting the engine and the execution is
-``stabilizer.local.engine``'s part.
+``stabilizer.local.engine.engine``'s part.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stabilizer.local.sagemaker import LocalSageMaker
-from stabilizer.local.training_job import LocalTrainingJob
+from stabilizer.local.emulator.sagemaker import LocalSageMaker
+from stabilizer.local.emulator.training_job import LocalTrainingJob
 from stabilizer.mailbox import Mailbox
 from stabilizer.reports.records import (
     AttemptRecord,

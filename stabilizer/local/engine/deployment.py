@@ -7,7 +7,7 @@ section 4), with local stand-ins. The definition's ``${placeholders}`` are fille
 CDK reads too (``statemachine/placeholders.json``), each by the local value of its key; a
 placeholder with no local value is an error naming it, never left in place.
 
-Nothing here starts anything: ``stabilizer.local.engine`` stands the deployment up.
+Nothing here starts anything: ``stabilizer.local.engine.engine`` stands the deployment up.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from stabilizer.local.checkout import in_checkout, installed_parts, project_root
 from stabilizer_workflow import environment as env
 
 if TYPE_CHECKING:
-    from stabilizer.local.access_check import AccessChecker
-    from stabilizer.local.lambda_seam import LocalLambdas
-    from stabilizer.local.stack_policies import DeploymentNames
+    from stabilizer.local.engine.lambda_seam import LocalLambdas
+    from stabilizer.local.iam.access_check import AccessChecker
+    from stabilizer.local.iam.stack_policies import DeploymentNames
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
 REGION = "us-east-1"
@@ -136,14 +136,14 @@ class LocalSettings:
         return f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{self.state_machine_name}"
 
     def principal_of(self, function: str) -> str:
-        """The stack's principal (stabilizer.local.stack_policies) a local function stands for."""
-        from stabilizer.local.stack_policies import MONITOR, TRAIN, WATCH
+        """The stack's principal (stabilizer.local.iam.stack_policies) a local function stands for."""
+        from stabilizer.local.iam.stack_policies import MONITOR, TRAIN, WATCH
 
         return {self.train_function: TRAIN, self.monitor_function: MONITOR, self.watch_function: WATCH}[function]
 
     def deployment_names(self, lambdas: LocalLambdas) -> DeploymentNames:
         """The stack's resources under their local names, to resolve the synthesized policies with."""
-        from stabilizer.local.stack_policies import EXECUTION_ROLE, STATE_MACHINE, DeploymentNames
+        from stabilizer.local.iam.stack_policies import EXECUTION_ROLE, STATE_MACHINE, DeploymentNames
 
         functions = (self.train_function, self.monitor_function, self.watch_function)
         return DeploymentNames(
@@ -162,9 +162,9 @@ class LocalSettings:
 
     def strict_access_checker(self, lambdas: LocalLambdas) -> AccessChecker:
         """Synthesize the stack (seconds) and refuse every call its roles could not make."""
-        from stabilizer.local.access_check import AccessChecker, evaluator_problem
-        from stabilizer.local.iam_requests import Where
-        from stabilizer.local.stack_policies import TemplateError, synthesized_policies
+        from stabilizer.local.iam.access_check import AccessChecker, evaluator_problem
+        from stabilizer.local.iam.iam_requests import Where
+        from stabilizer.local.iam.stack_policies import TemplateError, synthesized_policies
 
         problem = evaluator_problem()
         if problem:
@@ -206,7 +206,7 @@ class LocalSettings:
             # No X-Ray daemon on a laptop.
             "POWERTOOLS_TRACE_DISABLED": "true",
             "POWERTOOLS_METRICS_DISABLED": "true",
-            # The local metric streams are kept to the second (stabilizer.local.engine), not the minute.
+            # The local metric streams are kept to the second (stabilizer.local.engine.engine), not the minute.
             env.METRIC_PERIOD_SECONDS: "1",
         }
 

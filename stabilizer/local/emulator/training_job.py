@@ -3,8 +3,8 @@
 A job goes ``Starting``, ``Downloading`` (its container is laid out and provisioned), ``Training``
 (the script runs), ``Uploading``, then ``Completed``, ``Failed`` or ``Stopped``; every change is
 a ``SecondaryStatusTransitions`` entry, as DescribeTrainingJob reports them. How the script's
-world is set up is ``stabilizer.local.container``'s part; the API that creates, describes and
-stops jobs is ``stabilizer.local.sagemaker``'s.
+world is set up is ``stabilizer.local.emulator.container``'s part; the API that creates, describes and
+stops jobs is ``stabilizer.local.emulator.sagemaker``'s.
 
 - a job that fails before training (an empty channel, a missing entry point) ends ``Failed`` with
   that reason at once, as the service does: the script is not started;
@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stabilizer.local.container import Container, ContainerError
-from stabilizer.local.rule_jobs import RuleEvaluation, RuleEvaluatorFactory, UnavailableRuleEvaluation
+from stabilizer.local.emulator.container import Container, ContainerError
+from stabilizer.local.emulator.rule_jobs import RuleEvaluation, RuleEvaluatorFactory, UnavailableRuleEvaluation
 
 TERMINAL_STATUSES = frozenset({"Completed", "Failed", "Stopped"})
 # StopTrainingJob "delays job termination for 120 seconds" after SIGTERM to the container

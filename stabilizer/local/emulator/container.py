@@ -14,12 +14,12 @@ world before it starts and collects what it leaves behind. Locally:
   started;
 - a job of several instances has one container per host (``algo-1`` .. ``algo-N``), each with its
   own directory, ``resourceconfig.json`` and ``SM_CURRENT_HOST``; how the entry point starts on a
-  host (torchrun or the script itself) is ``stabilizer.local.runners``'s;
+  host (torchrun or the script itself) is ``stabilizer.local.emulator.runners``'s;
 - after the script: ``model.tar.gz`` and ``output.tar.gz`` uploaded under the output path, and the
   failure reason read from the failure file.
 
 This module knows the container, not the service: when each step happens and the statuses a caller
-sees belong to ``stabilizer.local.training_job``, the API to ``stabilizer.local.sagemaker``.
+sees belong to ``stabilizer.local.emulator.training_job``, the API to ``stabilizer.local.emulator.sagemaker``.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stabilizer.local import runners
-from stabilizer.local.s3files import DirectorySync, download_prefix, join_uri, parse_s3_uri
+from stabilizer.local.emulator import runners
+from stabilizer.local.emulator.s3files import DirectorySync, download_prefix, join_uri, parse_s3_uri
 
 OPT_ML = "/opt/ml"
 DEFAULT_CHECKPOINT_PATH = "/opt/ml/checkpoints"
@@ -235,7 +235,7 @@ class Container:
     # ------------------------------------------------------------------------ the script
     def start(self, python: str, *, job_name: str, job_arn: str, extra_env: dict[str, str]) -> subprocess.Popen[bytes]:
         """Start the entry point as the toolkit does: ``python <program> --name value ...`` (or through
-        torchrun, stabilizer.local.runners) in the code directory, its output to the log."""
+        torchrun, stabilizer.local.emulator.runners) in the code directory, its output to the log."""
         hyperparameters = self.hyperparameters
         command = runners.command(python, str(self.program), to_cmd_args(user_hyperparameters(hyperparameters)),
                                   hyperparameters, hosts=list(self.hosts), host=self.host,

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stabilizer.local.runners import local_distribution_problem
+from stabilizer.local.emulator.runners import local_distribution_problem
 from stabilizer.source import sourcedir
 from stabilizer.source.job_library import library_files
 from stabilizer.source.sourcedir import Packed, SourceError, pack, plan_source, size_text

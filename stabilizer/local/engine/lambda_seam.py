@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import Any
 from unittest import mock
 
-from stabilizer.local.deployment import EngineError
+from stabilizer.local.engine.deployment import EngineError
 
 Handler = Callable[[dict[str, Any], Any], Any]
 

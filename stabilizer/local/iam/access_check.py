@@ -3,8 +3,8 @@
 moto enforces no IAM, so local mode and the moto tests would pass calls AWS denies. This module
 records each call a principal of the stack makes (the three functions, the state machine's
 service integrations, and the training job's own S3 calls as its execution role) with its IAM
-requests (stabilizer.local.iam_requests), and evaluates each against that principal's policies
-in the synthesized template (stabilizer.local.stack_policies). In strict mode a denied call
+requests (stabilizer.local.iam.iam_requests), and evaluates each against that principal's policies
+in the synthesized template (stabilizer.local.iam.stack_policies). In strict mode a denied call
 raises the `ClientError` AWS would (`AccessDenied`, HTTP 403, with the message shape of IAM's
 "is not authorized to perform ... because no identity-based policy allows ..."), before it
 reaches moto, so `stabilizer run --local --strict` fails where AWS would.
@@ -47,8 +47,8 @@ from functools import cache
 from typing import Any
 from unittest import mock
 
-from stabilizer.local.iam_requests import IamRequest, Where, job_requests, requests_for
-from stabilizer.local.stack_policies import EXECUTION_ROLE, PrincipalPolicies
+from stabilizer.local.iam.iam_requests import IamRequest, Where, job_requests, requests_for
+from stabilizer.local.iam.stack_policies import EXECUTION_ROLE, PrincipalPolicies
 
 _PRINCIPAL: contextvars.ContextVar[str | None] = contextvars.ContextVar("stabilizer_principal", default=None)
 _TAG = "_stabilizer_principal"

@@ -6,10 +6,10 @@ at the same API edge the Lambdas call through ``boto3.client("sagemaker")`` (``i
 StopProcessingJob for the rule-evaluation jobs beside them:
 
 - a request is validated against botocore's model and rejected with the service's error codes;
-- each job lives on its own thread (``stabilizer.local.training_job``: statuses, stops, timings)
-  in its own container (``stabilizer.local.container``: ``/opt/ml``, channels, ``SM_*``), one per
+- each job lives on its own thread (``stabilizer.local.emulator.training_job``: statuses, stops, timings)
+  in its own container (``stabilizer.local.emulator.container``: ``/opt/ml``, channels, ``SM_*``), one per
   host for ``InstanceCount`` > 1 (``<job>/algo-1`` .. ``<job>/algo-N``, the processes meeting on
-  loopback: ``stabilizer.local.runners``);
+  loopback: ``stabilizer.local.emulator.runners``);
 - the matches of a job's ``MetricDefinitions`` in its log go to ``metrics`` as they are logged
   (the local engine sends them to CloudWatch, where SageMaker sends them);
 - DescribeTrainingJob answers with what the service reports, and mirrors the job's checkpoints
@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from stabilizer.local import runners
-from stabilizer.local.container import Container
-from stabilizer.local.rule_jobs import RuleEvaluatorFactory
-from stabilizer.local.training_job import (
+from stabilizer.local.emulator import runners
+from stabilizer.local.emulator.container import Container
+from stabilizer.local.emulator.rule_jobs import RuleEvaluatorFactory
+from stabilizer.local.emulator.training_job import (
     HOST_FAILURE_GRACE_SECONDS,
     LOCAL_INTERRUPT_GRACE_SECONDS,
     SAGEMAKER_STOP_GRACE_SECONDS,
@@ -46,7 +46,7 @@ from stabilizer.local.training_job import (
     JobHost,
     LocalTrainingJob,
 )
-from stabilizer.local.validation import request_errors
+from stabilizer.local.emulator.validation import request_errors
 
 
 class SageMakerRequestError(Exception):

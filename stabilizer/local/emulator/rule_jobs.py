@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from stabilizer.local.container import Container
+from stabilizer.local.emulator.container import Container
 
 # After the training process ends, an evaluator that has not seen the end-of-job marker gets this
 # long to catch up before it is stopped.
