@@ -79,7 +79,7 @@ class DeploymentConfig:
     # are read when it ends. 60 is the first CloudWatch retention above that.
     log_retention_days: int = 60
     # Buckets besides the stack's that jobs may read channels from (read only); a channel in any
-    # other bucket is refused at ValidateInput (lambdas/stabilizer_workflow/access.py).
+    # other bucket is refused at ValidateInput (lambdas/stabilizer_workflow/launch/access.py).
     data_buckets: tuple[str, ...] = ()
 
     @property

@@ -282,7 +282,7 @@ class Workflow(Construct):
                 ),
                 self.list_bucket("executions/*"),
                 # The job's metric stream (the loss lines SageMaker sends to CloudWatch): when it last
-                # moved, for the monitor's own hang check (stabilizer_workflow.aws_cloudwatch).
+                # moved, for the monitor's own hang check (stabilizer_workflow.aws.cloudwatch).
                 iam.PolicyStatement(sid="ReadJobMetricStreams", actions=["cloudwatch:GetMetricData"],
                                     resources=["*"]),
                 self.notify(),

@@ -2,7 +2,7 @@
 
 The functions read them (stabilizer_workflow.settings, through the maps below); the CDK app sets
 them on the deployed functions (infra/workflow.py, infra/image_mapping.py) and local mode on its
-in-process ones (stabilizer.local.deployment, stabilizer.training_images). Standard library only:
+in-process ones (stabilizer.local.engine.deployment, stabilizer.training_images). Standard library only:
 the CDK app and local mode import this module without the functions' dependencies.
 """
 

@@ -15,8 +15,8 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from stabilizer_workflow.recipe_text import format_value, knob_names, recipe_diff, recipe_text
-from stabilizer_workflow.state import Attempt, Decision, Finding, Rollback, Straggler, WorkflowState
+from stabilizer_workflow.execution.state import Attempt, Decision, Finding, Rollback, Straggler, WorkflowState
+from stabilizer_workflow.remedies.recipe_text import format_value, knob_names, recipe_diff, recipe_text
 
 EventType = Literal[
     "launched",

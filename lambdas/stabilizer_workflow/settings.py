@@ -31,7 +31,7 @@ class MonitorSettings(BaseModel):
 
     topic_arn: str = Field(min_length=1)
     # The resolution of the jobs' metric streams in CloudWatch: SageMaker sends them at a one-minute
-    # frequency (stabilizer_workflow.aws_cloudwatch); the local stand-in keeps them to the second.
+    # frequency (stabilizer_workflow.aws.cloudwatch); the local stand-in keeps them to the second.
     metric_period_seconds: int = Field(60, ge=1, le=3600)
 
     @classmethod

@@ -3,8 +3,8 @@ its bounds and what it means, in one place.
 
 The job takes these defaults and help texts (model/recipe.py, the one import of the reference
 script from this package); the workflow's `run_spec` input section has the same defaults and
-refuses a value outside these bounds (stabilizer_workflow.execution_input.RunSpec), and the
-reference job's knobs, which remedies turn, stay inside them (stabilizer_workflow.reference). A
+refuses a value outside these bounds (stabilizer_workflow.execution.execution_input.RunSpec), and the
+reference job's knobs, which remedies turn, stay inside them (stabilizer_workflow.execution.reference). A
 script run by hand is not held to the bounds (a rate of 0 makes a plateau for the detection tests).
 Dependency-free, as the whole package.
 """

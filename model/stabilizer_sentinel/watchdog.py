@@ -33,7 +33,7 @@ optimizer step (the guard calls ``beat`` after each):
 - **progress** for the monitor: rank 0 writes ``progress.json`` (the step reached, the time) beside
   findings.json whenever the step moved, at most every 30 s (half the floor when that is shorter).
 
-This module must not decide what follows a hang (the workflow relaunches: stabilizer_workflow.hangs),
+This module must not decide what follows a hang (the workflow relaunches: stabilizer_workflow.remedies.hangs),
 nor touch the model, the optimizer or the training thread's state.
 """
 
@@ -59,7 +59,7 @@ STRAGGLER = "Straggler"
 EXIT_HANG = 86  # a rule stop (sentinel.EXIT_RULE_STOP): the workflow reads the finding
 STRAGGLERS_FILE = "stragglers.json"
 # Rank 0 writes the step it reached here when it moved, at most this often: the monitor's own view of
-# progress (stabilizer_workflow.hangs.no_progress), which still works when the whole process froze.
+# progress (stabilizer_workflow.remedies.hangs.no_progress), which still works when the whole process froze.
 PROGRESS_FILE = "progress.json"
 PROGRESS_EVERY = 30.0
 INTERVALS = 50  # step intervals the median is taken over

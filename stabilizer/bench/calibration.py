@@ -47,7 +47,7 @@ from stabilizer.bench.corpus import SUCCESS, Run, load, select
 
 POLICIES = ("default", "original")
 # A policy label with this suffix runs with job.recovery relaunch (every remedy a new job); without it,
-# the workflow's own choice (in the job where the remedy allows, stabilizer_workflow.in_job).
+# the workflow's own choice (in the job where the remedy allows, stabilizer_workflow.remedies.in_job).
 RELAUNCHED = ":relaunch"
 
 

@@ -50,7 +50,7 @@ EXIT_STATUS = {
 # second reacts to a finding within a second (in the cloud the default wait is 300 s). At that
 # pace the cloud's cap of 300 checks would end a run after five minutes, so the local cap is an hour.
 # A job's end wakes the execution at once; wait_seconds is only the fallback check. 1,500 checks
-# fit Step Functions' 25,000-event history (lambdas/stabilizer_workflow/service_limits.py) as in the cloud.
+# fit Step Functions' 25,000-event history (lambdas/stabilizer_workflow/execution/service_limits.py) as in the cloud.
 LOCAL_DEFAULTS = {"wait_seconds": 2, "limits": {"max_monitor_transitions": 1500}}
 
 
@@ -73,7 +73,8 @@ examples:
 
 local defaults (when not given): wait_seconds=2, limits.max_monitor_transitions=1500.
 
-keys: the fields of the execution input (lambdas/stabilizer_workflow/state.py, schemas/execution-input.schema.json):
+keys: the fields of the execution input (lambdas/stabilizer_workflow/execution/state.py,
+  schemas/execution-input.schema.json):
   policy, wait_seconds, run_spec.<field> (or just <field>), limits.<field>.
   Values are JSON when they parse (1, 0.05, true, [..]), text otherwise (elu).
 

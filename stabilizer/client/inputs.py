@@ -1,9 +1,9 @@
 """The execution input from the command line: a JSON file, ``key=value`` pairs and ``--policy``.
 
 The input model itself (every field, its type and default) belongs to the workflow domain in
-``lambdas/stabilizer_workflow/execution_input.py``; this module only assembles what the person typed into that shape
-and asks the domain to validate it, so the CLI rejects exactly what the state machine would,
-before anything is launched. Problems are raised as ``InputProblemError`` with a one-line message.
+``lambdas/stabilizer_workflow/execution/execution_input.py``; this module only assembles what the
+person typed into that shape and asks the domain to validate it, so the CLI rejects exactly what the
+state machine would, before anything is launched. Problems are raised as ``InputProblemError`` with a one-line message.
 
 Keys may be dotted (``run_spec.num_epochs=1``, ``limits.max_num_retraining=3``,
 ``job.hyperparameters.lr=0.1``); a bare key is looked up among the top-level fields, then, when
@@ -32,9 +32,9 @@ class InputProblemError(Exception):
 
 
 def execution_input_module() -> ModuleType:
-    """``stabilizer_workflow.execution_input``: the single definition of the execution input."""
+    """``stabilizer_workflow.execution.execution_input``: the single definition of the execution input."""
     try:
-        from stabilizer_workflow import execution_input
+        from stabilizer_workflow.execution import execution_input
     except ImportError as error:
         raise InputProblemError(f"cannot load the execution input model: {error}") from None
     return execution_input
@@ -159,7 +159,7 @@ def localize_job(data: dict[str, Any], base: Path, leave_out: Sequence[Path] = (
 
 
 def _migration(state_module: ModuleType) -> ModuleType:
-    """``stabilizer_workflow.migration`` of the same asset as ``state_module`` (the original sample's names)."""
+    """``execution.migration`` of the same asset as ``state_module`` (the original sample's names)."""
     return importlib.import_module(f"{state_module.__package__}.migration")
 
 

@@ -13,7 +13,7 @@ instance types, before this module sees the estimator. Two launchers go in:
 Anything else (``mpi``, ``smdistributed.modelparallel``, ``parameter_server``, ``pytorchxla``,
 ``multi_worker_mirrored_strategy``, instance groups, a ModelTrainer's ``distributed``) is refused
 naming the SDK attribute. The workflow writes the hyperparameters the SDK would
-(``stabilizer_workflow.distribution``); a test compares the two requests.
+(``stabilizer_workflow.execution.distribution``); a test compares the two requests.
 
 This module reads attributes only: no AWS call, no session.
 """

@@ -4,7 +4,7 @@ A row joins what the workflow recorded of an attempt (the state payload's attemp
 finding, decision and its reason) with what was observed of its job from the outside (its log,
 findings and timing), which is all there is for an attempt the payload does not hold yet (a run
 interrupted while a job was starting). A recipe reads as the workflow's notifications write it
-(``stabilizer_workflow.recipe_text``). It reads records; it never changes a run.
+(``stabilizer_workflow.remedies.recipe_text``). It reads records; it never changes a run.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ COLUMNS = ("#", "job", "recipe", "status", "steps", "seconds", "finding", "in_jo
 def recipe_text(values: Any, state: dict[str, Any] | None = None) -> str:
     """A recipe in a few words (``warm-up LR 0.1, LR 0.1, no BN``), as the notifications write it,
     through the knobs of the job in `state` (a state payload; the reference job's without one)."""
-    from stabilizer_workflow import recipe_text as recipes
+    from stabilizer_workflow.remedies import recipe_text as recipes
 
     return recipes.recipe_text(values, recipes.knob_names(state))
 

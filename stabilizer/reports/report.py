@@ -28,7 +28,7 @@ def timing(record: RunRecord) -> dict[str, float]:
     }
 
 
-# The outcomes of an execution (stabilizer_workflow.state.Outcome; docs/contracts.md, "Outcomes"): the
+# The outcomes of an execution (stabilizer_workflow.execution.state.Outcome; docs/contracts.md, "Outcomes"): the
 # state machine ends the first two in a Succeed state, the others in TrainingNotRecovered.
 SUCCESSES = ("succeeded", "stopped_early")
 NOT_RECOVERED = ("unwatched", "unverified", "diverged", "did_not_learn", "gave_up", "failed")

@@ -60,7 +60,7 @@ RUN_MARKER_TEXT = (
 )
 CACHE_DIRECTORIES = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".ipynb_checkpoints"})
 # 64 MiB, the size up to which the train Lambda reads a source archive at ValidateInput to check
-# that the entry point is in it (lambdas/stabilizer_workflow/sources.py, MAX_ARCHIVE_BYTES); a larger archive
+# that the entry point is in it (lambdas/stabilizer_workflow/launch/sources.py, MAX_ARCHIVE_BYTES); a larger archive
 # would skip that check and fail only after an instance started. SageMaker sets no limit of its
 # own, but every attempt downloads and unpacks the archive before its script starts (the
 # training toolkit's /opt/ml/code), and each relaunch does it again: source is code, data belongs

@@ -1,11 +1,11 @@
 """History events per step, counted in the real definition's history, against the figures the
 Lambdas use to refuse inputs that would outgrow Step Functions' 25,000-event quota
-(lambdas/stabilizer_workflow/service_limits.py). A change to the definition that adds events per check
+(lambdas/stabilizer_workflow/execution/service_limits.py). A change to the definition that adds events per check
 shows up here before it shows up as a failed execution."""
 
 from __future__ import annotations
 
-from stabilizer_workflow import service_limits
+from stabilizer_workflow.execution import service_limits
 from tests.asl.harness import ok, raises
 from tests.asl.test_paths import COMPLETED, LAUNCHED, PREPARED, WATCHING
 

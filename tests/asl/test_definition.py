@@ -51,7 +51,7 @@ def test_no_partition_is_written_in_the_definition():
 
 
 def test_execution_has_the_timeout_the_input_checks_against(definition):
-    from stabilizer_workflow.service_limits import EXECUTION_TIMEOUT_SECONDS
+    from stabilizer_workflow.execution.service_limits import EXECUTION_TIMEOUT_SECONDS
 
     assert definition["QueryLanguage"] == "JSONPath"
     # The Lambdas reject inputs whose limits could outlive it (workflow/service_limits.py).

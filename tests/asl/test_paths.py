@@ -276,7 +276,7 @@ def test_the_failure_notification_of_the_largest_state_with_the_largest_error_re
     beside it (a cause of 32,768 characters, here every one escaped again in JSON), the fallback
     notification still fits SNS's 262,144 bytes, which moto's SNS enforces as SNS does (Publish:
     "Invalid parameter: Message too long"), so it is published, not lost."""
-    from stabilizer_workflow.execution_bounds import ERROR_CAUSE_MAX, STATE_BUDGET_BYTES
+    from stabilizer_workflow.execution.execution_bounds import ERROR_CAUSE_MAX, STATE_BUDGET_BYTES
 
     def sized(payload: dict) -> dict:
         padded = {**payload, "pad": ""}  # the definition reads only its own paths of the state

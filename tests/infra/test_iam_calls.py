@@ -92,11 +92,11 @@ def _train_settings(**env: str):
 
 def _launch_twice(cloud: dict[str, Any], policies, raw_input: dict[str, Any]) -> AccessChecker:
     """Prepare, launch attempt 1, then relaunch resuming from attempt 1's checkpoint, as the train role."""
-    from stabilizer_workflow.aws_s3 import Artifacts
-    from stabilizer_workflow.aws_sagemaker import TrainingJobs
-    from stabilizer_workflow.aws_sns import Notifier
+    from stabilizer_workflow.aws.s3 import Artifacts
+    from stabilizer_workflow.aws.sagemaker import TrainingJobs
+    from stabilizer_workflow.aws.sns import Notifier
     from stabilizer_workflow.handlers import train as train_handler
-    from stabilizer_workflow.sources import SourceArchives
+    from stabilizer_workflow.launch.sources import SourceArchives
 
     settings = _train_settings()
     tools = {
@@ -146,15 +146,15 @@ def test_a_resuming_relaunch_is_allowed_to_check_its_resume_channel(cloud, polic
 def test_the_monitor_may_read_a_training_jobs_metric_stream_progress_and_stragglers(cloud, policies):
     from datetime import timedelta
 
-    from stabilizer_workflow.aws_cloudwatch import NAMESPACE, MetricStreams
-    from stabilizer_workflow.aws_s3 import Artifacts
-    from stabilizer_workflow.aws_sagemaker import TrainingJobs
-    from stabilizer_workflow.aws_sns import Notifier
+    from stabilizer_workflow.aws.cloudwatch import NAMESPACE, MetricStreams
+    from stabilizer_workflow.aws.s3 import Artifacts
+    from stabilizer_workflow.aws.sagemaker import TrainingJobs
+    from stabilizer_workflow.aws.sns import Notifier
+    from stabilizer_workflow.execution.state import load_state
     from stabilizer_workflow.handlers import monitor as monitor_handler
     from stabilizer_workflow.handlers import train as train_handler
+    from stabilizer_workflow.launch.sources import SourceArchives
     from stabilizer_workflow.settings import MonitorSettings
-    from stabilizer_workflow.sources import SourceArchives
-    from stabilizer_workflow.state import load_state
 
     settings = _train_settings()
     tools = {"settings": settings, "sources": SourceArchives(cloud["s3"]), "jobs": TrainingJobs(cloud["sagemaker"]),
@@ -257,7 +257,7 @@ def test_a_source_archive_outside_source_in_the_stack_bucket_is_refused_naming_j
     message = _refusal(_own_job(source=elsewhere))
     assert message.startswith(f"job.source: {elsewhere} is outside s3://{BUCKET}/source/")
     _own_job_accepted = _train_settings()
-    from stabilizer_workflow.access import source_problem
+    from stabilizer_workflow.launch.access import source_problem
 
     assert source_problem(inside, _own_job_accepted) is None
 
@@ -272,14 +272,14 @@ def test_a_bucket_granted_by_data_buckets_is_readable_and_accepted():
                        if r["Type"] == "AWS::Lambda::Function"
                        and r["Properties"].get("Handler") == "stabilizer_workflow.handlers.train.lambda_handler")
     assert environment["DATA_BUCKETS"] == "shared-datasets"
-    from stabilizer_workflow.access import channel_problems
+    from stabilizer_workflow.launch.access import channel_problems
 
     granted = _train_settings(DATA_BUCKETS="shared-datasets")
     assert channel_problems({"train": "s3://shared-datasets/train/"}, granted) == []
 
 
 def test_an_image_the_execution_role_cannot_pull_is_refused_naming_job_image(policies):
-    from stabilizer_workflow.access import image_problem, repository_of
+    from stabilizer_workflow.launch.access import image_problem, repository_of
 
     settings = _train_settings()
     role = policies[EXECUTION_ROLE].documents
@@ -300,8 +300,8 @@ def test_an_image_the_execution_role_cannot_pull_is_refused_naming_job_image(pol
 
 
 def test_the_profiler_output_path_is_writable_by_the_execution_role():
-    from stabilizer_workflow.requests import build_create_training_job
-    from stabilizer_workflow.state import WorkflowState
+    from stabilizer_workflow.execution.state import WorkflowState
+    from stabilizer_workflow.launch.requests import build_create_training_job
 
     _, raw = synth(debugger_rules_enabled="true")
     role = principal_policies(raw, NAMES)[EXECUTION_ROLE]
@@ -329,9 +329,9 @@ def test_debugger_rule_jobs_get_no_actions_their_role_could_not_carry_out():
     ListTrainingJobs and StopTrainingJob), Email and SMS publish to an SMDebugRules topic. The
     synthesized execution role may do none of these, so the request carries no action_json and the
     monitor, whose role may stop the job and publish to the stack's topic, carries the actions out."""
+    from stabilizer_workflow.execution.state import WorkflowState
     from stabilizer_workflow.handlers import train as train_handler
-    from stabilizer_workflow.requests import build_create_training_job
-    from stabilizer_workflow.state import WorkflowState
+    from stabilizer_workflow.launch.requests import build_create_training_job
 
     _, raw = synth(debugger_rules_enabled="true")
     policies = principal_policies(raw, NAMES)

@@ -165,7 +165,7 @@ def test_asset_holds_no_sagemaker_sdk_and_picks_images_without_it(deployed_asset
     code = (
         "import json\n"
         "from stabilizer_workflow.handlers import monitor, train\n"
-        "from stabilizer_workflow.images import training_image_for\n"
+        "from stabilizer_workflow.launch.images import training_image_for\n"
         "from stabilizer_workflow.settings import TrainSettings\n"
         "import os\n"
         "settings = TrainSettings.from_env(os.environ)\n"

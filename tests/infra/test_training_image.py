@@ -76,7 +76,7 @@ def test_training_images_are_the_sdks_in_every_region_it_knows(default_synth):
 
 
 def test_a_framework_version_resolves_in_the_lambda_to_the_sdks_image(default_synth):
-    from stabilizer_workflow.images import training_image_for
+    from stabilizer_workflow.launch.images import training_image_for
     from stabilizer_workflow.settings import TrainSettings
 
     _, raw = default_synth

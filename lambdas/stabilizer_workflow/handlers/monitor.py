@@ -3,7 +3,7 @@
 
 Thin: gather the observation (DescribeTrainingJob, findings.json, checkpoint list and, while the job
 trains, its progress.json and the newest loss line in its metric stream; stragglers.json), call the pure
-decision in `stabilizer_workflow.monitor`, carry out its effects (stop jobs, publish one notification),
+decision in `stabilizer_workflow.monitoring.monitor`, carry out its effects (stop jobs, publish one notification),
 return the state. Failures are raised with the names the state machine catches.
 """
 
@@ -16,18 +16,19 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from stabilizer_workflow import hangs, monitor
 from stabilizer_workflow.aws import invocation_deadline
-from stabilizer_workflow.aws_cloudwatch import MetricStreams, get_cloudwatch
-from stabilizer_workflow.aws_s3 import Artifacts, get_s3
-from stabilizer_workflow.aws_sagemaker import TrainingJobs, get_sagemaker
-from stabilizer_workflow.aws_sns import Notifier, get_sns
-from stabilizer_workflow.check_results import Effects
+from stabilizer_workflow.aws.cloudwatch import MetricStreams, get_cloudwatch
+from stabilizer_workflow.aws.s3 import Artifacts, get_s3
+from stabilizer_workflow.aws.sagemaker import TrainingJobs, get_sagemaker
+from stabilizer_workflow.aws.sns import Notifier, get_sns
 from stabilizer_workflow.errors import StateCorrupted, WorkflowError
+from stabilizer_workflow.evidence.observation import Observation, observe
+from stabilizer_workflow.execution.state import WorkflowState, dump_state, load_state
+from stabilizer_workflow.monitoring import monitor
+from stabilizer_workflow.monitoring.check_results import Effects
 from stabilizer_workflow.notifications import Notification, clean_subject
-from stabilizer_workflow.observation import Observation, observe
+from stabilizer_workflow.remedies import hangs
 from stabilizer_workflow.settings import MonitorSettings
-from stabilizer_workflow.state import WorkflowState, dump_state, load_state
 from stabilizer_workflow.telemetry import MetricUnit, instrumented, logger, metrics
 
 
@@ -70,7 +71,8 @@ def gather(state: WorkflowState, deps: Collaborators, now: datetime) -> Observat
     terminal = description.get("TrainingJobStatus") in ("Completed", "Failed", "Stopped")
     # Checkpoints matter only once the attempt is over (to resume from the last healthy one).
     keys = deps.artifacts.checkpoint_keys(attempt.checkpoint_s3_uri) if terminal else []
-    # While it trains, when it last showed a sign of life (the monitor's own hang check, stabilizer_workflow.hangs).
+    # While it trains, when it last showed a sign of life (the monitor's own hang check,
+    # stabilizer_workflow.remedies.hangs).
     progress = None if terminal else deps.artifacts.progress_time(attempt.checkpoint_s3_uri)
     metric_at, period = None, deps.settings.metric_period_seconds
     started = description.get("TrainingStartTime")

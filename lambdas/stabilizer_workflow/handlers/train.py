@@ -15,16 +15,16 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from stabilizer_workflow.attempts import ArchiveReader, launch, prepare
 from stabilizer_workflow.aws import invocation_deadline
-from stabilizer_workflow.aws_s3 import Artifacts, empty_channels, get_s3, missing_data_message
-from stabilizer_workflow.aws_sagemaker import TrainingJobs, get_sagemaker
-from stabilizer_workflow.aws_sns import Notifier, get_sns
-from stabilizer_workflow.aws_stepfunctions import Executions, get_stepfunctions
+from stabilizer_workflow.aws.s3 import Artifacts, empty_channels, get_s3, missing_data_message
+from stabilizer_workflow.aws.sagemaker import TrainingJobs, get_sagemaker
+from stabilizer_workflow.aws.sns import Notifier, get_sns
+from stabilizer_workflow.aws.stepfunctions import Executions, get_stepfunctions
 from stabilizer_workflow.errors import AccessDenied, StateCorrupted, TrainingDataMissing
+from stabilizer_workflow.execution.state import dump_state, load_state
+from stabilizer_workflow.launch.attempts import ArchiveReader, launch, prepare
+from stabilizer_workflow.launch.sources import SourceArchives
 from stabilizer_workflow.settings import TrainSettings
-from stabilizer_workflow.sources import SourceArchives
-from stabilizer_workflow.state import dump_state, load_state
 from stabilizer_workflow.telemetry import MetricUnit, instrumented, logger, metrics
 
 

@@ -12,9 +12,9 @@ Four kinds of event:
 - "Step Functions Execution Status Change" to FAILED, TIMED_OUT or ABORTED (EventBridge): stop
   the jobs that execution left running and publish what happened when nobody else did.
 
-Thin: each event is parsed into its model at the edge (`stabilizer_workflow.watch_events`; a
+Thin: each event is parsed into its model at the edge (`stabilizer_workflow.monitoring.watch_events`; a
 malformed one raises `StateCorrupted` naming the field), the decisions are in
-`stabilizer_workflow.watch`. Failures are raised with the names the state machine (or EventBridge's
+`stabilizer_workflow.monitoring.watch`. Failures are raised with the names the state machine (or EventBridge's
 retry) sees; nothing is returned as an error payload.
 """
 
@@ -26,23 +26,23 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from stabilizer_workflow import watch
 from stabilizer_workflow.aws import invocation_deadline
-from stabilizer_workflow.aws_s3 import TaskTokens, get_s3
-from stabilizer_workflow.aws_sagemaker import TrainingJobs, get_sagemaker
-from stabilizer_workflow.aws_sns import Notifier, get_sns
-from stabilizer_workflow.aws_stepfunctions import Executions, get_stepfunctions
+from stabilizer_workflow.aws.s3 import TaskTokens, get_s3
+from stabilizer_workflow.aws.sagemaker import TrainingJobs, get_sagemaker
+from stabilizer_workflow.aws.sns import Notifier, get_sns
+from stabilizer_workflow.aws.stepfunctions import Executions, get_stepfunctions
 from stabilizer_workflow.errors import StateCorrupted, WorkflowError
-from stabilizer_workflow.requests import attempt_prefix, job_name
-from stabilizer_workflow.settings import WatchSettings
-from stabilizer_workflow.telemetry import instrumented, logger
-from stabilizer_workflow.watch_events import (
+from stabilizer_workflow.launch.requests import attempt_prefix, job_name
+from stabilizer_workflow.monitoring import watch
+from stabilizer_workflow.monitoring.watch_events import (
     AwaitJobChange,
     ExecutionStatusChange,
     StopFailedLaunch,
     TrainingJobStateChange,
     parse_watch_event,
 )
+from stabilizer_workflow.settings import WatchSettings
+from stabilizer_workflow.telemetry import instrumented, logger
 
 
 @lru_cache(maxsize=1)
@@ -124,7 +124,7 @@ def stop_unrecorded(event: StopFailedLaunch, deps: Collaborators) -> dict[str, A
 
     The launch's error reaches the Catch with the state from before the launch, which does not
     record the new attempt, so the abort would stop only the previous job. A job's name is known
-    before it is created (`<prefix>-<execution short id>-<attempt>`, stabilizer_workflow.requests.job_name), so
+    before it is created (`<prefix>-<execution short id>-<attempt>`, stabilizer_workflow.launch.requests.job_name), so
     whatever the timing (the call timed out, the function was cut off after it, the notification
     failed) a job of that name under this execution's prefix is stopped here.
     """

@@ -59,7 +59,7 @@ from stabilizer.local.iam.access_check import AccessChecker, acting_as, state_ma
 from stabilizer.mailbox import Mailbox
 from stabilizer.reports.records import RunRecord
 from stabilizer.source.sourcedir import mark_run_directory, source_archive
-from stabilizer_workflow.aws_cloudwatch import NAMESPACE as JOB_METRICS_NAMESPACE
+from stabilizer_workflow.aws.cloudwatch import NAMESPACE as JOB_METRICS_NAMESPACE
 
 
 class LocalEngine:

@@ -32,7 +32,7 @@ def test_the_debugger_page_estimator_translates_to_an_input_validate_input_accep
     from sagemaker.pytorch import PyTorch
 
     from stabilizer.client.sdk import execution_input_for
-    from stabilizer_workflow.execution_input import parse_execution_input
+    from stabilizer_workflow.execution.execution_input import parse_execution_input
 
     before, after = _blocks()
     (tmp_path / "src").mkdir()

@@ -235,7 +235,7 @@ def test_the_execution_input_keeps_its_other_sections(session, source):
 
 
 def test_the_converted_job_is_a_valid_execution_input(session, source, points):
-    job_model = pytest.importorskip("stabilizer_workflow.job", reason="the execution input's job model")
+    job_model = pytest.importorskip("stabilizer_workflow.execution.job", reason="the execution input's job model")
     for definition in (pytorch_estimator(session, source), model_trainer(session, source, points)):
         job = job_from_sdk(definition, knobs=KNOBS, loss_metric="train:loss")
         assert job_model.Job.model_validate(job).knobs.learning_rate.hyperparameter == "lr"

@@ -19,9 +19,9 @@ from stabilizer.client.sdk import SdkJobError, job_from_sdk
 
 os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
 sagemaker = pytest.importorskip("sagemaker")
-launching = pytest.importorskip("stabilizer_workflow.attempts", reason="the workflow's request builder")
+launching = pytest.importorskip("stabilizer_workflow.launch.attempts", reason="the workflow's request builder")
 from stabilizer_workflow.errors import InvalidInput  # noqa: E402
-from stabilizer_workflow.requests import build_create_training_job  # noqa: E402
+from stabilizer_workflow.launch.requests import build_create_training_job  # noqa: E402
 from stabilizer_workflow.settings import TrainSettings  # noqa: E402
 
 REGION = "us-east-1"

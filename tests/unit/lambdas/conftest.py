@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from stabilizer_workflow import attempts as launching
-from stabilizer_workflow import monitor
-from stabilizer_workflow.observation import Observation, observe
-from stabilizer_workflow.sentinel_files import FindingsDocument
+from stabilizer_workflow.evidence.observation import Observation, observe
+from stabilizer_workflow.evidence.sentinel_files import FindingsDocument
+from stabilizer_workflow.execution.state import WorkflowState
+from stabilizer_workflow.launch import attempts as launching
+from stabilizer_workflow.monitoring import monitor
 from stabilizer_workflow.settings import TrainSettings
-from stabilizer_workflow.state import WorkflowState
 
 PROCESSING_ARN = "arn:aws:sagemaker:us-east-1:123456789012:processing-job"
 EVENTS = Path(__file__).resolve().parents[2] / "events"

@@ -22,8 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from stabilizer_workflow.execution.state import dump_state
 from stabilizer_workflow.settings import TrainSettings
-from stabilizer_workflow.state import dump_state
 from tests.unit.lambdas.conftest import ENV, state_with_exploded_attempts
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -48,7 +48,7 @@ def cold_imports(tracing: bool = False) -> None:
         code = (
             "import time; t = time.perf_counter(); c = time.process_time(); "
             f"import {handler}; w, i = time.perf_counter() - t, time.process_time() - c; "
-            "from stabilizer_workflow.aws_sagemaker import get_sagemaker; get_sagemaker(); "
+            "from stabilizer_workflow.aws.sagemaker import get_sagemaker; get_sagemaker(); "
             "print(w, i, time.process_time() - c - i)"
         )
         walls, cpus, clients = [], [], []

@@ -35,7 +35,7 @@ def test_asset_imports_only_the_standard_library_boto3_powertools_and_pydantic()
     files = sorted([*lambdas.rglob("*.py"), *(model / "stabilizer_contract").rglob("*.py")])
     names = {f.relative_to(lambdas if lambdas in f.parents else model).as_posix() for f in files}
     assert names >= {"stabilizer_workflow/handlers/train.py", "stabilizer_workflow/handlers/monitor.py",
-                     "stabilizer_workflow/state.py", "stabilizer_workflow/policy.py",
+                     "stabilizer_workflow/execution/state.py", "stabilizer_workflow/remedies/policy.py",
                      "stabilizer_contract/catalogue.py"}
     for path in files:
         foreign = _imported_roots(path) - ALLOWED - set(sys.stdlib_module_names) - {"__future__"}

@@ -9,12 +9,13 @@ from botocore.stub import Stubber
 from conftest import ENV, EXECUTION, T0
 from moto import mock_aws
 
-from stabilizer_workflow import aws_s3, aws_sagemaker
-from stabilizer_workflow.attempts import prepare
+from stabilizer_workflow.aws import s3 as aws_s3
+from stabilizer_workflow.aws import sagemaker as aws_sagemaker
 from stabilizer_workflow.errors import TrainingDataMissing
+from stabilizer_workflow.execution.state import dump_state
 from stabilizer_workflow.handlers import train as train_handler
+from stabilizer_workflow.launch.attempts import prepare
 from stabilizer_workflow.settings import TrainSettings
-from stabilizer_workflow.state import dump_state
 
 
 @pytest.fixture

@@ -16,7 +16,10 @@ from conftest import ENV, RULE_STOP, T0, describe, launched, load_event, summary
 from moto import mock_aws
 
 from stabilizer_contract import s3_uris
-from stabilizer_workflow import aws_s3, aws_sagemaker, aws_sns, aws_stepfunctions, requests
+from stabilizer_workflow.aws import s3 as aws_s3
+from stabilizer_workflow.aws import sagemaker as aws_sagemaker
+from stabilizer_workflow.aws import sns as aws_sns
+from stabilizer_workflow.aws import stepfunctions as aws_stepfunctions
 from stabilizer_workflow.errors import (
     AccessDenied,
     AwsRequestRejected,
@@ -27,10 +30,11 @@ from stabilizer_workflow.errors import (
     StateCorrupted,
     TransientAwsError,
 )
+from stabilizer_workflow.execution.state import dump_state, load_state
 from stabilizer_workflow.handlers import monitor as monitor_handler
 from stabilizer_workflow.handlers import train as train_handler
+from stabilizer_workflow.launch import requests
 from stabilizer_workflow.settings import MonitorSettings
-from stabilizer_workflow.state import dump_state, load_state
 
 REGION = "us-east-1"
 

@@ -7,8 +7,10 @@ from datetime import timedelta
 
 from conftest import T0, describe, launched, observation, sentinel_findings
 
-from stabilizer_workflow import hang_settings, hangs, monitor
-from stabilizer_workflow.observation import observe
+from stabilizer_workflow.evidence.observation import observe
+from stabilizer_workflow.execution import hang_settings
+from stabilizer_workflow.monitoring import monitor
+from stabilizer_workflow.remedies import hangs
 
 LATER = T0 + timedelta(minutes=5)
 HUNG = "AlgorithmError: RuleStop: Hang at step 8: no optimizer step for 41.0 s on rank 0 (algo-1)"
@@ -38,7 +40,7 @@ def test_a_hang_relaunches_the_same_recipe_from_the_newest_checkpoint_and_says_i
 
 
 def test_a_job_that_keeps_hanging_ends_after_the_bounded_relaunches(settings):
-    from stabilizer_workflow import attempts as launching
+    from stabilizer_workflow.launch import attempts as launching
 
     state = launched(settings)
     for number in range(1, 3):
@@ -151,7 +153,7 @@ def test_the_metric_stream_is_read_from_cloudwatch_as_sagemaker_publishes_it():
     import boto3
     from botocore.stub import ANY, Stubber
 
-    from stabilizer_workflow.aws_cloudwatch import MetricStreams
+    from stabilizer_workflow.aws.cloudwatch import MetricStreams
 
     client = boto3.client("cloudwatch", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     started = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -222,7 +224,7 @@ def test_a_smallest_host_count_above_the_jobs_is_refused_naming_the_field():
     import pytest
     from pydantic import ValidationError
 
-    from stabilizer_workflow.job import Job
+    from stabilizer_workflow.execution.job import Job
 
     with pytest.raises(ValidationError, match="min_instance_count: 3 is more than instance_count 2"):
         Job(source="s3://b/s.tar.gz", entry_point="t.py", instance_count=2, min_instance_count=3)

@@ -1,4 +1,4 @@
-"""The training image follows the instance type, per request (stabilizer_workflow.images)."""
+"""The training image follows the instance type, per request (stabilizer_workflow.launch.images)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ import pytest
 from conftest import ENV
 
 from stabilizer_workflow.errors import InvalidInput
-from stabilizer_workflow.images import image_accelerator, image_cuda_major, instance_accelerator, training_image_for
+from stabilizer_workflow.launch.images import (
+    image_accelerator,
+    image_cuda_major,
+    instance_accelerator,
+    training_image_for,
+)
 from stabilizer_workflow.settings import TrainSettings
 
 REGISTRY = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training"

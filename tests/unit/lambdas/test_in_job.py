@@ -1,4 +1,4 @@
-"""The job's own decisions (job.recovery in_job; stabilizer_workflow.in_job): each rollback in
+"""The job's own decisions (job.recovery in_job; stabilizer_workflow.remedies.in_job): each rollback in
 findings.json is recorded on the attempt and told once, a recovered run is judged by its summary as any
 run is, and a relaunch after one starts from the rates the job last ran."""
 
@@ -10,13 +10,13 @@ from datetime import timedelta
 import pytest
 from conftest import ENV, T0, describe, launched, summary
 
-from stabilizer_workflow import attempts as launching
-from stabilizer_workflow import monitor
 from stabilizer_workflow.errors import InvalidInput
-from stabilizer_workflow.execution_input import parse_execution_input
-from stabilizer_workflow.observation import observe
-from stabilizer_workflow.requests import CONFIG_HYPERPARAMETER, hyperparameters
-from stabilizer_workflow.sentinel_files import FindingsDocument
+from stabilizer_workflow.evidence.observation import observe
+from stabilizer_workflow.evidence.sentinel_files import FindingsDocument
+from stabilizer_workflow.execution.execution_input import parse_execution_input
+from stabilizer_workflow.launch import attempts as launching
+from stabilizer_workflow.launch.requests import CONFIG_HYPERPARAMETER, hyperparameters
+from stabilizer_workflow.monitoring import monitor
 from stabilizer_workflow.settings import TrainSettings
 
 

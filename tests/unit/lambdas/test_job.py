@@ -15,15 +15,17 @@ from moto import mock_aws
 from test_requests import assert_valid
 
 from stabilizer_contract.catalogue import CATALOGUE
-from stabilizer_workflow import attempts as launching
-from stabilizer_workflow import monitor, policy, requests
 from stabilizer_workflow.errors import InvalidInput, MisconfiguredEnvironment
-from stabilizer_workflow.execution_input import parse_execution_input
-from stabilizer_workflow.images import check_image_fits_instance, image_accelerator
-from stabilizer_workflow.observation import observe
+from stabilizer_workflow.evidence.observation import observe
+from stabilizer_workflow.execution.execution_input import parse_execution_input
+from stabilizer_workflow.execution.state import Finding
+from stabilizer_workflow.launch import attempts as launching
+from stabilizer_workflow.launch import requests
+from stabilizer_workflow.launch.images import check_image_fits_instance, image_accelerator
+from stabilizer_workflow.launch.sources import SourceArchives
+from stabilizer_workflow.monitoring import monitor
+from stabilizer_workflow.remedies import policy
 from stabilizer_workflow.settings import TrainSettings
-from stabilizer_workflow.sources import SourceArchives
-from stabilizer_workflow.state import Finding
 
 CPU_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-cpu-py311-ubuntu22.04-sagemaker"
 GPU_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-sagemaker"

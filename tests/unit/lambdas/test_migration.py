@@ -9,10 +9,10 @@ import pytest
 from conftest import load_event
 
 from stabilizer_workflow.errors import InvalidInput
-from stabilizer_workflow.execution_input import parse_execution_input
+from stabilizer_workflow.execution.execution_input import parse_execution_input
+from stabilizer_workflow.execution.migration import SAMPLE_FIELDS
+from stabilizer_workflow.execution.state import load_state
 from stabilizer_workflow.handlers import train as train_handler
-from stabilizer_workflow.migration import SAMPLE_FIELDS
-from stabilizer_workflow.state import load_state
 from tests.helpers import SAMPLE_DEPLOYMENT_FIELDS, SAMPLE_INPUT
 
 

@@ -7,11 +7,11 @@ from datetime import timedelta
 import pytest
 from conftest import RULE_STOP, T0, describe, launched, observation, sentinel_findings, watched_findings
 
-from stabilizer_workflow import monitor
-from stabilizer_workflow.check_results import Effects
 from stabilizer_workflow.errors import StateCorrupted
-from stabilizer_workflow.observation import observe
-from stabilizer_workflow.sentinel_files import FindingsDocument
+from stabilizer_workflow.evidence.observation import observe
+from stabilizer_workflow.evidence.sentinel_files import FindingsDocument
+from stabilizer_workflow.monitoring import monitor
+from stabilizer_workflow.monitoring.check_results import Effects
 
 LATER = T0 + timedelta(minutes=5)
 COUNTERS = (

@@ -8,10 +8,10 @@ from datetime import timedelta
 import pytest
 from conftest import RULE_STOP, T0, launched, observation, sentinel_findings, watched_findings
 
-from stabilizer_workflow import attempts as launching
-from stabilizer_workflow import monitor
+from stabilizer_workflow.launch import attempts as launching
+from stabilizer_workflow.monitoring import monitor
 from stabilizer_workflow.notifications import SUBJECT_MAX, clean_subject
-from stabilizer_workflow.recipe_text import recipe_diff
+from stabilizer_workflow.remedies.recipe_text import recipe_diff
 
 
 def _relaunch_note(settings):

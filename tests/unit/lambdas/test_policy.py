@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import launched, simulate
 
-from stabilizer_workflow import ladders, policy
-from stabilizer_workflow.state import Finding, Watched, WorkflowState, recipe_key
+from stabilizer_workflow.execution.state import Finding, Watched, WorkflowState, recipe_key
+from stabilizer_workflow.remedies import ladders, policy
 
 
 def written(*steps: int) -> dict[int, str]:

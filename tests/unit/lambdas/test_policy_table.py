@@ -5,12 +5,12 @@ docs/remedies.md is generated from the table; a table changed without regenerati
 
 from __future__ import annotations
 
-from stabilizer_workflow import ladders, policy
-from stabilizer_workflow.ladders import DOCS, PHASES, TABLE, markdown, remedies
+from stabilizer_workflow.remedies import ladders, policy
+from stabilizer_workflow.remedies.ladders import DOCS, PHASES, TABLE, markdown, remedies
 
 
 def test_the_docs_are_the_table():
-    assert DOCS.read_text() == markdown(), "run python -m stabilizer_workflow.ladders"
+    assert DOCS.read_text() == markdown(), "run python -m stabilizer_workflow.remedies.ladders"
 
 
 def test_what_follows_a_diverging_in_the_main_phase_is_one_lookup():

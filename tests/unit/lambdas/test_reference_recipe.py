@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from stabilizer_contract.reference_recipe import RECIPE, problem
-from stabilizer_workflow.execution_input import RunSpec
-from stabilizer_workflow.reference import KNOBS
+from stabilizer_workflow.execution.execution_input import RunSpec
+from stabilizer_workflow.execution.reference import KNOBS
 from tests.helpers import model_module
 
 recipe = model_module("recipe")

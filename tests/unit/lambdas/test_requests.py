@@ -11,9 +11,10 @@ import pytest
 from botocore.validate import ParamValidator
 from conftest import ENV, EXECUTION, launched, new_state
 
-from stabilizer_workflow import attempts as launching
-from stabilizer_workflow import reference, requests
 from stabilizer_workflow.errors import MisconfiguredEnvironment
+from stabilizer_workflow.execution import reference
+from stabilizer_workflow.launch import attempts as launching
+from stabilizer_workflow.launch import requests
 from stabilizer_workflow.settings import TrainSettings
 
 MODEL = botocore.session.get_session().get_service_model("sagemaker")
@@ -301,7 +302,7 @@ def test_debugger_collection_limits_are_sagemakers_own():
     """CollectionConfiguration (SageMaker API Reference, "CollectionConfiguration": CollectionName and
     each CollectionParameters value at most 256 characters) in DebugHookConfig's
     CollectionConfigurations (at most 20 items)."""
-    from stabilizer_workflow import service_limits
+    from stabilizer_workflow.execution import service_limits
 
     hook = MODEL.shape_for("DebugHookConfig").members["CollectionConfigurations"]
     assert hook.metadata["max"] == service_limits.DEBUGGER_COLLECTIONS_MAX

@@ -10,7 +10,7 @@ from stabilizer_contract import catalogue as engine_catalogue
 from stabilizer_contract import catalogue as rule_catalogue
 from stabilizer_sentinel.rules import RULES, parse_rule_list, rule_parameters
 from stabilizer_workflow.errors import InvalidInput
-from stabilizer_workflow.execution_input import parse_execution_input
+from stabilizer_workflow.execution.execution_input import parse_execution_input
 
 
 def rules_input(*rules: dict) -> dict:

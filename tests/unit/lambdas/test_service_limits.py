@@ -10,10 +10,12 @@ import pytest
 from botocore.stub import Stubber
 from conftest import ENV, EXECUTION
 
-from stabilizer_workflow import aws, aws_sagemaker, execution_bounds, service_limits
-from stabilizer_workflow.attempts import prepare
+from stabilizer_workflow import aws
+from stabilizer_workflow.aws import sagemaker as aws_sagemaker
 from stabilizer_workflow.errors import InvalidInput, TransientAwsError
-from stabilizer_workflow.requests import build_create_training_job
+from stabilizer_workflow.execution import execution_bounds, service_limits
+from stabilizer_workflow.launch.attempts import prepare
+from stabilizer_workflow.launch.requests import build_create_training_job
 from stabilizer_workflow.settings import TrainSettings
 
 
@@ -116,7 +118,7 @@ def test_the_worst_case_call_is_the_configured_arithmetic():
 
 
 def test_a_job_hyperparameter_over_2500_characters_is_refused_naming_it():
-    from stabilizer_workflow.execution_input import parse_execution_input
+    from stabilizer_workflow.execution.execution_input import parse_execution_input
 
     job = {"source": "s3://bucket/src/sourcedir.tar.gz", "entry_point": "fit.py",
            "hyperparameters": {"lr": 0.1, "notes": "x" * 2600}}
@@ -127,7 +129,7 @@ def test_a_job_hyperparameter_over_2500_characters_is_refused_naming_it():
 
 
 def test_a_job_hyperparameter_of_exactly_sagemakers_limit_is_accepted_and_one_more_is_not():
-    from stabilizer_workflow.execution_input import parse_execution_input
+    from stabilizer_workflow.execution.execution_input import parse_execution_input
 
     limit = service_limits.HYPERPARAMETER_VALUE_MAX
     job = {"source": "s3://bucket/src/sourcedir.tar.gz", "entry_point": "fit.py"}

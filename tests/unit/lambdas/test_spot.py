@@ -20,9 +20,10 @@ import pytest
 from conftest import ENV, T0, describe, launched, new_state, sentinel_findings, watched_findings
 from test_requests import assert_valid
 
-from stabilizer_workflow import monitor, requests
 from stabilizer_workflow.errors import InvalidInput
-from stabilizer_workflow.observation import observe
+from stabilizer_workflow.evidence.observation import observe
+from stabilizer_workflow.launch import requests
+from stabilizer_workflow.monitoring import monitor
 from stabilizer_workflow.settings import TrainSettings
 
 MODEL = botocore.session.get_session().get_service_model("sagemaker")

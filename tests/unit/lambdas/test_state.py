@@ -7,13 +7,13 @@ import json
 import pytest
 from conftest import EXECUTION, new_state, state_with_exploded_attempts
 
-from stabilizer_workflow import attempts as launching
-from stabilizer_workflow import schemas
 from stabilizer_workflow.errors import InvalidInput, StateCorrupted
-from stabilizer_workflow.execution_input import ExecutionInput, RunSpec, parse_execution_input
-from stabilizer_workflow.state import dump_state, load_state
+from stabilizer_workflow.execution import schemas
+from stabilizer_workflow.execution.execution_input import ExecutionInput, RunSpec, parse_execution_input
+from stabilizer_workflow.execution.state import dump_state, load_state
+from stabilizer_workflow.launch import attempts as launching
 
-SCHEMAS = schemas.Path(schemas.__file__).resolve().parents[2] / "schemas"
+SCHEMAS = schemas.Path(schemas.__file__).resolve().parents[3] / "schemas"
 
 
 def test_console_empty_input_runs_the_reference_problem(settings):
@@ -130,7 +130,7 @@ def test_short_execution_id_differs_for_a_reused_name(settings):
 def test_schema_files_are_up_to_date():
     for name, text in schemas.documents().items():
         assert (SCHEMAS / name).read_text() == text, (
-            f"schemas/{name} is stale: run python -m stabilizer_workflow.schemas"
+            f"schemas/{name} is stale: run python -m stabilizer_workflow.execution.schemas"
         )
 
 

@@ -9,9 +9,9 @@ import json
 import pytest
 from conftest import T0, new_state
 
-from stabilizer_workflow import execution_bounds
 from stabilizer_workflow.errors import InvalidInput
-from stabilizer_workflow.state import Attempt, Decision, Finding, WorkflowState, dump_state, load_state
+from stabilizer_workflow.execution import execution_bounds
+from stabilizer_workflow.execution.state import Attempt, Decision, Finding, WorkflowState, dump_state, load_state
 
 QUOTA = 256 * 1024
 HUGE = "Traceback (most recent call last): é€𝄞 " * 20_000  # multi-byte text, far over any bound
@@ -66,9 +66,9 @@ def _worst_recorded_attempt(settings):
     than an attempt keeps, every text far over its bound."""
     from conftest import describe, launched, sentinel_findings
 
-    from stabilizer_workflow import monitor
-    from stabilizer_workflow.observation import observe
-    from stabilizer_workflow.sentinel_files import StragglerReport, Summary
+    from stabilizer_workflow.evidence.observation import observe
+    from stabilizer_workflow.evidence.sentinel_files import StragglerReport, Summary
+    from stabilizer_workflow.monitoring import monitor
 
     state = launched(settings)
     findings = sentinel_findings(step=2**31)

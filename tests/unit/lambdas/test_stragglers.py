@@ -7,9 +7,9 @@ from datetime import timedelta
 
 from conftest import T0, describe, launched, sentinel_findings
 
-from stabilizer_workflow import monitor
-from stabilizer_workflow.observation import observe
-from stabilizer_workflow.sentinel_files import parse_stragglers
+from stabilizer_workflow.evidence.observation import observe
+from stabilizer_workflow.evidence.sentinel_files import parse_stragglers
+from stabilizer_workflow.monitoring import monitor
 
 # What the watchdog writes (stabilizer_sentinel.watchdog, Watchdog._write_stragglers).
 STRAGGLERS = (b'{"version": 1, "stragglers": [{"rule": "Straggler", "rank": 3, "host": "algo-2", "step": 40, '

@@ -22,11 +22,11 @@ from conftest import (
     watched_findings,
 )
 
-from stabilizer_workflow import attempts as launching
-from stabilizer_workflow import monitor
-from stabilizer_workflow.evidence import UNWATCHED
-from stabilizer_workflow.observation import observe
-from stabilizer_workflow.sentinel_files import FindingsDocument
+from stabilizer_workflow.evidence.observation import observe
+from stabilizer_workflow.evidence.sentinel_files import FindingsDocument
+from stabilizer_workflow.evidence.verdicts import UNWATCHED
+from stabilizer_workflow.launch import attempts as launching
+from stabilizer_workflow.monitoring import monitor
 from stabilizer_workflow.settings import TrainSettings
 
 LATER = T0 + timedelta(minutes=5)

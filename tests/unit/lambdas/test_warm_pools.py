@@ -21,10 +21,11 @@ from conftest import T0, describe, launched, sentinel_findings, watched_findings
 from test_handlers import _full, cloud, environment, stubbed_sagemaker  # noqa: F401 - the fixtures
 from test_hangs import HELD_UP, HUNG, on_hosts
 
-from stabilizer_workflow import aws_sagemaker, monitor
+from stabilizer_workflow.aws import sagemaker as aws_sagemaker
+from stabilizer_workflow.evidence.observation import observe
+from stabilizer_workflow.execution.state import dump_state
 from stabilizer_workflow.handlers import monitor as monitor_handler
-from stabilizer_workflow.observation import observe
-from stabilizer_workflow.state import dump_state
+from stabilizer_workflow.monitoring import monitor
 
 LATER = T0 + timedelta(minutes=5)
 KEPT = (600, "Available")

@@ -13,12 +13,15 @@ from botocore.stub import ANY, Stubber
 from conftest import ENV, EVENTS, T0, new_state
 from moto import mock_aws
 
-from stabilizer_workflow import aws_s3, aws_sagemaker, aws_sns, watch
+from stabilizer_workflow.aws import s3 as aws_s3
+from stabilizer_workflow.aws import sagemaker as aws_sagemaker
+from stabilizer_workflow.aws import sns as aws_sns
 from stabilizer_workflow.errors import AccessDenied
+from stabilizer_workflow.execution.state import dump_state
 from stabilizer_workflow.handlers import watch as watch_handler
+from stabilizer_workflow.monitoring import watch
+from stabilizer_workflow.monitoring.watch_events import parse_watch_event
 from stabilizer_workflow.settings import WatchSettings
-from stabilizer_workflow.state import dump_state
-from stabilizer_workflow.watch_events import parse_watch_event
 
 REGION = "us-east-1"
 BUCKET = ENV["BUCKET"]
@@ -88,7 +91,7 @@ def _launched(settings) -> dict:
 
 
 def _plan(settings):
-    from stabilizer_workflow.attempts import launch
+    from stabilizer_workflow.launch.attempts import launch
 
     return launch(new_state(settings), settings, T0)
 

@@ -16,8 +16,8 @@ import pytest
 from conftest import EVENTS, new_state
 
 from stabilizer_workflow.errors import StateCorrupted
+from stabilizer_workflow.execution.state import dump_state
 from stabilizer_workflow.handlers import watch as watch_handler
-from stabilizer_workflow.state import dump_state
 
 LAMBDAS = Path(__file__).resolve().parents[3] / "lambdas"
 
@@ -38,7 +38,7 @@ class Untouchable:
 
 
 def test_the_documented_training_job_event_parses_with_every_member_it_carries():
-    from stabilizer_workflow.watch_events import TrainingJobStateChange, parse_watch_event
+    from stabilizer_workflow.monitoring.watch_events import TrainingJobStateChange, parse_watch_event
 
     event = _event(JOB)
     detail = parse_watch_event(event)
@@ -53,7 +53,7 @@ def test_the_documented_training_job_event_parses_with_every_member_it_carries()
 
 
 def test_the_documented_execution_event_parses():
-    from stabilizer_workflow.watch_events import ExecutionStatusChange, parse_watch_event
+    from stabilizer_workflow.monitoring.watch_events import ExecutionStatusChange, parse_watch_event
 
     detail = parse_watch_event(_event(EXECUTION))
     assert isinstance(detail, ExecutionStatusChange)
@@ -63,7 +63,7 @@ def test_the_documented_execution_event_parses():
 
 
 def test_a_failed_jobs_event_with_tags_as_a_list_and_a_member_aws_adds_later_parses():
-    from stabilizer_workflow.watch_events import parse_watch_event
+    from stabilizer_workflow.monitoring.watch_events import parse_watch_event
 
     event = _event(JOB)
     event["detail"].update(TrainingJobStatus="Failed", FailureReason="AlgorithmError: exit 86",
@@ -76,7 +76,7 @@ def test_a_failed_jobs_event_with_tags_as_a_list_and_a_member_aws_adds_later_par
 
 def test_the_local_engines_job_event_parses_as_sagemakers_does():
     from stabilizer.local.emulator.job_state_events import job_state_change
-    from stabilizer_workflow.watch_events import parse_watch_event
+    from stabilizer_workflow.monitoring.watch_events import parse_watch_event
 
     t0 = dt.datetime(2026, 11, 25, 9, 0, tzinfo=dt.UTC)
     described = {"TrainingJobName": "stabilizer-0a1b2c3d-1", "TrainingJobStatus": "Stopped",

@@ -10,7 +10,7 @@ from stabilizer.local.emulator.training_job import SAGEMAKER_STOP_GRACE_SECONDS
 
 
 def test_the_model_uses_the_workflows_own_settings():
-    from stabilizer_workflow.execution_input import ExecutionInput
+    from stabilizer_workflow.execution.execution_input import ExecutionInput
 
     assert ExecutionInput().wait_seconds == latency.WAIT_SECONDS
     assert latency.STOP_GRACE.seconds == SAGEMAKER_STOP_GRACE_SECONDS

@@ -22,7 +22,7 @@ def _sdk_training_image(instance_type: str, version: str = PYTORCH_VERSION) -> s
 
 
 def _prepare(raw_input: dict, settings: LocalSettings):
-    from stabilizer_workflow.attempts import prepare
+    from stabilizer_workflow.launch.attempts import prepare
     from stabilizer_workflow.settings import TrainSettings
 
     train = TrainSettings.from_env({**settings.lambda_environment(), "AWS_REGION": REGION})
@@ -54,7 +54,7 @@ def test_job_image_by_framework_and_version_resolves_in_local_mode():
 
 
 def test_debugger_rules_get_the_rule_image_in_the_first_request():
-    from stabilizer_workflow.requests import build_create_training_job
+    from stabilizer_workflow.launch.requests import build_create_training_job
 
     # A rule only Debugger runs: the engine's own rules never reach Debugger.
     raw = {"run_spec": {"rules": [{"name": "NLPSequenceRatio", "parameters": {"token_values": "0"}}]}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stabilizer_contract.checkpoints import checkpoint_name, checkpoint_step, newest_checkpoint
-from stabilizer_workflow.observation import observe
+from stabilizer_workflow.evidence.observation import observe
 
 
 def test_names_sort_by_step_as_text_and_parse_back():

@@ -125,7 +125,7 @@ def test_the_same_content_packs_to_the_same_bytes(tmp_path: Path):
 
 
 def test_the_limit_is_the_size_the_train_lambda_reads_at_validate_input():
-    from stabilizer_workflow.sources import MAX_ARCHIVE_BYTES
+    from stabilizer_workflow.launch.sources import MAX_ARCHIVE_BYTES
 
     assert sourcedir.MAX_ARCHIVE_BYTES == MAX_ARCHIVE_BYTES == 64 * 1024 * 1024
 

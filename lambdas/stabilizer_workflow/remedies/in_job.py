@@ -1,0 +1,125 @@
+"""The job's own decisions (job.recovery `in_job`): rollbacks the sentinel made inside a running job.
+
+The in-job library (stabilizer_sentinel.recovery) answers an explosion or a divergence itself: back to
+the newest healthy copy of its state, on at a lower rate probed from there. Each such decision is an
+entry of findings.json's `rollbacks`; this module records them on the attempt (each once, in order),
+says them in one line each, and tells the policy the recipe in force: the declared rate knob times
+the factor the job went on at, so a relaunch after it starts from what the job last ran, not from
+what it was launched with.
+
+Pure: no AWS call, no clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stabilizer_workflow.evidence.observation import Observation
+from stabilizer_workflow.evidence.sentinel_files import SentinelRollback, finite
+from stabilizer_workflow.execution.state import MAX_PROBED, MAX_ROLLBACKS, Attempt, Rollback, WorkflowState
+from stabilizer_workflow.remedies.ladders import ARCHITECTURE_ROLES, EXPLOSIONS, remedies
+
+PHASES = ("warmup", "main", None)
+
+
+def recovery_for(state: WorkflowState) -> str:
+    """How the next attempt answers an explosion: "in_job" (stabilizer_sentinel.recovery) or "relaunch".
+
+    In the job only where the policy's own answer would be one the job can apply to itself: the
+    `original` policy, `job.recovery` relaunch, or an explosion ladder whose first remedy the job
+    declares is a network change still to make (batch norm off, say) relaunch.
+    """
+    if state.policy == "original" or state.job.recovery == "relaunch":
+        return "relaunch"
+    knobs = state.job.knobs.declared()
+    for rule in EXPLOSIONS:
+        for phase in PHASES:
+            first = next((rung for rung in remedies(rule, phase) or () if rung.role in knobs), None)
+            if first is not None and first.role in ARCHITECTURE_ROLES:
+                knob = knobs[first.role]
+                value = state.run_spec.get(knob.hyperparameter)
+                if first.op != "switch_on" or value is False or (not isinstance(value, bool) and value == 0):
+                    return "relaunch"
+    return "in_job"
+
+
+def _rate(value: float | None) -> str:
+    return "?" if value is None else f"{value:.3g}"
+
+
+def describe(rollback: SentinelRollback) -> str:
+    """One line: what fired, where the job went back to, what it probed and what it went on at."""
+    failed = sum(1 for probe in rollback.probed if probe.failed)
+    probes = f"{len(rollback.probed)} rates probed" + (f", {failed} of them failed" if failed else "")
+    head = (f"{rollback.rule} at step {rollback.step}: back to step {rollback.restored_step} "
+            f"({rollback.steps_lost} steps lost)")
+    seconds = f" in {rollback.seconds:.1f} s" if rollback.seconds is not None else ""
+    before, after = finite(rollback.learning_rate_before), finite(rollback.learning_rate_after)
+    if rollback.outcome == "stopped":
+        return f"{head}; no lower rate trained ({probes}{seconds}): the job stopped on the finding"
+    if rollback.outcome == "ended":
+        return f"{head}; the run ended while probing ({probes}): the finding stands"
+    return f"{head}, on at rate {_rate(after)} from {_rate(before)}, chosen from {probes}{seconds}"
+
+
+def new_rollbacks(attempt: Attempt, obs: Observation) -> list[Rollback]:
+    """The rollbacks findings.json lists that the attempt has not recorded yet; recorded now."""
+    if obs.findings is None:
+        return []
+    written = obs.findings.rollbacks
+    known = len(attempt.rollbacks)
+    new = [_recorded(entry) for entry in written[known:MAX_ROLLBACKS]]
+    attempt.rollbacks.extend(new)
+    return new
+
+
+def _recorded(entry: SentinelRollback) -> Rollback:
+    return Rollback(
+        rule=entry.rule,
+        step=entry.step,
+        restored_step=entry.restored_step,
+        steps_lost=max(entry.steps_lost, 0),
+        probe_steps=max(entry.probe_steps, 0),
+        rate_before=finite(entry.learning_rate_before),
+        rate_after=finite(entry.learning_rate_after),
+        factor=entry.factor if entry.outcome == "recovered" else None,
+        probed=[finite(probe.learning_rate) for probe in entry.probed][:MAX_PROBED],
+        failed_probes=sum(1 for probe in entry.probed if probe.failed),
+        seconds=entry.seconds,
+        reason=describe(entry),
+    )
+
+
+def factor_in_force(attempt: Attempt) -> float:
+    """The multiplier the job last ran its rates at: the latest recovered rollback's, else 1."""
+    recovered = [rollback.factor for rollback in attempt.rollbacks if rollback.factor is not None]
+    return recovered[-1] if recovered else 1.0
+
+
+def recipe_in_force(state: WorkflowState, attempt: Attempt) -> dict[str, Any]:
+    """The attempt's recipe as the job last ran it: the declared rate knobs times the factor in force.
+
+    A job that declares no rate knob cannot carry the factor into a relaunch; its recipe is as launched.
+    """
+    spec = dict(attempt.run_spec)
+    factor = factor_in_force(attempt)
+    if factor == 1.0:
+        return spec
+    knobs = state.job.knobs.declared()
+    for role in ("learning_rate", "warmup_learning_rate"):
+        knob = knobs.get(role)
+        if knob is not None and isinstance(spec.get(knob.hyperparameter), int | float):
+            spec[knob.hyperparameter] = float(spec[knob.hyperparameter]) * factor
+    return spec
+
+
+def summary_line(attempt: Attempt) -> str | None:
+    """What the attempt's in-job recovery did, for the end's reason; None without any rollback."""
+    if not attempt.rollbacks:
+        return None
+    recovered = [r for r in attempt.rollbacks if r.factor is not None]
+    lost = sum(r.steps_lost + r.probe_steps for r in attempt.rollbacks)
+    said = f"recovered in the job {len(recovered)} time{'s' if len(recovered) != 1 else ''}"
+    if recovered:
+        said += f", last on at rate {_rate(recovered[-1].rate_after)} ({recovered[-1].factor:.3g} x the script's)"
+    return f"{said}; {lost} steps rolled back or probed"
