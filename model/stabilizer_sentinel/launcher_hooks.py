@@ -267,9 +267,11 @@ class LauncherHooks:
                 # Called before the capture existed: its names (CrossEntropyLoss_output_0, ...) and this step's inputs.
                 self.guard.capture.loss_module_seen(loss_module, self._loss_args)
                 self._loss_args = None
-        if self._pending_loss is not None and start_step == 1:
-            # The loss of the update that went unseen: where the run started, for the learning check.
-            value = float(self._pending_loss)
+        if start_step == 1 and (self._pending_passes or self._pending_loss is not None):
+            # The loss of the update that went unseen (its backward passes', else the log's): step 0's,
+            # where the run started, for the learning check. It is not the next step's.
+            passes, logged = self._pending_passes, self._pending_loss
+            value = sum(float(loss) for loss in passes) / len(passes) if passes else float(logged or 0.0)
             if math.isfinite(value):
                 self.guard.sentinel.learning.observe(0, value, None, None)
         elif self._pending_passes:

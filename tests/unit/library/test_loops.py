@@ -210,3 +210,35 @@ def test_a_loop_updating_by_hand_that_reports_no_loss_is_still_checked_at_each_b
     (finding,) = findings(tmp_path)
     assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 3)
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+HAND_UPDATED_CLASSIFIER = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+criterion = nn.CrossEntropyLoss()
+x, y = torch.randn(64, 8), torch.randint(0, 4, (64,))
+for step in range(12):
+    loss = criterion(model(x), y)
+    model.zero_grad()
+    loss.backward()
+    for p in model.parameters():
+        p.data.add_(p.grad, alpha=-0.5)
+    print(f"step {step} loss {loss.item():.9g}")
+"""
+
+
+@pytest.mark.slow
+def test_a_loop_updated_by_hand_is_judged_from_its_first_backward_pass_loss(tmp_path):
+    # The launcher attaches at the second forward pass, when the weights changed with no optimizer
+    # step; the first pass's loss is the untrained network's: step 0's, not half of step 1's.
+    script = tmp_path / "by_hand.py"
+    script.write_text(HAND_UPDATED_CLASSIFIER)
+    result = run(["-m", "stabilizer_sentinel.launch", str(script)], tmp_path, job_env(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    losses = [float(line.split()[-1]) for line in result.stdout.splitlines() if line.startswith("step ")]
+    written = summary(tmp_path)
+    assert written["first_loss"] == pytest.approx(sum(losses[:5]) / 5, rel=1e-6)
+    assert written["learned"] is True
