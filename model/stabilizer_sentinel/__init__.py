@@ -17,19 +17,31 @@ through ``stabilizer_sentinel/autostart/sitecustomize.py``); Lightning users add
 
 Parts
 -----
-``script_watch`` ``watch(model, optimizer)``: builds the guard a script asks for
-``guard``      ``Guard``: the sentinel and capture wired by hooks into any loop
-``job_config`` the ``sagemaker_stabilizer`` configuration and the job's paths (no torch)
-``launch``     ``python -m stabilizer_sentinel.launch``: runs an unmodified script as a job does
-``launcher_hooks`` the global hooks that watch it (installed by the autostart ``sitecustomize``)
-``exit_status`` how a script the launcher watches ended when ``SystemExit`` ended it
-``lightning_callback`` ``SentinelCallback`` for PyTorch Lightning
-``capture``    which collections are due at a step; copies tensors to the store and to memory
-``store``      the on-disk layout below (writer, local and ``s3://`` readers)
-``trial``      ``create_trial(path)``: ``tensor_names``, ``steps``, ``tensor(name).value(step)``
-``rules``      ``Rule``, ``register_rule``, rule lists, the built-in rules
-``sentinel``   in-job evaluation: finite check every step, rules at save steps, findings, exit 86
-``evaluator``  ``python -m stabilizer_sentinel.evaluator``: follows a store, writes rule statuses
+Each feature is a subpackage; the top level holds the commands, the public doors and what every
+part shares::
+
+    launch          ``python -m stabilizer_sentinel.launch``: runs an unmodified script as a job does
+    evaluator       ``python -m stabilizer_sentinel.evaluator``: follows a store, writes rule statuses
+    lightning_callback, smdebug_compat   the documented import paths of the two modules below
+    integration/    how a script gets watched: ``watch()`` (``script_watch``), the ``Guard``, the
+                    launcher's global hooks (``launcher_hooks``, installed by the autostart
+                    ``sitecustomize``), the Lightning callback, how the script ended, the job's log
+    detection/      the checks: the in-job ``sentinel`` (finite check every step, rules at save
+                    steps, findings, exit 86), health, the learning check and its statistics, the
+                    hang watchdog
+    recovery/       going back: ``rewind`` (the last healthy state), ``resume`` (the newest
+                    checkpoint), in-job ``recovery``
+    rules/          ``Rule``, ``register_rule``, rule lists, the built-in rules, smdebug's rule API
+    loops/          the loops and processes a guard watches: networks, optimizer hooks, steps a
+                    scaler skips, bare-tensor loops, the backward pass's loss, worker processes, DDP
+    capture/        tensor capture (``capture``, collections, forward hooks), the ``store`` (layout
+                    below), the Trial API (``trial``: ``create_trial(path)``), the system profiler
+    job_config      the ``sagemaker_stabilizer`` configuration and the job's paths (no torch)
+    summary         the run's summary in findings.json and how the script ended
+
+Imports point down that list, from the commands through integration, detection and recovery,
+rules and loops, capture, to ``job_config`` and ``summary``; no subpackage imports one above it
+(tests/packaging/test_import_direction.py).
 
 Tensor store layout (docs/contracts.md section 7)
 ------------------------------------------------
@@ -69,32 +81,32 @@ from typing import Any
 # Names are resolved on first use, so reading a store (trial, store, rules) never imports torch:
 # the out-of-job evaluator and notebooks without torch can use them.
 _EXPORTS = {
-    "Capture": "capture",
-    "CaptureConfigError": "capture",
-    "CollectionConfig": "capture",
-    "parse_capture": "capture",
-    "RULES": "rules",
-    "Rule": "rules",
-    "RuleConfigError": "rules",
-    "RuleFinding": "rules",
-    "parse_rule_list": "rules",
-    "register_rule": "rules",
-    "EXIT_RULE_STOP": "sentinel",
-    "FAILURE_PREFIX": "sentinel",
-    "Sentinel": "sentinel",
-    "Verdict": "sentinel",
-    "build_monitoring": "sentinel",
-    "Guard": "guard",
-    "watch": "script_watch",
-    "StabilizerConfig": "job_config",
-    "StabilizerConfigError": "job_config",
-    "load_config": "job_config",
-    "MemoryTrial": "trial",
-    "ModeKeys": "trial",
-    "TensorUnavailable": "trial",
-    "TensorUnavailableForStep": "trial",
-    "Trial": "trial",
-    "create_trial": "trial",
+    "Capture": "stabilizer_sentinel.capture.capture",
+    "CaptureConfigError": "stabilizer_sentinel.capture.capture",
+    "CollectionConfig": "stabilizer_sentinel.capture.capture",
+    "parse_capture": "stabilizer_sentinel.capture.capture",
+    "RULES": "stabilizer_sentinel.rules",
+    "Rule": "stabilizer_sentinel.rules",
+    "RuleConfigError": "stabilizer_sentinel.rules",
+    "RuleFinding": "stabilizer_sentinel.rules",
+    "parse_rule_list": "stabilizer_sentinel.rules",
+    "register_rule": "stabilizer_sentinel.rules",
+    "EXIT_RULE_STOP": "stabilizer_sentinel.detection.sentinel",
+    "FAILURE_PREFIX": "stabilizer_sentinel.detection.sentinel",
+    "Sentinel": "stabilizer_sentinel.detection.sentinel",
+    "Verdict": "stabilizer_sentinel.detection.sentinel",
+    "build_monitoring": "stabilizer_sentinel.detection.sentinel",
+    "Guard": "stabilizer_sentinel.integration.guard",
+    "watch": "stabilizer_sentinel.integration.script_watch",
+    "StabilizerConfig": "stabilizer_sentinel.job_config",
+    "StabilizerConfigError": "stabilizer_sentinel.job_config",
+    "load_config": "stabilizer_sentinel.job_config",
+    "MemoryTrial": "stabilizer_sentinel.capture.trial",
+    "ModeKeys": "stabilizer_sentinel.capture.trial",
+    "TensorUnavailable": "stabilizer_sentinel.capture.trial",
+    "TensorUnavailableForStep": "stabilizer_sentinel.capture.trial",
+    "Trial": "stabilizer_sentinel.capture.trial",
+    "create_trial": "stabilizer_sentinel.capture.trial",
     # Checkpoint file names the workflow resumes from (docs/contracts.md, section 1): a script that
     # writes its own checkpoints names and finds them with these.
     "checkpoint_name": "stabilizer_contract.checkpoints",
@@ -108,5 +120,4 @@ __all__ = list(_EXPORTS)
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'stabilizer_sentinel' has no attribute {name!r}")
-    module = _EXPORTS[name]
-    return getattr(importlib.import_module(module if "." in module else f"stabilizer_sentinel.{module}"), name)
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

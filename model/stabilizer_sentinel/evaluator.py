@@ -22,9 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from stabilizer_sentinel import store
+from stabilizer_sentinel.capture import store
+from stabilizer_sentinel.capture.trial import FileTrial, create_trial
 from stabilizer_sentinel.rules import Rule, RuleConfigError, parse_rule_list
-from stabilizer_sentinel.trial import FileTrial, create_trial
 
 IN_PROGRESS = "InProgress"
 NO_ISSUES = "NoIssuesFound"

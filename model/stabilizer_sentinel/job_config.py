@@ -53,7 +53,8 @@ class StabilizerConfig:
     integration: str | None = None
     loss_regex: str | None = None
     knobs: dict[str, Any] = field(default_factory=dict)
-    # in_job: roll back and go on at a probed rate (stabilizer_sentinel.recovery); relaunch: stop for the workflow.
+    # in_job: roll back and go on at a probed rate (stabilizer_sentinel.recovery.recovery); relaunch: stop for the
+    # workflow.
     recovery: str | None = None
 
     def with_defaults(self, **defaults: Any) -> StabilizerConfig:

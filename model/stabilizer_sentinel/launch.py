@@ -13,7 +13,7 @@ its first optimizer step makes them stand down, and the library watches; otherwi
 ``python -m stabilizer_sentinel.launch`` takes the same path: it becomes ``python SCRIPT args``
 (``os.execve``, the same process) in the job's environment, the autostart directory on
 ``PYTHONPATH`` and the integration set to launcher, so the script runs exactly as ``python`` runs
-it (its directory first on ``sys.path``) and the hooks (stabilizer_sentinel.launcher_hooks) watch it
+it (its directory first on ``sys.path``) and the hooks (stabilizer_sentinel.integration.launcher_hooks) watch it
 as in a job. This module imports no torch: the script's interpreter does.
 """
 

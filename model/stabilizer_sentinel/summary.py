@@ -123,7 +123,8 @@ class RunRecord:
         self.scale_min = scale if self.scale_min is None else min(self.scale_min, scale)
 
     def summary(self, learning: Any, *, ended: str | None, exception: str | None) -> dict[str, Any]:
-        """The ``summary`` object; ``learning`` is the sentinel's learning check (stabilizer_sentinel.health)."""
+        """The ``summary`` object; ``learning`` is the sentinel's learning check
+        (stabilizer_sentinel.detection.health)."""
         start = getattr(learning, "learning_start", None)  # the untrained level, not an early spike
         start = self.first_seen if start is None else start  # a run ended before its first window closed
         window = int(getattr(learning, "window", 5) or 5)

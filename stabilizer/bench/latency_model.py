@@ -29,7 +29,7 @@ function, the task token) and measures it. When the event does not wake the exec
 execution sees the job's end only at its next check, and the model says so (`WakeMeasurement`).
 
 This module must not import the workflow or call AWS (the in-job way reads the probe counts from
-stabilizer_sentinel.recovery).
+stabilizer_sentinel.recovery.recovery).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ STOP_GRACE = Figure(120.0, DOCUMENTED, "StopTrainingJob API reference: terminati
 # After asking the stop, the sample sees Stopped only at its next check, a full wait later (the
 # 120 s stop lies inside it).
 NEXT_CHECK = Figure(WAIT_SECONDS, DERIVED, "the next check after the stop: one full wait_seconds")
-# The sentinel checks gradients for non-finite values at every step (model/stabilizer_sentinel/sentinel.py).
+# The sentinel checks gradients for non-finite values at every step (model/stabilizer_sentinel/detection/sentinel.py).
 SENTINEL = Figure(STEP.seconds, DERIVED, "in-job check at the step of the explosion: at most one step")
 # The job's own end: SageMaker uploads the model directory and the last checkpoint sync, then
 # reports Failed. No AWS figure; the reference job's model and checkpoints are a few MB.
@@ -177,7 +177,7 @@ def in_job_way(rollback_seconds: float | None = None) -> Way:
     The rollback's own time on the step of the reference ResNet: loading a copy from host memory,
     then the probe steps (every candidate's; the job trains during them, at the probed rates).
     `rollback_seconds`, when measured locally, is shown beside the model's figure."""
-    from stabilizer_sentinel.recovery import FACTORS, PROBE_STEPS
+    from stabilizer_sentinel.recovery.recovery import FACTORS, PROBE_STEPS
 
     probes = len(FACTORS) * PROBE_STEPS
     measured = f"; measured locally on the quickstart: {rollback_seconds:.2f} s" if rollback_seconds is not None else ""

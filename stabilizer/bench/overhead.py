@@ -14,8 +14,8 @@ evaluation and checkpoints are not. Tensors go to a temporary directory removed 
 Two configurations measure the sentinel library as users meet it: ``library: watch()`` is the
 plain-loop level with its defaults, the rewind's copy every 5 steps included (``guard.step(loss)``
 each step, everything else in the optimizer hooks), and
-``launcher: unchanged script`` is the unchanged-script level (``stabilizer_sentinel.launcher_hooks``' global hooks
-find the model, its ``nn.CrossEntropyLoss`` module and the optimizer; the loop makes no call of ours).
+``launcher: unchanged script`` is the unchanged-script level (``stabilizer_sentinel.integration.launcher_hooks``'
+global hooks find the model, its ``nn.CrossEntropyLoss`` module and the optimizer; the loop makes no call of ours).
 Both run the finite check (``ExplodingTensor``) every step; their hook time is inside the step, so
 only their steps/s ratio is shown. The launcher's global optimizer hook sees every configuration's
 steps (it returns at once for optimizers it does not watch).
@@ -25,7 +25,7 @@ used (user + system, ``time.thread_time``) per training step of the whole round,
 and the profiler's own cost per sample.
 
 Targets: sentinel plus gradients every 100 steps >= 0.97x plain; all collections every 10 steps
->= 0.80x plain. The rewind (model/stabilizer_sentinel/rewind.py: a CPU copy of weights and optimizer state
+>= 0.80x plain. The rewind (model/stabilizer_sentinel/recovery/rewind.py: a CPU copy of weights and optimizer state
 every 5 steps, two kept) is measured beside them: its time per copy and the memory it holds.
 This module measures and prints; it must not be imported by the training code.
 """
@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 from stabilizer.local.reference_source import reference_module
-from stabilizer_sentinel.capture import BUILTIN_COLLECTIONS
+from stabilizer_sentinel.capture.capture import BUILTIN_COLLECTIONS
 
 EXPLODING = [{"name": "ExplodingTensor"}]
 ALL_COLLECTIONS = BUILTIN_COLLECTIONS
@@ -73,7 +73,7 @@ class _Setup:
     ) -> None:
         import torch
 
-        from stabilizer_sentinel.sentinel import build_monitoring
+        from stabilizer_sentinel.detection.sentinel import build_monitoring
 
         ResNet = reference_module("resnet").ResNet  # noqa: N806 the class, as the job imports it
 
@@ -84,14 +84,14 @@ class _Setup:
         self.capture = self.sentinel = self.guard = self.launcher = self.rewind = None
         self.criterion = torch.nn.CrossEntropyLoss()
         if name == LIBRARY:
-            from stabilizer_sentinel.script_watch import watch
+            from stabilizer_sentinel.integration.script_watch import watch
 
             self.guard = watch(self.model, self.optimizer, rules=config[0], capture=config[1], action="notify",
                                environ={"STABILIZER_HYPERPARAMETERS_FILE": str(workdir / "absent.json"),
                                         "STABILIZER_CHECKPOINT_DIR": str(workdir)})
         elif name == LAUNCHER:
+            from stabilizer_sentinel.integration.launcher_hooks import LauncherHooks
             from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig
-            from stabilizer_sentinel.launcher_hooks import LauncherHooks
 
             self.launcher = LauncherHooks(StabilizerConfig(rules=config[0], capture=config[1], action="notify"),
                                           JobPaths(workdir, workdir / "failure", workdir / "tensors"))
@@ -107,7 +107,7 @@ class _Setup:
                 profiler_interval_ms=profiler_ms,
             )
         if name in REWIND_EVERY:
-            from stabilizer_sentinel.rewind import Rewind
+            from stabilizer_sentinel.recovery.rewind import Rewind
 
             self.rewind = Rewind(self.model, self.optimizer, checkpoint_dir=workdir, every=REWIND_EVERY[name])
             self.sentinel.rewind = self.rewind

@@ -100,9 +100,9 @@ def published_by_state_machine(events: list[dict[str, Any]]) -> list[Notificatio
 
 
 def _trial_factory() -> Any:
-    """``stabilizer_sentinel.trial.create_trial``: the in-job library's Trial API."""
+    """``stabilizer_sentinel.capture.trial.create_trial``: the in-job library's Trial API."""
     try:
-        from stabilizer_sentinel.trial import create_trial
+        from stabilizer_sentinel.capture.trial import create_trial
     except ImportError as error:
         raise LookupError(f"the rule engine's Trial API is not available: {error}") from None
     return create_trial

@@ -1,7 +1,7 @@
 """System usage of each attempt in the report: a plot over time and OverallSystemUsage's summary.
 
 The samples are those the job's system profiler wrote into its tensor store
-(``model/stabilizer_sentinel/profiler.py``, docs/contracts.md section 3); they are read with the rule
+(``model/stabilizer_sentinel/capture/profiler.py``, docs/contracts.md section 3); they are read with the rule
 engine's own reader. An attempt without samples (profiling off) is left out. This module reads
 records and stores; it never changes a run.
 """
@@ -17,7 +17,7 @@ SERIES = (("cpu_total", "CPU"), ("memory", "memory"), ("iowait", "IO wait"))
 
 
 def _profiler():
-    from stabilizer_sentinel import profiler
+    from stabilizer_sentinel.capture import profiler
 
     return profiler
 

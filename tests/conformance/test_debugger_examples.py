@@ -216,7 +216,7 @@ def test_pytorch_profiling_rules_and_profiler_config(tmp_path, channels, sdk_env
     assert view.status == "SUCCEEDED", (state.get("reason"), view.cause)
     assert [r["name"] for r in state["monitoring"]["rules"]] == [
         "LossNotDecreasing", "LowGPUUtilization", "CPUBottleneck", "IOBottleneck", "OverallSystemUsage"]
-    from stabilizer_sentinel.trial import create_trial
+    from stabilizer_sentinel.capture.trial import create_trial
 
     samples = create_trial(store).system_samples()
     assert samples and {"cpu", "memory", "iowait"} <= set(samples[0])

@@ -3,7 +3,7 @@
 Each kind of run (healthy schedules, fine-tunes, negative log-likelihoods, noisy small batches,
 plateaus, runs that never learn, runs that diverge early, late or slowly) is generated for a few
 seeds from a small model of training: the loss falls with the learning rate spent so far, plus
-the noise of a mini-batch. The learning check (``stabilizer_sentinel.learning_check``) reads each run as
+the noise of a mini-batch. The learning check (``stabilizer_sentinel.detection.learning_check``) reads each run as
 the sentinel does, one step at a time with the learning rate and no phase labels, and then closes
 it as a completed run. Its finding is compared with the kind's: none, ``NotLearning`` or
 ``Diverging`` (a diverging run must be stopped before its loss is non-finite; otherwise the finite
@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from stabilizer_sentinel.learning_check import DIVERGING, NOT_LEARNING, LearningCheck
+from stabilizer_sentinel.detection.learning_check import DIVERGING, NOT_LEARNING, LearningCheck
 from tests.detection import trajectories as t
 
 SEEDS = range(10)

@@ -14,7 +14,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SENTINEL = ROOT / "model" / "stabilizer_sentinel"
 CALLERS = [ROOT / "model" / "train.py",
-           *(SENTINEL / f"{name}.py" for name in ("lightning_callback", "launcher_hooks", "launch", "script_watch")),
+           SENTINEL / "launch.py",
+           *(SENTINEL / "integration" / f"{name}.py"
+             for name in ("lightning_callback", "launcher_hooks", "script_watch")),
            *sorted((ROOT / "stabilizer").rglob("*.py"))]
 
 

@@ -154,7 +154,8 @@ class Probed(BaseModel):
 
 
 class SentinelRollback(BaseModel):
-    """One entry of findings.json's `rollbacks`: an in-job recovery's decision (stabilizer_sentinel.recovery)."""
+    """One entry of findings.json's `rollbacks`: an in-job recovery's decision
+    (stabilizer_sentinel.recovery.recovery)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -188,7 +189,7 @@ class FindingsDocument(BaseModel):
 
 class StragglerReport(BaseModel):
     """One entry of stragglers.json, which the job's rank 0 writes beside findings.json
-    (stabilizer_sentinel.watchdog): a rank slower than the others, with its host."""
+    (stabilizer_sentinel.detection.watchdog): a rank slower than the others, with its host."""
 
     model_config = ConfigDict(extra="ignore")
 

@@ -1,8 +1,8 @@
 """``job.hang``: when the job's watchdog calls a stall a hang, and how often a hang is relaunched.
 
 The settings travel to the job as the environment variables its watchdog reads
-(``stabilizer_sentinel.hang_bounds``); what follows a hang is ``stabilizer_workflow.remedies.hangs``'s. Kept apart
-from it so that the job model can hold them without importing the policy.
+(``stabilizer_sentinel.detection.hang_bounds``); what follows a hang is ``stabilizer_workflow.remedies.hangs``'s.
+Kept apart from it so that the job model can hold them without importing the policy.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 HANG_RELAUNCHES = 2
-DEFAULT_FLOOR_SECONDS = 600.0  # the watchdog's (stabilizer_sentinel.hang_bounds)
+DEFAULT_FLOOR_SECONDS = 600.0  # the watchdog's (stabilizer_sentinel.detection.hang_bounds)
 PROGRESS_FILE = "progress.json"  # rank 0 writes it beside findings.json whenever its step moved
 STRAGGLERS_FILE = "stragglers.json"  # rank 0 writes it beside findings.json when a rank lags (watchdog)
 

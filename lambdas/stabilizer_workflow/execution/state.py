@@ -121,7 +121,7 @@ class Finding(BaseModel):
     # summary: read from findings.json's summary (a failed job's losses); log: from the job's own
     # loss lines (the summary's log_loss, or the loss metric's final value in DescribeTrainingJob).
     source: Literal["sentinel", "debugger", "failure_reason", "summary", "log"] = "sentinel"
-    # The sentinel's reading of the run-up (stabilizer_sentinel.health.run_up): checkpoints whose next step
+    # The sentinel's reading of the run-up (stabilizer_sentinel.detection.health.run_up): checkpoints whose next step
     # is at most onset_step are from before it; stable_learning_rate is the highest rate the run
     # took healthy steps at. The default policy sizes and places its remedies with them.
     onset_step: int | None = None

@@ -1,7 +1,7 @@
 """What follows a hang: the same recipe again, from the last checkpoint, a bounded number of times.
 
 A ``Hang`` finding (the in-job watchdog's: no optimizer step for longer than its bound, docs in
-``stabilizer_sentinel.watchdog``) says nothing about the recipe: a rank stuck in a collective, a
+``stabilizer_sentinel.detection.watchdog``) says nothing about the recipe: a rank stuck in a collective, a
 data loader that deadlocked, a host that died are faults of the moment, not of the learning rate.
 So a hang is transient here: the job is relaunched with the recipe it had, resuming from the newest
 checkpoint the attempt left (every checkpoint before a hang is healthy; none is rewound past), as

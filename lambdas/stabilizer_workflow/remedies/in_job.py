@@ -1,6 +1,6 @@
 """The job's own decisions (job.recovery `in_job`): rollbacks the sentinel made inside a running job.
 
-The in-job library (stabilizer_sentinel.recovery) answers an explosion or a divergence itself: back to
+The in-job library (stabilizer_sentinel.recovery.recovery) answers an explosion or a divergence itself: back to
 the newest healthy copy of its state, on at a lower rate probed from there. Each such decision is an
 entry of findings.json's `rollbacks`; this module records them on the attempt (each once, in order),
 says them in one line each, and tells the policy the recipe in force: the declared rate knob times
@@ -23,7 +23,7 @@ PHASES = ("warmup", "main", None)
 
 
 def recovery_for(state: WorkflowState) -> str:
-    """How the next attempt answers an explosion: "in_job" (stabilizer_sentinel.recovery) or "relaunch".
+    """How the next attempt answers an explosion: "in_job" (stabilizer_sentinel.recovery.recovery) or "relaunch".
 
     In the job only where the policy's own answer would be one the job can apply to itself: the
     `original` policy, `job.recovery` relaunch, or an explosion ladder whose first remedy the job

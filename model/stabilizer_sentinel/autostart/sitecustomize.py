@@ -10,11 +10,11 @@ entry point's PYTHONPATH, so the script's interpreter imports this module too. I
 only in the entry point's process: ``SM_USER_ENTRY_POINT`` is set (the toolkit sets it for the
 script, not for itself) and the command line runs that file or module, which also holds for each
 worker ``torchrun`` starts, and in each ``multiprocessing`` child (spawn, forkserver) of that
-process, which watches itself as a worker (stabilizer_sentinel.worker_processes). There it reads
+process, which watches itself as a worker (stabilizer_sentinel.loops.worker_processes). There it reads
 the ``sagemaker_stabilizer`` configuration and, when it
 says ``"integration": "launcher"`` or ``"auto"`` (the workflow's default), installs the global hooks of
-``stabilizer_sentinel.launcher_hooks``: with "auto" they stand by, and stand down if the script calls ``watch()``
-before its first optimizer step. Any other
+``stabilizer_sentinel.integration.launcher_hooks``: with "auto" they stand by, and stand down if the script calls
+``watch()`` before its first optimizer step. Any other
 process pays one environment lookup. A bad configuration ends the process with status 2 and a
 failure file naming the field, before the script starts.
 
@@ -48,10 +48,10 @@ def _runs_the_entry_point(argv: list[str] | None = None) -> bool:
 
 def _a_worker_of_the_entry_point() -> bool:
     """A ``multiprocessing`` child (spawn, forkserver) of the entry point's process
-    (stabilizer_sentinel.worker_processes)."""
+    (stabilizer_sentinel.loops.worker_processes)."""
     if not os.environ.get("SM_USER_ENTRY_POINT"):
         return False
-    from stabilizer_sentinel import worker_processes
+    from stabilizer_sentinel.loops import worker_processes
 
     if not worker_processes.is_worker_command(list(getattr(sys, "orig_argv", []))[1:]):
         return False
@@ -61,7 +61,7 @@ def _a_worker_of_the_entry_point() -> bool:
 
 def _activate(worker: bool = False) -> None:
     try:
-        from stabilizer_sentinel.launcher_hooks import activate
+        from stabilizer_sentinel.integration.launcher_hooks import activate
 
         activate(worker=worker)
     except ValueError as error:  # StabilizerConfigError, RuleConfigError, CaptureConfigError

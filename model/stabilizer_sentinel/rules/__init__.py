@@ -7,11 +7,16 @@
 ``classification`` ClassImbalance, Confusion, CheckInputImages
 ``system``         LowGPUUtilization, CPUBottleneck, IOBottleneck, OverallSystemUsage (system metrics)
 ``checks``         NotLearning, Diverging: thresholds of the sentinel's own checks, not rules of their own
+``smdebug_compat`` smdebug's custom-rule API (``Rule``, ``invoke_rule``, ``create_trial``), so Debugger rules
+                   run unchanged (``custom``'s ``CustomRule``); documented as ``stabilizer_sentinel.smdebug_compat``
 
 Every built-in rule keeps Debugger's name, parameters and defaults as the rule catalogue
 (``stabilizer_contract.catalogue``) lists them. Rules read tensors only through the Trial API, so they run
 unchanged on a ``MemoryTrial`` in the job and on a store afterwards. This package must not stop
 jobs or write files.
+
+It stands on capture/ (the Trial API, the profiler's samples) and ``summary``; the detection and
+integration subpackages import it, never the other way round.
 """
 
 from stabilizer_contract.catalogue import RuleConfigError

@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from stabilizer_sentinel.capture.trial import Trial
 from stabilizer_sentinel.rules.base import Rule, first_finding, register_rule, select, value_at
-from stabilizer_sentinel.trial import Trial
 
 
 def _units(value: np.ndarray) -> np.ndarray:

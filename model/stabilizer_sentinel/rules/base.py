@@ -38,8 +38,8 @@ from stabilizer_contract.catalogue import (
     rule_items,
 )
 from stabilizer_contract.parameters import NO_TENSOR_MATCHED
+from stabilizer_sentinel.capture.trial import TensorUnavailableForStep, Trial, matches
 from stabilizer_sentinel.summary import jsonable
-from stabilizer_sentinel.trial import TensorUnavailableForStep, Trial, matches
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """NotLearning and Diverging: rule-list entries that configure the sentinel's own checks.
 
-The learning and divergence checks (``stabilizer_sentinel.learning_check``) run in the job every step,
+The learning and divergence checks (``stabilizer_sentinel.detection.learning_check``) run in the job every step,
 whatever the rule list, on the loss the sentinel sees. An entry named ``NotLearning`` or
 ``Diverging`` in the rule list does not add a rule: it carries the checks' thresholds, which
 otherwise come from the run's own statistics (docs/rules.md, "The sentinel's own checks").
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from stabilizer_sentinel.capture.trial import Trial
 from stabilizer_sentinel.rules.base import Rule, register_rule
-from stabilizer_sentinel.trial import Trial
 
 
 class _SentinelCheck(Rule):
@@ -26,7 +26,7 @@ class _SentinelCheck(Rule):
         self.parameters = parameters
 
     def invoke_at_step(self, step: int) -> bool:
-        return False  # the sentinel runs the check itself, every step (stabilizer_sentinel.learning_check)
+        return False  # the sentinel runs the check itself, every step (stabilizer_sentinel.detection.learning_check)
 
 
 @register_rule

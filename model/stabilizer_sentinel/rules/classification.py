@@ -12,8 +12,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from stabilizer_sentinel.capture.trial import Trial
 from stabilizer_sentinel.rules.base import Rule, register_rule, value_at
-from stabilizer_sentinel.trial import Trial
 
 logger = logging.getLogger(__name__)
 

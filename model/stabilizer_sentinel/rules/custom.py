@@ -1,5 +1,5 @@
 """A Debugger rule as a rule of the engine: ``CustomRule`` runs a user's Debugger rule class, loaded
-from its file by stabilizer_sentinel.smdebug_compat, and its findings read like a built-in's.
+from its file by stabilizer_sentinel.rules.smdebug_compat, and its findings read like a built-in's.
 
 It registers ``custom_rule_class`` with the rule lists' parser (rules.base), which this module
 imports; the rules package imports this module, so a ``Rule.custom`` entry always finds it.
@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from stabilizer_sentinel.capture.trial import TensorUnavailable as _TensorUnavailable
+from stabilizer_sentinel.capture.trial import TensorUnavailableForStep as _TensorUnavailableForStep
+from stabilizer_sentinel.capture.trial import Trial
 from stabilizer_sentinel.rules.base import CUSTOM_RULE_CLASS
 from stabilizer_sentinel.rules.base import Rule as EngineRule
-from stabilizer_sentinel.smdebug_compat import (
+from stabilizer_sentinel.rules.smdebug_compat import (
     RuleEvaluationConditionMet,
     SmdebugTrial,
     StepUnavailable,
     invoke_once,
     load_rule,
 )
-from stabilizer_sentinel.trial import TensorUnavailable as _TensorUnavailable
-from stabilizer_sentinel.trial import TensorUnavailableForStep as _TensorUnavailableForStep
-from stabilizer_sentinel.trial import Trial
 
 
 class CustomRule(EngineRule):

@@ -1,6 +1,6 @@
 """Profiler rules over system metrics: LowGPUUtilization, CPUBottleneck, IOBottleneck, OverallSystemUsage.
 
-They read the samples of the system profiler (stabilizer_sentinel/profiler.py) through
+They read the samples of the system profiler (stabilizer_sentinel/capture/profiler.py) through
 ``trial.system_samples()``, not tensors. Their computations follow Debugger's own implementations
 (smdebug's profiler rules, public until December 2020): a data point is one sample; the rules
 count data points from the start and decide once more than ``patience`` were seen. Names,
@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from stabilizer_sentinel.profiler import summary
+from stabilizer_sentinel.capture.profiler import summary
+from stabilizer_sentinel.capture.trial import Trial
 from stabilizer_sentinel.rules.base import Rule, register_rule
-from stabilizer_sentinel.trial import Trial
 
 
 class _SystemRule(Rule):

@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from stabilizer_sentinel.capture.trial import Tensor, Trial
 from stabilizer_sentinel.rules.base import Rule, first_finding, register_rule, required, scalar, select
-from stabilizer_sentinel.trial import Tensor, Trial
 
 
 def _scalar_names(trial: Trial, names: list[str]) -> list[str]:

@@ -285,7 +285,7 @@ LAYERS = ("stem.weight", "blocks.0.conv1.weight", "head.weight")
 
 def write_store(directory: Path) -> dict[int, dict[str, np.ndarray]]:
     """A store as a job writes it: loss and gradients at steps 0..2, non-finite from the middle layer at 2."""
-    from stabilizer_sentinel.store import StepRecord, StoreWriter
+    from stabilizer_sentinel.capture.store import StepRecord, StoreWriter
 
     rng = np.random.default_rng(0)
     writer = StoreWriter(directory)

@@ -21,7 +21,7 @@ from stabilizer_workflow.settings import TrainSettings
 
 
 def rollback(step: int = 4, *, after: float | None = 0.01, factor: float | None = 0.1, outcome: str = "recovered"):
-    """One entry of findings.json's rollbacks as stabilizer_sentinel.recovery writes it."""
+    """One entry of findings.json's rollbacks as stabilizer_sentinel.recovery.recovery writes it."""
     return {
         "rule": "ExplodingTensor", "step": step, "message": f"gradient norm is non-finite at step {step}",
         "restored_step": 0, "steps_lost": step + 1, "probe_steps": 15,

@@ -11,7 +11,7 @@ from stabilizer_workflow.evidence.observation import observe
 from stabilizer_workflow.evidence.sentinel_files import parse_stragglers
 from stabilizer_workflow.monitoring import monitor
 
-# What the watchdog writes (stabilizer_sentinel.watchdog, Watchdog._write_stragglers).
+# What the watchdog writes (stabilizer_sentinel.detection.watchdog, Watchdog._write_stragglers).
 STRAGGLERS = (b'{"version": 1, "stragglers": [{"rule": "Straggler", "rank": 3, "host": "algo-2", "step": 40, '
               b'"factor": 3.1, "busy_seconds": 0.31, "message": "rank 3 on algo-2 is 3.1x slower than the median '
               b'of the other ranks (busy 0.31 s a step)"}]}')

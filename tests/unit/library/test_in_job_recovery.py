@@ -1,4 +1,4 @@
-"""In-job recovery (stabilizer_sentinel.recovery): a rate the network cannot take is lowered inside the
+"""In-job recovery (stabilizer_sentinel.recovery.recovery): a rate the network cannot take is lowered inside the
 job, from the last healthy state, at a rate probed from it; the schedule the script writes keeps its shape.
 
 The library runs in this process (``runpy`` of tests/fixtures/recovery/too_fast.py with ``--watch 1``).

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from stabilizer_sentinel import create_trial, watch
-from stabilizer_sentinel.optimizer_hooks import LEARNING_KEY, STATE_KEY
+from stabilizer_sentinel.loops.optimizer_hooks import LEARNING_KEY, STATE_KEY
 from tests.unit.library.support import FIXTURES, findings, job_env, logged, run, summary
 
 SCRIPT = FIXTURES / "regression" / "plain_loop.py"

@@ -44,10 +44,10 @@ def uses_beyond_the_public_api(source: str) -> list[str]:
 
 
 def test_the_checker_sees_a_private_module_a_contract_import_and_an_unexported_name():
-    source = ("import stabilizer_sentinel as s\nimport stabilizer_sentinel.guard\n"
+    source = ("import stabilizer_sentinel as s\nimport stabilizer_sentinel.integration.guard\n"
               "from stabilizer_contract.checkpoints import checkpoint_name\ns.watch\ns._EXPORTS\n")
     assert uses_beyond_the_public_api(source) == [
-        "import stabilizer_sentinel.guard", "from stabilizer_contract.checkpoints import checkpoint_name",
+        "import stabilizer_sentinel.integration.guard", "from stabilizer_contract.checkpoints import checkpoint_name",
         "s._EXPORTS"]
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from stabilizer_sentinel.hang_bounds import HangBounds, HangSettingsError
-from stabilizer_sentinel.watchdog import laggards, stragglers
+from stabilizer_sentinel.detection.hang_bounds import HangBounds, HangSettingsError
+from stabilizer_sentinel.detection.watchdog import laggards, stragglers
 
 
 def test_the_hang_bound_is_the_floor_or_a_multiple_of_the_median_step_whichever_is_longer():

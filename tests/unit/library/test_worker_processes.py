@@ -1,4 +1,4 @@
-"""Training in child processes under the launcher (stabilizer_sentinel.worker_processes): Hogwild! in
+"""Training in child processes under the launcher (stabilizer_sentinel.loops.worker_processes): Hogwild! in
 ``torch.multiprocessing`` processes, each started by spawn, fork or forkserver, is watched; a watched
 loop's DataLoader workers write nothing. Before, such a run ended with no findings.json: unwatched."""
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from stabilizer_sentinel import worker_processes
+from stabilizer_sentinel.loops import worker_processes
 from tests.helpers import in_make_test_all
 from tests.unit.library.support import FIXTURES, job_env, run
 

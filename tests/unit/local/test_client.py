@@ -187,7 +187,7 @@ def test_local_client_drives_the_local_engine(tmp_path: Path):
 
 
 def test_aws_client_opens_an_attempts_tensor_store_on_s3_with_the_trial_api(stack: Any, tmp_path: Path):
-    from stabilizer_sentinel import store
+    from stabilizer_sentinel.capture import store
 
     writer = store.StoreWriter(tmp_path / "tensors")
     writer.write_collections({"gradients": {"save_interval": 1}})

@@ -22,7 +22,7 @@ def test_the_model_uses_the_workflows_own_settings():
 
 
 def test_the_in_job_way_is_the_sentinel_the_copy_and_the_probe_steps_and_no_instance():
-    from stabilizer_sentinel.recovery import FACTORS, PROBE_STEPS
+    from stabilizer_sentinel.recovery.recovery import FACTORS, PROBE_STEPS
 
     in_job = latency.in_job_way(0.04)
     names = [part.name for part in in_job.parts]

@@ -142,7 +142,7 @@ def test_the_library_is_uploaded_as_the_stack_deploys_it():
         count = upload_library(s3, ROOT / "model", "local", "library")
         keys = {o["Key"] for o in s3.list_objects_v2(Bucket="local", Prefix="library/")["Contents"]}
         assert count == len(keys)
-        assert "library/stabilizer_sentinel/sentinel.py" in keys
+        assert "library/stabilizer_sentinel/detection/sentinel.py" in keys
         assert not any("__pycache__" in key for key in keys)
 
 

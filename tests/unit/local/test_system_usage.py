@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from stabilizer.reports.records import AttemptRecord, RunRecord
 from stabilizer.reports.report import write_report
-from stabilizer_sentinel.profiler import SystemStoreWriter
+from stabilizer_sentinel.capture.profiler import SystemStoreWriter
 
 
 def test_the_report_plots_and_summarises_the_profilers_samples(tmp_path):

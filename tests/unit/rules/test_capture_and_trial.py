@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from stabilizer_sentinel import create_trial
-from stabilizer_sentinel.capture import Capture, CaptureConfigError, parse_capture
-from stabilizer_sentinel.trial import TensorUnavailableForStep
+from stabilizer_sentinel.capture.capture import Capture, CaptureConfigError, parse_capture
+from stabilizer_sentinel.capture.trial import TensorUnavailableForStep
 from tests.unit.rules.tinynet import batch, tiny_net
 
 

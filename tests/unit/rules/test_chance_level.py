@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch import nn
 
-from stabilizer_sentinel.chance_level import ChanceLevel, listen
-from stabilizer_sentinel.learning_check import LearningCheck
+from stabilizer_sentinel.detection.chance_level import ChanceLevel, listen
+from stabilizer_sentinel.detection.learning_check import LearningCheck
 
 
 class Known:

@@ -13,9 +13,11 @@ import pytest
 import torch
 from torch import nn
 
-from stabilizer_sentinel.capture import Capture, CaptureConfigError, parse_capture
+from stabilizer_sentinel.capture.capture import Capture, CaptureConfigError, parse_capture
+from stabilizer_sentinel.capture.trial import MemoryTrial
+from stabilizer_sentinel.capture.trial import create_trial as open_store
+from stabilizer_sentinel.detection.sentinel import build_monitoring
 from stabilizer_sentinel.rules import parse_rule_list
-from stabilizer_sentinel.sentinel import build_monitoring
 from stabilizer_sentinel.smdebug_compat import (
     RuleEvaluationConditionMet,
     SmdebugTrial,
@@ -24,8 +26,6 @@ from stabilizer_sentinel.smdebug_compat import (
     invoke_rule,
     load_rule,
 )
-from stabilizer_sentinel.trial import MemoryTrial
-from stabilizer_sentinel.trial import create_trial as open_store
 
 RULE_FILE = Path(__file__).resolve().parents[2] / "conformance" / "rules" / "accuracy_drop.py"
 

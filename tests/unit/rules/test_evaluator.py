@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from stabilizer_sentinel.capture import Capture, parse_capture
+from stabilizer_sentinel.capture.capture import Capture, parse_capture
 from tests.unit.rules.tinynet import tiny_net
 
 MODEL_DIR = Path(__file__).resolve().parents[3] / "model"
@@ -160,9 +160,9 @@ def test_class_imbalance_on_a_store_of_labels_alone_judges_the_counts_and_says_w
 
 def test_a_rule_that_fires_while_the_job_is_idle_is_reported_in_debuggers_words(tmp_path):
     """StalledTrainingRule fires between steps; its status reads as a rule fired at a step does."""
+    from stabilizer_sentinel.capture.trial import create_trial
     from stabilizer_sentinel.evaluator import Evaluator
     from stabilizer_sentinel.rules import parse_rule_list
-    from stabilizer_sentinel.trial import create_trial
 
     model = tiny_net()
     capture = Capture(model, parse_capture({"losses": {"save_interval": 1}}), out_dir=tmp_path / "tensors")

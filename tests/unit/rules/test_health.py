@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from stabilizer_sentinel.health import DIVERGING, NOT_LEARNING, PLATEAU, LearningCheck, run_up
+from stabilizer_sentinel.detection.health import DIVERGING, NOT_LEARNING, PLATEAU, LearningCheck, run_up
 from tests.unit.rules.test_sentinel import loop
 
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from stabilizer_contract.catalogue import RuleConfigError, check_rule_list
+from stabilizer_sentinel.detection.sentinel import build_monitoring
 from stabilizer_sentinel.rules import parse_rule_list
-from stabilizer_sentinel.sentinel import build_monitoring
 from tests.detection import trajectories as t
 from tests.unit.rules.test_chance_level import Known
 from tests.unit.rules.tinynet import tiny_net

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from stabilizer_sentinel.profiler import SystemProfiler, SystemSampler, load, summary
+from stabilizer_sentinel.capture.profiler import SystemProfiler, SystemSampler, load, summary
+from stabilizer_sentinel.capture.trial import MemoryTrial, create_trial
+from stabilizer_sentinel.detection.sentinel import build_monitoring
 from stabilizer_sentinel.rules import RuleConfigError, parse_rule_list
-from stabilizer_sentinel.sentinel import build_monitoring
-from stabilizer_sentinel.trial import MemoryTrial, create_trial
 from tests.unit.rules.tinynet import batch, tiny_net
 
 

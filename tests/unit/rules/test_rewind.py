@@ -7,8 +7,8 @@ import json
 import torch
 
 from stabilizer_contract.checkpoints import checkpoint_name, checkpoints_in
-from stabilizer_sentinel.rewind import Rewind
-from stabilizer_sentinel.sentinel import build_monitoring
+from stabilizer_sentinel.detection.sentinel import build_monitoring
+from stabilizer_sentinel.recovery.rewind import Rewind
 from tests.unit.rules.test_sentinel import poison_layer
 from tests.unit.rules.tinynet import batch, tiny_net
 

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
+from stabilizer_sentinel.capture.trial import MemoryTrial
 from stabilizer_sentinel.rules import RULES, Rule, RuleConfigError, parse_rule_list, register_rule
-from stabilizer_sentinel.trial import MemoryTrial
 
 # Transcribed from AWS's "List of built-in rules" guide (debugger-built-in-rules.md), not from our code,
 # except LossNotDecreasing's `mode`: the guide's table says GLOBAL, its text describes what happens
@@ -321,7 +321,7 @@ def test_dead_relu_counts_dead_relu_units_and_saturated_elu_units():
 def test_dead_relu_reads_modules_named_relu1_in_a_real_network():
     import torch
 
-    from stabilizer_sentinel.capture import Capture
+    from stabilizer_sentinel.capture.capture import Capture
 
     class Net(torch.nn.Module):
         def __init__(self) -> None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from stabilizer_sentinel import create_trial
-from stabilizer_sentinel.sentinel import EXIT_RULE_STOP, build_monitoring
+from stabilizer_sentinel.detection.sentinel import EXIT_RULE_STOP, build_monitoring
 from tests.unit.rules.tinynet import batch, tiny_net
 
 EXPLODING = [{"name": "ExplodingTensor", "parameters": {"collection_names": "gradients", "only_nan": "False"}}]

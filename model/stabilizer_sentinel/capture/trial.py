@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from stabilizer_sentinel import store
-from stabilizer_sentinel.profiler import read_samples
+from stabilizer_sentinel.capture import store
+from stabilizer_sentinel.capture.profiler import read_samples
 
 
 class ModeKeys(StrEnum):
@@ -185,7 +185,7 @@ class Trial:
         return names
 
     def system_samples(self) -> list[dict[str, Any]]:
-        """System-metric samples of the profiler (stabilizer_sentinel/profiler.py), oldest first."""
+        """System-metric samples of the profiler (stabilizer_sentinel/capture/profiler.py), oldest first."""
         return self._system
 
     def smdebug_name_of(self, name: str) -> str:

@@ -7,7 +7,7 @@ configuration, ``in_job``), the guard does not stop. Instead:
 
 1. **Roll back.** The step that failed is let through and undone: after it, the model and optimizer
    are loaded from the newest copy the rewind took before the run-up began (the finding's
-   ``onset_step``; stabilizer_sentinel.rewind keeps the copies, with the learning check's state
+   ``onset_step``; stabilizer_sentinel.recovery.rewind keeps the copies, with the learning check's state
    beside them, so the run is judged from that state's lineage again).
 2. **Probe.** From that state, each candidate rate (a third, a tenth, a thirtieth, a hundredth of
    the failing one: two orders of magnitude in one round) trains ``probe_steps`` steps of the
@@ -88,7 +88,8 @@ class Probe:
 
 
 class Recovery:
-    """The guard's in-job recovery (see the module docstring); ``guard`` is a stabilizer_sentinel.guard.Guard."""
+    """The guard's in-job recovery (see the module docstring); ``guard`` is a
+    stabilizer_sentinel.integration.guard.Guard."""
 
     def __init__(self, guard: Any, *, max_rollbacks: int = MAX_ROLLBACKS, probe_steps: int = PROBE_STEPS,
                  factors: tuple[float, ...] = FACTORS, rounds: int = ROUNDS) -> None:

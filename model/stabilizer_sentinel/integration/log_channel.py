@@ -76,7 +76,8 @@ class LogChannel:
         self.pattern = re.compile(pattern)
         self.record = LogLoss()
         self.listeners: list[Callable[[float], None]] = []  # the launcher's loss, when no loss module gives one
-        self.guard: Any = None  # the stabilizer_sentinel.guard.Guard that numbers steps and records findings
+        # the stabilizer_sentinel.integration.guard.Guard that numbers steps and records findings
+        self.guard: Any = None
         self._busy = False
         sys.stdout = _LossFromLog(sys.stdout, self.pattern, self._value)  # type: ignore[assignment]
         sys.stderr = _LossFromLog(sys.stderr, self.pattern, self._value)  # type: ignore[assignment]

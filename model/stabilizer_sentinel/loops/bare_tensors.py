@@ -4,7 +4,7 @@
 Such a loop calls no module and steps no optimizer, so the launcher's other hooks never see it. Its
 one regular event is the backward pass. Autograd has no global hook on a backward pass starting, so
 ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped once per process, at module
-level. With GradScaler's (stabilizer_sentinel.step_clock), it is the second PyTorch function this library
+level. With GradScaler's (stabilizer_sentinel.loops.step_clock), it is the second PyTorch function this library
 wraps. The wrapper calls the listeners with the tensors about to be backwarded, then runs the
 original.
 
@@ -14,10 +14,10 @@ original.
   nodes (``grad_fn.next_functions``): they are the parameters;
 - the smallest of them is copied; at the next backward pass, when it changed with no optimizer step
   in between (an optimizer step would have attached the launcher as usual), the loop updated them
-  by hand. The launcher then attaches a guard to those tensors (stabilizer_sentinel.networks.BareTensors), stepped by a
-  backward-pass clock (stabilizer_sentinel.step_clock.BackwardClock) and counting from step 1, since the
-  first update came before anything could tell. From then on the scalar each backward pass starts
-  from is that step's loss.
+  by hand. The launcher then attaches a guard to those tensors (stabilizer_sentinel.loops.networks.BareTensors),
+  stepped by a backward-pass clock (stabilizer_sentinel.loops.step_clock.BackwardClock) and counting from
+  step 1, since the first update came before anything could tell. From then on the scalar each
+  backward pass starts from is that step's loss.
 
 What cannot be watched this way is said in one line on stderr when it is seen, and the job then
 ends unwatched (no summary):

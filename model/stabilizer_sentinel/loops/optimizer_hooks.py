@@ -1,4 +1,4 @@
-"""What the guard does in an optimizer's hooks (stabilizer_sentinel.guard's ``Guard`` mixes this in).
+"""What the guard does in an optimizer's hooks (stabilizer_sentinel.integration.guard's ``Guard`` mixes this in).
 
 - Step pre-hook: check the gradients the optimizer is about to apply (``guard.check()``); with
   ``optimizer.step(closure)`` (LBFGS, ...) gradients exist only after the step, so the check runs in
@@ -8,7 +8,7 @@
   calls ``watch()``): the guard's step count and the learning check's start travel in the
   optimizer's checkpoint, so a loop that checkpoints its optimizer resumes both by itself. A script
   watched by the launcher knows nothing of us: its ``state_dict()`` keeps PyTorch's keys alone, and
-  it resumes through the launcher's own checkpoints (stabilizer_sentinel.resume).
+  it resumes through the launcher's own checkpoints (stabilizer_sentinel.recovery.resume).
 - Other optimizers of the same run (a GAN's second, ``add_optimizer``): their steps get the finite
   check of their own loss and gradients, with one host synchronisation per step each; they are not
   counted as steps and do not feed the learning check (the first optimizer's steps are the run's).

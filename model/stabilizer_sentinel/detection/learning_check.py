@@ -53,9 +53,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from stabilizer_contract.catalogue import DIVERGING, NOT_LEARNING
-from stabilizer_sentinel import chance_level
-from stabilizer_sentinel.fall_tests import CENTRE_STEPS, FallTests
-from stabilizer_sentinel.loss_statistics import NoiseEstimate, PhaseTracker, Trend, untrained_level
+from stabilizer_sentinel.detection import chance_level
+from stabilizer_sentinel.detection.fall_tests import CENTRE_STEPS, FallTests
+from stabilizer_sentinel.detection.loss_statistics import NoiseEstimate, PhaseTracker, Trend, untrained_level
 from stabilizer_sentinel.rules import RuleFinding
 
 PLATEAU = "LossNotDecreasing"

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from stabilizer_sentinel import store
+from stabilizer_sentinel.capture import store
 
 SYSTEM_DIR = "system"
 DEFAULT_INTERVAL_MS = 500

@@ -15,8 +15,8 @@ below it has not learned, whatever its fall. For a loss whose level is known:
   averaged over the columns.
 
 The level is read from the loss node of the scalar every backward pass starts from
-(``torch.autograd.backward``, wrapped by stabilizer_sentinel.bare_tensors; the node found through
-the scalings a script applies before its backward pass by stabilizer_sentinel.backward_loss). A
+(``torch.autograd.backward``, wrapped by stabilizer_sentinel.loops.bare_tensors; the node found through
+the scalings a script applies before its backward pass by stabilizer_sentinel.loops.backward_loss). A
 scaled loss (divided by the accumulation steps, multiplied by a loss scaler) has the level of its
 node only where the loss the check judges is the node's own (the launcher's, read from the backward
 pass: ``accept_scaled``); a loss the script reports itself after scaling it would be judged against
@@ -38,8 +38,8 @@ from typing import Any
 
 import torch
 
-from stabilizer_sentinel import backward_loss, bare_tensors
-from stabilizer_sentinel.backward_loss import CROSS_ENTROPY, MEAN, SQUARED_ERROR, SUM
+from stabilizer_sentinel.loops import backward_loss, bare_tensors
+from stabilizer_sentinel.loops.backward_loss import CROSS_ENTROPY, MEAN, SQUARED_ERROR, SUM
 
 # Labels per class (or targets) seen before the level is used: the entropy of a prior estimated
 # from n labels is low by about (classes - 1) / (2 n); with ten per class that is under 5 % of ln 2.

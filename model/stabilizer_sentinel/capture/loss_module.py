@@ -4,7 +4,7 @@ registers it: its class names the loss tensors (``CrossEntropyLoss_output_0``, `
 labels work on a loop that never passes them (the launcher's unchanged script included).
 
 This module keeps references to the last training call's inputs (detached, no copy); it must not
-copy tensors or decide what is saved: that is ``stabilizer_sentinel.capture``'s.
+copy tensors or decide what is saved: that is ``stabilizer_sentinel.capture.capture``'s.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook
 
-from stabilizer_sentinel import module_hooks
+from stabilizer_sentinel.capture import module_hooks
 
-# The store's tensors that take their smdebug names from the loss module (stabilizer_sentinel.trial.smdebug_name).
+# The store's tensors that take their smdebug names from the loss module
+# (stabilizer_sentinel.capture.trial.smdebug_name).
 LOSS_TENSORS = ("losses/loss", "labels/labels", "predictions/predictions")
 
 

@@ -6,7 +6,7 @@ The sentinel therefore runs three checks always, configured rules or not:
 * **finite**: the loss and the total gradient norm of every step (Debugger's ``ExplodingTensor``
   semantics; ``default_finite_rule`` is the rule the sentinel uses when the list has none, so the
   finding is named ``ExplodingTensor`` either way);
-* **learning** and **diverging** (``LearningCheck``, in ``stabilizer_sentinel.learning_check``; checks
+* **learning** and **diverging** (``LearningCheck``, in ``stabilizer_sentinel.detection.learning_check``; checks
   of this project's own, not Debugger's rules): the loss must fall below where the run started
   (finding ``NotLearning`` when it has not within the main phase's patience, or by the end of a
   completed run), and must not rise far above it (finding ``Diverging``: a loss well above where
@@ -37,9 +37,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from stabilizer_sentinel.learning_check import DIVERGING, NOT_LEARNING, PLATEAU, LearningCheck
+from stabilizer_sentinel.capture.trial import Trial
+from stabilizer_sentinel.detection.learning_check import DIVERGING, NOT_LEARNING, PLATEAU, LearningCheck
 from stabilizer_sentinel.rules import ExplodingTensor
-from stabilizer_sentinel.trial import Trial
 
 __all__ = ["DIVERGING", "NOT_LEARNING", "PLATEAU", "LearningCheck", "RunUp", "default_finite_rule", "run_up"]
 

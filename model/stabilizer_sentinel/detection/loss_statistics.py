@@ -1,6 +1,6 @@
 """Running statistics of a training run's loss and learning rate, read by the sentinel's own checks.
 
-The learning and divergence checks (``stabilizer_sentinel.health``) take their thresholds from these
+The learning and divergence checks (``stabilizer_sentinel.detection.health``) take their thresholds from these
 numbers instead of from constants: how noisy one step's loss is, whether the loss is trending
 down, and whether the run is still warming up. Each costs O(1) per step (amortised) and bounded
 memory, whatever the length of the run.

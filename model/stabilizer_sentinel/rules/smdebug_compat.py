@@ -20,7 +20,7 @@ A rule written for Debugger imports ``smdebug``::
 sentinel), out of the job (the evaluator, a notebook).
 Rules see the trial through ``SmdebugTrial``, which names tensors as smdebug's PyTorch hook does
 (``<module>_output_0``, ``CrossEntropyLoss_input_1``, ``gradient/<Model>_<parameter>``;
-stabilizer_sentinel.trial). ``invoke_rule(rule, start_step=..., end_step=...)`` is smdebug's, for rules of
+stabilizer_sentinel.capture.trial). ``invoke_rule(rule, start_step=..., end_step=...)`` is smdebug's, for rules of
 either kind.
 
 This module must not stop jobs or write files.
@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from stabilizer_sentinel.trial import TensorUnavailable as _TensorUnavailable
-from stabilizer_sentinel.trial import TensorUnavailableForStep as _TensorUnavailableForStep
-from stabilizer_sentinel.trial import Trial
+from stabilizer_sentinel.capture.trial import TensorUnavailable as _TensorUnavailable
+from stabilizer_sentinel.capture.trial import TensorUnavailableForStep as _TensorUnavailableForStep
+from stabilizer_sentinel.capture.trial import Trial
 
 # --- smdebug.core.modes ---------------------------------------------------------------------------
 
@@ -348,6 +348,6 @@ def load_rule(path: str | Path, class_name: str) -> type:
 
 def create_trial(path: str, name: str | None = None, **_: Any) -> SmdebugTrial:
     """smdebug's ``create_trial``: a tensor store, named as smdebug names tensors."""
-    from stabilizer_sentinel.trial import create_trial as open_store
+    from stabilizer_sentinel.capture.trial import create_trial as open_store
 
     return SmdebugTrial(open_store(path), name=name or "trial")

@@ -8,7 +8,7 @@ So:
 - **Which processes.** A child started by ``multiprocessing``'s spawn (``spawn_main``) or forkserver
   whose parent runs the job's entry point installs the launcher hooks itself (the autostart
   ``sitecustomize``, ``is_worker_command``); a child forked while the entry point's hooks stood by
-  inherits them (``os.register_at_fork``, stabilizer_sentinel.launcher_hooks) and is closed by
+  inherits them (``os.register_at_fork``, stabilizer_sentinel.integration.launcher_hooks) and is closed by
   ``multiprocessing``'s own exit finalizers. A child forked after the hooks attached (a DataLoader
   worker of a watched loop) is a copy of a watched process: it writes nothing. A child that never
   steps an optimizer (a DataLoader worker) never attaches, so it writes nothing either.
@@ -22,7 +22,7 @@ So:
   check and stops the job, as it does with a Debugger rule's verdict (docs/contracts.md, section 2).
 
 A worker captures no tensors (like a rank other than 0 under DDP: they would share one store), and
-the ranks of a process group (``torch.distributed``) stay what stabilizer_sentinel.distributed says.
+the ranks of a process group (``torch.distributed``) stay what stabilizer_sentinel.loops.distributed says.
 Standard library only: the ``sitecustomize`` of every process asks ``is_worker_command``.
 """
 
@@ -75,7 +75,7 @@ def parent_command() -> list[str] | None:
 
 def write_findings(path: Path, document: dict[str, Any]) -> None:
     """Write findings.json: directly for a run of one process, else this process's part and the merge."""
-    from stabilizer_sentinel import store
+    from stabilizer_sentinel.capture import store
 
     parts = path.parent / PARTS
     if not is_worker() and not parts.is_dir():

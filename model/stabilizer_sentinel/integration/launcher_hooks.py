@@ -5,7 +5,7 @@ knows nothing of the sentinel, and attach a guard to them.
 ``python -m stabilizer_sentinel.launch`` runs the script in that same environment.
 
 What the global hooks do (PyTorch's own global hooks; the two wrapped functions are GradScaler's,
-stabilizer_sentinel.step_clock, and ``torch.autograd.backward``, stabilizer_sentinel.bare_tensors):
+stabilizer_sentinel.loops.step_clock, and ``torch.autograd.backward``, stabilizer_sentinel.loops.bare_tensors):
 
 - ``register_module_forward_pre_hook`` / ``forward_hook`` watch every module call until the hooks
   attach: the outermost modules called are the candidate networks, and ``torch.nn`` loss modules
@@ -13,47 +13,47 @@ stabilizer_sentinel.step_clock, and ``torch.autograd.backward``, stabilizer_sent
 - ``register_optimizer_step_pre_hook``, and ``GradScaler.step`` (a skipped first step calls no
   optimizer hook): at the first step of the first optimizer, the network is the candidate sharing
   the most parameters with it (DDP and ``torch.compile`` wrappers unwrapped), and a ``Guard``
-  (stabilizer_sentinel.guard) is attached to them as ``watch()`` would; its hooks do the rest. An optimizer
+  (stabilizer_sentinel.integration.guard) is attached to them as ``watch()`` would; its hooks do the rest. An optimizer
   that steps later (a GAN's second) is added to it (``Guard.add_optimizer``).
 - **Updated by hand** (no optimizer, ``p.data -= lr * p.grad``): until they attach, the hooks keep a
   copy of each candidate network's smallest parameter and compare it at its next training forward
   pass (one comparison per forward pass, until attached); a network whose weights changed with no
-  optimizer step is attached with a backward-pass step clock (stabilizer_sentinel.step_clock), counting
+  optimizer step is attached with a backward-pass step clock (stabilizer_sentinel.loops.step_clock), counting
   from step 1: its first update happened before anything could tell. Its loss at that first step
   (the loss module's, else the log's) is where the learning check starts.
 - **Bare tensors** (leaf tensors updated by hand, no module, no optimizer): at each backward pass
   until they attach, the graph of the backwarded scalar is walked to its leaves that require grad,
-  and the smallest is compared at the next pass (stabilizer_sentinel.bare_tensors); leaves that
+  and the smallest is compared at the next pass (stabilizer_sentinel.loops.bare_tensors); leaves that
   changed with no optimizer step are attached the same way, from step 1, and from then on the
   scalar each backward pass starts from is the step's loss. A loop that makes new leaf tensors at
   every step is said to be unwatchable in one line of stderr, and ends unwatched.
 - **Training in child processes** (Hogwild!, a loop in a ``multiprocessing.Process``): a spawned or
   forkserver child of the entry point installs these hooks itself (the autostart), a forked one
   inherits them while they stand by (``os.register_at_fork``); a child that steps an optimizer is
-  watched as a worker and writes its part of findings.json (stabilizer_sentinel.worker_processes). A
+  watched as a worker and writes its part of findings.json (stabilizer_sentinel.loops.worker_processes). A
   child forked after they attached (a DataLoader worker) drops its copy of the guard: it writes nothing.
 - **Zero-code resume**: at the first forward pass of a network that fits the newest checkpoint (the
-  job's own, else the ``resume`` channel's: stabilizer_sentinel.resume), its weights are loaded before that
+  job's own, else the ``resume`` channel's: stabilizer_sentinel.recovery.resume), its weights are loaded before that
   pass; when the hooks attach, the optimizer's state too, and the step count goes on from the
   checkpoint's. The summary records ``started_from`` and ``restores: true``. The script's own loop
   and schedule start over: it trains its full length again, from the loaded state.
 - How the script ended: an uncaught exception through ``sys.excepthook`` (stabilizer_sentinel.summary);
   ``sys.exit(n)``, ``exit(n)`` or a bare ``raise SystemExit(n)`` that ends it through
-  stabilizer_sentinel.exit_status (0 a normal end, any other status ``SystemExit: <status>``).
+  stabilizer_sentinel.integration.exit_status (0 a normal end, any other status ``SystemExit: <status>``).
 - The loss: the scalar each backward pass starts from (``torch.autograd.backward``, wrapped by
-  stabilizer_sentinel.bare_tensors), unscaled by stabilizer_sentinel.backward_loss (divided by the
+  stabilizer_sentinel.loops.bare_tensors), unscaled by stabilizer_sentinel.loops.backward_loss (divided by the
   accumulation steps, multiplied by a loss scaler, a sum divided by its count): a loss module, a
   functional loss, a loss computed inside the model (``outputs.loss``) or a sum of terms alike,
   every step, on the device (no host synchronisation). A step of several backward passes (gradient
   accumulation) has their mean. The backward passes before the first optimizer step are that step's,
   so the learning check starts from the first step's loss. Only a loop with no backward pass
   (``torch.autograd.grad``) has its loss from the log: the last number it reports
-  (stabilizer_sentinel.log_channel, read with the configuration's ``loss_regex``, by default
+  (stabilizer_sentinel.integration.log_channel, read with the configuration's ``loss_regex``, by default
   ``loss=<number>``, ``loss: <number>``). The log is read in any case, as the second channel of the
   summary (``log_loss``).
 - Nothing is stored on the script's objects: the few forward hooks a configuration needs on its
   modules (captured module outputs, the loss module's inputs for ``labels``) are routed from one
-  global hook (stabilizer_sentinel.module_hooks), none in the default configuration once attached,
+  global hook (stabilizer_sentinel.capture.module_hooks), none in the default configuration once attached,
   and the optimizer gets only step hooks (no ``state_dict`` keys), so its model pickles,
   deep-copies, saves whole, scripts, traces, compiles and exports as unwatched (docs/harmless.md).
 
@@ -83,19 +83,12 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from stabilizer_sentinel import (
-    backward_loss,
-    bare_tensors,
-    exit_status,
-    log_channel,
-    resume,
-    script_watch,
-    step_clock,
-    worker_processes,
-)
-from stabilizer_sentinel.guard import Guard
+from stabilizer_sentinel.integration import exit_status, log_channel, script_watch
+from stabilizer_sentinel.integration.guard import Guard
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_config
-from stabilizer_sentinel.networks import BareTensors, unwrap
+from stabilizer_sentinel.loops import backward_loss, bare_tensors, step_clock, worker_processes
+from stabilizer_sentinel.loops.networks import BareTensors, unwrap
+from stabilizer_sentinel.recovery import resume
 from stabilizer_sentinel.summary import EXIT
 
 
@@ -141,7 +134,7 @@ class LauncherHooks:
         multiprocessing.util.register_after_fork(self, LauncherHooks._closed_by_multiprocessing)
 
     def _forked(self) -> None:
-        """In a child forked from this process (stabilizer_sentinel.worker_processes)."""
+        """In a child forked from this process (stabilizer_sentinel.loops.worker_processes)."""
         if self._closed or self.stood_down:
             return
         if self.guard is not None:  # a copy of a watched process (a DataLoader worker): it writes nothing
@@ -359,11 +352,11 @@ class LauncherHooks:
 def activate(environ: Mapping[str, str] | None = None, *, force: bool = False,
              worker: bool = False) -> LauncherHooks | None:
     """Install the global hooks when the job asks for the launcher level (or ``force``); ``worker``: in a
-    ``multiprocessing`` child of the entry point's process (stabilizer_sentinel.worker_processes)."""
+    ``multiprocessing`` child of the entry point's process (stabilizer_sentinel.loops.worker_processes)."""
     config = load_config(environ)
     if not force and config.integration not in ("launcher", "auto"):
         return None
-    from stabilizer_sentinel.capture import parse_capture
+    from stabilizer_sentinel.capture.capture import parse_capture
     from stabilizer_sentinel.rules import parse_rule_list
 
     parse_rule_list(config.effective_rules)  # a bad configuration fails before the script starts

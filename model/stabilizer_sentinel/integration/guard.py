@@ -9,7 +9,7 @@ A plain loop gains three lines (docs/contracts.md, section 8; docs/library.md)::
         guard.step(loss)                             # before optimizer.step()
         optimizer.step()
 
-Everything else happens in hooks: the optimizer's (stabilizer_sentinel.optimizer_hooks) run the finite check
+Everything else happens in hooks: the optimizer's (stabilizer_sentinel.loops.optimizer_hooks) run the finite check
 of the loss and the gradient norm and the configured rules on the gradients about to be applied,
 write findings.json and, when a rule stops the job, exit with status 86 and the failure file before
 the bad step reaches the weights; then count the step and arm the capture of the next forward pass.
@@ -19,17 +19,17 @@ The guard closes itself at interpreter exit and writes the run's summary into fi
 The loops people write (each with its test in tests/unit/library/test_loops.py):
 
 - mixed precision with ``torch.amp.GradScaler``: watched; steps the scaler skips are counted and
-  judged (stabilizer_sentinel.step_clock); bfloat16 autocast: watched like any loop;
+  judged (stabilizer_sentinel.loops.step_clock); bfloat16 autocast: watched like any loop;
 - gradient accumulation (several ``backward()`` per step): watched, the last reported loss is the step's;
 - several optimizers (a GAN): ``watch(model, [optimizer_d, optimizer_g])``, the first one's steps
-  are the run's, the others' get the finite check (stabilizer_sentinel.optimizer_hooks);
+  are the run's, the others' get the finite check (stabilizer_sentinel.loops.optimizer_hooks);
 - closures (``optimizer.step(closure)``, LBFGS): watched, checked after the step;
 - parameters updated by hand (no optimizer): ``watch(model)``, or ``watch([w, b, ...])`` for bare tensors
-  (stabilizer_sentinel.bare_tensors); each backward pass is a step (stabilizer_sentinel.step_clock.BackwardClock) and
-  ``guard.step(loss)`` may come before or after it;
+  (stabilizer_sentinel.loops.bare_tensors); each backward pass is a step
+  (stabilizer_sentinel.loops.step_clock.BackwardClock) and ``guard.step(loss)`` may come before or after it;
 - ``torch.compile``d models: watched (the compiled wrapper is unwrapped to name the parameters).
 
-With an optimizer, the guard keeps the last healthy state (``guard.rewind``, stabilizer_sentinel.rewind) and
+With an optimizer, the guard keeps the last healthy state (``guard.rewind``, stabilizer_sentinel.recovery.rewind) and
 writes it as checkpoints at the first finding; ``start = guard.restore()`` after ``watch()`` resumes a
 relaunch from the newest checkpoint and returns the step to go on from. Step numbers count the
 optimizer steps the loop attempted from ``start_step``; the loss reported since the last step belongs
@@ -41,7 +41,7 @@ something or must stop, so all ranks leave at the same step. Rank 0 alone captur
 the rules other than the finite check and writes findings.json, with the other ranks' findings.
 
 ``watch()`` itself, and how it finds a guard the launcher already attached, are
-stabilizer_sentinel.script_watch's. This module must not checkpoint, log training metrics or change
+stabilizer_sentinel.integration.script_watch's. This module must not checkpoint, log training metrics or change
 gradients or weights.
 """
 
@@ -58,15 +58,19 @@ from torch import nn
 
 from stabilizer_contract.catalogue import SENTINEL_CHECKS
 from stabilizer_contract.job import REWIND_EVERY
-from stabilizer_sentinel import distributed, log_channel, module_hooks, resume, watchdog, worker_processes
+from stabilizer_sentinel.capture import module_hooks
+from stabilizer_sentinel.detection import watchdog
+from stabilizer_sentinel.detection.sentinel import Verdict, build_monitoring
+from stabilizer_sentinel.integration import log_channel
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig
-from stabilizer_sentinel.networks import network_of
-from stabilizer_sentinel.optimizer_hooks import OptimizerHooks
-from stabilizer_sentinel.recovery import Recovery
-from stabilizer_sentinel.rewind import Rewind
+from stabilizer_sentinel.loops import distributed, worker_processes
+from stabilizer_sentinel.loops.networks import network_of
+from stabilizer_sentinel.loops.optimizer_hooks import OptimizerHooks
+from stabilizer_sentinel.loops.step_clock import BackwardClock, ScalerWatch, follow_scaler, unfollow
+from stabilizer_sentinel.recovery import resume
+from stabilizer_sentinel.recovery.recovery import Recovery
+from stabilizer_sentinel.recovery.rewind import Rewind
 from stabilizer_sentinel.rules import RuleFinding
-from stabilizer_sentinel.sentinel import Verdict, build_monitoring
-from stabilizer_sentinel.step_clock import BackwardClock, ScalerWatch, follow_scaler, unfollow
 from stabilizer_sentinel.summary import EXIT, RunRecord, describe, jsonable
 
 FINITE_CHECK_RULE = "ExplodingTensor"
@@ -97,7 +101,7 @@ class Guard(OptimizerHooks):
         self.paths = paths
         self.rank, self.world_size = distributed.rank_and_size()
         self.primary = self.rank == 0
-        # A worker process of the script (stabilizer_sentinel.worker_processes) judges and reports as rank 0
+        # A worker process of the script (stabilizer_sentinel.loops.worker_processes) judges and reports as rank 0
         # does, into its own part of findings.json; like another rank, it stores no tensors and no rewind.
         stores = self.primary and not worker_processes.is_worker()
         self.capture, self.sentinel = build_monitoring(
@@ -141,7 +145,7 @@ class Guard(OptimizerHooks):
         if install_hooks and optimizer is not None:
             self.hook_optimizers(optimizers, in_checkpoints=integration != "launcher")
             follow_scaler(optimizer, self)
-        elif install_hooks:  # parameters updated by hand: each backward pass is a step (stabilizer_sentinel.step_clock)
+        elif install_hooks:  # updated by hand: each backward pass is a step (stabilizer_sentinel.loops.step_clock)
             params = [p for p in self.model.parameters() if p.requires_grad]
             if params:
                 self.clock = BackwardClock(self, params, wait_for_loss=integration == "library")
@@ -160,7 +164,7 @@ class Guard(OptimizerHooks):
         """The last healthy states, copied every few steps and written as checkpoints at the first finding.
 
         Rank 0 alone keeps them: under DDP every rank holds the same weights. In-job recovery
-        (stabilizer_sentinel.recovery) rolls back to them: one process, one model, copies always taken.
+        (stabilizer_sentinel.recovery.recovery) rolls back to them: one process, one model, copies always taken.
         """
         in_job = in_job_possible and self.config.effective_recovery == "in_job" and self.world_size == 1
         writes = every > 0  # copies kept for the rollback alone are not written as checkpoints at a finding
@@ -193,7 +197,8 @@ class Guard(OptimizerHooks):
             self.clock.loss_reported()
 
     def backward_pass(self, loss: torch.Tensor) -> None:
-        """A backward pass of the step under way started from ``loss`` (read by stabilizer_sentinel.backward_loss).
+        """A backward pass of the step under way started from ``loss`` (read by
+        stabilizer_sentinel.loops.backward_loss).
 
         The step's loss is the mean over its passes (gradient accumulation: one per micro-batch), on the
         device (no host synchronisation). The launcher reports its losses here.
@@ -287,7 +292,7 @@ class Guard(OptimizerHooks):
     def restore(self) -> int:
         """Load the newest checkpoint into the model and optimizer; returns the next step to run (0: none).
 
-        The job's own checkpoint directory first, then the ``resume`` channel (stabilizer_sentinel.resume); one
+        The job's own checkpoint directory first, then the ``resume`` channel (stabilizer_sentinel.recovery.resume); one
         that does not fit is reported in one line and left alone. Calling it tells the workflow that a
         relaunch of this script resumes (summary ``restores``).
         """
@@ -348,7 +353,7 @@ class Guard(OptimizerHooks):
             self._stop(f"at step {step}")
 
     def log_nonfinite(self, value: float) -> None:
-        """The job's log reported a non-finite loss (stabilizer_sentinel.log_channel)."""
+        """The job's log reported a non-finite loss (stabilizer_sentinel.integration.log_channel)."""
         step = max(self.step_number - 1, 0)
         self.external_finding(step, "losses/loss", value, f"the job's log reported a non-finite loss ({value}) "
                               f"at step {step}", source="log")

@@ -9,7 +9,7 @@ optimizer step (the guard calls ``beat`` after each):
 - **hang**: no step for longer than ``max(floor, factor x median step time)`` (the median of the
   last 50 step intervals); before the run's second step, for longer than ``startup`` seconds (data
   download, compilation and the first step's allocations are slow);
-- the bounds (stabilizer_sentinel.hang_bounds) come from ``STABILIZER_HANG_FLOOR_SECONDS``
+- the bounds (stabilizer_sentinel.detection.hang_bounds) come from ``STABILIZER_HANG_FLOOR_SECONDS``
   (default 600: above NCCL's and gloo's own collective timeouts would be too late, below a long
   evaluation between two steps too early), ``STABILIZER_HANG_FACTOR`` (default 10) and
   ``STABILIZER_HANG_STARTUP_SECONDS`` (default three floors); ``STABILIZER_HANG_FLOOR_SECONDS=0``
@@ -51,8 +51,8 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from stabilizer_sentinel import bare_tensors
-from stabilizer_sentinel.hang_bounds import HangBounds
+from stabilizer_sentinel.detection.hang_bounds import HangBounds
+from stabilizer_sentinel.loops import bare_tensors
 
 HANG = "Hang"
 STRAGGLER = "Straggler"
@@ -234,7 +234,7 @@ class Watchdog:
         step, written = self._progress
         now = self.clock()
         if self.step != step and self.steps and now - written >= min(PROGRESS_EVERY, self.bounds.floor / 2):
-            from stabilizer_sentinel import store
+            from stabilizer_sentinel.capture import store
 
             path = self.guard.sentinel.findings_path.with_name(PROGRESS_FILE)
             with contextlib.suppress(OSError):
@@ -330,7 +330,7 @@ class Watchdog:
                 self._write_stragglers()
 
     def _write_stragglers(self) -> None:
-        from stabilizer_sentinel import store
+        from stabilizer_sentinel.capture import store
 
         path = self.guard.sentinel.findings_path.with_name(STRAGGLERS_FILE)
         store.write_json_atomic(path, {"version": 1, "stragglers": list(self._reported_stragglers.values())})

@@ -1,10 +1,10 @@
 """How a script asks to be watched: ``watch(model, optimizer)`` builds its ``Guard`` from the job's
 configuration, unless the launcher already watches that optimizer.
 
-Under the launcher (stabilizer_sentinel.launcher_hooks) a standby waits for the script's own call:
+Under the launcher (stabilizer_sentinel.integration.launcher_hooks) a standby waits for the script's own call:
 ``claim`` asks it (``ON_WATCH``) to hand over the guard it attached, or to stand down, and a
 checkpoint the launcher loaded before the call is named in ``PRELOADED`` for the summary. What the
-guard then does in the loop is stabilizer_sentinel.guard's; this module only wires one up.
+guard then does in the loop is stabilizer_sentinel.integration.guard's; this module only wires one up.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import torch
 from torch import nn
 
 from stabilizer_contract.job import REWIND_EVERY
-from stabilizer_sentinel.guard import Guard
+from stabilizer_sentinel.integration.guard import Guard
 from stabilizer_sentinel.job_config import JobPaths, load_config
 
-# Called by watch() before it builds a guard: the launcher's standby (stabilizer_sentinel.launcher_hooks)
+# Called by watch() before it builds a guard: the launcher's standby (stabilizer_sentinel.integration.launcher_hooks)
 # answers with the guard it already attached to that optimizer, or stands down and answers None.
 ON_WATCH: list[Callable[[nn.Module, torch.optim.Optimizer | None], Any]] = []
 PRELOADED: str | None = None  # a checkpoint the launcher loaded before the script called watch()
@@ -55,17 +55,17 @@ def watch(
     The job's ``sagemaker_stabilizer`` hyperparameter (stabilizer_sentinel.job_config) decides; ``rules``,
     ``capture`` and ``action`` are the script's own defaults for what the job leaves unset. With
     neither, the sentinel runs the finite check (``ExplodingTensor``) and stops the job when it fires.
-    The finite check and the learning check (stabilizer_sentinel.health) run whatever the rule list says;
+    The finite check and the learning check (stabilizer_sentinel.detection.health) run whatever the rule list says;
     action ``notify`` records findings without stopping. ``recovery="in_job"`` answers an explosion or a
     divergence inside the job: back to the last healthy state, on at a lower rate chosen by probing
-    (stabilizer_sentinel.recovery); the default, ``relaunch``, stops the job for the workflow.
+    (stabilizer_sentinel.recovery.recovery); the default, ``relaunch``, stops the job for the workflow.
 
     ``optimizer`` may be a list (a GAN's optimizers: the first one's steps are the run's) or None
     (parameters updated by hand: each backward pass is a step); ``model`` a list of leaf tensors. A
     script that fine-tunes a state it loaded itself names it in ``started_from`` (the summary's;
     ``guard.restore()`` sets it itself).
 
-    With an optimizer, the guard keeps the last healthy state (``guard.rewind``, stabilizer_sentinel.rewind):
+    With an optimizer, the guard keeps the last healthy state (``guard.rewind``, stabilizer_sentinel.recovery.rewind):
     every ``rewind_every`` steps a host copy of the weights and optimizer state, the newest
     ``rewind_keep`` kept and written as checkpoints at the first finding. It costs ``rewind_keep`` x
     (weights + optimizer state) of host memory: a very large model may want it off (``rewind_every=0``).

@@ -4,7 +4,7 @@ A window mean counts as a fall below the start when it is below by ``min_decreas
 magnitude and by ``confidence`` standard errors of the difference of two window means; so does a
 least-squares line through the run's steps that fell by as much and ends below the start, but only
 ``CONFIRM_WINDOWS`` windows in a row confirm that a run learned. The noise every test is measured
-against is the run's own (stabilizer_sentinel.loss_statistics.NoiseEstimate).
+against is the run's own (stabilizer_sentinel.detection.loss_statistics.NoiseEstimate).
 
 This module must not touch the model, the optimizer or files: it reads numbers the check keeps.
 """
@@ -16,7 +16,7 @@ import statistics
 from collections import deque
 from typing import Any
 
-from stabilizer_sentinel.loss_statistics import NoiseEstimate, Trend
+from stabilizer_sentinel.detection.loss_statistics import NoiseEstimate, Trend
 
 # A step's loss further than this many noise deviations from the median of the recent steps is an
 # outlier to the trend line: beyond 4 deviations a normal batch falls once in 16 000 steps.

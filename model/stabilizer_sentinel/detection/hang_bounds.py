@@ -4,7 +4,7 @@ Read once from the job's environment, which the workflow sets from ``job.hang``
 (stabilizer_workflow.execution.hang_settings): ``STABILIZER_HANG_FLOOR_SECONDS`` (default 600; 0 turns the
 watchdog off), ``STABILIZER_HANG_FACTOR`` (default 10), ``STABILIZER_HANG_STARTUP_SECONDS`` (default
 three floors) and ``STABILIZER_STRAGGLER_FACTOR`` (default 2; 0 turns straggler reports off); why
-these defaults: stabilizer_sentinel.watchdog. A value that is not a number in range fails at once,
+these defaults: stabilizer_sentinel.detection.watchdog. A value that is not a number in range fails at once,
 naming the variable. Settings only: the thread that applies them is the watchdog's.
 """
 

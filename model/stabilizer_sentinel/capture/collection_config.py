@@ -1,8 +1,8 @@
 """Capture settings: the collections a job saves and when (``save_interval``, ``save_steps``,
 ``start_step``/``end_step``, ``include_regex``, ``modes``), parsed from the ``capture`` configuration.
 
-Pure Python and NumPy-free: what a collection holds is ``stabilizer_sentinel.collection_members``',
-how tensors are copied ``stabilizer_sentinel.capture``'s; this module only says which collection is
+Pure Python and NumPy-free: what a collection holds is ``stabilizer_sentinel.capture.collection_members``',
+how tensors are copied ``stabilizer_sentinel.capture.capture``'s; this module only says which collection is
 due at a step.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stabilizer_sentinel import store
+from stabilizer_sentinel.capture import store
 
 BUILTIN_COLLECTIONS = (
     "weights",

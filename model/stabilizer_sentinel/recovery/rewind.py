@@ -19,7 +19,7 @@ there replays the same batch on the same weights and fails the same way. With co
 Once it has persisted, it takes no more copies: after a finding the state is no longer known to
 be healthy (with the ``notify`` action the job goes on training).
 
-The library wires it: ``watch(model, optimizer)`` (stabilizer_sentinel.guard) builds one on rank 0 with
+The library wires it: ``watch(model, optimizer)`` (stabilizer_sentinel.integration.guard) builds one on rank 0 with
 ``rewind_every`` and ``rewind_keep`` (5 and 2; ``rewind_every=0`` builds none), exposes it as
 ``guard.rewind``, hands it to the sentinel (``sentinel.rewind``, which persists it at the first
 finding, and the guard does for a finding of another DDP rank) and calls ``after_step`` with the
@@ -52,7 +52,7 @@ import torch
 from torch import nn
 
 from stabilizer_contract.checkpoints import checkpoint_name
-from stabilizer_sentinel.optimizer_hooks import LEARNING_KEY, STATE_KEY
+from stabilizer_sentinel.loops.optimizer_hooks import LEARNING_KEY, STATE_KEY
 
 GUARD_KEYS = (STATE_KEY, LEARNING_KEY)
 
@@ -114,7 +114,7 @@ class Rewind:
         self.frozen = False
         self.seconds = 0.0  # time spent taking copies, and how many: for the overhead benchmark
         self.copies = 0
-        # In-job recovery (stabilizer_sentinel.recovery): the sentinel, whose checks' state is kept beside each
+        # In-job recovery (stabilizer_sentinel.recovery.recovery): the sentinel, whose checks' state is kept beside each
         # copy and put back with it; then the first copy and the one with the lowest loss level (``anchor``)
         # are kept too, whatever ``keep`` says.
         self.companion: Any = None

@@ -1,7 +1,7 @@
 """The in-job sentinel: a cheap finite check every step, the configured rules at save steps, findings.
 
 Every training step, whatever the rule list, the sentinel checks that the loss and the total
-gradient norm are finite and that the loss is learning (``stabilizer_sentinel.health``): one fused norm
+gradient norm are finite and that the loss is learning (``stabilizer_sentinel.detection.health``): one fused norm
 over all gradients and one host synchronisation for the two scalars, no per-parameter
 synchronisation. At steps where capture saved something it evaluates the configured rules
 against a ``MemoryTrial``. When a rule fires it writes ``<checkpoint dir>/findings.json``
@@ -9,8 +9,8 @@ against a ``MemoryTrial``. When a rule fires it writes ``<checkpoint dir>/findin
 optimizer applies the bad step; ``exit_for_rule_stop`` then ends the process with status 86 and a
 failure file starting ``RuleStop:`` (section 1).
 
-Training loops normally reach it through ``stabilizer_sentinel.script_watch.watch`` (hooks do the calls below);
-this is the hand-wired form (``capture`` and ``sentinel`` come from ``build_monitoring``)::
+Training loops normally reach it through ``stabilizer_sentinel.integration.script_watch.watch`` (hooks do the calls
+below); this is the hand-wired form (``capture`` and ``sentinel`` come from ``build_monitoring``)::
 
     capture.begin_step(step)
     logits = model(x); loss = criterion(logits, y); loss.backward()
@@ -39,14 +39,14 @@ import torch
 from torch import nn
 
 from stabilizer_contract.job import ENDED_RULE_STOP, EXIT_RULE_STOP, RULE_STOP_PREFIX
-from stabilizer_sentinel import profiler as system_profiler
-from stabilizer_sentinel import worker_processes
-from stabilizer_sentinel.capture import Capture, parse_capture
-from stabilizer_sentinel.health import LearningCheck, default_finite_rule, run_up
+from stabilizer_sentinel.capture import profiler as system_profiler
+from stabilizer_sentinel.capture.capture import Capture, parse_capture
+from stabilizer_sentinel.capture.trial import MemoryTrial
+from stabilizer_sentinel.detection.health import LearningCheck, default_finite_rule, run_up
+from stabilizer_sentinel.loops import worker_processes
 from stabilizer_sentinel.rules import ExplodingTensor, Rule, RuleConfigError, RuleFinding, parse_rule_list
 from stabilizer_sentinel.rules.base import unmatched_findings
 from stabilizer_sentinel.summary import jsonable as _jsonable
-from stabilizer_sentinel.trial import MemoryTrial
 
 FAILURE_PREFIX = RULE_STOP_PREFIX
 FINDINGS_FILE = "findings.json"
@@ -86,7 +86,8 @@ class Sentinel:
         self.memory = memory
         self.findings_path = Path(checkpoint_dir) / FINDINGS_FILE
         self.failure_file = Path(failure_file) if failure_file is not None else None
-        # Under DDP only rank 0 writes findings.json; the other ranks hand theirs to it (guard.py).
+        # Under DDP only rank 0 writes findings.json; the other ranks hand theirs to it
+        # (stabilizer_sentinel.integration.guard).
         self.write_findings = write_findings
         self._params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
         # The finite check runs always: with the list's ExplodingTensor, or with a default one.
@@ -103,12 +104,13 @@ class Sentinel:
         self.rate_history: deque[tuple[int, float | None]] = deque(maxlen=HISTORY)
         self.first_nonfinite_layer: str | None = None
         self.stop_finding: dict[str, Any] | None = None
-        # System profiling (stabilizer_sentinel/profiler.py): set by build_monitoring when it runs.
+        # System profiling (stabilizer_sentinel/capture/profiler.py): set by build_monitoring when it runs.
         self.profiler: system_profiler.SystemProfiler | None = None
         self._system_rules = [rule for rule in self.rules if rule.reads_system_metrics]
-        # A stabilizer_sentinel.rewind.Rewind, when the training loop keeps one: persisted at the first finding.
+        # A stabilizer_sentinel.recovery.rewind.Rewind, when the training loop keeps one: persisted at the first
+        # finding.
         self.rewind: Any = None
-        # A stabilizer_sentinel.recovery.Recovery, when the job recovers in place: it may take a step's
+        # A stabilizer_sentinel.recovery.recovery.Recovery, when the job recovers in place: it may take a step's
         # findings (a rollback instead of a stop); its decisions are findings.json's ``rollbacks``.
         self.recovery: Any = None
         self.rollbacks: list[dict[str, Any]] = []
@@ -145,7 +147,7 @@ class Sentinel:
         reads it from log lines): the gradient norm is then checked alone.
         """
         context = {"epoch": epoch, "phase": phase, "learning_rate": learning_rate}
-        # The finite check runs every step, whatever the rule list (stabilizer_sentinel.health).
+        # The finite check runs every step, whatever the rule list (stabilizer_sentinel.detection.health).
         loss_value, norm_value = self._sync_scalars(loss, grad_norm)
         if loss_value is not None:
             self.loss_history.append((step, loss_value))
@@ -295,7 +297,8 @@ class Sentinel:
         worker_processes.write_findings(self.findings_path, document)  # one file for several processes
 
     def rolled_back(self, decision: dict[str, Any]) -> None:
-        """An in-job rollback (stabilizer_sentinel.recovery) went on from an earlier state: into findings.json."""
+        """An in-job rollback (stabilizer_sentinel.recovery.recovery) went on from an earlier state: into
+        findings.json."""
         self.rollbacks.append(decision)
         self.write(ended=None)
 
@@ -315,7 +318,8 @@ class Sentinel:
         self.first_nonfinite_layer = state["first_nonfinite_layer"]
 
     def _entry(self, finding: RuleFinding, context: Mapping[str, Any]) -> dict[str, Any]:
-        # The run-up (stabilizer_sentinel.health.run_up): which checkpoints are healthy, which rate was stable.
+        # The run-up (stabilizer_sentinel.detection.health.run_up): which checkpoints are healthy, which rate was
+        # stable.
         before = run_up(self.grad_norm_history, self.rate_history, finding.step,
                         losses=self.loss_history, start_loss=self.learning.start_loss,
                         scale=self.learning.scale_of_loss, wrecked_at=self.learning.wrecked_at)

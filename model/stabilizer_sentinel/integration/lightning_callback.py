@@ -9,11 +9,11 @@ the loss from ``on_before_backward``, the check from ``on_before_optimizer_step`
 before the update, so a stopped step never reaches the weights), step numbers from
 ``trainer.global_step``. A stop ends the process with status 86 and the failure file, as at the other
 levels. Every optimizer of the module is checked (a GAN's second with the finite check of its
-gradients, stabilizer_sentinel.optimizer_hooks); the first one's steps are the run's. The run's summary
+gradients, stabilizer_sentinel.loops.optimizer_hooks); the first one's steps are the run's. The run's summary
 (integration "lightning") goes into findings.json at the end of training, or when it fails
 (``on_exception``: ended "exception" with the exception's line, or "interrupted"). Precision
 "16-mixed" with a GradScaler: the optimizer's hooks check the steps the scaler applies and the steps
-it skips are counted and judged as in a plain loop (stabilizer_sentinel.step_clock), since Lightning's own
+it skips are counted and judged as in a plain loop (stabilizer_sentinel.loops.step_clock), since Lightning's own
 hook comes before the scaler decides. "bf16-mixed" needs no scaler and is watched as any step. Needs the
 ``lightning`` package (extra ``lightning``).
 """
@@ -25,9 +25,9 @@ from typing import Any
 
 import lightning
 
-from stabilizer_sentinel.guard import Guard
+from stabilizer_sentinel.integration.guard import Guard
+from stabilizer_sentinel.integration.script_watch import claim
 from stabilizer_sentinel.job_config import JobPaths, load_config
-from stabilizer_sentinel.script_watch import claim
 
 
 class SentinelCallback(lightning.Callback):
@@ -53,7 +53,8 @@ class SentinelCallback(lightning.Callback):
         claim(pl_module, optimizer)  # under "auto" the launcher stands by: it stands down for the callback
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         # With a GradScaler the optimizer's own hooks check the steps it applies and count those it skips
-        # (stabilizer_sentinel.step_clock): checked here, a calibrating scaler's overflow would read as an explosion.
+        # (stabilizer_sentinel.loops.step_clock): checked here, a calibrating scaler's overflow would read as an
+        # explosion.
         self.scaled = scaler is not None and scaler.is_enabled()
         self.guard = Guard(pl_module, optimizer, config=self.config, paths=self.paths,
                            start_step=trainer.global_step, install_hooks=self.scaled, integration="lightning")

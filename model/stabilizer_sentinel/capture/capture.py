@@ -2,7 +2,7 @@
 
 A collection is a named group of tensors with its own schedule (``save_interval`` or
 ``save_steps``) and modes (TRAIN, EVAL). The tensors each collection holds, by name, and how a
-custom collection's ``include_regex`` selects them: ``stabilizer_sentinel.collection_members``.
+custom collection's ``include_regex`` selects them: ``stabilizer_sentinel.capture.collection_members``.
 
 Captured tensors go to a store writer on a background thread (disk collections, the ``capture``
 hyperparameter) and to a ``MemoryTrial`` (collections the sentinel's rules need). The hot path
@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from stabilizer_sentinel import module_hooks, store
-from stabilizer_sentinel.collection_config import (
+from stabilizer_sentinel.capture import module_hooks, store
+from stabilizer_sentinel.capture.collection_config import (
     BUILTIN_COLLECTIONS,
     DEFAULT_SAVE_INTERVAL,
     CaptureConfigError,
@@ -32,9 +32,9 @@ from stabilizer_sentinel.collection_config import (
     default_modes,
     parse_capture,
 )
-from stabilizer_sentinel.collection_members import builtin_names, sample_names, select_members, selectable_names
-from stabilizer_sentinel.loss_module import LossModuleWatch
-from stabilizer_sentinel.trial import MemoryTrial, smdebug_name
+from stabilizer_sentinel.capture.collection_members import builtin_names, sample_names, select_members, selectable_names
+from stabilizer_sentinel.capture.loss_module import LossModuleWatch
+from stabilizer_sentinel.capture.trial import MemoryTrial, smdebug_name
 
 __all__ = ["BUILTIN_COLLECTIONS", "Capture", "CaptureConfigError", "CollectionConfig", "parse_capture"]
 
@@ -80,7 +80,7 @@ def _numpy(tensor: torch.Tensor) -> np.ndarray:
 
 
 class Capture:
-    """Saves due collections each step; names: ``stabilizer_sentinel.collection_members``."""
+    """Saves due collections each step; names: ``stabilizer_sentinel.capture.collection_members``."""
 
     def __init__(
         self,

@@ -75,7 +75,7 @@ class StepRecord:
     step: int
     mode: str
     tensors: Mapping[str, tuple[tuple[str, ...], np.ndarray]]
-    # name -> the name smdebug's PyTorch hook gives the tensor (stabilizer_sentinel.trial.smdebug_name)
+    # name -> the name smdebug's PyTorch hook gives the tensor (stabilizer_sentinel.capture.trial.smdebug_name)
     aliases: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -23,7 +23,7 @@ their smdebug names (``<module>_output_0``, ``<Loss>_input_0``, ...), where ``ac
 does). A collection whose regex matches nothing fails the job after its first step (the loss module is
 known then), naming it with sample names in both forms: Debugger leaves it empty and silent.
 
-Names only: nothing here hooks a module or copies a tensor; that is ``stabilizer_sentinel.capture``'s.
+Names only: nothing here hooks a module or copies a tensor; that is ``stabilizer_sentinel.capture.capture``'s.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from torch import nn
 
-from stabilizer_sentinel.collection_config import BUILTIN_COLLECTIONS, CollectionConfig
-from stabilizer_sentinel.trial import matches
+from stabilizer_sentinel.capture.collection_config import BUILTIN_COLLECTIONS, CollectionConfig
+from stabilizer_sentinel.capture.trial import matches
 
 ACTIVATION_TYPES = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid)
 
