@@ -214,8 +214,9 @@ class Recovery:
 
         The weights are the probe's under way (the job cannot go back once the script stopped
         stepping), not a recipe the job chose: the finding stands, as if the job had stopped on it, so
-        the workflow remedies it by a relaunch. Its ``stable_learning_rate`` is the highest rate a
-        probe trained at without failing, when that is higher than the run-up's own.
+        the workflow remedies it by a relaunch, which resumes from the state the job rolled back to
+        (written as a checkpoint here). Its ``stable_learning_rate`` is the highest rate a probe
+        trained at without failing, when that is higher than the run-up's own.
         """
         trigger, probe = self._trigger, self._probe
         if trigger is None:
@@ -231,6 +232,7 @@ class Recovery:
         self.decisions.append(decision)
         self._trigger = self._probe = None
         self.guard.sentinel.rollbacks.append(decision)  # written with the summary, as the job closes
+        self.guard.rewind.persist_point(self._snapshot)  # where the relaunch resumes
         finding = dict(trigger["finding"])
         trained = [p["learning_rate"] for p in probed if p["failed"] is None and p["learning_rate"] is not None]
         if trained and max(trained) > (finding.get("stable_learning_rate") or 0):
@@ -263,6 +265,7 @@ class Recovery:
             decision = self._decision(trigger, probed, None)
             self.decisions.append(decision)
             guard.sentinel.rollbacks.append(decision)  # written with the finding, as the job stops
+            guard.rewind.persist_point(self._snapshot)  # where the relaunch resumes, with the copies before it
             guard.give_up_rollback(finding)
             return
         guard.rewind.load(self._ends[id(chosen)])

@@ -192,6 +192,18 @@ class Rewind:
                 self.persisted = self._write(snapshot)
         return self.persisted
 
+    def persist_point(self, snapshot: Snapshot) -> Path | None:
+        """Write ``snapshot`` as a checkpoint: a rollback's restore point, when the job did not settle on a
+        rate and the finding stands (the relaunch resumes from the newest checkpoint before the run-up).
+
+        None when the copies are never written, or for the state before the first step (a relaunch
+        that starts fresh is there already).
+        """
+        if not self.writes or snapshot.next_step == 0:
+            return None
+        self.persisted = self._write(snapshot)
+        return self.persisted
+
     def _write(self, snapshot: Snapshot) -> Path:
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         path = self.checkpoint_dir / checkpoint_name(snapshot.next_step)

@@ -204,3 +204,39 @@ def test_copies_kept_for_the_rollback_alone_are_never_written_as_checkpoints(tmp
     assert guard.rewind.persist(before_step=10) is None
     assert not list((tmp_path / "checkpoints").glob("checkpoint-*"))
     guard.close()
+
+
+def test_a_run_that_ends_while_probing_leaves_its_restore_point_for_the_relaunch(tmp_path, monkeypatch):
+    """The finding stands and the workflow relaunches: it resumes from the newest checkpoint before the
+    run-up, so the state the job rolled back to is written as one (a stopped job writes its copies too)."""
+    import torch
+    from torch import nn
+
+    from stabilizer_contract.checkpoints import checkpoint_name
+    from stabilizer_sentinel import watch
+
+    monkeypatch.setenv("STABILIZER_CONFIG", json.dumps({"recovery": "in_job"}))
+    monkeypatch.setenv("STABILIZER_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    torch.manual_seed(0)
+    x_all = torch.randn(512, 8)
+    y_all = x_all @ torch.randn(8, 1)
+    model = nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    guard = watch(model, optimizer)
+    for step in range(16):
+        if step == 10:  # the script's own schedule jumps to a rate the network cannot take
+            for group in optimizer.param_groups:
+                group["lr"] = 5.0
+        x, y = x_all[step * 32:][:32], y_all[step * 32:][:32]
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        guard.step(loss)
+        optimizer.step()
+    guard.close()
+    checkpoints = tmp_path / "checkpoints"
+    document = json.loads((checkpoints / "findings.json").read_text())
+    (decision,) = document["rollbacks"]
+    assert decision["outcome"] == "ended" and 0 < decision["restored_step"] <= decision["step"]
+    saved = torch.load(checkpoints / checkpoint_name(decision["restored_step"]), weights_only=False)
+    assert saved["next_step"] == decision["restored_step"]
