@@ -69,6 +69,10 @@ def gather(state: WorkflowState, deps: Collaborators, now: datetime) -> Observat
     description = deps.jobs.describe(attempt.job_name)
     document, unreadable = deps.artifacts.findings(attempt.checkpoint_s3_uri)
     terminal = description.get("TrainingJobStatus") in ("Completed", "Failed", "Stopped")
+    if not terminal:
+        # SageMaker syncs the checkpoint directory while the job runs, with no promise that an object
+        # is never read mid-update: the next check reads it again. Once the job ended, it is a finding.
+        unreadable = None
     # Checkpoints matter only once the attempt is over (to resume from the last healthy one).
     keys = deps.artifacts.checkpoint_keys(attempt.checkpoint_s3_uri) if terminal else []
     # While it trains, when it last showed a sign of life (the monitor's own hang check,

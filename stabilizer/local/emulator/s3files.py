@@ -73,18 +73,19 @@ class DirectorySync:
                     if name.endswith((".tmp", ".partial")) or name.startswith("."):
                         continue
                     path = Path(root) / name
-                    try:
-                        stat = path.stat()
-                    except FileNotFoundError:
-                        continue
                     relative = path.relative_to(self.local).as_posix()
-                    present.add(relative)
-                    signature = (stat.st_size, stat.st_mtime_ns)
-                    if self._seen.get(relative) == signature:
-                        continue
-                    key = f"{prefix.rstrip('/')}/{relative}" if prefix else relative
+                    # One open file is one version of it: a job that renames a new version over the
+                    # name while it uploads (findings.json) leaves this one whole. Sized by path and
+                    # read by path, an upload could take the size of one and the bytes of the other.
                     try:
-                        self.s3.upload_file(str(path), bucket, key)
+                        with open(path, "rb") as handle:
+                            stat = os.fstat(handle.fileno())
+                            present.add(relative)
+                            signature = (stat.st_size, stat.st_mtime_ns)
+                            if self._seen.get(relative) == signature:
+                                continue
+                            key = f"{prefix.rstrip('/')}/{relative}" if prefix else relative
+                            self.s3.upload_fileobj(handle, bucket, key)
                     except FileNotFoundError:
                         continue
                     self._seen[relative] = signature

@@ -355,6 +355,26 @@ def test_check_stops_a_running_job_with_issues_and_its_request_is_exact(cloud, s
     assert message["MessageAttributes"]["event_type"]["Value"] == "issue_found"
 
 
+def test_a_findings_file_caught_half_synced_while_the_job_trains_is_read_again_not_acted_on(cloud, settings):
+    """SageMaker syncs the checkpoint directory to S3 while the job runs, with no promise that an object
+    is never read mid-update (docs.aws.amazon.com/sagemaker/latest/dg/model-checkpoints-enable.html):
+    an unreadable findings.json stops nothing while the job trains; the next check reads it again.
+    Once the job has ended it is the finding it always was (test_monitor)."""
+    state = launched(settings)
+    bucket, prefix = s3_uris.split_s3_uri(state.attempts[-1].checkpoint_s3_uri)
+    whole = json.dumps(load_event("findings-exploding.json")).encode()
+    cloud["s3"].put_object(Bucket=bucket, Key=f"{prefix}/findings.json", Body=whole[: len(whole) // 2])
+    name = state.history.latest_job_name
+    client, stub = stubbed_sagemaker()
+    stub.add_response("describe_training_job", _full(describe(state, "InProgress")), {"TrainingJobName": name})
+    deps = monitor_handler.Collaborators(jobs=aws_sagemaker.TrainingJobs(client))
+    with stub:  # no StopTrainingJob: the stub refuses any request it was not given
+        new = monitor_handler.handle({"action": "check", "state": dump_state(state)}, deps, T0)
+    stub.assert_no_pending_responses()
+    assert new["next_action"] == "monitor" and new["attempts"][-1].get("finding") is None
+    assert messages(cloud) == []
+
+
 def test_stopping_a_job_that_already_stopped_is_fine(cloud, settings):
     state = launched(settings)
     name = state.history.latest_job_name
