@@ -94,6 +94,7 @@ class Result:
     run_dir: str = ""
     detection_step: int | None = None  # the step of the first attempt's finding (or rollback), when it had one
     rollbacks: int = 0  # in-job rollbacks over all attempts (job.recovery in_job)
+    rate_rollbacks: int = 0  # of those, the ones that lowered the rates (not a batch the same rate trained past)
     rolled_back_steps: int = 0  # their steps lost and probed: computed, not in the final model
     final_loss: float | None = None  # the last attempt's last loss the sentinel saw (its summary)
     reason: str = ""  # the execution's reason, as the workflow gave it
@@ -169,14 +170,17 @@ def judge(run: Run, result: Result) -> Result:
         wrong.append(f"first attempt called {result.first_call}, expected {'/'.join(expect.first_attempt)}")
     knobs = run.job.get("knobs") or {}
     rates = {knob.get("hyperparameter") for role, knob in knobs.items() if role.endswith("learning_rate")}
-    if result.rollbacks and any(expect.remedy.get(name) == "up" for name in rates):  # a rollback lowers rates
-        wrong.append(f"rolled back {result.rollbacks} time(s) to lower rates in the job, expected a rate up")
+    for name in sorted(rates):  # a rollback that did not trust its own rate lowered it
+        if result.rate_rollbacks and expect.remedy.get(name) in ("up", "keep"):
+            wrong.append(f"rolled back {result.rate_rollbacks} time(s) to lower rates in the job, "
+                         f"expected {name} {expect.remedy[name]}")
     for number, moved in enumerate(result.changes, start=2):
         for name, (old, new) in moved.items():
             direction = expect.remedy.get(name)
             if direction is None or not all(isinstance(v, int | float) for v in (old, new)):
                 continue
-            if (direction == "down" and new > old) or (direction == "up" and new < old):
+            if (direction == "down" and new > old) or (direction == "up" and new < old) or (
+                    direction == "keep" and new != old):
                 wrong.append(f"attempt {number}: {name} {old} -> {new}, expected {direction}")
     result.misdiagnosis = "; ".join(wrong)
     result.outcome_met = result.outcome in expect.outcome and not (result.false_negative or result.misdiagnosis)
@@ -234,6 +238,7 @@ def measure(run: Run, policy: str, state: dict[str, Any], status: str, logs: lis
         first_call=attempt_call(attempts[0]) if attempts else "none", steps_computed=computed,
         wasted_steps=max(0, computed - useful), wall_seconds=round(wall, 1), changes=changes_between(attempts),
         detection_step=detected, reason=str(state.get("reason") or ""), rollbacks=len(rollbacks),
+        rate_rollbacks=sum(1 for r in rollbacks if not r.get("transient")),
         rolled_back_steps=sum(r.get("steps_lost", 0) + r.get("probe_steps", 0) for r in rollbacks),
         final_loss=_final_loss(attempts),
     ))

@@ -14,7 +14,8 @@ names) and lists its runs. A run is the script with some hyperparameters and wha
   when the run configures an early stop) after one attempt.
 - failing runs name what their first attempt must be called (`first_attempt`: `diverged` for an
   explosion or a divergence, `did_not_learn` for a loss that does not fall; a list where either is
-  right), the direction each hyperparameter must move if a remedy touches it (`remedy`), and the
+  right), the direction each hyperparameter must move if a remedy touches it (`remedy`: `up`,
+  `down`, or `keep` where no remedy may change it: a fault in the data, not the recipe), and the
   outcomes the execution may end with (`outcome`: `["succeeded"]` when a declared knob can fix it,
   the failure outcomes when none can).
 
@@ -43,7 +44,7 @@ PUBLIC_SCRIPTS_DIR = project_root() / "tests" / "public_scripts"
 SUCCESS = ("succeeded", "stopped_early")
 FAILURE_CALLS = ("diverged", "did_not_learn", "stopped_early", "unwatched", "unverified", "gave_up", "failed")
 OUTCOMES = (*SUCCESS, "diverged", "did_not_learn", "gave_up", "failed", "unwatched", "unverified")
-DIRECTIONS = ("up", "down")
+DIRECTIONS = ("up", "down", "keep")
 # Every execution of the corpus: a few relaunches at most, so that a policy that keeps trying
 # cannot make the full corpus take hours; checks every second.
 LIMITS = {"max_num_retraining": 4, "max_monitor_transitions": 1500, "max_total_training_seconds": 3600}
@@ -57,7 +58,7 @@ class ManifestError(ValueError):
 class Expect:
     outcome: tuple[str, ...]  # the outcomes the execution may end with
     first_attempt: tuple[str, ...] = ()  # failing runs: what the first attempt may be called
-    remedy: dict[str, str] = field(default_factory=dict)  # hyperparameter -> "up" | "down"
+    remedy: dict[str, str] = field(default_factory=dict)  # hyperparameter -> "up" | "down" | "keep"
 
 
 @dataclass(frozen=True)
@@ -111,12 +112,12 @@ def _expect(source: Path, where: str, data: dict[str, Any], healthy: bool, hyper
     first = _names(source, f"{where}expect.first_attempt", data.get("first_attempt"), FAILURE_CALLS)
     remedy = data.get("remedy", {})
     if not isinstance(remedy, dict):
-        raise ManifestError(f"{source}: {where}expect.remedy: expected an object hyperparameter -> up|down")
+        raise ManifestError(f"{source}: {where}expect.remedy: expected an object hyperparameter -> up|down|keep")
     for name, direction in remedy.items():
         if name not in hyperparameters:
             raise ManifestError(f"{source}: {where}expect.remedy.{name}: not one of the job's hyperparameters")
         if direction not in DIRECTIONS:
-            raise ManifestError(f"{source}: {where}expect.remedy.{name}: expected up or down, got {direction!r}")
+            raise ManifestError(f"{source}: {where}expect.remedy.{name}: expected up, down or keep, got {direction!r}")
     return Expect(outcome, first, dict(remedy))
 
 

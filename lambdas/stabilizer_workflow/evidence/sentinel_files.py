@@ -169,8 +169,9 @@ class SentinelRollback(BaseModel):
     learning_rate_after: Number = None
     factor: float | None = None
     probed: list[Probed] = Field(default_factory=list)
-    # recovered: on at the chosen rate; stopped: no lower rate trained; ended: the run ended while probing
-    outcome: Literal["recovered", "stopped", "ended"] = "recovered"
+    # recovered: on at the chosen rate; stopped: no lower rate trained; ended: the run ended while probing;
+    # transient: the same rate trained past a sudden explosion (a corrupt batch, a one-off), on unchanged
+    outcome: Literal["recovered", "stopped", "ended", "transient"] = "recovered"
     seconds: float | None = None
     resumed_at_step: int | None = None
 

@@ -197,6 +197,9 @@ class Rollback(BaseModel):
     rate_before: float | None = None
     rate_after: float | None = None
     factor: float | None = None  # the script's rates times this from then on (None: it stopped)
+    # The same rate trained past a sudden explosion from the restored state: the batch's or a one-off,
+    # not the rate's (factor: the one in force, unchanged).
+    transient: bool = False
     probed: list[float | None] = Field(default_factory=list, max_length=MAX_PROBED)  # the rates tried
     failed_probes: int = 0
     seconds: float | None = None  # from the finding to training again

@@ -59,6 +59,8 @@ def describe(rollback: SentinelRollback) -> str:
         return f"{head}; no lower rate trained ({probes}{seconds}): the job stopped on the finding"
     if rollback.outcome == "ended":
         return f"{head}; the run ended while probing ({probes}): the finding stands"
+    if rollback.outcome == "transient":
+        return f"{head}; the same rate trained past it: the batch's or a one-off, on unchanged at rate {_rate(after)}"
     return f"{head}, on at rate {_rate(after)} from {_rate(before)}, chosen from {probes}{seconds}"
 
 
@@ -82,7 +84,8 @@ def _recorded(entry: SentinelRollback) -> Rollback:
         probe_steps=max(entry.probe_steps, 0),
         rate_before=finite(entry.learning_rate_before),
         rate_after=finite(entry.learning_rate_after),
-        factor=entry.factor if entry.outcome == "recovered" else None,
+        factor=entry.factor if entry.outcome in ("recovered", "transient") else None,
+        transient=entry.outcome == "transient",
         probed=[finite(probe.learning_rate) for probe in entry.probed][:MAX_PROBED],
         failed_probes=sum(1 for probe in entry.probed if probe.failed),
         seconds=entry.seconds,
@@ -117,9 +120,12 @@ def summary_line(attempt: Attempt) -> str | None:
     """What the attempt's in-job recovery did, for the end's reason; None without any rollback."""
     if not attempt.rollbacks:
         return None
-    recovered = [r for r in attempt.rollbacks if r.factor is not None]
+    recovered = [r for r in attempt.rollbacks if r.factor is not None and not r.transient]
+    passed = len(attempt.rollbacks) - len(recovered) - sum(r.factor is None for r in attempt.rollbacks)
     lost = sum(r.steps_lost + r.probe_steps for r in attempt.rollbacks)
     said = f"recovered in the job {len(recovered)} time{'s' if len(recovered) != 1 else ''}"
     if recovered:
         said += f", last on at rate {_rate(recovered[-1].rate_after)} ({recovered[-1].factor:.3g} x the script's)"
+    if passed:
+        said += f"; {passed} sudden explosion{'s' if passed != 1 else ''} the same rate trained past"
     return f"{said}; {lost} steps rolled back or probed"

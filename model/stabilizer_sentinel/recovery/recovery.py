@@ -16,6 +16,13 @@ configuration, ``in_job``), the guard does not stop. Instead:
    kept, and training goes on from the state that candidate reached. When every candidate of a
    round failed, the next round probes a hundred times lower again; after ``rounds`` rounds the
    finding stands and the job stops as it would have (the workflow relaunches).
+
+   A sudden explosion (``ExplodingTensor`` with no run-up: no rate change, no growing gradient, no
+   risen loss before it) at a rate the run was stable at is first replayed at that same rate: a
+   corrupt batch or a one-off does that, and a lower rate would slow a healthy run for one record.
+   When the replay trains its ``probe_steps`` steps, training goes on from there unchanged (the
+   script's loop has moved past the batch; decision ``transient``); when it fails, the lower rates
+   are probed as above.
 3. **Record.** Each rollback is a decision in findings.json's ``rollbacks`` (docs/contracts.md,
    section 2): the finding, the step restored, the rate before and after, what was probed, steps
    lost and the seconds from the finding to training again. The workflow records it in the attempt's
@@ -50,6 +57,9 @@ ROUND_STEP = 1 / 100  # each further round is this much lower again
 ROUNDS = 2
 PROBE_STEPS = 5
 MAX_ROLLBACKS = 3
+MAX_TRANSIENTS = 5  # explosions the same rate trained past (corrupt batches), per job
+# An explosion this many steps or fewer after one the same rate trained past is the rate's: no replay.
+TRANSIENT_REACH = 20
 NOISE_ERRORS = 2.0  # scores closer than this many standard errors are the same to the probe
 # A probe whose last loss is this fraction of its first's magnitude above it is climbing; a copy whose
 # loss climbed back this fraction of the way to where the run started has lost what it learned.
@@ -107,6 +117,8 @@ class Recovery:
         self._queue: list[float] = []
         self._probes: list[Probe] = []
         self._probe: Probe | None = None
+        self._replay: Probe | None = None  # the same rate, replayed first after a sudden explosion
+        self._replaying = False  # the next candidate started is that replay
         self._ends: dict[int, Any] = {}  # the state each probe that did not fail reached, by id
         self._restore_due = False
         self.live_from = -1  # findings of steps before this one are about steps a rollback undid
@@ -158,18 +170,37 @@ class Recovery:
                          "factor_before": self.factor}
         self._snapshot = snapshot
         self._round = 0
-        self._queue = [self.factor * f for f in self.factors]
+        replay = self._sudden(entry)
+        self._queue = [self.factor] * replay + [self.factor * f for f in self.factors]
         self._probes = []
         self._ends = {}
         self._restore_due = True
+        self._replay = None
+        self._replaying = replay
         self.guard.rewind.frozen = True  # no copies of probing states
+        then = "replaying the same rate, then lower ones if it fails" if replay else "probing lower rates"
         print(f"sentinel: {entry['rule']} at step {entry['step']}: rolling back to step {snapshot.next_step} and "
-              f"probing lower rates in the job", file=sys.stderr, flush=True)
+              f"{then} in the job", file=sys.stderr, flush=True)
         return True
+
+    def _sudden(self, entry: dict[str, Any]) -> bool:
+        """An explosion with no run-up (the finite check's onset is the step before it: no rate change,
+        no growing gradient, no risen loss) at a rate the run was stable at: a corrupt batch or a one-off
+        can do that, so the same rate is replayed from the restored state first. Not again within
+        ``TRANSIENT_REACH`` steps of an explosion the same rate trained past."""
+        if entry["rule"] != EXPLODING or entry.get("onset_step") != entry["step"] - 1:
+            return False
+        stable, rate = entry.get("stable_learning_rate"), self.guard.learning_rate
+        if stable is None or rate is None or rate > stable * (1 + 1e-9):
+            return False
+        return not any(d["outcome"] == "transient" and entry["step"] - d["step"] <= TRANSIENT_REACH
+                       for d in self.decisions)
 
     def _can_roll_back(self, stops: list[dict[str, Any]]) -> bool:
         guard = self.guard
-        return (len(self.decisions) < self.max_rollbacks and guard.rewind is not None and not guard.others
+        transients = sum(d["outcome"] == "transient" for d in self.decisions)
+        return (len(self.decisions) - transients < self.max_rollbacks and transients < MAX_TRANSIENTS
+                and guard.rewind is not None and not guard.others
                 and guard.world_size == 1 and all(entry["rule"] in RECOVERABLE for entry in stops))
 
     def observed(self, loss: float | None) -> None:
@@ -189,6 +220,9 @@ class Recovery:
         if probe is not None and not self._restore_due and probe.steps >= self.probe_steps:
             if probe.climbing():
                 probe.failed = "its loss climbed"
+            elif probe is self._replay:
+                self._go_on_unchanged()
+                return
             else:
                 self._ends[id(probe)] = self.guard.rewind.take_now(self.guard.step_number)
             self._restore_due = True
@@ -223,9 +257,7 @@ class Recovery:
             return
         if probe is not None and probe.steps:
             self._probes.append(probe)
-        before, factor_before = trigger["rate_before"], trigger["factor_before"]
-        probed = [{"factor": p.factor, "learning_rate": _times(before, p.factor / factor_before),
-                   "steps": p.steps, "score": _number(p.score), "failed": p.failed} for p in self._probes]
+        probed = self._probed(trigger)
         decision = self._decision(trigger, probed, probe.factor if probe is not None else None)
         decision["outcome"] = "ended"
         decision["probe_steps"] = sum(p["steps"] for p in probed)
@@ -247,14 +279,39 @@ class Recovery:
         self.factor = factor
         self.live_from = self.guard.step_number
         self._probe = Probe(factor)
+        if self._replaying:  # the first candidate after a sudden explosion: the same rate
+            self._replay, self._replaying = self._probe, False
+
+    def _go_on_unchanged(self) -> None:
+        """The same rate trained from the restored state: the explosion was the batch's (the script's
+        loop has moved past it) or a one-off. Training goes on from where the replay got to, the rate
+        as it was."""
+        trigger, probe, guard = self._trigger, self._probe, self.guard
+        assert trigger is not None and probe is not None
+        self._probes.append(probe)
+        probed = self._probed(trigger)
+        self._trigger = self._probe = self._replay = None
+        self._queue, self._ends = [], {}
+        guard.rewind.frozen = False
+        guard.undone_before(self.live_from)
+        decision = self._decision(trigger, probed, probe.factor)
+        decision["outcome"] = "transient"
+        self.decisions.append(decision)
+        print(f"sentinel: rolled back {decision['steps_lost']} steps to step {decision['restored_step']}; the same "
+              f"rate trained from there for {probe.steps} steps: {decision['rule']} at step {decision['step']} was "
+              f"the batch's or a one-off, going on unchanged", file=sys.stderr, flush=True)
+        guard.sentinel.rolled_back(decision)
+
+    def _probed(self, trigger: dict[str, Any]) -> list[dict[str, Any]]:
+        before, factor_before = trigger["rate_before"], trigger["factor_before"]
+        return [{"factor": p.factor, "learning_rate": _times(before, p.factor / factor_before),
+                 "steps": p.steps, "score": _number(p.score), "failed": p.failed} for p in self._probes]
 
     def _settle(self) -> None:
         trigger, guard = self._trigger, self.guard
         assert trigger is not None
         finding = trigger["finding"]
-        before, factor_before = trigger["rate_before"], trigger["factor_before"]
-        probed = [{"factor": p.factor, "learning_rate": _times(before, p.factor / factor_before),
-                   "steps": p.steps, "score": _number(p.score), "failed": p.failed} for p in self._probes]
+        probed = self._probed(trigger)
         self._trigger = None
         guard.rewind.frozen = False
         chosen = choose([p for p in self._probes if id(p) in self._ends])

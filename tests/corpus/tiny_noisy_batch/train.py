@@ -2,6 +2,9 @@
 trained on batches of four: every step's loss is noisy, the trend is what counts.
 
     python train.py --lr 0.05 --batch_size 4 --steps 300
+
+``--corrupt_step N``: the batch of step N holds one corrupt record (its features NaN), as a bad row
+of a data file does; every other batch is clean.
 """
 
 import argparse
@@ -18,6 +21,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--flip_y", type=float, default=0.1, help="share of labels assigned at random")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--corrupt_step", type=int, default=-1)
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
@@ -29,7 +33,10 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     for step in range(args.steps):
         batch = torch.randint(len(x), (args.batch_size,))
-        loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
+        inputs = x[batch]
+        if step == args.corrupt_step:
+            inputs[0] = float("nan")  # x[batch] is a copy: the data set itself stays clean
+        loss = nn.functional.cross_entropy(model(inputs), y[batch])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -165,3 +165,29 @@ def test_an_explosion_a_job_answered_counts_for_the_attempts_after_it_too(settin
                                       learned=False, last_loss=2.6, first_loss=2.6))
     result = monitor.check(second, again, T0 + timedelta(minutes=10))
     assert result.state.run_spec["lr"] < 0.125, result.state.reason  # still down, never back up
+
+
+def test_a_batch_the_same_rate_trained_past_is_told_and_changes_nothing_the_policy_reads(settings):
+    """A sudden explosion the same rate trained past from the restored state (a corrupt batch, a
+    one-off): told as such, the recipe in force unchanged, and not an explosion of the rate: a run
+    that then does not learn may still have its rate raised."""
+    own = own_job_settings()
+    state = launched(own, {"job": own_job(0.001)})
+    passed = {**rollback(60, after=0.001, factor=1.0, outcome="transient"), "learning_rate_before": 0.001,
+              "probed": [{"factor": 1.0, "learning_rate": 0.001, "steps": 5, "score": 0.3, "failed": None}],
+              "probe_steps": 0}
+    seen = observe(describe(state, "InProgress"), findings=document([passed]))
+    told = monitor.check(state, seen, T0 + timedelta(minutes=5))
+    line = ("ExplodingTensor at step 60: back to step 0 (61 steps lost); the same rate trained past it: "
+            "the batch's or a one-off, on unchanged at rate 0.001")
+    assert line in told.effects.notification.body and told.effects.stop_job is None
+    [kept] = told.state.attempts[-1].rollbacks
+    assert kept.transient and kept.factor == 1.0
+
+    not_learning = {"rule": "NotLearning", "step": 90, "phase": "main", "learning_rate": 0.001, "action": "stop",
+                    "message": "the loss never learned"}
+    flat = observe(describe(state, "Failed", failure_reason="AlgorithmError: RuleStop: NotLearning at step 90"),
+                   findings=document([passed], [not_learning], ended="rule_stop", learned=False, last_loss=2.6,
+                                     first_loss=2.6))
+    result = monitor.check(told.state, flat, T0 + timedelta(minutes=10))
+    assert result.state.next_action == "launch_new" and result.state.run_spec["lr"] > 0.001, result.state.reason

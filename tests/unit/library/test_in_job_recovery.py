@@ -240,3 +240,27 @@ def test_a_run_that_ends_while_probing_leaves_its_restore_point_for_the_relaunch
     assert decision["outcome"] == "ended" and 0 < decision["restored_step"] <= decision["step"]
     saved = torch.load(checkpoints / checkpoint_name(decision["restored_step"]), weights_only=False)
     assert saved["next_step"] == decision["restored_step"]
+
+
+def test_a_corrupt_batch_in_a_healthy_run_is_rolled_back_and_the_rate_left_as_it_was(tmp_path, monkeypatch):
+    """One NaN batch at step 60 of a run stable at its rate: no run-up, so the restored state is first
+    replayed at the same rate; it trains, so the explosion was the batch's and the run goes on
+    unchanged, its rates the script's (a lower rate would slow a healthy run for one bad record)."""
+    status, lines, document = train(tmp_path, monkeypatch, "--lr", "0.01", "--steps", "150", "--bad_step", "60")
+    assert status == 0 and document["findings"] == []
+    (decision,) = document["rollbacks"]
+    assert (decision["rule"], decision["step"], decision["outcome"]) == ("ExplodingTensor", 60, "transient")
+    assert decision["factor"] == 1.0 and decision["learning_rate_after"] == decision["learning_rate_before"] == 0.01
+    assert [p["factor"] for p in decision["probed"]] == [1.0] and decision["probe_steps"] == 0
+    assert set(rates(lines)) == {0.01}
+    _, clean, _ = train(tmp_path / "clean", monkeypatch, "--lr", "0.01", "--steps", "150", watch=False)
+    assert final(lines) < 1.5 * final(clean)
+
+
+def test_an_explosion_at_a_rate_the_run_just_reached_is_not_replayed_at_that_rate(tmp_path, monkeypatch):
+    """A run-up (here the rate itself: the explosion comes at the script's first steps at 0.5) is a
+    recipe's: the rollback probes lower rates only."""
+    status, _, document = train(tmp_path, monkeypatch, "--lr", "0.5", "--steps", "60")
+    assert status == 0
+    assert all(p["factor"] < 1 for d in document["rollbacks"] for p in d["probed"])
+    assert all(d["outcome"] != "transient" for d in document["rollbacks"])

@@ -159,7 +159,26 @@ def test_a_rollback_of_a_run_whose_rate_is_too_low_is_a_misdiagnosis():
     assert run.expect.remedy == {"lr": "up"}
     state = {"outcome": "did_not_learn", "attempts": [_rolled_back(_attempt(1, 1e-6))]}
     result = bench_corpus.measure(run, "default", state, "FAILED", [""], 1.0)
-    assert "to lower rates in the job, expected a rate up" in result.misdiagnosis
+    assert "to lower rates in the job, expected lr up" in result.misdiagnosis
+
+
+def test_a_corrupt_record_is_right_only_where_no_remedy_changed_the_rate():
+    """Its manifest says `keep`: the same rate trained past the batch in the job (transient) is right;
+    a rollback to a lower rate, or a relaunch at one, is a misdiagnosis."""
+    run = _run("noisy-corrupt-record")
+    assert run.expect.remedy == {"lr": "keep"}
+    passed = {**_rolled_back(_attempt(1, 0.05)), "rollbacks": [
+        {**_rolled_back(_attempt(1, 0.05))["rollbacks"][0], "factor": 1.0, "transient": True}]}
+    kept = bench_corpus.measure(run, "default", {"outcome": "succeeded", "attempts": [passed]}, "SUCCEEDED",
+                                [_log(0, 299)], 1.0)
+    assert bench_corpus.verdict(kept) == "ok" and kept.misdiagnosis == "" and kept.outcome_met
+    lowered = bench_corpus.measure(run, "default", {"outcome": "succeeded", "attempts": [_rolled_back(
+        _attempt(1, 0.05))]}, "SUCCEEDED", [_log(0, 299)], 1.0)
+    assert "rolled back 1 time(s) to lower rates in the job, expected lr keep" in lowered.misdiagnosis
+    relaunched = [_attempt(1, 0.05, rule="ExplodingTensor", status="Failed"), _attempt(2, 0.0125)]
+    moved = bench_corpus.measure(run, "default", {"outcome": "succeeded", "attempts": relaunched}, "SUCCEEDED",
+                                 [_log(0, 150), _log(0, 299)], 1.0)
+    assert "attempt 2: lr 0.05 -> 0.0125, expected keep" in moved.misdiagnosis
 
 
 def test_the_summary_puts_both_policies_side_by_side_per_kind_and_in_total():
