@@ -119,8 +119,7 @@ class LauncherHooks:
         step_clock.wrap_scaler()
         step_clock.STANDBY.append(self._scaler_stepping)
         self._hand_updates = bare_tensors.HandUpdates()
-        bare_tensors.wrap_backward()
-        bare_tensors.LISTENERS.append(self._backward)
+        self._backward_handle = bare_tensors.listen(self._backward)
         self.channel = log_channel.install(config.effective_loss_regex)
         self.channel.listeners.append(self._logged_loss)
         script_watch.ON_WATCH.append(self._script_watches)
@@ -232,8 +231,7 @@ class LauncherHooks:
             self.guard.backward_pass(read.value)  # checked with this pass's gradients, at the step
 
     def _unhook_backward(self) -> None:
-        with contextlib.suppress(ValueError):
-            bare_tensors.LISTENERS.remove(self._backward)
+        self._backward_handle.remove()
 
     def _unhook_scaler(self) -> None:
         with contextlib.suppress(ValueError):
