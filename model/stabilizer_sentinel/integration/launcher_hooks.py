@@ -116,8 +116,7 @@ class LauncherHooks:
             nn.modules.module.register_module_forward_hook(self._module_returned, always_call=True),
         ]
         self._optimizer_handle = register_optimizer_step_pre_hook(self._optimizer_stepping)
-        step_clock.wrap_scaler()
-        step_clock.STANDBY.append(self._scaler_stepping)
+        self._scaler_handle = step_clock.stand_by(self._scaler_stepping)
         self._hand_updates = bare_tensors.HandUpdates()
         self._backward_handle = bare_tensors.listen(self._backward)
         self.channel = log_channel.install(config.effective_loss_regex)
@@ -168,10 +167,8 @@ class LauncherHooks:
         self.stood_down = True
         if self._checkpoint is not None:  # loaded at a forward pass before watch(): the library's guard says so
             script_watch.PRELOADED = resume.started_from(self._checkpoint[0], self.paths)
-        for handle in (*self._module_handles, self._optimizer_handle):
+        for handle in (*self._module_handles, self._optimizer_handle, self._scaler_handle, self._backward_handle):
             handle.remove()
-        self._unhook_scaler()
-        self._unhook_backward()
         self._fingerprints.clear()
         self.channel.listeners.remove(self._logged_loss)
 
@@ -229,13 +226,6 @@ class LauncherHooks:
             self._pending_passes.append(read.value)
         else:
             self.guard.backward_pass(read.value)  # checked with this pass's gradients, at the step
-
-    def _unhook_backward(self) -> None:
-        self._backward_handle.remove()
-
-    def _unhook_scaler(self) -> None:
-        with contextlib.suppress(ValueError):
-            step_clock.STANDBY.remove(self._scaler_stepping)
 
     def _scaler_stepping(self, optimizer: torch.optim.Optimizer) -> None:
         """A GradScaler steps ``optimizer``: attach now, the step may be skipped and call no optimizer hook."""
@@ -335,13 +325,10 @@ class LauncherHooks:
             return
         self._closed = True
         atexit.unregister(self.close)
-        self._optimizer_handle.remove()
-        for handle in self._module_handles:
+        for handle in (*self._module_handles, self._optimizer_handle, self._scaler_handle, self._backward_handle):
             handle.remove()
         with contextlib.suppress(ValueError):
             script_watch.ON_WATCH.remove(self._script_watches)
-        self._unhook_scaler()
-        self._unhook_backward()
         if self.guard is not None:
             self.guard.close()
         self.channel.uninstall()
