@@ -70,7 +70,6 @@ tensors; use the plain-loop level for those.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import math
 import multiprocessing.util
 import os
@@ -121,7 +120,7 @@ class LauncherHooks:
         self._backward_handle = bare_tensors.listen(self._backward)
         self.channel = log_channel.install(config.effective_loss_regex)
         self.channel.listeners.append(self._logged_loss)
-        script_watch.ON_WATCH.append(self._script_watches)
+        self._watch_handle = script_watch.offer(self._script_watches)
         EXIT.install()
         exit_status.install()  # sys.exit(n) and a bare raise SystemExit(n): how the script ended
         self._closed = False
@@ -166,7 +165,7 @@ class LauncherHooks:
         """The script watches itself (watch() before its first step): only the log channel stays."""
         self.stood_down = True
         if self._checkpoint is not None:  # loaded at a forward pass before watch(): the library's guard says so
-            script_watch.PRELOADED = resume.started_from(self._checkpoint[0], self.paths)
+            script_watch.preloaded(resume.started_from(self._checkpoint[0], self.paths))
         for handle in (*self._module_handles, self._optimizer_handle, self._scaler_handle, self._backward_handle):
             handle.remove()
         self._fingerprints.clear()
@@ -325,10 +324,9 @@ class LauncherHooks:
             return
         self._closed = True
         atexit.unregister(self.close)
-        for handle in (*self._module_handles, self._optimizer_handle, self._scaler_handle, self._backward_handle):
+        for handle in (*self._module_handles, self._optimizer_handle, self._watch_handle, self._scaler_handle,
+                       self._backward_handle):
             handle.remove()
-        with contextlib.suppress(ValueError):
-            script_watch.ON_WATCH.remove(self._script_watches)
         if self.guard is not None:
             self.guard.close()
         self.channel.uninstall()
