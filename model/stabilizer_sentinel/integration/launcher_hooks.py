@@ -88,7 +88,7 @@ from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_conf
 from stabilizer_sentinel.loops import backward_loss, bare_tensors, step_clock, worker_processes
 from stabilizer_sentinel.loops.networks import BareTensors, unwrap
 from stabilizer_sentinel.recovery import resume
-from stabilizer_sentinel.summary import EXIT
+from stabilizer_sentinel.summary import watch_exit
 
 
 class LauncherHooks:
@@ -121,7 +121,7 @@ class LauncherHooks:
         self.channel = log_channel.install(config.effective_loss_regex)
         self.channel.listeners.append(self._logged_loss)
         self._watch_handle = script_watch.offer(self._script_watches)
-        EXIT.install()
+        watch_exit()
         exit_status.install()  # sys.exit(n) and a bare raise SystemExit(n): how the script ended
         self._closed = False
         # Registered before the guard exists, so it runs after the guard's own close (atexit is LIFO).
