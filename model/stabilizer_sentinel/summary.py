@@ -6,10 +6,11 @@ started from, what the job's log said of the loss, the loss scale. The sentinel 
 ``summary`` object of findings.json, whenever it writes that file and once more at the end, so every
 watched job leaves one; a job nobody watched leaves none, which is how the workflow tells it apart.
 
-How the script ended is read from the interpreter: ``ExitWatch`` chains ``sys.excepthook`` (called
-for an uncaught exception, before the ``atexit`` handlers that close the guard), records the
+How the script ended is read from the interpreter: ``watch_exit()`` chains ``sys.excepthook`` (called
+for an uncaught exception, before the ``atexit`` handlers that close the guard), which records the
 exception's one line and hands it on to the previous hook unchanged: the traceback is printed and
-the exit status is Python's own. ``KeyboardInterrupt`` ends as "interrupted".
+the exit status is Python's own. ``KeyboardInterrupt`` ends as "interrupted". A failing exit status
+is told with ``ended_by`` (stabilizer_sentinel.integration.exit_status); the guard asks ``how_it_ended()``.
 
 This module must not touch the model, the optimizer or the training loop's control flow.
 """
@@ -21,7 +22,7 @@ import sys
 import types
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 EVALUATIONS_KEPT = 100
 # A script's own words for how it ended, in the summary's: model/train.py closes with "stopped" on SIGTERM.
@@ -73,7 +74,30 @@ class ExitWatch:
         (self._previous or sys.__excepthook__)(kind, error, trace)
 
 
-EXIT = ExitWatch()
+class Ending(NamedTuple):
+    """How the script ended, as far as the interpreter told: ``status`` "exception" or "interrupted" (None
+    while no uncaught exception or failing exit status was recorded) and the exception's one line."""
+
+    status: str | None
+    exception: str | None
+
+
+_EXIT = ExitWatch()  # the process's
+
+
+def watch_exit() -> None:
+    """Chain ``sys.excepthook`` once per process: an uncaught exception is how the script ended."""
+    _EXIT.install()
+
+
+def ended_by(error: BaseException) -> None:
+    """``error`` ended the script, unless an uncaught exception was recorded first."""
+    _EXIT.record(error)
+
+
+def how_it_ended() -> Ending:
+    """How the script ended, as recorded so far (asked when the guard closes)."""
+    return Ending(_EXIT.ended, _EXIT.exception)
 
 
 @dataclass

@@ -152,10 +152,9 @@ def listen(owner: object) -> ChanceLevel:
 
     def listener(tensors: Sequence[torch.Tensor]) -> None:
         if ref() is None:
-            bare_tensors.LISTENERS.remove(listener)
+            listening.remove()
             return
         chance.observe(tensors)
 
-    bare_tensors.wrap_backward()
-    bare_tensors.LISTENERS.append(listener)
+    listening = bare_tensors.listen(listener)
     return chance

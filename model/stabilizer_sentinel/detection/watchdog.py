@@ -343,7 +343,7 @@ def start(guard: Any, environ: Mapping[str, str] | None = None) -> Watchdog | No
         return None
     dog = Watchdog(guard, bounds, environ=environ)
     # The forward pass has ended when the backward pass starts: a listener, not a hook on the script's model.
-    guard._handles.append(bare_tensors.Listening(lambda _tensors: dog.forward_done()))
+    guard._handles.append(bare_tensors.listen(lambda _tensors: dog.forward_done()))
     if guard.optimizer is not None:
         guard._handles.append(guard.optimizer.register_step_post_hook(dog.after_step))
     guard._handles.append(dog)

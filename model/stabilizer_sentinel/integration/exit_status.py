@@ -26,7 +26,7 @@ import sys
 from types import FrameType
 from typing import Any, NoReturn
 
-from stabilizer_sentinel.summary import EXIT
+from stabilizer_sentinel.summary import ended_by
 
 _RETURNS = frozenset(dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST") if name in dis.opmap)
 
@@ -92,7 +92,7 @@ def uncaught_status() -> tuple[bool, Any]:
 
 
 def record_uncaught() -> None:
-    """At exit, before the summary is written: a failure status is how the script ended (summary.EXIT)."""
+    """At exit, before the summary is written: a failure status is how the script ended (summary.ended_by)."""
     ended_by_exit, status = uncaught_status()
     if ended_by_exit and status is not None and status != 0:
-        EXIT.record(_ORIGINAL(status))  # kept only when no uncaught exception was recorded first
+        ended_by(_ORIGINAL(status))  # kept only when no uncaught exception was recorded first

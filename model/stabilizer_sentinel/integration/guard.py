@@ -71,7 +71,7 @@ from stabilizer_sentinel.recovery import resume
 from stabilizer_sentinel.recovery.recovery import Recovery
 from stabilizer_sentinel.recovery.rewind import Rewind
 from stabilizer_sentinel.rules import RuleFinding
-from stabilizer_sentinel.summary import EXIT, RunRecord, describe, jsonable
+from stabilizer_sentinel.summary import RunRecord, describe, how_it_ended, jsonable, watch_exit
 
 FINITE_CHECK_RULE = "ExplodingTensor"
 
@@ -138,7 +138,7 @@ class Guard(OptimizerHooks):
         if integration == "launcher" and self.sentinel.learning.chance is not None:
             self.sentinel.learning.chance.accept_scaled = True  # its losses are the loss nodes' own (backward_pass)
         self.sentinel.summary = self._summary
-        EXIT.install()
+        watch_exit()
         self.scaler_watch = ScalerWatch(self)
         self.clock: BackwardClock | None = None
         self._handles: list[Any] = []
@@ -359,7 +359,7 @@ class Guard(OptimizerHooks):
                               f"at step {step}", source="log")
 
     def _summary(self, ended: str | None) -> dict[str, Any]:
-        line = self.record.exception or EXIT.exception
+        line = self.record.exception or how_it_ended().exception
         return self.record.summary(self.sentinel.learning, ended=ended,
                                    exception=line if ended in ("exception", "interrupted") else None)
 
@@ -367,11 +367,11 @@ class Guard(OptimizerHooks):
         """Remove the hooks, write the summary and finish the tensor store (``training_end.json``); idempotent.
 
         ``status`` defaults to how the script ended: "exception" or "interrupted" after an uncaught
-        exception (stabilizer_sentinel.summary.ExitWatch), else "completed".
+        exception (stabilizer_sentinel.summary.how_it_ended), else "completed".
         """
         if self._closed:
             return
-        status = status or EXIT.ended or "completed"
+        status = status or how_it_ended().status or "completed"
         self._closed = True
         self._remove_hooks()
         if self.recovery is not None:

@@ -70,7 +70,6 @@ tensors; use the plain-loop level for those.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import math
 import multiprocessing.util
 import os
@@ -89,7 +88,7 @@ from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_conf
 from stabilizer_sentinel.loops import backward_loss, bare_tensors, step_clock, worker_processes
 from stabilizer_sentinel.loops.networks import BareTensors, unwrap
 from stabilizer_sentinel.recovery import resume
-from stabilizer_sentinel.summary import EXIT
+from stabilizer_sentinel.summary import watch_exit
 
 
 class LauncherHooks:
@@ -116,15 +115,13 @@ class LauncherHooks:
             nn.modules.module.register_module_forward_hook(self._module_returned, always_call=True),
         ]
         self._optimizer_handle = register_optimizer_step_pre_hook(self._optimizer_stepping)
-        step_clock.wrap_scaler()
-        step_clock.STANDBY.append(self._scaler_stepping)
+        self._scaler_handle = step_clock.stand_by(self._scaler_stepping)
         self._hand_updates = bare_tensors.HandUpdates()
-        bare_tensors.wrap_backward()
-        bare_tensors.LISTENERS.append(self._backward)
+        self._backward_handle = bare_tensors.listen(self._backward)
         self.channel = log_channel.install(config.effective_loss_regex)
         self.channel.listeners.append(self._logged_loss)
-        script_watch.ON_WATCH.append(self._script_watches)
-        EXIT.install()
+        self._watch_handle = script_watch.offer(self._script_watches)
+        watch_exit()
         exit_status.install()  # sys.exit(n) and a bare raise SystemExit(n): how the script ended
         self._closed = False
         # Registered before the guard exists, so it runs after the guard's own close (atexit is LIFO).
@@ -168,11 +165,9 @@ class LauncherHooks:
         """The script watches itself (watch() before its first step): only the log channel stays."""
         self.stood_down = True
         if self._checkpoint is not None:  # loaded at a forward pass before watch(): the library's guard says so
-            script_watch.PRELOADED = resume.started_from(self._checkpoint[0], self.paths)
-        for handle in (*self._module_handles, self._optimizer_handle):
+            script_watch.preloaded(resume.started_from(self._checkpoint[0], self.paths))
+        for handle in (*self._module_handles, self._optimizer_handle, self._scaler_handle, self._backward_handle):
             handle.remove()
-        self._unhook_scaler()
-        self._unhook_backward()
         self._fingerprints.clear()
         self.channel.listeners.remove(self._logged_loss)
 
@@ -230,14 +225,6 @@ class LauncherHooks:
             self._pending_passes.append(read.value)
         else:
             self.guard.backward_pass(read.value)  # checked with this pass's gradients, at the step
-
-    def _unhook_backward(self) -> None:
-        with contextlib.suppress(ValueError):
-            bare_tensors.LISTENERS.remove(self._backward)
-
-    def _unhook_scaler(self) -> None:
-        with contextlib.suppress(ValueError):
-            step_clock.STANDBY.remove(self._scaler_stepping)
 
     def _scaler_stepping(self, optimizer: torch.optim.Optimizer) -> None:
         """A GradScaler steps ``optimizer``: attach now, the step may be skipped and call no optimizer hook."""
@@ -337,13 +324,9 @@ class LauncherHooks:
             return
         self._closed = True
         atexit.unregister(self.close)
-        self._optimizer_handle.remove()
-        for handle in self._module_handles:
+        for handle in (*self._module_handles, self._optimizer_handle, self._watch_handle, self._scaler_handle,
+                       self._backward_handle):
             handle.remove()
-        with contextlib.suppress(ValueError):
-            script_watch.ON_WATCH.remove(self._script_watches)
-        self._unhook_scaler()
-        self._unhook_backward()
         if self.guard is not None:
             self.guard.close()
         self.channel.uninstall()

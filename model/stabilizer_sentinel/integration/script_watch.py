@@ -1,34 +1,49 @@
 """How a script asks to be watched: ``watch(model, optimizer)`` builds its ``Guard`` from the job's
 configuration, unless the launcher already watches that optimizer.
 
-Under the launcher (stabilizer_sentinel.integration.launcher_hooks) a standby waits for the script's own call:
-``claim`` asks it (``ON_WATCH``) to hand over the guard it attached, or to stand down, and a
-checkpoint the launcher loaded before the call is named in ``PRELOADED`` for the summary. What the
+Under the launcher (stabilizer_sentinel.integration.launcher_hooks) a standby waits for the script's own call,
+offered with ``offer``: ``claim`` asks it to hand over the guard it attached, or to stand down, and a
+checkpoint the launcher loaded before the call is named with ``preloaded`` for the summary. What the
 guard then does in the loop is stabilizer_sentinel.integration.guard's; this module only wires one up.
 """
 
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from stabilizer_contract.job import REWIND_EVERY
 from stabilizer_sentinel.integration.guard import Guard
 from stabilizer_sentinel.job_config import JobPaths, load_config
 
-# Called by watch() before it builds a guard: the launcher's standby (stabilizer_sentinel.integration.launcher_hooks)
-# answers with the guard it already attached to that optimizer, or stands down and answers None.
-ON_WATCH: list[Callable[[nn.Module, torch.optim.Optimizer | None], Any]] = []
-PRELOADED: str | None = None  # a checkpoint the launcher loaded before the script called watch()
+# Called by watch() before it builds a guard (offer), by handle id.
+_OFFERED: OrderedDict[int, Callable[[nn.Module, torch.optim.Optimizer | None], Guard | None]] = OrderedDict()
+_PRELOADED: dict[str, str] = {}  # "checkpoint": the one the launcher loaded before the script called watch()
+
+
+def offer(standby: Callable[[nn.Module, torch.optim.Optimizer | None], Guard | None]) -> RemovableHandle:
+    """Ask ``standby`` first, at each ``watch(model, optimizer)``, until the handle's ``remove()``: it
+    answers with the guard it already attached to that optimizer, or stands down and answers None."""
+    handle = RemovableHandle(_OFFERED)
+    _OFFERED[handle.id] = standby
+    return handle
+
+
+def preloaded(source: str) -> None:
+    """The launcher loaded the checkpoint ``source`` before the script called watch(): the guard watch()
+    builds restores checkpoints and says it started from there."""
+    _PRELOADED["checkpoint"] = source
 
 
 def claim(model: nn.Module, optimizer: Any) -> Guard | None:
     """The script watches itself: the launcher's standby stands down, or hands over the guard it attached."""
-    for standby in list(ON_WATCH):
+    for standby in list(_OFFERED.values()):
         attached = standby(model, optimizer)
         if attached is not None:
             return attached
@@ -84,9 +99,9 @@ def watch(
     )
     guard = Guard(model, optimizer, config=config, paths=JobPaths.from_env(environ), start_step=start_step,
                   install_hooks=install_hooks, rewind_every=rewind_every, rewind_keep=rewind_keep)
-    if PRELOADED is not None:
+    if "checkpoint" in _PRELOADED:
         guard.restores_checkpoints()
-        guard.resumed(PRELOADED)
+        guard.resumed(_PRELOADED["checkpoint"])
     guard.resumed(started_from)
     return guard
 

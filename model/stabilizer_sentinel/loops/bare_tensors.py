@@ -5,8 +5,8 @@ Such a loop calls no module and steps no optimizer, so the launcher's other hook
 one regular event is the backward pass. Autograd has no global hook on a backward pass starting, so
 ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped once per process, at module
 level. With GradScaler's (stabilizer_sentinel.loops.step_clock), it is the second PyTorch function this library
-wraps. The wrapper calls the listeners with the tensors about to be backwarded, then runs the
-original.
+wraps. The wrapper calls the listeners (``listen``) with the tensors about to be backwarded, then runs
+the original.
 
 ``HandUpdates`` is what the launcher's standby does at each backward pass, until it attaches:
 
@@ -32,22 +32,23 @@ at each backward pass until the launcher attaches or stands down (one walk in a 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import sys
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
-# Called with the tensors of every backward pass, before it runs.
-LISTENERS: list[Callable[[Sequence[torch.Tensor]], None]] = []
+# Called with the tensors of every backward pass, before it runs (listen), by handle id.
+_LISTENERS: OrderedDict[int, Callable[[Sequence[torch.Tensor]], None]] = OrderedDict()
 _ORIGINAL: dict[str, Any] = {}
 # A graph larger than this is not walked: no loop over bare tensors builds one (its leaves are written out).
 MAX_NODES = 100_000
 
 
-def wrap_backward() -> None:
+def _wrap_backward() -> None:
     """Wrap ``torch.autograd.backward`` once per process."""
     if not _ORIGINAL:
         _ORIGINAL["backward"] = torch.autograd.backward
@@ -55,23 +56,19 @@ def wrap_backward() -> None:
         torch.autograd.backward = functools.wraps(torch.autograd.backward)(_backward)  # type: ignore[assignment]
 
 
-class Listening:
-    """One listener of every backward pass, until ``remove()`` (idempotent, as torch's handles are)."""
-
-    def __init__(self, listener: Callable[[Sequence[torch.Tensor]], None]) -> None:
-        self.listener = listener
-        wrap_backward()
-        LISTENERS.append(listener)
-
-    def remove(self) -> None:
-        with contextlib.suppress(ValueError):
-            LISTENERS.remove(self.listener)
+def listen(listener: Callable[[Sequence[torch.Tensor]], None]) -> RemovableHandle:
+    """Call ``listener`` with the tensors of every backward pass, before it runs, until the handle's
+    ``remove()`` (idempotent, as torch's hook handles are)."""
+    _wrap_backward()
+    handle = RemovableHandle(_LISTENERS)
+    _LISTENERS[handle.id] = listener
+    return handle
 
 
 def _backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-    if LISTENERS:
+    if _LISTENERS:
         seen = (tensors,) if isinstance(tensors, torch.Tensor) else tuple(tensors)
-        for listener in list(LISTENERS):
+        for listener in list(_LISTENERS.values()):
             listener(seen)
     return _ORIGINAL["backward"](tensors, *args, **kwargs)
 

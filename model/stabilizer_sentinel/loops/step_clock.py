@@ -42,9 +42,12 @@ from __future__ import annotations
 import functools
 import math
 import weakref
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 NONFINITE_LOSS_STEPS = 3
 MIN_LOSS_SCALE = 1.0
@@ -107,12 +110,11 @@ class ScalerWatch:
             self.guard.external_finding(step, "loss_scale", scale, message, source="loss_scaler")
 
 
-# Called with an optimizer a GradScaler steps that no guard follows yet: the launcher's standby
-# attaches there, since a skipped first step calls no optimizer hook.
-STANDBY: list[Any] = []
+# Called with an optimizer a GradScaler steps that no guard follows yet (stand_by), by handle id.
+_STANDBY: OrderedDict[int, Callable[[torch.optim.Optimizer], None]] = OrderedDict()
 
 
-def wrap_scaler() -> None:
+def _wrap_scaler() -> None:
     """Wrap ``GradScaler.step`` and ``update`` once per process."""
     if not _ORIGINAL:
         from torch.amp import GradScaler
@@ -123,9 +125,19 @@ def wrap_scaler() -> None:
         GradScaler.update = functools.wraps(GradScaler.update)(_scaler_update)  # type: ignore[method-assign]
 
 
+def stand_by(standby: Callable[[torch.optim.Optimizer], None]) -> RemovableHandle:
+    """Call ``standby`` with each optimizer a GradScaler steps that no guard follows yet, before the step,
+    until the handle's ``remove()``: the launcher attaches there, since a skipped first step calls no
+    optimizer hook."""
+    _wrap_scaler()
+    handle = RemovableHandle(_STANDBY)
+    _STANDBY[handle.id] = standby
+    return handle
+
+
 def follow_scaler(optimizer: torch.optim.Optimizer, guard: Any) -> ScalerWatch:
     """Count the steps a GradScaler skips for ``optimizer``, on ``guard``."""
-    wrap_scaler()
+    _wrap_scaler()
     _GUARDS[id(optimizer)] = guard
     return guard.scaler_watch
 
@@ -137,7 +149,7 @@ def unfollow(optimizer: torch.optim.Optimizer, guard: Any) -> None:
 
 def _scaler_step(self: Any, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
     if id(optimizer) not in _GUARDS:
-        for standby in list(STANDBY):
+        for standby in list(_STANDBY.values()):
             standby(optimizer)
     guard = _GUARDS.get(id(optimizer))
     if guard is None or not self.is_enabled():

@@ -254,14 +254,20 @@ def parse_rule(raw: Mapping[str, Any], where: str = "rule") -> RuleSpec:
 CODE_DIR_ENV = "STABILIZER_CODE_DIR"
 
 
-# Makes the rule class that runs a Debugger rule class from its file: stabilizer_sentinel.rules.custom
-# puts it here. The rules package imports that module, so it is in place whenever this one is imported.
-CUSTOM_RULE_CLASS: list[Callable[[str, Path, str], type[Rule]]] = []
+# Makes the rule class that runs a Debugger rule class from its file (set_custom_rule_class).
+_CUSTOM_RULE_CLASS: list[Callable[[str, Path, str], type[Rule]]] = []
+
+
+def set_custom_rule_class(custom_rule_class: Callable[[str, Path, str], type[Rule]]) -> None:
+    """Make the rule class of each ``Rule.custom`` entry with ``custom_rule_class(name, path, class_name)``:
+    stabilizer_sentinel.rules.custom sets it, and the rules package imports that module, so it is in
+    place whenever this one is imported."""
+    _CUSTOM_RULE_CLASS[:] = [custom_rule_class]
 
 
 def _load_custom(checked: Any, where: str) -> RuleSpec:
     """The Debugger rule class a ``Rule.custom`` entry names, loaded from its file (rules.custom)."""
-    (custom_rule_class,) = CUSTOM_RULE_CLASS
+    (custom_rule_class,) = _CUSTOM_RULE_CLASS
     params = dict(checked.parameters)
     source = Path(params.pop(SOURCE_KEY))
     class_name = params.pop(INVOKE_KEY)

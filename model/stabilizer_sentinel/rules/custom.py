@@ -1,8 +1,8 @@
 """A Debugger rule as a rule of the engine: ``CustomRule`` runs a user's Debugger rule class, loaded
 from its file by stabilizer_sentinel.rules.smdebug_compat, and its findings read like a built-in's.
 
-It registers ``custom_rule_class`` with the rule lists' parser (rules.base), which this module
-imports; the rules package imports this module, so a ``Rule.custom`` entry always finds it.
+It sets ``custom_rule_class`` as the rule lists' parser's (rules.base ``set_custom_rule_class``), which
+this module imports; the rules package imports this module, so a ``Rule.custom`` entry always finds it.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 from stabilizer_sentinel.capture.trial import TensorUnavailable as _TensorUnavailable
 from stabilizer_sentinel.capture.trial import TensorUnavailableForStep as _TensorUnavailableForStep
 from stabilizer_sentinel.capture.trial import Trial
-from stabilizer_sentinel.rules.base import CUSTOM_RULE_CLASS
 from stabilizer_sentinel.rules.base import Rule as EngineRule
+from stabilizer_sentinel.rules.base import set_custom_rule_class
 from stabilizer_sentinel.rules.smdebug_compat import (
     RuleEvaluationConditionMet,
     SmdebugTrial,
@@ -66,4 +66,4 @@ def custom_rule_class(name: str, path: str | Path, class_name: str) -> type[Cust
     return type(name, (CustomRule,), {"user_class": user_class, "name": name})
 
 
-CUSTOM_RULE_CLASS.append(custom_rule_class)
+set_custom_rule_class(custom_rule_class)
