@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # The check cap is the CLI's local one (at one second per check, the cloud's 300 can end a run on a
 # busy machine before its last job finishes). The `original` policy's seven real jobs are the
 # remediation benchmark's to run (`python -m stabilizer.bench --policy original`); its ladder is
-# tests/unit/lambdas/test_policy.py's, and a relaunch's path through the interpreter tests/asl's.
+# tests/unit/workflow/remedies/test_policy.py's, and a relaunch's path through the interpreter
+# tests/asl's.
 SMALL_RUN = {
     "wait_seconds": 1,
     "run_spec": {"warmup_epochs": 0, "num_epochs": 2, "batch_size": 64, "max_steps": 12, "checkpoint_every": 2},

@@ -7,7 +7,7 @@ and each request is evaluated against that principal's policies in the template 
 synthesizes. Why principalmapper's evaluator and not moto's IAM enforcement: see the docstring
 of stabilizer/local/iam/access_check.py (moto 5.2.5 knows only StringEquals, turns a failed
 condition into a Deny, ignores NotResource); the semantics it must honour are checked in
-tests/unit/local/test_access_check.py.
+tests/unit/local/iam/test_access_check.py.
 
 What the stack grants, decided here: a job reads its channels anywhere in the stack's bucket (the
 `resume` channel lies under executions/, a user's data under their own prefix) and its source

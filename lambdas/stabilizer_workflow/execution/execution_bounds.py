@@ -112,7 +112,7 @@ def largest_state(state: WorkflowState) -> WorkflowState:
     """`state` as it could be at its end: the most attempts its limits allow, each with this run's
     recipe and every field that comes from outside as long as the state keeps it (the finding with
     its endpoints, the summary the job left, the stragglers it reported). Test: an attempt the
-    monitor records from the longest outside text is no larger (tests/unit/lambdas/test_state_size.py)."""
+    monitor records from the longest outside text is no larger (tests/unit/workflow/execution/test_state_size.py)."""
     long = "x" * STATE_PAYLOAD_LIMIT_BYTES  # cut to each field's bound as it enters
     big, tiny = 2**31, 1e-300
     spec = dict(state.run_spec)

@@ -9,7 +9,7 @@ relaunches) must therefore end every execution well inside both.
 SageMaker: CreateTrainingJob rejects a hyperparameter value over 2,500 characters, a tag value
 outside `[\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*` or over 256 characters, and more than 20 Debugger
 collections or a collection value over 256 characters (botocore's SageMaker model,
-HyperParameterValue, TagValue and DebugHookConfig; tests/unit/lambdas compare these constants with it). Found at
+HyperParameterValue, TagValue and DebugHookConfig; tests/unit/workflow compare these constants with it). Found at
 input, such a request says which field to change instead of failing the first launch.
 
 Pure: a request or a value in, a problem (naming its field) out. The bounds of a whole execution

@@ -48,7 +48,7 @@ TrainingJobStatus = Literal["InProgress", "Completed", "Failed", "Stopping", "St
 # to a bound of UTF-8 bytes as it enters the state (assigned to a field, too: the models validate
 # assignments), so that a state with the most attempts the
 # limits allow stays under Step Functions' 256 KB payload quota (stabilizer_workflow.execution.service_limits checks
-# the rest at input; tests/unit/lambdas/test_state_size.py builds the largest state).
+# the rest at input; tests/unit/workflow/execution/test_state_size.py builds the largest state).
 def _clipped(max_bytes: int) -> BeforeValidator:
     def clip(value: Any) -> Any:
         if isinstance(value, str) and len(value.encode()) > max_bytes:

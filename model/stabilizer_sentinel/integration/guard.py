@@ -16,7 +16,7 @@ the bad step reaches the weights; then count the step and arm the capture of the
 The guard closes itself at interpreter exit and writes the run's summary into findings.json
 (stabilizer_sentinel.summary: steps taken, checked and skipped, losses, how the script ended).
 
-The loops people write (each with its test in tests/unit/library/test_loops.py):
+The loops people write (each with its test in tests/unit/sentinel/loops/test_loops.py):
 
 - mixed precision with ``torch.amp.GradScaler``: watched; steps the scaler skips are counted and
   judged (stabilizer_sentinel.loops.step_clock); bfloat16 autocast: watched like any loop;

@@ -1,7 +1,7 @@
 """Fixtures for the local-mode unit tests: a mocked AWS account and the emulator's stand-in script.
 
-Imported by name by the test modules (no conftest here: another tier imports its own `conftest`
-module by name, which a second conftest on the path would shadow).
+Imported by name by the test modules that use them, in local/engine/, local/emulator/ and
+client/test_client.py (the notebook client's local side).
 """
 
 from __future__ import annotations

@@ -1,0 +1,88 @@
+"""A loop that stops taking steps is a Hang: the watchdog thread notices it without the stuck thread's
+help, names the rank that holds the others up, records the finding and ends the job (status 86), long
+before any collective timeout. Floors of seconds keep the tests short; the defaults are minutes."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from tests.helpers import in_make_test_all
+from tests.unit.sentinel.support import FIXTURES, findings, job_env, run
+
+pytestmark = pytest.mark.slow  # every test runs a looping script as its own process
+
+SCRIPT = FIXTURES / "ddp" / "hang.py"
+FLOOR = 2.0
+BOUNDS = {"STABILIZER_HANG_FLOOR_SECONDS": str(FLOOR), "STABILIZER_HANG_FACTOR": "10"}
+
+
+def slept_at(output: str) -> float:
+    return float(re.search(r"sleeping at=(\d+\.\d+)", output).group(1))
+
+
+def test_a_rank_asleep_in_its_loop_is_a_hang_and_every_rank_is_stopped(tmp_path):
+    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+               str(SCRIPT), "--sleep-rank", "1", "--sleep-step", "8"]
+    result = run(command, SCRIPT.parent, job_env(tmp_path, **BOUNDS), timeout=120)  # not the sleep's 120 s
+    ended = time.time()
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "done" not in output
+    (finding,) = findings(tmp_path)  # rank 0 records it, naming the sleeper
+    assert (finding["rule"], finding["step"], finding["tensor"]) == ("Hang", 8, "steps/rank1")
+    assert "held up by rank 1 on algo-1 at step 8 (before its forward pass)" in finding["message"]
+    assert finding["value"] >= FLOOR
+    assert (tmp_path / "failure").read_text().startswith("RuleStop: Hang at step 8: no optimizer step for")
+    # Both ranks were ended by their own watchdog, not by the other's crash.
+    assert sorted(re.findall(r"\[default(\d)\]:sentinel stopped the job: RuleStop: Hang", output)) == ["0", "1"]
+    assert ended - slept_at(output) < FLOOR + 15  # detected at the floor, ended within seconds of it
+
+
+def test_a_single_process_loop_that_stops_stepping_is_stopped_with_a_hang_finding(tmp_path):
+    result = run([str(SCRIPT), "--sleep-rank", "0", "--sleep-step", "5"], SCRIPT.parent,
+                 job_env(tmp_path, **BOUNDS), timeout=60)
+    assert result.returncode == 86, result.stdout + result.stderr
+    (finding,) = findings(tmp_path)
+    assert (finding["rule"], finding["step"], finding["tensor"]) == ("Hang", 5, "steps/rank0")
+    assert finding["message"].startswith("no optimizer step for ")
+    assert "bound 2.0 s = max(floor 2 s, 10 x median step" in finding["message"]
+
+
+def test_the_watchdog_stays_quiet_on_a_healthy_loop_and_can_be_turned_off(tmp_path):
+    result = run([str(SCRIPT), "--sleep-rank", "-1", "--steps", "30", "--step-seconds", "0.1"], SCRIPT.parent,
+                 job_env(tmp_path, **BOUNDS), timeout=60)
+    assert result.returncode == 0 and "rank=0 done" in result.stdout, result.stderr
+    assert "Hang" not in [finding["rule"] for finding in findings(tmp_path)]
+    progress = json.loads((tmp_path / "checkpoints" / "progress.json").read_text())  # the monitor's view
+    assert 15 <= progress["step"] <= 30  # rewritten as the steps went on (at most every floor / 2 s here)
+    off = run([str(SCRIPT), "--sleep-rank", "0", "--sleep-step", "2", "--sleep-seconds", "3", "--steps", "4"],
+              SCRIPT.parent, job_env(tmp_path / "off", STABILIZER_HANG_FLOOR_SECONDS="0"), timeout=60)
+    assert off.returncode == 0 and "rank=0 done" in off.stdout, off.stderr
+
+
+@pytest.mark.parametrize("value", ["-1", *in_make_test_all("soon")])
+def test_a_bad_bound_is_refused_naming_the_variable(tmp_path, value):
+    result = run([str(SCRIPT), "--steps", "1"], SCRIPT.parent,
+                 job_env(tmp_path, STABILIZER_HANG_FLOOR_SECONDS=value), timeout=60)
+    assert result.returncode != 0
+    assert "STABILIZER_HANG_FLOOR_SECONDS: expected" in result.stderr
+
+
+@pytest.mark.long
+def test_a_rank_persistently_slower_than_the_others_is_reported_with_its_rank_and_host(tmp_path):
+    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+               str(SCRIPT), "--sleep-rank", "-1", "--slow-rank", "1", "--slow-seconds", "0.15", "--steps", "40"]
+    env = job_env(tmp_path, STABILIZER_HANG_FLOOR_SECONDS="3", STABILIZER_STRAGGLER_FACTOR="2",
+                  SM_CURRENT_HOST="algo-2")
+    result = run(command, SCRIPT.parent, env, timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output  # a straggler slows the job; it does not stop it
+    document = json.loads((tmp_path / "checkpoints" / "stragglers.json").read_text())
+    (straggler,) = document["stragglers"]
+    assert (straggler["rank"], straggler["host"]) == (1, "algo-2")
+    assert straggler["factor"] >= 2
+    assert "Hang" not in [finding["rule"] for finding in findings(tmp_path)]

@@ -1,0 +1,238 @@
+"""The checks behind the verdict: a run that never learned or plateaued is caught, one that learns is not."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+
+import pytest
+
+from stabilizer_sentinel.detection.health import DIVERGING, NOT_LEARNING, PLATEAU, LearningCheck, run_up
+from tests.unit.sentinel.detection.test_sentinel import loop
+
+
+def feed(check: LearningCheck, losses, warmup_steps: int = 0):
+    for step, loss in enumerate(losses):
+        finding = check.observe(step, loss, "warmup" if step < warmup_steps else "main")
+        if finding is not None:
+            return finding
+    return None
+
+
+def noisy(values, spread=0.01, seed=0):
+    rng = random.Random(seed)
+    return [v * (1 + rng.uniform(-spread, spread)) for v in values]
+
+
+def test_a_loss_that_never_moves_is_stopped_after_the_patience_of_the_main_phase():
+    finding = feed(LearningCheck(), noisy([2.30] * 200))
+    assert finding is not None and finding.rule == NOT_LEARNING
+    assert finding.step == 29  # the window that completes 30 main-phase steps
+    assert "never learned in 30 steps after warm-up" in finding.message
+
+
+def test_warmup_steps_do_not_count_and_a_long_warmup_earns_a_longer_patience():
+    # 40 warm-up steps, then max(6 windows, 1 x the warm-up) = 40 main-phase steps.
+    finding = feed(LearningCheck(), noisy([2.30] * 200), warmup_steps=40)
+    assert finding is not None and finding.step == 79
+    assert "in 40 steps after warm-up (patience 40)" in finding.message
+    short = feed(LearningCheck(), noisy([2.30] * 200), warmup_steps=10)
+    assert short is not None and short.step == 39  # 10 + the minimum of 30
+
+
+def test_a_run_that_learns_is_never_called_stalled():
+    # Fast then slow learning with 3 % batch noise, for 300 steps.
+    losses = noisy([0.2 + 2.1 * math.exp(-step / 40) for step in range(300)], spread=0.03)
+    check = LearningCheck()
+    assert feed(check, losses) is None
+    assert check.learned and check.at_end(299) is None
+
+
+def test_a_gentle_warmup_that_learns_slowly_is_not_stopped():
+    losses = noisy([2.3 - 0.002 * step for step in range(12)] + [2.28 * math.exp(-s / 15) + 0.1 for s in range(60)])
+    assert feed(LearningCheck(), losses, warmup_steps=12) is None
+
+
+def test_a_loss_that_flattens_after_learning_is_not_judged_by_default():
+    # Convergence is not failure: the default check only asks that the run learned.
+    losses = [2.3 - 0.02 * step for step in range(50)] + [1.3] * 150
+    assert feed(LearningCheck(), losses) is None
+
+
+def test_with_a_patience_a_loss_that_stops_improving_after_learning_is_a_plateau():
+    losses = noisy([2.3 - 0.05 * step for step in range(20)] + [1.3] * 200)
+    finding = feed(LearningCheck(plateau_patience=60), losses)
+    assert finding is not None and finding.rule == PLATEAU
+    assert "plateaued" in finding.message
+    assert 60 <= finding.step - 19 <= 70
+
+
+def test_a_short_completed_run_is_judged_at_its_end():
+    flat = LearningCheck()
+    assert feed(flat, noisy([2.30] * 12)) is None  # shorter than the patience
+    finding = flat.at_end(11)
+    assert finding is not None and "by the end of the run" in finding.message
+    learning = LearningCheck()
+    feed(learning, [2.3 - 0.1 * step for step in range(12)])
+    assert learning.at_end(11) is None
+    too_short = LearningCheck()
+    feed(too_short, [2.3] * 4)
+    assert too_short.at_end(3) is None  # one window is no evidence either way
+
+
+def test_a_completed_run_that_never_learned_leaves_a_finding(tmp_path):
+    _, _, verdicts = loop(tmp_path, [], 12, lr=0.0)
+    assert not any(v.stop for v in verdicts.values())  # shorter than the patience: judged at close
+    (finding,) = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())["findings"]
+    assert finding["rule"] == NOT_LEARNING and finding["step"] == 11
+    assert "never learned by the end of the run" in finding["message"]
+
+
+def test_a_slowly_rising_loss_is_not_called_stalled_while_it_runs_and_is_diverging_at_its_end():
+    # Rising, not flat, and never ten times where it started (about 6x at the end): judged at the end,
+    # where a loss that ended above its start is a divergence (its remedy a lower rate), not a stall.
+    rising = [2.3 * 1.03**step for step in range(60)]
+    check = LearningCheck()
+    assert feed(check, rising) is None
+    finding = check.at_end(59)
+    assert finding is not None and finding.rule == DIVERGING
+    assert "ended with its loss above where it started" in finding.message
+
+
+def test_a_loss_ten_times_its_first_window_is_diverging_even_while_finite():
+    # A deep network without a bound on its loss: 2.3 for a window, then up by 1.5x a step to a finite 1e9.
+    losses = noisy([2.3] * 5) + [2.3 * 1.5**k for k in range(1, 60)]
+    check = LearningCheck()
+    finding = feed(check, losses)
+    assert finding is not None and finding.rule == DIVERGING
+    # 2.3 * 1.5**6 = 26.2 (step 10) is the first above 2.3 + 9 x 2.3; the third in a row is step 12.
+    assert finding.step == 12
+    assert "above the divergence bound 23.0" in finding.message and "for 3 steps" in finding.message
+    # Just under ten times is not: a loss bump that stays below it is left to the other checks.
+    calm = LearningCheck()
+    assert feed(calm, [2.3] * 5 + [22.9] * 3 + [2.0] * 10) is None
+
+
+def test_a_hard_batch_or_two_above_the_bound_is_not_a_divergence():
+    spikes = [*noisy([2.3] * 20), 30.0, 31.0, *noisy([2.2] * 20), 40.0, *noisy([2.1] * 20)]
+    assert feed(LearningCheck(), spikes) is None
+    assert feed(LearningCheck(persistence=1), spikes).rule == DIVERGING  # the persistence is the reason
+
+
+def test_a_resumed_run_diverges_against_its_lineage_start():
+    before = LearningCheck()
+    feed(before, noisy([2.3] * 5))
+    resumed = LearningCheck()
+    resumed.load_state_dict(before.state_dict())
+    # A relaunch from a state already up: its first three steps are above the lineage's bound.
+    findings = [resumed.observe(step, 30.0 + step, "main") for step in (10, 11, 12)]
+    assert findings[:2] == [None, None]
+    assert findings[2] is not None and findings[2].rule == DIVERGING and findings[2].step == 12
+
+
+def test_a_resumed_run_is_judged_from_its_lineage_start():
+    before = LearningCheck()
+    feed(before, [2.3] * 5 + [1.9] * 5)  # the first attempt learned, then exploded
+    assert before.at_end(9) is None and before.learned
+    resumed = LearningCheck()
+    resumed.load_state_dict(before.state_dict())
+    # Six steps of its own, no lower than the lineage started: one window, judged at the end.
+    for step, loss in enumerate([2.31] * 6, start=10):
+        resumed.observe(step, loss, "main")
+    finding = resumed.at_end(15)
+    assert finding is not None and finding.rule == NOT_LEARNING
+    assert "over the steps to 4" in finding.message  # the first window is the lineage's
+    learned = LearningCheck()
+    learned.load_state_dict(before.state_dict())
+    for step, loss in enumerate([1.9] * 6, start=10):
+        learned.observe(step, loss, "main")
+    assert learned.at_end(15) is None
+
+
+def test_a_run_resumed_late_in_its_patience_is_judged_on_steps_of_its_own():
+    before = LearningCheck()
+    feed(before, noisy([2.3] * 25, spread=0.1))  # the first attempt: 25 main-phase steps, then it exploded
+    resumed = LearningCheck()
+    resumed.load_state_dict(before.state_dict())
+    # The relaunch at a lower rate learns slowly under batch noise: the patience is spent within five
+    # steps, but not a verdict on the relaunch until it has steps enough to measure its noise and trend.
+    learning = noisy([2.3 - 0.004 * step for step in range(200)], spread=0.1, seed=1)
+    findings = [resumed.observe(step, loss, "main") for step, loss in enumerate(learning, start=25)]
+    assert [f for f in findings if f is not None] == []
+    assert resumed.learned
+
+
+def test_the_run_up_starts_at_a_change_of_the_learning_rate():
+    # Warm-up at 0.1 for steps 0-7, then 3.0: norms grow from step 9, non-finite at 12.
+    rates = [(s, 0.1 if s < 8 else 3.0) for s in range(13)]
+    norms = [(s, 1.0) for s in range(9)] + [(9, 5.0), (10, 40.0), (11, 900.0), (12, math.inf)]
+    found = run_up(norms, rates, 12)
+    assert found.onset_step == 8  # the state before the first step at 3.0
+    assert found.stable_learning_rate == 0.1
+
+
+def test_the_run_up_of_a_spike_at_a_constant_rate_is_where_the_norm_started_to_grow():
+    rates = [(s, 0.5) for s in range(40)]
+    norms = [(s, 1.0 + 0.01 * (s % 3)) for s in range(35)] + [(35, 3.0), (36, 9.0), (37, 50.0), (38, 400.0)]
+    found = run_up(norms, rates, 39)
+    assert found.onset_step == 35  # the growth began at 35: the state before that step
+    assert found.stable_learning_rate == 0.5
+    # Without growth or a recent change, only the failing step's own state is excluded.
+    assert run_up([(s, 1.0) for s in range(10)], [(s, 0.5) for s in range(11)], 10).onset_step == 9
+    # Too few healthy steps at any rate: none is stable.
+    assert run_up([(0, 1.0), (1, 1.0)], [(0, 0.1), (1, 0.1), (2, 0.1)], 2).stable_learning_rate is None
+
+
+def test_the_run_up_of_a_loss_that_jumped_and_stayed_up_is_before_the_jump():
+    # Warm-up at 0.2: the loss jumps from 2.4 to 7 at step 1 and stays there while the gradient norm
+    # grows too slowly to count, until it overflows at 11. The states from step 1 on are worse than
+    # the start: only the first is healthy, and 0.2 was never a stable rate.
+    losses = [(0, 2.4), (1, 7.5), (2, 7.7), (3, 8.0), (4, 6.7), (5, 21.0), (6, 146.0), (7, 240.0), (8, 8.8e3),
+              (9, 1.8e6), (10, 4e16), (11, math.nan)]
+    norms = [(s, 20.0 + s) for s in range(11)] + [(11, math.nan)]
+    rates = [(s, 0.2) for s in range(12)]
+    found = run_up(norms, rates, 11, losses=losses, start_loss=2.4)
+    assert found.onset_step == 0
+    assert found.stable_learning_rate is None
+    # Resumed at step 5 from a state already up: the onset is before the run's first step.
+    assert run_up(norms[5:], rates[5:], 11, losses=losses[5:], start_loss=2.4).onset_step == 4
+    # Without the lineage's start the loss says nothing, and the norms alone cannot place the rise.
+    assert run_up(norms, rates, 11, losses=losses).onset_step == 10
+
+
+def test_the_run_up_of_a_run_wrecked_by_a_spike_it_never_learned_past_is_before_the_spike():
+    # Thrown to thousands at step 5, back at chance from step 9 to the end, judged at step 31: every
+    # state after the spike is as good as the start by its loss, and none is healthy. The onset is the
+    # state before the spike, and the rate, taken for only five steps before it, is stable there.
+    norms = [(s, 1.0) for s in range(31)]
+    rates = [(s, 1000.0) for s in range(32)]
+    assert run_up(norms, rates, 31).onset_step == 30  # the norms and rates alone place nothing
+    found = run_up(norms, rates, 31, wrecked_at=5)
+    assert (found.onset_step, found.stable_learning_rate) == (4, None)
+    assert run_up(norms, rates, 31, wrecked_at=8).stable_learning_rate == 1000.0  # 7 steps before it
+
+
+def test_the_sentinel_reports_the_run_up_with_its_finding(tmp_path):
+    def poison(step, model):
+        if step == 9:
+            for p in model.parameters():
+                p.grad.fill_(float("nan"))
+
+    _, _, verdicts = loop(tmp_path, [], 12, poison=poison)
+    (finding,) = verdicts[9].findings
+    assert finding["rule"] == "ExplodingTensor" and finding["onset_step"] == 8
+    assert finding["stable_learning_rate"] == 0.1
+
+
+def test_a_jump_says_the_arithmetic_of_its_own_bound():
+    # One step far above the start is Diverging at once; its message adds up (start + 90 scales).
+    finding = feed(LearningCheck(), [*noisy([2.30] * 12), 4054.0])
+    assert finding is not None and finding.rule == DIVERGING
+    said = re.search(r"jumped above ([\d.e+]+) \(the mean of the first window ([\d.]+) \+ (\d+) x the loss's scale "
+                     r"([\d.]+)\)", finding.message)
+    assert said, finding.message
+    bound, start, spreads, scale = map(float, said.groups())
+    assert spreads == 90
+    assert bound == pytest.approx(start + spreads * scale, rel=1e-3)

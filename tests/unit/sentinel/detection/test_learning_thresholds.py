@@ -1,0 +1,229 @@
+"""The sentinel's own checks on runs users brought: thresholds from the run, configurable in the rule list.
+
+Each run is fed to a real sentinel (``build_monitoring``) the way a training loop feeds it: the
+loss and the optimizer's learning rate every step, no phase label, then ``close()`` for a run that
+completed. The losses are synthetic (tests/detection/trajectories.py) so that each case is exact.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from stabilizer_contract.catalogue import RuleConfigError, check_rule_list
+from stabilizer_sentinel.detection.sentinel import build_monitoring
+from stabilizer_sentinel.rules import parse_rule_list
+from tests.detection import trajectories as t
+from tests.unit.sentinel.detection.test_chance_level import Known
+from tests.unit.sentinel.tinynet import tiny_net
+
+
+def watched(tmp_path, run: t.Run, rules=(), *, capture=None, grads=None, chance=None):
+    """The finding the sentinel reports for ``run`` (None for none), as findings.json has it.
+
+    ``grads(step)`` gives the value every gradient holds at that step (for the gradient rules);
+    ``chance`` the loss's chance level, as real backward passes would have measured it.
+    """
+    model = tiny_net()
+    cap, sentinel = build_monitoring(model, sentinel_rules=list(rules), sentinel_action="stop",
+                                     capture=capture or {}, checkpoint_dir=tmp_path / "checkpoints",
+                                     tensor_dir=tmp_path / "checkpoints" / "tensors")
+    if chance is not None:
+        sentinel.learning.chance = Known(chance)
+    for step, (loss, rate) in enumerate(zip(run.losses, run.rates, strict=True)):
+        cap.begin_step(step)
+        if grads is not None:
+            for p in model.parameters():
+                p.grad = torch.full_like(p, grads(step))
+        verdict = sentinel.after_backward(step, epoch=None, phase=None, learning_rate=rate, loss=loss,
+                                          grad_norm=1.0)
+        if verdict.stop:
+            return verdict.findings[0]
+    sentinel.close()
+    path = tmp_path / "checkpoints" / "findings.json"
+    return json.loads(path.read_text())["findings"][0] if path.exists() else None
+
+
+def test_a_one_cycle_run_is_not_stopped_while_its_rate_warms_up(tmp_path):
+    # OneCycleLR over 600 steps, rising for the first 120: the loss falls less than 5 % in the first 30.
+    run = t.make_one_cycle(0)
+    assert sum(run.losses[25:30]) > 0.95 * sum(run.losses[:5])
+    assert watched(tmp_path, run) is None
+
+
+def test_the_patience_of_a_flat_run_grows_with_its_warmup_and_with_its_length(tmp_path):
+    # The rate rises for 100 steps, then stays: the loss never moves.
+    rates = [1e-3 * (step + 1) for step in range(100)] + [0.1] * 300
+    flat = t.Run(t.multiplicative([2.3] * 400, 0.02, 0), rates)
+    finding = watched(tmp_path / "warm-up", flat)
+    assert finding["rule"] == "NotLearning"
+    assert finding["step"] == 199  # 100 warm-up steps, then a patience of 1 x the warm-up
+    assert "in 100 steps after warm-up (patience 100)" in finding["message"]
+    # A run of 4000 steps whose length is known gets 10 % of it, 400 main-phase steps: more than
+    # this one has, so it is judged at its end.
+    known = [{"name": "NotLearning", "parameters": {"run_steps": "4000"}}]
+    finding = watched(tmp_path / "length", flat, known)
+    assert finding["step"] == 399 and "by the end of the run" in finding["message"]
+
+
+def test_the_patience_is_set_in_the_rule_list(tmp_path):
+    flat = t.make_flat(0)  # 300 steps, rate 0: the loss never moves
+    assert watched(tmp_path / "default", flat)["step"] < 60
+    rules = [{"name": "ExplodingTensor"}, {"name": "NotLearning", "parameters": {"patience": "200"}}]
+    finding = watched(tmp_path / "patient", flat, rules)
+    assert finding["rule"] == "NotLearning" and finding["step"] == 199
+
+
+def test_a_fine_tune_from_a_trained_state_is_not_called_diverging_by_a_hard_batch(tmp_path):
+    # The loss starts at 0.03; one batch in 25 is 15 times the rest (a hard example in a tiny batch).
+    run = t.make_fine_tune(0)
+    start = sum(run.losses[:5]) / 5
+    assert max(run.losses) > 10 * start  # today's bound, ten times the first window, is crossed
+    assert watched(tmp_path, run) is None
+
+
+def test_a_negative_log_likelihood_that_jumps_is_diverging_not_vanishing(tmp_path):
+    # A flow at -0.1 learns to -0.24, then at step 200 its loss jumps to +11.7 and climbs while its
+    # gradients saturate to 1e-9: VanishingGradient's condition holds, but the loss is running away.
+    run = t.make_nll_then_diverges(0)
+    rules = [{"name": "VanishingGradient"}]
+    finding = watched(tmp_path, run, rules, capture={"gradients": {"save_interval": 1}},
+                      grads=lambda step: 1e-9 if step >= 200 else 1e-2)
+    assert finding["rule"] == "Diverging" and finding["step"] == 200
+    assert "climbing" in finding["message"] and "while mean |" in finding["message"]
+
+
+def test_vanishing_gradients_under_a_flat_loss_are_still_vanishing_gradients(tmp_path):
+    run = t.make_flat(0)
+    rules = [{"name": "VanishingGradient"}]
+    finding = watched(tmp_path, run, rules, capture={"gradients": {"save_interval": 1}},
+                      grads=lambda step: 1e-9 if step >= 12 else 1e-2)
+    assert finding["rule"] == "VanishingGradient" and finding["step"] == 12
+
+
+def test_a_loss_thrown_to_thousands_in_its_first_steps_and_back_at_chance_is_diverging(tmp_path):
+    # A rate far too high: 2.3 at the first step, thousands for 14 steps, then 2.33 to the end. The
+    # mean of the first window (thousands) is no start: the fall back to chance is not learning. A
+    # run that never learned past a spike had a rate too high: NotLearning would be answered by a
+    # higher one.
+    finding = watched(tmp_path, t.make_spike_then_chance(0))
+    assert finding["rule"] == "Diverging" and "2.3 at its first step" in finding["message"]
+    assert "never learned since it spiked" in finding["message"]
+    # Its run-up began before the spike, not before the step it was judged at: no state after the
+    # first one is healthy, and no rate was stable (the policy steps a rate that never was further down).
+    assert (finding["onset_step"], finding["stable_learning_rate"]) == (0, None), finding["message"]
+
+
+def test_one_step_thrown_to_thousands_in_the_first_window_is_an_explosion_too(tmp_path):
+    # MNIST at a rate 100 times its own: 2.3 at the first step, 12,000 at the third, back near chance
+    # from the fourth to the end. The median of the window is no explosion, its mean (thousands)
+    # no start: one step that far above the first (the jump the divergence check stops at once after
+    # the first window) is a spike the run never learned past, from its first steps.
+    losses = [2.3, 2.6, 12000.0, 3.0, 2.9, *t.multiplicative([2.33] * 95, 0.02, 0)]
+    rates = [100.0 * 0.95**step for step in range(100)]  # a schedule that decays it a hundredfold
+    finding = watched(tmp_path, t.Run(losses, rates))
+    assert finding["rule"] == "Diverging" and "never learned since it spiked" in finding["message"]
+    assert "2.3 at its first step" in finding["message"] and "at step 2" in finding["message"]
+    assert (finding["onset_step"], finding["stable_learning_rate"]) == (1, None)
+    # The rate that wrecked it is the spike's, not the decayed one at the step it was judged at.
+    assert finding["step"] > 20 and finding["learning_rate"] == pytest.approx(rates[2])
+    # One hard batch of a fine-tune (forty times the rest) is no explosion: the window's mean is its start.
+    spiky = [0.3, 0.31, 12.0, 0.29, 0.3, *t.multiplicative([0.3 - 0.002 * k for k in range(95)], 0.05, 0)]
+    assert watched(tmp_path / "spiky", t.Run(spiky, [1e-4] * 100)) is None
+
+
+def test_a_noisy_loss_that_never_learned_and_ended_far_above_its_start_is_diverging(tmp_path):
+    # A fine-tune at a rate too high: from a quiet 1.4 the loss is thrown to about 20 and stays there
+    # with a noise that grows with it (several units a step), which hides the rise from a test that
+    # measures both ends with the whole run's noise. Its start was quiet: the rise is a divergence.
+    generator = torch.Generator().manual_seed(0)
+    noise = torch.randn(120, generator=generator).tolist()
+    losses = [1.4 * (1 + 0.1 * n) if step < 5 else 20.0 * (1 + 0.45 * n) for step, n in enumerate(noise)]
+    finding = watched(tmp_path, t.Run([max(loss, 0.5) for loss in losses], [1.0] * 120))
+    assert finding["rule"] == "Diverging", finding["message"]
+    assert "above where it started" in finding["message"]
+
+
+def test_a_loss_thrown_up_at_the_start_that_ends_above_its_start_is_diverging(tmp_path):
+    # A log-likelihood at 0.34 thrown to thousands, then falling slowly from 16 to 6: far above its start.
+    finding = watched(tmp_path, t.make_spike_then_above_start(0))
+    assert finding["rule"] == "Diverging" and finding["step"] == 199
+    assert "ended with its loss above where it started" in finding["message"]
+    assert "0.34 at its first step" in finding["message"] and "spiked to" in finding["message"]
+
+
+def test_a_loss_thrown_up_at_the_start_that_then_learns_below_it_is_healthy(tmp_path):
+    assert watched(tmp_path, t.make_spike_then_learns(0)) is None
+
+
+def test_a_run_that_learned_and_then_climbed_above_its_start_is_diverging_not_never_learned(tmp_path):
+    # It fell from 1.5 to about 0 while its noise was still being measured (no three windows in a
+    # row could confirm it), then climbed to 3.5. "Never learned" would be false, and would end it with
+    # no remedy; a loss that ends above its start is a rate too high.
+    finding = watched(tmp_path, t.make_learns_then_unstable(0))
+    assert finding["rule"] == "Diverging" and finding["step"] == 199
+
+
+def test_vanishing_gradients_after_a_spike_the_run_never_learned_past_are_diverging(tmp_path):
+    # The same run at chance, its gradients vanishing from step 40: a rate that wrecked the network,
+    # which a higher rate (VanishingGradient's remedy) would wreck again.
+    rules = [{"name": "VanishingGradient"}]
+    finding = watched(tmp_path, t.make_spike_then_chance(0), rules, capture={"gradients": {"save_interval": 1}},
+                      grads=lambda step: 1e-9 if step >= 40 else 1e-2)
+    assert finding["rule"] == "Diverging" and finding["step"] == 40
+    assert "never learned since it spiked" in finding["message"] and "while mean |" in finding["message"]
+
+
+def test_a_noisy_small_batch_run_is_judged_on_its_noise(tmp_path):
+    # Batches now and then twelve times the rest on a healthy run: neither a divergence nor a stall.
+    spiky = t.make_noisy_spikes(0)
+    assert max(spiky.losses) > 10 * sum(spiky.losses[:5]) / 5
+    assert watched(tmp_path / "spiky", spiky) is None
+    # A flat run with the same noise never learned, though some of its windows are 5 % below its first.
+    flat = t.make_flat_noisy(0)
+    assert watched(tmp_path / "flat", flat)["rule"] == "NotLearning"
+
+
+def test_the_divergence_bound_is_set_in_the_rule_list(tmp_path):
+    # Rising 1 % a step: past ten times its start at about step 232; with half the spread, far sooner.
+    run = t.make_slowly_rising(0)
+    assert watched(tmp_path / "default", run)["step"] > 200
+    rules = [{"name": "Diverging", "parameters": {"spreads": "4", "persistence": "1"}}]
+    finding = watched(tmp_path / "tight", run, rules)
+    assert finding["rule"] == "Diverging" and finding["step"] < 170
+
+
+def test_the_sentinel_checks_parameters_are_validated_by_name():
+    checked = check_rule_list([{"name": "NotLearning", "parameters": {"patience": "40", "infer_phase": "false"}},
+                               {"name": "Diverging", "parameters": {"baseline": "-0.5", "scale": "None"}}])
+    assert checked[0].parameters == {"patience": 40, "infer_phase": False}
+    assert checked[1].parameters == {"baseline": -0.5, "scale": None}
+    with pytest.raises(RuleConfigError, match=r"unknown parameter 'patiense'; NotLearning takes \[.*'patience'"):
+        parse_rule_list([{"name": "NotLearning", "parameters": {"patiense": "40"}}])
+    with pytest.raises(RuleConfigError, match=r"\(Diverging\)\.persistence: expected an integer >= 1, got '0'"):
+        check_rule_list([{"name": "Diverging", "parameters": {"persistence": "0"}}])
+    with pytest.raises(RuleConfigError, match=r"\(NotLearning\)\.run_fraction: expected a number in \[0, 1\]"):
+        check_rule_list([{"name": "NotLearning", "parameters": {"run_fraction": "1.5"}}])
+
+
+def test_vanishing_gradients_after_a_rise_the_loss_fell_back_from_are_diverging(tmp_path):
+    # llama2.c at a rate far too high (warm-up to 5 over 10 steps, then a cosine to 0 at step 100):
+    # 4.14 at its first steps, thrown up to about 60 by step 10, then back to 3.2 (about the entropy of
+    # its characters) as the schedule decays the rate, where the gradients vanish (1e-9 at step 100).
+    # It never learned past the rise; VanishingGradient (answered by a higher rate) would be wrong.
+    climb = [4.144, 4.137, 6.853, 15.06, 21.18, 29.81, 47.46, 39.40, 58.13, 62.18, 65.61, 62.29, 68.57,
+             46.55, 66.90, 54.88, 52.05, 29.23, 49.81, 49.75, 51.43, 48.48, 41.27, 37.63, 22.24, 50.62,
+             28.86, 34.31, 52.28]
+    fall = t.multiplicative([3.2 + 49.0 * (1 - k / 71) ** 3 for k in range(72)], 0.05, 0)
+    rates = [0.5 * step for step in range(11)] + [2.5 * (1 + math.cos(math.pi * k / 90)) for k in range(1, 91)]
+    rules = [{"name": "VanishingGradient"}]
+    finding = watched(tmp_path, t.Run(climb + fall, rates), rules, capture={"gradients": {"save_interval": 1}},
+                      grads=lambda step: 1e-9 if step >= 100 else 1e-2, chance=3.25)  # its characters' entropy
+    assert finding["rule"] == "Diverging" and finding["step"] == 100, finding["message"]
+    assert "never learned since it rose" in finding["message"]
+    # Its run-up began before the rise (the loss above twice its first step from step 3), and the rate
+    # that threw it up is the one reported, not the decayed one at step 100.
+    assert finding["onset_step"] == 2 and finding["learning_rate"] == pytest.approx(rates[3])

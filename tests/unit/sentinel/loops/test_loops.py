@@ -1,0 +1,244 @@
+"""The loops people write, each watched: mixed precision with a GradScaler, bfloat16, accumulation,
+a GAN's two optimizers, LBFGS's closure, updates by hand, torch.compile; and the log as a second channel.
+
+The library runs in this process (``runpy`` of tests/fixtures/loops/loops.py with its ``--watch 1``
+lines); the launcher runs the unchanged script in a job process, as a job would.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from stabilizer_sentinel import watch
+from tests.helpers import in_make_test_all
+from tests.unit.sentinel.support import FIXTURES, findings, job_env, run, summary
+
+LOOPS = FIXTURES / "loops" / "loops.py"
+
+
+def run_library(tmp_path, monkeypatch, *args: str, config: dict | None = None) -> int:
+    """Run loops.py in this process with the library's lines; the exit status (0 when it ran to its end)."""
+    monkeypatch.setenv("STABILIZER_CONFIG", json.dumps(config or {}))
+    monkeypatch.setenv("STABILIZER_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv("STABILIZER_FAILURE_FILE", str(tmp_path / "failure"))
+    monkeypatch.setattr(sys, "argv", [str(LOOPS), "--watch", "1", *args])
+    try:
+        scope = runpy.run_path(str(LOOPS), run_name="__main__")
+    except SystemExit as stopped:
+        return int(stopped.code or 0)
+    scope["guard"].close()  # what the interpreter's exit does for a job
+    return 0
+
+
+@pytest.mark.parametrize("kind", ["accumulate", "bf16", "gan", "lbfgs", "by_hand", "bare", "functional", "compiled"])
+def test_every_loop_kind_is_stopped_at_its_first_non_finite_step_through_the_library(tmp_path, monkeypatch, kind):
+    status = run_library(tmp_path, monkeypatch, "--kind", kind, "--nan-from", "3")
+    assert status == 86
+    (finding,) = findings(tmp_path)
+    assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 3)
+    written = summary(tmp_path)
+    assert written["ended"] == "rule_stop" and written["integration"] == "library"
+    assert (written["steps_taken"], written["steps_observed"], written["first_step"]) == (3, 4, 0)
+
+
+@pytest.mark.parametrize("kind", ["accumulate", "bf16", "gan", "lbfgs", "by_hand", "bare", "functional", "compiled"])
+def test_every_loop_kind_that_trains_is_watched_to_its_end_through_the_library(tmp_path, monkeypatch, kind):
+    assert run_library(tmp_path, monkeypatch, "--kind", kind, "--steps", "12") == 0
+    assert findings(tmp_path) == []
+    written = summary(tmp_path)
+    assert written["ended"] == "completed"
+    assert (written["steps_taken"], written["steps_observed"], written["steps_skipped"]) == (12, 12, 0)
+    assert written["learned"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["accumulate", "gan", "compiled", *in_make_test_all("lbfgs", "by_hand", "bare")])
+def test_the_launcher_stops_an_unchanged_loop_of_every_kind_at_its_first_non_finite_step(tmp_path, kind):
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", kind, "--nan-from", "3"], LOOPS.parent,
+                 job_env(tmp_path))
+    assert result.returncode == 86, result.stdout + result.stderr
+    (finding,) = findings(tmp_path)
+    assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 3)
+    assert summary(tmp_path)["integration"] == "launcher"
+
+
+@pytest.mark.slow
+def test_the_launcher_watches_a_loop_over_bare_tensors_to_its_end(tmp_path):
+    # Leaf tensors, torch.nn.functional and a hand-written update: no module is called, no optimizer
+    # steps. Its second backward pass shows the update, and each pass from then on is a checked step.
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "bare", "--steps", "12"], LOOPS.parent,
+                 job_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert findings(tmp_path) == []
+    written = summary(tmp_path)
+    assert written["integration"] == "launcher" and written["ended"] == "completed"
+    assert (written["steps_taken"], written["steps_observed"], written["first_step"]) == (11, 11, 1)
+    assert written["learned"] is True and written["last_loss"] < written["first_loss"]
+
+
+@pytest.mark.slow
+def test_the_launcher_checks_the_gradients_of_a_functional_model_before_its_optimizer_applies_them(tmp_path):
+    # Leaf tensors stepped by torch.optim.SGD, no module: the guard must read the optimizer's own tensors'
+    # gradients, and stop at the first NaN step before the update (not a step later, from the log).
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "functional", "--nan-from", "3"],
+                 LOOPS.parent, job_env(tmp_path))
+    assert result.returncode == 86, result.stdout + result.stderr
+    (finding,) = findings(tmp_path)
+    assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 3)
+    assert finding["tensor"].startswith("gradients/")
+    assert summary(tmp_path)["steps_taken"] == 3  # steps 0..2 applied; step 3's never
+
+
+@pytest.mark.slow
+def test_a_loop_that_makes_new_tensors_every_step_is_refused_in_one_line_not_silently_unwatched(tmp_path):
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "rebind", "--steps", "6"], LOOPS.parent,
+                 job_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    (line,) = [text for text in result.stderr.splitlines() if text.startswith("sentinel: not watched")]
+    assert "new parameter tensors at every step" in line and "update them in place" in line
+    assert not (tmp_path / "checkpoints" / "findings.json").exists()  # no summary: the workflow says unwatched
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("integration", ["library", "launcher"])
+def test_a_nan_loss_under_a_grad_scaler_is_found_though_the_scaler_skips_every_step_after_it(
+        tmp_path, monkeypatch, integration):
+    # float16 autocast on the CPU with a real GradScaler: from step 3 the inputs are NaN, every step is
+    # skipped by the scaler, and no optimizer hook runs again.
+    args = ["--kind", "amp", "--init-scale", "1024", "--nan-from", "3"]
+    if integration == "library":
+        status = run_library(tmp_path, monkeypatch, *args)
+    else:
+        result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), *args], LOOPS.parent, job_env(tmp_path))
+        status = result.returncode
+    assert status == 86
+    (finding,) = findings(tmp_path)
+    assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 3)
+    written = summary(tmp_path)
+    assert written["steps_skipped"] >= 1 and written["last_loss"] == "nan"
+    assert written["steps_observed"] + written["steps_skipped"] >= written["steps_taken"] > 3
+
+
+def test_a_scaler_calibrating_its_scale_is_healthy_and_its_skipped_steps_are_counted(tmp_path, monkeypatch):
+    # From PyTorch's default scale (2**16) the scaled gradients of this problem overflow float16 at first.
+    assert run_library(tmp_path, monkeypatch, "--kind", "amp", "--steps", "16") == 0
+    assert findings(tmp_path) == []
+    written = summary(tmp_path)
+    assert written["steps_skipped"] >= 1
+    assert written["steps_observed"] + written["steps_skipped"] == written["steps_taken"] == 16
+    assert written["learned"] is True
+    assert written["loss_scale"]["last"] < 2.0**16 and written["loss_scale"]["min"] >= 1
+
+
+@pytest.mark.slow
+def test_the_losses_of_steps_a_scaler_skipped_count_where_the_run_started(tmp_path):
+    # The first steps are skipped while the scale calibrates; their losses are the model's all the
+    # same, and the first of them is where the run started (a run whose applied steps exploded at once
+    # would otherwise be judged from thousands).
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "amp", "--steps", "16"], LOOPS.parent,
+                 job_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    logged = [float(line.split("loss=")[1]) for line in result.stdout.splitlines() if line.startswith("step=")]
+    written = summary(tmp_path)
+    assert written["steps_skipped"] >= 1
+    assert written["first_loss"] == pytest.approx(sum(logged[:5]) / 5, rel=1e-4)
+
+
+def test_a_collapsing_loss_scale_is_an_exploding_tensor(tmp_path):
+    # Gradients that stay non-finite with a finite loss: the scaler halves its scale at every step.
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    environ = {"STABILIZER_CONFIG": "{}", "STABILIZER_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+               "STABILIZER_FAILURE_FILE": str(tmp_path / "failure")}
+    guard = watch(model, optimizer, environ=environ)
+    scaler = torch.amp.GradScaler("cpu", init_scale=8.0)
+    with pytest.raises(SystemExit) as stopped:
+        for _ in range(10):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(torch.ones(2, 4)).float().pow(2).mean()
+            scaler.scale(loss).backward()
+            model.weight.grad[0, 0] = float("inf")
+            guard.step(loss)
+            scaler.step(optimizer)
+            scaler.update()
+    assert stopped.value.code == 86
+    (finding,) = findings(tmp_path)
+    assert finding["rule"] == "ExplodingTensor" and finding["tensor"] == "loss_scale" and finding["value"] < 1
+    assert finding["step"] == 3  # 8 -> 4 -> 2 -> 1 -> 0.5 after the fourth skipped step
+    assert summary(tmp_path)["loss_scale"]["min"] == 0.5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("integration", ["launcher", *in_make_test_all("library")])
+def test_a_non_finite_loss_in_the_log_is_an_exploding_tensor_whatever_the_hooks_saw(tmp_path, integration):
+    config = {"loss_regex": r"\bloss=(\S+)"}
+    launcher = ["-m", "stabilizer_sentinel.launch", str(LOOPS)]
+    command = [str(LOOPS), "--watch", "1"] if integration == "library" else launcher
+    result = run([*command, "--log-nan-at", "4"], LOOPS.parent, job_env(tmp_path, config))
+    assert result.returncode == 86, result.stdout + result.stderr
+    (finding,) = findings(tmp_path)
+    assert (finding["rule"], finding["step"], finding["source"]) == ("ExplodingTensor", 4, "log")
+    log_loss = summary(tmp_path)["log_loss"]
+    assert log_loss == {"last": "nan", "nonfinite_step": 4, "lines": 5}
+    assert "step=5 " not in result.stdout  # stopped at the next step, before it was applied
+
+
+def test_a_loop_updating_by_hand_that_reports_no_loss_is_still_checked_at_each_backward_pass(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    environ = {"STABILIZER_CONFIG": "{}", "STABILIZER_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+               "STABILIZER_FAILURE_FILE": str(tmp_path / "failure")}
+    watch(model, environ=environ)
+    updated = []
+    with pytest.raises(SystemExit) as stopped:
+        for step in range(8):
+            model.zero_grad()
+            x = torch.ones(2, 4) * (float("nan") if step >= 3 else 1.0)
+            nn.functional.mse_loss(model(x), torch.zeros(2, 1)).backward()
+            for p in model.parameters():
+                p.data -= 0.1 * p.grad
+            updated.append(step)
+    assert stopped.value.code == 86 and updated == [0, 1, 2]  # stopped in backward(), before the NaN update
+    (finding,) = findings(tmp_path)
+    assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 3)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+HAND_UPDATED_CLASSIFIER = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+criterion = nn.CrossEntropyLoss()
+x, y = torch.randn(64, 8), torch.randint(0, 4, (64,))
+for step in range(12):
+    loss = criterion(model(x), y)
+    model.zero_grad()
+    loss.backward()
+    for p in model.parameters():
+        p.data.add_(p.grad, alpha=-0.5)
+    print(f"step {step} loss {loss.item():.9g}")
+"""
+
+
+@pytest.mark.slow
+def test_a_loop_updated_by_hand_is_judged_from_its_first_backward_pass_loss(tmp_path):
+    # The launcher attaches at the second forward pass, when the weights changed with no optimizer
+    # step; the first pass's loss is the untrained network's: step 0's, not half of step 1's.
+    script = tmp_path / "by_hand.py"
+    script.write_text(HAND_UPDATED_CLASSIFIER)
+    result = run(["-m", "stabilizer_sentinel.launch", str(script)], tmp_path, job_env(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    losses = [float(line.split()[-1]) for line in result.stdout.splitlines() if line.startswith("step ")]
+    written = summary(tmp_path)
+    assert written["first_loss"] == pytest.approx(sum(losses[:5]) / 5, rel=1e-6)
+    assert written["learned"] is True

@@ -1,0 +1,266 @@
+"""In-job recovery (stabilizer_sentinel.recovery.recovery): a rate the network cannot take is lowered inside the
+job, from the last healthy state, at a rate probed from it; the schedule the script writes keeps its shape.
+
+The library runs in this process (``runpy`` of tests/fixtures/recovery/too_fast.py with ``--watch 1``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import runpy
+import sys
+
+import pytest
+
+from stabilizer_sentinel.job_config import StabilizerConfigError, parse_config
+from tests.unit.sentinel.support import FIXTURES, job_env, run
+
+SCRIPT = FIXTURES / "recovery" / "too_fast.py"
+
+
+def train(tmp_path, monkeypatch, *args: str, recovery: str | None = "in_job", watch: bool = True):
+    """Run the script here; (exit status, its stdout lines, findings.json or None)."""
+    monkeypatch.setenv("STABILIZER_CONFIG", json.dumps({"recovery": recovery} if recovery else {}))
+    monkeypatch.setenv("STABILIZER_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv("STABILIZER_FAILURE_FILE", str(tmp_path / "failure"))
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--watch", str(int(watch)), *args])
+    out = io.StringIO()
+    status = 0
+    with contextlib.redirect_stdout(out):
+        try:
+            scope = runpy.run_path(str(SCRIPT), run_name="__main__")
+            if watch:
+                scope["guard"].close()  # what the interpreter's exit does for a job
+        except SystemExit as stopped:
+            status = int(stopped.code or 0)
+    path = tmp_path / "checkpoints" / "findings.json"
+    document = json.loads(path.read_text()) if path.exists() else None
+    return status, out.getvalue().splitlines(), document
+
+
+def final(lines: list[str]) -> float:
+    return float(lines[-1].removeprefix("final="))
+
+
+def rates(lines: list[str]) -> list[float]:
+    return [float(line.rsplit("lr=", 1)[1]) for line in lines if line.startswith("step=")]
+
+
+def test_an_explosion_is_rolled_back_and_trained_on_at_a_probed_rate_inside_the_job(tmp_path, monkeypatch):
+    status, lines, document = train(tmp_path, monkeypatch, "--lr", "0.5")
+    assert status == 0, lines[-3:]
+    assert document["findings"] == []  # nothing left for the workflow to remedy
+    first = document["rollbacks"][0]
+    assert first["rule"] == "ExplodingTensor" and first["outcome"] == "recovered"
+    assert first["restored_step"] < first["step"] and first["steps_lost"] == first["step"] + 1 - first["restored_step"]
+    assert first["learning_rate_before"] == 0.5 and first["learning_rate_after"] < 0.5
+    probed = first["probed"]
+    assert len(probed) >= 4 and max(p["learning_rate"] for p in probed) / min(p["learning_rate"] for p in probed) >= 10
+    assert first["learning_rate_after"] in [p["learning_rate"] for p in probed if p["failed"] is None]
+    summary = document["summary"]
+    assert summary["ended"] == "completed" and summary["learned"] is True
+
+    # Near what the same script reaches at a rate it can take (the recovery benchmark prints the ratios).
+    _, healthy, _ = train(tmp_path / "healthy", monkeypatch, "--lr", "0.01", recovery=None, watch=False)
+    assert final(lines) < 3 * final(healthy)
+
+
+@pytest.mark.parametrize("schedule", ["scheduler", "manual"])
+def test_the_scripts_own_schedule_keeps_its_shape(tmp_path, monkeypatch, schedule):
+    status, lines, document = train(tmp_path, monkeypatch, "--lr", "0.5", "--schedule", schedule)
+    assert status == 0 and document["rollbacks"]
+    _, unwatched, _ = train(tmp_path / "unwatched", monkeypatch, "--lr", "0.5", "--schedule", schedule,
+                            recovery=None, watch=False)
+    # The script reads back the rates it set, step for step; the factor lives only inside optimizer.step().
+    assert len(rates(lines)) == 300 and rates(lines) == rates(unwatched)
+
+
+def test_a_fault_no_rate_fixes_stops_the_job_as_before_with_what_was_probed(tmp_path, monkeypatch):
+    status, _, document = train(tmp_path, monkeypatch, "--lr", "0.01", "--poison", "1")
+    assert status == 86
+    (finding,) = document["findings"]
+    assert finding["rule"] == "ExplodingTensor" and finding["step"] == 3
+    (decision,) = document["rollbacks"]
+    assert decision["outcome"] == "stopped" and decision["learning_rate_after"] is None
+    assert all(p["failed"] for p in decision["probed"]) and len(decision["probed"]) == 8  # two rounds
+    assert (tmp_path / "failure").read_text().startswith("RuleStop: ExplodingTensor at step 3")
+    assert document["summary"]["ended"] == "rule_stop"
+
+
+def test_relaunch_stops_at_the_finding_as_it_always_did(tmp_path, monkeypatch):
+    status, _, document = train(tmp_path, monkeypatch, "--lr", "0.5", recovery="relaunch")
+    assert status == 86
+    assert document["findings"][0]["rule"] == "ExplodingTensor" and "rollbacks" not in document
+
+
+def test_a_healthy_run_recovering_in_the_job_trains_exactly_as_unwatched(tmp_path, monkeypatch):
+    status, watched, document = train(tmp_path, monkeypatch, "--lr", "0.01", "--schedule", "scheduler")
+    _, unwatched, _ = train(tmp_path / "unwatched", monkeypatch, "--lr", "0.01", "--schedule", "scheduler",
+                            recovery=None, watch=False)
+    assert status == 0 and "rollbacks" not in document
+    assert watched == unwatched  # every loss, every rate, bit for bit
+
+
+def test_the_recovery_setting_is_checked_by_name():
+    assert parse_config({"recovery": "in_job"}).effective_recovery == "in_job"
+    assert parse_config({}).effective_recovery == "relaunch"
+    with pytest.raises(StabilizerConfigError, match=r"sagemaker_stabilizer.recovery: expected one of"):
+        parse_config({"recovery": "inline"})
+
+
+def test_a_run_that_ends_while_probing_says_so(tmp_path, monkeypatch):
+    status, lines, document = train(tmp_path, monkeypatch, "--lr", "0.5", "--steps", "12")
+    assert status == 0 and lines[-1].startswith("final=")
+    (decision,) = document["rollbacks"]
+    assert decision["outcome"] == "ended" and decision["step"] == 4
+    assert sum(p["steps"] for p in decision["probed"]) == 12 - 5  # every step after the rollback probed
+    # Not a recipe the job chose: the finding stands for the workflow, with the highest rate a probe trained at.
+    (finding,) = document["findings"]
+    assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 4) and document["summary"]["ended"] == "completed"
+    trained = [p["learning_rate"] for p in decision["probed"] if p["failed"] is None]
+    assert finding["stable_learning_rate"] == max(trained)
+
+
+def test_a_finding_at_the_runs_end_is_its_verdict_not_a_rollback(tmp_path, monkeypatch):
+    import torch
+    from torch import nn
+
+    from stabilizer_sentinel import watch
+
+    monkeypatch.setenv("STABILIZER_CONFIG", json.dumps({"recovery": "in_job"}))
+    monkeypatch.setenv("STABILIZER_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = watch(model, optimizer)
+    for step in range(40):  # a loss that climbs slowly, never past the divergence bound while it runs
+        optimizer.zero_grad()
+        loss = model(torch.ones(1, 2)).sum() * 0 + 1.0 + 0.05 * step
+        loss.backward()
+        guard.step(loss)
+        optimizer.step()
+    guard.close()
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert [f["rule"] for f in document["findings"]] == ["Diverging"] and "rollbacks" not in document
+
+
+def test_the_first_copy_is_the_state_the_script_starts_training_from(tmp_path, monkeypatch):
+    """A script that loads its own checkpoint after watch() (a fine-tune, a resume) rolls back to what it
+    loaded, not to the weights it was built with."""
+    import torch
+    from torch import nn
+
+    from stabilizer_sentinel import watch
+
+    monkeypatch.setenv("STABILIZER_CONFIG", json.dumps({"recovery": "in_job"}))
+    monkeypatch.setenv("STABILIZER_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = watch(model, optimizer)
+    loaded = {name: torch.full_like(value, 0.5) for name, value in model.state_dict().items()}
+    model.load_state_dict(loaded)  # after watch(): the script's own resume
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    optimizer.zero_grad()
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    guard.step(loss)
+    optimizer.step()
+    first = guard.rewind.first
+    assert first is not None and first.next_step == 0
+    assert all(torch.equal(first.model[name], value) for name, value in loaded.items())
+    guard.close()
+
+
+@pytest.mark.slow  # the job's own process: the log channel reads what it prints
+def test_the_non_finite_loss_the_log_printed_for_an_undone_step_is_not_the_runs(tmp_path):
+    """The log is the second channel: its "loss=nan" at the step a rollback undid does not make the
+    recovered run an explosion (the summary's log_loss)."""
+    env = job_env(tmp_path, {"recovery": "in_job", "loss_regex": r"loss=(\S+)"})
+    done = run([str(SCRIPT), "--watch", "1", "--lr", "3"], tmp_path, env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "step=3 loss=inf" in done.stdout.splitlines()[3]  # at lr 3 the loss itself overflows at step 3
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert document["rollbacks"][0]["step"] == 3 and document["findings"] == []
+    log = document["summary"]["log_loss"]
+    assert log["lines"] >= 300 and log["nonfinite_step"] is None
+
+
+def test_copies_kept_for_the_rollback_alone_are_never_written_as_checkpoints(tmp_path, monkeypatch):
+    """The launcher keeps no rewind of its own (rewind_every 0): the copies in-job recovery keeps do not
+    change where a relaunch resumes from."""
+    import torch
+    from torch import nn
+
+    from stabilizer_sentinel import watch
+
+    monkeypatch.setenv("STABILIZER_CONFIG", json.dumps({"recovery": "in_job"}))
+    monkeypatch.setenv("STABILIZER_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    model = nn.Linear(2, 1)
+    guard = watch(model, torch.optim.SGD(model.parameters(), lr=0.1), rewind_every=0)
+    assert guard.recovery is not None and guard.rewind is not None and guard.rewind.writes is False
+    guard.rewind.keep(guard.rewind.take_now(0))
+    assert guard.rewind.persist(before_step=10) is None
+    assert not list((tmp_path / "checkpoints").glob("checkpoint-*"))
+    guard.close()
+
+
+def test_a_run_that_ends_while_probing_leaves_its_restore_point_for_the_relaunch(tmp_path, monkeypatch):
+    """The finding stands and the workflow relaunches: it resumes from the newest checkpoint before the
+    run-up, so the state the job rolled back to is written as one (a stopped job writes its copies too)."""
+    import torch
+    from torch import nn
+
+    from stabilizer_contract.checkpoints import checkpoint_name
+    from stabilizer_sentinel import watch
+
+    monkeypatch.setenv("STABILIZER_CONFIG", json.dumps({"recovery": "in_job"}))
+    monkeypatch.setenv("STABILIZER_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    torch.manual_seed(0)
+    x_all = torch.randn(512, 8)
+    y_all = x_all @ torch.randn(8, 1)
+    model = nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    guard = watch(model, optimizer)
+    for step in range(16):
+        if step == 10:  # the script's own schedule jumps to a rate the network cannot take
+            for group in optimizer.param_groups:
+                group["lr"] = 5.0
+        x, y = x_all[step * 32:][:32], y_all[step * 32:][:32]
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        guard.step(loss)
+        optimizer.step()
+    guard.close()
+    checkpoints = tmp_path / "checkpoints"
+    document = json.loads((checkpoints / "findings.json").read_text())
+    (decision,) = document["rollbacks"]
+    assert decision["outcome"] == "ended" and 0 < decision["restored_step"] <= decision["step"]
+    saved = torch.load(checkpoints / checkpoint_name(decision["restored_step"]), weights_only=False)
+    assert saved["next_step"] == decision["restored_step"]
+
+
+def test_a_corrupt_batch_in_a_healthy_run_is_rolled_back_and_the_rate_left_as_it_was(tmp_path, monkeypatch):
+    """One NaN batch at step 60 of a run stable at its rate: no run-up, so the restored state is first
+    replayed at the same rate; it trains, so the explosion was the batch's and the run goes on
+    unchanged, its rates the script's (a lower rate would slow a healthy run for one bad record)."""
+    status, lines, document = train(tmp_path, monkeypatch, "--lr", "0.01", "--steps", "150", "--bad_step", "60")
+    assert status == 0 and document["findings"] == []
+    (decision,) = document["rollbacks"]
+    assert (decision["rule"], decision["step"], decision["outcome"]) == ("ExplodingTensor", 60, "transient")
+    assert decision["factor"] == 1.0 and decision["learning_rate_after"] == decision["learning_rate_before"] == 0.01
+    assert [p["factor"] for p in decision["probed"]] == [1.0] and decision["probe_steps"] == 0
+    assert set(rates(lines)) == {0.01}
+    _, clean, _ = train(tmp_path / "clean", monkeypatch, "--lr", "0.01", "--steps", "150", watch=False)
+    assert final(lines) < 1.5 * final(clean)
+
+
+def test_an_explosion_at_a_rate_the_run_just_reached_is_not_replayed_at_that_rate(tmp_path, monkeypatch):
+    """A run-up (here the rate itself: the explosion comes at the script's first steps at 0.5) is a
+    recipe's: the rollback probes lower rates only."""
+    status, _, document = train(tmp_path, monkeypatch, "--lr", "0.5", "--steps", "60")
+    assert status == 0
+    assert all(p["factor"] < 1 for d in document["rollbacks"] for p in d["probed"])
+    assert all(d["outcome"] != "transient" for d in document["rollbacks"])

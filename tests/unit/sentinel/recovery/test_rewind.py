@@ -1,0 +1,81 @@
+"""Rewind: the last healthy state is kept in memory (bounded) and written as a checkpoint when a rule fires."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from stabilizer_contract.checkpoints import checkpoint_name, checkpoints_in
+from stabilizer_sentinel.detection.sentinel import build_monitoring
+from stabilizer_sentinel.recovery.rewind import Rewind
+from tests.unit.sentinel.detection.test_sentinel import poison_layer
+from tests.unit.sentinel.tinynet import batch, tiny_net
+
+
+def train(tmp_path, steps, *, every=5, keep=2, poison=None, action="stop"):
+    """The loop of train.py with a rewind wired into the sentinel; returns the weights after each step."""
+    model = tiny_net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    cap, sentinel = build_monitoring(model, sentinel_rules=[], sentinel_action=action, capture={},
+                                     checkpoint_dir=tmp_path, tensor_dir=None)
+    rewind = Rewind(model, optimizer, checkpoint_dir=tmp_path, every=every, keep=keep, extra={"config": {"n": 1}})
+    sentinel.rewind = rewind
+    weights = {0: {k: v.clone() for k, v in model.state_dict().items()}}
+    for step in range(steps):
+        x, y = batch(step)
+        cap.begin_step(step)
+        logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits, y)
+        optimizer.zero_grad()
+        loss.backward()
+        if poison:
+            poison(step, model)
+        verdict = sentinel.after_backward(step, epoch=0, phase="main", learning_rate=0.1, loss=loss, outputs=logits)
+        if verdict.stop:
+            break
+        optimizer.step()
+        rewind.after_step(step + 1)
+        weights[step + 1] = {k: v.clone() for k, v in model.state_dict().items()}
+    return rewind, weights
+
+
+def test_copies_every_few_steps_and_keeps_only_the_newest(tmp_path):
+    rewind, _ = train(tmp_path, 23, every=5, keep=2)
+    assert [s.next_step for s in rewind.snapshots] == [15, 20]
+    assert 0 < rewind.snapshots[0].nbytes < 10_000  # weights and momentum of the tiny net, nothing else
+    assert checkpoints_in(tmp_path) == []  # nothing is written while the run is healthy
+
+
+def test_a_rule_that_fires_writes_the_copies_from_before_the_bad_step(tmp_path):
+    rewind, weights = train(tmp_path, 30, poison=poison_layer(17, "head.weight"))
+    assert rewind.frozen
+    # Copies at 10 and 15 are both before step 17: both are written, 15 is the one to resume from.
+    assert [p.name for p in checkpoints_in(tmp_path)] == [checkpoint_name(10), checkpoint_name(15)]
+    path = rewind.persisted
+    assert path.name == checkpoint_name(15)
+    saved = torch.load(path, weights_only=True)
+    assert saved["next_step"] == 15 and saved["config"] == {"n": 1}
+    for name, value in weights[15].items():
+        assert torch.equal(saved["model"][name], value)  # a copy, not a view of the weights that went on
+    assert saved["optimizer"]["state"]  # momentum buffers travel with the weights
+    findings = json.loads((tmp_path / "findings.json").read_text())["findings"]
+    assert findings[0]["step"] == 17
+
+
+def test_the_copy_taken_at_the_bad_step_is_never_the_one_resumed(tmp_path):
+    # The state at step 15 produced the non-finite gradient of step 15: resuming there fails again.
+    rewind, _ = train(tmp_path, 30, poison=poison_layer(15, "head.weight"))
+    assert [p.name for p in checkpoints_in(tmp_path)] == [checkpoint_name(10)]
+    assert rewind.persisted.name == checkpoint_name(10)
+
+
+def test_before_the_first_copy_nothing_is_written(tmp_path):
+    rewind, _ = train(tmp_path, 30, poison=poison_layer(3, "head.weight"))
+    assert rewind.persisted is None and checkpoints_in(tmp_path) == []
+
+
+def test_after_a_finding_no_more_copies_are_taken(tmp_path):
+    rewind, _ = train(tmp_path, 30, poison=poison_layer(12, "head.weight"), action="notify")
+    assert rewind.frozen and [s.next_step for s in rewind.snapshots] == [5, 10]
+    assert [p.name for p in checkpoints_in(tmp_path)] == [checkpoint_name(5), checkpoint_name(10)]

@@ -1,0 +1,128 @@
+"""The state payload stays under Step Functions' 256 KB quota, whatever SageMaker and the job say:
+text from outside is cut as it enters the state, and an input whose state could still outgrow the
+quota is refused at ValidateInput, naming the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stabilizer_workflow.errors import InvalidInput
+from stabilizer_workflow.execution import execution_bounds
+from stabilizer_workflow.execution.state import Attempt, Decision, Finding, WorkflowState, dump_state, load_state
+from tests.unit.workflow.conftest import T0, new_state
+
+QUOTA = 256 * 1024
+HUGE = "Traceback (most recent call last): é€𝄞 " * 20_000  # multi-byte text, far over any bound
+
+
+def _bytes(state: WorkflowState) -> int:
+    return len(json.dumps(dump_state(state), ensure_ascii=False).encode())
+
+
+def test_a_huge_failure_reason_finding_and_reason_are_cut_as_they_enter_the_state(settings):
+    state = new_state(settings)
+    finding = Finding(rule=HUGE, tensor=HUGE, value=HUGE, message=HUGE)
+    attempt = Attempt(number=1, job_name="stabilizer-0a1b2c3d-1", run_spec=dict(state.run_spec),
+                      checkpoint_s3_uri="s3://b/executions/e/attempt-1/checkpoints", started_at=T0,
+                      secondary_status=HUGE, failure_reason=HUGE, finding=finding,
+                      decision=Decision(action="end", outcome="failed", remedy=HUGE, reason=HUGE))
+    ended = state.model_copy(update={"attempts": [attempt], "reason": HUGE, "rule_status": HUGE})
+    reloaded = load_state(json.loads(json.dumps(dump_state(WorkflowState.model_validate(ended.model_dump())))))
+    assert _bytes(reloaded) < 16 * 1024
+    kept = reloaded.attempts[0]
+    assert kept.failure_reason.startswith("Traceback (most recent call last)") and kept.failure_reason.endswith("...")
+    for text in (kept.failure_reason, kept.finding.message, kept.finding.tensor, kept.decision.reason, reloaded.reason):
+        text.encode().decode()  # cut on a character boundary, still valid UTF-8
+
+
+def test_the_largest_state_an_accepted_input_allows_stays_under_256_kb(settings):
+    # The most relaunches the reference job's input may ask for, with every retry, every
+    # outside field at its longest and the longest names and URIs.
+    fits = None
+    for relaunches in range(100, -1, -1):
+        limits = {"max_num_retraining": relaunches, "max_infrastructure_retries": 10}
+        try:
+            state = new_state(settings, {"limits": limits})
+        except InvalidInput:
+            continue
+        fits = relaunches
+        break
+    assert fits is not None and fits >= 10
+    largest = execution_bounds.largest_state(state)
+    assert len(largest.attempts) == fits + 10 + 1
+    assert _bytes(largest) <= execution_bounds.STATE_BUDGET_BYTES < QUOTA
+
+
+def test_an_input_whose_state_could_outgrow_the_quota_is_refused_naming_the_field(settings):
+    with pytest.raises(InvalidInput, match=r"limits\.max_num_retraining: 100 relaunches .* at most \d+ relaunches fit"):
+        new_state(settings, {"limits": {"max_num_retraining": 100, "max_infrastructure_retries": 10}})
+
+
+def _worst_recorded_attempt(settings):
+    """The attempt the monitor itself records when everything from outside is at its longest: a
+    failure reason, statuses, a finding with five endpoints, a summary (`watched`) and more stragglers
+    than an attempt keeps, every text far over its bound."""
+    from stabilizer_workflow.evidence.observation import observe
+    from stabilizer_workflow.evidence.sentinel_files import StragglerReport, Summary
+    from stabilizer_workflow.monitoring import monitor
+    from tests.unit.workflow.conftest import describe, launched, sentinel_findings
+
+    state = launched(settings)
+    findings = sentinel_findings(step=2**31)
+    item = findings.findings[0]
+    item.tensor, item.value, item.message = HUGE, HUGE, HUGE
+    item.notify = [f"email:{i}{HUGE}" for i in range(8)]
+    findings.summary = Summary(integration=HUGE, ended=HUGE, exception=HUGE, steps_taken=2**31,
+                               steps_observed=2**31, steps_skipped=2**31, first_loss=1e300, last_loss=HUGE,
+                               best_loss=1e300, learned=False, started_from=HUGE, restores=True,
+                               evaluations=[(2**31, 1e-300)])
+    stragglers = [StragglerReport(rank=2**31 - i, host=f"{i}{HUGE}", step=2**31, factor=1e300) for i in range(40)]
+    description = describe(state, "Failed", failure_reason=HUGE, secondary=HUGE)
+    result = monitor.check(state, observe(description, findings=findings, stragglers=stragglers), T0)
+    return result.state.attempts[-1]
+
+
+def test_the_largest_state_counts_every_field_an_attempt_records(settings):
+    """The guard's worst case is built, not estimated: no attempt the monitor records from the
+    longest outside text is larger than an attempt of `largest_state`."""
+    recorded = _worst_recorded_attempt(settings)
+    assert recorded.watched is not None and len(recorded.stragglers) == 16 and len(recorded.finding.notify) == 5
+    largest = execution_bounds.largest_state(new_state(settings))
+    size = len(json.dumps(recorded.model_dump(mode="json"), ensure_ascii=False).encode())
+    assert size <= min(len(json.dumps(a.model_dump(mode="json"), ensure_ascii=False).encode())
+                       for a in largest.attempts)
+
+
+def test_the_failure_notification_of_the_largest_accepted_state_fits_sns(settings):
+    """NotifyFailure publishes {"event", "execution", "data": {"state", "error"}}: the state and the
+    caught error (Step Functions: an error name of at most 256 characters and a cause of at most
+    32,768, botocore's model SensitiveError and SensitiveCause). SNS takes at most 262,144 bytes
+    (botocore's model, Publish Message), as Step Functions passes at most 256 KiB between states."""
+    import botocore.session
+
+    session = botocore.session.get_session()
+    stepfunctions = session.get_service_model("stepfunctions")
+    assert stepfunctions.shape_for("SensitiveError").metadata["max"] == execution_bounds.ERROR_NAME_MAX
+    assert stepfunctions.shape_for("SensitiveCause").metadata["max"] == execution_bounds.ERROR_CAUSE_MAX
+    assert "262,144 bytes" in session.get_service_model("sns").operation_model("Publish").input_shape.members[
+        "Message"].documentation
+    fits = next(n for n in range(100, -1, -1) if _accepted(settings, n))
+    state = new_state(settings, {"limits": {"max_num_retraining": fits, "max_infrastructure_retries": 10}})
+    largest = execution_bounds.largest_state(state)
+    # The worst error: each character of its cause escaped in JSON ('"' -> '\\"').
+    error = {"Error": "E" * execution_bounds.ERROR_NAME_MAX, "Cause": '"' * execution_bounds.ERROR_CAUSE_MAX}
+    arn = f"arn:aws-iso-b:states:us-isob-east-1:123456789012:execution:{'s' * 80}:{'e' * 80}"
+    message = {"event": "execution_failed", "execution": arn, "data": {"state": dump_state(largest), "error": error}}
+    assert len(json.dumps(message, ensure_ascii=False).encode()) <= 262_144
+    # And one more relaunch is refused: the bound is as high as it can be, not lower.
+    assert not _accepted(settings, fits + 1)
+
+
+def _accepted(settings, relaunches: int) -> bool:
+    try:
+        new_state(settings, {"limits": {"max_num_retraining": relaunches, "max_infrastructure_retries": 10}})
+    except InvalidInput:
+        return False
+    return True

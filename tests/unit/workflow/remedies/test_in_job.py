@@ -1,0 +1,193 @@
+"""The job's own decisions (job.recovery in_job; stabilizer_workflow.remedies.in_job): each rollback in
+findings.json is recorded on the attempt and told once, a recovered run is judged by its summary as any
+run is, and a relaunch after one starts from the rates the job last ran."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from stabilizer_workflow.errors import InvalidInput
+from stabilizer_workflow.evidence.observation import observe
+from stabilizer_workflow.evidence.sentinel_files import FindingsDocument
+from stabilizer_workflow.execution.execution_input import parse_execution_input
+from stabilizer_workflow.launch import attempts as launching
+from stabilizer_workflow.launch.requests import CONFIG_HYPERPARAMETER, hyperparameters
+from stabilizer_workflow.monitoring import monitor
+from stabilizer_workflow.settings import TrainSettings
+from tests.unit.workflow.conftest import ENV, T0, describe, launched, summary
+
+
+def rollback(step: int = 4, *, after: float | None = 0.01, factor: float | None = 0.1, outcome: str = "recovered"):
+    """One entry of findings.json's rollbacks as stabilizer_sentinel.recovery.recovery writes it."""
+    return {
+        "rule": "ExplodingTensor", "step": step, "message": f"gradient norm is non-finite at step {step}",
+        "restored_step": 0, "steps_lost": step + 1, "probe_steps": 15,
+        "learning_rate_before": 0.1, "learning_rate_after": after, "factor": factor,
+        "probed": [{"factor": f, "learning_rate": 0.1 * f, "steps": 5, "score": 1.0, "failed": None}
+                   for f in (1 / 3, 1 / 10, 1 / 30, 1 / 100)],
+        "outcome": outcome, "seconds": 0.8, "resumed_at_step": step + 21,
+        "finding": {"rule": "ExplodingTensor", "step": step},
+    }
+
+
+def own_job_settings() -> TrainSettings:
+    """A deployment that takes jobs of one's own (the library's channel, the data bucket)."""
+    return TrainSettings.from_env({**ENV, "LIBRARY_S3_URI": "s3://stabilizer-bucket/library/",
+                                   "DATA_BUCKETS": "my-bucket"})
+
+
+def own_job(lr: float) -> dict:
+    """A job of one's own with its rate as its one knob."""
+    return {"source": "s3://my-bucket/jobs/sourcedir.tar.gz", "entry_point": "fit.py", "hyperparameters": {"lr": lr},
+            "knobs": {"learning_rate": {"hyperparameter": "lr", "type": "float", "min": 0.0001, "max": 10}}}
+
+
+def document(rollbacks: list[dict], findings: list[dict] | None = None, **changes) -> FindingsDocument:
+    return FindingsDocument.model_validate({"version": 2, "job_action": "stop", "findings": findings or [],
+                                            "rollbacks": rollbacks, "summary": summary(**changes)})
+
+
+def test_a_rollback_is_told_once_and_the_job_trains_on(settings):
+    state = launched(settings)
+    seen = observe(describe(state, "InProgress"), findings=document([rollback()]))
+    first = monitor.check(state, seen, T0 + timedelta(minutes=5))
+    note = first.effects.notification
+    assert first.effects.stop_job is None and first.state.next_action == "monitor"
+    assert note.event_type == "rolled_back" and note.attributes["rule"] == "ExplodingTensor"
+    assert note.subject.startswith("Recovered in the job, attempt 1: ExplodingTensor at step 4")
+    line = ("ExplodingTensor at step 4: back to step 0 (5 steps lost), on at rate 0.01 from 0.1, "
+            "chosen from 4 rates probed in 0.8 s")
+    assert line in note.body
+    [kept] = first.state.attempts[-1].rollbacks
+    assert (kept.step, kept.restored_step, kept.rate_after, kept.factor, len(kept.probed)) == (4, 0, 0.01, 0.1, 4)
+    assert first.state.history.num_retraining == 0  # no new job
+
+    again = monitor.check(first.state, seen, T0 + timedelta(minutes=10))
+    assert again.effects.notification is None  # once per rollback
+    later = observe(describe(state, "InProgress"), findings=document([rollback(), rollback(40, after=0.001,
+                                                                                         factor=0.01)]))
+    third = monitor.check(again.state, later, T0 + timedelta(minutes=15))
+    assert [r.step for r in third.state.attempts[-1].rollbacks] == [4, 40]
+    assert "ExplodingTensor at step 40" in third.effects.notification.subject
+
+
+def test_a_run_recovered_in_the_job_succeeds_on_its_summary_and_says_how(settings):
+    state = launched(settings)
+    ended = observe(describe(state, "Completed"), findings=document([rollback()]))
+    result = monitor.check(state, ended, T0 + timedelta(minutes=5))
+    assert result.state.outcome == "succeeded"
+    assert "learned; recovered in the job 1 time, last on at rate 0.01 (0.1 x the script's)" in result.state.reason
+    assert "Decided inside the job (in-job recovery):" in result.effects.notification.body  # rides on the end's
+
+    unlearned = observe(describe(state, "Completed"), findings=document([rollback()], learned=False, last_loss=2.3))
+    assert monitor.check(state, unlearned, T0 + timedelta(minutes=5)).state.outcome != "succeeded"
+
+
+def test_when_no_lower_rate_trained_the_relaunch_starts_from_the_rates_the_job_last_ran(settings):
+    """The reference job's remedy after a mid-run explosion is batch norm, a network change no job makes
+    to itself: the relaunch gets it, at the rates in force after the job's own rollback."""
+    state = launched(settings)
+    lr = state.job.knobs.learning_rate.hyperparameter
+    launched_rate = state.run_spec[lr]
+    # A first rollback went on at a tenth; a second found nothing lower that trains, and the job stopped.
+    finding = {"rule": "ExplodingTensor", "step": 40, "phase": "main", "learning_rate": launched_rate * 0.1,
+               "message": "gradient norm is non-finite at step 40", "action": "stop", "onset_step": 39}
+    stopped = document([rollback(factor=0.1, after=launched_rate * 0.1),
+                        rollback(40, after=None, factor=None, outcome="stopped")], [finding],
+                       ended="rule_stop")
+    seen = observe(describe(state, "Failed", failure_reason="AlgorithmError: RuleStop: ExplodingTensor at step 40"),
+                   findings=stopped)
+    result = monitor.check(state, seen, T0 + timedelta(minutes=5))
+    assert result.state.next_action == "launch_new", result.state.reason
+    assert result.state.attempts[-1].decision.remedy == "add_batch_norm"
+    assert result.state.run_spec[lr] == pytest.approx(launched_rate * 0.1)  # what the job last ran, not the launch
+    assert "no lower rate trained" in result.state.attempts[-1].rollbacks[-1].reason
+
+
+def test_the_job_recovers_in_place_only_where_the_policy_would_change_what_it_can_change_itself(settings):
+    own = own_job_settings()
+
+    def told(state) -> str:
+        return json.loads(hyperparameters(state, settings)[CONFIG_HYPERPARAMETER])["recovery"]
+
+    # The reference job declares batch norm, off: its explosions' first remedy is a network change.
+    reference = launched(settings)
+    assert told(reference) == "relaunch"
+    with_bn = reference.model_copy(update={"run_spec": {**reference.run_spec, "add_batch_norm": 1}})
+    assert told(with_bn) == "in_job"  # once batch norm is on, the next remedies are rates and clipping
+    assert told(launched(settings, {"policy": "original"})) == "relaunch"
+
+    job = own_job(1.6)
+    assert told(launched(own, {"job": job})) == "in_job"
+    assert told(launched(own, {"job": {**job, "recovery": "relaunch"}})) == "relaunch"
+    assert told(launched(own, {"job": {k: v for k, v in job.items() if k != "knobs"}})) == "in_job"
+
+
+def test_recovery_is_checked_before_anything_launches():
+    with pytest.raises(InvalidInput, match=r"job.recovery: expected 'in_job' or 'relaunch'"):
+        parse_execution_input({"job": {"source": "s3://b/k.tar.gz", "entry_point": "train.py", "recovery": "now"}})
+
+
+def test_a_run_that_does_not_learn_after_the_job_lowered_its_rate_is_lowered_again_not_raised(settings):
+    """An explosion answered in the job is an explosion of this execution: a loss that then does not fall
+    says the rate is still too high (the after-explosion ladder), not too low."""
+    own = own_job_settings()
+    job = own_job(5.0)
+    state = launched(own, {"job": job})
+    finding = {"rule": "NotLearning", "step": 52, "phase": "main", "learning_rate": 0.5, "action": "stop",
+               "message": "the loss never learned in 35 steps after warm-up"}
+    stopped = document([rollback(3, after=0.5, factor=0.1)], [finding], ended="rule_stop", learned=False,
+                       last_loss=34.7, first_loss=23.6)
+    seen = observe(describe(state, "Failed", failure_reason="AlgorithmError: RuleStop: NotLearning at step 52"),
+                   findings=stopped)
+    result = monitor.check(state, seen, T0 + timedelta(minutes=5))
+    assert result.state.next_action == "launch_new", result.state.reason
+    assert result.state.run_spec["lr"] == pytest.approx(5.0 * 0.1 * 0.25)  # a quarter of the rate in force
+
+
+def test_an_explosion_a_job_answered_counts_for_the_attempts_after_it_too(settings):
+    own = own_job_settings()
+    job = own_job(5.0)
+    state = launched(own, {"job": job})
+    not_learning = {"rule": "NotLearning", "step": 52, "phase": "main", "learning_rate": 0.5, "action": "stop",
+                    "message": "the loss never learned"}
+    first = observe(describe(state, "Failed", failure_reason="AlgorithmError: RuleStop: NotLearning at step 52"),
+                    findings=document([rollback(3, after=0.5, factor=0.1)], [not_learning], ended="rule_stop",
+                                      learned=False, last_loss=2.6, first_loss=2.6))
+    relaunched = monitor.check(state, first, T0 + timedelta(minutes=5)).state
+    assert relaunched.run_spec["lr"] == pytest.approx(0.125)
+    second = launching.launch(relaunched, own, T0 + timedelta(minutes=6)).state
+    again = observe(describe(second, "Failed", failure_reason="AlgorithmError: RuleStop: NotLearning at step 52"),
+                    findings=document([], [{**not_learning, "learning_rate": 0.125}], ended="rule_stop",
+                                      learned=False, last_loss=2.6, first_loss=2.6))
+    result = monitor.check(second, again, T0 + timedelta(minutes=10))
+    assert result.state.run_spec["lr"] < 0.125, result.state.reason  # still down, never back up
+
+
+def test_a_batch_the_same_rate_trained_past_is_told_and_changes_nothing_the_policy_reads(settings):
+    """A sudden explosion the same rate trained past from the restored state (a corrupt batch, a
+    one-off): told as such, the recipe in force unchanged, and not an explosion of the rate: a run
+    that then does not learn may still have its rate raised."""
+    own = own_job_settings()
+    state = launched(own, {"job": own_job(0.001)})
+    passed = {**rollback(60, after=0.001, factor=1.0, outcome="transient"), "learning_rate_before": 0.001,
+              "probed": [{"factor": 1.0, "learning_rate": 0.001, "steps": 5, "score": 0.3, "failed": None}],
+              "probe_steps": 0}
+    seen = observe(describe(state, "InProgress"), findings=document([passed]))
+    told = monitor.check(state, seen, T0 + timedelta(minutes=5))
+    line = ("ExplodingTensor at step 60: back to step 0 (61 steps lost); the same rate trained past it: "
+            "the batch's or a one-off, on unchanged at rate 0.001")
+    assert line in told.effects.notification.body and told.effects.stop_job is None
+    [kept] = told.state.attempts[-1].rollbacks
+    assert kept.transient and kept.factor == 1.0
+
+    not_learning = {"rule": "NotLearning", "step": 90, "phase": "main", "learning_rate": 0.001, "action": "stop",
+                    "message": "the loss never learned"}
+    flat = observe(describe(state, "Failed", failure_reason="AlgorithmError: RuleStop: NotLearning at step 90"),
+                   findings=document([passed], [not_learning], ended="rule_stop", learned=False, last_loss=2.6,
+                                     first_loss=2.6))
+    result = monitor.check(told.state, flat, T0 + timedelta(minutes=10))
+    assert result.state.next_action == "launch_new" and result.state.run_spec["lr"] > 0.001, result.state.reason
