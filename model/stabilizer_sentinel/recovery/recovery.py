@@ -64,6 +64,9 @@ NOISE_ERRORS = 2.0  # scores closer than this many standard errors are the same 
 # A probe whose last loss is this fraction of its first's magnitude above it is climbing; a copy whose
 # loss climbed back this fraction of the way to where the run started has lost what it learned.
 CLIMB = 0.5
+# ... and more than this many standard deviations of the difference of two steps' losses (the run's
+# per-step noise times sqrt 2): a probe's first and last losses are single steps.
+CLIMB_ERRORS = 3.0
 
 
 @dataclass
@@ -90,11 +93,14 @@ class Probe:
         mean = sum(later) / len(later)
         return math.sqrt(sum((x - mean) ** 2 for x in later) / (len(later) - 1) / len(later))
 
-    def climbing(self) -> bool:
+    def climbing(self, noise: float | None) -> bool:
+        """Whether the loss rose over the probe's steps by more than ``CLIMB`` of its first and than the
+        noise of two single steps (``noise``: the run's per-step deviation, None while unknown)."""
         if len(self.losses) < 2:
             return False
         first, last = self.losses[0], self.losses[-1]
-        return last - first > CLIMB * max(abs(first), 1e-12)
+        bound = max(CLIMB * max(abs(first), 1e-12), CLIMB_ERRORS * math.sqrt(2) * (noise or 0.0))
+        return last - first > bound
 
 
 class Recovery:
@@ -218,7 +224,7 @@ class Recovery:
         if probe is not None:
             probe.steps += 1
         if probe is not None and not self._restore_due and probe.steps >= self.probe_steps:
-            if probe.climbing():
+            if probe.climbing(self.guard.sentinel.learning.noise):
                 probe.failed = "its loss climbed"
             elif probe is self._replay:
                 self._go_on_unchanged()

@@ -264,3 +264,14 @@ def test_an_explosion_at_a_rate_the_run_just_reached_is_not_replayed_at_that_rat
     assert status == 0
     assert all(p["factor"] < 1 for d in document["rollbacks"] for p in d["probed"])
     assert all(d["outcome"] != "transient" for d in document["rollbacks"])
+
+
+def test_a_probe_climbs_only_by_more_than_its_runs_per_step_noise():
+    """A probe's first and last losses are single steps: on a loss as noisy as batches of four give, a
+    rise of half the first loss is noise, not a rate that climbs (the run's per-step noise bounds it)."""
+    from stabilizer_sentinel.recovery.recovery import Probe
+
+    probe = Probe(1.0, losses=[0.5, 0.9, 0.3, 0.7, 0.95])
+    assert probe.climbing(noise=None)  # no noise known yet: half the first loss is the bound
+    assert not probe.climbing(noise=0.4)  # 0.45 above: within 3 deviations of a difference of two steps
+    assert Probe(1.0, losses=[0.5, 0.9, 2.0, 3.0, 4.0]).climbing(noise=0.4)
