@@ -5,6 +5,7 @@ handlers are exercised end to end in tests/e2e."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -46,18 +47,9 @@ def test_rule_stop_then_relaunch_succeeds_through_the_interpreter(tmp_path: Path
         history = engine.history(record.execution_arn)
 
     assert record.status == "SUCCEEDED"
-    assert record.states == [
-        "Prepare",
-        "Launch",
-        "WaitForProgress",
-        "Check",
-        "Decide",
-        "Launch",
-        "WaitForProgress",
-        "Check",
-        "Decide",
-        "Succeeded",
-    ]
+    # Each attempt is watched until it ends: one round of the loop, or more when the machine is slow.
+    watched = r"(WaitForProgress Check Decide )+"
+    assert re.fullmatch(f"Prepare Launch {watched}Launch {watched}Succeeded", " ".join(record.states)), record.states
     assert [a.status for a in record.attempts] == ["Failed", "Completed"]
     assert record.attempts[0].failure_reason.startswith("AlgorithmError: RuleStop")
     assert record.attempts[0].findings["findings"][0]["rule"] == "ExplodingTensor"
