@@ -3,8 +3,10 @@
 A newcomer copies these first. The job example is `examples/quickstart/input.json` (an unchanged
 script: no `watch()`, no `integration`), and the SDK snippet hands an Estimator of that script to
 the local client. Each starts from a learning rate at which gradient descent diverges, so each
-must be seen, stopped and fixed by a relaunch at a lower rate: never "succeeded" in one attempt
-over a loss that went to infinity.
+must be seen and fixed at a lower rate, inside the job by default or by a relaunch with
+`job.recovery=relaunch`: never "succeeded" over a loss that went to infinity with nothing done. The
+relaunched form is in the long tier: `tests/e2e/test_local_mode.py` takes the relaunch path through
+local mode in `make test`.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def test_the_readme_job_example_diverges_and_is_recovered_inside_the_one_job(tmp
     assert "in the job: 1 rollback" in result.stdout or "in the job: 2 rollbacks" in result.stdout
 
 
+@pytest.mark.long
 def test_the_readme_job_example_relaunched_is_stopped_and_relaunched_lower(tmp_path):
     _, state = _quickstart(tmp_path, "job.recovery=relaunch")
     assert state["outcome"] == "succeeded"
