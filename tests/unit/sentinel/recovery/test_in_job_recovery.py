@@ -48,6 +48,7 @@ def rates(lines: list[str]) -> list[float]:
     return [float(line.rsplit("lr=", 1)[1]) for line in lines if line.startswith("step=")]
 
 
+@pytest.mark.slow  # trains the regression for hundreds of steps, twice
 def test_an_explosion_is_rolled_back_and_trained_on_at_a_probed_rate_inside_the_job(tmp_path, monkeypatch):
     status, lines, document = train(tmp_path, monkeypatch, "--lr", "0.5")
     assert status == 0, lines[-3:]
@@ -67,6 +68,7 @@ def test_an_explosion_is_rolled_back_and_trained_on_at_a_probed_rate_inside_the_
     assert final(lines) < 3 * final(healthy)
 
 
+@pytest.mark.slow  # trains the regression for hundreds of steps, twice
 @pytest.mark.parametrize("schedule", ["scheduler", "manual"])
 def test_the_scripts_own_schedule_keeps_its_shape(tmp_path, monkeypatch, schedule):
     status, lines, document = train(tmp_path, monkeypatch, "--lr", "0.5", "--schedule", schedule)
@@ -95,6 +97,7 @@ def test_relaunch_stops_at_the_finding_as_it_always_did(tmp_path, monkeypatch):
     assert document["findings"][0]["rule"] == "ExplodingTensor" and "rollbacks" not in document
 
 
+@pytest.mark.slow  # trains the regression for hundreds of steps, twice
 def test_a_healthy_run_recovering_in_the_job_trains_exactly_as_unwatched(tmp_path, monkeypatch):
     status, watched, document = train(tmp_path, monkeypatch, "--lr", "0.01", "--schedule", "scheduler")
     _, unwatched, _ = train(tmp_path / "unwatched", monkeypatch, "--lr", "0.01", "--schedule", "scheduler",
@@ -242,6 +245,7 @@ def test_a_run_that_ends_while_probing_leaves_its_restore_point_for_the_relaunch
     assert saved["next_step"] == decision["restored_step"]
 
 
+@pytest.mark.slow  # trains the regression for hundreds of steps, twice
 def test_a_corrupt_batch_in_a_healthy_run_is_rolled_back_and_the_rate_left_as_it_was(tmp_path, monkeypatch):
     """One NaN batch at step 60 of a run stable at its rate: no run-up, so the restored state is first
     replayed at the same rate; it trains, so the explosion was the batch's and the run goes on
