@@ -3,8 +3,8 @@ path (`stabilizer.bench.calibration.execute`), each run judged against its manif
 no false negative, no misdiagnosis, and an outcome the manifest allows.
 
 The slice: a healthy character RNN that clips its gradients, and a regression with gradient
-accumulation whose rate is far too high (it must be stopped, relaunched at a lower rate, and end
-`succeeded`), both through the library's three lines, under the `default` policy.
+accumulation whose rate is far too high (it must be answered at a lower rate, inside the job or by a
+relaunch, and end `succeeded`), both through the library's three lines, under the `default` policy.
 """
 
 from __future__ import annotations
@@ -30,10 +30,12 @@ def test_corpus_run_ends_as_its_manifest_says(name: str, digits_channels: dict[s
     if run.healthy:
         assert result.attempts == 1 and result.wasted_steps == 0
     else:
-        assert result.attempts > 1 and result.first_call in run.expect.first_attempt
+        # Remedied: relaunched, or rolled back inside the job (job.recovery in_job, the default).
+        assert (result.attempts > 1 or result.rollbacks) and result.first_call in run.expect.first_attempt
         for moved in result.changes:
             for hyperparameter, direction in run.expect.remedy.items():
                 if hyperparameter in moved:
                     old, new = moved[hyperparameter]
-                    assert (new < old) if direction == "down" else (new > old), moved
+                    expected = {"down": new < old, "up": new > old, "keep": new == old}[direction]
+                    assert expected, moved
     assert result.steps_computed > 0
