@@ -121,7 +121,7 @@ def summary_line(attempt: Attempt) -> str | None:
     if not attempt.rollbacks:
         return None
     recovered = [r for r in attempt.rollbacks if r.factor is not None and not r.transient]
-    passed = len(attempt.rollbacks) - len(recovered) - sum(r.factor is None for r in attempt.rollbacks)
+    passed = sum(1 for r in attempt.rollbacks if r.transient)
     lost = sum(r.steps_lost + r.probe_steps for r in attempt.rollbacks)
     said = f"recovered in the job {len(recovered)} time{'s' if len(recovered) != 1 else ''}"
     if recovered:

@@ -191,3 +191,14 @@ def test_a_batch_the_same_rate_trained_past_is_told_and_changes_nothing_the_poli
                                      first_loss=2.6))
     result = monitor.check(told.state, flat, T0 + timedelta(minutes=10))
     assert result.state.next_action == "launch_new" and result.state.run_spec["lr"] > 0.001, result.state.reason
+
+
+def test_the_end_says_how_many_sudden_explosions_the_same_rate_trained_past(settings):
+    state = launched(settings)
+    passed = {**rollback(60, after=0.1, factor=1.0, outcome="transient"),
+              "probed": [{"factor": 1.0, "learning_rate": 0.1, "steps": 5, "score": 0.3, "failed": None}]}
+    ended = observe(describe(state, "Completed"), findings=document([rollback(), passed]))
+    result = monitor.check(state, ended, T0 + timedelta(minutes=5))
+    assert result.state.outcome == "succeeded"
+    assert ("recovered in the job 1 time, last on at rate 0.01 (0.1 x the script's); 1 sudden explosion the same "
+            "rate trained past") in result.state.reason
