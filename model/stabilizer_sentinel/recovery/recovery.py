@@ -12,8 +12,9 @@ configuration, ``in_job``), the guard does not stop. Instead:
 2. **Probe.** From that state, each candidate rate (a third, a tenth, a thirtieth, a hundredth of
    the failing one: two orders of magnitude in one round) trains ``probe_steps`` steps of the
    script's own batches. A candidate fails at a finding of the sentinel's, a non-finite loss, or a
-   loss that climbs within its steps; among those that did not, the one whose loss fell lowest is
-   kept, and training goes on from the state that candidate reached. When every candidate of a
+   loss that climbs within its steps; among those that did not, the highest rate whose loss fell as
+   low as the lowest (within the batches' noise) is the edge of what the network takes, and training
+   goes on from the state the next lower candidate that trained reached (``choose``). When every candidate of a
    round failed, the next round probes a hundred times lower again; after ``rounds`` rounds the
    finding stands and the job stops as it would have (the workflow relaunches).
 
@@ -86,12 +87,22 @@ class Probe:
 
     @property
     def error(self) -> float:
-        """The standard error of ``score``: the batches differ from probe to probe, and so do their losses."""
+        """The standard error of ``score``: the batches differ from probe to probe, and so do their losses.
+
+        The spread is taken about the losses' straight-line trend, not their mean: a probe's loss falls
+        as it trains, and a steep fall from a high restored loss is the rate's doing, not noise (taken
+        about the mean it would make a probe far worse than another look as good)."""
         later = self.losses[1:] or self.losses
-        if len(later) < 2:
+        n = len(later)
+        if n < 2:
             return 0.0
-        mean = sum(later) / len(later)
-        return math.sqrt(sum((x - mean) ** 2 for x in later) / (len(later) - 1) / len(later))
+        mean = sum(later) / n
+        if n < 3:  # no degree of freedom left beside a line
+            return math.sqrt(sum((x - mean) ** 2 for x in later) / (n - 1) / n)
+        middle = (n - 1) / 2
+        slope = sum((i - middle) * (x - mean) for i, x in enumerate(later)) / sum((i - middle) ** 2 for i in range(n))
+        residuals = [x - mean - slope * (i - middle) for i, x in enumerate(later)]
+        return math.sqrt(sum(r * r for r in residuals) / (n - 2) / n)
 
     def climbing(self, noise: float | None) -> bool:
         """Whether the loss rose over the probe's steps by more than ``CLIMB`` of its first and than the
@@ -367,16 +378,23 @@ class Recovery:
 
 
 def choose(stable: list[Probe]) -> Probe | None:
-    """The probe to go on with: the highest rate whose loss fell as low as the lowest within the noise.
+    """The probe to go on with: a notch below the highest rate whose loss fell as low as the lowest
+    within the noise.
 
     Each probe trains on the script's next batches, not the same ones, so two scores differ by the
     batches as much as by the rates; where they cannot be told apart, the higher rate learns faster.
+    That rate is the edge of what the network took for a few steps from this state, not what it takes
+    for the rest of the run (a rate at the edge oscillates or climbs again tens of steps later), so the
+    job goes on at the next lower candidate that trained, as a learning-rate range test does (a step
+    below where the loss fell fastest); at the edge itself only when no lower one trained.
     """
     if not stable:
         return None
     best = min(stable, key=lambda p: p.score)
     tied = [p for p in stable if p.score <= best.score + NOISE_ERRORS * math.hypot(p.error, best.error)]
-    return max(tied, key=lambda p: p.factor)
+    edge = max(tied, key=lambda p: p.factor)
+    lower = [p for p in stable if p.factor < edge.factor]
+    return max(lower, key=lambda p: p.factor) if lower else edge
 
 
 def restore_point(rewind: Any, finding: dict[str, Any]) -> Any:

@@ -18,7 +18,7 @@ from tests.unit.sentinel.support import FIXTURES, findings, job_env, logged, run
 pytestmark = pytest.mark.slow  # every test runs a script as its own process
 
 SCRIPT = FIXTURES / "loops" / "loss_forms.py"
-FORMS = ["module", "functional", "inside", "accumulated", *in_make_test_all("scaled", "summed", "terms", "mse")]
+FORMS = ["module", "accumulated", *in_make_test_all("functional", "inside", "scaled", "summed", "terms", "mse")]
 
 
 def _files(root) -> dict[str, str]:
@@ -90,7 +90,7 @@ def test_the_same_script_that_does_learn_is_called_learned_from_its_first_step(t
     assert math.isclose(seen["first_loss"], sum(printed[:5]) / 5, rel_tol=1e-4)  # the first window, from step 0
 
 
-@pytest.mark.parametrize("end", ["exit3", "raise", *in_make_test_all("return")])
+@pytest.mark.parametrize("end", ["raise", *in_make_test_all("exit3", "return")])
 def test_what_the_watcher_still_replaces_looks_and_ends_as_before(tmp_path, end):
     script = FIXTURES / "loops" / "looks_around.py"
     free = run([str(script), "--end", end], script.parent, job_env(tmp_path / "free"))

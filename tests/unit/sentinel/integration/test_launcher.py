@@ -22,7 +22,7 @@ def first_non_finite_loss(tmp_path) -> int:
     return next(step for step, loss in logged(free.stdout, "loss") if not math.isfinite(loss))
 
 
-@pytest.mark.parametrize("loss_source", ["loss module", "log line"])
+@pytest.mark.parametrize("loss_source", ["log line", *in_make_test_all("loss module")])
 def test_python_m_stabilizer_sentinel_launch_stops_an_unmodified_script(tmp_path, loss_source):
     expected = first_non_finite_loss(tmp_path)
     job = tmp_path / "job"

@@ -25,7 +25,7 @@ def _launch(tmp_path, *args: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("start", ["spawn", "fork", *in_make_test_all("forkserver")])
+@pytest.mark.parametrize("start", ["fork", *in_make_test_all("spawn", "forkserver")])
 def test_hogwild_workers_are_watched_whatever_starts_them(tmp_path, start):
     result, document = _launch(tmp_path, "--start", start, "--processes", "2", "--steps", "30")
     assert result.returncode == 0, result.stderr

@@ -279,3 +279,20 @@ def test_a_probe_climbs_only_by_more_than_its_runs_per_step_noise():
     assert probe.climbing(noise=None)  # no noise known yet: half the first loss is the bound
     assert not probe.climbing(noise=0.4)  # 0.45 above: within 3 deviations of a difference of two steps
     assert Probe(1.0, losses=[0.5, 0.9, 2.0, 3.0, 4.0]).climbing(noise=0.4)
+
+
+def test_the_job_goes_on_a_notch_below_the_highest_rate_as_good_as_the_best():
+    """A probe's scores are told apart by their noise about the trend, not by the fall itself: a higher
+    rate whose loss came down steeply but stayed six times the lower rate's is not its equal."""
+    from stabilizer_sentinel.recovery.recovery import Probe, choose
+
+    steep = Probe(1 / 30, losses=[40.0, 12.0, 6.0, 3.0, 1.0])  # mean 5.5, a clean fall
+    low = Probe(1 / 100, losses=[40.0, 0.9, 0.8, 0.85, 0.7])  # mean 0.81
+    assert choose([steep, low]) is low
+    # Probes the batches' noise cannot tell apart: the highest is the edge the network took for a few
+    # steps, and the job goes on a notch below it; at the edge only when nothing lower trained.
+    noisy_high = Probe(1 / 3, losses=[2.0, 1.0, 1.4, 0.8, 1.3])
+    noisy_low = Probe(1 / 10, losses=[2.0, 1.1, 0.9, 1.2, 1.0])
+    lowest = Probe(1 / 30, losses=[2.0, 1.8, 1.7, 1.7, 1.6])
+    assert choose([noisy_high, noisy_low, lowest]) is noisy_low
+    assert choose([noisy_high]) is noisy_high
