@@ -10,7 +10,9 @@ $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	# torch is pinned in pyproject (torch==2.13.0): this machine kind carries that CPU build on disk.
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	# --no-compile: byte-compiling every installed module (torch, botocore, the CDK) took most of the
+	# install's minutes; Python compiles what is imported, once, on first import.
+	$(BIN)/pip install --quiet --no-compile -e '.[dev]'
 	touch $(STAMP)
 
 # The pinned CDK CLI (npm aws-cdk, see package.json) for `npx cdk synth|deploy`, and the Lambda

@@ -163,7 +163,7 @@ def judge(run: Run, result: Result) -> Result:
         result.false_negative = f"first attempt called {result.first_call}"
     elif result.outcome == "succeeded" and result.attempts == 1 and not result.rollbacks:
         result.false_negative = "succeeded in one attempt, nothing found"
-    elif result.outcome == "succeeded" and "succeeded" not in expect.outcome and not result.rollbacks:
+    elif result.outcome == "succeeded" and "succeeded" not in outcomes(expect, result) and not result.rollbacks:
         result.false_negative = f"ended succeeded after {result.attempts} attempts; no declared knob fixes it"
     wrong = []
     if not result.false_negative and result.first_call not in expect.first_attempt:
@@ -183,8 +183,15 @@ def judge(run: Run, result: Result) -> Result:
                     direction == "keep" and new != old):
                 wrong.append(f"attempt {number}: {name} {old} -> {new}, expected {direction}")
     result.misdiagnosis = "; ".join(wrong)
-    result.outcome_met = result.outcome in expect.outcome and not (result.false_negative or result.misdiagnosis)
+    met = result.outcome in outcomes(expect, result)
+    result.outcome_met = met and not (result.false_negative or result.misdiagnosis)
     return result
+
+
+def outcomes(expect: Any, result: Result) -> tuple[str, ...]:
+    """The outcomes the run may end with: ``outcome_in_job`` where the job rolled back inside itself
+    (it lowers its own rate, knob or none), else ``outcome``."""
+    return expect.outcome_in_job if result.rollbacks and expect.outcome_in_job is not None else expect.outcome
 
 
 def _final_loss(attempts: list[dict[str, Any]]) -> float | None:

@@ -59,6 +59,8 @@ class Expect:
     outcome: tuple[str, ...]  # the outcomes the execution may end with
     first_attempt: tuple[str, ...] = ()  # failing runs: what the first attempt may be called
     remedy: dict[str, str] = field(default_factory=dict)  # hyperparameter -> "up" | "down" | "keep"
+    # Failing runs: the outcomes where the job lowered its own rate (a rollback in the job); None: ``outcome``
+    outcome_in_job: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -99,15 +101,16 @@ def _names(source: Path, where: str, value: Any, allowed: tuple[str, ...]) -> tu
 
 
 def _expect(source: Path, where: str, data: dict[str, Any], healthy: bool, hyperparameters: dict[str, Any]) -> Expect:
-    known = {"outcome", "first_attempt", "remedy"}
+    known = {"outcome", "first_attempt", "remedy", "outcome_in_job"}
     if unknown := sorted(set(data) - known):
         raise ManifestError(f"{source}: {where}expect.{unknown[0]}: unknown key (known: {', '.join(sorted(known))})")
     outcome = _names(source, f"{where}expect.outcome", data.get("outcome"), OUTCOMES)
     if healthy:
         if not set(outcome) <= set(SUCCESS):
             raise ManifestError(f"{source}: {where}expect.outcome: a healthy run ends {' or '.join(SUCCESS)}")
-        if "first_attempt" in data or "remedy" in data:
-            raise ManifestError(f"{source}: {where}expect: a healthy run has no first_attempt or remedy")
+        if {"first_attempt", "remedy", "outcome_in_job"} & set(data):
+            raise ManifestError(
+                f"{source}: {where}expect: a healthy run has no first_attempt, remedy or outcome_in_job")
         return Expect(outcome)
     first = _names(source, f"{where}expect.first_attempt", data.get("first_attempt"), FAILURE_CALLS)
     remedy = data.get("remedy", {})
@@ -118,7 +121,9 @@ def _expect(source: Path, where: str, data: dict[str, Any], healthy: bool, hyper
             raise ManifestError(f"{source}: {where}expect.remedy.{name}: not one of the job's hyperparameters")
         if direction not in DIRECTIONS:
             raise ManifestError(f"{source}: {where}expect.remedy.{name}: expected up, down or keep, got {direction!r}")
-    return Expect(outcome, first, dict(remedy))
+    in_job = (_names(source, f"{where}expect.outcome_in_job", data["outcome_in_job"], OUTCOMES)
+              if "outcome_in_job" in data else None)
+    return Expect(outcome, first, dict(remedy), in_job)
 
 
 def load_kind(directory: Path, *, files_in_place: bool = True) -> list[Run]:

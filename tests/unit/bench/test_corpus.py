@@ -80,8 +80,8 @@ def _run(name: str) -> Run:
     return select(RUNS, names=[name])[0]
 
 
-def _attempt(n: int, lr: float, *, rule: str | None = None, status: str = "Completed") -> dict:
-    return {"number": n, "job_name": f"j-{n}", "run_spec": {"lr": lr, "clip": 0.0}, "status": status,
+def _attempt(n: int, lr: float, *, rule: str | None = None, status: str = "Completed", key: str = "lr") -> dict:
+    return {"number": n, "job_name": f"j-{n}", "run_spec": {key: lr, "clip": 0.0}, "status": status,
             "finding": {"rule": rule} if rule else None}
 
 
@@ -219,3 +219,16 @@ def test_the_recovered_quality_is_the_last_loss_over_the_best_healthy_run_of_the
     lines = bench_corpus.quality_lines([healthy, recovered])
     assert lines[1] == "  default: 0 of 1 within 10%, median ratio 1.20"
     assert "rnn-lr3.5-noclip (default): final loss 0.6 / healthy 0.5 = 1.20 (1 in job, 1 job(s))" in lines[2]
+
+
+def test_a_run_no_knob_fixes_is_right_to_end_succeeded_where_the_job_lowered_its_own_rate():
+    run = _run("finetune-lr5-noknobs")
+    assert "succeeded" in run.expect.outcome_in_job and "succeeded" not in run.expect.outcome
+    in_job = bench_corpus.measure(run, "default", {"outcome": "succeeded", "attempts": [
+        _rolled_back(_attempt(1, 5.0, key="ft_lr"))]}, "SUCCEEDED", [""], 1.0)
+    assert in_job.outcome_met and not in_job.false_negative
+    # Without a rollback in the job nothing could lower the rate (no knob to relaunch with).
+    unchanged = bench_corpus.measure(run, "default", {"outcome": "succeeded", "attempts": [
+        _attempt(1, 5.0, key="ft_lr", rule="Diverging", status="Failed"), _attempt(2, 5.0, key="ft_lr")]},
+        "SUCCEEDED", ["", ""], 1.0)
+    assert not unchanged.outcome_met and unchanged.false_negative.startswith("ended succeeded after 2 attempts")

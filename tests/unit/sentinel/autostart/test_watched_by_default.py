@@ -6,6 +6,9 @@ stabilizer_sentinel.launch`` for the launcher, the fixture's own ``watch()`` lin
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -154,3 +157,16 @@ def test_auto_watches_a_lightning_script_through_the_launcher_or_stands_down_for
     written = summary(tmp_path / "callback")
     assert (written["integration"], written["steps_taken"], written["steps_observed"]) == ("lightning", 8, 8)
     assert "stabilizer launcher" not in callback.stderr
+
+
+def test_a_lightning_script_at_a_rate_it_cannot_take_is_rolled_back_inside_the_job_through_the_launcher(tmp_path):
+    """Lightning runs forward and backward inside ``optimizer.step(closure)``: the launcher attaches
+    before any module call, and watches the optimizer's tensors. A rollback puts them back in place."""
+    script = FIXTURES / "loops" / "lightning_fit.py"
+    result = in_a_job(tmp_path, script, {"integration": "auto", "recovery": "in_job"}, "--lr", "0.2", "--steps", "60")
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert document["findings"] == [] and document["rollbacks"][-1]["outcome"] == "recovered"
+    losses = [loss for _, loss in logged(result.stdout, "loss")]
+    assert len(losses) == 60 and math.isfinite(losses[-1]) and losses[-1] < losses[0]
+    assert document["summary"]["ended"] == "completed"

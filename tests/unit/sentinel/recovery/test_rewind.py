@@ -79,3 +79,22 @@ def test_after_a_finding_no_more_copies_are_taken(tmp_path):
     rewind, _ = train(tmp_path, 30, poison=poison_layer(12, "head.weight"), action="notify")
     assert rewind.frozen and [s.next_step for s in rewind.snapshots] == [5, 10]
     assert [p.name for p in checkpoints_in(tmp_path)] == [checkpoint_name(5), checkpoint_name(10)]
+
+
+def test_a_copy_of_a_loops_bare_tensors_holds_them_and_puts_them_back_in_place(tmp_path):
+    """A loop over bare tensors (no module: a functional model, or one whose forward runs inside a
+    closure the guard attached before) is watched as BareTensors: its copies hold those tensors, and a
+    rollback writes them back into the loop's own objects."""
+    from stabilizer_sentinel.loops.networks import BareTensors
+
+    weight, bias = torch.randn(4, 3, requires_grad=True), torch.zeros(4, requires_grad=True)
+    network = BareTensors([weight, bias])
+    optimizer = torch.optim.SGD([weight, bias], lr=0.1)
+    rewind = Rewind(network, optimizer, checkpoint_dir=tmp_path, every=5, keep=2)
+    copy = rewind.take_now(0)
+    assert set(copy.model) == {"tensor0", "tensor1"}
+    before = weight.detach().clone()
+    with torch.no_grad():
+        weight.mul_(float("nan"))
+    rewind.load(copy)
+    assert torch.equal(weight, before) and network.tensors[0] is weight and weight.requires_grad
