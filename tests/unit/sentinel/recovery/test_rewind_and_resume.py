@@ -111,6 +111,35 @@ def test_a_fine_tuning_script_names_the_state_it_started_from(tmp_path):
     assert (written["started_from"], written["restores"]) == ("s3://bucket/pretrained/model.pt", False)
 
 
+def test_a_loop_over_bare_tensors_resumes_its_own_tensors_from_its_checkpoint(tmp_path):
+    """``watch([w, b], optimizer)``: the checkpoints hold the loop's tensors, and ``restore()`` puts them
+    back into the relaunched loop's (an empty copy once fitted anything and loaded nothing)."""
+    torch.manual_seed(0)
+    weight, bias = torch.randn(2, 4, requires_grad=True), torch.zeros(2, requires_grad=True)
+    optimizer = torch.optim.SGD([weight, bias], lr=0.1)
+    guard = watch([weight, bias], optimizer, environ=_env(tmp_path / "first"))
+    for step in range(12):
+        optimizer.zero_grad()
+        loss = (torch.ones(3, 4) @ weight.T + bias).pow(2).mean()
+        loss.backward()
+        if step == 8:
+            weight.grad[0, 0] = float("nan")
+        guard.step(loss)
+        optimizer.step()
+    guard.close()
+    saved = checkpoints_in(tmp_path / "first" / "ckpt")
+    assert saved, "no checkpoint of the loop's tensors"
+    state = torch.load(saved[-1], weights_only=True)
+    assert set(state["model"]) == {"tensor0", "tensor1"}
+
+    fresh_weight, fresh_bias = torch.zeros(2, 4, requires_grad=True), torch.ones(2, requires_grad=True)
+    relaunched = watch([fresh_weight, fresh_bias], torch.optim.SGD([fresh_weight, fresh_bias], lr=0.1),
+                       environ=_env(tmp_path / "second", SM_CHANNEL_RESUME=str(saved[-1].parent)))
+    assert relaunched.restore() == checkpoint_step(saved[-1].name) > 0
+    assert torch.equal(fresh_weight, state["model"]["tensor0"]) and torch.equal(fresh_bias, state["model"]["tensor1"])
+    relaunched.close()
+
+
 def _tiny() -> tuple[nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
