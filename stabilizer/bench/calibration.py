@@ -43,7 +43,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from stabilizer.bench.corpus import SUCCESS, Run, load, select
+from stabilizer.bench.corpus import SUCCESS, Expect, Run, load, select
 
 POLICIES = ("default", "original")
 # A policy label with this suffix runs with job.recovery relaunch (every remedy a new job); without it,
@@ -188,7 +188,7 @@ def judge(run: Run, result: Result) -> Result:
     return result
 
 
-def outcomes(expect: Any, result: Result) -> tuple[str, ...]:
+def outcomes(expect: Expect, result: Result) -> tuple[str, ...]:
     """The outcomes the run may end with: ``outcome_in_job`` where the job rolled back inside itself
     (it lowers its own rate, knob or none), else ``outcome``."""
     return expect.outcome_in_job if result.rollbacks and expect.outcome_in_job is not None else expect.outcome
