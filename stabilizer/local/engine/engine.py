@@ -61,6 +61,9 @@ from stabilizer.reports.records import RunRecord
 from stabilizer.source.sourcedir import mark_run_directory, source_archive
 from stabilizer_workflow.aws.cloudwatch import NAMESPACE as JOB_METRICS_NAMESPACE
 
+# Held while a handler runs with sys.stdout and sys.stderr pointed at its engine's lambdas.log.
+_HANDLER_STDOUT = threading.RLock()
+
 
 class LocalEngine:
     """Run executions of the project's state machine on this machine. Use as a context manager."""
@@ -91,7 +94,6 @@ class LocalEngine:
         self._queue_url: str | None = None
         self._clients: dict[str, Any] = {}
         self._lambda_log: io.TextIOBase | None = None
-        self._invoke_lock = threading.Lock()
         self._mailbox: Mailbox | None = None
         self.setup_seconds = 0.0
         self.strict = strict_from_environment() if strict is None else strict
@@ -230,9 +232,10 @@ class LocalEngine:
         AWS calls are `principal`'s (its function's role)."""
         log = self._lambda_log
         # redirect_stdout swaps the process-wide sys.stdout: two executions invoking handlers at
-        # once would restore each other's stream and leave stdout pointing at a closed log. The
-        # lock makes invocations take turns; each one lasts milliseconds.
-        lock = self._invoke_lock
+        # once, of one engine or of two, would restore each other's stream, print into each other's
+        # log and leave stdout pointing at a closed one. The lock, one per process as sys.stdout is,
+        # makes invocations take turns; each one lasts milliseconds.
+        lock = _HANDLER_STDOUT
 
         def invoke(event: Any, context: Any) -> Any:
             assert log is not None
