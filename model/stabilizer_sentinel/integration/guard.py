@@ -119,9 +119,11 @@ class Guard(OptimizerHooks):
         self.rewind: Rewind | None = None
         self.recovery: Recovery | None = None
         if optimizer is not None and stores:
-            # In-job recovery needs the optimizer's hooks (the rate at the step, the step's end): not Lightning's steps.
-            hooked = install_hooks and integration != "lightning"
-            self._keep_states(optimizer, start_step, rewind_every, rewind_keep, in_job_possible=hooked)
+            # In-job recovery needs the edges of the optimizer's step (the rate at the step, the step's end):
+            # the optimizer's hooks, or for Lightning's callback, which checks and counts its steps itself,
+            # the edges alone (hook_step_edges). A script that drives the guard by hand has neither.
+            in_job_possible = install_hooks or integration == "lightning"
+            self._keep_states(optimizer, start_step, rewind_every, rewind_keep, in_job_possible=in_job_possible)
         self.epoch: int | None = None
         self.phase: str | None = None
         self._loss: torch.Tensor | float | None = None
@@ -142,13 +144,7 @@ class Guard(OptimizerHooks):
         self.scaler_watch = ScalerWatch(self)
         self.clock: BackwardClock | None = None
         self._handles: list[Any] = []
-        if install_hooks and optimizer is not None:
-            self.hook_optimizers(optimizers, in_checkpoints=integration != "launcher")
-            follow_scaler(optimizer, self)
-        elif install_hooks:  # updated by hand: each backward pass is a step (stabilizer_sentinel.loops.step_clock)
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            if params:
-                self.clock = BackwardClock(self, params, wait_for_loss=integration == "library")
+        self._hook_steps(optimizers, install_hooks, integration)
         if config.loss_regex is not None or log_channel.current() is not None:
             log_channel.install(config.effective_loss_regex).attach(self)
         collections = set(self.capture.collections)
@@ -158,6 +154,18 @@ class Guard(OptimizerHooks):
         self.watchdog = watchdog.start(self)  # a thread that notices a loop which stopped taking steps
         self_ref = weakref.ref(self)
         atexit.register(lambda: (guard := self_ref()) is not None and guard.close())
+
+    def _hook_steps(self, optimizers: list[torch.optim.Optimizer], install_hooks: bool, integration: str) -> None:
+        optimizer = optimizers[0] if optimizers else None
+        if install_hooks and optimizer is not None:
+            self.hook_optimizers(optimizers, in_checkpoints=integration != "launcher")
+            follow_scaler(optimizer, self)
+        elif optimizer is not None and self.recovery is not None:  # Lightning's callback checks and counts
+            self.hook_step_edges(optimizer)
+        elif install_hooks:  # updated by hand: each backward pass is a step (stabilizer_sentinel.loops.step_clock)
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            if params:
+                self.clock = BackwardClock(self, params, wait_for_loss=integration == "library")
 
     def _keep_states(self, optimizer: torch.optim.Optimizer, start_step: int, every: int, keep: int, *,
                      in_job_possible: bool) -> None:
@@ -262,8 +270,13 @@ class Guard(OptimizerHooks):
 
     def advance(self) -> None:
         """Count the optimizer step just taken, copy the state when due and arm capture for the next forward pass."""
-        self.step_number += 1
         self.record.steps_taken += 1
+        self.step_ended()
+
+    def step_ended(self) -> None:
+        """The optimizer step just taken ended (``advance`` counted it, or the loop did: ``check_counted``):
+        the next one's number, a copy of the state when due, a rollback under way goes on, capture armed."""
+        self.step_number += 1
         if self.rewind is not None:
             self.rewind.after_step(self.step_number)
         if self.recovery is not None:

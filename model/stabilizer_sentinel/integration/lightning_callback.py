@@ -14,7 +14,12 @@ gradients, stabilizer_sentinel.loops.optimizer_hooks); the first one's steps are
 (``on_exception``: ended "exception" with the exception's line, or "interrupted"). Precision
 "16-mixed" with a GradScaler: the optimizer's hooks check the steps the scaler applies and the steps
 it skips are counted and judged as in a plain loop (stabilizer_sentinel.loops.step_clock), since Lightning's own
-hook comes before the scaler decides. "bf16-mixed" needs no scaler and is watched as any step. Needs the
+hook comes before the scaler decides. "bf16-mixed" needs no scaler and is watched as any step.
+
+With ``recovery`` ``in_job`` in the job's configuration, an explosion or a divergence is answered in the
+process as at the other levels (stabilizer_sentinel.recovery.recovery): the module and the optimizer are
+loaded from a copy in place (the Trainer holds the same objects), the rate is applied around the
+update by the first optimizer's step hooks, and Lightning's step count goes on. Needs the
 ``lightning`` package (extra ``lightning``).
 """
 

@@ -4,6 +4,8 @@
   ``optimizer.step(closure)`` (LBFGS, ...) gradients exist only after the step, so the check runs in
   the post-hook and a stopping step has already been applied.
 - Step post-hook: count the step (``guard.advance()``).
+- A loop that checks and counts its steps itself (Lightning's callback) and recovers in the job gets
+  the step's edges alone (``hook_step_edges``): a rollback's rate around the update, its end after it.
 - ``state_dict`` post-hook / ``load_state_dict`` pre-hook, at the library level only (a script that
   calls ``watch()``): the guard's step count and the learning check's start travel in the
   optimizer's checkpoint, so a loop that checkpoints its optimizer resumes both by itself. A script
@@ -54,6 +56,21 @@ class OptimizerHooks:
                               first.register_load_state_dict_pre_hook(self._load_step)]
         for other in optimizers[1:]:
             self.add_optimizer(other)
+
+    def hook_step_edges(self, optimizer: torch.optim.Optimizer) -> None:
+        """For a loop that checks and counts its steps itself (Lightning's callback, ``check_counted``)
+        and recovers in the job: around the update a rollback's rate, after it the step's end (copies,
+        probes); nothing is checked here. Lightning calls ``optimizer.step(closure)``: this pre-hook runs
+        before the closure's forward and backward, the callback's check after them, the update after that."""
+        self._handles += [optimizer.register_step_pre_hook(self._scale_for_step),
+                          optimizer.register_step_post_hook(self._after_counted_step)]
+
+    def _scale_for_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        self.recovery.scale(optimizer)
+
+    def _after_counted_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        self.recovery.unscale(optimizer)
+        self.step_ended()
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if _has_closure(args, kwargs):

@@ -60,7 +60,10 @@ def test_a_bad_hyperparameter_exits_2_with_the_reason_in_the_failure_file(job_di
 
 
 @pytest.mark.slow
-def test_dry_run_writes_model_and_checkpoint(job_dirs, digits_channels):
+def test_a_dry_run_writes_the_model_and_a_checkpoint_and_logs_lines_a_metric_definition_reads(job_dirs,
+                                                                                             digits_channels):
+    import re
+
     result = run_train(["--dry-run", "--log_every", "1"], job_dirs.env(digits_channels))
     assert result.returncode == 0, result.stderr
     assert len(step_lines(result.stdout)) == 3
@@ -68,13 +71,6 @@ def test_dry_run_writes_model_and_checkpoint(job_dirs, digits_channels):
     assert json.loads((job_dirs.model / "config.json").read_text())["depth"] == 20
     checkpoints = sorted(job_dirs.checkpoints.glob("checkpoint-*.pt"))
     assert [c.name for c in checkpoints] == ["checkpoint-00000003.pt"]
-
-
-@pytest.mark.slow
-def test_log_lines_match_a_metric_definitions_regex(job_dirs, digits_channels):
-    import re
-
-    result = run_train(["--dry-run", "--log_every", "1"], job_dirs.env(digits_channels))
     pattern = re.compile(r"step=(\d+) .*loss=(\S+) lr=(\S+) grad_norm=(\S+)")
     matches = [pattern.search(line) for line in result.stdout.splitlines() if line.startswith("step=")]
     assert [m.group(1) for m in matches] == ["0", "1", "2"]

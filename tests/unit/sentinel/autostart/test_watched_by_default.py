@@ -144,7 +144,8 @@ def test_the_launcher_resumes_an_unchanged_script_from_the_newest_checkpoint(tmp
     assert (written["first_step"], written["last_step"], written["steps_taken"]) == (30, 34, 5)
 
 
-def test_auto_watches_a_lightning_script_through_the_launcher_or_stands_down_for_its_callback(tmp_path):
+@pytest.mark.long  # the launcher watching Lightning, rolling back: the test after next
+def test_auto_watches_a_lightning_script_through_the_launcher_and_stops_it_at_its_first_non_finite_step(tmp_path):
     script = FIXTURES / "loops" / "lightning_fit.py"
     launcher = in_a_job(tmp_path / "launcher", script, {"integration": "auto"}, "--nan-from", "3")
     assert launcher.returncode == 86, launcher.stdout + launcher.stderr
@@ -152,11 +153,21 @@ def test_auto_watches_a_lightning_script_through_the_launcher_or_stands_down_for
     assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 3)
     assert summary(tmp_path / "launcher")["integration"] == "launcher"
 
-    callback = in_a_job(tmp_path / "callback", script, {"integration": "auto"}, "--callback", "1")
-    assert callback.returncode == 0, callback.stderr
-    written = summary(tmp_path / "callback")
-    assert (written["integration"], written["steps_taken"], written["steps_observed"]) == ("lightning", 8, 8)
-    assert "stabilizer launcher" not in callback.stderr
+
+def test_auto_stands_down_for_a_lightning_callback_which_rolls_back_inside_the_job(tmp_path):
+    """The SentinelCallback checks and counts Lightning's steps itself: the rollback's rate is applied
+    around the update by the optimizer's step hooks, the copies are loaded into the Trainer's module."""
+    script = FIXTURES / "loops" / "lightning_fit.py"
+    result = in_a_job(tmp_path, script, {"integration": "auto", "recovery": "in_job"},
+                      "--callback", "1", "--lr", "0.2", "--steps", "60")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "stabilizer launcher" not in result.stderr
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert document["findings"] == [] and document["rollbacks"][-1]["outcome"] == "recovered"
+    written = document["summary"]
+    assert (written["integration"], written["ended"], written["steps_taken"]) == ("lightning", "completed", 60)
+    losses = [loss for _, loss in logged(result.stdout, "loss")]
+    assert len(losses) == 60 and math.isfinite(losses[-1]) and losses[-1] < losses[0]
 
 
 def test_a_lightning_script_at_a_rate_it_cannot_take_is_rolled_back_inside_the_job_through_the_launcher(tmp_path):
