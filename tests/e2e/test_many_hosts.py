@@ -1,6 +1,7 @@
-"""Jobs on several instances, run locally as docs/many-hosts.md says: two hosts of torchrun each, one
-stop for every rank at one step, a relaunch that resumes on two hosts, and a hang that is detected, stopped
-and retried. Tiny models on CPU over gloo; hang floors of seconds."""
+"""Jobs on several instances, run locally as docs/many-hosts.md says: two hosts of torchrun each, every
+rank rolled back inside the job together; with recovery relaunch, one stop for every rank at one step
+and a relaunch that resumes on two hosts; and a hang that is detected, stopped and retried. Tiny
+models on CPU over gloo; hang floors of seconds."""
 
 from __future__ import annotations
 
@@ -31,8 +32,28 @@ def host_logs(run_dir: Path, job_name: str) -> dict[str, str]:
     return {log.parts[-3]: log.read_text() for log in sorted((jobs / job_name).glob("algo-*/logs/training.log"))}
 
 
-def test_the_two_host_example_stops_every_rank_at_one_step_and_resumes_on_two_hosts(tmp_path):
+def test_the_two_host_example_rolls_every_rank_back_inside_its_one_job(tmp_path):
     result, record = run_input(ROOT / "examples" / "ddp-two-hosts" / "input.json", tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    state = record["state"]
+    (attempt,) = state["attempts"]
+    assert state["outcome"] == "succeeded" and attempt["finding"] is None
+    (rollback,) = attempt["rollbacks"]
+    assert rollback["rule"] in ("Diverging", "ExplodingTensor") and rollback["rate_after"] < rollback["rate_before"]
+    logs = host_logs(tmp_path, attempt["job_name"])
+    done = sorted(rank for text in logs.values() for rank in re.findall(r"rank=(\d) host=algo-\d done", text))
+    assert done == ["0", "1", "2", "3"], logs  # every rank of both hosts trained on to the end
+    assert "sentinel stopped the job" not in "".join(logs.values())
+
+
+def test_the_two_host_example_relaunched_stops_every_rank_at_one_step_and_resumes_on_two_hosts(tmp_path):
+    given = json.loads((ROOT / "examples" / "ddp-two-hosts" / "input.json").read_text())
+    given["job"]["source"] = str(ROOT / "examples" / "ddp-two-hosts")
+    given["job"]["recovery"] = "relaunch"
+    path = tmp_path / "input.json"
+    path.write_text(json.dumps(given))
+    result, record = run_input(path, tmp_path / "runs")
+    tmp_path = tmp_path / "runs"
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     state = record["state"]
     first, *rest = state["attempts"]

@@ -307,6 +307,18 @@ class Sentinel:
         learning = {key: copy.deepcopy(value) for key, value in vars(self.learning).items() if key != "chance"}
         return {"learning": learning, "fired": set(self._fired), "first_nonfinite_layer": self.first_nonfinite_layer}
 
+    def shared_checks_state(self) -> dict[str, Any]:
+        """``checks_state`` for another process (DDP rank 0's, sent to the others after a rollback): the
+        rules that fired by name, since another process's rules are other objects."""
+        state = self.checks_state()
+        state["fired"] = sorted({rule.name for rule in (*self.rules, *self._exploding) if id(rule) in self._fired})
+        return state
+
+    def load_shared_checks_state(self, state: dict[str, Any]) -> None:
+        names = set(state["fired"])
+        fired = {id(rule) for rule in (*self.rules, *self._exploding) if rule.name in names}
+        self.load_checks_state({**state, "fired": fired})
+
     def loss_level(self) -> float | None:
         """The mean of the last window's finite losses (None before any): how good the state after them is."""
         recent = [value for _, value in list(self.loss_history)[-self.learning.window:] if math.isfinite(value)]

@@ -36,7 +36,7 @@ optimizer steps the loop attempted from ``start_step``; the loss reported since 
 to the next one.
 
 Under DDP (``torch.distributed`` initialised, world size > 1) every rank checks its own loss and the
-(all-reduced) gradients; one 2-integer all-reduce per step tells every rank whether any rank found
+(all-reduced) gradients; one 4-integer all-reduce per step tells every rank whether any rank found
 something or must stop, so all ranks leave at the same step. Rank 0 alone captures tensors, evaluates
 the rules other than the finite check and writes findings.json, with the other ranks' findings.
 
@@ -68,6 +68,7 @@ from stabilizer_sentinel.loops.networks import network_of
 from stabilizer_sentinel.loops.optimizer_hooks import OptimizerHooks
 from stabilizer_sentinel.loops.step_clock import BackwardClock, ScalerWatch, follow_scaler, unfollow
 from stabilizer_sentinel.recovery import resume
+from stabilizer_sentinel.recovery.ranks import Follower, Ranks
 from stabilizer_sentinel.recovery.recovery import Recovery
 from stabilizer_sentinel.recovery.rewind import Rewind
 from stabilizer_sentinel.rules import RuleFinding
@@ -124,6 +125,8 @@ class Guard(OptimizerHooks):
             # the edges alone (hook_step_edges). A script that drives the guard by hand has neither.
             in_job_possible = install_hooks or integration == "lightning"
             self._keep_states(optimizer, start_step, rewind_every, rewind_keep, in_job_possible=in_job_possible)
+        elif optimizer is not None and install_hooks and self._ranks_recover():
+            self.recovery = self.sentinel.recovery = Follower(self)  # rank 0 decides, this rank does the same
         self.epoch: int | None = None
         self.phase: str | None = None
         self._loss: torch.Tensor | float | None = None
@@ -172,9 +175,11 @@ class Guard(OptimizerHooks):
         """The last healthy states, copied every few steps and written as checkpoints at the first finding.
 
         Rank 0 alone keeps them: under DDP every rank holds the same weights. In-job recovery
-        (stabilizer_sentinel.recovery.recovery) rolls back to them: one process, one model, copies always taken.
+        (stabilizer_sentinel.recovery.recovery) rolls back to them, copies always taken; under DDP rank 0
+        sends the state it rolled back to to the other ranks (stabilizer_sentinel.recovery.ranks).
         """
-        in_job = in_job_possible and self.config.effective_recovery == "in_job" and self.world_size == 1
+        in_job = in_job_possible and self.config.effective_recovery == "in_job" and (
+            self.world_size == 1 or self._ranks_recover())
         writes = every > 0  # copies kept for the rollback alone are not written as checkpoints at a finding
         every = REWIND_EVERY if in_job and every <= 0 else every
         if every <= 0:
@@ -185,6 +190,15 @@ class Guard(OptimizerHooks):
         if in_job:
             self.rewind.companion = self.sentinel  # the first copy is taken at the first check (check())
             self.recovery = self.sentinel.recovery = Recovery(self)
+            if self.world_size > 1:
+                self.recovery.ranks = Ranks(self)  # the other ranks do as this one did
+
+    def _ranks_recover(self) -> bool:
+        """Every DDP rank recovers in the job together (stabilizer_sentinel.recovery.ranks): the process group
+        is up, so each step's agreement can carry rank 0's decisions."""
+        return (self.world_size > 1 and self.config.effective_recovery == "in_job"
+                and torch.distributed.is_available() and torch.distributed.is_initialized()
+                and not worker_processes.is_worker())
 
     # -- what the loop calls
     def step(self, loss: torch.Tensor | float | None, *, labels: torch.Tensor | None = None,

@@ -1,6 +1,7 @@
 """DDP for the guard: this process's rank, and agreeing on a stop so that all ranks leave at one step.
 
-One 2-integer all-reduce per step tells every rank whether any rank found something or must stop;
+One 4-integer all-reduce per step tells every rank whether any rank found something or must stop (and,
+with in-job recovery, whether a rollback is under way or a rank left rank 0 a finding);
 the findings themselves are gathered only at a step where one fired. This module must not decide
 anything about a finding.
 """
@@ -21,12 +22,26 @@ def rank_and_size() -> tuple[int, int]:
 
 
 def agree(guard: Any, verdict: Any, stop: bool) -> bool:
-    """Whether any rank must stop; rank 0 adopts the findings of the others (gathered only when one fired)."""
+    """Whether any rank must stop; rank 0 adopts the findings of the others (gathered only when one fired).
+
+    With in-job recovery (stabilizer_sentinel.recovery.ranks) two flags more: a rank left findings to
+    rank 0 (gathered, and rank 0 answers them: a rollback, or a stop it tells every rank), and a
+    rollback is under way on rank 0 (every rank then exchanges with it at the step's end).
+    """
     dist = torch.distributed
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-    flags = torch.tensor([int(bool(verdict.findings)), int(stop)], dtype=torch.int32, device=device)
+    recovery = guard.recovery
+    ranks = getattr(recovery, "ranks", None)
+    pending = getattr(recovery, "pending", [])
+    leading = ranks is not None and guard.primary and recovery.probing
+    flags = torch.tensor([int(bool(verdict.findings)), int(stop), int(bool(pending)), int(leading)],
+                         dtype=torch.int32, device=device)
     dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-    found, stop_any = (bool(v) for v in flags.tolist())
+    found, stop_any, pending_any, leading = (bool(v) for v in flags.tolist())
+    if pending_any:
+        leading, stop_any = _answer(guard, pending, leading, stop_any, device)
+    if ranks is not None:
+        ranks.due = leading and not stop_any
     if found:
         gathered: list[Any] = [None] * guard.world_size
         dist.all_gather_object(gathered, [dict(entry, rank=guard.rank) for entry in verdict.findings])
@@ -39,3 +54,24 @@ def agree(guard: Any, verdict: Any, stop: bool) -> bool:
         elif guard.sentinel.stop_finding is None and everyone and guard.sentinel.action == "stop":
             guard.sentinel.stop_finding = everyone[0]
     return stop_any
+
+
+def _answer(guard: Any, pending: list[dict[str, Any]], leading: bool, stop: bool, device: Any) -> tuple[bool, bool]:
+    """Rank 0 answers the findings other ranks left to it: a rollback (or a probe that failed), else a stop."""
+    dist = torch.distributed
+    gathered: list[Any] = [None] * guard.world_size
+    dist.all_gather_object(gathered, [dict(entry, rank=guard.rank) for entry in pending])
+    pending.clear()
+    decision = torch.tensor([int(leading), int(stop)], dtype=torch.int32, device=device)
+    if guard.primary:
+        entries = [entry for entries in gathered for entry in entries]
+        if guard.recovery.intercept(entries):
+            decision[0] = int(guard.recovery.probing)
+        else:
+            if guard.rewind is not None:
+                guard.rewind.persist(before_step=min(entry["step"] for entry in entries))
+            guard.sentinel.adopt(entries)
+            decision[1] = 1
+    dist.broadcast(decision, 0)
+    answered_leading, answered_stop = (bool(v) for v in decision.tolist())
+    return leading or answered_leading, stop or answered_stop

@@ -33,8 +33,9 @@ The rate is applied at the optimizer step (``scale``/``unscale`` around it): eac
 multiplied by the factor in force just before the step and set back just after, so a script that
 sets its own rate each step, a scheduler, or neither keep the schedule's shape, lowered.
 
-Only for one optimizer in one process (a second optimizer, several ranks or a worker process stop
-as before: the relaunch handles them), and at most ``max_rollbacks`` times per job.
+Only for one optimizer (a second optimizer or a worker process stop as before: the relaunch handles
+them), and at most ``max_rollbacks`` times per job. Under DDP every rank rolls back together: rank 0
+decides, the others do as it did (stabilizer_sentinel.recovery.ranks).
 
 This module decides the in-job remedy; it must not write files other than through the sentinel.
 """
@@ -114,9 +115,37 @@ class Probe:
         return last - first > bound
 
 
-class Recovery:
+class RateFactor:
+    """A factor on every group's rate, applied at the optimizer step alone (``scale``/``unscale``)."""
+
+    factor: float
+    _saved: list[Any]
+
+    def scale(self, optimizer: torch.optim.Optimizer) -> None:
+        """Just before the step: each group's rate times the factor in force."""
+        self._saved = []
+        if self.factor == 1.0:
+            return
+        for group in optimizer.param_groups:
+            self._saved.append(group["lr"])
+            group["lr"] = group["lr"] * self.factor
+
+    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        """Just after it: the script's own rates back, as it set them."""
+        for group, rate in zip(optimizer.param_groups, self._saved, strict=False):
+            group["lr"] = rate
+        self._saved = []
+
+    def rate(self, optimizer: torch.optim.Optimizer) -> float | None:
+        """The first group's rate as the step runs it (the script's rate times the factor)."""
+        lr = self._saved[0] if self._saved else optimizer.param_groups[0].get("lr")
+        return None if lr is None else float(lr) * self.factor
+
+
+class Recovery(RateFactor):
     """The guard's in-job recovery (see the module docstring); ``guard`` is a
-    stabilizer_sentinel.integration.guard.Guard."""
+    stabilizer_sentinel.integration.guard.Guard. Under DDP it runs on rank 0, and ``ranks``
+    (stabilizer_sentinel.recovery.ranks.Ranks) tells the other ranks what it did."""
 
     def __init__(self, guard: Any, *, max_rollbacks: int = MAX_ROLLBACKS, probe_steps: int = PROBE_STEPS,
                  factors: tuple[float, ...] = FACTORS, rounds: int = ROUNDS) -> None:
@@ -139,27 +168,8 @@ class Recovery:
         self._ends: dict[int, Any] = {}  # the state each probe that did not fail reached, by id
         self._restore_due = False
         self.live_from = -1  # findings of steps before this one are about steps a rollback undid
-
-    # -- the rate at the optimizer step
-    def scale(self, optimizer: torch.optim.Optimizer) -> None:
-        """Just before the step: each group's rate times the factor in force."""
-        self._saved = []
-        if self.factor == 1.0:
-            return
-        for group in optimizer.param_groups:
-            self._saved.append(group["lr"])
-            group["lr"] = group["lr"] * self.factor
-
-    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
-        """Just after it: the script's own rates back, as it set them."""
-        for group, rate in zip(optimizer.param_groups, self._saved, strict=False):
-            group["lr"] = rate
-        self._saved = []
-
-    def rate(self, optimizer: torch.optim.Optimizer) -> float | None:
-        """The first group's rate as the step runs it (the script's rate times the factor)."""
-        lr = self._saved[0] if self._saved else optimizer.param_groups[0].get("lr")
-        return None if lr is None else float(lr) * self.factor
+        self.ranks: Any = None  # under DDP: what rank 0 did, told to the other ranks after each step of a rollback
+        self._loaded = False  # a state was put back during this step's end
 
     @property
     def probing(self) -> bool:
@@ -177,9 +187,12 @@ class Recovery:
             self._probe.failed = f"{stops[0]['rule']} at step {stops[0]['step']}"
             self._restore_due = True
             return True
-        if self.probing or not self._can_roll_back(stops):
-            return False
-        entry = stops[0]
+        if self.probing:
+            return True  # a rollback under way answers it (another rank's finding of the same step)
+        return self._can_roll_back(stops) and self._begin(stops[0])
+
+    def _begin(self, entry: dict[str, Any]) -> bool:
+        """Roll back for ``entry``: False when no copy is old enough."""
         snapshot = restore_point(self.guard.rewind, entry)
         if snapshot is None:
             return False
@@ -218,7 +231,8 @@ class Recovery:
         transients = sum(d["outcome"] == "transient" for d in self.decisions)
         return (len(self.decisions) - transients < self.max_rollbacks and transients < MAX_TRANSIENTS
                 and guard.rewind is not None and not guard.others
-                and guard.world_size == 1 and all(entry["rule"] in RECOVERABLE for entry in stops))
+                and (guard.world_size == 1 or self.ranks is not None)
+                and all(entry["rule"] in RECOVERABLE for entry in stops))
 
     def observed(self, loss: float | None) -> None:
         """The loss of the step just checked (None when the step had none)."""
@@ -230,7 +244,14 @@ class Recovery:
                 self._restore_due = True
 
     def after_step(self) -> None:
-        """After the optimizer step (the guard counted it): restore, move to the next candidate, or settle."""
+        """After the optimizer step (the guard counted it): restore, move to the next candidate, or settle;
+        under DDP, then tell the other ranks (``ranks``)."""
+        self._loaded = False
+        self._end_step()
+        if self.ranks is not None:
+            self.ranks.lead(loaded=self._loaded)
+
+    def _end_step(self) -> None:
         probe = self._probe
         if probe is not None:
             probe.steps += 1
@@ -291,8 +312,12 @@ class Recovery:
         self.guard.sentinel.adopt([finding])
 
     # -- steps of a rollback
+    def _load(self, snapshot: Any) -> None:
+        self.guard.rewind.load(snapshot)
+        self._loaded = True
+
     def _start(self, factor: float) -> None:
-        self.guard.rewind.load(self._snapshot)
+        self._load(self._snapshot)
         self.factor = factor
         self.live_from = self.guard.step_number
         self._probe = Probe(factor)
@@ -333,16 +358,18 @@ class Recovery:
         guard.rewind.frozen = False
         chosen = choose([p for p in self._probes if id(p) in self._ends])
         if chosen is None:  # nothing lower trained: the finding stands, the job stops as it would have
-            guard.rewind.load(self._snapshot)
+            self._load(self._snapshot)
             self.live_from = guard.step_number
             self.factor = trigger["factor_before"]
             decision = self._decision(trigger, probed, None)
             self.decisions.append(decision)
             guard.sentinel.rollbacks.append(decision)  # written with the finding, as the job stops
             guard.rewind.persist_point(self._snapshot)  # where the relaunch resumes, with the copies before it
+            if self.ranks is not None:
+                self.ranks.lead(loaded=True, stop=finding)  # every rank stops with rank 0
             guard.give_up_rollback(finding)
             return
-        guard.rewind.load(self._ends[id(chosen)])
+        self._load(self._ends[id(chosen)])
         self._ends = {}
         self.live_from = guard.step_number
         guard.undone_before(guard.step_number)

@@ -78,6 +78,22 @@ def _nbytes(value: Any) -> int:
     return 0
 
 
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Load ``state`` (an optimizer's ``state_dict()``, the guard's keys left out) into ``optimizer``.
+
+    The groups' settings (lr, momentum, ...) are the script's schedule, now: they stay as they are.
+    """
+    settings = [{key: value for key, value in group.items() if key != "params"} for group in optimizer.param_groups]
+    optimizer.load_state_dict({key: value for key, value in state.items() if key not in GUARD_KEYS})
+    for group, setting in zip(optimizer.param_groups, settings, strict=True):
+        group.update(setting)
+
+
+def state_on_host(value: Any) -> Any:
+    """A deep copy of a (nested) state dict with every tensor copied to CPU memory."""
+    return _to_cpu(value)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     next_step: int
@@ -161,13 +177,7 @@ class Rewind:
         are left out: a rollback keeps counting the steps the script takes.
         """
         self.model.load_state_dict(snapshot.model)  # copied into the parameters
-        optimizer = {key: value for key, value in _to_cpu(snapshot.optimizer).items() if key not in GUARD_KEYS}
-        # The groups' settings (lr, momentum, ...) are the script's schedule, now: they stay as they are.
-        settings = [{key: value for key, value in group.items() if key != "params"}
-                    for group in self.optimizer.param_groups]
-        self.optimizer.load_state_dict(optimizer)  # a fresh copy: the optimizer updates its state in place
-        for group, setting in zip(self.optimizer.param_groups, settings, strict=True):
-            group.update(setting)
+        load_optimizer_state(self.optimizer, _to_cpu(snapshot.optimizer))  # a fresh copy: updated in place
         if self.companion is not None and snapshot.checks is not None:
             self.companion.load_checks_state(copy.deepcopy(snapshot.checks))
 

@@ -1,7 +1,9 @@
-"""DDP under torchrun (gloo, 2 CPU processes): one verdict, at one step, on every rank; one findings file."""
+"""DDP under torchrun (gloo, 2 CPU processes): one verdict, at one step, on every rank; one findings file;
+with in-job recovery, one rollback on every rank, to rank 0's state."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -37,3 +39,42 @@ def test_a_healthy_ddp_run_finishes_on_every_rank(tmp_path):
     assert sorted(re.findall(r"rank=(\d) done", result.stdout)) == ["0", "1"]
     assert findings(tmp_path) == []  # rank 0's file, with the summary of the run
     assert (summary(tmp_path)["ended"], summary(tmp_path)["steps_taken"]) == ("completed", 6)
+
+
+def _weights_and_losses(output: str) -> tuple[dict[str, str], dict[str, list[float]]]:
+    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", output))
+    losses: dict[str, list[float]] = {}
+    for rank, loss in re.findall(r"rank=(\d) step=\d+ loss=(\S+)", output):
+        losses.setdefault(rank, []).append(float(loss))
+    return weights, losses
+
+
+def test_every_rank_rolls_back_inside_the_job_to_rank_0s_state_and_goes_on_at_its_rate(tmp_path):
+    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+               str(SCRIPT), "--bad-rank", "-1", "--lr", "0.8", "--steps", "60"]
+    result = run(command, SCRIPT.parent, job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert document["findings"] == [] and document["rollbacks"][-1]["outcome"] == "recovered", output
+    weights, losses = _weights_and_losses(result.stdout)
+    assert weights["0"] == weights["1"], output  # every rank holds rank 0's state, trained at one rate
+    assert [len(losses["0"]), len(losses["1"])] == [60, 60]
+    assert all(max(rank_losses[-5:]) < rank_losses[0] for rank_losses in losses.values()), output
+    assert document["summary"]["ended"] == "completed"
+
+
+@pytest.mark.long
+def test_a_non_finite_loss_on_another_rank_alone_is_answered_by_rank_0_and_every_rank_goes_on(tmp_path):
+    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+               str(SCRIPT), "--bad-rank", "1", "--bad-step", "12", "--lr", "0.05", "--steps", "30"]
+    result = run(command, SCRIPT.parent, job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    (rollback,) = document["rollbacks"]
+    # Rank 1's loss alone was NaN (its gradients, all-reduced, stayed finite): replayed, it trained.
+    assert (rollback["outcome"], rollback["step"], rollback["finding"]["rank"]) == ("transient", 12, 1), output
+    weights, losses = _weights_and_losses(result.stdout)
+    assert weights["0"] == weights["1"] and [len(losses["0"]), len(losses["1"])] == [30, 30], output
+    assert document["summary"]["ended"] == "completed"

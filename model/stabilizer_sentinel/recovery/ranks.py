@@ -1,0 +1,120 @@
+"""In-job recovery under DDP: every rank rolls back together, to rank 0's state, at rank 0's rate.
+
+Rank 0 keeps the copies and decides (stabilizer_sentinel.recovery.recovery.Recovery); every other rank
+follows (``Follower``). Under DDP the ranks hold the same weights and optimizer state (the gradients
+are all-reduced), so rank 0's state is every rank's.
+
+Nothing more is exchanged at a healthy step: the guard's agreement of each step
+(stabilizer_sentinel.loops.distributed.agree) carries two flags more, a rank left a finding rank 0 can
+answer in the job to rank 0 (``Follower.pending``, gathered only then), and rank 0 has a rollback under
+way. At the end of each step of a rollback rank 0 tells every rank what it did (``Ranks.lead``, ``Ranks.follow``):
+a header (what it did, the factor in force, the first step that is still the run's) and, when it put a
+state back, that state: the model's tensors broadcast in place, then the optimizer's state and the
+checks' state as one object. When rank 0 finds no rate that trains, every rank stops with it.
+
+This module decides nothing about the run; it carries rank 0's decisions to the other ranks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from stabilizer_sentinel.recovery.recovery import RECOVERABLE, RateFactor
+from stabilizer_sentinel.recovery.rewind import load_optimizer_state, state_on_host
+
+NOTHING, LOADED, STOPPED = 0, 1, 2
+
+
+def _device() -> torch.device:
+    if torch.distributed.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+class Ranks:
+    """One rank's side of the exchange at the end of each step of a rollback (``guard``: its Guard)."""
+
+    def __init__(self, guard: Any) -> None:
+        self.guard = guard
+        self.due = False  # a rollback is under way at this step (the step's agreement said so)
+
+    def lead(self, *, loaded: bool, stop: dict[str, Any] | None = None) -> None:
+        """Rank 0, at the end of a step of a rollback: tell every rank what it did."""
+        if not self.due:
+            return
+        self.due = False
+        dist, guard, recovery = torch.distributed, self.guard, self.guard.recovery
+        kind = STOPPED if stop is not None else LOADED if loaded else NOTHING
+        header = torch.tensor([kind, recovery.factor, recovery.live_from], dtype=torch.float64, device=_device())
+        dist.broadcast(header, 0)
+        if kind == LOADED:
+            for tensor in guard.model.state_dict().values():
+                dist.broadcast(tensor, 0)
+            state = [state_on_host(guard.optimizer.state_dict()), guard.sentinel.shared_checks_state()]
+            dist.broadcast_object_list(state, 0)
+        elif kind == STOPPED:
+            dist.broadcast_object_list([stop], 0)
+
+    def follow(self) -> None:
+        """Any other rank, at the end of a step of a rollback: do what rank 0 did."""
+        if not self.due:
+            return
+        self.due = False
+        dist, guard, recovery = torch.distributed, self.guard, self.guard.recovery
+        header = torch.zeros(3, dtype=torch.float64, device=_device())
+        dist.broadcast(header, 0)
+        kind, factor, live_from = header.tolist()
+        recovery.factor, recovery.live_from = factor, int(live_from)
+        if kind == LOADED:
+            with torch.no_grad():
+                for tensor in guard.model.state_dict().values():
+                    dist.broadcast(tensor, 0)
+            state: list[Any] = [None, None]
+            dist.broadcast_object_list(state, 0)
+            optimizer, checks = state
+            load_optimizer_state(guard.optimizer, optimizer)
+            guard.sentinel.load_shared_checks_state(checks)
+            guard.undone_before(recovery.live_from)
+        elif kind == STOPPED:
+            finding: list[Any] = [None]
+            dist.broadcast_object_list(finding, 0)
+            guard.give_up_rollback(finding[0])
+
+
+class Follower(RateFactor):
+    """In-job recovery on a DDP rank other than 0: what rank 0 can answer in the job is left to it, and
+    this rank does as rank 0 did (``Ranks``)."""
+
+    probing = False
+
+    def __init__(self, guard: Any) -> None:
+        self.guard = guard
+        self.factor = 1.0
+        self._saved: list[Any] = []
+        self.live_from = -1
+        self.decisions: list[dict[str, Any]] = []
+        self.pending: list[dict[str, Any]] = []  # this step's findings for rank 0 to answer
+        self.ranks = Ranks(guard)
+
+    def intercept(self, entries: list[dict[str, Any]]) -> bool:
+        """Findings of a step: True when they are rank 0's to answer (not recorded here, no stop)."""
+        stops = [entry for entry in entries if entry.get("action") == "stop"]
+        if not stops:
+            return False
+        if all(entry["step"] < self.live_from for entry in stops):
+            return True  # about a step a rollback undid
+        if all(entry["rule"] in RECOVERABLE for entry in stops):
+            self.pending.extend(stops)
+            return True
+        return False
+
+    def observed(self, loss: float | None) -> None:
+        """Rank 0 judges the probes on its own losses."""
+
+    def after_step(self) -> None:
+        self.ranks.follow()
+
+    def close(self) -> None:
+        """Rank 0 records a rollback the run's end interrupted."""
