@@ -8,7 +8,8 @@ Nothing more is exchanged at a healthy step: the guard's agreement of each step
 (stabilizer_sentinel.loops.distributed.agree) carries two flags more, a rank left a finding rank 0 can
 answer in the job to rank 0 (``Follower.pending``, gathered only then), and rank 0 has a rollback under
 way. At the end of each step of a rollback rank 0 tells every rank what it did (``Ranks.lead``, ``Ranks.follow``):
-a header (what it did, the factor in force, the first step that is still the run's) and, when it put a
+a header (what it did, the factor in force, the first step that is still the run's, whether the rollback
+is still under way: then the next step's end is exchanged too) and, when it put a
 state back, that state: the model's tensors broadcast in place, then the optimizer's state and the
 checks' state as one object. When rank 0 finds no rate that trains, every rank stops with it.
 
@@ -38,16 +39,20 @@ class Ranks:
 
     def __init__(self, guard: Any) -> None:
         self.guard = guard
-        self.due = False  # a rollback is under way at this step (the step's agreement said so)
+        # A rollback is under way: exchange at this step's end (the step's agreement or the last exchange said so).
+        self.due = False
 
     def lead(self, *, loaded: bool, stop: dict[str, Any] | None = None) -> None:
         """Rank 0, at the end of a step of a rollback: tell every rank what it did."""
         if not self.due:
             return
-        self.due = False
         dist, guard, recovery = torch.distributed, self.guard, self.guard.recovery
+        # Under way after this step too: every rank exchanges at the next step's end, checked or not (a
+        # step a loss scaler skipped is counted without a check, on every rank alike).
+        self.due = recovery.probing and stop is None
         kind = STOPPED if stop is not None else LOADED if loaded else NOTHING
-        header = torch.tensor([kind, recovery.factor, recovery.live_from], dtype=torch.float64, device=_device())
+        header = torch.tensor([kind, recovery.factor, recovery.live_from, int(self.due)], dtype=torch.float64,
+                              device=_device())
         dist.broadcast(header, 0)
         if kind == LOADED:
             for tensor in guard.model.state_dict().values():
@@ -61,12 +66,11 @@ class Ranks:
         """Any other rank, at the end of a step of a rollback: do what rank 0 did."""
         if not self.due:
             return
-        self.due = False
         dist, guard, recovery = torch.distributed, self.guard, self.guard.recovery
-        header = torch.zeros(3, dtype=torch.float64, device=_device())
+        header = torch.zeros(4, dtype=torch.float64, device=_device())
         dist.broadcast(header, 0)
-        kind, factor, live_from = header.tolist()
-        recovery.factor, recovery.live_from = factor, int(live_from)
+        kind, factor, live_from, under_way = header.tolist()
+        recovery.factor, recovery.live_from, self.due = factor, int(live_from), bool(under_way)
         if kind == LOADED:
             with torch.no_grad():
                 for tensor in guard.model.state_dict().values():
