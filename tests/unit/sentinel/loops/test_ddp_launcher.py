@@ -1,7 +1,9 @@
-"""DDP under torchrun with the launcher: an unchanged script, watched on every rank, stopped at one step."""
+"""DDP under torchrun with the launcher: an unchanged script, watched on every rank, stopped at one step;
+with in-job recovery, rolled back on every rank together."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -25,3 +27,20 @@ def test_the_launcher_stops_an_unchanged_ddp_script_on_every_rank_before_the_bad
     assert {(f["rule"], f["step"]) for f in findings(tmp_path)} == {("ExplodingTensor", 5)}
     written = summary(tmp_path)
     assert (written["integration"], written["ended"], written["steps_taken"]) == ("launcher", "rule_stop", 5)
+
+
+@pytest.mark.long  # the library's DDP rollback is in make test (test_ddp.py)
+def test_the_launcher_rolls_an_unchanged_ddp_script_back_on_every_rank_inside_the_job(tmp_path):
+    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+               "-m", "stabilizer_sentinel.launch", str(SCRIPT), "--bad-rank", "1", "--bad-step", "12", "--steps", "30"]
+    result = run(command, SCRIPT.parent, job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    (rollback,) = document["rollbacks"]
+    # A corrupt batch on rank 1, its NaN gradients all-reduced to both: replayed at the same rate, it trained.
+    assert (rollback["rule"], rollback["step"], rollback["outcome"]) == ("ExplodingTensor", 12, "transient"), output
+    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", result.stdout))
+    assert weights["0"] == weights["1"] and weights["0"] != "nan", output
+    assert sorted(re.findall(r"rank=(\d) done", result.stdout)) == ["0", "1"]
+    assert document["summary"]["ended"] == "completed"
