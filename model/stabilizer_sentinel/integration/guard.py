@@ -119,13 +119,14 @@ class Guard(OptimizerHooks):
         self.step_number = start_step
         self.rewind: Rewind | None = None
         self.recovery: Recovery | None = None
+        # In-job recovery needs the edges of the optimizer's step (the rate at the step, the step's end):
+        # the optimizer's hooks, or for Lightning's callback, which checks and counts its steps itself,
+        # the edges alone (hook_step_edges). A script that drives the guard by hand has neither. Every
+        # DDP rank decides this alike: rank 0 leads and the others follow, or none recovers in the job.
+        in_job_possible = install_hooks or integration == "lightning"
         if optimizer is not None and stores:
-            # In-job recovery needs the edges of the optimizer's step (the rate at the step, the step's end):
-            # the optimizer's hooks, or for Lightning's callback, which checks and counts its steps itself,
-            # the edges alone (hook_step_edges). A script that drives the guard by hand has neither.
-            in_job_possible = install_hooks or integration == "lightning"
             self._keep_states(optimizer, start_step, rewind_every, rewind_keep, in_job_possible=in_job_possible)
-        elif optimizer is not None and install_hooks and self._ranks_recover():
+        elif optimizer is not None and in_job_possible and self._ranks_recover():
             self.recovery = self.sentinel.recovery = Follower(self)  # rank 0 decides, this rank does the same
         self.epoch: int | None = None
         self.phase: str | None = None

@@ -78,3 +78,20 @@ def test_a_non_finite_loss_on_another_rank_alone_is_answered_by_rank_0_and_every
     weights, losses = _weights_and_losses(result.stdout)
     assert weights["0"] == weights["1"] and [len(losses["0"]), len(losses["1"])] == [30, 30], output
     assert document["summary"]["ended"] == "completed"
+
+
+@pytest.mark.long
+def test_when_no_rate_trains_every_rank_stops_with_rank_0_at_one_step(tmp_path):
+    # Rank 1's loss stays NaN from step 12 on: no probed rate trains, so the finding stands on every rank.
+    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+               str(SCRIPT), "--bad-rank", "1", "--bad-step", "12", "--bad-after", "1", "--lr", "0.05",
+               "--steps", "60"]
+    result = run(command, SCRIPT.parent, job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    stopped = re.findall(r"\[default(\d)\]:sentinel stopped the job at step (\d+)", output)
+    assert [rank for rank, _ in sorted(stopped)] == ["0", "1"] and len({step for _, step in stopped}) == 1, output
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert document["rollbacks"][-1]["outcome"] == "stopped", output
+    assert [(f["rule"], f["step"]) for f in document["findings"]] == [("ExplodingTensor", 12)], output
+    assert "done" not in result.stdout
