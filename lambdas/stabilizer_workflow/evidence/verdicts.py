@@ -242,17 +242,20 @@ def _by_the_loss(summary: Summary, ended: str, steps: str) -> Verdict:
 def why_fresh(integration: str, attempt: Attempt) -> str | None:
     """Why a relaunch after `attempt` will NOT load a checkpoint handed to it; None when it will.
 
-    It will when the attempt's summary says its integration restores (the launcher always does; the
-    library when the script calls `guard.restore()`), or when the attempt itself loaded the
-    checkpoint it was given; without a summary, only the launcher is known to.
+    It will when the attempt's summary says its integration restores (the launcher does for a
+    network, not for a loop over bare tensors; the library when the script calls `guard.restore()`),
+    or when the attempt itself loaded the checkpoint it was given; without a summary, only the
+    launcher is known to.
     """
     seen = attempt.watched
     if seen is not None:
-        if seen.restores or seen.integration == "launcher":
+        if seen.restores or (seen.integration == "launcher" and seen.restores is None):
             return None
         if attempt.resumed_from and seen.started_from:
             return None
         if seen.restores is False:
+            if seen.integration == "launcher":
+                return "the launcher watched a loop over bare tensors, which it cannot load a checkpoint into"
             return "the script does not call guard.restore()"
     if integration == "launcher":
         return None

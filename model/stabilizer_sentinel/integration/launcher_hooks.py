@@ -36,7 +36,9 @@ stabilizer_sentinel.loops.step_clock, and ``torch.autograd.backward``, stabilize
   job's own, else the ``resume`` channel's: stabilizer_sentinel.recovery.resume), its weights are loaded before that
   pass; when the hooks attach, the optimizer's state too, and the step count goes on from the
   checkpoint's. The summary records ``started_from`` and ``restores: true``. The script's own loop
-  and schedule start over: it trains its full length again, from the loaded state.
+  and schedule start over: it trains its full length again, from the loaded state. A loop watched as
+  bare tensors (updated by hand, a functional model, Lightning's first closure) has no network to
+  load a checkpoint into: its summary says ``restores: false``, and the workflow's relaunch starts fresh.
 - How the script ended: an uncaught exception through ``sys.excepthook`` (stabilizer_sentinel.summary);
   ``sys.exit(n)``, ``exit(n)`` or a bare ``raise SystemExit(n)`` that ends it through
   stabilizer_sentinel.integration.exit_status (0 a normal end, any other status ``SystemExit: <status>``).
@@ -239,7 +241,8 @@ class LauncherHooks:
         self.guard = Guard(model, optimizer, config=self.config, paths=self.paths, start_step=start_step,
                            integration="launcher")
         atexit.register(exit_status.record_uncaught)  # after the guard's: at exit, it runs before the guard closes
-        self.guard.restores_checkpoints()  # a relaunch under the launcher loads the newest checkpoint
+        if not isinstance(model, BareTensors):  # a relaunch loads the newest checkpoint into the network
+            self.guard.restores_checkpoints()  # (a loop over bare tensors has no network to load it into)
         self._resume_optimizer(model, optimizer)
         for ref in self._loss_modules.values():
             loss_module = ref()

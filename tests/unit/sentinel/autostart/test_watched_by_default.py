@@ -45,6 +45,7 @@ def test_auto_watches_a_loop_over_bare_tensors_that_never_calls_watch(tmp_path):
     assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 6)
     written = summary(tmp_path)
     assert written["integration"] == "launcher" and written["ended"] == "rule_stop"
+    assert written["restores"] is False  # no network to load a checkpoint into: a relaunch starts fresh
 
 
 @pytest.mark.long

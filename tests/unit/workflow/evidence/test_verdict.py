@@ -223,6 +223,17 @@ def test_a_relaunch_resumes_when_the_launcher_restores(user_job_state):
     assert s.attempts[0].decision.reason.endswith("resumes from checkpoint-00000010.pt")
 
 
+def test_a_relaunch_says_it_starts_fresh_when_the_launcher_watched_a_loop_over_bare_tensors(user_job_state):
+    state = user_job_state(integration="launcher")
+    crashed = _crashed(restores=False, integration="launcher")
+    obs = observation(state, "Failed", failure_reason="AlgorithmError: OverflowError", findings=crashed,
+                      checkpoint_keys=CHECKPOINTS)
+    _, s = _ended(state, obs)
+    assert s.resume_from is None
+    assert s.attempts[0].decision.reason.endswith(
+        "starts fresh (the launcher watched a loop over bare tensors, which it cannot load a checkpoint into)")
+
+
 # --- NotLearning, plateaus, stopping early ------------------------------------------------------
 
 
