@@ -72,9 +72,8 @@ class Ranks:
         kind, factor, live_from, under_way = header.tolist()
         recovery.factor, recovery.live_from, self.due = factor, int(live_from), bool(under_way)
         if kind == LOADED:
-            with torch.no_grad():
-                for tensor in guard.model.state_dict().values():
-                    dist.broadcast(tensor, 0)
+            for tensor in guard.model.state_dict().values():  # detached views of the parameters: in place
+                dist.broadcast(tensor, 0)
             state: list[Any] = [None, None]
             dist.broadcast_object_list(state, 0)
             optimizer, checks = state
@@ -98,7 +97,6 @@ class Follower(RateFactor):
         self.factor = 1.0
         self._saved: list[Any] = []
         self.live_from = -1
-        self.decisions: list[dict[str, Any]] = []
         self.pending: list[dict[str, Any]] = []  # this step's findings for rank 0 to answer
         self.ranks = Ranks(guard)
 

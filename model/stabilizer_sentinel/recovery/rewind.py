@@ -57,14 +57,14 @@ from stabilizer_sentinel.loops.optimizer_hooks import LEARNING_KEY, STATE_KEY
 GUARD_KEYS = (STATE_KEY, LEARNING_KEY)
 
 
-def _to_cpu(value: Any) -> Any:
+def state_on_host(value: Any) -> Any:
     """A deep copy of a (nested) state dict with every tensor copied to CPU memory."""
     if isinstance(value, torch.Tensor):
         return value.detach().to("cpu", copy=True)
     if isinstance(value, dict):
-        return {key: _to_cpu(item) for key, item in value.items()}
+        return {key: state_on_host(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return type(value)(_to_cpu(item) for item in value)
+        return type(value)(state_on_host(item) for item in value)
     return value
 
 
@@ -87,11 +87,6 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]
     optimizer.load_state_dict({key: value for key, value in state.items() if key not in GUARD_KEYS})
     for group, setting in zip(optimizer.param_groups, settings, strict=True):
         group.update(setting)
-
-
-def state_on_host(value: Any) -> Any:
-    """A deep copy of a (nested) state dict with every tensor copied to CPU memory."""
-    return _to_cpu(value)
 
 
 @dataclass(frozen=True)
@@ -164,8 +159,8 @@ class Rewind:
         """A copy of the state now, from which training goes on at ``next_step`` (not kept here)."""
         started = time.perf_counter()
         checks, level = (self.companion.checks_state(), self.companion.loss_level()) if self.companion else (None, None)
-        snapshot = Snapshot(next_step, _to_cpu(self.model.state_dict()), _to_cpu(self.optimizer.state_dict()), checks,
-                            level)
+        snapshot = Snapshot(next_step, state_on_host(self.model.state_dict()),
+                            state_on_host(self.optimizer.state_dict()), checks, level)
         self.seconds += time.perf_counter() - started
         self.copies += 1
         return snapshot
@@ -177,7 +172,7 @@ class Rewind:
         are left out: a rollback keeps counting the steps the script takes.
         """
         self.model.load_state_dict(snapshot.model)  # copied into the parameters
-        load_optimizer_state(self.optimizer, _to_cpu(snapshot.optimizer))  # a fresh copy: updated in place
+        load_optimizer_state(self.optimizer, state_on_host(snapshot.optimizer))  # a fresh copy: updated in place
         if self.companion is not None and snapshot.checks is not None:
             self.companion.load_checks_state(copy.deepcopy(snapshot.checks))
 
