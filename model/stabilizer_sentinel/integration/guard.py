@@ -22,7 +22,8 @@ The loops people write (each with its test in tests/unit/sentinel/loops/test_loo
   judged (stabilizer_sentinel.loops.step_clock); bfloat16 autocast: watched like any loop;
 - gradient accumulation (several ``backward()`` per step): watched, the last reported loss is the step's;
 - several optimizers (a GAN): ``watch(model, [optimizer_d, optimizer_g])``, the first one's steps
-  are the run's, the others' get the finite check (stabilizer_sentinel.loops.optimizer_hooks);
+  are the run's, the others' get the finite check (stabilizer_sentinel.loops.optimizer_hooks), and
+  the copies hold their state and their parameters (a rollback puts all of them back);
 - closures (``optimizer.step(closure)``, LBFGS): watched, checked after the step;
 - parameters updated by hand (no optimizer): ``watch(model)``, or ``watch([w, b, ...])`` for bare tensors
   (stabilizer_sentinel.loops.bare_tensors); each backward pass is a step
@@ -64,7 +65,7 @@ from stabilizer_sentinel.detection.sentinel import Verdict, build_monitoring
 from stabilizer_sentinel.integration import log_channel
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig
 from stabilizer_sentinel.loops import distributed, worker_processes
-from stabilizer_sentinel.loops.networks import network_of
+from stabilizer_sentinel.loops.networks import BareTensors, network_of
 from stabilizer_sentinel.loops.optimizer_hooks import OptimizerHooks
 from stabilizer_sentinel.loops.step_clock import BackwardClock, ScalerWatch, follow_scaler, unfollow
 from stabilizer_sentinel.recovery import resume
@@ -193,6 +194,22 @@ class Guard(OptimizerHooks):
             self.recovery = self.sentinel.recovery = Recovery(self)
             if self.world_size > 1:
                 self.recovery.ranks = Ranks(self)  # the other ranks do as this one did
+
+    def add_optimizer(self, optimizer: torch.optim.Optimizer, network: nn.Module | None = None) -> None:
+        """Check another optimizer's steps too (stabilizer_sentinel.loops.optimizer_hooks), and keep its state
+        with the copies: with the parameters the model does not hold, as ``network`` (the launcher's
+        guess of the module they belong to, whose buffers come too) where it holds them all, else as
+        bare tensors."""
+        known = optimizer is self.optimizer or any(optimizer is other for other in self.others)
+        super().add_optimizer(optimizer)
+        if known or self.rewind is None:
+            return
+        held = {id(p) for p in self.model.parameters()}
+        missing = [p for group in optimizer.param_groups for p in group["params"] if id(p) not in held]
+        if missing and network is not None and {id(p) for p in missing} <= {id(p) for p in network.parameters()}:
+            self.rewind.add_other(network, optimizer)
+        else:
+            self.rewind.add_other(BareTensors(missing) if missing else None, optimizer)
 
     def _ranks_recover(self) -> bool:
         """Every DDP rank recovers in the job together (stabilizer_sentinel.recovery.ranks): the process group

@@ -14,6 +14,8 @@
 - Other optimizers of the same run (a GAN's second, ``add_optimizer``): their steps get the finite
   check of their own loss and gradients, with one host synchronisation per step each; they are not
   counted as steps and do not feed the learning check (the first optimizer's steps are the run's).
+  In a job that recovers in place their steps run at the rate factor in force too, and a step whose
+  gradients predate a rollback (taken before the first optimizer's next step) changes nothing.
 
 This module must not change gradients or weights.
 """
@@ -117,11 +119,15 @@ class OptimizerHooks:
                           optimizer.register_step_post_hook(self._after_other_step)]
 
     def _before_other_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if self.recovery is not None and not self.recovery.scale_other(optimizer):
+            self.take_loss()  # gradients from before a rollback: the step is skipped, its loss is not the run's
+            return
         if not _has_closure(args, kwargs):
             self._check_other(optimizer)
 
     def _after_other_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
-        if _has_closure(args, kwargs):
+        skipped = self.recovery is not None and self.recovery.unscale_other(optimizer)
+        if _has_closure(args, kwargs) and not skipped:
             self._check_other(optimizer)
 
     def _check_other(self, optimizer: torch.optim.Optimizer) -> None:

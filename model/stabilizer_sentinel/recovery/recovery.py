@@ -33,8 +33,12 @@ The rate is applied at the optimizer step (``scale``/``unscale`` around it): eac
 multiplied by the factor in force just before the step and set back just after, so a script that
 sets its own rate each step, a scheduler, or neither keep the schedule's shape, lowered.
 
-Only for one optimizer (a second optimizer or a worker process stop as before: the relaunch handles
-them), and at most ``max_rollbacks`` times per job. Under DDP every rank rolls back together: rank 0
+Several optimizers (a GAN's two) roll back together: the copies hold every optimizer's state and
+the parameters of each, the factor applies to every optimizer's rate, and the first optimizer's
+steps are the ones counted, probed and judged; another optimizer's part of the state is put back at its
+own next step (its backward pass done), a step that changes nothing (its gradients predate it). Not under DDP
+or Lightning with several optimizers, nor for a worker process: those stop as before and the relaunch
+handles them. At most ``max_rollbacks`` times per job. Under DDP every rank rolls back together: rank 0
 decides, the others do as it did (stabilizer_sentinel.recovery.ranks).
 
 This module decides the in-job remedy; it must not write files other than through the sentinel.
@@ -116,25 +120,50 @@ class Probe:
 
 
 class RateFactor:
-    """A factor on every group's rate, applied at the optimizer step alone (``scale``/``unscale``)."""
+    """A factor on every group's rate, applied at the optimizer step alone (``scale``/``unscale``), for
+    the first optimizer and the others alike (``scale_other``/``unscale_other``: a GAN's second)."""
 
     factor: float
     _saved: list[Any]
+    _saved_other: tuple[Any, ...] = ()  # the other optimizer's rates, as the script set them, while it steps
+    _held: tuple[tuple[torch.Tensor, torch.Tensor | None], ...] = ()  # its gradients, held aside while it skips
 
     def scale(self, optimizer: torch.optim.Optimizer) -> None:
         """Just before the step: each group's rate times the factor in force."""
-        self._saved = []
-        if self.factor == 1.0:
-            return
-        for group in optimizer.param_groups:
-            self._saved.append(group["lr"])
-            group["lr"] = group["lr"] * self.factor
+        self._saved = _scaled(optimizer, self.factor)
 
     def unscale(self, optimizer: torch.optim.Optimizer) -> None:
         """Just after it: the script's own rates back, as it set them."""
-        for group, rate in zip(optimizer.param_groups, self._saved, strict=False):
-            group["lr"] = rate
+        _unscaled(optimizer, self._saved)
         self._saved = []
+
+    def scale_other(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Just before another optimizer's step: its rates times the factor, and True; False when a
+        rollback's state was put back into it now (``put_back_other``): its gradients predate that state,
+        so they are held aside (``None`` for the step: an optimizer leaves a parameter without a gradient
+        as it is), the step changes nothing, and they are back after it."""
+        if self.put_back_other(optimizer):
+            params = [param for group in optimizer.param_groups for param in group["params"]]
+            self._held = tuple((param, param.grad) for param in params)
+            for param in params:
+                param.grad = None
+            return False
+        self._saved_other = tuple(_scaled(optimizer, self.factor))
+        return True
+
+    def unscale_other(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Just after another optimizer's step: its rates, and any gradients held aside, back; True when
+        the step was skipped."""
+        skipped = bool(self._held)
+        _unscaled(optimizer, list(self._saved_other))
+        for param, grad in self._held:
+            param.grad = grad
+        self._saved_other, self._held = (), ()
+        return skipped
+
+    def put_back_other(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Put a rollback's state back into another optimizer and its parameters, when due: nothing here."""
+        return False
 
     def rate(self, optimizer: torch.optim.Optimizer) -> float | None:
         """The first group's rate as the step runs it (the script's rate times the factor)."""
@@ -230,8 +259,8 @@ class Recovery(RateFactor):
         guard = self.guard
         transients = sum(d["outcome"] == "transient" for d in self.decisions)
         return (len(self.decisions) - transients < self.max_rollbacks and transients < MAX_TRANSIENTS
-                and guard.rewind is not None and not guard.others
-                and (guard.world_size == 1 or self.ranks is not None)
+                and guard.rewind is not None and (guard.world_size == 1 or self.ranks is not None)
+                and (not guard.others or (guard.world_size == 1 and guard.record.integration != "lightning"))
                 and all(entry["rule"] in RECOVERABLE for entry in stops))
 
     def observed(self, loss: float | None) -> None:
@@ -315,6 +344,11 @@ class Recovery(RateFactor):
     def _load(self, snapshot: Any) -> None:
         self.guard.rewind.load(snapshot)
         self._loaded = True
+
+    def put_back_other(self, optimizer: torch.optim.Optimizer) -> bool:
+        """The other optimizers' part of the state loaded last goes back at each one's next step
+        (stabilizer_sentinel.recovery.rewind.Rewind.load_other)."""
+        return self.guard.rewind.load_other(optimizer)
 
     def _start(self, factor: float) -> None:
         self._load(self._snapshot)
@@ -444,6 +478,21 @@ def restore_point(rewind: Any, finding: dict[str, Any]) -> Any:
     lowest, start = min(levels), levels[0]
     bound = lowest + CLIMB * max(start - lowest, abs(lowest))
     return [s for s in held if s.level is None or s.level <= bound][-1]
+
+
+def _scaled(optimizer: torch.optim.Optimizer, factor: float) -> list[Any]:
+    """Each group's rate times ``factor``; returns the rates the script had set."""
+    if factor == 1.0:
+        return []
+    saved = [group["lr"] for group in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        group["lr"] = group["lr"] * factor
+    return saved
+
+
+def _unscaled(optimizer: torch.optim.Optimizer, saved: list[Any]) -> None:
+    for group, rate in zip(optimizer.param_groups, saved, strict=False):
+        group["lr"] = rate
 
 
 def _number(value: float | None) -> float | None:

@@ -44,7 +44,7 @@ from __future__ import annotations
 import copy
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,10 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]
         group.update(setting)
 
 
+def _other_state(network: nn.Module | None, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
+    return ({} if network is None else state_on_host(network.state_dict())), state_on_host(optimizer.state_dict())
+
+
 @dataclass(frozen=True)
 class Snapshot:
     next_step: int
@@ -96,10 +100,13 @@ class Snapshot:
     optimizer: dict[str, Any]
     checks: Any = None  # the companion's state (the sentinel's checks), for an in-job rollback
     level: float | None = None  # the mean loss of the steps just before it, when known: how good it is
+    # The other optimizers' (a GAN's second), in ``Rewind.others``' order: (their network's state, or {}
+    # when the model holds their parameters; their state). Not written into checkpoints.
+    others: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
 
     @property
     def nbytes(self) -> int:
-        return _nbytes(self.model) + _nbytes(self.optimizer)
+        return _nbytes(self.model) + _nbytes(self.optimizer) + _nbytes(self.others)
 
 
 class Rewind:
@@ -134,6 +141,21 @@ class Rewind:
         # False: the copies serve the rollback alone and are never written as checkpoints (a launcher-level
         # job whose relaunch would otherwise resume from them: it did not before in-job recovery kept copies).
         self.writes = True
+        # Other optimizers of the run (a GAN's second), each with the network of its parameters that the
+        # model does not hold (None when it holds them all): copied and put back with the model.
+        self.others: list[tuple[nn.Module | None, torch.optim.Optimizer]] = []
+        self._due: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}  # their part of the state loaded last
+
+    def add_other(self, network: nn.Module | None, optimizer: torch.optim.Optimizer) -> None:
+        """Copy and put back ``optimizer`` (and ``network``) too, from now on and in the copies held.
+
+        Called before its first step (the launcher meets it there): its state now is its state when the
+        copies held were taken, since only its own steps change it."""
+        self.others.append((network, optimizer))
+        now = _other_state(network, optimizer)
+        for snapshot in self.kept():
+            if len(snapshot.others) < len(self.others):
+                snapshot.others.append(now)
 
     def after_step(self, next_step: int) -> None:
         """Call after each optimizer step; copies the state every ``every`` steps."""
@@ -160,7 +182,9 @@ class Rewind:
         started = time.perf_counter()
         checks, level = (self.companion.checks_state(), self.companion.loss_level()) if self.companion else (None, None)
         snapshot = Snapshot(next_step, state_on_host(self.model.state_dict()),
-                            state_on_host(self.optimizer.state_dict()), checks, level)
+                            state_on_host(self.optimizer.state_dict()), checks, level,
+                            [self._due.get(index) or _other_state(network, optimizer)
+                             for index, (network, optimizer) in enumerate(self.others)])
         self.seconds += time.perf_counter() - started
         self.copies += 1
         return snapshot
@@ -173,8 +197,26 @@ class Rewind:
         """
         self.model.load_state_dict(snapshot.model)  # copied into the parameters
         load_optimizer_state(self.optimizer, state_on_host(snapshot.optimizer))  # a fresh copy: updated in place
+        self._due = dict(enumerate(snapshot.others))  # put back at each one's next step (load_other)
         if self.companion is not None and snapshot.checks is not None:
             self.companion.load_checks_state(copy.deepcopy(snapshot.checks))
+
+    def load_other(self, optimizer: torch.optim.Optimizer) -> bool:
+        """At another optimizer's step: put back its part of the state loaded last, when not done yet;
+        True when it did (the gradients about to be applied were computed before it).
+
+        Not when the rest was loaded: the script may hold a graph through that network's weights still
+        to be backwarded (a GAN's generator made the batch before the discriminator stepped), and a copy
+        into them would break it. At its own step its backward pass is done."""
+        index = next((i for i, (_, other) in enumerate(self.others) if other is optimizer), None)
+        if index is None or index not in self._due:
+            return False
+        network_state, optimizer_state = self._due.pop(index)
+        network = self.others[index][0]
+        if network is not None:
+            network.load_state_dict(network_state)
+        load_optimizer_state(optimizer, state_on_host(optimizer_state))
+        return True
 
     def healthy_before(self, step: int) -> Snapshot | None:
         """The newest copy from which training went on at a step before ``step``."""

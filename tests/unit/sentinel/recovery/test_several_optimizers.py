@@ -1,0 +1,143 @@
+"""In-job recovery with several optimizers (a GAN's two): every optimizer's state and parameters roll
+back together, the rate factor applies to each, and the others' part goes back at their own next step.
+
+The library runs in this process; the launcher runs the calibration corpus's GAN script unchanged in a
+job process (tests/corpus/gan/train.py), as a job would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from stabilizer_sentinel import watch
+from stabilizer_sentinel.recovery.recovery import RateFactor
+from stabilizer_sentinel.recovery.rewind import Rewind
+from tests.unit.sentinel.support import job_env, run, summary
+
+GAN = Path(__file__).resolve().parents[3] / "corpus" / "gan" / "train.py"
+
+
+def gan(lr: float, steps: int, *, watched: bool) -> tuple[nn.Module, nn.Module, list[torch.optim.Optimizer], list]:
+    """The corpus's GAN loop (tests/corpus/gan/train.py) with the library's lines: the discriminator is
+    the watched model, the generator is known to the guard through its optimizer alone."""
+    torch.manual_seed(0)
+    generator = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 1))
+    discriminator = nn.Sequential(nn.Linear(1, 32), nn.LeakyReLU(0.2), nn.Linear(32, 1))
+    opt_d = torch.optim.SGD(discriminator.parameters(), lr=lr, momentum=0.9)
+    opt_g = torch.optim.SGD(generator.parameters(), lr=lr, momentum=0.9)
+    guard = watch(discriminator, [opt_d, opt_g]) if watched else None
+    bce = nn.BCEWithLogitsLoss()
+    ones, zeros = torch.ones(64, 1), torch.zeros(64, 1)
+    losses = []
+    for _ in range(steps):
+        fake = generator(torch.randn(64, 4))
+        real = torch.where(torch.rand(64, 1) < 0.5, -2.0, 2.0) + 0.5 * torch.randn(64, 1)
+        d_loss = bce(discriminator(real), ones) + bce(discriminator(fake.detach()), zeros)
+        opt_d.zero_grad()
+        d_loss.backward()
+        if guard is not None:
+            guard.step(d_loss)
+        opt_d.step()
+        g_loss = bce(discriminator(fake), ones)  # through the generator as it made the batch
+        opt_g.zero_grad()
+        g_loss.backward()
+        if guard is not None:
+            guard.step(g_loss)
+        opt_g.step()
+        losses.append(d_loss.item())
+    if guard is not None:
+        guard.close()
+    return generator, discriminator, [opt_d, opt_g], losses
+
+
+@pytest.fixture
+def job(tmp_path, monkeypatch):
+    monkeypatch.setenv("STABILIZER_CONFIG", json.dumps({"recovery": "in_job"}))
+    monkeypatch.setenv("STABILIZER_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv("STABILIZER_FAILURE_FILE", str(tmp_path / "failure"))
+    return tmp_path
+
+
+@pytest.mark.slow  # trains the GAN for 80 steps
+def test_a_gan_that_explodes_rolls_both_networks_back_and_trains_on_at_a_lower_rate_in_the_job(job):
+    generator, discriminator, optimizers, losses = gan(3.0, 80, watched=True)
+    document = json.loads((job / "checkpoints" / "findings.json").read_text())
+    assert document["findings"] == []  # nothing left for the workflow to remedy
+    decision = document["rollbacks"][0]
+    assert decision["outcome"] == "recovered" and decision["learning_rate_after"] < 3.0
+    # Both networks trained on from the restored state: nothing non-finite left in either.
+    for network in (generator, discriminator):
+        assert all(torch.isfinite(p).all() for p in network.parameters())
+    assert all(math.isfinite(loss) for loss in losses[-20:])
+    # The factor lived inside each optimizer's step alone: the rates the script set are as it set them.
+    assert [group["lr"] for opt in optimizers for group in opt.param_groups] == [3.0, 3.0]
+    assert document["summary"]["ended"] == "completed"
+
+
+def test_a_healthy_gan_recovering_in_the_job_trains_exactly_as_unwatched(job):
+    *_, watched = gan(0.002, 30, watched=True)
+    *_, unwatched = gan(0.002, 30, watched=False)
+    assert watched == unwatched
+
+
+def test_another_optimizers_part_of_a_copy_goes_back_at_its_own_next_step(tmp_path):
+    model, other = nn.Linear(2, 1), nn.Linear(2, 1)
+    first, second = torch.optim.SGD(model.parameters(), lr=0.1), torch.optim.SGD(other.parameters(), lr=0.1)
+    rewind = Rewind(model, first, checkpoint_dir=tmp_path)
+    rewind.keep(rewind.take_now(0))
+    rewind.add_other(other, second)  # met at its first step: the copies held get its state as it is now
+    before = {name: value.clone() for name, value in other.state_dict().items()}
+    with torch.no_grad():
+        for param in [*model.parameters(), *other.parameters()]:
+            param.add_(1.0)
+    rewind.load(rewind.kept()[0])
+    assert torch.equal(model.weight, rewind.kept()[0].model["weight"])  # the model at once
+    assert not torch.equal(other.weight, before["weight"])  # the other not yet: a graph may hold its weights
+    assert rewind.load_other(second) is True
+    assert all(torch.equal(other.state_dict()[name], value) for name, value in before.items())
+    assert rewind.load_other(second) is False  # once per load
+
+
+@pytest.mark.slow  # the job's own process
+def test_the_launcher_rolls_back_an_unchanged_gan_script_inside_the_job(tmp_path):
+    # The generator's batch is made before the discriminator steps and backwarded after: a copy into the
+    # generator's weights at the discriminator's step would break that backward pass.
+    result = run(["-m", "stabilizer_sentinel.launch", str(GAN), "--lr", "3"], GAN.parent,
+                 job_env(tmp_path, {"recovery": "in_job"}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert document["findings"] == [] and document["rollbacks"][0]["outcome"] == "recovered"
+    assert summary(tmp_path)["ended"] == "completed"
+    last = [line for line in result.stdout.splitlines() if line.startswith("step 199 ")]
+    assert last and "nan" not in last[0], result.stdout[-500:]
+
+
+class Factor(RateFactor):
+    def __init__(self, factor: float, due: bool) -> None:
+        self.factor, self.due = factor, due
+
+    def put_back_other(self, optimizer: torch.optim.Optimizer) -> bool:
+        return self.due
+
+
+@pytest.mark.parametrize("due", [False, True])
+def test_another_optimizer_steps_at_the_factor_in_force_or_not_at_all_right_after_its_state_went_back(due):
+    weight = nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.SGD([weight], lr=0.5)
+    weight.grad = torch.ones(3)
+    factor = Factor(0.1, due)
+    stepped = factor.scale_other(optimizer)
+    seen = (optimizer.param_groups[0]["lr"], weight.grad)
+    optimizer.step()
+    assert factor.unscale_other(optimizer) is due  # True: the step was skipped
+    assert stepped is not due and optimizer.param_groups[0]["lr"] == 0.5  # the script's rate back
+    if due:  # its gradients predate the state put back: nothing applied, the gradients back after the step
+        assert seen[1] is None and torch.equal(weight, torch.ones(3)) and torch.equal(weight.grad, torch.ones(3))
+    else:
+        assert seen[0] == pytest.approx(0.05) and torch.allclose(weight, torch.full((3,), 0.95))
