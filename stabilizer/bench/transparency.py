@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -77,13 +78,15 @@ def standin_path(script: Script) -> str:
 
 def environment(script: Script, sentinel_dir: Path) -> dict[str, str]:
     """The environment of every run of the script, watched or not: one thread, a fixed hash seed, no
-    bytecode files, the stand-ins on PYTHONPATH, the sentinel's files in `sentinel_dir`."""
+    bytecode files, the stand-ins on PYTHONPATH, the sentinel's files in `sentinel_dir`; the watched run
+    configured as the workflow's jobs are by default (`recovery` in_job: copies of the state kept)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SM_", "STABILIZER_")) and k not in ("PYTHONPATH", "TRAINING_JOB_NAME")}
     env.update({"OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
                 "STABILIZER_CHECKPOINT_DIR": str(sentinel_dir / "checkpoints"),
                 "STABILIZER_FAILURE_FILE": str(sentinel_dir / "failure"),
-                "STABILIZER_TENSOR_DIR": str(sentinel_dir / "checkpoints" / "tensors")})
+                "STABILIZER_TENSOR_DIR": str(sentinel_dir / "checkpoints" / "tensors"),
+                "STABILIZER_CONFIG": json.dumps({"recovery": "in_job"})})
     if script.standins:
         env["PYTHONPATH"] = standin_path(script)
     return env
@@ -139,6 +142,8 @@ def observe(script: Script, watched: bool, root: Path, keep_as: str) -> Observed
 
 # ---------------------------------------------------------------------------- comparing runs
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+DURATION_UNIT = re.compile(r"\s*(?:ms|s|sec|secs|seconds|min|minutes)\b")
+DURATION_WORD = re.compile(r"\b(?:time|elapsed|took)\W*$", re.IGNORECASE)
 
 
 def _shape(line: str) -> tuple[str, list[str]]:
@@ -159,10 +164,19 @@ def _volatile_fields(first: list[str], second: list[str]) -> dict[str, set[int]]
     return fields
 
 
+def _durations(line: str) -> set[int]:
+    """The numbers (by position) the line says are durations: followed by a unit of time (``0.06s``,
+    ``12 ms``) or following ``time:``, ``elapsed``, ``took``. A timing is volatile even where it is
+    printed once and the two unwatched runs happened to print the same value."""
+    return {i for i, number in enumerate(NUMBER.finditer(line))
+            if DURATION_UNIT.match(line, number.end()) or DURATION_WORD.search(line, 0, number.start())}
+
+
 def _only_volatile(unwatched: str, watched: str, fields: dict[str, set[int]]) -> bool:
     (shape_u, numbers_u), (shape_w, numbers_w) = _shape(unwatched), _shape(watched)
-    return shape_u == shape_w and shape_u in fields and all(
-        i in fields[shape_u] for i, (x, y) in enumerate(zip(numbers_u, numbers_w, strict=True)) if x != y)
+    volatile = fields.get(shape_u, set()) | _durations(unwatched)
+    return shape_u == shape_w and all(
+        i in volatile for i, (x, y) in enumerate(zip(numbers_u, numbers_w, strict=True)) if x != y)
 
 
 def _stream_difference(name: str, first: list[str], second: list[str], watched: list[str]) -> str | None:

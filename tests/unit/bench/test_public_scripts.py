@@ -150,6 +150,18 @@ def test_a_timing_field_is_volatile_in_every_line_of_its_shape_even_where_two_ru
         f"stdout line 2: unwatched {line.format(10, 4.63, 6.40)!r}, watched {watched[1]!r}"]
 
 
+def test_a_number_the_line_says_is_a_duration_is_volatile_even_printed_once_and_alike_unwatched():
+    # word_language_model's end of epoch, printed once: both unwatched runs took 0.06 s, the watched 0.07 s.
+    line = "| end of epoch   1 | time: {:5.2f}s | valid loss {:5.2f} | valid ppl {:8.2f}"
+    first, second = _observed([line.format(0.06, 6.37, 582.82)]), _observed([line.format(0.06, 6.37, 582.82)])
+    assert bench.differences(first, second, _observed([line.format(0.07, 6.37, 582.82)])) == []
+    changed = line.format(0.07, 6.38, 582.82)  # the loss beside it is compared
+    assert bench.differences(first, second, _observed([changed])) == [
+        f"stdout line 1: unwatched {line.format(0.06, 6.37, 582.82)!r}, watched {changed!r}"]
+    assert bench.differences(_observed(["10 steps"]), _observed(["10 steps"]), _observed(["11 steps"])) == [
+        "stdout line 1: unwatched '10 steps', watched '11 steps'"]  # "s" inside a word is no unit
+
+
 def test_lines_that_carry_a_process_id_are_volatile_in_whatever_order_the_processes_print():
     first = _observed(["101 loss 2.3", "102 loss 2.4", "test 0.5"])
     second = _observed(["202 loss 2.4", "201 loss 2.3", "test 0.5"])
