@@ -157,7 +157,8 @@ class RateFactor:
         skipped = bool(self._held)
         _unscaled(optimizer, list(self._saved_other))
         for param, grad in self._held:
-            param.grad = grad
+            if param.grad is None:  # a closure's backward inside the step wrote a newer one: kept
+                param.grad = grad
         self._saved_other, self._held = (), ()
         return skipped
 
@@ -369,6 +370,7 @@ class Recovery(RateFactor):
         self._trigger = self._probe = self._replay = None
         self._queue, self._ends = [], {}
         guard.rewind.frozen = False
+        guard.rewind.forget_after(self._snapshot.next_step)
         guard.undone_before(self.live_from)
         decision = self._decision(trigger, probed, probe.factor)
         decision["outcome"] = "transient"
@@ -405,6 +407,7 @@ class Recovery(RateFactor):
             return
         self._load(self._ends[id(chosen)])
         self._ends = {}
+        guard.rewind.forget_after(self._snapshot.next_step)
         self.live_from = guard.step_number
         guard.undone_before(guard.step_number)
         self.factor = factor = chosen.factor

@@ -177,6 +177,18 @@ class Rewind:
         held = {id(s): s for s in (self.first, self.anchor, *self.snapshots) if s is not None}
         return sorted(held.values(), key=lambda s: s.next_step)
 
+    def forget_after(self, next_step: int) -> None:
+        """A rollback went back to the copy from which training went on at ``next_step``, and training
+        goes on from it: the copies taken after it hold states of the steps it undid, and are no restore
+        point for a later rollback (step numbers go on counting, so they would pass for older states of
+        the run). The anchor among them gives way to the best of those left."""
+        kept = [s for s in self.snapshots if s.next_step <= next_step]
+        self.snapshots.clear()
+        self.snapshots.extend(kept)
+        if self.anchor is not None and self.anchor.next_step > next_step:
+            known = [s for s in (self.first, *kept) if s is not None and s.level is not None]
+            self.anchor = min(known, key=lambda s: s.level) if known else None
+
     def take_now(self, next_step: int) -> Snapshot:
         """A copy of the state now, from which training goes on at ``next_step`` (not kept here)."""
         started = time.perf_counter()

@@ -14,8 +14,11 @@ import runpy
 import sys
 
 import pytest
+import torch
 
 from stabilizer_sentinel.job_config import StabilizerConfigError, parse_config
+from stabilizer_sentinel.recovery.recovery import restore_point
+from stabilizer_sentinel.recovery.rewind import Rewind, Snapshot
 from tests.unit.sentinel.support import FIXTURES, job_env, run
 
 SCRIPT = FIXTURES / "recovery" / "too_fast.py"
@@ -299,3 +302,17 @@ def test_the_job_goes_on_a_notch_below_the_highest_rate_as_good_as_the_best():
     lowest = Probe(1 / 30, losses=[2.0, 1.8, 1.7, 1.7, 1.6])
     assert choose([noisy_high, noisy_low, lowest]) is noisy_low
     assert choose([noisy_high]) is noisy_high
+
+
+def test_a_copy_of_the_steps_a_rollback_undid_is_never_a_later_rollbacks_restore_point(tmp_path):
+    model = torch.nn.Linear(2, 1)
+    rewind = Rewind(model, torch.optim.SGD(model.parameters(), lr=0.1), checkpoint_dir=tmp_path)
+    rewind.companion = object()  # in-job recovery's: the first copy and the anchor are kept
+    for next_step, level in [(0, None), (5, 1.0), (10, 0.5)]:
+        rewind.keep(Snapshot(next_step, {}, {}, level=level))
+    # A finding at step 12 rolled back to step 0; the steps after it were undone, and training went on
+    # (its step numbers counting on) to a copy at step 30 whose loss is higher than the undone copy's.
+    rewind.forget_after(0)
+    rewind.keep(Snapshot(30, {}, {}, level=2.0))
+    assert [s.next_step for s in rewind.kept()] == [0, 30] and rewind.anchor.next_step == 30
+    assert restore_point(rewind, {"step": 34, "onset_step": 32}).next_step == 30

@@ -18,7 +18,7 @@ from torch import nn
 from stabilizer_sentinel import watch
 from stabilizer_sentinel.recovery.recovery import RateFactor
 from stabilizer_sentinel.recovery.rewind import Rewind
-from tests.unit.sentinel.support import job_env, run, summary
+from tests.unit.sentinel.support import FIXTURES, job_env, logged, run, summary
 
 GAN = Path(__file__).resolve().parents[3] / "corpus" / "gan" / "train.py"
 
@@ -141,3 +141,22 @@ def test_another_optimizer_steps_at_the_factor_in_force_or_not_at_all_right_afte
         assert seen[1] is None and torch.equal(weight, torch.ones(3)) and torch.equal(weight.grad, torch.ones(3))
     else:
         assert seen[0] == pytest.approx(0.05) and torch.allclose(weight, torch.full((3,), 0.95))
+
+
+@pytest.mark.slow  # the job's own process, with Lightning
+def test_the_launcher_rolls_back_a_lightning_gan_twice_inside_the_job(tmp_path):
+    # Manual optimisation, each optimizer stepped with Lightning's closure. The second rollback goes back
+    # to a copy of the lineage training went on from, never to one of the steps the first one undid.
+    script = FIXTURES / "loops" / "lightning_gan.py"
+    result = run(["-m", "stabilizer_sentinel.launch", str(script), "--lr", "3", "--steps", "100"], script.parent,
+                 job_env(tmp_path, {"integration": "auto", "recovery": "in_job"}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert document["findings"] == []
+    assert [r["outcome"] for r in document["rollbacks"]] == ["recovered", "recovered"]
+    first, second = document["rollbacks"]
+    assert not first["restored_step"] < second["restored_step"] <= first["step"]  # no copy of an undone step
+    written = document["summary"]
+    assert (written["integration"], written["ended"], written["learned"]) == ("launcher", "completed", True)
+    losses = [loss for _, loss in logged(result.stdout, "loss")]
+    assert len(losses) == 100 and math.isfinite(losses[-1])
