@@ -202,14 +202,16 @@ class Guard(OptimizerHooks):
         bare tensors."""
         known = optimizer is self.optimizer or any(optimizer is other for other in self.others)
         super().add_optimizer(optimizer)
-        if known or self.rewind is None:
+        keeper = self.rewind if self.rewind is not None else self.recovery if isinstance(self.recovery, Follower) \
+            else None  # rank 0 copies its state; another DDP rank loads what rank 0 sends
+        if known or keeper is None:
             return
         held = {id(p) for p in self.model.parameters()}
         missing = [p for group in optimizer.param_groups for p in group["params"] if id(p) not in held]
         if missing and network is not None and {id(p) for p in missing} <= {id(p) for p in network.parameters()}:
-            self.rewind.add_other(network, optimizer)
+            keeper.add_other(network, optimizer)
         else:
-            self.rewind.add_other(BareTensors(missing) if missing else None, optimizer)
+            keeper.add_other(BareTensors(missing) if missing else None, optimizer)
 
     def _ranks_recover(self) -> bool:
         """Every DDP rank recovers in the job together (stabilizer_sentinel.recovery.ranks): the process group

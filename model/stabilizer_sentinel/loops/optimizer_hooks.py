@@ -14,8 +14,9 @@
 - Other optimizers of the same run (a GAN's second, ``add_optimizer``): their steps get the finite
   check of their own loss and gradients, with one host synchronisation per step each; they are not
   counted as steps and do not feed the learning check (the first optimizer's steps are the run's).
-  In a job that recovers in place their steps run at the rate factor in force too, and a step whose
-  gradients predate a rollback (taken before the first optimizer's next step) changes nothing.
+  In a job that recovers in place their steps run at the rate factor in force too, and the step at
+  which a rollback's state goes back into one of them changes nothing (its gradients predate that
+  state: stabilizer_sentinel.recovery.recovery.RateFactor.scale_other holds them aside for the step).
 
 This module must not change gradients or weights.
 """

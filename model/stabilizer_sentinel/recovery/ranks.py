@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from stabilizer_sentinel.recovery.recovery import RECOVERABLE, RateFactor
-from stabilizer_sentinel.recovery.rewind import load_optimizer_state, state_on_host
+from stabilizer_sentinel.recovery.rewind import load_optimizer_state, load_other, state_on_host
 
 NOTHING, LOADED, STOPPED = 0, 1, 2
 
@@ -57,7 +57,8 @@ class Ranks:
         if kind == LOADED:
             for tensor in guard.model.state_dict().values():
                 dist.broadcast(tensor, 0)
-            state = [state_on_host(guard.optimizer.state_dict()), guard.sentinel.shared_checks_state()]
+            state = [state_on_host(guard.optimizer.state_dict()), guard.sentinel.shared_checks_state(),
+                     guard.rewind.due_others]  # the other optimizers' part: put back at their own next step
             dist.broadcast_object_list(state, 0)
         elif kind == STOPPED:
             dist.broadcast_object_list([stop], 0)
@@ -74,9 +75,9 @@ class Ranks:
         if kind == LOADED:
             for tensor in guard.model.state_dict().values():  # detached views of the parameters: in place
                 dist.broadcast(tensor, 0)
-            state: list[Any] = [None, None]
+            state: list[Any] = [None, None, None]
             dist.broadcast_object_list(state, 0)
-            optimizer, checks = state
+            optimizer, checks, recovery.due = state
             load_optimizer_state(guard.optimizer, optimizer)
             guard.sentinel.load_shared_checks_state(checks)
             guard.undone_before(recovery.live_from)
@@ -99,6 +100,16 @@ class Follower(RateFactor):
         self.live_from = -1
         self.pending: list[dict[str, Any]] = []  # this step's findings for rank 0 to answer
         self.ranks = Ranks(guard)
+        # Other optimizers (a GAN's second) with their networks, and their part of the state rank 0 put
+        # back, loaded at each one's next step as rank 0 does (stabilizer_sentinel.recovery.rewind.Rewind.load_other).
+        self.others: list[tuple[Any, torch.optim.Optimizer]] = []
+        self.due: dict[int, Any] = {}
+
+    def add_other(self, network: Any, optimizer: torch.optim.Optimizer) -> None:
+        self.others.append((network, optimizer))
+
+    def put_back_other(self, optimizer: torch.optim.Optimizer) -> bool:
+        return load_other(self.others, self.due, optimizer)
 
     def intercept(self, entries: list[dict[str, Any]]) -> bool:
         """Findings of a step: True when they are rank 0's to answer (not recorded here, no stop)."""

@@ -35,11 +35,12 @@ sets its own rate each step, a scheduler, or neither keep the schedule's shape, 
 
 Several optimizers (a GAN's two) roll back together: the copies hold every optimizer's state and
 the parameters of each, the factor applies to every optimizer's rate, and the first optimizer's
-steps are the ones counted, probed and judged; another optimizer's part of the state is put back at its
-own next step (its backward pass done), a step that changes nothing (its gradients predate it). Not under DDP
-or Lightning with several optimizers, nor for a worker process: those stop as before and the relaunch
-handles them. At most ``max_rollbacks`` times per job. Under DDP every rank rolls back together: rank 0
-decides, the others do as it did (stabilizer_sentinel.recovery.ranks).
+steps are the ones counted, probed and judged; another optimizer's part of the state is put back at
+its own next step (its backward pass done), a step that changes nothing (its gradients predate it).
+Not with Lightning's callback and several optimizers, nor for a worker process: those stop as before
+and the relaunch handles them. At most ``max_rollbacks`` times per job. Under DDP every rank rolls
+back together: rank 0 decides, the others do as it did, other optimizers too
+(stabilizer_sentinel.recovery.ranks).
 
 This module decides the in-job remedy; it must not write files other than through the sentinel.
 """
@@ -261,7 +262,7 @@ class Recovery(RateFactor):
         transients = sum(d["outcome"] == "transient" for d in self.decisions)
         return (len(self.decisions) - transients < self.max_rollbacks and transients < MAX_TRANSIENTS
                 and guard.rewind is not None and (guard.world_size == 1 or self.ranks is not None)
-                and (not guard.others or (guard.world_size == 1 and guard.record.integration != "lightning"))
+                and (not guard.others or guard.record.integration != "lightning")
                 and all(entry["rule"] in RECOVERABLE for entry in stops))
 
     def observed(self, loss: float | None) -> None:

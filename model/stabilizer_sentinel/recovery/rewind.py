@@ -93,6 +93,21 @@ def _other_state(network: nn.Module | None, optimizer: torch.optim.Optimizer) ->
     return ({} if network is None else state_on_host(network.state_dict())), state_on_host(optimizer.state_dict())
 
 
+def load_other(others: list[tuple[nn.Module | None, torch.optim.Optimizer]],
+               due: dict[int, tuple[dict[str, Any], dict[str, Any]]], optimizer: torch.optim.Optimizer) -> bool:
+    """Put ``due``'s part for ``optimizer`` (by its position in ``others``) back into it and its network,
+    and forget it; False when nothing is due for it."""
+    index = next((i for i, (_, other) in enumerate(others) if other is optimizer), None)
+    if index is None or index not in due:
+        return False
+    network_state, optimizer_state = due.pop(index)
+    network = others[index][0]
+    if network is not None:
+        network.load_state_dict(network_state)
+    load_optimizer_state(optimizer, state_on_host(optimizer_state))
+    return True
+
+
 @dataclass(frozen=True)
 class Snapshot:
     next_step: int
@@ -213,6 +228,11 @@ class Rewind:
         if self.companion is not None and snapshot.checks is not None:
             self.companion.load_checks_state(copy.deepcopy(snapshot.checks))
 
+    @property
+    def due_others(self) -> dict[int, tuple[dict[str, Any], dict[str, Any]]]:
+        """The other optimizers' part of the state loaded last, not put back yet, by position."""
+        return dict(self._due)
+
     def load_other(self, optimizer: torch.optim.Optimizer) -> bool:
         """At another optimizer's step: put back its part of the state loaded last, when not done yet;
         True when it did (the gradients about to be applied were computed before it).
@@ -220,15 +240,7 @@ class Rewind:
         Not when the rest was loaded: the script may hold a graph through that network's weights still
         to be backwarded (a GAN's generator made the batch before the discriminator stepped), and a copy
         into them would break it. At its own step its backward pass is done."""
-        index = next((i for i, (_, other) in enumerate(self.others) if other is optimizer), None)
-        if index is None or index not in self._due:
-            return False
-        network_state, optimizer_state = self._due.pop(index)
-        network = self.others[index][0]
-        if network is not None:
-            network.load_state_dict(network_state)
-        load_optimizer_state(optimizer, state_on_host(optimizer_state))
-        return True
+        return load_other(self.others, self._due, optimizer)
 
     def healthy_before(self, step: int) -> Snapshot | None:
         """The newest copy from which training went on at a step before ``step``."""

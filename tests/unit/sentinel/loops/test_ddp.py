@@ -4,6 +4,7 @@ with in-job recovery, one rollback on every rank, to rank 0's state."""
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
@@ -95,3 +96,21 @@ def test_when_no_rate_trains_every_rank_stops_with_rank_0_at_one_step(tmp_path):
     assert document["rollbacks"][-1]["outcome"] == "stopped", output
     assert [(f["rule"], f["step"]) for f in document["findings"]] == [("ExplodingTensor", 12)], output
     assert "done" not in result.stdout
+
+
+def test_a_ddp_gan_rolls_both_networks_back_on_every_rank_inside_the_job(tmp_path):
+    # Two optimizers on every rank: rank 0 sends the generator's part of the state it loaded with the
+    # rest, and every rank puts it back at the generator's own next step.
+    script = FIXTURES / "ddp" / "gan.py"
+    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+               str(script), "--lr", "3", "--steps", "100"]
+    result = run(command, script.parent, job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert document["rollbacks"][0]["outcome"] == "recovered", output  # a later one may meet the run's end
+    weights, losses = _weights_and_losses(result.stdout)
+    assert weights["0"] == weights["1"], output  # both networks: every rank holds rank 0's state
+    assert [len(losses["0"]), len(losses["1"])] == [100, 100]
+    assert all(math.isfinite(loss) for rank_losses in losses.values() for loss in rank_losses[-20:]), output
+    assert document["summary"]["ended"] == "completed"
