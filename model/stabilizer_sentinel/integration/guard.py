@@ -199,7 +199,7 @@ class Guard(OptimizerHooks):
         """Check another optimizer's steps too (stabilizer_sentinel.loops.optimizer_hooks), and keep its state
         with the copies: with the parameters the model does not hold, as ``network`` (the launcher's
         guess of the module they belong to, whose buffers come too) where it holds them all, else as
-        bare tensors."""
+        bare tensors. On another DDP rank, the same network receives what rank 0 sends of it."""
         known = optimizer is self.optimizer or any(optimizer is other for other in self.others)
         super().add_optimizer(optimizer)
         keeper = self.rewind if self.rewind is not None else self.recovery if isinstance(self.recovery, Follower) \
