@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from stabilizer_sentinel.recovery.recovery import RECOVERABLE, RateFactor
-from stabilizer_sentinel.recovery.rewind import load_optimizer_state, load_other, state_on_host
+from stabilizer_sentinel.recovery.rewind import entries_of, load_optimizer_state, load_other, state_on_host
 
 NOTHING, LOADED, STOPPED = 0, 1, 2
 
@@ -55,8 +55,9 @@ class Ranks:
                               device=_device())
         dist.broadcast(header, 0)
         if kind == LOADED:
-            for tensor in guard.model.state_dict().values():
-                dist.broadcast(tensor, 0)
+            for name, tensor in guard.model.state_dict().items():
+                if name not in guard.rewind.apart:  # another optimizer's: sent with its part, below
+                    dist.broadcast(tensor, 0)
             state = [state_on_host(guard.optimizer.state_dict()), guard.sentinel.shared_checks_state(),
                      guard.rewind.due_others]  # the other optimizers' part: put back at their own next step
             dist.broadcast_object_list(state, 0)
@@ -73,8 +74,9 @@ class Ranks:
         kind, factor, live_from, under_way = header.tolist()
         recovery.factor, recovery.live_from, self.due = factor, int(live_from), bool(under_way)
         if kind == LOADED:
-            for tensor in guard.model.state_dict().values():  # detached views of the parameters: in place
-                dist.broadcast(tensor, 0)
+            for name, tensor in guard.model.state_dict().items():  # detached views of the parameters: in place
+                if name not in recovery.apart:
+                    dist.broadcast(tensor, 0)
             state: list[Any] = [None, None, None]
             dist.broadcast_object_list(state, 0)
             optimizer, checks, recovery.due = state
@@ -104,9 +106,11 @@ class Follower(RateFactor):
         # back, loaded at each one's next step as rank 0 does (stabilizer_sentinel.recovery.rewind.Rewind.load_other).
         self.others: list[tuple[Any, torch.optim.Optimizer]] = []
         self.due: dict[int, Any] = {}
+        self.apart: set[str] = set()  # the model's entries that are theirs (Rewind.apart)
 
     def add_other(self, network: Any, optimizer: torch.optim.Optimizer) -> None:
         self.others.append((network, optimizer))
+        self.apart |= entries_of(self.guard.model, optimizer)
 
     def put_back_other(self, optimizer: torch.optim.Optimizer) -> bool:
         return load_other(self.others, self.due, optimizer)

@@ -93,6 +93,12 @@ def _other_state(network: nn.Module | None, optimizer: torch.optim.Optimizer) ->
     return ({} if network is None else state_on_host(network.state_dict())), state_on_host(optimizer.state_dict())
 
 
+def entries_of(model: nn.Module, optimizer: torch.optim.Optimizer) -> set[str]:
+    """The names of ``model``'s parameters that ``optimizer`` updates."""
+    updated = {id(param) for group in optimizer.param_groups for param in group["params"]}
+    return {name for name, param in model.named_parameters() if id(param) in updated}
+
+
 def load_other(others: list[tuple[nn.Module | None, torch.optim.Optimizer]],
                due: dict[int, tuple[dict[str, Any], dict[str, Any]]], optimizer: torch.optim.Optimizer) -> bool:
     """Put ``due``'s part for ``optimizer`` (by its position in ``others``) back into it and its network,
@@ -160,6 +166,9 @@ class Rewind:
         # model does not hold (None when it holds them all): copied and put back with the model.
         self.others: list[tuple[nn.Module | None, torch.optim.Optimizer]] = []
         self._due: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}  # their part of the state loaded last
+        # The model's entries that are another optimizer's parameters (a GAN's two networks in one
+        # module): put back with that optimizer's part, at its step, never with the model's.
+        self.apart: set[str] = set()
 
     def add_other(self, network: nn.Module | None, optimizer: torch.optim.Optimizer) -> None:
         """Copy and put back ``optimizer`` (and ``network``) too, from now on and in the copies held.
@@ -167,6 +176,7 @@ class Rewind:
         Called before its first step (the launcher meets it there): its state now is its state when the
         copies held were taken, since only its own steps change it."""
         self.others.append((network, optimizer))
+        self.apart |= entries_of(self.model, optimizer)
         now = _other_state(network, optimizer)
         for snapshot in self.kept():
             if len(snapshot.others) < len(self.others):
@@ -222,7 +232,8 @@ class Rewind:
         The guard's own keys in the optimizer's state (its step count, the learning check's start)
         are left out: a rollback keeps counting the steps the script takes.
         """
-        self.model.load_state_dict(snapshot.model)  # copied into the parameters
+        self.model.load_state_dict({key: value for key, value in snapshot.model.items() if key not in self.apart},
+                                   strict=not self.apart)  # copied into the parameters
         load_optimizer_state(self.optimizer, state_on_host(snapshot.optimizer))  # a fresh copy: updated in place
         self._due = dict(enumerate(snapshot.others))  # put back at each one's next step (load_other)
         if self.companion is not None and snapshot.checks is not None:
