@@ -195,23 +195,23 @@ class Guard(OptimizerHooks):
             if self.world_size > 1:
                 self.recovery.ranks = Ranks(self)  # the other ranks do as this one did
 
-    def add_optimizer(self, optimizer: torch.optim.Optimizer, network: nn.Module | None = None) -> None:
+    def add_optimizer(self, optimizer: torch.optim.Optimizer, network: nn.Module | None = None) -> bool:
         """Check another optimizer's steps too (stabilizer_sentinel.loops.optimizer_hooks), and keep its state
         with the copies, with its parameters: as ``network`` (the launcher's guess of the module they
         belong to, whose buffers come too) where it holds them all, else as bare tensors; those the
         model holds too are put back with them, at that optimizer's step (Rewind.apart). On another DDP
         rank, the same network receives what rank 0 sends of it."""
-        known = optimizer is self.optimizer or any(optimizer is other for other in self.others)
-        super().add_optimizer(optimizer)
+        added = super().add_optimizer(optimizer)
         keeper = self.rewind if self.rewind is not None else self.recovery if isinstance(self.recovery, Follower) \
             else None  # rank 0 copies its state; another DDP rank loads what rank 0 sends
-        if known or keeper is None:
-            return
+        if not added or keeper is None:
+            return added
         params = [p for group in optimizer.param_groups for p in group["params"]]
         if network is not None and {id(p) for p in params} <= {id(p) for p in network.parameters()}:
             keeper.add_other(network, optimizer)
         else:
             keeper.add_other(BareTensors(params), optimizer)
+        return True
 
     def _ranks_recover(self) -> bool:
         """Every DDP rank recovers in the job together (stabilizer_sentinel.recovery.ranks): the process group

@@ -205,7 +205,7 @@ class LauncherHooks:
     def _optimizer_stepping(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if self.guard is not None:
             if optimizer is not self.guard.optimizer and not any(optimizer is o for o in self.guard.others):
-                self.guard.add_optimizer(optimizer, self._model_of(optimizer))  # a GAN's second: checked at its steps
+                self.guard.add_optimizer(optimizer, self._model_of(optimizer))  # a GAN's second, at its first step
             return
         # The guard's pre-hook, registered now, still runs for this step (PyTorch iterates the
         # optimizer's own hooks after the global ones).

@@ -107,17 +107,19 @@ class OptimizerHooks:
         if LEARNING_KEY in state_dict:
             self.sentinel.learning.load_state_dict(state_dict.pop(LEARNING_KEY))
 
-    def add_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        """Check another optimizer's steps too (a GAN's second): the finite check of its loss and gradients.
+    def add_optimizer(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Check another optimizer's steps too (a GAN's second): the finite check of its loss and gradients;
+        False when it is known already.
 
         Its steps are not counted (the first optimizer's are the run's steps) and the learning check
         reads the first one's loss alone. One host synchronisation per step of each such optimizer.
         """
         if optimizer is self.optimizer or any(optimizer is other for other in self.others):
-            return
+            return False
         self.others.append(optimizer)
         self._handles += [optimizer.register_step_pre_hook(self._before_other_step),
                           optimizer.register_step_post_hook(self._after_other_step)]
+        return True
 
     def _before_other_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if self.recovery is not None and not self.recovery.scale_other(optimizer):
