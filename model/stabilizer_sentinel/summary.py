@@ -169,6 +169,7 @@ class RunRecord:
             "first_loss": jsonable(start),
             "last_loss": jsonable(self.last_loss),
             "best_loss": jsonable(best),
+            "last_window_loss": jsonable(getattr(learning, "last_window_loss", None)),
             "learned": learned,
             "started_from": self.started_from,
             "restores": self.restores,

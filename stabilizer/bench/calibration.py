@@ -97,6 +97,7 @@ class Result:
     rate_rollbacks: int = 0  # of those, the ones that lowered the rates (not a batch the same rate trained past)
     rolled_back_steps: int = 0  # their steps lost and probed: computed, not in the final model
     final_loss: float | None = None  # the last attempt's last loss the sentinel saw (its summary)
+    final_window: float | None = None  # the mean of its last window of losses (the summary's last_window_loss)
     reason: str = ""  # the execution's reason, as the workflow gave it
 
 
@@ -200,27 +201,41 @@ def _final_loss(attempts: list[dict[str, Any]]) -> float | None:
 
 
 def quality_lines(results: list[Result]) -> list[str]:
-    """Each failing run that ended succeeded: its final loss over the lowest final loss a healthy run of
-    the same kind and policy reached (the same script at a rate it takes), and how many are within 10 %."""
+    """Each failing run that ended succeeded: where it ended over where the best healthy run of the same
+    kind and policy ended (the same script at a rate it takes), and how many are within 10 %: by the
+    last window's mean loss (``final_window``), and by the last step's loss beside it."""
     lines: list[str] = []
-    ratios: dict[str, list[float]] = {}
+    ratios: dict[str, dict[str, list[float]]] = {}
     for r in results:
         if r.healthy or r.outcome != "succeeded" or r.final_loss is None:
             continue
-        healthy = [h.final_loss for h in results if h.healthy and h.kind == r.kind and h.policy == r.policy
-                   and h.final_loss is not None and h.outcome in SUCCESS]
-        if not healthy or min(healthy) <= 0:
-            continue
-        ratio = r.final_loss / min(healthy)
-        ratios.setdefault(r.policy, []).append(ratio)
-        how = f"{r.rollbacks} in job, {r.attempts} job(s)"
-        lines.append(f"  {r.run} ({r.policy}): final loss {r.final_loss:.4g} / healthy {min(healthy):.4g} = "
-                     f"{ratio:.2f} ({how})")
-    head = ["recovered quality (failing runs that ended succeeded: the last loss over the lowest last loss of a "
-            "healthy run of their kind; one step's loss, so noisy):"]
-    head += [f"  {policy}: {sum(x <= QUALITY_WITHIN for x in mine)} of {len(mine)} within "
-             f"{QUALITY_WITHIN - 1:.0%}, median ratio {statistics.median(mine):.2f}" for policy, mine in ratios.items()]
+        healthy = [h for h in results if h.healthy and h.kind == r.kind and h.policy == r.policy
+                   and h.outcome in SUCCESS]
+        parts = []
+        for measure, of in (("window", lambda x: x.final_window), ("step", lambda x: x.final_loss)):
+            mine, theirs = of(r), [v for h in healthy if (v := of(h)) is not None]
+            if mine is None or not theirs or min(theirs) <= 0:
+                continue
+            ratio = mine / min(theirs)
+            ratios.setdefault(r.policy, {}).setdefault(measure, []).append(ratio)
+            parts.append(f"last {measure} {mine:.4g} / healthy {min(theirs):.4g} = {ratio:.2f}")
+        if parts:
+            lines.append(f"  {r.run} ({r.policy}): {'; '.join(parts)} ({r.rollbacks} in job, {r.attempts} job(s))")
+    head = ["recovered quality (failing runs that ended succeeded: the mean loss of their last window over the "
+            "lowest of a healthy run of their kind, and the same by the last step's loss alone, which is noisier):"]
+    head += [f"  {policy} by last {measure}: {sum(x <= QUALITY_WITHIN for x in mine)} of {len(mine)} within "
+             f"{QUALITY_WITHIN - 1:.0%}, median ratio {statistics.median(mine):.2f}"
+             for policy, by in ratios.items() for measure, mine in by.items()]
     return [*head, *lines]
+
+
+def _window_loss(findings: Path) -> float | None:
+    """The ``last_window_loss`` of a job's findings.json summary; None without one."""
+    try:
+        value = (json.loads(findings.read_text()).get("summary") or {}).get("last_window_loss")
+    except (OSError, ValueError):
+        return None
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
 def measure(run: Run, policy: str, state: dict[str, Any], status: str, logs: list[str], wall: float) -> Result:
@@ -278,6 +293,9 @@ def execute(run: Run, policy: str, data_dir: Path, run_root: Path, job_environme
         logs.append(path.read_text() if path.is_file() else "")
     result = measure(run, policy, record.state or {}, record.status, logs, record.wall_seconds)
     result.run_dir = str(run_dir)
+    if record.attempts:
+        result.final_window = _window_loss(run_dir / "jobs" / record.attempts[-1].job_name / "checkpoints"
+                                           / "findings.json")
     return result
 
 

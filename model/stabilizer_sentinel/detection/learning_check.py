@@ -156,6 +156,12 @@ class LearningCheck(FallTests):
         return self._lowest
 
     @property
+    def last_window_loss(self) -> float | None:
+        """The mean loss of the last ``window`` steps checked: where the run ended, less noisy than its
+        last step's loss; None before any step."""
+        return sum(self._recent) / len(self._recent) if self._recent else None
+
+    @property
     def wrecked_at(self) -> int | None:
         """The step of a spike above the divergence bound (or an explosion in the first window), or of
         the first step of a rise the loss fell back from (``_rose_and_fell``), that the run never

@@ -15,7 +15,9 @@ configuration, ``in_job``), the guard does not stop. Instead:
    loss that climbs within its steps; among those that did not, the highest rate whose loss fell as
    low as the lowest (within the batches' noise) is the edge of what the network takes, and training
    goes on from the state the next lower candidate that trained reached (``choose``). When every candidate of a
-   round failed, the next round probes a hundred times lower again; after ``rounds`` rounds the
+   round failed, or the edge is the lowest rate probed (the lower the rate, the faster the loss fell:
+   no rate a notch below the edge was tried), the next round probes a hundred times lower again, one
+   candidate at a time until one is below the edge; after ``rounds`` rounds with nothing trained the
    finding stands and the job stops as it would have (the workflow relaunches).
 
    A sudden explosion (``ExplodingTensor`` with no run-up: no rate change, no growing gradient, no
@@ -301,16 +303,24 @@ class Recovery(RateFactor):
         if probe is not None:
             self._probes.append(probe)
             self._probe = None
-        if self._queue:
+        if self._queue and not (self._round and self._ends and self._bracketed()):
             self._start(self._queue.pop(0))
             return
-        if not self._ends and self._round + 1 < self.rounds and self._trigger is not None:
-            self._round += 1
+        if not self._bracketed() and self._round + 1 < self.rounds and self._trigger is not None:
+            self._round += 1  # nothing trained, or the lowest rate probed was the edge: probe lower
             lower = self._trigger["factor_before"] * ROUND_STEP ** self._round
             self._queue = [lower * f for f in self.factors]
             self._start(self._queue.pop(0))
             return
         self._settle()
+
+    def _bracketed(self) -> bool:
+        """Whether a rate below the edge was probed (``edge``): the job can go on a notch below it. Not
+        when nothing trained, nor when the edge is the lowest rate probed: a loss still falling faster
+        the lower the rate has not shown where the network's edge is, so the next round probes lower,
+        one candidate at a time until one is below the edge."""
+        top = edge([p for p in self._probes if id(p) in self._ends])
+        return top is not None and any(p.factor < top.factor for p in self._probes)
 
     def close(self) -> None:
         """The run ended (the script's loop is done): a rollback still probing is recorded as it stands.
@@ -453,13 +463,21 @@ def choose(stable: list[Probe]) -> Probe | None:
     job goes on at the next lower candidate that trained, as a learning-rate range test does (a step
     below where the loss fell fastest); at the edge itself only when no lower one trained.
     """
+    top = edge(stable)
+    if top is None:
+        return None
+    lower = [p for p in stable if p.factor < top.factor]
+    return max(lower, key=lambda p: p.factor) if lower else top
+
+
+def edge(stable: list[Probe]) -> Probe | None:
+    """The highest rate whose score is within the noise of the lowest score (``NOISE_ERRORS``
+    standard errors of the difference); None when no probe trained."""
     if not stable:
         return None
     best = min(stable, key=lambda p: p.score)
     tied = [p for p in stable if p.score <= best.score + NOISE_ERRORS * math.hypot(p.error, best.error)]
-    edge = max(tied, key=lambda p: p.factor)
-    lower = [p for p in stable if p.factor < edge.factor]
-    return max(lower, key=lambda p: p.factor) if lower else edge
+    return max(tied, key=lambda p: p.factor)
 
 
 def restore_point(rewind: Any, finding: dict[str, Any]) -> Any:

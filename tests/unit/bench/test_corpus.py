@@ -217,8 +217,23 @@ def test_the_recovered_quality_is_the_last_loss_over_the_best_healthy_run_of_the
     recovered = bench_corpus.measure(_run("rnn-lr3.5-noclip"), "default",
                                      {"outcome": "succeeded", "attempts": [attempt]}, "SUCCEEDED", [_log(0, 149)], 1.0)
     lines = bench_corpus.quality_lines([healthy, recovered])
-    assert lines[1] == "  default: 0 of 1 within 10%, median ratio 1.20"
-    assert "rnn-lr3.5-noclip (default): final loss 0.6 / healthy 0.5 = 1.20 (1 in job, 1 job(s))" in lines[2]
+    assert lines[1] == "  default by last step: 0 of 1 within 10%, median ratio 1.20"
+    assert "rnn-lr3.5-noclip (default): last step 0.6 / healthy 0.5 = 1.20 (1 in job, 1 job(s))" in lines[2]
+    # With the mean of each run's last window (findings.json's last_window_loss), that comes first.
+    healthy.final_window, recovered.final_window = 0.52, 0.55
+    lines = bench_corpus.quality_lines([healthy, recovered])
+    assert lines[1:3] == ["  default by last window: 1 of 1 within 10%, median ratio 1.06",
+                          "  default by last step: 0 of 1 within 10%, median ratio 1.20"]
+    assert "last window 0.55 / healthy 0.52 = 1.06; last step 0.6 / healthy 0.5 = 1.20" in lines[3]
+
+
+def test_the_last_window_loss_is_read_from_the_last_jobs_findings(tmp_path):
+    findings = tmp_path / "findings.json"
+    findings.write_text(json.dumps({"summary": {"last_loss": 0.6, "last_window_loss": 0.55}}))
+    assert bench_corpus._window_loss(findings) == 0.55
+    findings.write_text(json.dumps({"summary": {"last_window_loss": "nan"}}))
+    assert bench_corpus._window_loss(findings) is None
+    assert bench_corpus._window_loss(tmp_path / "absent.json") is None
 
 
 def test_a_run_no_knob_fixes_is_right_to_end_succeeded_where_the_job_lowered_its_own_rate():

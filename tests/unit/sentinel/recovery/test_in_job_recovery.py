@@ -108,6 +108,9 @@ def test_a_healthy_run_recovering_in_the_job_trains_exactly_as_unwatched(tmp_pat
                             recovery=None, watch=False)
     assert status == 0 and "rollbacks" not in document
     assert watched == unwatched  # every loss, every rate, bit for bit
+    # Where the run ended, for the benchmarks' recovered quality: the mean of its last five losses.
+    last = [float(line.split()[1].removeprefix("loss=")) for line in watched if line.startswith("step=")][-5:]
+    assert document["summary"]["last_window_loss"] == pytest.approx(sum(last) / 5, rel=1e-4)
 
 
 def test_the_recovery_setting_is_checked_by_name():
@@ -302,6 +305,21 @@ def test_the_job_goes_on_a_notch_below_the_highest_rate_as_good_as_the_best():
     lowest = Probe(1 / 30, losses=[2.0, 1.8, 1.7, 1.7, 1.6])
     assert choose([noisy_high, noisy_low, lowest]) is noisy_low
     assert choose([noisy_high]) is noisy_high
+
+
+def test_when_the_lowest_rate_probed_is_the_edge_the_job_probes_lower_before_going_on(tmp_path, monkeypatch):
+    """At 3,000 times the rate the regression takes, a hundredth of it is the one rate of the first
+    round that trains: the edge, with nothing probed below it. Going on there (as the job did) diverged
+    again 20 steps later and ended at four times the healthy loss; the job probes the next round's
+    highest rate first and goes on a notch below the edge, and ends where the healthy rate does."""
+    status, lines, document = train(tmp_path, monkeypatch, "--lr", "30")
+    assert status == 0, lines[-3:]
+    first = document["rollbacks"][0]
+    trained = [p["factor"] for p in first["probed"] if p["failed"] is None]
+    assert trained[0] == pytest.approx(1 / 100) and min(trained) < 1 / 100
+    assert first["factor"] < 1 / 100
+    _, healthy, _ = train(tmp_path / "healthy", monkeypatch, "--lr", "0.01", watch=False)
+    assert final(lines) < 1.1 * final(healthy)
 
 
 def test_a_copy_of_the_steps_a_rollback_undid_is_never_a_later_rollbacks_restore_point(tmp_path):
