@@ -394,8 +394,22 @@ class LearningCheck(FallTests):
             self._scale = self.scale
         else:
             fallen = base - self._lowest if self._lowest is not None else 0.0
-            self._scale = max(abs(base), fallen, self.noise_spreads * (self.noise or 0.0))
+            self._scale = max(abs(base), fallen, self.noise_spreads * self._noise_at(base))
         self._bound = base + self.spreads * self._scale if self._scale > 0 else None
+
+    def _noise_at(self, base: float) -> float:
+        """The per-step noise the divergence bound widens by, read at the level of a positive start.
+
+        A loss that has risen above its start spreads more as it rises (its steps scatter in proportion
+        to it): read there, the noise would carry the bound up with the loss it bounds, and a run whose
+        loss climbed tens of times its start would never be above it for long. So a noise read while the
+        loss was above the start (``NoiseEstimate.level``) counts at the start's level: times the start
+        over that level. Never more than the noise read."""
+        noise = self.noise or 0.0
+        level = self._noise.level if self._noise.sigma is not None else None
+        if base > 0 and level is not None and level > base:
+            return noise * base / level
+        return noise
 
     def _bound_reason(self, spreads: float | None = None) -> str:
         """How a bound was reached: the start + ``spreads`` (the divergence bound's by default) x the scale."""

@@ -35,6 +35,7 @@ class NoiseEstimate:
 
     def __init__(self, samples: int = NOISE_SAMPLES) -> None:
         self._diffs: deque[float] = deque(maxlen=samples)
+        self._levels: deque[float] = deque(maxlen=samples)  # the loss each difference is centred on
         self._previous: tuple[float, ...] = ()
         self._sigma: float | None = None
         self._stale = False
@@ -43,6 +44,7 @@ class NoiseEstimate:
         if len(self._previous) == 2:
             before, last = self._previous
             self._diffs.append(abs(loss - 2.0 * last + before))
+            self._levels.append(last)
             self._stale = True
             self._previous = (last, loss)
         else:
@@ -63,6 +65,13 @@ class NoiseEstimate:
             self._sigma = mean * (1.0 + 8.0 / len(ordered))
             self._stale = False
         return self._sigma
+
+
+    @property
+    def level(self) -> float | None:
+        """The median loss of the steps the estimate is read from (where the loss was while it spread
+        that much); None before the first difference."""
+        return statistics.median(self._levels) if self._levels else None
 
 
 class Trend:

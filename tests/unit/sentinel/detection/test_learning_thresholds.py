@@ -135,16 +135,17 @@ def test_one_step_thrown_to_thousands_in_the_first_window_is_an_explosion_too(tm
     assert watched(tmp_path / "spiky", t.Run(spiky, [1e-4] * 100)) is None
 
 
-def test_a_noisy_loss_that_never_learned_and_ended_far_above_its_start_is_diverging(tmp_path):
+def test_a_noisy_loss_thrown_far_above_a_quiet_start_is_diverging_within_a_few_windows(tmp_path):
     # A fine-tune at a rate too high: from a quiet 1.4 the loss is thrown to about 20 and stays there
-    # with a noise that grows with it (several units a step), which hides the rise from a test that
-    # measures both ends with the whole run's noise. Its start was quiet: the rise is a divergence.
+    # with a noise that grows with it (several units a step). Read where the loss is, that noise would
+    # carry the divergence bound up with the loss (it was found only at the run's end); read at the
+    # start's level it does not, and the rise is found at the bound.
     generator = torch.Generator().manual_seed(0)
     noise = torch.randn(120, generator=generator).tolist()
     losses = [1.4 * (1 + 0.1 * n) if step < 5 else 20.0 * (1 + 0.45 * n) for step, n in enumerate(noise)]
     finding = watched(tmp_path, t.Run([max(loss, 0.5) for loss in losses], [1.0] * 120))
     assert finding["rule"] == "Diverging", finding["message"]
-    assert "above where it started" in finding["message"]
+    assert finding["step"] <= 30 and "above the divergence bound" in finding["message"]
 
 
 def test_a_loss_thrown_up_at_the_start_that_ends_above_its_start_is_diverging(tmp_path):
