@@ -51,8 +51,9 @@ class Ranks:
         # step a loss scaler skipped is counted without a check, on every rank alike).
         self.due = recovery.probing and stop is None
         kind = STOPPED if stop is not None else LOADED if loaded else NOTHING
-        header = torch.tensor([kind, recovery.factor, recovery.live_from, int(self.due)], dtype=torch.float64,
-                              device=_device())
+        ceiling = -1.0 if recovery.ceiling is None else recovery.ceiling
+        header = torch.tensor([kind, recovery.factor, recovery.live_from, int(self.due), ceiling],
+                              dtype=torch.float64, device=_device())
         dist.broadcast(header, 0)
         if kind == LOADED:
             for name, tensor in guard.model.state_dict().items():
@@ -69,10 +70,11 @@ class Ranks:
         if not self.due:
             return
         dist, guard, recovery = torch.distributed, self.guard, self.guard.recovery
-        header = torch.zeros(4, dtype=torch.float64, device=_device())
+        header = torch.zeros(5, dtype=torch.float64, device=_device())
         dist.broadcast(header, 0)
-        kind, factor, live_from, under_way = header.tolist()
+        kind, factor, live_from, under_way, ceiling = header.tolist()
         recovery.factor, recovery.live_from, self.due = factor, int(live_from), bool(under_way)
+        recovery.ceiling = None if ceiling < 0 else ceiling
         if kind == LOADED:
             for name, tensor in guard.model.state_dict().items():  # detached views of the parameters: in place
                 if name not in recovery.apart:

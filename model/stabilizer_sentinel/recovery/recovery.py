@@ -33,7 +33,10 @@ configuration, ``in_job``), the guard does not stop. Instead:
 
 The rate is applied at the optimizer step (``scale``/``unscale`` around it): each group's ``lr`` is
 multiplied by the factor in force just before the step and set back just after, so a script that
-sets its own rate each step, a scheduler, or neither keep the schedule's shape, lowered.
+sets its own rate each step, a scheduler, or neither keep the schedule's shape, lowered. Never
+above the highest rate the kept probe trained at (``ceiling``, of the first group): where the script's
+rate rises past it (a warm-up, a one-cycle's climb), the factor in force is lowered to hold it there
+(``in_force``), as no probe measured the network at the rates the climb would reach.
 
 Several optimizers (a GAN's two) roll back together: the copies hold every optimizer's state and
 the parameters of each, the factor applies to every optimizer's rate, and the first optimizer's
@@ -86,6 +89,7 @@ class Probe:
     losses: list[float] = field(default_factory=list)
     failed: str | None = None
     steps: int = 0  # optimizer steps taken at this rate (a step may have no loss: the launcher reads some from logs)
+    top: float | None = None  # the highest rate (the first group's) a step of it ran at
 
     @property
     def score(self) -> float:
@@ -127,13 +131,24 @@ class RateFactor:
     the first optimizer and the others alike (``scale_other``/``unscale_other``: a GAN's second)."""
 
     factor: float
+    ceiling: float | None = None  # the highest rate (the first group's) the kept probe trained at; None: no cap
     _saved: list[Any]
+    _in_force: float = 1.0  # the factor the last step of the first optimizer ran at (``in_force``)
     _saved_other: tuple[Any, ...] = ()  # the other optimizer's rates, as the script set them, while it steps
     _held: tuple[tuple[torch.Tensor, torch.Tensor | None], ...] = ()  # its gradients, held aside while it skips
 
+    def in_force(self, optimizer: torch.optim.Optimizer) -> float:
+        """The factor for this step: ``factor``, lowered where the script's rate has risen so far that its
+        first group would run above ``ceiling`` (every group by the same factor, so their ratios hold)."""
+        lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
+        if self.ceiling is None or not isinstance(lr, int | float) or lr <= 0:
+            return self.factor
+        return min(self.factor, self.ceiling / lr)
+
     def scale(self, optimizer: torch.optim.Optimizer) -> None:
         """Just before the step: each group's rate times the factor in force."""
-        self._saved = _scaled(optimizer, self.factor)
+        self._in_force = self.in_force(optimizer)
+        self._saved = _scaled(optimizer, self._in_force)
 
     def unscale(self, optimizer: torch.optim.Optimizer) -> None:
         """Just after it: the script's own rates back, as it set them."""
@@ -151,7 +166,8 @@ class RateFactor:
             for param in params:
                 param.grad = None
             return False
-        self._saved_other = tuple(_scaled(optimizer, self.factor))
+        # The first optimizer's factor as its last step ran it (the ceiling is of its rate, not this one's).
+        self._saved_other = tuple(_scaled(optimizer, self._in_force if self.ceiling is not None else self.factor))
         return True
 
     def unscale_other(self, optimizer: torch.optim.Optimizer) -> bool:
@@ -170,9 +186,12 @@ class RateFactor:
         return False
 
     def rate(self, optimizer: torch.optim.Optimizer) -> float | None:
-        """The first group's rate as the step runs it (the script's rate times the factor)."""
-        lr = self._saved[0] if self._saved else optimizer.param_groups[0].get("lr")
-        return None if lr is None else float(lr) * self.factor
+        """The first group's rate as the step runs it (the script's rate times the factor in force)."""
+        if self._saved:  # inside the step: the rate is scaled already
+            lr = optimizer.param_groups[0].get("lr")
+            return None if lr is None else float(lr)
+        lr = optimizer.param_groups[0].get("lr")
+        return None if lr is None else float(lr) * self.in_force(optimizer)
 
 
 class Recovery(RateFactor):
@@ -208,6 +227,12 @@ class Recovery(RateFactor):
     def probing(self) -> bool:
         return self._trigger is not None
 
+    def scale(self, optimizer: torch.optim.Optimizer) -> None:
+        super().scale(optimizer)
+        probe, lr = self._probe, optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
+        if probe is not None and isinstance(lr, int | float):  # the rate this step of the probe runs at
+            probe.top = float(lr) if probe.top is None else max(probe.top, float(lr))
+
     # -- what the sentinel hands over
     def intercept(self, entries: list[dict[str, Any]]) -> bool:
         """Findings of a step: True when they are this recovery's to handle (not recorded, no stop)."""
@@ -229,8 +254,12 @@ class Recovery(RateFactor):
         snapshot = restore_point(self.guard.rewind, entry)
         if snapshot is None:
             return False
+        optimizer = self.guard.optimizer
+        # The factor the failing step ran at, the ceiling folded in: the probes are relative to it, uncapped.
+        factor = self.in_force(optimizer) if optimizer is not None else self.factor
         self._trigger = {"finding": entry, "started": time.perf_counter(), "rate_before": self.guard.learning_rate,
-                         "factor_before": self.factor}
+                         "factor_before": factor, "ceiling_before": self.ceiling}
+        self.factor, self.ceiling = factor, None
         self._snapshot = snapshot
         self._round = 0
         replay = self._sudden(entry)
@@ -383,6 +412,7 @@ class Recovery(RateFactor):
         guard.rewind.frozen = False
         guard.rewind.forget_after(self._snapshot.next_step)
         guard.undone_before(self.live_from)
+        self.ceiling = probe.top
         decision = self._decision(trigger, probed, probe.factor)
         decision["outcome"] = "transient"
         self.decisions.append(decision)
@@ -407,7 +437,7 @@ class Recovery(RateFactor):
         if chosen is None:  # nothing lower trained: the finding stands, the job stops as it would have
             self._load(self._snapshot)
             self.live_from = guard.step_number
-            self.factor = trigger["factor_before"]
+            self.factor, self.ceiling = trigger["factor_before"], trigger["ceiling_before"]
             decision = self._decision(trigger, probed, None)
             self.decisions.append(decision)
             guard.sentinel.rollbacks.append(decision)  # written with the finding, as the job stops
@@ -422,7 +452,8 @@ class Recovery(RateFactor):
         self.live_from = guard.step_number
         guard.undone_before(guard.step_number)
         self.factor = factor = chosen.factor
-        decision = self._decision(trigger, probed, factor)
+        self.ceiling = chosen.top  # no rate higher than the kept probe trained at: a rising schedule is not
+        decision = self._decision(trigger, probed, factor)  # multiplied past what was measured
         self.decisions.append(decision)
         print(f"sentinel: rolled back {decision['steps_lost']} steps to step {decision['restored_step']}; going on "
               f"at {decision['learning_rate_after']:.3g} ({decision['factor']:.3g} x the script's rate), chosen from "
@@ -444,6 +475,7 @@ class Recovery(RateFactor):
             "learning_rate_after": _times(trigger["rate_before"], factor / trigger["factor_before"])
             if factor is not None else None,
             "factor": factor,
+            "rate_ceiling": _number(self.ceiling) if factor is not None else None,
             "probed": probed,
             "outcome": "recovered" if factor is not None else "stopped",
             "seconds": round(time.perf_counter() - trigger["started"], 3),

@@ -83,6 +83,23 @@ def test_the_scripts_own_schedule_keeps_its_shape(tmp_path, monkeypatch, schedul
     assert len(rates(lines)) == 300 and rates(lines) == rates(unwatched)
 
 
+def test_a_rising_schedule_is_held_at_the_highest_rate_the_kept_probe_trained_at(tmp_path, monkeypatch):
+    """A warm-up the script writes, rising a hundredfold to a rate the regression cannot take. The job
+    rolls back during the climb; the probes measured the rates they ran at, and the climb would carry
+    the chosen factor past them (it diverged again, rolled back twice and ended at twice the loss of
+    the same warm-up to 0.02). Held at the kept probe's highest rate, one rollback is enough."""
+    status, lines, document = train(tmp_path, monkeypatch, "--lr", "1", "--schedule", "warmup")
+    assert status == 0, lines[-3:]
+    [rollback] = document["rollbacks"]
+    kept = next(p for p in rollback["probed"] if p["factor"] == rollback["factor"])
+    assert rollback["outcome"] == "recovered" and rollback["rate_ceiling"] >= kept["learning_rate"]
+    _, healthy, _ = train(tmp_path / "healthy", monkeypatch, "--lr", "0.02", "--schedule", "warmup", watch=False)
+    assert final(lines) < final(healthy)
+    # The script still reads back the rates it wrote: the ceiling lives inside optimizer.step() too.
+    assert len(rates(lines)) == 300
+    assert all(math.isclose(rate, 0.01 + 0.99 * step / 300, rel_tol=1e-5) for step, rate in enumerate(rates(lines)))
+
+
 def test_a_fault_no_rate_fixes_stops_the_job_as_before_with_what_was_probed(tmp_path, monkeypatch):
     status, _, document = train(tmp_path, monkeypatch, "--lr", "0.01", "--poison", "1")
     assert status == 86
