@@ -25,8 +25,9 @@
   The baseline is the first window's mean (the lineage's, for a resumed run); the scale is the
   largest of the loss's magnitude there, the range it has fallen since, and ``noise_spreads``
   times the per-step noise (read at a positive start's level: ``_noise_at``). For a positive loss
-  far from zero that is the classic "ten times where it started"; for a loss that is negative or near zero (a log-likelihood, a fine-tune from
-  a trained state) the range and the noise set it, never a ratio. One or two steps above the
+  far from zero that is the classic "ten times where it started"; for a loss that is negative or
+  near zero (a log-likelihood, a fine-tune from a trained state) the range and the noise set it,
+  never a ratio. One or two steps above the
   bound are hard batches of a noisy run; three in a row are a trend, and so is one step
   ``jump_spreads`` scales above the baseline (an explosion, caught before it overflows). Before the
   first window closes, a loss whose chance level is known is measured from its first step, in the
