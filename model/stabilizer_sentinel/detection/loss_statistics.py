@@ -66,7 +66,6 @@ class NoiseEstimate:
             self._stale = False
         return self._sigma
 
-
     @property
     def level(self) -> float | None:
         """The median loss of the steps the estimate is read from (where the loss was while it spread

@@ -254,11 +254,10 @@ class Recovery(RateFactor):
         snapshot = restore_point(self.guard.rewind, entry)
         if snapshot is None:
             return False
-        optimizer = self.guard.optimizer
         # The factor the failing step ran at, the ceiling folded in: the probes are relative to it, uncapped.
-        factor = self.in_force(optimizer) if optimizer is not None else self.factor
+        factor = self._in_force if self.ceiling is not None else self.factor
         self._trigger = {"finding": entry, "started": time.perf_counter(), "rate_before": self.guard.learning_rate,
-                         "factor_before": factor, "ceiling_before": self.ceiling}
+                         "factor_before": factor, "in_force_before": (self.factor, self.ceiling)}
         self.factor, self.ceiling = factor, None
         self._snapshot = snapshot
         self._round = 0
@@ -412,7 +411,7 @@ class Recovery(RateFactor):
         guard.rewind.frozen = False
         guard.rewind.forget_after(self._snapshot.next_step)
         guard.undone_before(self.live_from)
-        self.ceiling = probe.top
+        self.factor, self.ceiling = trigger["in_force_before"]  # the rate was not at fault: as it was
         decision = self._decision(trigger, probed, probe.factor)
         decision["outcome"] = "transient"
         self.decisions.append(decision)
@@ -437,7 +436,7 @@ class Recovery(RateFactor):
         if chosen is None:  # nothing lower trained: the finding stands, the job stops as it would have
             self._load(self._snapshot)
             self.live_from = guard.step_number
-            self.factor, self.ceiling = trigger["factor_before"], trigger["ceiling_before"]
+            self.factor, self.ceiling = trigger["in_force_before"]
             decision = self._decision(trigger, probed, None)
             self.decisions.append(decision)
             guard.sentinel.rollbacks.append(decision)  # written with the finding, as the job stops

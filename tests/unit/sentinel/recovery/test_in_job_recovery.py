@@ -280,6 +280,7 @@ def test_a_corrupt_batch_in_a_healthy_run_is_rolled_back_and_the_rate_left_as_it
     assert (decision["rule"], decision["step"], decision["outcome"]) == ("ExplodingTensor", 60, "transient")
     assert decision["factor"] == 1.0 and decision["learning_rate_after"] == decision["learning_rate_before"] == 0.01
     assert [p["factor"] for p in decision["probed"]] == [1.0] and decision["probe_steps"] == 0
+    assert decision["rate_ceiling"] is None  # the rate was not at fault: no ceiling on a schedule that rises later
     assert set(rates(lines)) == {0.01}
     _, clean, _ = train(tmp_path / "clean", monkeypatch, "--lr", "0.01", "--steps", "150", watch=False)
     assert final(lines) < 1.5 * final(clean)
