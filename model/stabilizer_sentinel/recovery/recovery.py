@@ -254,8 +254,10 @@ class Recovery(RateFactor):
         snapshot = restore_point(self.guard.rewind, entry)
         if snapshot is None:
             return False
-        # The factor the failing step ran at, the ceiling folded in: the probes are relative to it, uncapped.
-        factor = self._in_force if self.ceiling is not None else self.factor
+        # The factor the failing step runs at, the ceiling folded in: the probes are relative to it, uncapped.
+        # Inside the step (a closure's check) its rates are scaled already; before it, they are the script's.
+        factor = self.factor if self.ceiling is None else self._in_force if self._saved else self.in_force(
+            self.guard.optimizer)
         self._trigger = {"finding": entry, "started": time.perf_counter(), "rate_before": self.guard.learning_rate,
                          "factor_before": factor, "in_force_before": (self.factor, self.ceiling)}
         self.factor, self.ceiling = factor, None
