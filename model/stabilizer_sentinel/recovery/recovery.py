@@ -140,10 +140,10 @@ class RateFactor:
     def in_force(self, optimizer: torch.optim.Optimizer) -> float:
         """The factor for this step: ``factor``, lowered where the script's rate has risen so far that its
         first group would run above ``ceiling`` (every group by the same factor, so their ratios hold)."""
-        lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
-        if self.ceiling is None or not isinstance(lr, int | float) or lr <= 0:
+        if self.ceiling is None:
             return self.factor
-        return min(self.factor, self.ceiling / lr)
+        lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
+        return min(self.factor, self.ceiling / lr) if isinstance(lr, int | float) and lr > 0 else self.factor
 
     def scale(self, optimizer: torch.optim.Optimizer) -> None:
         """Just before the step: each group's rate times the factor in force."""
@@ -187,11 +187,10 @@ class RateFactor:
 
     def rate(self, optimizer: torch.optim.Optimizer) -> float | None:
         """The first group's rate as the step runs it (the script's rate times the factor in force)."""
-        if self._saved:  # inside the step: the rate is scaled already
-            lr = optimizer.param_groups[0].get("lr")
-            return None if lr is None else float(lr)
         lr = optimizer.param_groups[0].get("lr")
-        return None if lr is None else float(lr) * self.in_force(optimizer)
+        if lr is None:
+            return None
+        return float(lr) if self._saved else float(lr) * self.in_force(optimizer)  # inside the step: scaled already
 
 
 class Recovery(RateFactor):
