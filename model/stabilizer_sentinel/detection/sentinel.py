@@ -25,6 +25,7 @@ This module must not checkpoint, log training metrics or change the model.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
@@ -359,8 +360,12 @@ class Sentinel:
         }
 
     # -- ending the job
-    def exit_for_rule_stop(self) -> NoReturn:
-        """Close the tensor store, write the failure file, exit with status 86."""
+    def exit_for_rule_stop(self, *, leave: Callable[[], None] | None = None) -> NoReturn:
+        """Close the tensor store, write the failure file, exit with status 86.
+
+        ``leave``, when given, runs last before the exit: the DDP ranks that agreed to stop wait there for
+        each other (a barrier), as torchrun stops a host's other ranks once one has exited, and a rank
+        stopped while it was still writing (rank 0's findings) would leave them half written."""
         finding = self.stop_finding or {"rule": "unknown", "step": -1, "message": "no finding recorded"}
         if self.profiler is not None:
             self.profiler.close()
@@ -374,7 +379,10 @@ class Sentinel:
             partial = self.failure_file.with_name(f".{self.failure_file.name}.{os.getpid()}")
             partial.write_text(reason + "\n")
             partial.replace(self.failure_file)
-        print(reason, file=sys.stderr)
+        print(reason, file=sys.stderr, flush=True)
+        if leave is not None:
+            with contextlib.suppress(RuntimeError):  # a rank already gone: nothing of this one's is left unwritten
+                leave()
         sys.exit(EXIT_RULE_STOP)
 
     def _never_due(self, rule: Any) -> bool:

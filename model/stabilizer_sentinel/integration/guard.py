@@ -299,7 +299,7 @@ class Guard(OptimizerHooks):
         if self.world_size > 1 and torch.distributed.is_initialized():
             stop = distributed.agree(self, verdict, stop)
         if stop:
-            self._stop(f"at step {step}")
+            self._stop(f"at step {step}", together=self.world_size > 1 and torch.distributed.is_initialized())
         return verdict
 
     def advance(self) -> None:
@@ -329,12 +329,13 @@ class Guard(OptimizerHooks):
         if log is not None and log.nonfinite_step is not None and log.nonfinite_step < step:
             log.nonfinite_step = None
 
-    def give_up_rollback(self, finding: dict[str, Any]) -> None:
-        """In-job recovery found no lower rate that trains: the finding stands, the job stops (a relaunch follows)."""
+    def give_up_rollback(self, finding: dict[str, Any], *, together: bool = False) -> None:
+        """In-job recovery found no lower rate that trains: the finding stands, the job stops (a relaunch
+        follows); ``together``: every DDP rank stops here at once (rank 0 told them)."""
         if self.rewind is not None:
             self.rewind.persist(before_step=finding["step"])
         self.sentinel.adopt([finding])
-        self._stop(f"at step {finding['step']} (no lower rate trained in the job)")
+        self._stop(f"at step {finding['step']} (no lower rate trained in the job)", together=together)
 
     def restore(self) -> int:
         """Load the newest checkpoint into the model and optimizer; returns the next step to run (0: none).
@@ -469,9 +470,12 @@ class Guard(OptimizerHooks):
             self._outputs = output.detach() if isinstance(output, torch.Tensor) else None
 
     # -- stopping
-    def _stop(self, when: str) -> None:
+    def _stop(self, when: str, *, together: bool = False) -> None:
+        """Stop the job; ``together``: every DDP rank stops at this step (they agreed), and each waits for
+        the others before it exits (Sentinel.exit_for_rule_stop)."""
         finding = self.sentinel.stop_finding or {"message": "another rank stopped"}
         print(f"sentinel stopped the job {when}: {finding['message']}", file=sys.stderr, flush=True)
         self._closed = True
         self._remove_hooks()
-        self.sentinel.exit_for_rule_stop()  # exit status 86, failure file "RuleStop: ..."
+        # exit status 86, failure file "RuleStop: ..."
+        self.sentinel.exit_for_rule_stop(leave=torch.distributed.barrier if together else None)

@@ -88,7 +88,7 @@ class Ranks:
         elif kind == STOPPED:
             finding: list[Any] = [None]
             dist.broadcast_object_list(finding, 0)
-            guard.give_up_rollback(finding[0])
+            guard.give_up_rollback(finding[0], together=True)
 
 
 class Follower(RateFactor):

@@ -442,9 +442,10 @@ class Recovery(RateFactor):
             self.decisions.append(decision)
             guard.sentinel.rollbacks.append(decision)  # written with the finding, as the job stops
             guard.rewind.persist_point(self._snapshot)  # where the relaunch resumes, with the copies before it
+            together = self.ranks is not None and self.ranks.due  # every rank stops with rank 0, told here
             if self.ranks is not None:
-                self.ranks.lead(loaded=True, stop=finding)  # every rank stops with rank 0
-            guard.give_up_rollback(finding)
+                self.ranks.lead(loaded=True, stop=finding)
+            guard.give_up_rollback(finding, together=together)
             return
         self._load(self._ends[id(chosen)])
         self._ends = {}

@@ -11,6 +11,7 @@ from torch import nn
 
 from stabilizer_sentinel import create_trial, watch
 from stabilizer_sentinel.loops.optimizer_hooks import LEARNING_KEY, STATE_KEY
+from stabilizer_sentinel.rules import RuleFinding
 from tests.unit.sentinel.support import FIXTURES, findings, job_env, logged, run, summary
 
 SCRIPT = FIXTURES / "regression" / "plain_loop.py"
@@ -121,3 +122,21 @@ def test_a_non_finite_loss_reported_before_the_step_stops_it_in_process(tmp_path
     assert stopped.value.code == 86
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     assert (tmp_path / "failure").read_text().startswith("RuleStop: ExplodingTensor at step 0: loss is non-finite")
+
+
+def test_ranks_that_agreed_to_stop_wait_for_each_other_only_once_their_files_are_written(tmp_path):
+    # torchrun stops a host's other ranks as soon as one exits: one that has not written yet would not.
+    _, _, guard = _tiny(tmp_path, {"rules": [{"name": "ExplodingTensor"}], "action": "stop"})
+    finding = RuleFinding("ExplodingTensor", 5, "losses/loss", "nan", "loss is non-finite")
+    assert guard.sentinel.report(finding, {"epoch": 0, "phase": "train", "learning_rate": 0.1}, source="rank 1").stop
+    written = []
+
+    def leave():  # the barrier; the other rank already gone
+        document = json.loads((tmp_path / "ckpt" / "findings.json").read_text())
+        written.append(((tmp_path / "failure").exists(), [(f["rule"], f["step"]) for f in document["findings"]]))
+        raise RuntimeError("Connection closed by peer")
+
+    with pytest.raises(SystemExit) as stopped:
+        guard.sentinel.exit_for_rule_stop(leave=leave)
+    assert stopped.value.code == 86
+    assert written == [(True, [("ExplodingTensor", 5)])]
