@@ -73,6 +73,7 @@ MAX_TRANSIENTS = 5  # explosions the same rate trained past (corrupt batches), p
 # An explosion this many steps or fewer after one the same rate trained past is the rate's: no replay.
 TRANSIENT_REACH = 20
 NOISE_ERRORS = 2.0  # scores closer than this many standard errors are the same to the probe
+SEPARATE = 3  # later losses each of two probes needs before one wholly above the other is worse (Probe.above)
 # A probe whose last loss is this fraction of its first's magnitude above it is climbing; a copy whose
 # loss climbed back this fraction of the way to where the run started has lost what it learned.
 CLIMB = 0.5
@@ -115,6 +116,13 @@ class Probe:
         slope = sum((i - middle) * (x - mean) for i, x in enumerate(later)) / sum((i - middle) ** 2 for i in range(n))
         residuals = [x - mean - slope * (i - middle) for i, x in enumerate(later)]
         return math.sqrt(sum(r * r for r in residuals) / (n - 2) / n)
+
+    def above(self, other: Probe) -> bool:
+        """Whether every later loss of this probe is above every one of ``other``'s, with ``SEPARATE``
+        losses each at least: however their spread reads, no noise makes the two the same (were they,
+        four of each would fall apart so once in seventy draws)."""
+        mine, theirs = self.losses[1:], other.losses[1:]
+        return len(mine) >= SEPARATE and len(theirs) >= SEPARATE and min(mine) > max(theirs)
 
     def climbing(self, noise: float | None) -> bool:
         """Whether the loss rose over the probe's steps by more than ``CLIMB`` of its first and than the
@@ -505,11 +513,13 @@ def choose(stable: list[Probe]) -> Probe | None:
 
 def edge(stable: list[Probe]) -> Probe | None:
     """The highest rate whose score is within the noise of the lowest score (``NOISE_ERRORS``
-    standard errors of the difference); None when no probe trained."""
+    standard errors of the difference) and whose losses are not all above the lowest's (``Probe.above``);
+    None when no probe trained."""
     if not stable:
         return None
     best = min(stable, key=lambda p: p.score)
-    tied = [p for p in stable if p.score <= best.score + NOISE_ERRORS * math.hypot(p.error, best.error)]
+    tied = [p for p in stable if p.score <= best.score + NOISE_ERRORS * math.hypot(p.error, best.error)
+            and not p.above(best)]
     return max(tied, key=lambda p: p.factor)
 
 

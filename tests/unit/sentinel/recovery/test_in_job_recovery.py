@@ -325,6 +325,21 @@ def test_the_job_goes_on_a_notch_below_the_highest_rate_as_good_as_the_best():
     assert choose([noisy_high]) is noisy_high
 
 
+def test_a_probe_whose_every_loss_is_above_every_one_of_the_best_is_never_its_equal():
+    """Thrown far up at its first step and falling back fast, a probe's spread about any line is huge, so
+    its standard error would tie it with anything; a rank order no noise explains tells them apart."""
+    from stabilizer_sentinel.recovery.recovery import NOISE_ERRORS, Probe, edge
+
+    thrown = Probe(1 / 10, losses=[2.3, 30000.0, 3000.0, 300.0, 30.0])  # mean 8,333, error 5,032
+    best = Probe(1 / 100, losses=[2.3, 20.0, 15.0, 12.0, 10.0])  # mean 14.25
+    assert thrown.score - best.score < NOISE_ERRORS * math.hypot(thrown.error, best.error)  # tied by the errors
+    assert thrown.above(best) and not best.above(thrown)
+    assert edge([thrown, best]) is best
+    # Overlapping losses are for the errors to judge, as are probes with too few losses to rank.
+    assert not Probe(1 / 3, losses=[2.0, 1.0, 1.4, 0.8, 1.3]).above(Probe(1 / 10, losses=[2.0, 1.1, 0.9, 1.2, 1.0]))
+    assert not Probe(1 / 3, losses=[2.0, 9.0, 8.0]).above(Probe(1 / 10, losses=[2.0, 1.0, 1.0]))
+
+
 def test_when_the_lowest_rate_probed_is_the_edge_the_job_probes_lower_before_going_on(tmp_path, monkeypatch):
     """At 3,000 times the rate the regression takes, a hundredth of it is the one rate of the first
     round that trains: the edge, with nothing probed below it. Going on there (as the job did) diverged
