@@ -294,6 +294,8 @@ class Guard(OptimizerHooks):
         loss = history[-1][1] if history and history[-1][0] == step else None
         self.record.observed(step, loss)
         if self.recovery is not None:
+            if self.rewind is not None:
+                self.rewind.measured(step, loss)
             self.recovery.observed(loss)
         stop = verdict.stop or self._deferred_stop
         if self.world_size > 1 and torch.distributed.is_initialized():

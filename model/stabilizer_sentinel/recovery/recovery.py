@@ -531,8 +531,11 @@ def restore_point(rewind: Any, finding: dict[str, Any]) -> Any:
     A copy taken before the onset may still be a poor state (a run that drifted up slowly for tens of
     steps). The lowest loss level among the copies (the rewind keeps the copy with the lowest level so
     far, and the first) is the best state known; a copy whose level climbed back less than ``CLIMB``
-    of the way from there to the earliest copy's level (where the run started) kept what was learned.
-    The first copy (taken before any step: no level) always counts.
+    of the way from there to the earliest level held (where the run started, as far as the copies held
+    tell) kept what was learned. The first copy's level is the loss of the single step taken from it:
+    it counts among the states known (a fine-tune's pretrained state, which its first window may
+    already have lost to its rate), not as where the run started, which a window's mean measures. A
+    copy without a level always counts.
     """
     onset = finding.get("onset_step")
     limit = min(finding["step"] - 1, onset if onset is not None else finding["step"] - 1)
@@ -540,7 +543,8 @@ def restore_point(rewind: Any, finding: dict[str, Any]) -> Any:
     levels = [s.level for s in held if s.level is not None]
     if not levels:
         return held[-1] if held else None
-    lowest, start = min(levels), levels[0]
+    windows = [s.level for s in held if s.level is not None and s is not rewind.first]
+    lowest, start = min(levels), (windows or levels)[0]
     bound = lowest + CLIMB * max(start - lowest, abs(lowest))
     return [s for s in held if s.level is None or s.level <= bound][-1]
 

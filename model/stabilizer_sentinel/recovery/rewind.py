@@ -42,9 +42,10 @@ This module must not decide anything about the run; it keeps and writes state.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,9 @@ class Snapshot:
     model: dict[str, Any]
     optimizer: dict[str, Any]
     checks: Any = None  # the companion's state (the sentinel's checks), for an in-job rollback
-    level: float | None = None  # the mean loss of the steps just before it, when known: how good it is
+    # How good it is, when known: the mean loss of the steps just before it; for the first copy, the loss of
+    # the step taken from it (Rewind.measured).
+    level: float | None = None
     # The other optimizers' (a GAN's second), in ``Rewind.others``' order: (their network's state, or {}
     # when the model holds their parameters; their state). Not written into checkpoints.
     others: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
@@ -196,6 +199,26 @@ class Rewind:
             self.first = snapshot
         if snapshot.level is not None and (self.anchor is None or snapshot.level <= self.anchor.level):
             self.anchor = snapshot
+
+    def measured(self, step: int, loss: float | None) -> None:
+        """The loss of step ``step``: when it is the first copy's own (the copy was taken before that step,
+        and nothing before it measured that state), the first copy's level.
+
+        The level of a later copy is the mean loss of the window before it; the first has no window, yet
+        its step's loss was computed on its very weights. A fine-tune whose rate wrecks the pretrained
+        network within its first window shows how much that matters: every window is then the wrecked
+        level, the pretrained state alone is not, and a rollback must know it (``restore_point``)."""
+        first = self.first
+        if first is None or first.level is not None or first.next_step != step or loss is None \
+                or not math.isfinite(loss):
+            return
+        measured = replace(first, level=float(loss))
+        self.first = measured
+        kept = [measured if s is first else s for s in self.snapshots]
+        self.snapshots.clear()
+        self.snapshots.extend(kept)
+        if self.anchor is None or measured.level <= self.anchor.level:
+            self.anchor = measured
 
     def kept(self) -> list[Snapshot]:
         """Every copy held, oldest first: the first, the anchor and the newest ``keep``."""

@@ -367,3 +367,26 @@ def test_a_copy_of_the_steps_a_rollback_undid_is_never_a_later_rollbacks_restore
     rewind.keep(Snapshot(30, {}, {}, level=2.0))
     assert [s.next_step for s in rewind.kept()] == [0, 30] and rewind.anchor.next_step == 30
     assert restore_point(rewind, {"step": 34, "onset_step": 32}).next_step == 30
+
+
+def test_a_fine_tune_its_rate_wrecked_within_the_first_window_rolls_back_to_the_pretrained_state(tmp_path):
+    # Every window's level is the wrecked one (the pretrained loss 0.1 lasted one step); the first copy's
+    # level is the loss of the step taken from it, and the copies above it lost what it knew.
+    model = torch.nn.Linear(2, 1)
+    rewind = Rewind(model, torch.optim.SGD(model.parameters(), lr=0.1), checkpoint_dir=tmp_path)
+    rewind.companion = object()
+    rewind.keep(Snapshot(0, {}, {}))
+    rewind.measured(0, 0.1)
+    for next_step, level in [(5, 0.9), (10, 0.8), (15, 0.85)]:
+        rewind.keep(Snapshot(next_step, {}, {}, level=level))
+    rewind.measured(15, 0.05)  # another step's loss: only the first copy's own step measures it
+    assert [s.level for s in rewind.kept()] == [0.1, 0.8, 0.85] and rewind.anchor.next_step == 0
+    assert restore_point(rewind, {"step": 20, "onset_step": 18}).next_step == 0
+    # Trained from scratch, the first step's loss is the highest, and a later copy is the restore point.
+    fresh = Rewind(model, torch.optim.SGD(model.parameters(), lr=0.1), checkpoint_dir=tmp_path)
+    fresh.companion = object()
+    fresh.keep(Snapshot(0, {}, {}))
+    fresh.measured(0, 2.3)
+    for next_step, level in [(5, 2.0), (10, 1.2), (15, 1.1)]:
+        fresh.keep(Snapshot(next_step, {}, {}, level=level))
+    assert restore_point(fresh, {"step": 20, "onset_step": 18}).next_step == 15
