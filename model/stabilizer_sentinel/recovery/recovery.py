@@ -129,21 +129,9 @@ class Probe:
         noise of two single steps (``noise``: the run's per-step deviation, None while unknown)."""
         if len(self.losses) < 2:
             return False
-        return self.losses[-1] - self.losses[0] > self._rise(noise)
-
-    def thrown(self, noise: float | None) -> bool:
-        """Whether a later loss rose above the first by as much as a climb, and the last is no lower than
-        the first: the rate threw the network off, and it fell back to nothing learned. A rate far too
-        high can knock a classifier to its chance level at a candidate's first step, where its loss
-        then sits (mnist at a thousand times its rate: every candidate of a tenth to a hundredth
-        spiked, to 15,184, 1,494 and 95, and ended at its start's 2.3)."""
-        if len(self.losses) < 3:
-            return False
-        first = self.losses[0]
-        return max(self.losses[1:]) - first > self._rise(noise) and self.losses[-1] >= first
-
-    def _rise(self, noise: float | None) -> float:
-        return max(CLIMB * max(abs(self.losses[0]), 1e-12), CLIMB_ERRORS * math.sqrt(2) * (noise or 0.0))
+        first, last = self.losses[0], self.losses[-1]
+        bound = max(CLIMB * max(abs(first), 1e-12), CLIMB_ERRORS * math.sqrt(2) * (noise or 0.0))
+        return last - first > bound
 
 
 class RateFactor:
@@ -338,11 +326,8 @@ class Recovery(RateFactor):
         if probe is not None:
             probe.steps += 1
         if probe is not None and not self._restore_due and probe.steps >= self.probe_steps:
-            noise = self.guard.sentinel.learning.noise
-            if probe.climbing(noise):
+            if probe.climbing(self.guard.sentinel.learning.noise):
                 probe.failed = "its loss climbed"
-            elif probe.thrown(noise):
-                probe.failed = "its loss was thrown up and fell back no lower than it started"
             elif probe is self._replay:
                 self._go_on_unchanged()
                 return
