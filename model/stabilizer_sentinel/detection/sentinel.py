@@ -371,18 +371,21 @@ class Sentinel:
             self.profiler.close()
         self.capture.close(status=ENDED_RULE_STOP)
         reason = f"{FAILURE_PREFIX} {finding['rule']} at step {finding['step']}: {finding['message']}"
-        if self.summary is not None:
-            self.write(ended=ENDED_RULE_STOP)
-        if self.failure_file is not None:
-            # Every rank may write it (one per node under multi-node DDP): same text, atomic rename.
-            self.failure_file.parent.mkdir(parents=True, exist_ok=True)
-            partial = self.failure_file.with_name(f".{self.failure_file.name}.{os.getpid()}")
-            partial.write_text(reason + "\n")
-            partial.replace(self.failure_file)
-        print(reason, file=sys.stderr, flush=True)
-        if leave is not None:
-            with contextlib.suppress(RuntimeError):  # a rank already gone: nothing of this one's is left unwritten
-                leave()
+        try:
+            if self.summary is not None:
+                self.write(ended=ENDED_RULE_STOP)
+            if self.failure_file is not None:
+                # Every rank may write it (one per node under multi-node DDP): same text, atomic rename.
+                self.failure_file.parent.mkdir(parents=True, exist_ok=True)
+                partial = self.failure_file.with_name(f".{self.failure_file.name}.{os.getpid()}")
+                partial.write_text(reason + "\n")
+                partial.replace(self.failure_file)
+            print(reason, file=sys.stderr, flush=True)
+        finally:  # a rank whose writing failed still meets the others, which would wait for it
+            if leave is not None:
+                # A rank already gone: gloo raises here (under NCCL its watchdog ends the wait, or torchrun does).
+                with contextlib.suppress(RuntimeError):
+                    leave()
         sys.exit(EXIT_RULE_STOP)
 
     def _never_due(self, rule: Any) -> bool:

@@ -120,7 +120,8 @@ class Probe:
     def above(self, other: Probe) -> bool:
         """Whether every later loss of this probe is above every one of ``other``'s, with ``SEPARATE``
         losses each at least: however their spread reads, no noise makes the two the same (were they,
-        four of each would fall apart so once in seventy draws)."""
+        three of each would fall apart so once in twenty draws; four of each, the default probe's, once
+        in seventy)."""
         mine, theirs = self.losses[1:], other.losses[1:]
         return len(mine) >= SEPARATE and len(theirs) >= SEPARATE and min(mine) > max(theirs)
 

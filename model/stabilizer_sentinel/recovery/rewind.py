@@ -217,8 +217,8 @@ class Rewind:
         kept = [measured if s is first else s for s in self.snapshots]
         self.snapshots.clear()
         self.snapshots.extend(kept)
-        if self.anchor is None or measured.level <= self.anchor.level:
-            self.anchor = measured
+        # Not the anchor: one step's loss against windows' means. The first copy is held anyway, and the
+        # anchor stays the best window, which a single low step would otherwise drop from the copies.
 
     def kept(self) -> list[Snapshot]:
         """Every copy held, oldest first: the first, the anchor and the newest ``keep``."""
@@ -234,7 +234,7 @@ class Rewind:
         self.snapshots.clear()
         self.snapshots.extend(kept)
         if self.anchor is not None and self.anchor.next_step > next_step:
-            known = [s for s in (self.first, *kept) if s is not None and s.level is not None]
+            known = [s for s in kept if s is not self.first and s.level is not None]
             self.anchor = min(known, key=lambda s: s.level) if known else None
 
     def take_now(self, next_step: int) -> Snapshot:
