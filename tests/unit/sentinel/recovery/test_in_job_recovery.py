@@ -369,34 +369,29 @@ def test_a_copy_of_the_steps_a_rollback_undid_is_never_a_later_rollbacks_restore
     assert restore_point(rewind, {"step": 34, "onset_step": 32}).next_step == 30
 
 
-def test_a_fine_tune_its_rate_wrecked_within_the_first_window_rolls_back_to_the_pretrained_state(tmp_path):
-    # Every window's level is the wrecked one (the pretrained loss 0.1 lasted one step); the first copy's
-    # level is the loss of the step taken from it, and the copies above it lost what it knew.
+def _copies(tmp_path, first_loss, windows, keep=2):
+    """A rewind holding the first copy, its step's loss measured, then a copy every 5 steps at ``windows``."""
     model = torch.nn.Linear(2, 1)
-    rewind = Rewind(model, torch.optim.SGD(model.parameters(), lr=0.1), checkpoint_dir=tmp_path)
+    rewind = Rewind(model, torch.optim.SGD(model.parameters(), lr=0.1), checkpoint_dir=tmp_path, keep=keep)
     rewind.companion = object()
     rewind.keep(Snapshot(0, {}, {}))
     rewind.measured(3, 0.05)  # another step's loss: only the first copy's own step measures it
-    rewind.measured(0, 0.1)
-    for next_step, level in [(5, 0.9), (10, 0.8), (15, 0.85)]:
-        rewind.keep(Snapshot(next_step, {}, {}, level=level))
+    rewind.measured(0, first_loss)
+    for index, level in enumerate(windows, start=1):
+        rewind.keep(Snapshot(5 * index, {}, {}, level=level))
+    return rewind
+
+
+def test_a_fine_tune_its_rate_wrecked_within_the_first_window_rolls_back_to_the_pretrained_state(tmp_path):
+    # Every window's level is the wrecked one (the pretrained loss 0.1 lasted one step); the first copy's
+    # level is the loss of the step taken from it, and the copies above it lost what it knew.
+    finding = {"step": 20, "onset_step": 18}
+    rewind = _copies(tmp_path, 0.1, [0.9, 0.8, 0.85])
     # The anchor stays the best window: one step's loss is not a window's mean (the first copy is held anyway).
     assert [s.level for s in rewind.kept()] == [0.1, 0.8, 0.85] and rewind.anchor.next_step == 10
-    assert restore_point(rewind, {"step": 20, "onset_step": 18}).next_step == 0
+    assert restore_point(rewind, finding).next_step == 0
     # Trained from scratch, the first step's loss is the highest, and a later copy is the restore point.
-    fresh = Rewind(model, torch.optim.SGD(model.parameters(), lr=0.1), checkpoint_dir=tmp_path)
-    fresh.companion = object()
-    fresh.keep(Snapshot(0, {}, {}))
-    fresh.measured(0, 2.3)
-    for next_step, level in [(5, 2.0), (10, 1.2), (15, 1.1)]:
-        fresh.keep(Snapshot(next_step, {}, {}, level=level))
-    assert restore_point(fresh, {"step": 20, "onset_step": 18}).next_step == 15
+    assert restore_point(_copies(tmp_path, 2.3, [2.0, 1.2, 1.1]), finding).next_step == 15
     # Where the run started is a window's mean, not the first step's loss: measured from 2.3, copies that
     # drifted back to 0.9 and 1.0 from the best, 0.5, would pass for healthy ones.
-    drifted = Rewind(model, torch.optim.SGD(model.parameters(), lr=0.1), checkpoint_dir=tmp_path, keep=3)
-    drifted.companion = object()
-    drifted.keep(Snapshot(0, {}, {}))
-    drifted.measured(0, 2.3)
-    for next_step, level in [(5, 0.5), (10, 0.9), (15, 1.0)]:
-        drifted.keep(Snapshot(next_step, {}, {}, level=level))
-    assert restore_point(drifted, {"step": 20, "onset_step": 18}).next_step == 5
+    assert restore_point(_copies(tmp_path, 2.3, [0.5, 0.9, 1.0], keep=3), finding).next_step == 5
