@@ -35,11 +35,13 @@ setup: $(STAMP) $(NPM_STAMP)
 run: setup
 	$(BIN)/stabilizer run --local $(ARGS)
 
-# One pytest worker per core (pytest-xdist), at most four: each worker imports torch, the CDK and
-# moto and starts its own jsii runtime. Workers take tests one by one in collection order, the long
-# end-to-end runs first; tests that share an expensive fixture (a synth, one local execution) carry
-# the same `xdist_group` and run on one worker. `make test WORKERS=0` runs in this process.
-WORKERS ?= auto
+# One pytest worker per core and one more (pytest-xdist), at most four: many tests wait on a process
+# they started (a job's first checkpoint, a hang's timeout), and the extra worker keeps the cores busy
+# meanwhile (two cores: 390 s against 526 s with two workers; docs/figures.md). Each worker imports
+# torch, the CDK and moto and starts its own jsii runtime. Workers take tests one by one in collection
+# order, the long end-to-end runs first; tests that share an expensive fixture (a synth, one local
+# execution) carry the same `xdist_group` and run on one worker. `make test WORKERS=0` runs in this process.
+WORKERS ?= $(shell $(PYTHON) -c "import os; cores = getattr(os, 'sched_getaffinity', lambda _: range(os.cpu_count() or 1))(0); print(min(len(cores) + 1, 4))")
 XDIST = -n $(WORKERS) --maxprocesses 4 --dist loadgroup
 
 # The tiers (docs/layout.md, "Tests"): `make test` is the fast tier and small real runs, one or two for each
