@@ -5,9 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 # Python compiles a module on its first import and keeps the bytecode, unless PYTHONDONTWRITEBYTECODE
-# is set (some machine images set it): then every process compiles torch again, and the tests start
-# hundreds (`import torch` 4.1 s against 1.9 s; docs/figures.md). These targets keep bytecode, in
-# .venv/pycache, never beside the sources.
+# is set (some machine images set it): then every process compiles torch again, and each real run a
+# test starts is a process (`import torch` 4.1 s against 1.9 s; docs/figures.md). These targets keep
+# bytecode, in .venv/pycache, never beside the sources.
 export PYTHONDONTWRITEBYTECODE :=
 export PYTHONPYCACHEPREFIX ?= $(abspath $(VENV))/pycache
 
@@ -37,7 +37,7 @@ run: setup
 
 # One pytest worker per core and one more (pytest-xdist), at most four: many tests wait on a process
 # they started (a job's first checkpoint, a hang's timeout), and the extra worker keeps the cores busy
-# meanwhile (two cores: 390 s against 526 s with two workers; docs/figures.md). Each worker imports
+# meanwhile (two cores, bytecode kept: 390 s against 526 s with two workers; docs/figures.md). Each worker imports
 # torch, the CDK and moto and starts its own jsii runtime. Workers take tests one by one in collection
 # order, the long end-to-end runs first; tests that share an expensive fixture (a synth, one local
 # execution) carry the same `xdist_group` and run on one worker. `make test WORKERS=0` runs in this process.
