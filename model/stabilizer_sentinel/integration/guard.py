@@ -147,6 +147,8 @@ class Guard(OptimizerHooks):
         self.sentinel.summary = self._summary
         watch_exit()
         self.scaler_watch = ScalerWatch(self)
+        if self.rewind is not None:
+            self.rewind.scaling = self.scaler_watch  # the loss scaler's state goes with each copy
         self.clock: BackwardClock | None = None
         self._handles: list[Any] = []
         self._hook_steps(optimizers, install_hooks, integration)

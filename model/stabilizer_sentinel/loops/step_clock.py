@@ -65,6 +65,32 @@ class ScalerWatch:
         self.nonfinite_since: int | None = None
         self.nonfinite_count = 0
         self.scale_stale = False
+        self.put_back_due: dict[str, Any] | None = None  # a rollback's scaler state, loaded again after the update
+
+    def state(self) -> dict[str, Any] | None:
+        """The enabled scaler's state (``GradScaler.state_dict()``), None without one. Its scale is read back
+        to the host: the rewind takes this beside a copy of the weights to host memory, which waits for the
+        device already."""
+        if self.scaler is None or not self.scaler.is_enabled():
+            return None
+        return self.scaler.state_dict()
+
+    def put_back(self, state: dict[str, Any]) -> None:
+        """A rollback puts the scaler's state back, now and once more after its next ``update()``: a rollback
+        happens at the end of a step, before the script's ``update()``, which would otherwise fold that
+        undone step's overflow (a halving) into the state put back."""
+        if self.scaler is None or not self.scaler.is_enabled():
+            return
+        self.scaler.load_state_dict(state)
+        self.put_back_due = state
+
+    def updated(self) -> None:
+        """After the scaler's ``update()``."""
+        if self.put_back_due is not None:
+            self.scaler.load_state_dict(self.put_back_due)
+            self.put_back_due = None
+        if self.scale_stale:
+            self.read_scale()
 
     def applied(self) -> None:
         self.nonfinite_since, self.nonfinite_count = None, 0
@@ -168,8 +194,8 @@ def _scaler_step(self: Any, optimizer: torch.optim.Optimizer, *args: Any, **kwar
 def _scaler_update(self: Any, new_scale: Any = None) -> None:
     _ORIGINAL["update"](self, new_scale)
     for guard in list(_GUARDS.values()):
-        if guard.scaler_watch.scaler is self and guard.scaler_watch.scale_stale:
-            guard.scaler_watch.read_scale()
+        if guard.scaler_watch.scaler is self:
+            guard.scaler_watch.updated()
 
 
 class BackwardClock:

@@ -10,8 +10,8 @@ answer in the job to rank 0 (``Follower.pending``, gathered only then), and rank
 way. At the end of each step of a rollback rank 0 tells every rank what it did (``Ranks.lead``, ``Ranks.follow``):
 a header (what it did, the factor in force, the first step that is still the run's, whether the rollback
 is still under way: then the next step's end is exchanged too) and, when it put a
-state back, that state: the model's tensors broadcast in place, then the optimizer's state and the
-checks' state as one object. When rank 0 finds no rate that trains, every rank stops with it.
+state back, that state: the model's tensors broadcast in place, then the optimizer's state, the
+checks' state and the loss scaler's as one object. When rank 0 finds no rate that trains, every rank stops with it.
 
 This module decides nothing about the run; it carries rank 0's decisions to the other ranks.
 """
@@ -60,7 +60,8 @@ class Ranks:
                 if name not in guard.rewind.apart:  # another optimizer's: sent with its part, below
                     dist.broadcast(tensor, 0)
             state = [state_on_host(guard.optimizer.state_dict()), guard.sentinel.shared_checks_state(),
-                     guard.rewind.due_others]  # the other optimizers' part: put back at their own next step
+                     guard.rewind.due_others,  # the other optimizers' part: put back at their own next step
+                     guard.scaler_watch.state()]  # the loss scaler's, as rank 0 put it back
             dist.broadcast_object_list(state, 0)
         elif kind == STOPPED:
             dist.broadcast_object_list([stop], 0)
@@ -79,10 +80,12 @@ class Ranks:
             for name, tensor in guard.model.state_dict().items():  # detached views of the parameters: in place
                 if name not in recovery.apart:
                     dist.broadcast(tensor, 0)
-            state: list[Any] = [None, None, None]
+            state: list[Any] = [None, None, None, None]
             dist.broadcast_object_list(state, 0)
-            optimizer, checks, recovery.due = state
+            optimizer, checks, recovery.due, scaler = state
             load_optimizer_state(guard.optimizer, optimizer)
+            if scaler:
+                guard.scaler_watch.put_back(scaler)
             guard.sentinel.load_shared_checks_state(checks)
             guard.undone_before(recovery.live_from)
         elif kind == STOPPED:

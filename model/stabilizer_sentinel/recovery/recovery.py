@@ -11,8 +11,9 @@ configuration, ``in_job``), the guard does not stop. Instead:
    beside them, so the run is judged from that state's lineage again).
 2. **Probe.** From that state, each candidate rate (a third, a tenth, a thirtieth, a hundredth of
    the failing one: two orders of magnitude in one round) trains ``probe_steps`` steps of the
-   script's own batches. A candidate fails at a finding of the sentinel's, a non-finite loss, or a
-   loss that climbs within its steps; among those that did not, the highest rate whose loss fell as
+   script's own batches. A candidate fails at a finding of the sentinel's, a non-finite loss, a loss
+   that climbs within its steps, or steps its loss scaler skips (``SKIPS``: the scale, put back with the
+   state, was calibrated there); among those that did not, the highest rate whose loss fell as
    low as the lowest (within the batches' noise) is the edge of what the network takes, and training
    goes on from the state the next lower candidate that trained reached (``choose``). When every candidate of a
    round failed, or the edge is the lowest rate probed (the lower the rate, the faster the loss fell:
@@ -80,6 +81,10 @@ CLIMB = 0.5
 # ... and more than this many standard deviations of the difference of two steps' losses (the run's
 # per-step noise times sqrt 2): a probe's first and last losses are single steps.
 CLIMB_ERRORS = 3.0
+# A probe whose steps the loss scaler skipped this many times failed: its gradients overflowed float16 at
+# the scale the restored state had calibrated, and again once it halved. A skipped step applies nothing,
+# so such a probe's losses stay where it began and would pass for a rate that trains without harm.
+SKIPS = 2
 
 
 @dataclass
@@ -91,6 +96,7 @@ class Probe:
     failed: str | None = None
     steps: int = 0  # optimizer steps taken at this rate (a step may have no loss: the launcher reads some from logs)
     top: float | None = None  # the highest rate (the first group's) a step of it ran at
+    skipped: int = 0  # of its steps, those the loss scaler skipped
 
     @property
     def score(self) -> float:
@@ -230,6 +236,7 @@ class Recovery(RateFactor):
         self.live_from = -1  # findings of steps before this one are about steps a rollback undid
         self.ranks: Any = None  # under DDP: what rank 0 did, told to the other ranks after each step of a rollback
         self._loaded = False  # a state was put back during this step's end
+        self._skips_before = 0  # the run's skipped steps when the probe under way began
 
     @property
     def probing(self) -> bool:
@@ -326,6 +333,10 @@ class Recovery(RateFactor):
         probe = self._probe
         if probe is not None:
             probe.steps += 1
+            probe.skipped = self.guard.record.steps_skipped - self._skips_before
+            if probe.skipped >= SKIPS and not self._restore_due:
+                probe.failed = f"the loss scaler skipped {probe.skipped} of its {probe.steps} steps"
+                self._restore_due = True
         if probe is not None and not self._restore_due and probe.steps >= self.probe_steps:
             if probe.climbing(self.guard.sentinel.learning.noise):
                 probe.failed = "its loss climbed"
@@ -405,6 +416,7 @@ class Recovery(RateFactor):
         self.factor = factor
         self.live_from = self.guard.step_number
         self._probe = Probe(factor)
+        self._skips_before = self.guard.record.steps_skipped
         if self._replaying:  # the first candidate after a sudden explosion: the same rate
             self._replay, self._replaying = self._probe, False
 
@@ -535,8 +547,12 @@ def restore_point(rewind: Any, finding: dict[str, Any]) -> Any:
     of the way from there to the earliest level held (where the run started, as far as the copies held
     tell) kept what was learned. The first copy's level is the loss of the single step taken from it:
     it counts among the states known (a fine-tune's pretrained state, which its first window may
-    already have lost to its rate), not as where the run started, which a window's mean measures. A
-    copy without a level always counts.
+    already have lost to its rate), not as where the run started, which a window's mean measures. When
+    no window's level is below it, the run never measured better than where it began: the first copy,
+    whatever the bound says. A copy taken after it holds nothing learned that the first lacks, and may hold
+    the run-up's harm (the calibration corpus's ``rnn-lr3.5-noclip``: 3.20 at its first step, 3.28, 4.34,
+    5.62, 4.20, then 7.77 from the copy at step 5, whose window's mean, 4.13, passed the bound). A copy
+    without a level always counts.
     """
     onset = finding.get("onset_step")
     limit = min(finding["step"] - 1, onset if onset is not None else finding["step"] - 1)
@@ -545,6 +561,10 @@ def restore_point(rewind: Any, finding: dict[str, Any]) -> Any:
     if not levels:
         return held[-1] if held else None
     windows = [s.level for s in held if s.level is not None and s is not rewind.first]
+    first = rewind.first
+    if first is not None and any(s is first for s in held) and first.level is not None and windows \
+            and min(windows) > first.level:
+        return first  # never better than where it began: the copies after it hold no more, maybe the run-up's harm
     lowest, start = min(levels), (windows or levels)[0]
     bound = lowest + CLIMB * max(start - lowest, abs(lowest))
     return [s for s in held if s.level is None or s.level <= bound][-1]

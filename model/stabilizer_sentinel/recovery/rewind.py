@@ -127,6 +127,9 @@ class Snapshot:
     # The other optimizers' (a GAN's second), in ``Rewind.others``' order: (their network's state, or {}
     # when the model holds their parameters; their state). Not written into checkpoints.
     others: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    # The loss scaler's (``GradScaler.state_dict()``: its scale and count of steps since it last backed off),
+    # when one steps the optimizer. Not written into checkpoints: a relaunch calibrates a new one.
+    scaler: dict[str, Any] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -172,6 +175,11 @@ class Rewind:
         # The model's entries that are another optimizer's parameters (a GAN's two networks in one
         # module): put back with that optimizer's part, at its step, never with the model's.
         self.apart: set[str] = set()
+        # The loss scaler stepping the optimizer, if any, as the guard's ScalerWatch sees it (``state``,
+        # ``put_back``). Its state goes with each copy and back with it: the overflows of a run-up (and of a
+        # probe thrown up) halve the scale, which would otherwise stay low for the rest of the run (a
+        # GradScaler grows it back only after 2,000 steps without one).
+        self.scaling: Any = None
 
     def add_other(self, network: nn.Module | None, optimizer: torch.optim.Optimizer) -> None:
         """Copy and put back ``optimizer`` (and ``network``) too, from now on and in the copies held.
@@ -244,7 +252,8 @@ class Rewind:
         snapshot = Snapshot(next_step, state_on_host(self.model.state_dict()),
                             state_on_host(self.optimizer.state_dict()), checks, level,
                             [self._due.get(index) or _other_state(network, optimizer)
-                             for index, (network, optimizer) in enumerate(self.others)])
+                             for index, (network, optimizer) in enumerate(self.others)],
+                            self._scaler_state())
         self.seconds += time.perf_counter() - started
         self.copies += 1
         return snapshot
@@ -261,6 +270,11 @@ class Rewind:
         self._due = dict(enumerate(snapshot.others))  # put back at each one's next step (load_other)
         if self.companion is not None and snapshot.checks is not None:
             self.companion.load_checks_state(copy.deepcopy(snapshot.checks))
+        if snapshot.scaler and self.scaling is not None:
+            self.scaling.put_back(snapshot.scaler)
+
+    def _scaler_state(self) -> dict[str, Any] | None:
+        return self.scaling.state() if self.scaling is not None else None
 
     @property
     def due_others(self) -> dict[int, tuple[dict[str, Any], dict[str, Any]]]:

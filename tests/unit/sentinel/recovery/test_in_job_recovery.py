@@ -395,3 +395,12 @@ def test_a_fine_tune_its_rate_wrecked_within_the_first_window_rolls_back_to_the_
     # Where the run started is a window's mean, not the first step's loss: measured from 2.3, copies that
     # drifted back to 0.9 and 1.0 from the best, 0.5, would pass for healthy ones.
     assert restore_point(_copies(tmp_path, 2.3, [0.5, 0.9, 1.0], keep=3), finding).next_step == 5
+
+
+def test_a_run_never_better_than_its_first_step_rolls_back_to_the_state_before_it(tmp_path):
+    # The calibration corpus's rnn-lr3.5-noclip: 3.20 at its first step, then 3.28, 4.34, 5.62, 4.20; the
+    # copy at step 5 (its window's mean 4.13, within half of 3.20 of the lowest level) went on at 7.77.
+    # It holds nothing the first copy lacks, and the run-up's harm.
+    assert restore_point(_copies(tmp_path, 3.2, [4.13]), {"step": 6, "onset_step": 5}).next_step == 0
+    # One window below the first step's loss and the run had learned: the bound decides, as before.
+    assert restore_point(_copies(tmp_path, 3.2, [3.1, 4.13]), {"step": 11, "onset_step": 10}).next_step == 10
