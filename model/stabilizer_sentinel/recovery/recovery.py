@@ -43,8 +43,9 @@ Several optimizers (a GAN's two) roll back together: the copies hold every optim
 the parameters of each, the factor applies to every optimizer's rate, and the first optimizer's
 steps are the ones counted, probed and judged; another optimizer's part of the state is put back at
 its own next step (its backward pass done), a step that changes nothing (its gradients predate it).
-Not with Lightning's callback and several optimizers, nor for a worker process: those stop as before
-and the relaunch handles them. At most ``max_rollbacks`` times per job. Under DDP every rank rolls
+Lightning's callback too: Lightning counts each optimizer's step and the
+callback checks the first one's. Not for a worker process: it stops as before and the relaunch
+handles it. At most ``max_rollbacks`` times per job. Under DDP every rank rolls
 back together: rank 0 decides, the others do as it did, other optimizers too
 (stabilizer_sentinel.recovery.ranks).
 
@@ -309,7 +310,6 @@ class Recovery(RateFactor):
         transients = sum(d["outcome"] == "transient" for d in self.decisions)
         return (len(self.decisions) - transients < self.max_rollbacks and transients < MAX_TRANSIENTS
                 and guard.rewind is not None and (guard.world_size == 1 or self.ranks is not None)
-                and (not guard.others or guard.record.integration != "lightning")
                 and all(entry["rule"] in RECOVERABLE for entry in stops))
 
     def observed(self, loss: float | None) -> None:

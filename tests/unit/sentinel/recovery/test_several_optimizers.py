@@ -124,6 +124,33 @@ def test_the_launcher_rolls_back_an_unchanged_gan_script_inside_the_job(tmp_path
     assert last and "nan" not in last[0], result.stdout[-500:]
 
 
+@pytest.mark.slow  # the job's own process, with Lightning
+def test_the_lightning_callback_rolls_back_a_gan_with_both_networks_inside_the_job(tmp_path):
+    # Under the SentinelCallback Lightning counts each optimizer's step (two a batch) and the callback
+    # checks the first one's; the generator's part of a copy goes back at its own next step, as under the
+    # launcher. The batch after each rollback starts from the generator the restored copy held, to the
+    # last bit: the copy at step s was taken at the discriminator's step of batch (s - 1) // 2, before the
+    # generator's (the first copy, at step 0, before any).
+    script = FIXTURES / "loops" / "lightning_gan.py"
+    result = run(["-m", "stabilizer_sentinel.launch", str(script), "--lr", "3", "--steps", "100", "--callback", "1"],
+                 script.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert document["summary"]["integration"] == "lightning" and document["summary"]["ended"] == "completed"
+    rollbacks = document["rollbacks"]
+    assert rollbacks and all(r["outcome"] == "recovered" for r in rollbacks)
+    generators = {int(fields["step"]): float(fields["gen"]) for fields in
+                  (dict(part.split("=", 1) for part in line.split()) for line in result.stdout.splitlines()
+                   if line.startswith("step="))}
+    for rollback in rollbacks:
+        restored, found = rollback["restored_step"], rollback["step"] // 2
+        assert generators[found + 1] == generators[max(restored - 1, 0) // 2], rollback
+        assert generators[found + 1] != generators[found]
+    assert all(finding["rule"] != "ExplodingTensor" for finding in document["findings"])
+    losses = [loss for _, loss in logged(result.stdout, "loss")]
+    assert len(losses) == 100 and math.isfinite(losses[-1])
+
+
 class Factor(RateFactor):
     def __init__(self, factor: float, due: bool) -> None:
         self.factor, self.due = factor, due
