@@ -65,30 +65,41 @@ class ScalerWatch:
         self.nonfinite_since: int | None = None
         self.nonfinite_count = 0
         self.scale_stale = False
-        self.put_back_due: dict[str, Any] | None = None  # a rollback's scaler state, loaded again after the update
+        # In-job rollback (stabilizer_sentinel.recovery): a state to put back, and copies' states to fill, at the
+        # next update(). A copy and a rollback happen at the end of a step, inside or right after the
+        # scaler's step() and before the script's update(), which is what sets the scale the next step runs
+        # at: halved after an overflow, so a copy taken at a skipped step would hold a scale that overflows.
+        self.put_back_due: dict[str, Any] | None = None
+        self._recording: list[dict[str, Any]] = []
 
-    def state(self) -> dict[str, Any] | None:
-        """The enabled scaler's state (``GradScaler.state_dict()``), None without one. Its scale is read back
-        to the host: the rewind takes this beside a copy of the weights to host memory, which waits for the
-        device already."""
+    def state_after_update(self) -> dict[str, Any] | None:
+        """A dict that the scaler's state (``GradScaler.state_dict()``) fills at its next ``update()``; None
+        without an enabled scaler. Its scale is read back to the host then, once per copy of the weights,
+        which waits for the device already."""
         if self.scaler is None or not self.scaler.is_enabled():
             return None
-        return self.scaler.state_dict()
+        recorded: dict[str, Any] = {}
+        self._recording.append(recorded)
+        return recorded
 
-    def put_back(self, state: dict[str, Any]) -> None:
-        """A rollback puts the scaler's state back, now and once more after its next ``update()``: a rollback
-        happens at the end of a step, before the script's ``update()``, which would otherwise fold that
-        undone step's overflow (a halving) into the state put back."""
-        if self.scaler is None or not self.scaler.is_enabled():
-            return
-        self.scaler.load_state_dict(state)
-        self.put_back_due = state
+    def put_back(self, state: dict[str, Any] | None) -> None:
+        """A rollback puts the scaler's state back at its next ``update()``: until then the step under way
+        goes on at the scale its gradients were scaled with (another optimizer's step of the same
+        iteration too), and the update that follows would fold the undone step's overflow into it."""
+        if state is not None and self.scaler is not None and self.scaler.is_enabled():
+            self.put_back_due = state
 
     def updated(self) -> None:
-        """After the scaler's ``update()``."""
-        if self.put_back_due is not None:
+        """After the scaler's ``update()``: the copies taken during the step get its state, then a rollback's
+        is put back."""
+        if self._recording:
+            state = self.scaler.state_dict()
+            for recorded in self._recording:
+                recorded.update(state)
+            self._recording = []
+        if self.put_back_due:
             self.scaler.load_state_dict(self.put_back_due)
-            self.put_back_due = None
+        self.put_back_due = None
         if self.scale_stale:
             self.read_scale()
 

@@ -61,7 +61,7 @@ class Ranks:
                     dist.broadcast(tensor, 0)
             state = [state_on_host(guard.optimizer.state_dict()), guard.sentinel.shared_checks_state(),
                      guard.rewind.due_others,  # the other optimizers' part: put back at their own next step
-                     guard.scaler_watch.state()]  # the loss scaler's, as rank 0 put it back
+                     guard.scaler_watch.put_back_due]  # the loss scaler's, as rank 0 puts it back
             dist.broadcast_object_list(state, 0)
         elif kind == STOPPED:
             dist.broadcast_object_list([stop], 0)
@@ -84,8 +84,7 @@ class Ranks:
             dist.broadcast_object_list(state, 0)
             optimizer, checks, recovery.due, scaler = state
             load_optimizer_state(guard.optimizer, optimizer)
-            if scaler:
-                guard.scaler_watch.put_back(scaler)
+            guard.scaler_watch.put_back(scaler)  # at its update(), as rank 0 does
             guard.sentinel.load_shared_checks_state(checks)
             guard.undone_before(recovery.live_from)
         elif kind == STOPPED:

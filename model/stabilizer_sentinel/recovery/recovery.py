@@ -9,17 +9,17 @@ configuration, ``in_job``), the guard does not stop. Instead:
    are loaded from the newest copy the rewind took before the run-up began (the finding's
    ``onset_step``; stabilizer_sentinel.recovery.rewind keeps the copies, with the learning check's state
    beside them, so the run is judged from that state's lineage again).
-2. **Probe.** From that state, each candidate rate (a third, a tenth, a thirtieth, a hundredth of
-   the failing one: two orders of magnitude in one round) trains ``probe_steps`` steps of the
-   script's own batches. A candidate fails at a finding of the sentinel's, a non-finite loss, a loss
-   that climbs within its steps, or steps its loss scaler skips (``SKIPS``: the scale, put back with the
-   state, was calibrated there); among those that did not, the highest rate whose loss fell as
-   low as the lowest (within the batches' noise) is the edge of what the network takes, and training
-   goes on from the state the next lower candidate that trained reached (``choose``). When every candidate of a
-   round failed, or the edge is the lowest rate probed (the lower the rate, the faster the loss fell:
-   no rate a notch below the edge was tried), the next round probes a hundred times lower again, one
-   candidate at a time until one is below the edge; after ``rounds`` rounds with nothing trained the
-   finding stands and the job stops as it would have (the workflow relaunches).
+2. **Probe.** From that state, each candidate rate (a third, a tenth, a thirtieth, a hundredth of the
+   failing one: two orders of magnitude in one round) trains ``probe_steps`` steps of the script's own
+   batches. A candidate fails at a finding of the sentinel's, a non-finite loss, a loss that climbs
+   within its steps, or steps its loss scaler skips after one it applied (``SKIPS``: the scale, put
+   back with the state, had fitted its gradients); among those that did not, the highest rate whose
+   loss fell as low as the lowest (within the batches' noise) is the edge of what the network takes,
+   and training goes on from the state the next lower candidate that trained reached (``choose``). When
+   every candidate of a round failed, or the edge is the lowest rate probed (the lower the rate, the
+   faster the loss fell: no rate a notch below the edge was tried), the next round probes a hundred
+   times lower again, one candidate at a time until one is below the edge; after ``rounds`` rounds with
+   nothing trained the finding stands and the job stops as it would have (the workflow relaunches).
 
    A sudden explosion (``ExplodingTensor`` with no run-up: no rate change, no growing gradient, no
    risen loss before it) at a rate the run was stable at is first replayed at that same rate: a
@@ -82,10 +82,16 @@ CLIMB = 0.5
 # ... and more than this many standard deviations of the difference of two steps' losses (the run's
 # per-step noise times sqrt 2): a probe's first and last losses are single steps.
 CLIMB_ERRORS = 3.0
-# A probe whose steps the loss scaler skipped this many times failed: its gradients overflowed float16 at
-# the scale the restored state had calibrated, and again once it halved. A skipped step applies nothing,
-# so such a probe's losses stay where it began and would pass for a rate that trains without harm.
+# A probe whose steps the loss scaler skipped this many times after one it applied failed: its gradients
+# grew past a scale that had fitted them, and again once it halved. A skipped step applies nothing, so such
+# a probe's losses stay where it began and would pass for a rate that trains without harm. Skips before
+# its first applied step are the scale calibrating to the restored state (a copy taken while the scaler
+# still calibrated from its first scale): they do not count toward its ``probe_steps``, unless that many
+# came before any applied step (then it failed).
 SKIPS = 2
+# A run whose copies before a finding are of its first this many windows, none better than its first step,
+# rolls back to the state before that step (``restore_point``).
+EARLY = 4
 
 
 @dataclass
@@ -97,7 +103,8 @@ class Probe:
     failed: str | None = None
     steps: int = 0  # optimizer steps taken at this rate (a step may have no loss: the launcher reads some from logs)
     top: float | None = None  # the highest rate (the first group's) a step of it ran at
-    skipped: int = 0  # of its steps, those the loss scaler skipped
+    applied: int = 0  # of its steps, those the loss scaler (if any) applied: the probe's measure
+    skipped: int = 0  # ... and those it skipped after the first it applied
 
     @property
     def score(self) -> float:
@@ -237,7 +244,7 @@ class Recovery(RateFactor):
         self.live_from = -1  # findings of steps before this one are about steps a rollback undid
         self.ranks: Any = None  # under DDP: what rank 0 did, told to the other ranks after each step of a rollback
         self._loaded = False  # a state was put back during this step's end
-        self._skips_before = 0  # the run's skipped steps when the probe under way began
+        self._skips_seen = 0  # the run's skipped steps as the last step of a probe ended
 
     @property
     def probing(self) -> bool:
@@ -332,12 +339,8 @@ class Recovery(RateFactor):
     def _end_step(self) -> None:
         probe = self._probe
         if probe is not None:
-            probe.steps += 1
-            probe.skipped = self.guard.record.steps_skipped - self._skips_before
-            if probe.skipped >= SKIPS and not self._restore_due:
-                probe.failed = f"the loss scaler skipped {probe.skipped} of its {probe.steps} steps"
-                self._restore_due = True
-        if probe is not None and not self._restore_due and probe.steps >= self.probe_steps:
+            self._count(probe)
+        if probe is not None and not self._restore_due and probe.applied >= self.probe_steps:
             if probe.climbing(self.guard.sentinel.learning.noise):
                 probe.failed = "its loss climbed"
             elif probe is self._replay:
@@ -362,6 +365,25 @@ class Recovery(RateFactor):
             self._start(self._queue.pop(0))
             return
         self._settle()
+
+    def _count(self, probe: Probe) -> None:
+        """The step just ended was one of ``probe``'s: applied or skipped by the loss scaler (``SKIPS``)."""
+        probe.steps += 1
+        skipped = self.guard.record.steps_skipped > self._skips_seen
+        self._skips_seen = self.guard.record.steps_skipped
+        if not skipped:
+            probe.applied += 1
+            return
+        if probe.applied:
+            probe.skipped += 1
+        if self._restore_due:
+            return
+        if probe.skipped >= SKIPS:
+            probe.failed = f"the loss scaler skipped {probe.skipped} of its steps after it applied one"
+            self._restore_due = True
+        elif not probe.applied and probe.steps >= self.probe_steps:
+            probe.failed = f"the loss scaler skipped its first {probe.steps} steps"
+            self._restore_due = True
 
     def _bracketed(self) -> bool:
         """Whether a rate below the edge was probed (``edge``): the job can go on a notch below it. Not
@@ -416,7 +438,7 @@ class Recovery(RateFactor):
         self.factor = factor
         self.live_from = self.guard.step_number
         self._probe = Probe(factor)
-        self._skips_before = self.guard.record.steps_skipped
+        self._skips_seen = self.guard.record.steps_skipped
         if self._replaying:  # the first candidate after a sudden explosion: the same rate
             self._replay, self._replaying = self._probe, False
 
@@ -543,16 +565,19 @@ def restore_point(rewind: Any, finding: dict[str, Any]) -> Any:
 
     A copy taken before the onset may still be a poor state (a run that drifted up slowly for tens of
     steps). The lowest loss level among the copies (the rewind keeps the copy with the lowest level so
-    far, and the first) is the best state known; a copy whose level climbed back less than ``CLIMB``
-    of the way from there to the earliest level held (where the run started, as far as the copies held
-    tell) kept what was learned. The first copy's level is the loss of the single step taken from it:
-    it counts among the states known (a fine-tune's pretrained state, which its first window may
-    already have lost to its rate), not as where the run started, which a window's mean measures. When
-    no window's level is below it, the run never measured better than where it began: the first copy,
-    whatever the bound says. A copy taken after it holds nothing learned that the first lacks, and may hold
-    the run-up's harm (the calibration corpus's ``rnn-lr3.5-noclip``: 3.20 at its first step, 3.28, 4.34,
-    5.62, 4.20, then 7.77 from the copy at step 5, whose window's mean, 4.13, passed the bound). A copy
-    without a level always counts.
+    far, and the first) is the best state known; a copy whose level climbed back less than ``CLIMB`` of
+    the way from there to the earliest level held (where the run started, as far as the copies held
+    tell) kept what was learned. The first copy's level is the loss of the single step taken from it: it
+    counts among the states known (a fine-tune's pretrained state, which its first window may already
+    have lost to its rate), not as where the run started, which a window's mean measures. When no
+    window's level is below it and the copies held before the onset are of the run's first ``EARLY``
+    windows, the run never measured better than where it began: the first copy, whatever the bound says
+    (one step's loss against windows' means, and no noise to weigh them by: a run-up inflates the
+    estimate, so the rule is kept to where going back to the first copy costs a few windows at most). A
+    copy taken after it holds nothing learned that the first lacks, and may hold the run-up's harm (the
+    calibration corpus's ``rnn-lr3.5-noclip``: 3.20 at its first step, 3.28, 4.34, 5.62, 4.20, then 7.77
+    from the copy at step 5, whose window's mean, 4.13, passed the bound). A copy without a level always
+    counts.
     """
     onset = finding.get("onset_step")
     limit = min(finding["step"] - 1, onset if onset is not None else finding["step"] - 1)
@@ -563,7 +588,7 @@ def restore_point(rewind: Any, finding: dict[str, Any]) -> Any:
     windows = [s.level for s in held if s.level is not None and s is not rewind.first]
     first = rewind.first
     if first is not None and any(s is first for s in held) and first.level is not None and windows \
-            and min(windows) > first.level:
+            and min(windows) > first.level and held[-1].next_step - first.next_step <= EARLY * rewind.every:
         return first  # never better than where it began: the copies after it hold no more, maybe the run-up's harm
     lowest, start = min(levels), (windows or levels)[0]
     bound = lowest + CLIMB * max(start - lowest, abs(lowest))

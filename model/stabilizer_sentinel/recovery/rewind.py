@@ -128,7 +128,8 @@ class Snapshot:
     # when the model holds their parameters; their state). Not written into checkpoints.
     others: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
     # The loss scaler's (``GradScaler.state_dict()``: its scale and count of steps since it last backed off),
-    # when one steps the optimizer. Not written into checkpoints: a relaunch calibrates a new one.
+    # when one steps the optimizer: as its update() after the copy left it (filled then; empty until).
+    # Not written into checkpoints: a relaunch calibrates a new one.
     scaler: dict[str, Any] | None = None
 
     @property
@@ -270,11 +271,11 @@ class Rewind:
         self._due = dict(enumerate(snapshot.others))  # put back at each one's next step (load_other)
         if self.companion is not None and snapshot.checks is not None:
             self.companion.load_checks_state(copy.deepcopy(snapshot.checks))
-        if snapshot.scaler and self.scaling is not None:
-            self.scaling.put_back(snapshot.scaler)
+        if self.scaling is not None:
+            self.scaling.put_back(snapshot.scaler)  # at the scaler's next update(), once the copy's state is known
 
     def _scaler_state(self) -> dict[str, Any] | None:
-        return self.scaling.state() if self.scaling is not None else None
+        return self.scaling.state_after_update() if self.scaling is not None else None
 
     @property
     def due_others(self) -> dict[int, tuple[dict[str, Any], dict[str, Any]]]:

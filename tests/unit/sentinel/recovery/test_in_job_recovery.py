@@ -404,3 +404,7 @@ def test_a_run_never_better_than_its_first_step_rolls_back_to_the_state_before_i
     assert restore_point(_copies(tmp_path, 3.2, [4.13]), {"step": 6, "onset_step": 5}).next_step == 0
     # One window below the first step's loss and the run had learned: the bound decides, as before.
     assert restore_point(_copies(tmp_path, 3.2, [3.1, 4.13]), {"step": 11, "onset_step": 10}).next_step == 10
+    # Past its first windows (a long plateau within the noise of its first step) the bound decides too:
+    # going back to the first copy would cost every step since.
+    plateau = _copies(tmp_path, 2.0, [2.02 + 0.01 * (i % 3) for i in range(1, 400)])
+    assert restore_point(plateau, {"step": 2001, "onset_step": 1999}).next_step == 1995

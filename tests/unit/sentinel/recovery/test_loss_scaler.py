@@ -21,7 +21,7 @@ from tests.unit.sentinel.support import job_env, run, summary
 AMP = Path(__file__).resolve().parents[3] / "corpus" / "amp_gradscaler" / "train.py"
 
 
-def test_a_rollback_puts_the_loss_scalers_state_back_and_again_after_the_scripts_update(tmp_path):
+def test_a_copy_holds_the_scalers_state_after_its_steps_update_and_a_rollback_puts_it_back_at_the_next(tmp_path):
     model = torch.nn.Linear(2, 1)
     scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
     scaler.scale(torch.ones(()))  # the scale exists from the first scale()
@@ -29,16 +29,19 @@ def test_a_rollback_puts_the_loss_scalers_state_back_and_again_after_the_scripts
     watch.scaler = scaler  # what the wrapped GradScaler.step does at its first step
     rewind = Rewind(model, torch.optim.SGD(model.parameters(), lr=0.1), checkpoint_dir=tmp_path)
     rewind.scaling = watch
+    # A copy taken at the end of a step the scaler skipped (an overflow at 1024): the scale the next step
+    # runs at is the one its update() sets, 512; 1024 would overflow again.
     copy = rewind.take_now(5)
-    assert copy.scaler is not None and copy.scaler["scale"] == 1024.0
-    scaler.update(new_scale=64.0)  # the run-up's overflows halved it, step after step
-    rewind.load(copy)
-    assert scaler.get_scale() == 1024.0
-    # The rollback came at the end of a step, before the script's update(), which folds that undone
-    # step's overflow into the scale; the wrapped update() calls ``updated`` after it.
     scaler.update(new_scale=512.0)
+    watch.updated()  # what the wrapped GradScaler.update does after it
+    assert copy.scaler is not None and copy.scaler["scale"] == 512.0
+    scaler.update(new_scale=64.0)  # a run-up's overflows halved it, step after step
     watch.updated()
-    assert scaler.get_scale() == 1024.0
+    rewind.load(copy)  # at the end of a step, before the script's update()
+    assert scaler.get_scale() == 64.0  # the step under way keeps the scale its gradients were scaled with
+    scaler.update(new_scale=32.0)  # that update would fold the undone step's overflow in
+    watch.updated()
+    assert scaler.get_scale() == 512.0
     scaler.update(new_scale=256.0)
     watch.updated()
     assert scaler.get_scale() == 256.0  # once: the scale is the script's again
@@ -49,6 +52,21 @@ def test_a_copy_without_a_scaler_holds_no_scaler_state(tmp_path):
     rewind = Rewind(model, torch.optim.SGD(model.parameters(), lr=0.1), checkpoint_dir=tmp_path)
     rewind.scaling = ScalerWatch(guard=None)  # a guard whose optimizer no GradScaler stepped
     assert rewind.take_now(5).scaler is None
+
+
+def test_a_copy_taken_and_put_back_in_the_same_step_leaves_the_scale_as_its_update_sets_it(tmp_path):
+    # A probe's end state taken and kept on at once: the scaler goes on as its own update leaves it.
+    model = torch.nn.Linear(2, 1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    scaler.scale(torch.ones(()))
+    watch = ScalerWatch(guard=None)
+    watch.scaler = scaler
+    rewind = Rewind(model, torch.optim.SGD(model.parameters(), lr=0.1), checkpoint_dir=tmp_path)
+    rewind.scaling = watch
+    rewind.load(rewind.take_now(5))
+    scaler.update(new_scale=128.0)
+    watch.updated()
+    assert scaler.get_scale() == 128.0
 
 
 @pytest.mark.slow  # the job's own process
@@ -68,4 +86,18 @@ def test_the_launcher_rolls_back_a_mixed_precision_script_with_its_scale_and_fai
     assert skipped and all(p["factor"] > decision["factor"] for p in skipped)
     scales = [float(m.group(1)) for m in re.finditer(r"scale: (\S+)", result.stdout)]
     assert scales[-1] == scales[0] == 2.0**16, result.stdout[-400:]
+    assert summary(tmp_path)["ended"] == "completed"
+
+
+@pytest.mark.slow  # the job's own process
+def test_a_copy_taken_while_the_scaler_still_calibrates_is_no_scale_that_overflows_for_ever(tmp_path):
+    # From a first scale of 2**30 the scaler skips a dozen steps before one fits, and the copies at steps
+    # 5 and 10 are taken at skipped steps. Each holds the scale its step's update left (halved), and a
+    # probe's skips before its first applied step are the scale still calibrating: a rate trains, where
+    # each copy's scale overflowing again used to fail every probe and stop the job.
+    result = run(["-m", "stabilizer_sentinel.launch", str(AMP), "--lr", "3", "--init_scale", str(2.0**30)],
+                 AMP.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert document["findings"] == [] and document["rollbacks"][0]["outcome"] == "recovered"
     assert summary(tmp_path)["ended"] == "completed"
