@@ -89,7 +89,8 @@ def test_the_launcher_rolls_back_a_mixed_precision_script_with_its_scale_and_fai
     assert summary(tmp_path)["ended"] == "completed"
 
 
-@pytest.mark.slow  # the job's own process
+@pytest.mark.slow
+@pytest.mark.long  # the job's own process again: a variant of the test above (the mechanism: the first test here)
 def test_a_copy_taken_while_the_scaler_still_calibrates_is_no_scale_that_overflows_for_ever(tmp_path):
     # From a first scale of 2**30 the scaler skips a dozen steps before one fits, and the copies at steps
     # 5 and 10 are taken at skipped steps. Each holds the scale its step's update left (halved), and a

@@ -124,7 +124,8 @@ def test_the_launcher_rolls_back_an_unchanged_gan_script_inside_the_job(tmp_path
     assert last and "nan" not in last[0], result.stdout[-500:]
 
 
-@pytest.mark.slow  # the job's own process, with Lightning
+@pytest.mark.slow
+@pytest.mark.long  # the job's own process, with Lightning: the launcher's GAN above and the callback's rollbacks
 def test_the_lightning_callback_rolls_back_a_gan_with_both_networks_inside_the_job(tmp_path):
     # Under the SentinelCallback Lightning counts each optimizer's step (two a batch) and the callback
     # checks the first one's; the generator's part of a copy goes back at its own next step, as under the
