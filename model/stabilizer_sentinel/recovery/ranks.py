@@ -11,7 +11,8 @@ way. At the end of each step of a rollback rank 0 tells every rank what it did (
 a header (what it did, the factor in force, the first step that is still the run's, whether the rollback
 is still under way: then the next step's end is exchanged too) and, when it put a
 state back, that state: the model's tensors broadcast in place, then the optimizer's state, the
-checks' state and the loss scaler's as one object. When rank 0 finds no rate that trains, every rank stops with it.
+checks' state and the loss scaler's as one object. When rank 0 finds no rate that trains, every
+rank stops with it.
 
 This module decides nothing about the run; it carries rank 0's decisions to the other ranks.
 """

@@ -176,10 +176,10 @@ class Rewind:
         # The model's entries that are another optimizer's parameters (a GAN's two networks in one
         # module): put back with that optimizer's part, at its step, never with the model's.
         self.apart: set[str] = set()
-        # The loss scaler stepping the optimizer, if any, as the guard's ScalerWatch sees it (``state``,
-        # ``put_back``). Its state goes with each copy and back with it: the overflows of a run-up (and of a
-        # probe thrown up) halve the scale, which would otherwise stay low for the rest of the run (a
-        # GradScaler grows it back only after 2,000 steps without one).
+        # The loss scaler stepping the optimizer, if any, as the guard's ScalerWatch sees it
+        # (``state_after_update``, ``put_back``). Its state goes with each copy and back with it: the
+        # overflows of a run-up (and of a probe thrown up) halve the scale, which would otherwise stay low
+        # for the rest of the run (a GradScaler grows it back only after 2,000 steps without one).
         self.scaling: Any = None
 
     def add_other(self, network: nn.Module | None, optimizer: torch.optim.Optimizer) -> None:
