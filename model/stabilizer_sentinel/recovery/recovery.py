@@ -43,11 +43,10 @@ Several optimizers (a GAN's two) roll back together: the copies hold every optim
 the parameters of each, the factor applies to every optimizer's rate, and the first optimizer's
 steps are the ones counted, probed and judged; another optimizer's part of the state is put back at
 its own next step (its backward pass done), a step that changes nothing (its gradients predate it).
-Lightning's callback too: Lightning counts each optimizer's step and the
-callback checks the first one's. Not for a worker process: it stops as before and the relaunch
-handles it. At most ``max_rollbacks`` times per job. Under DDP every rank rolls
-back together: rank 0 decides, the others do as it did, other optimizers too
-(stabilizer_sentinel.recovery.ranks).
+Under Lightning's callback too: Lightning counts each optimizer's step and the callback checks the
+first one's. Not for a worker process: it stops as before and the relaunch handles it. At most
+``max_rollbacks`` times per job. Under DDP every rank rolls back together: rank 0 decides, the
+others do as it did, other optimizers too (stabilizer_sentinel.recovery.ranks).
 
 This module decides the in-job remedy; it must not write files other than through the sentinel.
 """

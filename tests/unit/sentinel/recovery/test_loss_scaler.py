@@ -21,7 +21,8 @@ from tests.unit.sentinel.support import job_env, run, summary
 AMP = Path(__file__).resolve().parents[3] / "corpus" / "amp_gradscaler" / "train.py"
 
 
-def test_a_copy_holds_the_scalers_state_after_its_steps_update_and_a_rollback_puts_it_back_at_the_next(tmp_path):
+def _scaled(tmp_path) -> tuple[torch.amp.GradScaler, ScalerWatch, Rewind]:
+    """A rewind whose optimizer a GradScaler (scale 1024) steps, as the guard wires it."""
     model = torch.nn.Linear(2, 1)
     scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
     scaler.scale(torch.ones(()))  # the scale exists from the first scale()
@@ -29,6 +30,11 @@ def test_a_copy_holds_the_scalers_state_after_its_steps_update_and_a_rollback_pu
     watch.scaler = scaler  # what the wrapped GradScaler.step does at its first step
     rewind = Rewind(model, torch.optim.SGD(model.parameters(), lr=0.1), checkpoint_dir=tmp_path)
     rewind.scaling = watch
+    return scaler, watch, rewind
+
+
+def test_a_copy_holds_the_scalers_state_after_its_steps_update_and_a_rollback_puts_it_back_at_the_next(tmp_path):
+    scaler, watch, rewind = _scaled(tmp_path)
     # A copy taken at the end of a step the scaler skipped (an overflow at 1024): the scale the next step
     # runs at is the one its update() sets, 512; 1024 would overflow again.
     copy = rewind.take_now(5)
@@ -56,13 +62,7 @@ def test_a_copy_without_a_scaler_holds_no_scaler_state(tmp_path):
 
 def test_a_copy_taken_and_put_back_in_the_same_step_leaves_the_scale_as_its_update_sets_it(tmp_path):
     # A probe's end state taken and kept on at once: the scaler goes on as its own update leaves it.
-    model = torch.nn.Linear(2, 1)
-    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
-    scaler.scale(torch.ones(()))
-    watch = ScalerWatch(guard=None)
-    watch.scaler = scaler
-    rewind = Rewind(model, torch.optim.SGD(model.parameters(), lr=0.1), checkpoint_dir=tmp_path)
-    rewind.scaling = watch
+    scaler, watch, rewind = _scaled(tmp_path)
     rewind.load(rewind.take_now(5))
     scaler.update(new_scale=128.0)
     watch.updated()

@@ -140,9 +140,7 @@ def test_the_lightning_callback_rolls_back_a_gan_with_both_networks_inside_the_j
     assert document["summary"]["integration"] == "lightning" and document["summary"]["ended"] == "completed"
     rollbacks = document["rollbacks"]
     assert rollbacks and all(r["outcome"] == "recovered" for r in rollbacks)
-    generators = {int(fields["step"]): float(fields["gen"]) for fields in
-                  (dict(part.split("=", 1) for part in line.split()) for line in result.stdout.splitlines()
-                   if line.startswith("step="))}
+    generators = dict(logged(result.stdout, "gen"))
     for rollback in rollbacks:
         restored, found = rollback["restored_step"], rollback["step"] // 2
         assert generators[found + 1] == generators[max(restored - 1, 0) // 2], rollback
