@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.helpers import MODEL_DIR
+from tests.helpers import MODEL_DIR, in_make_test_all
 from tests.unit.sentinel.support import FIXTURES, findings, job_env, logged, run, summary
 
 pytestmark = pytest.mark.slow  # every test runs a script as its own process
@@ -69,17 +69,16 @@ def test_auto_stands_down_for_a_script_that_watches_itself(tmp_path):
     assert (written["steps_taken"], written["steps_observed"]) == (12, 12)  # one guard counted, not two
 
 
-def test_a_script_that_dies_of_an_exception_leaves_a_summary_with_its_line_and_keeps_its_status(tmp_path):
-    for integration, command in (("library", [str(LOOPS), "--watch", "1"]),
-                                 ("launcher", ["-m", "stabilizer_sentinel.launch", str(LOOPS)])):
-        job = tmp_path / integration
-        result = run([*command, "--raise-at", "5"], LOOPS.parent, job_env(job))
-        assert result.returncode == 1
-        assert "Traceback" in result.stderr and "RuntimeError: the data loader broke at step 5" in result.stderr
-        written = summary(job)
-        assert written["integration"] == integration and written["ended"] == "exception"
-        assert written["exception"] == "RuntimeError: the data loader broke at step 5"
-        assert (written["steps_taken"], written["last_step"]) == (5, 4)
+@pytest.mark.parametrize("integration", ["launcher", *in_make_test_all("library")])
+def test_a_script_that_dies_of_an_exception_leaves_a_summary_with_its_line_and_keeps_its_status(tmp_path, integration):
+    command = {"library": [str(LOOPS), "--watch", "1"], "launcher": ["-m", "stabilizer_sentinel.launch", str(LOOPS)]}
+    result = run([*command[integration], "--raise-at", "5"], LOOPS.parent, job_env(tmp_path))
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr and "RuntimeError: the data loader broke at step 5" in result.stderr
+    written = summary(tmp_path)
+    assert written["integration"] == integration and written["ended"] == "exception"
+    assert written["exception"] == "RuntimeError: the data loader broke at step 5"
+    assert (written["steps_taken"], written["last_step"]) == (5, 4)
 
 
 def test_an_interrupted_script_leaves_a_summary_that_says_so(tmp_path):

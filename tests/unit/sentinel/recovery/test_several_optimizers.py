@@ -175,7 +175,7 @@ def test_another_optimizer_steps_at_the_factor_in_force_or_not_at_all_right_afte
         assert seen[0] == pytest.approx(0.05) and torch.allclose(weight, torch.full((3,), 0.95))
 
 
-@pytest.mark.slow  # the job's own process, with Lightning
+@pytest.mark.long  # a Lightning rollback and a GAN's each run in make test
 def test_the_launcher_rolls_back_a_lightning_gan_twice_inside_the_job(tmp_path):
     # Manual optimisation, each optimizer stepped with Lightning's closure. The second rollback goes back
     # to a copy of the lineage training went on from, never to one of the steps the first one undid.
