@@ -99,6 +99,7 @@ def test_the_debugger_page_collection_saves_the_loss_tensors_of_a_sequential_mlp
     assert labels.shape == (16,) and set(labels.tolist()) <= {0, 1, 2, 3}
 
 
+@pytest.mark.long  # the page's own estimator runs in make test
 def test_a_debugger_estimator_on_a_functional_loss_is_verified_and_its_whole_model_saved(tmp_path, monkeypatch):
     """Debugger's rules and hook configuration, a script whose loss is ``F.cross_entropy`` (no loss
     module) and whose log says ``xent``: the loss is read from its backward passes, so the run is

@@ -96,6 +96,9 @@ def test_a_stop_reaches_every_host(sagemaker, hosts_source):
     assert [process.returncode for process in job.processes] == [-9, -9]
 
 
+# Four ranks on two hosts: make test stops every rank of one host's DDP run at a rank's finding
+# (test_ddp_launcher.py) and fails and stops every host of a job here.
+@pytest.mark.long
 def test_a_rule_firing_on_host_2_rank_1_stops_every_rank_of_both_hosts_at_that_step(tmp_path, s3):
     s3.put_object(Bucket=BUCKET, Key="data/train/x.npy", Body=b"x")
     s3.put_object(Bucket=BUCKET, Key="source/ddp.tar.gz", Body=source_archive(DDP_FIXTURE))

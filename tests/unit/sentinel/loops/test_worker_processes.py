@@ -39,8 +39,9 @@ def test_hogwild_workers_are_watched_whatever_starts_them(tmp_path, start):
 
 
 @pytest.mark.slow
-def test_a_worker_that_diverges_stops_itself_and_its_finding_is_the_jobs(tmp_path):
-    result, document = _launch(tmp_path, "--start", "spawn", "--processes", "2", "--steps", "20", "--lr", "20")
+@pytest.mark.parametrize("start", ["fork", *in_make_test_all("spawn")])  # spawned workers import torch again
+def test_a_worker_that_diverges_stops_itself_and_its_finding_is_the_jobs(tmp_path, start):
+    result, document = _launch(tmp_path, "--start", start, "--processes", "2", "--steps", "20", "--lr", "20")
     assert "exit codes [86, 86]" in result.stdout, result.stderr  # each left as a rank does
     assert document is not None
     stops = [entry for entry in document["findings"] if entry["action"] == "stop"]
