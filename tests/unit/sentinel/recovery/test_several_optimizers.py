@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,30 @@ def test_the_lightning_callback_rolls_back_a_gan_with_both_networks_inside_the_j
     assert all(finding["rule"] != "ExplodingTensor" for finding in document["findings"])
     losses = [loss for _, loss in logged(result.stdout, "loss")]
     assert len(losses) == 100 and math.isfinite(losses[-1])
+
+
+@pytest.mark.long  # two Lightning DDP processes: the callback's GAN above and the launcher's DDP GAN in one
+def test_the_lightning_callback_rolls_back_a_ddp_gan_on_every_rank_inside_the_job(tmp_path):
+    # Lightning starts the second rank itself (the script again, with the callback); rank 0 decides and
+    # the other rank follows, the generator's part of the state too: at every batch both ranks start
+    # from the same generator, to the last bit, rollbacks included.
+    script = FIXTURES / "loops" / "lightning_gan.py"
+    result = run([str(script), "--lr", "3", "--steps", "100", "--callback", "1", "--devices", "2"],
+                 script.parent, job_env(tmp_path, {"recovery": "in_job"}), timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert document["summary"]["integration"] == "lightning" and document["summary"]["ended"] == "completed"
+    rollbacks = document["rollbacks"]
+    assert rollbacks and all(r["outcome"] == "recovered" for r in rollbacks), rollbacks
+    generators: dict[str, dict[int, str]] = {}
+    for rank, step, gen in re.findall(r"rank=(\d) step=(\d+) loss=\S+ gen=(\S+)", result.stdout):
+        generators.setdefault(rank, {})[int(step)] = gen
+    assert sorted(generators) == ["0", "1"] and len(generators["0"]) == len(generators["1"]) == 50
+    assert generators["0"] == generators["1"]  # one state on both ranks, batch by batch
+    for rollback in rollbacks:  # ... and after each rollback, the restored copy's (as in the test above)
+        restored, found = rollback["restored_step"], rollback["step"] // 2
+        assert generators["0"][found + 1] == generators["0"][max(restored - 1, 0) // 2] != generators["0"][found]
+    assert all(finding["rule"] != "ExplodingTensor" for finding in document["findings"])
 
 
 class Factor(RateFactor):
