@@ -136,7 +136,7 @@ def test_pytorch_model_debugging_rules_and_hook_intervals(tmp_path, channels, sd
     assert trial.tensor_names(collection="losses") == ["CrossEntropyLoss_output_0"]
 
 
-@pytest.mark.long  # make test runs the Debugger page's estimators (test_debugger_page_run.py)
+@pytest.mark.long  # make test runs the Debugger page's estimator (test_debugger_page_run.py), the same rules
 def test_cnn_class_activation_maps_collection_and_class_imbalance(tmp_path, channels, sdk_env):
     # model_specific_realtime_analysis/cnn_class_activation_maps
     debugger_hook_config = DebuggerHookConfig(

@@ -18,7 +18,8 @@ from stabilizer.bench.corpus import load, select
 from tests.helpers import in_make_test_all
 
 pytestmark = pytest.mark.slow
-SLICE = ["rnn-lr0.5-clip1", *in_make_test_all("accum-lr1.5")]
+# Long: the calibration corpus is a benchmark (python -m stabilizer.bench --corpus); its parts have fast tests.
+SLICE = in_make_test_all("rnn-lr0.5-clip1", "accum-lr1.5")
 
 
 @pytest.mark.parametrize("name", SLICE)

@@ -82,8 +82,7 @@ def test_cfn_lint_finds_nothing(default_outdir):
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
 
 
-# make test synthesizes the same app (app.build_app) in process for cdk-nag and cfn-lint; the CLI run is long.
-@pytest.mark.long
+@pytest.mark.slow
 def test_cdk_cli_synth_offline_without_credentials_or_docker(tmp_path):
     """`npx cdk synth` as a newcomer runs it: pinned CLI, venv python, no AWS settings at all."""
     cli = REPO_ROOT / "node_modules" / ".bin" / "cdk"

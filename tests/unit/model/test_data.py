@@ -68,3 +68,12 @@ def test_read_channel_names_what_is_wrong(tmp_path):
     write_channel(tmp_path / "short", np.zeros((4, 32, 32, 3), np.float32), np.zeros(3, np.int64))
     with pytest.raises(ValueError, match="4 labels"):
         read_channel(tmp_path / "short")
+
+
+def test_one_hot_labels_read_back_as_the_integer_labels_they_encode(tmp_path):
+    # What train.py reads from a channel whose y.npy is N x C one-hot (its own run on such a channel: make test-all).
+    x = np.arange(4 * 8 * 8 * 3, dtype=np.uint8).reshape(4, 8, 8, 3)
+    labels = np.array([3, 0, 9, 3])
+    channel = _data.write_channel(tmp_path / "onehot", x, np.eye(10, dtype=np.float32)[labels])
+    read_x, read_y = _data.read_channel(channel)
+    assert read_y.tolist() == labels.tolist() and len(read_x) == 4

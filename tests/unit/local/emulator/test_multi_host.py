@@ -15,7 +15,7 @@ import pytest
 
 from stabilizer.local.emulator.sagemaker import LocalSageMaker
 from stabilizer.source.sourcedir import source_archive
-from tests.helpers import MODEL_DIR, ROOT
+from tests.helpers import MODEL_DIR, ROOT, in_make_test_all
 from tests.unit.local.emulator.test_sagemaker_emulator import request, wait_for
 from tests.unit.local.support import BUCKET, FIXTURES, aws_env_fixture, s3_fixture  # noqa: F401 fixtures
 
@@ -96,10 +96,9 @@ def test_a_stop_reaches_every_host(sagemaker, hosts_source):
     assert [process.returncode for process in job.processes] == [-9, -9]
 
 
-# Four ranks on two hosts: make test stops every rank of one host's DDP run at a rank's finding
-# (test_ddp_launcher.py) and fails and stops every host of a job here.
-@pytest.mark.long
-def test_a_rule_firing_on_host_2_rank_1_stops_every_rank_of_both_hosts_at_that_step(tmp_path, s3):
+# make test runs one rank a host (two processes); make test-all two (four).
+@pytest.mark.parametrize("per_host", [1, *in_make_test_all(2)])
+def test_a_rule_firing_on_host_2s_last_rank_stops_every_rank_of_both_hosts_at_that_step(tmp_path, s3, per_host):
     s3.put_object(Bucket=BUCKET, Key="data/train/x.npy", Body=b"x")
     s3.put_object(Bucket=BUCKET, Key="source/ddp.tar.gz", Body=source_archive(DDP_FIXTURE))
     staged = {"train": f"s3://{BUCKET}/data/train/", "source": f"s3://{BUCKET}/source/ddp.tar.gz",
@@ -107,18 +106,18 @@ def test_a_rule_firing_on_host_2_rank_1_stops_every_rank_of_both_hosts_at_that_s
     emulator = LocalSageMaker(tmp_path / "jobs", s3, stop_grace_seconds=1, extra_env={"PYTHONPATH": str(MODEL_DIR)})
     with emulator.installed():
         client = boto3.client("sagemaker", region_name="us-east-1")
-        # Global rank 3 is host algo-2's second rank; its loss goes NaN at step 5.
+        # The last global rank is host algo-2's last; its loss goes NaN at step 5.
         client.create_training_job(**on_hosts(staged, "job-rank3", 2, **{
-            "bad-rank": "3", "bad-step": "5", "steps": "20", "sagemaker_torch_distributed_enabled": "true",
-            "sagemaker_mpi_num_of_processes_per_host": "2"}))
+            "bad-rank": str(2 * per_host - 1), "bad-step": "5", "steps": "20",
+            "sagemaker_torch_distributed_enabled": "true", "sagemaker_mpi_num_of_processes_per_host": str(per_host)}))
         described = wait_for(client, "job-rank3", {"Completed", "Failed", "Stopped"}, timeout=180)
     assert described["TrainingJobStatus"] == "Failed"
     assert "RuleStop: ExplodingTensor at step 5" in described["FailureReason"]
     logs = {c.host: c.log_path.read_text() for c in emulator.jobs["job-rank3"].hosts}
     stopped = [re.findall(r"sentinel stopped the job at step (\d+)", text) for text in logs.values()]
-    assert [sorted(steps) for steps in stopped] == [["5", "5"], ["5", "5"]], logs  # four ranks, one step
+    assert [sorted(steps) for steps in stopped] == [["5"] * per_host] * 2, logs  # every rank, one step
     taken = [int(step) for text in logs.values() for step in re.findall(r"rank=\d step=(\d+)", text)]
     assert max(taken) == 4  # no rank took the stopped step
     body = s3.get_object(Bucket=BUCKET, Key="executions/e1/attempt-1/checkpoints/findings.json")["Body"].read()
     (finding,) = json.loads(body)["findings"]  # one file, written by rank 0 on algo-1
-    assert (finding["rank"], finding["step"]) == (3, 5)
+    assert (finding["rank"], finding["step"]) == (2 * per_host - 1, 5)

@@ -32,7 +32,6 @@ def test_a_non_finite_loss_on_one_rank_stops_every_rank_at_that_step(tmp_path):
     assert (tmp_path / "failure").read_text().startswith("RuleStop: ExplodingTensor at step 5")
 
 
-@pytest.mark.long  # make test's DDP rollback runs every rank on to the end with nothing found
 def test_a_healthy_ddp_run_finishes_on_every_rank(tmp_path):
     command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
                str(SCRIPT), "--bad-rank", "-1", "--steps", "6"]
@@ -99,7 +98,7 @@ def test_when_no_rate_trains_every_rank_stops_with_rank_0_at_one_step(tmp_path):
     assert "done" not in result.stdout
 
 
-@pytest.mark.long  # a DDP rollback and a GAN's rollback each run in make test
+@pytest.mark.long  # make test rolls DDP back (one optimizer) and a GAN (one process); this is both at once
 def test_a_ddp_gan_rolls_both_networks_back_on_every_rank_inside_the_job(tmp_path):
     # Two optimizers on every rank: rank 0 sends the generator's part of the state it loaded with the
     # rest, and every rank puts it back at the generator's own next step.

@@ -25,7 +25,7 @@ def _launch(tmp_path, *args: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("start", ["fork", *in_make_test_all("spawn", "forkserver")])
+@pytest.mark.parametrize("start", ["spawn", *in_make_test_all("fork", "forkserver")])  # make test forks below
 def test_hogwild_workers_are_watched_whatever_starts_them(tmp_path, start):
     result, document = _launch(tmp_path, "--start", start, "--processes", "2", "--steps", "30")
     assert result.returncode == 0, result.stderr
@@ -39,7 +39,7 @@ def test_hogwild_workers_are_watched_whatever_starts_them(tmp_path, start):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("start", ["fork", *in_make_test_all("spawn")])  # spawned workers import torch again
+@pytest.mark.parametrize("start", ["fork", *in_make_test_all("spawn")])  # make test spawns Hogwild above
 def test_a_worker_that_diverges_stops_itself_and_its_finding_is_the_jobs(tmp_path, start):
     result, document = _launch(tmp_path, "--start", start, "--processes", "2", "--steps", "20", "--lr", "20")
     assert "exit codes [86, 86]" in result.stdout, result.stderr  # each left as a rank does

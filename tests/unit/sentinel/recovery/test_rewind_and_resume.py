@@ -54,7 +54,7 @@ def _explode(tmp_path, lr: str = "0.05") -> tuple[int, list]:
     return findings(job)[0]["step"], checkpoints_in(job / "checkpoints")
 
 
-@pytest.mark.long  # make test resumes from a checkpoint through the launcher and in local mode's relaunch
+@pytest.mark.long  # make test resumes through the resume channel below and through the launcher (autostart)
 def test_restore_resumes_the_weights_and_the_step_count_from_the_resume_channel(tmp_path):
     exploded_at, saved = _explode(tmp_path)
     newest = saved[-1]

@@ -151,7 +151,7 @@ def test_the_lightning_callback_rolls_back_a_gan_with_both_networks_inside_the_j
     assert len(losses) == 100 and math.isfinite(losses[-1])
 
 
-@pytest.mark.long  # two Lightning DDP processes: the callback's GAN above and the launcher's DDP GAN in one
+@pytest.mark.long  # two Lightning DDP processes: the callback's GAN above and test_ddp.py's DDP GAN in one
 def test_the_lightning_callback_rolls_back_a_ddp_gan_on_every_rank_inside_the_job(tmp_path):
     # Lightning starts the second rank itself (the script again, with the callback); rank 0 decides and
     # the other rank follows, the generator's part of the state too: at every batch both ranks start
