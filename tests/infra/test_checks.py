@@ -83,6 +83,29 @@ def test_cfn_lint_finds_nothing(default_outdir):
 
 
 @pytest.mark.slow
+def test_the_cdk_cli_takes_the_apps_cloud_assembly_and_cdk_json_the_apps_settings(default_outdir, tmp_path):
+    """What `npx cdk synth` adds to the in-process synth, without synthesizing again (the whole run below is
+    long): cdk.json runs app.py's `main` with settings that are the app's own defaults, so its template is
+    the one cdk-nag and cfn-lint check here; and the pinned CLI, offline and with no AWS settings, reads the
+    cloud assembly the app's aws-cdk-lib writes (a CLI older than the library refuses it)."""
+    from infra.config import read_config
+
+    class Context(dict):
+        def try_get_context(self, key):
+            return self.get(key)
+
+    settings = json.loads((REPO_ROOT / "cdk.json").read_text())
+    assert settings["app"] == "python3 app.py"
+    assert read_config(Context(settings["context"])) == read_config(Context())
+    cli = REPO_ROOT / "node_modules" / ".bin" / "cdk"
+    assert cli.exists(), "the pinned CDK CLI is missing: run `make setup` (it runs `npm ci`)"
+    environment = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "CDK_DISABLE_CLI_TELEMETRY": "true"}
+    result = subprocess.run([str(cli), "synth", "--app", str(default_outdir), "--quiet", "--no-notices"],
+                            cwd=tmp_path, env=environment, capture_output=True, text=True, check=False, timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+@pytest.mark.long  # the CLI runs the app again (tens of seconds of CPU): make test checks its parts above
 def test_cdk_cli_synth_offline_without_credentials_or_docker(tmp_path):
     """`npx cdk synth` as a newcomer runs it: pinned CLI, venv python, no AWS settings at all."""
     cli = REPO_ROOT / "node_modules" / ".bin" / "cdk"
