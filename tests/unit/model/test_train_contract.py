@@ -78,7 +78,7 @@ def test_a_dry_run_writes_the_model_and_a_checkpoint_and_logs_lines_a_metric_def
     assert re.search(r"eval epoch=1 test_loss=\S+ test_accuracy=[\d.]+", result.stdout)
 
 
-@pytest.mark.long  # a variant of the labels every other run of train.py reads
+@pytest.mark.long  # make test reads a one-hot channel back in process (test_data.py)
 def test_one_hot_labels_are_accepted(job_dirs, tmp_path, digits_channels):
     _data = model_module("data")
     read_channel, write_channel = _data.read_channel, _data.write_channel
@@ -108,7 +108,7 @@ def test_resume_continues_exactly_where_an_uninterrupted_run_would(tmp_path, dig
     assert len(expected) == 4
 
 
-@pytest.mark.long  # local mode's Ctrl-C test stops a job of train.py with SIGTERM in make test
+@pytest.mark.long  # make test's Ctrl-C run (test_local_mode.py) checks train.py's checkpoint at SIGTERM
 def test_sigterm_checkpoints_and_exits_zero(job_dirs, digits_channels):
     env = job_dirs.env(digits_channels)
     process = subprocess.Popen([sys.executable, str(TRAIN_SCRIPT), "--num_epochs", "50", "--log_every", "1",
