@@ -179,7 +179,8 @@ def test_ctrl_c_stops_the_running_job_and_keeps_its_checkpoint(small_digits: Pat
     assert run["outcome"] == "interrupted"
     assert run["attempts"][0]["status"] == "Stopped"
     assert run["attempts"][0]["job_name"] == match.group(1)
-    # train.py checkpoints at SIGTERM the state after the last step it took: nothing lost on stop.
+    # Nothing lost on stop: the newest checkpoint holds the step train.py stopped at, its own at SIGTERM (or
+    # the periodic one, when the stop came right after one: then this cannot tell them apart).
     stopped = re.search(r"stopped by SIGTERM at step (\d+)", next(jobs.glob("*/logs/training.log")).read_text())
     assert stopped, "train.py did not stop on SIGTERM"
     newest = max(jobs.glob("*/checkpoints/checkpoint-*.pt"), key=lambda path: int(re.findall(r"\d+", path.name)[-1]))
