@@ -36,7 +36,8 @@ INTEGRATIONS = ("auto", "library", "launcher")
 DEFAULT_LOSS_REGEX = r"(?:^|[\s,;|(\[{])loss\s*[=:]?\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf|NaN|Inf))"
 DEFAULT_RULES: tuple[dict[str, Any], ...] = ({"name": "ExplodingTensor"},)
 RECOVERIES = ("in_job", "relaunch")
-_KEYS = {"rules", "capture", "action", "integration", "loss_regex", "knobs", "recovery"}
+_KEYS = {"rules", "capture", "action", "integration", "loss_regex", "knobs", "recovery", "skip_batches"}
+FINGERPRINT = re.compile(r"[0-9a-f]{16}")  # stabilizer_sentinel.recovery.batches.fingerprint
 
 
 class StabilizerConfigError(ValueError):
@@ -56,6 +57,8 @@ class StabilizerConfig:
     # in_job: roll back and go on at a probed rate (stabilizer_sentinel.recovery.recovery); relaunch: stop for the
     # workflow.
     recovery: str | None = None
+    # Fingerprints of batches an earlier attempt found bad (a rollback's ``bad_batch``): passed over.
+    skip_batches: tuple[str, ...] = ()
 
     def with_defaults(self, **defaults: Any) -> StabilizerConfig:
         """Fill the fields the job left unset from ``defaults`` (the script's own arguments)."""
@@ -133,8 +136,13 @@ def _validated(value: Mapping[str, Any]) -> StabilizerConfig:
     recovery = value.get("recovery")
     if recovery is not None and recovery not in RECOVERIES:
         raise StabilizerConfigError(f"{HYPERPARAMETER}.recovery: expected one of {list(RECOVERIES)}, got {recovery!r}")
+    skip = value.get("skip_batches") or []
+    if not isinstance(skip, list) or not all(isinstance(f, str) and FINGERPRINT.fullmatch(f) for f in skip):
+        raise StabilizerConfigError(
+            f"{HYPERPARAMETER}.skip_batches: expected a JSON list of 16-digit hexadecimal fingerprints, got {skip!r}")
     knobs = value.get("knobs") or {}
     return StabilizerConfig(
+        skip_batches=tuple(skip),
         recovery=recovery,
         rules=rules,
         capture=dict(capture) if capture is not None else None,

@@ -153,6 +153,18 @@ class Probed(BaseModel):
     failed: str | None = None
 
 
+class SentinelBatch(BaseModel):
+    """A rollback's bad batch (stabilizer_sentinel.recovery.batches.describe): where the first of the
+    step's batches stood in the training data, how many the step took, each one's fingerprint."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    epoch: int
+    index: int
+    batches: int = 1
+    fingerprints: list[str] = Field(default_factory=list)
+
+
 class SentinelRollback(BaseModel):
     """One entry of findings.json's `rollbacks`: an in-job recovery's decision
     (stabilizer_sentinel.recovery.recovery)."""
@@ -170,8 +182,11 @@ class SentinelRollback(BaseModel):
     factor: float | None = None
     probed: list[Probed] = Field(default_factory=list)
     # recovered: on at the chosen rate; stopped: no lower rate trained; ended: the run ended while probing;
-    # transient: the same rate trained past a sudden explosion (a corrupt batch, a one-off), on unchanged
-    outcome: Literal["recovered", "stopped", "ended", "transient"] = "recovered"
+    # transient: the same rate trained past a sudden explosion (a one-off, or a batch not told apart), on
+    # unchanged; bad_batch: the failing step's batches failed again from the restored state and the next
+    # steps trained: skipped (``batch``), on unchanged
+    outcome: Literal["recovered", "stopped", "ended", "transient", "bad_batch"] = "recovered"
+    batch: SentinelBatch | None = None
     seconds: float | None = None
     resumed_at_step: int | None = None
 

@@ -63,6 +63,9 @@ NAME_MAX_BYTES, VALUE_MAX_BYTES, TEXT_MAX_BYTES = 128, 40, 240
 # and the Debugger endpoints one finding names.
 MAX_STRAGGLERS, MAX_NOTIFY = 16, 5
 MAX_ROLLBACKS, MAX_PROBED = 16, 12
+# A bad batch's fingerprints one rollback records (a step with accumulation takes several batches).
+MAX_BAD_BATCHES = 4
+Fingerprint = Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")]  # stabilizer_sentinel.recovery.batches.fingerprint
 ExternalName = Annotated[str, _clipped(NAME_MAX_BYTES)]  # a rule, tensor or status name
 ExternalValue = Annotated[str, _clipped(VALUE_MAX_BYTES)]  # a tensor's value as text
 ExternalText = Annotated[str, _clipped(TEXT_MAX_BYTES)]  # a message, failure reason or reason
@@ -200,6 +203,9 @@ class Rollback(BaseModel):
     # The same rate trained past a sudden explosion from the restored state: the batch's or a one-off,
     # not the rate's (factor: the one in force, unchanged).
     transient: bool = False
+    # ... and the failing step's batches failed again from that state: a bad batch, skipped in the job and by
+    # a relaunch (their fingerprints: stabilizer_sentinel.recovery.batches.fingerprint).
+    bad_batches: list[Fingerprint] = Field(default_factory=list, max_length=MAX_BAD_BATCHES)
     probed: list[float | None] = Field(default_factory=list, max_length=MAX_PROBED)  # the rates tried
     failed_probes: int = 0
     seconds: float | None = None  # from the finding to training again

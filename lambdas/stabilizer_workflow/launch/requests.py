@@ -26,7 +26,7 @@ from stabilizer_workflow.execution.service_limits import (
     hyperparameter_value_problem,
 )
 from stabilizer_workflow.execution.state import WorkflowState
-from stabilizer_workflow.remedies.in_job import recovery_for
+from stabilizer_workflow.remedies.in_job import batches_to_skip, recovery_for
 from stabilizer_workflow.settings import TrainSettings
 
 JOB_NAME_MAX = 63
@@ -88,13 +88,16 @@ def _capture_json(monitoring: Monitoring) -> dict[str, Any]:
     return {name: capture.model_dump(exclude_none=True) for name, capture in monitoring.capture.items()}
 
 
-def sentinel_configuration(job: Job, monitoring: Monitoring, recovery: str = "relaunch") -> str:
+def sentinel_configuration(job: Job, monitoring: Monitoring, recovery: str = "relaunch",
+                           skip_batches: list[str] | None = None) -> str:
     """The `sagemaker_stabilizer` value: the in-job library's whole configuration as JSON text.
 
     Shape (docs/contracts.md, section 8): rules, capture, action, integration, loss_regex (the
     launcher reads the loss from the log lines it matches; null when the job names no loss
     metric), knobs (role -> the job's hyperparameter name) and recovery (in_job or relaunch:
-    stabilizer_workflow.remedies.in_job.recovery_for). The library rejects other keys.
+    stabilizer_workflow.remedies.in_job.recovery_for); skip_batches (only when an earlier attempt found a
+    bad batch: their fingerprints, stabilizer_workflow.remedies.in_job.batches_to_skip). The library
+    rejects other keys.
     """
     config = {
         "rules": _rules_json(_engine_rules(monitoring)),
@@ -105,6 +108,8 @@ def sentinel_configuration(job: Job, monitoring: Monitoring, recovery: str = "re
         "knobs": {role: knob.hyperparameter for role, knob in job.knobs.declared().items()},
         "recovery": recovery,
     }
+    if skip_batches:
+        config["skip_batches"] = skip_batches
     return json.dumps(config, separators=(",", ":"))
 
 
@@ -140,7 +145,12 @@ def hyperparameters(state: WorkflowState, settings: TrainSettings) -> dict[str, 
     )
     encoded = {key: json.dumps(value) for key, value in plain.items()}
     encoded.update(distribution_hyperparameters(job.distribution, job.instance_type or ""))
-    encoded[CONFIG_HYPERPARAMETER] = sentinel_configuration(job, state.monitoring, recovery_for(state))
+    skip = batches_to_skip(state)
+    config = sentinel_configuration(job, state.monitoring, recovery_for(state), skip)
+    while skip and hyperparameter_value_problem("monitoring", CONFIG_HYPERPARAMETER, config):
+        skip = skip[1:]  # the input check left room for the configuration itself; the oldest bad batches give way
+        config = sentinel_configuration(job, state.monitoring, recovery_for(state), skip)
+    encoded[CONFIG_HYPERPARAMETER] = config
     return encoded
 
 

@@ -12,14 +12,27 @@ Pure: no AWS call, no clock.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from stabilizer_workflow.evidence.observation import Observation
 from stabilizer_workflow.evidence.sentinel_files import SentinelRollback, finite
-from stabilizer_workflow.execution.state import MAX_PROBED, MAX_ROLLBACKS, Attempt, Rollback, WorkflowState
+from stabilizer_workflow.execution.state import (
+    MAX_BAD_BATCHES,
+    MAX_PROBED,
+    MAX_ROLLBACKS,
+    Attempt,
+    Rollback,
+    WorkflowState,
+)
 from stabilizer_workflow.remedies.ladders import ARCHITECTURE_ROLES, EXPLOSIONS, remedies
 
 PHASES = ("warmup", "main", None)
+PAST = ("transient", "bad_batch")  # the outcomes of a sudden explosion the same rate trained past
+# The bad batches a relaunch is told to skip, newest first: a few hundred characters of the configuration
+# hyperparameter's 2,500 (stabilizer_workflow.launch.requests.sentinel_configuration).
+MAX_SKIPPED = 16
+_FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 
 
 def recovery_for(state: WorkflowState) -> str:
@@ -61,6 +74,10 @@ def describe(rollback: SentinelRollback) -> str:
         return f"{head}; the run ended while probing ({probes}): the finding stands"
     if rollback.outcome == "transient":
         return f"{head}; the same rate trained past it: the batch's or a one-off, on unchanged at rate {_rate(after)}"
+    if rollback.outcome == "bad_batch":
+        where = f" (batch {rollback.batch.index} of pass {rollback.batch.epoch})" if rollback.batch else ""
+        return (f"{head}; that step's batch{where} failed again and the next steps trained: a bad batch, skipped "
+                f"(a relaunch skips it too), on unchanged at rate {_rate(after)}")
     return f"{head}, on at rate {_rate(after)} from {_rate(before)}, chosen from {probes}{seconds}"
 
 
@@ -84,13 +101,27 @@ def _recorded(entry: SentinelRollback) -> Rollback:
         probe_steps=max(entry.probe_steps, 0),
         rate_before=finite(entry.learning_rate_before),
         rate_after=finite(entry.learning_rate_after),
-        factor=entry.factor if entry.outcome in ("recovered", "transient") else None,
-        transient=entry.outcome == "transient",
+        factor=entry.factor if entry.outcome in ("recovered", *PAST) else None,
+        transient=entry.outcome in PAST,
+        bad_batches=_fingerprints(entry),
         probed=[finite(probe.learning_rate) for probe in entry.probed][:MAX_PROBED],
         failed_probes=sum(1 for probe in entry.probed if probe.failed),
         seconds=entry.seconds,
         reason=describe(entry),
     )
+
+
+def _fingerprints(entry: SentinelRollback) -> list[str]:
+    if entry.outcome != "bad_batch" or entry.batch is None:
+        return []
+    return [f for f in entry.batch.fingerprints if isinstance(f, str) and _FINGERPRINT.fullmatch(f)][:MAX_BAD_BATCHES]
+
+
+def batches_to_skip(state: WorkflowState) -> list[str]:
+    """The bad batches the execution's jobs found (each once, the newest ``MAX_SKIPPED``): the next job
+    passes over them (the configuration's ``skip_batches``)."""
+    found = [f for attempt in state.attempts for rollback in attempt.rollbacks for f in rollback.bad_batches]
+    return list(dict.fromkeys(found))[-MAX_SKIPPED:]
 
 
 def factor_in_force(attempt: Attempt) -> float:
@@ -121,11 +152,14 @@ def summary_line(attempt: Attempt) -> str | None:
     if not attempt.rollbacks:
         return None
     recovered = [r for r in attempt.rollbacks if r.factor is not None and not r.transient]
-    passed = sum(1 for r in attempt.rollbacks if r.transient)
+    passed = sum(1 for r in attempt.rollbacks if r.transient and not r.bad_batches)
+    bad = sum(1 for r in attempt.rollbacks if r.bad_batches)
     lost = sum(r.steps_lost + r.probe_steps for r in attempt.rollbacks)
     said = f"recovered in the job {len(recovered)} time{'s' if len(recovered) != 1 else ''}"
     if recovered:
         said += f", last on at rate {_rate(recovered[-1].rate_after)} ({recovered[-1].factor:.3g} x the script's)"
     if passed:
         said += f"; {passed} sudden explosion{'s' if passed != 1 else ''} the same rate trained past"
+    if bad:
+        said += f"; {bad} bad batch{'es' if bad != 1 else ''} skipped"
     return f"{said}; {lost} steps rolled back or probed"

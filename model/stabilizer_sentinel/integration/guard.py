@@ -69,6 +69,7 @@ from stabilizer_sentinel.loops.networks import BareTensors, network_of
 from stabilizer_sentinel.loops.optimizer_hooks import OptimizerHooks
 from stabilizer_sentinel.loops.step_clock import BackwardClock, ScalerWatch, follow_scaler, unfollow
 from stabilizer_sentinel.recovery import resume
+from stabilizer_sentinel.recovery.batches import Batches
 from stabilizer_sentinel.recovery.ranks import Follower, Ranks
 from stabilizer_sentinel.recovery.recovery import Recovery
 from stabilizer_sentinel.recovery.rewind import Rewind
@@ -129,6 +130,7 @@ class Guard(OptimizerHooks):
             self._keep_states(optimizer, start_step, rewind_every, rewind_keep, in_job_possible=in_job_possible)
         elif optimizer is not None and in_job_possible and self._ranks_recover():
             self.recovery = self.sentinel.recovery = Follower(self)  # rank 0 decides, this rank does the same
+        self.batches = self._keep_batches(integration, stores=stores)
         self.epoch: int | None = None
         self.phase: str | None = None
         self._loss: torch.Tensor | float | None = None
@@ -196,6 +198,21 @@ class Guard(OptimizerHooks):
             self.recovery = self.sentinel.recovery = Recovery(self)
             if self.world_size > 1:
                 self.recovery.ranks = Ranks(self)  # the other ranks do as this one did
+
+    def _keep_batches(self, integration: str, *, stores: bool) -> Batches | None:
+        """The training batches each step took, for a rollback to replay the failing step's
+        (stabilizer_sentinel.recovery.batches), and those an earlier attempt found bad, passed over. One
+        process only: each DDP rank's batches are its own. Not under Lightning's callback: its loop fetches
+        each batch a step ahead."""
+        replays = isinstance(self.recovery, Recovery) and self.world_size == 1 and integration != "lightning"
+        skip = self.config.skip_batches if stores and self.world_size == 1 else ()
+        if not (replays or skip):
+            return None
+        batches = Batches(skip)
+        batches.activate()
+        if replays:
+            self.recovery.batches = batches
+        return batches
 
     def add_optimizer(self, optimizer: torch.optim.Optimizer, network: nn.Module | None = None) -> bool:
         """Check another optimizer's steps too (stabilizer_sentinel.loops.optimizer_hooks), and keep its state
@@ -282,6 +299,8 @@ class Guard(OptimizerHooks):
     def check(self) -> Verdict:
         """Check the gradients of the step about to be applied (the hooks call this; so may a framework)."""
         step = self.step_number
+        if self.batches is not None:
+            self.batches.checked(step)
         if self.recovery is not None and self.rewind is not None and self.rewind.first is None:
             # The state the script starts training from (after any checkpoint it loaded): an explosion in
             # the first steps rolls back to it.
@@ -439,6 +458,8 @@ class Guard(OptimizerHooks):
         self._remove_hooks()
 
     def _remove_hooks(self) -> None:
+        if self.batches is not None:
+            self.batches.deactivate()
         for handle in self._handles:
             handle.remove()
         self._handles.clear()

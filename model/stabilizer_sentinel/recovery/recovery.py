@@ -26,7 +26,11 @@ configuration, ``in_job``), the guard does not stop. Instead:
    corrupt batch or a one-off does that, and a lower rate would slow a healthy run for one record.
    When the replay trains its ``probe_steps`` steps, training goes on from there unchanged (the
    script's loop has moved past the batch; decision ``transient``); when it fails, the lower rates
-   are probed as above.
+   are probed as above. Where the step's own batches are known (stabilizer_sentinel.recovery.batches: a
+   ``DataLoader``'s, one process), the replay's first step takes them again: when that step fails and
+   the next ``probe_steps`` steps at the same rate, on the loader's next batches, train, the batch was
+   bad (decision ``bad_batch``, naming it, and the relaunch skips it too); when it trains, a one-off
+   (``transient``); when the steps after it fail, the rate.
 3. **Record.** Each rollback is a decision in findings.json's ``rollbacks`` (docs/contracts.md,
    section 2): the finding, the step restored, the rate before and after, what was probed, steps
    lost and the seconds from the finding to training again. The workflow records it in the attempt's
@@ -62,6 +66,7 @@ from typing import Any
 import torch
 
 from stabilizer_contract.catalogue import DIVERGING
+from stabilizer_sentinel.recovery.batches import describe
 
 EXPLODING = "ExplodingTensor"
 RECOVERABLE = (EXPLODING, DIVERGING)  # a rate too high: the job can lower it itself
@@ -70,7 +75,8 @@ ROUND_STEP = 1 / 100  # each further round is this much lower again
 ROUNDS = 2
 PROBE_STEPS = 5
 MAX_ROLLBACKS = 3
-MAX_TRANSIENTS = 5  # explosions the same rate trained past (corrupt batches), per job
+MAX_TRANSIENTS = 5  # explosions the same rate trained past (corrupt batches, one-offs), per job
+PAST = ("transient", "bad_batch")  # the outcomes of an explosion the same rate trained past
 # An explosion this many steps or fewer after one the same rate trained past is the rate's: no replay.
 TRANSIENT_REACH = 20
 NOISE_ERRORS = 2.0  # scores closer than this many standard errors are the same to the probe
@@ -237,7 +243,12 @@ class Recovery(RateFactor):
         self._probes: list[Probe] = []
         self._probe: Probe | None = None
         self._replay: Probe | None = None  # the same rate, replayed first after a sudden explosion
-        self._replaying = False  # the next candidate started is that replay
+        self._replays = 0  # the next candidates started are replays: with the failing step's batches, without
+        self.batches: Any = None  # the training batches each step took (stabilizer_sentinel.recovery.batches)
+        self._batches_held: list[Any] | None = None  # the failing step's, for the first replay
+        self._with_batch: Probe | None = None  # the replay that took them
+        self._reproduced = False  # the failing step's batches failed again from the restored state
+        self._bad: dict[str, Any] | None = None  # what the decision says of them
         self._ends: dict[int, Any] = {}  # the state each probe that did not fail reached, by id
         self._restore_due = False
         self.live_from = -1  # findings of steps before this one are about steps a rollback undid
@@ -286,14 +297,18 @@ class Recovery(RateFactor):
         self._snapshot = snapshot
         self._round = 0
         replay = self._sudden(entry)
-        self._queue = [self.factor] * replay + [self.factor * f for f in self.factors]
+        self._batches_held = self.batches.held(entry["step"]) if replay and self.batches is not None else None
+        self._replays = replay + (self._batches_held is not None)  # with the batches, then without when they fail
+        self._queue = [self.factor] * self._replays + [self.factor * f for f in self.factors]
         self._probes = []
         self._ends = {}
         self._restore_due = True
-        self._replay = None
-        self._replaying = replay
+        self._replay = self._with_batch = None
+        self._bad = describe(self._batches_held) if self._batches_held else None
+        self._reproduced = False
         self.guard.rewind.frozen = True  # no copies of probing states
-        then = "replaying the same rate, then lower ones if it fails" if replay else "probing lower rates"
+        then = ("replaying the same rate" + (" with the step's own batches" if self._batches_held else "")
+                + ", then lower ones if it fails") if replay else "probing lower rates"
         print(f"sentinel: {entry['rule']} at step {entry['step']}: rolling back to step {snapshot.next_step} and "
               f"{then} in the job", file=sys.stderr, flush=True)
         return True
@@ -308,12 +323,12 @@ class Recovery(RateFactor):
         stable, rate = entry.get("stable_learning_rate"), self.guard.learning_rate
         if stable is None or rate is None or rate > stable * (1 + 1e-9):
             return False
-        return not any(d["outcome"] == "transient" and entry["step"] - d["step"] <= TRANSIENT_REACH
+        return not any(d["outcome"] in PAST and entry["step"] - d["step"] <= TRANSIENT_REACH
                        for d in self.decisions)
 
     def _can_roll_back(self, stops: list[dict[str, Any]]) -> bool:
         guard = self.guard
-        transients = sum(d["outcome"] == "transient" for d in self.decisions)
+        transients = sum(d["outcome"] in PAST for d in self.decisions)
         return (len(self.decisions) - transients < self.max_rollbacks and transients < MAX_TRANSIENTS
                 and guard.rewind is not None and (guard.world_size == 1 or self.ranks is not None)
                 and all(entry["rule"] in RECOVERABLE for entry in stops))
@@ -339,6 +354,8 @@ class Recovery(RateFactor):
         probe = self._probe
         if probe is not None:
             self._count(probe)
+            if probe is self._with_batch and probe.steps == 1:
+                self._first_replayed(probe)
         if probe is not None and not self._restore_due and probe.applied >= self.probe_steps:
             if probe.climbing(self.guard.sentinel.learning.noise):
                 probe.failed = "its loss climbed"
@@ -354,6 +371,9 @@ class Recovery(RateFactor):
         if probe is not None:
             self._probes.append(probe)
             self._probe = None
+            if probe is self._with_batch and not self._reproduced and self._replays:
+                self._queue.pop(0)  # its later steps failed on other batches: the rate's, not the batch's
+                self._replays = 0
         if self._queue and not (self._round and self._ends and self._bracketed()):
             self._start(self._queue.pop(0))
             return
@@ -438,8 +458,26 @@ class Recovery(RateFactor):
         self.live_from = self.guard.step_number
         self._probe = Probe(factor)
         self._skips_seen = self.guard.record.steps_skipped
-        if self._replaying:  # the first candidate after a sudden explosion: the same rate
-            self._replay, self._replaying = self._probe, False
+        if self._replays:  # the first candidates after a sudden explosion: the same rate
+            self._replays -= 1
+            self._replay = self._probe
+            if self._batches_held is not None:  # the first takes the failing step's batches again
+                self.batches.replay(self._batches_held)
+                self._with_batch, self._batches_held = self._probe, None
+
+    def _first_replayed(self, probe: Probe) -> None:
+        """The replay with the failing step's batches took its first step: it failed on them (the batch
+        is reproduced: the next replay trains on other batches), or it did not take them (a loop that
+        fetched from other data first: a plain replay)."""
+        if not self.batches.replayed():
+            print("sentinel: the loop did not take the failing step's batches again: replaying on its next ones",
+                  file=sys.stderr, flush=True)
+            self._with_batch = None
+            if self._replays:
+                self._queue.pop(0)
+                self._replays = 0
+        elif probe.failed is not None:
+            self._reproduced = True
 
     def _go_on_unchanged(self) -> None:
         """The same rate trained from the restored state: the explosion was the batch's (the script's
@@ -456,11 +494,23 @@ class Recovery(RateFactor):
         guard.undone_before(self.live_from)
         self.factor, self.ceiling = trigger["in_force_before"]  # the rate was not at fault: as it was
         decision = self._decision(trigger, probed, probe.factor)
-        decision["outcome"] = "transient"
+        decision["outcome"] = "bad_batch" if self._reproduced else "transient"
+        if self._reproduced and self._bad is not None:
+            decision["batch"] = self._bad
+            self.batches.skip.update(self._bad["fingerprints"])  # met again at a later pass: passed over
         self.decisions.append(decision)
-        print(f"sentinel: rolled back {decision['steps_lost']} steps to step {decision['restored_step']}; the same "
-              f"rate trained from there for {probe.steps} steps: {decision['rule']} at step {decision['step']} was "
-              f"the batch's or a one-off, going on unchanged", file=sys.stderr, flush=True)
+        head = (f"sentinel: rolled back {decision['steps_lost']} steps to step {decision['restored_step']}; "
+                f"{decision['rule']} at step {decision['step']}")
+        if self._reproduced:
+            where = (f" (batch {self._bad['index']} of pass {self._bad['epoch']} over the training data)"
+                     if self._bad else "")
+            print(f"{head} came again with that step's batches{where} and not with the next {probe.steps}: a bad "
+                  f"batch, skipped; going on unchanged", file=sys.stderr, flush=True)
+        else:
+            tried = "with that step's batches, then " if self._with_batch is not None else ""
+            print(f"{head}: the same rate trained from there {tried}for {probe.steps} steps: "
+                  f"{'a one-off' if self._with_batch is not None else 'the batch or a one-off'}, going on unchanged",
+                  file=sys.stderr, flush=True)
         guard.sentinel.rolled_back(decision)
 
     def _probed(self, trigger: dict[str, Any]) -> list[dict[str, Any]]:
@@ -506,7 +556,7 @@ class Recovery(RateFactor):
     def _decision(self, trigger: dict[str, Any], probed: list[dict[str, Any]], factor: float | None) -> dict[str, Any]:
         finding = trigger["finding"]
         restored = self._snapshot.next_step
-        kept = next((p for p in probed if factor is not None and p["factor"] == factor), None)
+        kept = next((p for p in reversed(probed) if factor is not None and p["factor"] == factor), None)
         return {
             "rule": finding["rule"],
             "step": finding["step"],

@@ -202,3 +202,39 @@ def test_the_end_says_how_many_sudden_explosions_the_same_rate_trained_past(sett
     assert result.state.outcome == "succeeded"
     assert ("recovered in the job 1 time, last on at rate 0.01 (0.1 x the script's); 1 sudden explosion the same "
             "rate trained past") in result.state.reason
+
+
+def test_a_bad_batch_is_named_when_told_and_the_relaunch_is_told_to_skip_it(settings):
+    """The failing step's own batch failed again from the restored state and the next steps trained:
+    told with where it stood, the rate unchanged, and every later job of the execution passes over it
+    (the configuration's ``skip_batches``)."""
+    state = launched(settings)
+    bad = {**rollback(60, after=0.1, factor=1.0, outcome="bad_batch"), "probe_steps": 1,
+           "probed": [{"factor": 1.0, "learning_rate": 0.1, "steps": 1, "score": None,
+                       "failed": "ExplodingTensor at step 61"},
+                      {"factor": 1.0, "learning_rate": 0.1, "steps": 5, "score": 0.3, "failed": None}],
+           "batch": {"epoch": 1, "index": 61, "batches": 1, "fingerprints": ["ae34d7886d4ea499"]}}
+    seen = observe(describe(state, "InProgress"), findings=document([bad]))
+    told = monitor.check(state, seen, T0 + timedelta(minutes=5))
+    line = ("ExplodingTensor at step 60: back to step 0 (61 steps lost); that step's batch (batch 61 of pass 1) "
+            "failed again and the next steps trained: a bad batch, skipped (a relaunch skips it too), on unchanged "
+            "at rate 0.1")
+    assert line in told.effects.notification.body and told.effects.stop_job is None
+    [kept] = told.state.attempts[-1].rollbacks
+    assert kept.transient and kept.factor == 1.0 and kept.bad_batches == ["ae34d7886d4ea499"]
+    config = json.loads(hyperparameters(told.state, settings)[CONFIG_HYPERPARAMETER])
+    assert config["skip_batches"] == ["ae34d7886d4ea499"]
+
+    ended = observe(describe(state, "Completed"), findings=document([bad]))
+    assert "1 bad batch skipped" in monitor.check(told.state, ended, T0 + timedelta(minutes=10)).state.reason
+
+
+def test_an_execution_without_a_bad_batch_sends_no_skip_list_and_a_malformed_fingerprint_is_not_kept(settings):
+    state = launched(settings)
+    assert "skip_batches" not in json.loads(hyperparameters(state, settings)[CONFIG_HYPERPARAMETER])
+    odd = {**rollback(60, after=0.1, factor=1.0, outcome="bad_batch"),
+           "batch": {"epoch": 1, "index": 3, "fingerprints": ["../../etc", "AE34D7886D4EA499"]}}
+    told = monitor.check(state, observe(describe(state, "InProgress"), findings=document([odd])),
+                         T0 + timedelta(minutes=5))
+    assert told.state.attempts[-1].rollbacks[0].bad_batches == []
+    assert "skip_batches" not in json.loads(hyperparameters(told.state, settings)[CONFIG_HYPERPARAMETER])

@@ -1,0 +1,187 @@
+"""The batches a training step took from the script's data loader, held so a rollback can replay them.
+
+Attribution before acting (stabilizer_sentinel.recovery.recovery): a sudden explosion is replayed from
+the restored state with the failing step's own batches first. When that step fails again and the
+steps after it, on the loader's next batches, train at the same rate, the batch is bad (skipped: the
+loop has moved past it; named in the decision, and skipped by a relaunch too); when it trains, the
+explosion was a one-off; when the later steps fail too, the rate is at fault.
+
+How the batches are met: ``torch.utils.data.DataLoader``'s iterators all hand out their batches through
+one method (``_BaseDataLoaderIter.__next__``); while a ``Batches`` is active it wraps that method. A
+batch fetched with gradients on (a validation loop under ``no_grad`` is not training) counts for the
+step under way; at each step's check the fetches of the dataset fetched last (the training data) are
+held as that step's, for the newest ``KEEP`` steps: references to batches the loop already made, no
+copies. Replaying one hands the held batch out at that dataset's next fetch, before the loader's own
+next batch, so the data's order after it is the script's.
+
+Only where a step's batches are known: the first two steps must take the same number of batches. A
+loop that fetches ahead (Lightning's and Accelerate's fetch a batch before the step that needs it) takes
+one more before its first step, and a loop that peeks at a batch before training does too; there no
+batch is held and a sudden explosion is replayed on the next batches, as before attribution. Not for a
+script that makes its batches without a ``DataLoader`` (slices of a tensor), nor under DDP (each rank's
+batches are its own, and skipping one on one rank would leave the ranks a step apart).
+
+A relaunch skips the batches an earlier attempt found bad (``skip``, the configuration's
+``skip_batches``): each training batch's ``fingerprint`` (its tensors' shapes, types and an evenly
+strided sample of their values) is compared, and a match is passed over for the loader's next batch.
+That finds the batch where the relaunch makes the same batches (a seeded order); a shuffle with another
+seed puts the bad record in another batch, which is not found.
+
+This module must not change a batch, or the order of the batches the loop takes, unless asked to
+replay or skip one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import weakref
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import dataloader
+
+KEEP = 3  # the newest steps whose batches are held
+SAMPLE = 1024  # values of each tensor a fingerprint reads, evenly strided
+_ITERATOR = dataloader._BaseDataLoaderIter
+_ORIGINAL = _ITERATOR.__next__
+_ACTIVE: list[weakref.ref[Batches]] = []  # the one Batches the wrapped method serves, while any is
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """One batch a loader handed out: which data, which pass over it, its place in that pass (from 1)."""
+
+    dataset: int
+    batch: Any
+    epoch: int
+    index: int
+
+
+class Batches:
+    """The training batches of the newest steps (``held``), a replay of some (``replay``), and the
+    batches to pass over (``skip``: fingerprints)."""
+
+    def __init__(self, skip: Iterable[str] = ()) -> None:
+        self.skip = set(skip)
+        self.skipped: list[Fetch] = []
+        self._since: list[Fetch] = []  # fetched since the last check
+        self._held: dict[int, list[Fetch]] = {}
+        self._checks = 0
+        self._first = 0
+        self.per_step: int | None = None  # the batches each step takes, once known; 0: not known, none held
+        self._queue: list[Fetch] = []
+        self._passes: dict[int, int] = {}
+
+    # -- installing
+    def activate(self) -> None:
+        _ACTIVE[:] = [weakref.ref(self)]
+        _ITERATOR.__next__ = _next
+
+    def deactivate(self) -> None:
+        if _ACTIVE and _ACTIVE[0]() in (self, None):
+            _ACTIVE.clear()
+            _ITERATOR.__next__ = _ORIGINAL
+
+    # -- what the loader and the guard call
+    def fetch(self, iterator: Any) -> Any:
+        """The batch ``iterator`` hands out next: a replayed one first, then the loader's own, passing
+        over those to skip."""
+        dataset = id(iterator._dataset)
+        if self._queue and self._queue[0].dataset == dataset:
+            fetch = self._queue.pop(0)
+            self._since.append(fetch)
+            return fetch.batch
+        while True:
+            if iterator._num_yielded == 0 or iterator._sampler_iter is None:  # a new pass over this data
+                self._passes[dataset] = self._passes.get(dataset, 0) + 1
+            index = iterator._num_yielded + 1 if iterator._sampler_iter is not None else 1
+            batch = _ORIGINAL(iterator)
+            fetch = Fetch(dataset, batch, self._passes.get(dataset, 1), index)
+            if self.skip and fingerprint(batch) in self.skip:
+                self.skipped.append(fetch)
+                print(f"sentinel: skipped batch {fetch.index} of pass {fetch.epoch} over the training data: the same "
+                      f"batch was found bad before", file=sys.stderr, flush=True)
+                continue
+            self._since.append(fetch)
+            return batch
+
+    def checked(self, step: int) -> None:
+        """Step ``step`` is checked: the batches fetched since the last check, of the data fetched last,
+        are its own."""
+        since, self._since = self._since, []
+        training = [f for f in since if since and f.dataset == since[-1].dataset]
+        self._checks += 1
+        if self._checks == 1:
+            self._first = len(training)
+        elif self._checks == 2:  # a loop that fetches ahead takes one more before its first step
+            self.per_step = len(training) if training and len(training) == self._first else 0
+        if self.per_step and len(training) == self.per_step:
+            self._held[step] = training
+        else:
+            self._held.pop(step, None)
+        for old in [s for s in self._held if s <= step - KEEP]:
+            del self._held[old]
+
+    def held(self, step: int) -> list[Fetch] | None:
+        """The batches step ``step`` took, when known and still held."""
+        return self._held.get(step) if self.per_step else None
+
+    def replay(self, fetches: list[Fetch]) -> None:
+        """Hand ``fetches`` out again, at their data's next fetches."""
+        self._queue = list(fetches)
+
+    def replayed(self) -> bool:
+        """Whether the last replay was handed out whole; a replay the loop did not take is dropped."""
+        done = not self._queue
+        self._queue = []
+        return done
+
+
+def describe(fetches: list[Fetch]) -> dict[str, Any]:
+    """What findings.json says of a step's batches: where the first stands in the data, how many, and
+    each one's fingerprint."""
+    first = fetches[0]
+    return {"epoch": first.epoch, "index": first.index, "batches": len(fetches),
+            "fingerprints": [fingerprint(f.batch) for f in fetches]}
+
+
+def fingerprint(batch: Any) -> str:
+    """A short digest of a batch: each tensor's type, shape and an evenly strided sample of at most
+    ``SAMPLE`` of its values; other leaves by their value (numbers, strings) or type."""
+    digest = hashlib.blake2b(digest_size=8)
+    for leaf in _leaves(batch):
+        if isinstance(leaf, torch.Tensor):
+            digest.update(f"{leaf.dtype}{tuple(leaf.shape)}".encode())
+            try:
+                flat = leaf.detach().reshape(-1)
+                sample = flat[:: max(1, flat.numel() // SAMPLE)][:SAMPLE].cpu().contiguous()
+                digest.update(sample.view(torch.uint8).numpy().tobytes())
+            except (RuntimeError, TypeError):  # a sparse or otherwise unreadable layout: its shape alone
+                pass
+        elif leaf is None or isinstance(leaf, str | int | float | bool | bytes):
+            digest.update(repr(leaf).encode())
+        else:
+            digest.update(type(leaf).__qualname__.encode())
+    return digest.hexdigest()
+
+
+def _leaves(value: Any) -> Iterable[Any]:
+    if isinstance(value, Mapping):
+        for key in value:
+            yield key
+            yield from _leaves(value[key])
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _leaves(item)
+    else:
+        yield value
+
+
+def _next(iterator: Any) -> Any:
+    batches = _ACTIVE[0]() if _ACTIVE else None
+    if batches is None or not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+        return _ORIGINAL(iterator)
+    return batches.fetch(iterator)

@@ -1,0 +1,145 @@
+"""Attribution before acting (stabilizer_sentinel.recovery.batches, .recovery): a sudden explosion is replayed
+from the restored state with the failing step's own batches first. A batch that fails again while the
+next ones train is bad: skipped, named, and passed over at every later pass and by a relaunch; a step
+whose batches train again was a one-off. Where the loop's batches are not known, nothing changes.
+
+The library runs in this process (``runpy`` of tests/fixtures/recovery/too_fast.py with ``--watch 1
+--loader 1``: its batches come from a ``DataLoader``, in order, 64 a pass).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import runpy
+import sys
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset, dataloader
+
+from stabilizer_sentinel.recovery.batches import Batches, fingerprint
+from tests.unit.sentinel.support import FIXTURES
+
+SCRIPT = FIXTURES / "recovery" / "too_fast.py"
+BAD_RECORD = "1930"  # in batch 61 of each pass (32 records a batch): steps 60, 124, ...
+
+
+def train(tmp_path, monkeypatch, *args: str, config: dict | None = None, watch: bool = True):
+    """Run the script here; (its stdout lines, its stderr, findings.json or None)."""
+    monkeypatch.setenv("STABILIZER_CONFIG", json.dumps(config if config is not None else {"recovery": "in_job"}))
+    monkeypatch.setenv("STABILIZER_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv("STABILIZER_FAILURE_FILE", str(tmp_path / "failure"))
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--watch", str(int(watch)), "--loader", "1", "--lr", "0.01",
+                                      "--steps", "150", *args])
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        scope = runpy.run_path(str(SCRIPT), run_name="__main__")
+        if watch:
+            scope["guard"].close()  # what the interpreter's exit does for a job
+    path = tmp_path / "checkpoints" / "findings.json"
+    document = json.loads(path.read_text()) if path.exists() else None
+    return out.getvalue().splitlines(), err.getvalue(), document
+
+
+def final(lines: list[str]) -> float:
+    return float(lines[-1].removeprefix("final="))
+
+
+def test_a_corrupt_record_is_found_bad_skipped_at_every_pass_and_by_a_relaunch(tmp_path, monkeypatch):
+    lines, err, document = train(tmp_path, monkeypatch, "--bad_record", BAD_RECORD)
+    assert document["findings"] == [] and document["summary"]["ended"] == "completed"
+    (decision,) = document["rollbacks"]  # its second pass does not explode: the batch is passed over
+    assert (decision["rule"], decision["step"], decision["outcome"]) == ("ExplodingTensor", 60, "bad_batch")
+    batch = decision["batch"]
+    assert (batch["epoch"], batch["index"], batch["batches"]) == (1, 61, 1)
+    # The replay with the batch failed at its one step; the replay on the next batches trained.
+    assert [(p["factor"], p["steps"], p["failed"] is None) for p in decision["probed"]] == [(1.0, 1, False),
+                                                                                           (1.0, 5, True)]
+    assert decision["learning_rate_after"] == decision["learning_rate_before"] == 0.01
+    assert "came again with that step's batches (batch 61 of pass 1 over the training data)" in err
+    assert "skipped batch 61 of pass 2 over the training data" in err
+    assert {line.rsplit("lr=", 1)[1] for line in lines if line.startswith("step=")} == {"0.01"}
+    clean, _, _ = train(tmp_path / "clean", monkeypatch, watch=False)
+    assert final(lines) < 1.5 * final(clean)
+
+    # A relaunch told of it (recovering by relaunch, even) never meets it: no finding, no rollback.
+    skip = {"recovery": "relaunch", "skip_batches": batch["fingerprints"]}
+    _, err, relaunched = train(tmp_path / "relaunch", monkeypatch, "--bad_record", BAD_RECORD, config=skip)
+    assert relaunched["findings"] == [] and "rollbacks" not in relaunched
+    assert relaunched["summary"]["ended"] == "completed"
+    assert "skipped batch 61 of pass 1" in err and "skipped batch 61 of pass 2" in err
+
+
+def test_a_step_whose_own_batch_trains_again_was_a_one_off(tmp_path, monkeypatch):
+    """``--bad_step 60`` spoils step 60's batch in the loop, after the loader made it: the batch the
+    loader handed out is sound, so the replay with it trains."""
+    _, err, document = train(tmp_path, monkeypatch, "--bad_step", "60")
+    (decision,) = document["rollbacks"]
+    assert (decision["step"], decision["outcome"]) == (60, "transient") and "batch" not in decision
+    assert [(p["factor"], p["steps"], p["failed"]) for p in decision["probed"]] == [(1.0, 5, None)]
+    assert "the same rate trained from there with that step's batches, then for 5 steps: a one-off" in err
+
+
+def test_a_healthy_run_reading_a_data_loader_is_unchanged_by_the_watch(tmp_path, monkeypatch):
+    watched, _, document = train(tmp_path, monkeypatch)
+    unwatched, _, _ = train(tmp_path / "unwatched", monkeypatch, watch=False)
+    assert "rollbacks" not in document and watched == unwatched  # every loss, bit for bit
+
+
+def loader(records: int = 12, batch: int = 3) -> DataLoader:
+    return DataLoader(TensorDataset(torch.arange(float(records)).reshape(records, 1)), batch_size=batch)
+
+
+def values(batch) -> list[float]:
+    return batch[0].flatten().tolist()
+
+
+def test_the_step_s_batch_is_held_and_a_replay_comes_before_the_loaders_next_one():
+    original = dataloader._BaseDataLoaderIter.__next__
+    batches = Batches()
+    batches.activate()
+    try:
+        data, taken = iter(loader()), []
+        for step in range(3):
+            taken.append(values(next(data)))
+            with torch.no_grad():  # a validation batch between steps is not the training data
+                next(iter(loader(records=6)))
+            batches.checked(step)
+        assert batches.per_step == 1 and values(batches.held(1)[0].batch) == taken[1]
+        assert (batches.held(1)[0].epoch, batches.held(1)[0].index) == (1, 2)
+        batches.replay(batches.held(1))
+        assert values(next(data)) == taken[1] and batches.replayed()
+        assert values(next(data)) == [9.0, 10.0, 11.0]  # then the loader's own order goes on
+    finally:
+        batches.deactivate()
+    assert dataloader._BaseDataLoaderIter.__next__ is original  # put back as torch has it
+
+
+def test_a_loop_that_fetches_ahead_holds_no_batch():
+    """Lightning's and Accelerate's loops fetch a batch before the step that needs it: the first step
+    takes two, the next one each, and which batch a step trained on is not known."""
+    batches = Batches()
+    batches.activate()
+    try:
+        data = iter(loader())
+        ahead = next(data)
+        for step in range(3):
+            ahead, _ = next(data), ahead
+            batches.checked(step)
+        assert batches.per_step == 0 and batches.held(2) is None
+    finally:
+        batches.deactivate()
+
+
+def test_a_fingerprint_reads_the_values_and_the_shape_and_nothing_else():
+    x = torch.randn(64, 3, 8, 8)
+    same = (x.clone(), torch.arange(64))
+    assert fingerprint((x, torch.arange(64))) == fingerprint(same)
+    changed = x.clone()
+    changed[0, 0, 0, 0] += 1  # the first value is always in the sample
+    assert fingerprint((changed, torch.arange(64))) != fingerprint(same)
+    assert fingerprint((x.reshape(32, 6, 8, 8), torch.arange(64))) != fingerprint(same)
+    assert fingerprint({"input_ids": torch.ones(2, 5, dtype=torch.long)}) != fingerprint(
+        {"labels": torch.ones(2, 5, dtype=torch.long)})
+    assert len(fingerprint(same)) == 16
