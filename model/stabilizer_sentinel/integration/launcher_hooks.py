@@ -90,6 +90,7 @@ from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_conf
 from stabilizer_sentinel.loops import backward_loss, bare_tensors, step_clock, worker_processes
 from stabilizer_sentinel.loops.networks import BareTensors, unwrap
 from stabilizer_sentinel.recovery import resume
+from stabilizer_sentinel.recovery.batches import Batches
 from stabilizer_sentinel.summary import watch_exit
 
 
@@ -123,6 +124,12 @@ class LauncherHooks:
         self.channel = log_channel.install(config.effective_loss_regex)
         self.channel.listeners.append(self._logged_loss)
         self._watch_handle = script_watch.offer(self._script_watches)
+        # The loaders' batches from the script's start: the guard attaches at the first optimizer step,
+        # after that step's batches (stabilizer_sentinel.recovery.batches); it drops them if it keeps none.
+        self.batches: Batches | None = None
+        if config.effective_recovery == "in_job" or config.skip_batches:
+            self.batches = Batches(config.skip_batches)
+            self.batches.activate()
         watch_exit()
         exit_status.install()  # sys.exit(n) and a bare raise SystemExit(n): how the script ended
         self._closed = False
@@ -143,6 +150,7 @@ class LauncherHooks:
             return
         # Standing by: a child that trains (Hogwild!, a loop in a multiprocessing.Process) is a worker.
         worker_processes.become_worker()
+        self._drop_batches()
 
     def _closed_by_multiprocessing(self) -> None:
         """multiprocessing ends a forked child with os._exit (no atexit) after its exit finalizers, which
@@ -172,6 +180,12 @@ class LauncherHooks:
             handle.remove()
         self._fingerprints.clear()
         self.channel.listeners.remove(self._logged_loss)
+        self._drop_batches()
+
+    def _drop_batches(self) -> None:
+        if self.batches is not None and self.guard is None:
+            self.batches.deactivate()
+            self.batches = None
 
     # -- discovery, until the first optimizer step
     def _module_called(self, module: nn.Module, args: Any) -> None:
@@ -239,7 +253,7 @@ class LauncherHooks:
             handle.remove()
         self._fingerprints.clear()
         self.guard = Guard(model, optimizer, config=self.config, paths=self.paths, start_step=start_step,
-                           integration="launcher")
+                           integration="launcher", batches=self.batches)
         atexit.register(exit_status.record_uncaught)  # after the guard's: at exit, it runs before the guard closes
         if not isinstance(model, BareTensors):  # a relaunch loads the newest checkpoint into the network
             self.guard.restores_checkpoints()  # (a loop over bare tensors has no network to load it into)
@@ -332,6 +346,7 @@ class LauncherHooks:
             handle.remove()
         if self.guard is not None:
             self.guard.close()
+        self._drop_batches()
         self.channel.uninstall()
 
 

@@ -44,6 +44,9 @@ import torch
 from torch.utils.data import dataloader
 
 KEEP = 3  # the newest steps whose batches are held
+# The most batches one step may take and still be held: a loop that reads the data with gradients on
+# before it trains (a pass to measure its mean, say) holds no more than this many until its first step.
+MOST = 64
 SAMPLE = 1024  # values of each tensor a fingerprint reads, evenly strided
 _ITERATOR = dataloader._BaseDataLoaderIter
 _ORIGINAL = _ITERATOR.__next__
@@ -67,7 +70,8 @@ class Batches:
     def __init__(self, skip: Iterable[str] = ()) -> None:
         self.skip = set(skip)
         self.skipped: list[Fetch] = []
-        self._since: list[Fetch] = []  # fetched since the last check
+        self._since: list[Fetch] = []  # fetched since the last check (the newest ``MOST``)
+        self._more = False  # ... and more than that
         self._held: dict[int, list[Fetch]] = {}
         self._checks = 0
         self._first = 0
@@ -106,18 +110,21 @@ class Batches:
                       f"batch was found bad before", file=sys.stderr, flush=True)
                 continue
             self._since.append(fetch)
+            if len(self._since) > MOST:
+                del self._since[0]
+                self._more = True
             return batch
 
     def checked(self, step: int) -> None:
         """Step ``step`` is checked: the batches fetched since the last check, of the data fetched last,
         are its own."""
-        since, self._since = self._since, []
-        training = [f for f in since if since and f.dataset == since[-1].dataset]
+        since, more, self._since, self._more = self._since, self._more, [], False
+        training = [f for f in since if f.dataset == since[-1].dataset] if since and not more else []
         self._checks += 1
         if self._checks == 1:
             self._first = len(training)
         elif self._checks == 2:  # a loop that fetches ahead takes one more before its first step
-            self.per_step = len(training) if training and len(training) == self._first else 0
+            self.per_step = len(training) if training and len(training) == self._first and not more else 0
         if self.per_step and len(training) == self.per_step:
             self._held[step] = training
         else:

@@ -15,11 +15,12 @@ import json
 import runpy
 import sys
 
+import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset, dataloader
 
 from stabilizer_sentinel.recovery.batches import Batches, fingerprint
-from tests.unit.sentinel.support import FIXTURES
+from tests.unit.sentinel.support import FIXTURES, job_env, run
 
 SCRIPT = FIXTURES / "recovery" / "too_fast.py"
 BAD_RECORD = "1930"  # in batch 61 of each pass (32 records a batch): steps 60, 124, ...
@@ -46,6 +47,7 @@ def final(lines: list[str]) -> float:
     return float(lines[-1].removeprefix("final="))
 
 
+@pytest.mark.slow  # trains the regression three times
 def test_a_corrupt_record_is_found_bad_skipped_at_every_pass_and_by_a_relaunch(tmp_path, monkeypatch):
     lines, err, document = train(tmp_path, monkeypatch, "--bad_record", BAD_RECORD)
     assert document["findings"] == [] and document["summary"]["ended"] == "completed"
@@ -71,6 +73,20 @@ def test_a_corrupt_record_is_found_bad_skipped_at_every_pass_and_by_a_relaunch(t
     assert "skipped batch 61 of pass 1" in err and "skipped batch 61 of pass 2" in err
 
 
+@pytest.mark.slow  # the job's own process
+def test_the_launcher_knows_the_first_steps_batches_though_it_attaches_at_that_step(tmp_path):
+    """The launcher meets the model at the first optimizer step, after that step's batch was fetched: it
+    watches the loaders from the script's start, so the unchanged script's bad batch is found too."""
+    result = run(["-m", "stabilizer_sentinel.launch", str(SCRIPT), "--loader", "1", "--lr", "0.01", "--steps", "150",
+                  "--bad_record", BAD_RECORD], SCRIPT.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert result.returncode == 0, result.stderr[-2000:]
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    (decision,) = document["rollbacks"]
+    assert (decision["step"], decision["outcome"], decision["batch"]["index"]) == (60, "bad_batch", 61)
+    assert "skipped batch 61 of pass 2" in result.stderr
+
+
+@pytest.mark.slow  # trains the regression
 def test_a_step_whose_own_batch_trains_again_was_a_one_off(tmp_path, monkeypatch):
     """``--bad_step 60`` spoils step 60's batch in the loop, after the loader made it: the batch the
     loader handed out is sound, so the replay with it trains."""
@@ -81,6 +97,7 @@ def test_a_step_whose_own_batch_trains_again_was_a_one_off(tmp_path, monkeypatch
     assert "the same rate trained from there with that step's batches, then for 5 steps: a one-off" in err
 
 
+@pytest.mark.slow  # trains the regression twice
 def test_a_healthy_run_reading_a_data_loader_is_unchanged_by_the_watch(tmp_path, monkeypatch):
     watched, _, document = train(tmp_path, monkeypatch)
     unwatched, _, _ = train(tmp_path / "unwatched", monkeypatch, watch=False)
