@@ -67,14 +67,20 @@ def _finding(recorded: dict[str, Any] | None, observed: AttemptRecord | None) ->
 
 
 def _in_job(recorded: dict[str, Any], observed: AttemptRecord | None) -> str:
-    """``2 rollbacks, on at LR 0.0167``: what the job decided itself, as the state or its findings.json say."""
+    """``2 rollbacks, on at LR 0.0167`` (``1 rollback (1 bad batch skipped), on at LR 0.01``): what the job
+    decided itself, as the state or its findings.json say."""
     rollbacks = recorded.get("rollbacks")
     if not rollbacks and observed is not None:
         written = (observed.findings or {}).get("rollbacks", [])
-        rollbacks = [{"rate_after": r.get("learning_rate_after")} for r in written]
+        rollbacks = [{"rate_after": r.get("learning_rate_after"),
+                      "bad_batches": (r.get("batch") or {}).get("fingerprints", []) if r.get("outcome") == "bad_batch"
+                      else []} for r in written]
     if not rollbacks:
         return "-"
     count = f"{len(rollbacks)} rollback{'s' if len(rollbacks) > 1 else ''}"
+    bad = sum(1 for r in rollbacks if r.get("bad_batches"))
+    if bad:
+        count += f" ({bad} bad batch{'es' if bad > 1 else ''} skipped)"
     last = rollbacks[-1].get("rate_after")
     if isinstance(last, int | float):
         return f"{count}, on at LR {last:.3g}"

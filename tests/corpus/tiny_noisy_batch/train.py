@@ -5,6 +5,9 @@ trained on batches of four: every step's loss is noisy, the trend is what counts
 
 ``--corrupt_step N``: the batch of step N holds one corrupt record (its features NaN), as a bad row
 of a data file does; every other batch is clean.
+``--loader 1``: the batches come from a shuffled ``DataLoader`` (seeded), pass after pass, where they are
+otherwise drawn at random each step; ``--corrupt_record N`` makes record N of the data set NaN, so the
+batch holding it is bad at every pass (another batch each pass: the order is shuffled).
 """
 
 import argparse
@@ -22,6 +25,8 @@ def main() -> None:
     parser.add_argument("--flip_y", type=float, default=0.1, help="share of labels assigned at random")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--corrupt_step", type=int, default=-1)
+    parser.add_argument("--loader", type=int, default=0)
+    parser.add_argument("--corrupt_record", type=int, default=-1)
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
@@ -29,20 +34,31 @@ def main() -> None:
                                            flip_y=args.flip_y, class_sep=1.5, random_state=args.seed)
     x = torch.tensor(features, dtype=torch.float32)
     y = torch.tensor(labels)
+    if args.corrupt_record >= 0:
+        x[args.corrupt_record] = float("nan")
+    passes = None
+    if args.loader:
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=args.batch_size,
+                                             shuffle=True, generator=torch.Generator().manual_seed(args.seed))
+        passes = (batch for _ in iter(int, 1) for batch in loader)
     model = nn.Sequential(nn.Linear(20, 16), nn.ReLU(), nn.Linear(16, 3))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     for step in range(args.steps):
-        batch = torch.randint(len(x), (args.batch_size,))
-        inputs = x[batch]
+        if passes is not None:
+            inputs, targets = next(passes)
+        else:
+            batch = torch.randint(len(x), (args.batch_size,))
+            inputs, targets = x[batch], y[batch]
         if step == args.corrupt_step:
             inputs[0] = float("nan")  # x[batch] is a copy: the data set itself stays clean
-        loss = nn.functional.cross_entropy(model(inputs), y[batch])
+        loss = nn.functional.cross_entropy(model(inputs), targets)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         print(f"step:{step} batch_loss:{loss.item():.5f}", flush=True)
     with torch.no_grad():
-        print(f"final accuracy {(model(x).argmax(1) == y).float().mean().item():.3f}", flush=True)
+        finite = x.isfinite().all(1)
+        print(f"final accuracy {(model(x[finite]).argmax(1) == y[finite]).float().mean().item():.3f}", flush=True)
 
 
 if __name__ == "__main__":

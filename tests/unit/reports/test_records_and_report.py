@@ -123,3 +123,14 @@ def test_report_files(tmp_path: Path):
     assert "![loss](plots/loss.png)" in markdown
     for name in ("loss", "grad_norm"):
         assert paths[name].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_attempts_table_says_how_many_bad_batches_the_job_skipped():
+    from stabilizer.reports.attempts import _in_job
+
+    recorded = {"rollbacks": [{"rate_after": 0.01, "bad_batches": ["ae34d7886d4ea499"]},
+                              {"rate_after": 0.001, "bad_batches": []}]}
+    assert _in_job(recorded, None) == "2 rollbacks (1 bad batch skipped), on at LR 0.001"
+    observed = AttemptRecord(number=1, job_name="job-1", findings={"rollbacks": [
+        {"learning_rate_after": 0.01, "outcome": "bad_batch", "batch": {"fingerprints": ["ae34d7886d4ea499"]}}]})
+    assert _in_job({}, observed) == "1 rollback (1 bad batch skipped), on at LR 0.01"
