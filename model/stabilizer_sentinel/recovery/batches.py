@@ -7,7 +7,8 @@ loop has moved past it; named in the decision, and skipped by a relaunch too); w
 explosion was a one-off; when the later steps fail too, the rate is at fault.
 
 How the batches are met: ``torch.utils.data.DataLoader``'s iterators all hand out their batches through
-one method (``_BaseDataLoaderIter.__next__``); while a ``Batches`` is active it wraps that method. A
+one method (``_BaseDataLoaderIter.__next__``), and torch offers no hook there; while a ``Batches`` is
+active (in-job recovery, or batches to skip) a stand-in under the method's name calls it. A
 batch fetched with gradients on (a validation loop under ``no_grad`` is not training) counts for the
 step under way; at each step's check the fetches of the dataset fetched last (the training data) are
 held as that step's, for the newest ``KEEP`` steps: references to batches the loop already made, no
@@ -33,6 +34,7 @@ replay or skip one.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
 import weakref
@@ -187,6 +189,7 @@ def _leaves(value: Any) -> Iterable[Any]:
         yield value
 
 
+@functools.wraps(_ORIGINAL)  # under torch's name, signature and documentation (docs/harmless.md)
 def _next(iterator: Any) -> Any:
     batches = _ACTIVE[0]() if _ACTIVE else None
     if batches is None or not torch.is_grad_enabled() or torch.is_inference_mode_enabled():

@@ -95,8 +95,9 @@ def test_what_the_watcher_still_replaces_looks_and_ends_as_before(tmp_path, end)
     script = FIXTURES / "loops" / "looks_around.py"
     free = run([str(script), "--end", end], script.parent, job_env(tmp_path / "free"))
     watched = run(["-m", "stabilizer_sentinel.launch", str(script), "--end", end], script.parent,
-                  job_env(tmp_path / "watched", {"integration": "auto"}))
+                  job_env(tmp_path / "watched", {"integration": "auto", "recovery": "in_job"}))
     assert watched.stdout == free.stdout and "backward name: backward" in free.stdout
+    assert "loader next name: _BaseDataLoaderIter.__next__" in free.stdout
     assert watched.returncode == free.returncode == {"return": 0, "exit3": 3, "raise": 1}[end]
     assert watched.stderr == free.stderr  # the traceback as it was, and no line of the watcher's
     assert summary(tmp_path / "watched")["steps_observed"] == 4  # three steps and the disabled scaler's
