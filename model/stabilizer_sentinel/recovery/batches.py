@@ -95,15 +95,17 @@ class Batches:
     def fetch(self, iterator: Any) -> Any:
         """The batch ``iterator`` hands out next: a replayed one first, then the loader's own, passing
         over those to skip."""
-        dataset = id(iterator._dataset)
+        dataset = id(getattr(iterator, "_dataset", iterator))  # torch's own attributes, read with care
         if self._queue and self._queue[0].dataset == dataset:
             fetch = self._queue.pop(0)
             self._since.append(fetch)
             return fetch.batch
         while True:
-            if iterator._num_yielded == 0 or iterator._sampler_iter is None:  # a new pass over this data
+            yielded = getattr(iterator, "_num_yielded", 0)
+            fresh = getattr(iterator, "_sampler_iter", True) is None  # reset at this fetch
+            if fresh or yielded == 0:  # a new pass over this data
                 self._passes[dataset] = self._passes.get(dataset, 0) + 1
-            index = iterator._num_yielded + 1 if iterator._sampler_iter is not None else 1
+            index = 1 if fresh or not isinstance(yielded, int) else yielded + 1
             batch = _ORIGINAL(iterator)
             fetch = Fetch(dataset, batch, self._passes.get(dataset, 1), index)
             if self.skip and fingerprint(batch) in self.skip:
