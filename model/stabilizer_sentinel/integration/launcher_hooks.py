@@ -87,7 +87,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from stabilizer_sentinel.integration import exit_status, log_channel, script_watch
 from stabilizer_sentinel.integration.guard import Guard
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_config
-from stabilizer_sentinel.loops import backward_loss, bare_tensors, step_clock, worker_processes
+from stabilizer_sentinel.loops import backward_loss, bare_tensors, distributed, step_clock, worker_processes
 from stabilizer_sentinel.loops.networks import BareTensors, unwrap
 from stabilizer_sentinel.recovery import resume
 from stabilizer_sentinel.recovery.batches import Batches
@@ -126,8 +126,10 @@ class LauncherHooks:
         self._watch_handle = script_watch.offer(self._script_watches)
         # The loaders' batches from the script's start: the guard attaches at the first optimizer step,
         # after that step's batches (stabilizer_sentinel.recovery.batches); it drops them if it keeps none.
+        # One process only (torchrun's ranks say so now; a rank started otherwise, once the guard sees it).
         self.batches: Batches | None = None
-        if config.effective_recovery == "in_job" or config.skip_batches:
+        alone = distributed.rank_and_size()[1] == 1 and not worker_processes.is_worker()
+        if alone and (config.effective_recovery == "in_job" or config.skip_batches):
             self.batches = Batches(config.skip_batches)
             self.batches.activate()
         watch_exit()
@@ -254,6 +256,7 @@ class LauncherHooks:
         self._fingerprints.clear()
         self.guard = Guard(model, optimizer, config=self.config, paths=self.paths, start_step=start_step,
                            integration="launcher", batches=self.batches)
+        self.batches = self.guard.batches  # none where the guard keeps none: what was fetched so far let go
         atexit.register(exit_status.record_uncaught)  # after the guard's: at exit, it runs before the guard closes
         if not isinstance(model, BareTensors):  # a relaunch loads the newest checkpoint into the network
             self.guard.restores_checkpoints()  # (a loop over bare tensors has no network to load it into)

@@ -12,8 +12,12 @@ active (in-job recovery, or batches to skip) a stand-in under the method's name 
 batch fetched with gradients on (a validation loop under ``no_grad`` is not training) counts for the
 step under way; at each step's check the fetches of the dataset fetched last (the training data) are
 held as that step's, for the newest ``KEEP`` steps: references to batches the loop already made, no
-copies. Replaying one hands the held batch out at that dataset's next fetch, before the loader's own
-next batch, so the data's order after it is the script's.
+copies (before the first step, the newest ``MOST`` fetched). Only the thread that runs the steps counts
+(a thread fetching ahead for the loop does not). Where a step's batches are not known and none is to
+be skipped, the stand-in is taken out after the second step. Replaying one hands the held batch out
+at that dataset's next fetch, before the loader's own next batch, so the data's order after it is the
+script's; a batch the loop wrote into since (``inputs[0] = nan``, an in-place normalisation: its
+tensors' version counters moved) is not replayed, as it is no longer what the loader made.
 
 Only where a step's batches are known: the first two steps must take the same number of batches. A
 loop that fetches ahead (Lightning's and Accelerate's fetch a batch before the step that needs it) takes
@@ -37,6 +41,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import sys
+import threading
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -48,7 +53,7 @@ from torch.utils.data import dataloader
 KEEP = 3  # the newest steps whose batches are held
 # The most batches one step may take and still be held: a loop that reads the data with gradients on
 # before it trains (a pass to measure its mean, say) holds no more than this many until its first step.
-MOST = 64
+MOST = 16
 SAMPLE = 1024  # values of each tensor a fingerprint reads, evenly strided
 _ITERATOR = dataloader._BaseDataLoaderIter
 _ORIGINAL = _ITERATOR.__next__
@@ -63,6 +68,8 @@ class Fetch:
     batch: Any
     epoch: int
     index: int
+    thread: int = 0  # the thread that fetched it
+    versions: tuple[int, ...] = ()  # its tensors' version counters then: an in-place write moves them
 
 
 class Batches:
@@ -80,6 +87,7 @@ class Batches:
         self.per_step: int | None = None  # the batches each step takes, once known; 0: not known, none held
         self._queue: list[Fetch] = []
         self._passes: dict[int, int] = {}
+        self._thread: int | None = None  # the thread that runs the steps (the first check's)
 
     # -- installing
     def activate(self) -> None:
@@ -96,7 +104,9 @@ class Batches:
         """The batch ``iterator`` hands out next: a replayed one first, then the loader's own, passing
         over those to skip."""
         dataset = id(getattr(iterator, "_dataset", iterator))  # torch's own attributes, read with care
-        if self._queue and self._queue[0].dataset == dataset:
+        thread = threading.get_ident()
+        ours = self._thread in (None, thread)  # a thread that fetches ahead for the loop is not the step's
+        if ours and self._queue and self._queue[0].dataset == dataset:
             fetch = self._queue.pop(0)
             self._since.append(fetch)
             return fetch.batch
@@ -107,12 +117,14 @@ class Batches:
                 self._passes[dataset] = self._passes.get(dataset, 0) + 1
             index = 1 if fresh or not isinstance(yielded, int) else yielded + 1
             batch = _ORIGINAL(iterator)
-            fetch = Fetch(dataset, batch, self._passes.get(dataset, 1), index)
+            fetch = Fetch(dataset, batch, self._passes.get(dataset, 1), index, thread, _versions(batch))
             if self.skip and fingerprint(batch) in self.skip:
                 self.skipped.append(fetch)
                 print(f"sentinel: skipped batch {fetch.index} of pass {fetch.epoch} over the training data: the same "
                       f"batch was found bad before", file=sys.stderr, flush=True)
                 continue
+            if not ours or self.per_step == 0:
+                return batch
             self._since.append(fetch)
             if len(self._since) > MOST:
                 del self._since[0]
@@ -122,13 +134,18 @@ class Batches:
     def checked(self, step: int) -> None:
         """Step ``step`` is checked: the batches fetched since the last check, of the data fetched last,
         are its own."""
+        if self._thread is None:
+            self._thread = threading.get_ident()
         since, more, self._since, self._more = self._since, self._more, [], False
+        since = [f for f in since if f.thread == self._thread]
         training = [f for f in since if f.dataset == since[-1].dataset] if since and not more else []
         self._checks += 1
         if self._checks == 1:
             self._first = len(training)
         elif self._checks == 2:  # a loop that fetches ahead takes one more before its first step
             self.per_step = len(training) if training and len(training) == self._first and not more else 0
+            if not self.per_step and not self.skip:
+                self.deactivate()  # nothing to hold, nothing to pass over: the loaders as torch has them
         if self.per_step and len(training) == self.per_step:
             self._held[step] = training
         else:
@@ -137,8 +154,12 @@ class Batches:
             del self._held[old]
 
     def held(self, step: int) -> list[Fetch] | None:
-        """The batches step ``step`` took, when known and still held."""
-        return self._held.get(step) if self.per_step else None
+        """The batches step ``step`` took, when known, still held and as the loader made them (a loop that
+        wrote into its batch, ``inputs[0] = nan`` or an in-place normalisation, would have that replayed)."""
+        fetches = self._held.get(step) if self.per_step else None
+        if fetches is None or any(_versions(f.batch) != f.versions for f in fetches):
+            return None
+        return fetches
 
     def replay(self, fetches: list[Fetch]) -> None:
         """Hand ``fetches`` out again, at their data's next fetches."""
@@ -153,30 +174,42 @@ class Batches:
 
 def describe(fetches: list[Fetch]) -> dict[str, Any]:
     """What findings.json says of a step's batches: where the first stands in the data, how many, and
-    each one's fingerprint."""
+    the fingerprint of each that has one."""
     first = fetches[0]
+    prints = [fingerprint(f.batch) for f in fetches]
     return {"epoch": first.epoch, "index": first.index, "batches": len(fetches),
-            "fingerprints": [fingerprint(f.batch) for f in fetches]}
+            "fingerprints": [p for p in prints if p is not None]}
 
 
-def fingerprint(batch: Any) -> str:
-    """A short digest of a batch: each tensor's type, shape and an evenly strided sample of at most
-    ``SAMPLE`` of its values; other leaves by their value (numbers, strings) or type."""
+def fingerprint(batch: Any) -> str | None:
+    """A short digest of a batch: each tensor's type, shape and ``SAMPLE`` of its values spread evenly
+    over it (at fractional spacing, so a sample of token ids does not fall on one column); other
+    leaves by their value (numbers, strings) or type. None when no tensor's values were read (a batch
+    of another kind: every batch of its loader would read alike, and passing over one would pass over
+    all)."""
     digest = hashlib.blake2b(digest_size=8)
+    read = False
     for leaf in _leaves(batch):
         if isinstance(leaf, torch.Tensor):
             digest.update(f"{leaf.dtype}{tuple(leaf.shape)}".encode())
             try:
                 flat = leaf.detach().reshape(-1)
-                sample = flat[:: max(1, flat.numel() // SAMPLE)][:SAMPLE].cpu().contiguous()
-                digest.update(sample.view(torch.uint8).numpy().tobytes())
+                if flat.numel() > SAMPLE:
+                    spread = torch.linspace(0, flat.numel() - 1, SAMPLE, dtype=torch.float64).long()
+                    flat = flat[spread.to(flat.device)]
+                digest.update(flat.cpu().contiguous().view(torch.uint8).numpy().tobytes())
+                read = read or flat.numel() > 0
             except (RuntimeError, TypeError):  # a sparse or otherwise unreadable layout: its shape alone
                 pass
         elif leaf is None or isinstance(leaf, str | int | float | bool | bytes):
             digest.update(repr(leaf).encode())
         else:
             digest.update(type(leaf).__qualname__.encode())
-    return digest.hexdigest()
+    return digest.hexdigest() if read else None
+
+
+def _versions(batch: Any) -> tuple[int, ...]:
+    return tuple(leaf._version for leaf in _leaves(batch) if isinstance(leaf, torch.Tensor))
 
 
 def _leaves(value: Any) -> Iterable[Any]:

@@ -160,3 +160,60 @@ def test_a_fingerprint_reads_the_values_and_the_shape_and_nothing_else():
     assert fingerprint({"input_ids": torch.ones(2, 5, dtype=torch.long)}) != fingerprint(
         {"labels": torch.ones(2, 5, dtype=torch.long)})
     assert len(fingerprint(same)) == 16
+
+
+def test_a_batch_the_loop_wrote_into_is_not_replayed():
+    """The loop spoiled its own batch in place (``inputs[0] = nan``): replaying the batch would replay the
+    loop's write, not what the loader made, and call the data bad."""
+    batches = Batches()
+    batches.activate()
+    try:
+        data = iter(loader())
+        for step in range(3):
+            (inputs,) = next(data)
+            if step == 2:
+                inputs[0] = float("nan")
+            batches.checked(step)
+        assert batches.held(1) is not None and batches.held(2) is None
+    finally:
+        batches.deactivate()
+
+
+def test_only_the_thread_that_runs_the_steps_counts_and_is_handed_a_replay():
+    """A thread that fetches ahead for the loop (a background prefetcher, gradients on as in any new
+    thread) takes no part: its fetches are not a step's, and a replay waits for the loop's own fetch."""
+    import queue
+    import threading
+
+    batches = Batches()
+    batches.activate()
+    try:
+        data, ahead = iter(loader(records=30)), queue.Queue(maxsize=2)
+        worker = threading.Thread(target=lambda: [ahead.put(b) for b in data], daemon=True)
+        own = iter(loader())  # the loop's thread is the one that checks
+        worker.start()
+        taken = []
+        for step in range(3):
+            ahead.get()
+            taken.append(values(next(own)))
+            batches.checked(step)
+        assert batches.per_step == 1 and values(batches.held(2)[0].batch) == taken[2]
+        batches.replay(batches.held(2))
+        ahead.get()  # the thread fetches on; the loop's next fetch is the replay
+        assert values(next(own)) == taken[2] and batches.replayed()
+    finally:
+        batches.deactivate()
+
+
+def test_a_batch_with_no_tensor_has_no_fingerprint_so_nothing_is_skipped_for_it():
+    """A batch of another kind (a custom object) reads alike for every batch of its loader: passing over
+    one would pass over them all."""
+
+    class Graph:
+        pass
+
+    assert fingerprint((Graph(), 3)) is None and fingerprint([]) is None
+    tokens = torch.randint(0, 50, (1024, 8))
+    other = tokens.clone()
+    other[:, 3] += 1  # the same first column (a sample on one column would not see it)
+    assert fingerprint(tokens) != fingerprint(other)
