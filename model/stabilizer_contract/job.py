@@ -31,3 +31,7 @@ ENDED_INTERRUPTED = "interrupted"
 
 # The library's rewind copies the training state every this many steps (its default).
 REWIND_EVERY = 5
+
+# A batch's fingerprint (stabilizer_sentinel.recovery.batches.fingerprint): a rollback's bad batch in
+# findings.json, and the configuration's `skip_batches` a later job passes over.
+FINGERPRINT_PATTERN = r"^[0-9a-f]{16}$"

@@ -27,7 +27,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from stabilizer_contract.job import CHECKPOINT_DIR_VARIABLE, CHECKPOINT_LOCAL_PATH, CONFIG_HYPERPARAMETER
+from stabilizer_contract.job import (
+    CHECKPOINT_DIR_VARIABLE,
+    CHECKPOINT_LOCAL_PATH,
+    CONFIG_HYPERPARAMETER,
+    FINGERPRINT_PATTERN,
+)
 
 HYPERPARAMETER = CONFIG_HYPERPARAMETER
 ACTIONS = ("stop", "notify")
@@ -37,7 +42,7 @@ DEFAULT_LOSS_REGEX = r"(?:^|[\s,;|(\[{])loss\s*[=:]?\s*([-+]?(?:\d+\.?\d*(?:[eE]
 DEFAULT_RULES: tuple[dict[str, Any], ...] = ({"name": "ExplodingTensor"},)
 RECOVERIES = ("in_job", "relaunch")
 _KEYS = {"rules", "capture", "action", "integration", "loss_regex", "knobs", "recovery", "skip_batches"}
-FINGERPRINT = re.compile(r"[0-9a-f]{16}")  # stabilizer_sentinel.recovery.batches.fingerprint
+FINGERPRINT = re.compile(FINGERPRINT_PATTERN)
 
 
 class StabilizerConfigError(ValueError):

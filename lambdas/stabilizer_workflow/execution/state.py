@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from stabilizer_contract.job import FINGERPRINT_PATTERN
 from stabilizer_workflow.errors import StateCorrupted
 from stabilizer_workflow.execution.execution_input import Limits, Monitoring, PolicyName, format_validation_error
 from stabilizer_workflow.execution.job import HyperparameterValue, Job
@@ -65,7 +66,7 @@ MAX_STRAGGLERS, MAX_NOTIFY = 16, 5
 MAX_ROLLBACKS, MAX_PROBED = 16, 12
 # A bad batch's fingerprints one rollback records (a step with accumulation takes several batches).
 MAX_BAD_BATCHES = 4
-Fingerprint = Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")]  # stabilizer_sentinel.recovery.batches.fingerprint
+Fingerprint = Annotated[str, Field(pattern=FINGERPRINT_PATTERN)]  # stabilizer_sentinel.recovery.batches.fingerprint
 ExternalName = Annotated[str, _clipped(NAME_MAX_BYTES)]  # a rule, tensor or status name
 ExternalValue = Annotated[str, _clipped(VALUE_MAX_BYTES)]  # a tensor's value as text
 ExternalText = Annotated[str, _clipped(TEXT_MAX_BYTES)]  # a message, failure reason or reason

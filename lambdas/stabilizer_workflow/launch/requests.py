@@ -145,11 +145,11 @@ def hyperparameters(state: WorkflowState, settings: TrainSettings) -> dict[str, 
     )
     encoded = {key: json.dumps(value) for key, value in plain.items()}
     encoded.update(distribution_hyperparameters(job.distribution, job.instance_type or ""))
-    skip = batches_to_skip(state)
-    config = sentinel_configuration(job, state.monitoring, recovery_for(state), skip)
+    skip, recovery = batches_to_skip(state), recovery_for(state)
+    config = sentinel_configuration(job, state.monitoring, recovery, skip)
     while skip and hyperparameter_value_problem("monitoring", CONFIG_HYPERPARAMETER, config):
         skip = skip[1:]  # the input check left room for the configuration itself; the oldest bad batches give way
-        config = sentinel_configuration(job, state.monitoring, recovery_for(state), skip)
+        config = sentinel_configuration(job, state.monitoring, recovery, skip)
     encoded[CONFIG_HYPERPARAMETER] = config
     return encoded
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from stabilizer_contract.job import FINGERPRINT_PATTERN
 from stabilizer_workflow.evidence.observation import Observation
 from stabilizer_workflow.evidence.sentinel_files import SentinelRollback, finite
 from stabilizer_workflow.execution.state import (
@@ -32,7 +33,7 @@ PAST = ("transient", "bad_batch")  # the outcomes of a sudden explosion the same
 # The bad batches a relaunch is told to skip, newest first: a few hundred characters of the configuration
 # hyperparameter's 2,500 (stabilizer_workflow.launch.requests.sentinel_configuration).
 MAX_SKIPPED = 16
-_FINGERPRINT = re.compile(r"[0-9a-f]{16}")
+_FINGERPRINT = re.compile(FINGERPRINT_PATTERN)
 
 
 def recovery_for(state: WorkflowState) -> str:
@@ -76,8 +77,10 @@ def describe(rollback: SentinelRollback) -> str:
         return f"{head}; the same rate trained past it: the batch's or a one-off, on unchanged at rate {_rate(after)}"
     if rollback.outcome == "bad_batch":
         where = f" (batch {rollback.batch.index} of pass {rollback.batch.epoch})" if rollback.batch else ""
+        later = ("a relaunch skips it too" if rollback.batch and rollback.batch.fingerprints
+                 else "no fingerprint: not passed over again")
         return (f"{head}; that step's batch{where} failed again and the next steps trained: a bad batch, skipped "
-                f"(a relaunch skips it too), on unchanged at rate {_rate(after)}")
+                f"({later}), on unchanged at rate {_rate(after)}")
     return f"{head}, on at rate {_rate(after)} from {_rate(before)}, chosen from {probes}{seconds}"
 
 

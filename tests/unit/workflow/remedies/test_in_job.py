@@ -238,3 +238,19 @@ def test_an_execution_without_a_bad_batch_sends_no_skip_list_and_a_malformed_fin
                          T0 + timedelta(minutes=5))
     assert told.state.attempts[-1].rollbacks[0].bad_batches == []
     assert "skip_batches" not in json.loads(hyperparameters(told.state, settings)[CONFIG_HYPERPARAMETER])
+
+
+def test_where_the_configuration_has_no_room_for_every_bad_batch_the_oldest_give_way(settings, monkeypatch):
+    from stabilizer_workflow.execution import service_limits
+
+    state = launched(settings)
+    found = ["0123456789abcdef", "fedcba9876543210", "00000000ffffffff"]
+    bad = [{**rollback(60 + i, after=0.1, factor=1.0, outcome="bad_batch"),
+            "batch": {"epoch": 1, "index": 3 + i, "fingerprints": [f]}} for i, f in enumerate(found)]
+    told = monitor.check(state, observe(describe(state, "InProgress"), findings=document(bad)),
+                         T0 + timedelta(minutes=5))
+    full = hyperparameters(told.state, settings)[CONFIG_HYPERPARAMETER]
+    assert json.loads(full)["skip_batches"] == found
+    monkeypatch.setattr(service_limits, "HYPERPARAMETER_VALUE_MAX", len(full) - 19)  # one fingerprint too many
+    trimmed = hyperparameters(told.state, settings)[CONFIG_HYPERPARAMETER]
+    assert json.loads(trimmed)["skip_batches"] == found[1:] and len(trimmed) <= len(full) - 19
