@@ -131,7 +131,7 @@ class Guard(OptimizerHooks):
             self._keep_states(optimizer, start_step, rewind_every, rewind_keep, in_job_possible=in_job_possible)
         elif optimizer is not None and in_job_possible and self._ranks_recover():
             self.recovery = self.sentinel.recovery = Follower(self)  # rank 0 decides, this rank does the same
-        self.batches = self._keep_batches(integration, stores=stores, early=batches)
+        self.batches = self._keep_batches(stores=stores, early=batches)
         self.epoch: int | None = None
         self.phase: str | None = None
         self._loss: torch.Tensor | float | None = None
@@ -200,13 +200,13 @@ class Guard(OptimizerHooks):
             if self.world_size > 1:
                 self.recovery.ranks = Ranks(self)  # the other ranks do as this one did
 
-    def _keep_batches(self, integration: str, *, stores: bool, early: Batches | None) -> Batches | None:
+    def _keep_batches(self, *, stores: bool, early: Batches | None) -> Batches | None:
         """The training batches each step took, for a rollback to replay the failing step's
         (stabilizer_sentinel.recovery.batches), and those an earlier attempt found bad, passed over. One
-        process only: each DDP rank's batches are its own. Not under Lightning's callback: its loop fetches
-        each batch a step ahead. ``early``: the launcher's, watching the loaders since the script began
-        (the guard attaches at the first optimizer step, after that step's batches were fetched)."""
-        replays = isinstance(self.recovery, Recovery) and self.world_size == 1 and integration != "lightning"
+        process only: each DDP rank's batches are its own. ``early``: the launcher's, watching the loaders
+        since the script began (the guard attaches at the first optimizer step, after that step's batches
+        were fetched); Lightning's callback makes the guard as training starts, before any."""
+        replays = isinstance(self.recovery, Recovery) and self.world_size == 1
         skip = self.config.skip_batches if stores and self.world_size == 1 else ()
         if not (replays or skip):
             if early is not None:

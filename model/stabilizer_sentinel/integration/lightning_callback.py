@@ -19,8 +19,10 @@ hook comes before the scaler decides. "bf16-mixed" needs no scaler and is watche
 With ``recovery`` ``in_job`` in the job's configuration, an explosion or a divergence is answered in the
 process as at the other levels (stabilizer_sentinel.recovery.recovery): the module and the optimizer are
 loaded from a copy in place (the Trainer holds the same objects), the rate is applied around the
-update by the first optimizer's step hooks, and Lightning's step count goes on. Needs the
-``lightning`` package (extra ``lightning``).
+update by the first optimizer's step hooks, and Lightning's step count goes on. A sudden explosion is
+replayed with the failing step's own batch first (stabilizer_sentinel.recovery.batches): the loaders are
+watched from ``setup``, before Lightning fetches its first batch (it fetches one ahead where the data
+has no length). Needs the ``lightning`` package (extra ``lightning``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import lightning
 from stabilizer_sentinel.integration.guard import Guard
 from stabilizer_sentinel.integration.script_watch import claim
 from stabilizer_sentinel.job_config import JobPaths, load_config
+from stabilizer_sentinel.loops import distributed
+from stabilizer_sentinel.recovery.batches import Batches
 
 
 class SentinelCallback(lightning.Callback):
@@ -52,6 +56,21 @@ class SentinelCallback(lightning.Callback):
         self.paths = JobPaths.from_env(environ)
         self.guard: Guard | None = None
         self.scaled = False
+        self.batches: Batches | None = None
+
+    def setup(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule, stage: str) -> None:
+        # The loaders' batches from before the first fetch (the guard is made as training starts, after
+        # Lightning fetched ahead); the guard drops them if it keeps none. One process only.
+        config = self.config
+        if stage == "fit" and distributed.rank_and_size()[1] == 1 and trainer.world_size == 1 and (
+                config.effective_recovery == "in_job" or config.skip_batches):
+            self.batches = Batches(config.skip_batches)
+            self.batches.activate()
+
+    def teardown(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule, stage: str) -> None:
+        if self.batches is not None and self.guard is None:  # training never started: the loaders as they were
+            self.batches.deactivate()
+        self.batches = None
 
     def on_train_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
@@ -62,7 +81,8 @@ class SentinelCallback(lightning.Callback):
         # explosion.
         self.scaled = scaler is not None and scaler.is_enabled()
         self.guard = Guard(pl_module, optimizer, config=self.config, paths=self.paths,
-                           start_step=trainer.global_step, install_hooks=self.scaled, integration="lightning")
+                           start_step=trainer.global_step, install_hooks=self.scaled, integration="lightning",
+                           batches=self.batches)
         for other in trainer.optimizers[1:]:
             self.guard.add_optimizer(other)
 

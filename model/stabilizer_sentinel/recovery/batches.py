@@ -11,20 +11,24 @@ one method (``_BaseDataLoaderIter.__next__``), and torch offers no hook there; w
 active (in-job recovery, or batches to skip) a stand-in under the method's name calls it. A
 batch fetched with gradients on (a validation loop under ``no_grad`` is not training) counts for the
 step under way; at each step's check the fetches of the dataset fetched last (the training data) are
-held as that step's, for the newest ``KEEP`` steps: references to batches the loop already made, no
-copies (before the first step, the newest ``MOST`` fetched). Only the thread that runs the steps counts
-(a thread fetching ahead for the loop does not). Where a step's batches are not known and none is to
-be skipped, the stand-in is taken out after the second step. Replaying one hands the held batch out
-at that dataset's next fetch, before the loader's own next batch, so the data's order after it is the
-script's; a batch the loop wrote into since (``inputs[0] = nan``, an in-place normalisation: its
-tensors' version counters moved) is not replayed, as it is no longer what the loader made.
+held as that step's (a loop that fetches ahead: below), for the newest ``KEEP`` steps: references to
+batches the loop already made, no copies (before the first step, the newest ``MOST`` fetched). Only the
+thread that runs the steps counts (a thread fetching ahead for the loop does not). Where a step's
+batches are not known and none is to be skipped, the stand-in is taken out after the second step.
+Replaying one hands the held batch out at that dataset's next fetch, before the loader's own next
+batch, so the data's order after it is the script's; a batch the loop wrote into since (``inputs[0] =
+nan``, an in-place normalisation: its tensors' version counters moved) is not replayed, as it is no
+longer what the loader made.
 
-Only where a step's batches are known: the first two steps must take the same number of batches. A
-loop that fetches ahead (Lightning's and Accelerate's fetch a batch before the step that needs it) takes
-one more before its first step, and a loop that peeks at a batch before training does too; there no
-batch is held and a sudden explosion is replayed on the next batches, as before attribution. Not for a
-script that makes its batches without a ``DataLoader`` (slices of a tensor), nor under DDP (each rank's
-batches are its own, and skipping one on one rank would leave the ranks a step apart).
+Only where a step's batches are known: from the second step on, each step must take the same number of
+batches. A loop that fetches ahead (Lightning's and Accelerate's take a step's batch before the step
+before it ends, to know whether it is the last) takes more before its first step, the same number
+after: the batches fetched and not yet trained on (``lag``, at most a step's) are each step's next,
+oldest first, and a replay goes out where the loop fetches the first batch of a step not yet begun
+(``lead`` steps after the rollback: the loop trains on what it holds first). A peek at the data through
+another iterator before the first step (``next(iter(loader))`` for a shape) is not the loop's. Not for
+a script that makes its batches without a ``DataLoader`` (slices of a tensor), nor under DDP (each
+rank's batches are its own, and skipping one on one rank would leave the ranks a step apart).
 
 A relaunch skips the batches an earlier attempt found bad (``skip``, the configuration's
 ``skip_batches``): each training batch's ``fingerprint`` (its tensors' shapes, types and an evenly
@@ -69,6 +73,7 @@ class Fetch:
     epoch: int
     index: int
     thread: int = 0  # the thread that fetched it
+    source: int = 0  # the iterator it came from (``Batches._source``): a peek through another is not the loop's
     versions: tuple[int, ...] = ()  # its tensors' version counters then: an in-place write moves them
 
 
@@ -83,11 +88,16 @@ class Batches:
         self._more = False  # ... and more than that
         self._held: dict[int, list[Fetch]] = {}
         self._checks = 0
-        self._first = 0
+        self._first = 0  # the first step's number
         self.per_step: int | None = None  # the batches each step takes, once known; 0: not known, none held
+        self.lag = 0  # the batches a loop fetching ahead holds beyond the step under way
+        self._pending: list[Fetch] = []  # fetched and not yet a step's, oldest first (a loop fetching ahead)
         self._queue: list[Fetch] = []
+        self._delay = 0  # the loop's own fetches still to go out before the replay (a loop fetching ahead)
         self._passes: dict[int, int] = {}
         self._thread: int | None = None  # the thread that runs the steps (the first check's)
+        self._sources: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._iterators = 0
 
     # -- installing
     def activate(self) -> None:
@@ -106,10 +116,12 @@ class Batches:
         dataset = id(getattr(iterator, "_dataset", iterator))  # torch's own attributes, read with care
         thread = threading.get_ident()
         ours = self._thread in (None, thread)  # a thread that fetches ahead for the loop is not the step's
-        if ours and self._queue and self._queue[0].dataset == dataset:
+        if ours and self._queue and self._queue[0].dataset == dataset and not self._delay:
             fetch = self._queue.pop(0)
             self._since.append(fetch)
             return fetch.batch
+        if ours and self._queue and self._queue[0].dataset == dataset:
+            self._delay -= 1  # a batch of the step the loop is fetching ahead for: its own
         while True:
             yielded = getattr(iterator, "_num_yielded", 0)
             fresh = getattr(iterator, "_sampler_iter", True) is None  # reset at this fetch
@@ -117,7 +129,8 @@ class Batches:
                 self._passes[dataset] = self._passes.get(dataset, 0) + 1
             index = 1 if fresh or not isinstance(yielded, int) else yielded + 1
             batch = _ORIGINAL(iterator)
-            fetch = Fetch(dataset, batch, self._passes.get(dataset, 1), index, thread, _versions(batch))
+            fetch = Fetch(dataset, batch, self._passes.get(dataset, 1), index, thread=thread,
+                          versions=_versions(batch), source=self._source(iterator))
             if self.skip and fingerprint(batch) in self.skip:
                 self.skipped.append(fetch)
                 print(f"sentinel: skipped batch {fetch.index} of pass {fetch.epoch} over the training data: the same "
@@ -131,27 +144,61 @@ class Batches:
                 self._more = True
             return batch
 
+    def _source(self, iterator: Any) -> int:
+        """A number for ``iterator``, its own while it lives (an id may be a dead iterator's again)."""
+        try:
+            number = self._sources.get(iterator)
+            if number is None:
+                self._iterators += 1
+                number = self._sources[iterator] = self._iterators
+            return number
+        except TypeError:  # not weakly referable or hashable: one number for all
+            return 0
+
     def checked(self, step: int) -> None:
         """Step ``step`` is checked: the batches fetched since the last check, of the data fetched last,
-        are its own."""
+        are its own; where the loop fetches ahead, the oldest of those it fetched and has not trained on."""
         if self._thread is None:
             self._thread = threading.get_ident()
         since, more, self._since, self._more = self._since, self._more, [], False
         since = [f for f in since if f.thread == self._thread]
         training = [f for f in since if f.dataset == since[-1].dataset] if since and not more else []
         self._checks += 1
-        if self._checks == 1:
-            self._first = len(training)
-        elif self._checks == 2:  # a loop that fetches ahead takes one more before its first step
-            self.per_step = len(training) if training and len(training) == self._first and not more else 0
-            if not self.per_step and not self.skip:
-                self.deactivate()  # nothing to hold, nothing to pass over: the loaders as torch has them
-        if self.per_step and len(training) == self.per_step:
-            self._held[step] = training
-        else:
-            self._held.pop(step, None)
+        if self._checks == 1:  # a peek through another iterator before the loop began is not the loop's
+            self._pending = [f for f in training if f.source == training[-1].source]
+            self._first = step
+        elif self._checks == 2:  # a loop that fetches ahead takes more before its first step, the same after
+            lag = len(self._pending) - len(training)
+            self.per_step = len(training) if training and 0 <= lag <= len(training) and not more else 0
+            if not self.per_step:
+                self._pending = []
+                if not self.skip:
+                    self.deactivate()  # nothing to hold, nothing to pass over: the loaders as torch has them
+            else:
+                self.lag = lag
+                self._take(self._first, [])
+        if self._checks > 1 and self.per_step:
+            self._take(step, training)
         for old in [s for s in self._held if s <= step - KEEP]:
             del self._held[old]
+
+    def _take(self, step: int, fetched: list[Fetch]) -> None:
+        """Step ``step``'s batches: the oldest ``per_step`` of those pending with ``fetched``, where no more
+        than ``lag`` are left (else not known: a step that took fewer or more, the loop's last in a pass)."""
+        pending = self._pending + fetched
+        if self._pending and fetched and self._pending[-1].dataset != fetched[0].dataset:
+            pending = fetched  # the loop moved to other training data
+        extra = len(pending) - (self.per_step or 0)
+        if 0 <= extra <= self.lag:
+            self._held[step], self._pending = pending[:self.per_step], pending[self.per_step:]
+        else:
+            self._held.pop(step, None)
+            self._pending = pending[len(pending) - self.lag:] if self.lag and extra > 0 else []
+
+    @property
+    def lead(self) -> int:
+        """The steps a replay comes after: a loop fetching ahead trains on what it holds first."""
+        return 1 if self.lag else 0
 
     def held(self, step: int) -> list[Fetch] | None:
         """The batches step ``step`` took, when known, still held and as the loader made them (a loop that
@@ -162,13 +209,14 @@ class Batches:
         return fetches
 
     def replay(self, fetches: list[Fetch]) -> None:
-        """Hand ``fetches`` out again, at their data's next fetches."""
+        """Hand ``fetches`` out again, at their data's next fetches for a step not yet begun (``lead``)."""
         self._queue = list(fetches)
+        self._delay = (self.per_step or 0) - self.lag if self.lag else 0
 
     def replayed(self) -> bool:
         """Whether the last replay was handed out whole; a replay the loop did not take is dropped."""
         done = not self._queue
-        self._queue = []
+        self._queue, self._delay = [], 0
         return done
 
 

@@ -354,7 +354,7 @@ class Recovery(RateFactor):
         probe = self._probe
         if probe is not None:
             self._count(probe)
-            if probe is self._with_batch and probe.steps == 1:
+            if probe is self._with_batch and probe.steps == 1 + self.batches.lead:
                 self._first_replayed(probe)
         if probe is not None and not self._restore_due and probe.applied >= self.probe_steps:
             if probe.climbing(self.guard.sentinel.learning.noise):
@@ -372,8 +372,10 @@ class Recovery(RateFactor):
             self._probes.append(probe)
             self._probe = None
             if probe is self._with_batch and not self._reproduced and self._replays:
-                self._queue.pop(0)  # its later steps failed on other batches: the rate's, not the batch's
+                self._queue.pop(0)  # its other steps failed on other batches: the rate's, not the batch's
                 self._replays = 0
+            if probe is self._with_batch:
+                self.batches.replayed()  # a replay it failed before taking goes to no later candidate
         if self._queue and not (self._round and self._ends and self._bracketed()):
             self._start(self._queue.pop(0))
             return

@@ -4,7 +4,8 @@ next ones train is bad: skipped, named, and passed over at every later pass and 
 whose batches train again was a one-off. Where the loop's batches are not known, nothing changes.
 
 The library runs in this process (``runpy`` of tests/fixtures/recovery/too_fast.py with ``--watch 1
---loader 1``: its batches come from a ``DataLoader``, in order, 64 a pass).
+--loader 1``: its batches come from a ``DataLoader``, in order, 64 a pass; ``--ahead 1`` fetches each a
+step ahead, as Lightning's and Accelerate's loops do), and Lightning in its own.
 """
 
 from __future__ import annotations
@@ -87,6 +88,38 @@ def test_the_launcher_knows_the_first_steps_batches_though_it_attaches_at_that_s
 
 
 @pytest.mark.slow  # trains the regression
+def test_a_loop_that_fetches_ahead_finds_its_bad_batch_after_the_batch_it_held(tmp_path, monkeypatch):
+    """``--ahead 1``: each batch is fetched a step before the step that trains on it. The replay's first
+    step trains on the batch the loop already held, its second on the failing step's, which fails."""
+    _, err, document = train(tmp_path, monkeypatch, "--ahead", "1", "--bad_record", BAD_RECORD)
+    assert document["findings"] == [] and document["summary"]["ended"] == "completed"
+    (decision,) = document["rollbacks"]
+    assert (decision["step"], decision["outcome"], decision["batch"]["index"]) == (60, "bad_batch", 61)
+    assert [(p["steps"], p["failed"]) for p in decision["probed"]] == [(2, "ExplodingTensor at step 62"), (5, None)]
+    assert "skipped batch 61 of pass 2" in err
+
+
+@pytest.mark.slow  # two Lightning processes
+@pytest.mark.parametrize(("watch", "iterable"), [("callback", "1"), ("launcher", "0")])
+def test_lightning_s_bad_batch_is_found_and_skipped_at_every_later_pass(tmp_path, watch, iterable):
+    """Lightning fetches a batch ahead where its data has no length (``--iterable 1``), before the callback's
+    guard is made as training starts: the callback watches the loaders from ``setup``."""
+    script = FIXTURES / "loops" / "lightning_fit.py"
+    result = run(["-m", "stabilizer_sentinel.launch", str(script), "--callback", str(int(watch == "callback")),
+                  "--records", "640", "--batch-size", "32", "--bad-record", "300", "--steps", "60",
+                  "--iterable", iterable], script.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert result.returncode == 0, result.stderr[-2000:]
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert document["findings"] == [] and document["summary"]["integration"] == ("lightning" if watch == "callback"
+                                                                                  else "launcher")
+    (decision,) = document["rollbacks"]
+    assert (decision["step"], decision["outcome"], decision["batch"]["index"]) == (9, "bad_batch", 10)
+    with_batch = decision["probed"][0]
+    assert with_batch["steps"] == 1 + int(iterable) and with_batch["failed"].startswith("ExplodingTensor")
+    assert "skipped batch 10 of pass 2" in result.stderr and "skipped batch 10 of pass 3" in result.stderr
+
+
+@pytest.mark.slow  # trains the regression
 def test_a_step_whose_own_batch_trains_again_was_a_one_off(tmp_path, monkeypatch):
     """``--bad_step 60`` spoils step 60's batch in the loop, after the loader made it: the batch the
     loader handed out is sound, so the replay with it trains."""
@@ -98,9 +131,10 @@ def test_a_step_whose_own_batch_trains_again_was_a_one_off(tmp_path, monkeypatch
 
 
 @pytest.mark.slow  # trains the regression twice
-def test_a_healthy_run_reading_a_data_loader_is_unchanged_by_the_watch(tmp_path, monkeypatch):
-    watched, _, document = train(tmp_path, monkeypatch)
-    unwatched, _, _ = train(tmp_path / "unwatched", monkeypatch, watch=False)
+@pytest.mark.parametrize("ahead", ["0", "1"])
+def test_a_healthy_run_reading_a_data_loader_is_unchanged_by_the_watch(tmp_path, monkeypatch, ahead):
+    watched, _, document = train(tmp_path, monkeypatch, "--ahead", ahead)
+    unwatched, _, _ = train(tmp_path / "unwatched", monkeypatch, "--ahead", ahead, watch=False)
     assert "rollbacks" not in document and watched == unwatched  # every loss, bit for bit
 
 
@@ -133,18 +167,105 @@ def test_the_step_s_batch_is_held_and_a_replay_comes_before_the_loaders_next_one
     assert dataloader._BaseDataLoaderIter.__next__ is original  # put back as torch has it
 
 
-def test_a_loop_that_fetches_ahead_holds_no_batch():
-    """Lightning's and Accelerate's loops fetch a batch before the step that needs it: the first step
-    takes two, the next one each, and which batch a step trained on is not known."""
+def ahead(data: DataLoader):
+    """A pass over ``data`` the way Lightning's and Accelerate's loops take it: each batch is fetched a step
+    before the step that trains on it (to know whether it is the last)."""
+    passing = iter(data)
+    following = next(passing)
+    for fetched in passing:
+        batch, following = following, fetched
+        yield batch
+    yield following
+
+
+def test_a_loop_that_fetches_ahead_holds_the_batch_each_step_trained_on_and_replays_it_after_the_one_it_holds():
     batches = Batches()
     batches.activate()
     try:
-        data = iter(loader())
-        ahead = next(data)
+        data, taken = ahead(loader(records=18)), []  # six batches
         for step in range(3):
-            ahead, _ = next(data), ahead
+            taken.append(values(next(data)))
             batches.checked(step)
-        assert batches.per_step == 0 and batches.held(2) is None
+        assert (batches.per_step, batches.lag, batches.lead) == (1, 1, 1)
+        assert [values(batches.held(step)[0].batch) for step in range(3)] == taken
+        assert [(f.epoch, f.index) for f in batches.held(2)] == [(1, 3)]
+        batches.replay(batches.held(2))
+        # The loop trains on the batch it fetched ahead first, then on the replay, then on in its own order.
+        assert values(next(data)) == [9.0, 10.0, 11.0] and batches.replayed()
+        assert values(next(data)) == taken[2]
+        assert values(next(data)) == [12.0, 13.0, 14.0]
+    finally:
+        batches.deactivate()
+
+
+def test_a_loop_that_fetches_ahead_and_takes_two_batches_a_step_gets_the_replay_as_one_step():
+    """Two micro-batches a step, fetched one ahead: the replay waits for the loop's own fetch that ends the
+    step under way, so the next step after it takes the two replayed batches."""
+    batches = Batches()
+    batches.activate()
+    try:
+        data = ahead(loader(records=36))  # twelve batches
+        steps = []
+        for step in range(3):
+            steps.append([values(next(data)), values(next(data))])
+            batches.checked(step)
+        assert (batches.per_step, batches.lag) == (2, 1)
+        assert [[values(f.batch) for f in batches.held(step)] for step in range(3)] == steps
+        batches.replay(batches.held(1))
+        assert [values(next(data)), values(next(data))] == [[18.0, 19.0, 20.0], [21.0, 22.0, 23.0]]
+        assert [values(next(data)), values(next(data))] == steps[1] and batches.replayed()
+        assert values(next(data)) == [24.0, 25.0, 26.0]
+    finally:
+        batches.deactivate()
+
+
+def test_a_loop_that_fetches_ahead_knows_the_batches_on_both_sides_of_a_new_pass():
+    """The last step of a pass fetches nothing (the loader is done); the first of the next fetches two."""
+    batches = Batches()
+    batches.activate()
+    try:
+        records, taken = loader(records=9), []  # three batches a pass
+        for step in range(5):
+            if step % 3 == 0:
+                data = ahead(records)
+            taken.append(values(next(data)))
+            batches.checked(step)
+        assert [values(batches.held(step)[0].batch) for step in (2, 3, 4)] == taken[2:]
+        assert [(f.epoch, f.index) for step in (2, 3, 4) for f in batches.held(step)] == [(1, 3), (2, 1), (2, 2)]
+    finally:
+        batches.deactivate()
+
+
+def test_a_peek_at_the_data_through_another_iterator_before_the_loop_is_not_the_loop_s():
+    """``next(iter(loader))`` for a shape, then the loop: the first step took one batch, not two."""
+    batches = Batches()
+    batches.activate()
+    try:
+        data = loader()
+        next(iter(data))
+        passing, taken = iter(data), []
+        for step in range(3):
+            taken.append(values(next(passing)))
+            batches.checked(step)
+        assert (batches.per_step, batches.lag) == (1, 0)
+        assert [values(batches.held(step)[0].batch) for step in range(3)] == taken
+    finally:
+        batches.deactivate()
+
+
+def test_a_loop_that_takes_fewer_batches_after_its_first_step_than_before_holds_none():
+    """Two batches before the first step and one after, from one iterator, but more than a step's worth
+    ahead is not a loop fetching ahead: not known, none held."""
+    batches = Batches()
+    batches.activate()
+    try:
+        passing = iter(loader(records=30))
+        for _ in range(3):
+            next(passing)
+        batches.checked(0)
+        next(passing)
+        batches.checked(1)
+        assert batches.per_step == 0 and batches.held(1) is None
     finally:
         batches.deactivate()
 
