@@ -27,7 +27,8 @@ configuration, ``in_job``), the guard does not stop. Instead:
    When the replay trains its ``probe_steps`` steps, training goes on from there unchanged (the
    script's loop has moved past the batch; decision ``transient``); when it fails, the lower rates
    are probed as above. Where the step's own batches are known (stabilizer_sentinel.recovery.batches: a
-   ``DataLoader``'s, one process), the replay's first step takes them again: when that step fails and
+   ``DataLoader``'s, one process), the replay's first step takes them again (its second where the loop
+   fetches ahead and trains on the batch it holds first): when that step fails and
    the next ``probe_steps`` steps at the same rate, on the loader's next batches, train, the batch was
    bad (decision ``bad_batch``, naming it, and the relaunch skips it too); when it trains, a one-off
    (``transient``); when the steps after it fail, the rate.
@@ -468,7 +469,8 @@ class Recovery(RateFactor):
                 self._with_batch, self._batches_held = self._probe, None
 
     def _first_replayed(self, probe: Probe) -> None:
-        """The replay with the failing step's batches took its first step: it failed on them (the batch
+        """The replay with the failing step's batches took the step they were handed out for (its first;
+        its second where the loop fetches ahead, ``Batches.lead``): it failed on them (the batch
         is reproduced: the next replay trains on other batches), or it did not take them (a loop that
         fetched from other data first: a plain replay)."""
         if not self.batches.replayed():

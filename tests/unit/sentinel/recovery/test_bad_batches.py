@@ -198,6 +198,26 @@ def test_a_loop_that_fetches_ahead_holds_the_batch_each_step_trained_on_and_repl
         batches.deactivate()
 
 
+def test_accelerate_s_prepared_loader_fetches_ahead_and_is_known_the_same_way():
+    """Accelerate's ``DataLoaderShard`` (the Hugging Face ``Trainer``'s loader) fetches the next batch before
+    it hands out the current one. Accelerate comes with the ``hf`` extra (the public-scripts corpus)."""
+    accelerate = pytest.importorskip("accelerate")
+    prepared = accelerate.Accelerator(cpu=True).prepare(loader(records=30))
+    batches = Batches()
+    batches.activate()
+    try:
+        data, taken = iter(prepared), []
+        for step in range(4):
+            taken.append(values(next(data)))
+            batches.checked(step)
+        assert (batches.per_step, batches.lag) == (1, 1)
+        assert [values(batches.held(step)[0].batch) for step in (1, 2, 3)] == taken[1:]
+        batches.replay(batches.held(3))
+        assert [values(next(data)) for _ in range(3)] == [[12.0, 13.0, 14.0], taken[3], [15.0, 16.0, 17.0]]
+    finally:
+        batches.deactivate()
+
+
 def test_a_loop_that_fetches_ahead_and_takes_two_batches_a_step_gets_the_replay_as_one_step():
     """Two micro-batches a step, fetched one ahead: the replay waits for the loop's own fetch that ends the
     step under way, so the next step after it takes the two replayed batches."""
