@@ -35,3 +35,7 @@ REWIND_EVERY = 5
 # A batch's fingerprint (stabilizer_sentinel.recovery.batches.fingerprint): a rollback's bad batch in
 # findings.json, and the configuration's `skip_batches` a later job passes over.
 FINGERPRINT_PATTERN = r"^[0-9a-f]{16}$"
+
+# A rollback's outcomes in findings.json (docs/contracts.md, section 2) where the same rate trained past a
+# sudden explosion (a one-off, or a bad batch skipped): the rate was not at fault.
+PAST_OUTCOMES = ("transient", "bad_batch")

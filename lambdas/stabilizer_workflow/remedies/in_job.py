@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from stabilizer_contract.job import FINGERPRINT_PATTERN
+from stabilizer_contract.job import FINGERPRINT_PATTERN, PAST_OUTCOMES
 from stabilizer_workflow.evidence.observation import Observation
 from stabilizer_workflow.evidence.sentinel_files import SentinelRollback, finite
 from stabilizer_workflow.execution.state import (
@@ -29,7 +29,6 @@ from stabilizer_workflow.execution.state import (
 from stabilizer_workflow.remedies.ladders import ARCHITECTURE_ROLES, EXPLOSIONS, remedies
 
 PHASES = ("warmup", "main", None)
-PAST = ("transient", "bad_batch")  # the outcomes of a sudden explosion the same rate trained past
 # The bad batches a relaunch is told to skip, newest first: a few hundred characters of the configuration
 # hyperparameter's 2,500 (stabilizer_workflow.launch.requests.sentinel_configuration).
 MAX_SKIPPED = 16
@@ -104,8 +103,8 @@ def _recorded(entry: SentinelRollback) -> Rollback:
         probe_steps=max(entry.probe_steps, 0),
         rate_before=finite(entry.learning_rate_before),
         rate_after=finite(entry.learning_rate_after),
-        factor=entry.factor if entry.outcome in ("recovered", *PAST) else None,
-        transient=entry.outcome in PAST,
+        factor=entry.factor if entry.outcome in ("recovered", *PAST_OUTCOMES) else None,
+        transient=entry.outcome in PAST_OUTCOMES,
         bad_batches=_fingerprints(entry),
         probed=[finite(probe.learning_rate) for probe in entry.probed][:MAX_PROBED],
         failed_probes=sum(1 for probe in entry.probed if probe.failed),

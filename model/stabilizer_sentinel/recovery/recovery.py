@@ -67,6 +67,7 @@ from typing import Any
 import torch
 
 from stabilizer_contract.catalogue import DIVERGING
+from stabilizer_contract.job import PAST_OUTCOMES as PAST  # an explosion the same rate trained past
 from stabilizer_sentinel.recovery.batches import describe
 
 EXPLODING = "ExplodingTensor"
@@ -77,7 +78,6 @@ ROUNDS = 2
 PROBE_STEPS = 5
 MAX_ROLLBACKS = 3
 MAX_TRANSIENTS = 5  # explosions the same rate trained past (corrupt batches, one-offs), per job
-PAST = ("transient", "bad_batch")  # the outcomes of an explosion the same rate trained past
 # An explosion this many steps or fewer after one the same rate trained past is the rate's: no replay.
 TRANSIENT_REACH = 20
 NOISE_ERRORS = 2.0  # scores closer than this many standard errors are the same to the probe
