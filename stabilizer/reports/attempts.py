@@ -72,13 +72,12 @@ def _in_job(recorded: dict[str, Any], observed: AttemptRecord | None) -> str:
     rollbacks = recorded.get("rollbacks")
     if not rollbacks and observed is not None:
         written = (observed.findings or {}).get("rollbacks", [])
-        rollbacks = [{"rate_after": r.get("learning_rate_after"),
-                      "bad_batches": (r.get("batch") or {}).get("fingerprints", []) if r.get("outcome") == "bad_batch"
-                      else []} for r in written]
+        rollbacks = [{"rate_after": r.get("learning_rate_after"), "bad_batch": r.get("outcome") == "bad_batch"}
+                     for r in written]
     if not rollbacks:
         return "-"
     count = f"{len(rollbacks)} rollback{'s' if len(rollbacks) > 1 else ''}"
-    bad = sum(1 for r in rollbacks if r.get("bad_batches"))
+    bad = sum(1 for r in rollbacks if r.get("bad_batch") or r.get("bad_batches"))  # a state before bad_batch
     if bad:
         count += f" ({bad} bad batch{'es' if bad > 1 else ''} skipped)"
     last = rollbacks[-1].get("rate_after")

@@ -204,8 +204,10 @@ class Rollback(BaseModel):
     # The same rate trained past a sudden explosion from the restored state: the batch's or a one-off,
     # not the rate's (factor: the one in force, unchanged).
     transient: bool = False
-    # ... and the failing step's batches failed again from that state: a bad batch, skipped in the job and by
-    # a relaunch (their fingerprints: stabilizer_sentinel.recovery.batches.fingerprint).
+    # ... and the failing step's batches failed again from that state: a bad batch, skipped in the job
+    # (``bad_batch``) and by a relaunch (``bad_batches``, their fingerprints:
+    # stabilizer_sentinel.recovery.batches.fingerprint; none for a batch with no tensor values to read).
+    bad_batch: bool = False
     bad_batches: list[Fingerprint] = Field(default_factory=list, max_length=MAX_BAD_BATCHES)
     probed: list[float | None] = Field(default_factory=list, max_length=MAX_PROBED)  # the rates tried
     failed_probes: int = 0

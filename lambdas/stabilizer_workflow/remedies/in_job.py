@@ -105,6 +105,7 @@ def _recorded(entry: SentinelRollback) -> Rollback:
         rate_after=finite(entry.learning_rate_after),
         factor=entry.factor if entry.outcome in ("recovered", *PAST_OUTCOMES) else None,
         transient=entry.outcome in PAST_OUTCOMES,
+        bad_batch=entry.outcome == "bad_batch",
         bad_batches=_fingerprints(entry),
         probed=[finite(probe.learning_rate) for probe in entry.probed][:MAX_PROBED],
         failed_probes=sum(1 for probe in entry.probed if probe.failed),
@@ -154,8 +155,8 @@ def summary_line(attempt: Attempt) -> str | None:
     if not attempt.rollbacks:
         return None
     recovered = [r for r in attempt.rollbacks if r.factor is not None and not r.transient]
-    passed = sum(1 for r in attempt.rollbacks if r.transient and not r.bad_batches)
-    bad = sum(1 for r in attempt.rollbacks if r.bad_batches)
+    passed = sum(1 for r in attempt.rollbacks if r.transient and not r.bad_batch)
+    bad = sum(1 for r in attempt.rollbacks if r.bad_batch)
     lost = sum(r.steps_lost + r.probe_steps for r in attempt.rollbacks)
     said = f"recovered in the job {len(recovered)} time{'s' if len(recovered) != 1 else ''}"
     if recovered:

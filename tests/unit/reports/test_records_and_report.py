@@ -128,9 +128,13 @@ def test_report_files(tmp_path: Path):
 def test_the_attempts_table_says_how_many_bad_batches_the_job_skipped():
     from stabilizer.reports.attempts import _in_job
 
-    recorded = {"rollbacks": [{"rate_after": 0.01, "bad_batches": ["ae34d7886d4ea499"]},
-                              {"rate_after": 0.001, "bad_batches": []}]}
-    assert _in_job(recorded, None) == "2 rollbacks (1 bad batch skipped), on at LR 0.001"
+    recorded = {"rollbacks": [{"rate_after": 0.01, "bad_batch": True, "bad_batches": ["ae34d7886d4ea499"]},
+                              {"rate_after": 0.01, "bad_batch": True, "bad_batches": []},  # no fingerprint
+                              {"rate_after": 0.001, "bad_batch": False, "bad_batches": []}]}
+    assert _in_job(recorded, None) == "3 rollbacks (2 bad batches skipped), on at LR 0.001"
+    before = {"rollbacks": [{"rate_after": 0.01, "bad_batches": ["ae34d7886d4ea499"]}]}  # a state before bad_batch
+    assert _in_job(before, None) == "1 rollback (1 bad batch skipped), on at LR 0.01"
     observed = AttemptRecord(number=1, job_name="job-1", findings={"rollbacks": [
-        {"learning_rate_after": 0.01, "outcome": "bad_batch", "batch": {"fingerprints": ["ae34d7886d4ea499"]}}]})
-    assert _in_job({}, observed) == "1 rollback (1 bad batch skipped), on at LR 0.01"
+        {"learning_rate_after": 0.01, "outcome": "bad_batch", "batch": {"fingerprints": []}},
+        {"learning_rate_after": 0.01, "outcome": "transient"}]})
+    assert _in_job({}, observed) == "2 rollbacks (1 bad batch skipped), on at LR 0.01"

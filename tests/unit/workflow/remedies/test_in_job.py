@@ -240,6 +240,22 @@ def test_an_execution_without_a_bad_batch_sends_no_skip_list_and_a_malformed_fin
     assert "skip_batches" not in json.loads(hyperparameters(told.state, settings)[CONFIG_HYPERPARAMETER])
 
 
+def test_a_bad_batch_without_a_fingerprint_is_counted_as_a_bad_batch_not_a_one_off(settings):
+    """A batch with no tensor values to read (a custom batch object) has no fingerprint: skipped in the job,
+    not passed over by a relaunch, and still a bad batch in the end's reason."""
+    state = launched(settings)
+    bad = {**rollback(60, after=0.1, factor=1.0, outcome="bad_batch"),
+           "batch": {"epoch": 1, "index": 61, "batches": 1, "fingerprints": []}}
+    told = monitor.check(state, observe(describe(state, "InProgress"), findings=document([bad])),
+                         T0 + timedelta(minutes=5))
+    [kept] = told.state.attempts[-1].rollbacks
+    assert kept.bad_batch and kept.transient and kept.bad_batches == []
+    assert "no fingerprint: not passed over again" in told.effects.notification.body
+    ended = observe(describe(state, "Completed"), findings=document([bad]))
+    reason = monitor.check(told.state, ended, T0 + timedelta(minutes=10)).state.reason
+    assert "1 bad batch skipped" in reason and "the same rate trained past" not in reason
+
+
 def test_where_the_configuration_has_no_room_for_every_bad_batch_the_oldest_give_way(settings, monkeypatch):
     from stabilizer_workflow.execution import service_limits
 
