@@ -21,9 +21,9 @@ nan``, an in-place normalisation: its tensors' version counters moved) is not re
 longer what the loader made.
 
 Only where a step's batches are known: from the second step on, each step must take the same number of
-batches. A loop that fetches ahead (Lightning's and Accelerate's take a step's batch before the step
-before it ends, to know whether it is the last) takes more before its first step, the same number
-after: the batches fetched and not yet trained on (``lag``, at most a step's) are each step's next,
+batches. A loop that fetches ahead (Accelerate's prepared loader, Lightning's where the data has no
+length: each fetches a step's batch during the step before, to know whether that one is the last) takes
+more before its first step, the same number after: the batches fetched and not yet trained on (``lag``, at most a step's) are each step's next,
 oldest first, and a replay goes out where the loop fetches the first batch of a step not yet begun
 (``lead`` steps after the rollback: the loop trains on what it holds first). A peek at the data through
 another iterator before the first step (``next(iter(loader))`` for a shape) is not the loop's. Not for
