@@ -22,13 +22,14 @@ longer what the loader made.
 
 Only where a step's batches are known: from the second step on, each step must take the same number of
 batches. A loop that fetches ahead (Accelerate's prepared loader, Lightning's where the data has no
-length: each fetches a step's batch during the step before, to know whether that one is the last) takes
-more before its first step, the same number after: the batches fetched and not yet trained on (``lag``, at most a step's) are each step's next,
-oldest first, and a replay goes out where the loop fetches the first batch of a step not yet begun
-(``lead`` steps after the rollback: the loop trains on what it holds first). A peek at the data through
-another iterator before the first step (``next(iter(loader))`` for a shape) is not the loop's. Not for
-a script that makes its batches without a ``DataLoader`` (slices of a tensor), nor under DDP (each
-rank's batches are its own, and skipping one on one rank would leave the ranks a step apart).
+length: each fetches a step's batch during the step before, to know whether that one is the last)
+takes more before its first step, the same number after: the batches fetched and not yet trained on
+(``lag``, at most a step's) are each step's next, oldest first, and a replay goes out where the loop
+fetches the first batch of a step not yet begun (``lead`` steps after the rollback: the loop trains on
+what it holds first). A peek at the data through another iterator before the first step
+(``next(iter(loader))`` for a shape) is not the loop's. Not for a script that makes its batches
+without a ``DataLoader`` (slices of a tensor), nor under DDP (each rank's batches are its own, and
+skipping one on one rank would leave the ranks a step apart).
 
 A relaunch skips the batches an earlier attempt found bad (``skip``, the configuration's
 ``skip_batches``): each training batch's ``fingerprint`` (its tensors' shapes, types and an evenly
