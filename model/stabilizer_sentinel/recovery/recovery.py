@@ -98,6 +98,10 @@ SKIPS = 2
 # A run whose copies before a finding are of its first this many windows, none better than its first step,
 # rolls back to the state before that step (``restore_point``).
 EARLY = 4
+# ... or whose every window is above its first step's loss less this fraction of its magnitude (not below it
+# by the learning check's least fall, its ``min_decrease``) while the copy to go back to began its own step
+# above the first's.
+LEARNED = 0.05
 
 
 @dataclass
@@ -623,14 +627,19 @@ def restore_point(rewind: Any, finding: dict[str, Any]) -> Any:
     tell) kept what was learned. The first copy's level is the loss of the single step taken from it: it
     counts among the states known (a fine-tune's pretrained state, which its first window may already
     have lost to its rate), not as where the run started, which a window's mean measures. When no
-    window's level is below it and the copies held before the onset are of the run's first ``EARLY``
-    windows, the run never measured better than where it began: the first copy, whatever the bound says
+    window's level is below it (or none by the learning check's least fall, ``LEARNED`` of its magnitude,
+    and the copy the bound picks began its own step above it: its ``own`` loss) and the copies held before
+    the onset are of the run's first ``EARLY`` windows, the run never measured better than where it
+    began: the first copy, whatever the bound says
     (one step's loss against windows' means, and no noise to weigh them by: a run-up inflates the
     estimate, so the rule is kept to where going back to the first copy costs a few windows at most). A
     copy taken after it holds nothing learned that the first lacks, and may hold the run-up's harm (the
     calibration corpus's ``rnn-lr3.5-noclip``: 3.20 at its first step, 3.28, 4.34, 5.62, 4.20, then 7.77
-    from the copy at step 5, whose window's mean, 4.13, passed the bound). A copy without a level always
-    counts.
+    from the copy at step 5, whose window's mean, 4.13, passed the bound; ``transformer-lr1``: 2.82 at its
+    first step, 2.26, 2.41, 2.85, 3.53, a window 1.8 % below the first step that hid the rise, and the
+    copy at step 5 began at 3.28; where that copy began below the first step, as ``onecycle-lr20``'s at
+    1.44 against 2.30 after a window 4.8 % below it, the copy had learned). A copy without a level
+    always counts.
     """
     onset = finding.get("onset_step")
     limit = min(finding["step"] - 1, onset if onset is not None else finding["step"] - 1)
@@ -640,12 +649,16 @@ def restore_point(rewind: Any, finding: dict[str, Any]) -> Any:
         return held[-1] if held else None
     windows = [s.level for s in held if s.level is not None and s is not rewind.first]
     first = rewind.first
-    if first is not None and any(s is first for s in held) and first.level is not None and windows \
-            and min(windows) > first.level and held[-1].next_step - first.next_step <= EARLY * rewind.every:
-        return first  # never better than where it began: the copies after it hold no more, maybe the run-up's harm
     lowest, start = min(levels), (windows or levels)[0]
     bound = lowest + CLIMB * max(start - lowest, abs(lowest))
-    return [s for s in held if s.level is None or s.level <= bound][-1]
+    chosen = [s for s in held if s.level is None or s.level <= bound][-1]
+    if first is None or chosen is first or not any(s is first for s in held) or first.level is None \
+            or not windows or held[-1].next_step - first.next_step > EARLY * rewind.every:
+        return chosen
+    worse = chosen.own is not None and chosen.own > first.level  # its own step began above the first's
+    if min(windows) > first.level or (worse and min(windows) > first.level - LEARNED * abs(first.level)):
+        return first  # never better than where it began: the copies after it hold no more, maybe the run-up's harm
+    return chosen
 
 
 def _scaled(optimizer: torch.optim.Optimizer, factor: float) -> list[Any]:

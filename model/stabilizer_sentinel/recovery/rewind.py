@@ -131,6 +131,8 @@ class Snapshot:
     # when one steps the optimizer: as its update() after the copy left it (filled then; empty until).
     # Not written into checkpoints: a relaunch calibrates a new one.
     scaler: dict[str, Any] | None = None
+    # The loss of the step taken from it, once known (Rewind.measured): one step, on its very weights.
+    own: float | None = None
 
     @property
     def nbytes(self) -> int:
@@ -210,24 +212,28 @@ class Rewind:
             self.anchor = snapshot
 
     def measured(self, step: int, loss: float | None) -> None:
-        """The loss of step ``step``: when it is the first copy's own (the copy was taken before that step,
-        and nothing before it measured that state), the first copy's level.
+        """The loss of step ``step``: the ``own`` loss of the copy taken before that step, if one is held; for
+        the first copy, its level too (nothing before it measured that state).
 
         The level of a later copy is the mean loss of the window before it; the first has no window, yet
         its step's loss was computed on its very weights. A fine-tune whose rate wrecks the pretrained
         network within its first window shows how much that matters: every window is then the wrecked
         level, the pretrained state alone is not, and a rollback must know it (``restore_point``)."""
-        first = self.first
-        if first is None or first.level is not None or first.next_step != step or loss is None \
-                or not math.isfinite(loss):
+        if loss is None or not math.isfinite(loss):
             return
-        measured = replace(first, level=float(loss))
-        self.first = measured
-        kept = [measured if s is first else s for s in self.snapshots]
+        target = next((s for s in self.kept() if s.next_step == step and s.own is None), None)
+        if target is None:
+            return
+        first = target is self.first
+        measured = replace(target, own=float(loss), level=float(loss) if first and target.level is None
+                           else target.level)
+        if first:
+            self.first = measured
+        if target is self.anchor:  # its level is its window's still: one step's loss is no window's mean
+            self.anchor = measured
+        kept = [measured if s is target else s for s in self.snapshots]
         self.snapshots.clear()
         self.snapshots.extend(kept)
-        # Not the anchor: one step's loss against windows' means. The first copy is held anyway, and the
-        # anchor stays the best window, which a single low step would otherwise drop from the copies.
 
     def kept(self) -> list[Snapshot]:
         """Every copy held, oldest first: the first, the anchor and the newest ``keep``."""
