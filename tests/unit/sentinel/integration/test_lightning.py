@@ -77,6 +77,41 @@ def test_a_healthy_module_trains_to_the_end_and_the_callback_writes_its_summary(
     assert summary["learned"] is True
 
 
+@pytest.mark.slow  # trains a Lightning module twice
+def test_with_in_job_recovery_the_callback_holds_the_batches_and_changes_no_loss(tmp_path):
+    """In-job recovery holds each step's batches for a replay (stabilizer_sentinel.recovery.batches, the loader
+    iterator's stand-in from ``setup``): on data without a length, which Lightning fetches a batch ahead, a
+    healthy module trains to the same losses as without the callback, bit for bit, and the loader's method
+    is torch's own again once training ends."""
+    original = torch.utils.data.dataloader._BaseDataLoaderIter.__next__
+
+    class Records(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            generator = torch.Generator().manual_seed(1)
+            for _ in range(96):
+                x = torch.randn(8, generator=generator) * 3
+                yield x, x.sum(0, keepdim=True)
+
+    def train(callbacks):
+        torch.manual_seed(0)
+        module = Regression(0.01)
+        trainer = lightning.Trainer(max_steps=20, accelerator="cpu", logger=False, enable_checkpointing=False,
+                                    enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
+                                    default_root_dir=tmp_path)
+        trainer.fit(module, torch.utils.data.DataLoader(Records(), batch_size=16))
+        return module.losses
+
+    environ = {"STABILIZER_CONFIG": json.dumps({"recovery": "in_job"}),
+               "STABILIZER_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+               "STABILIZER_FAILURE_FILE": str(tmp_path / "failure")}
+    callback = SentinelCallback(environ=environ)
+    watched = train([callback])
+    assert torch.utils.data.dataloader._BaseDataLoaderIter.__next__ is original
+    assert (callback.guard.batches.per_step, callback.guard.batches.lag) == (1, 1)  # known: one fetched ahead
+    assert len(watched) == 20 and watched == train([])
+    assert document(tmp_path)["findings"] == []
+
+
 def test_a_module_that_fails_leaves_the_summary_with_its_exception(tmp_path):
     module, trainer, data = fit(tmp_path, lr=0.01, steps=12, fail_at=4)
     with pytest.raises(ValueError, match="bad batch"):
