@@ -181,7 +181,9 @@ class SentinelRollback(BaseModel):
     learning_rate_after: Number = None
     factor: float | None = None
     probed: list[Probed] = Field(default_factory=list)
-    # recovered: on at the chosen rate; stopped: no lower rate trained; ended: the run ended while probing;
+    # recovered: on at the chosen rate; stopped: no lower rate trained; ended: the run ended while probing
+    # (with ``batch`` where it ended during the replay on the next batches, the failing step's own having failed
+    # again: a relaunch skips it);
     # transient: the same rate trained past a sudden explosion (a one-off, or a batch not told apart), on
     # unchanged; bad_batch: the failing step's batches failed again from the restored state and the next
     # steps trained: skipped (``batch``), on unchanged

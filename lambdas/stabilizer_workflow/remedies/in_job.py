@@ -71,7 +71,10 @@ def describe(rollback: SentinelRollback) -> str:
     if rollback.outcome == "stopped":
         return f"{head}; no lower rate trained ({probes}{seconds}): the job stopped on the finding"
     if rollback.outcome == "ended":
-        return f"{head}; the run ended while probing ({probes}): the finding stands"
+        where = (f"; that step's batch (batch {rollback.batch.index} of pass {rollback.batch.epoch}) had failed "
+                 f"again{', and a relaunch skips it' if rollback.batch.fingerprints else ''}"
+                 if rollback.batch else "")
+        return f"{head}; the run ended while probing ({probes}): the finding stands{where}"
     if rollback.outcome == "transient":
         return f"{head}; the same rate trained past it: the batch's or a one-off, on unchanged at rate {_rate(after)}"
     if rollback.outcome == "bad_batch":
@@ -115,7 +118,7 @@ def _recorded(entry: SentinelRollback) -> Rollback:
 
 
 def _fingerprints(entry: SentinelRollback) -> list[str]:
-    if entry.outcome != "bad_batch" or entry.batch is None:
+    if entry.outcome not in ("bad_batch", "ended") or entry.batch is None:  # ended: during the replay after it
         return []
     return [f for f in entry.batch.fingerprints if isinstance(f, str) and _FINGERPRINT.fullmatch(f)][:MAX_BAD_BATCHES]
 

@@ -426,7 +426,9 @@ class Recovery(RateFactor):
         stepping), not a recipe the job chose: the finding stands, as if the job had stopped on it, so
         the workflow remedies it by a relaunch, which resumes from the state the job rolled back to
         (written as a checkpoint here). Its ``stable_learning_rate`` is the highest rate a probe
-        trained at without failing, when that is higher than the run-up's own.
+        trained at without failing, when that is higher than the run-up's own. Where the run ended during
+        the replay on the next batches after the failing step's own failed again, the decision names that
+        batch (``batch``): the relaunch resumes before it, and skips it.
         """
         trigger, probe = self._trigger, self._probe
         if trigger is None:
@@ -437,6 +439,9 @@ class Recovery(RateFactor):
         decision = self._decision(trigger, probed, probe.factor if probe is not None else None)
         decision["outcome"] = "ended"
         decision["probe_steps"] = sum(p["steps"] for p in probed)
+        if self._reproduced and self._bad is not None and probe is self._replay and probe is not self._with_batch \
+                and probe is not None and probe.failed is None:
+            decision["batch"] = self._bad  # failed again from the restored state; the next batches were training
         self.decisions.append(decision)
         self._trigger = self._probe = None
         self.guard.sentinel.rollbacks.append(decision)  # written with the summary, as the job closes

@@ -120,6 +120,22 @@ def test_lightning_s_bad_batch_is_found_and_skipped_at_every_later_pass(tmp_path
 
 
 @pytest.mark.slow  # trains the regression
+def test_a_run_that_ends_during_the_replay_after_its_batch_failed_again_names_the_batch_for_the_relaunch(
+        tmp_path, monkeypatch):
+    """64 steps: the batch of step 60 fails again at the replay's first step, and the loop ends while the
+    next batches train. The finding stands (the relaunch resumes before it) and the decision names the
+    batch, so the relaunch passes over it."""
+    _, err, document = train(tmp_path, monkeypatch, "--bad_record", BAD_RECORD, "--steps", "64")
+    (decision,) = document["rollbacks"]
+    assert (decision["step"], decision["outcome"]) == (60, "ended")
+    batch = decision["batch"]
+    assert batch["index"] == 61 and len(batch["fingerprints"]) == 1 and len(batch["fingerprints"][0]) == 16
+    assert [(p["steps"], p["failed"] is None) for p in decision["probed"]] == [(1, False), (2, True)]
+    (finding,) = document["findings"]
+    assert finding["step"] == 60 and "the finding stands" in err
+
+
+@pytest.mark.slow  # trains the regression
 def test_a_step_whose_own_batch_trains_again_was_a_one_off(tmp_path, monkeypatch):
     """``--bad_step 60`` spoils step 60's batch in the loop, after the loader made it: the batch the
     loader handed out is sound, so the replay with it trains."""

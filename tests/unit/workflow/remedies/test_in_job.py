@@ -256,6 +256,22 @@ def test_a_bad_batch_without_a_fingerprint_is_counted_as_a_bad_batch_not_a_one_o
     assert "1 bad batch skipped" in reason and "the same rate trained past" not in reason
 
 
+def test_a_run_that_ended_during_the_replay_after_its_batch_failed_again_has_its_relaunch_skip_it(settings):
+    """The loop ended while the next batches trained, after the failing step's own failed again: the
+    finding stands and the workflow relaunches, telling the job to pass over that batch."""
+    state = launched(settings)
+    ended = {**rollback(60, after=0.1, factor=1.0, outcome="ended"),
+             "batch": {"epoch": 1, "index": 61, "batches": 1, "fingerprints": ["ae34d7886d4ea499"]}}
+    told = monitor.check(state, observe(describe(state, "InProgress"), findings=document([ended])),
+                         T0 + timedelta(minutes=5))
+    [kept] = told.state.attempts[-1].rollbacks
+    assert not kept.bad_batch and kept.bad_batches == ["ae34d7886d4ea499"]
+    assert ("the finding stands; that step's batch (batch 61 of pass 1) had failed again, and a relaunch skips it"
+            in told.effects.notification.body)
+    config = json.loads(hyperparameters(told.state, settings)[CONFIG_HYPERPARAMETER])
+    assert config["skip_batches"] == ["ae34d7886d4ea499"]
+
+
 def test_where_the_configuration_has_no_room_for_every_bad_batch_the_oldest_give_way(settings, monkeypatch):
     from stabilizer_workflow.execution import service_limits
 
