@@ -77,7 +77,8 @@ def _in_job(recorded: dict[str, Any], observed: AttemptRecord | None) -> str:
     if not rollbacks:
         return "-"
     count = f"{len(rollbacks)} rollback{'s' if len(rollbacks) > 1 else ''}"
-    bad = sum(1 for r in rollbacks if r.get("bad_batch") or r.get("bad_batches"))  # a state before bad_batch
+    bad = sum(1 for r in rollbacks  # a state recorded before Rollback.bad_batch: its fingerprints
+              if (r["bad_batch"] if "bad_batch" in r else bool(r.get("bad_batches"))))
     if bad:
         count += f" ({bad} bad batch{'es' if bad > 1 else ''} skipped)"
     last = rollbacks[-1].get("rate_after")

@@ -68,7 +68,13 @@ class SentinelCallback(lightning.Callback):
             self.batches.activate()
 
     def teardown(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule, stage: str) -> None:
-        if self.batches is not None and self.guard is None:  # training never started: the loaders as they were
+        self._release_batches()
+
+    def _release_batches(self) -> None:
+        """The loaders as torch has them, unless this fit's guard holds the watch (its close puts it back):
+        training never started, or failed before it did (Lightning calls ``on_exception`` then, not
+        ``teardown``)."""
+        if self.batches is not None and (self.guard is None or self.guard.batches is not self.batches):
             self.batches.deactivate()
         self.batches = None
 
@@ -109,3 +115,4 @@ class SentinelCallback(lightning.Callback):
                      exception: BaseException) -> None:
         if self.guard is not None and not isinstance(exception, SystemExit):  # SystemExit: a rule stop, recorded
             self.guard.failed(exception)
+        self._release_batches()

@@ -115,6 +115,8 @@ class ScalerWatch:
         if value is not None:
             guard.record.last_loss = value
         self.scale_stale = True
+        if guard.batches is not None:  # a skipped step took its batches too (stabilizer_sentinel.recovery.batches)
+            guard.batches.checked(step)
         guard.advance()
         guard.stop_if_deferred(step)  # a finding of the log's, when no step is checked any more
         if value is None or math.isfinite(value):

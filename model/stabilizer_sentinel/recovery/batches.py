@@ -92,6 +92,7 @@ class Batches:
         self._first = 0  # the first step's number
         self.per_step: int | None = None  # the batches each step takes, once known; 0: not known, none held
         self.lag = 0  # the batches a loop fetching ahead holds beyond the step under way
+        self.lead = 0  # the steps the last replay comes after (``replay``)
         self._pending: list[Fetch] = []  # fetched and not yet a step's, oldest first (a loop fetching ahead)
         self._queue: list[Fetch] = []
         self._delay = 0  # the loop's own fetches still to go out before the replay (a loop fetching ahead)
@@ -196,10 +197,6 @@ class Batches:
             self._held.pop(step, None)
             self._pending = pending[len(pending) - self.lag:] if self.lag and extra > 0 else []
 
-    @property
-    def lead(self) -> int:
-        """The steps a replay comes after: a loop fetching ahead trains on what it holds first."""
-        return 1 if self.lag else 0
 
     def held(self, step: int) -> list[Fetch] | None:
         """The batches step ``step`` took, when known, still held and as the loader made them (a loop that
@@ -210,9 +207,12 @@ class Batches:
         return fetches
 
     def replay(self, fetches: list[Fetch]) -> None:
-        """Hand ``fetches`` out again, at their data's next fetches for a step not yet begun (``lead``)."""
+        """Hand ``fetches`` out again, at their data's next fetches for a step not yet begun: ``lead`` steps
+        on, after the batches the loop fetched ahead and holds (none at the end of a pass)."""
         self._queue = list(fetches)
-        self._delay = (self.per_step or 0) - self.lag if self.lag else 0
+        ahead = len(self._pending)
+        self.lead = 1 if ahead else 0
+        self._delay = (self.per_step or 0) - ahead if ahead else 0
 
     def replayed(self) -> bool:
         """Whether the last replay was handed out whole; a replay the loop did not take is dropped."""

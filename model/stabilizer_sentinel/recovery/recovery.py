@@ -380,7 +380,9 @@ class Recovery(RateFactor):
                 self._queue.pop(0)  # its other steps failed on other batches: the rate's, not the batch's
                 self._replays = 0
             if probe is self._with_batch:
-                self.batches.replayed()  # a replay it failed before taking goes to no later candidate
+                # A replay not handed out yet goes to no later candidate. One the loop fetched ahead while the
+                # step before it failed is in the loop's hands: the next candidate's first step trains on it.
+                self.batches.replayed()
         if self._queue and not (self._round and self._ends and self._bracketed()):
             self._start(self._queue.pop(0))
             return
@@ -440,7 +442,7 @@ class Recovery(RateFactor):
         decision["outcome"] = "ended"
         decision["probe_steps"] = sum(p["steps"] for p in probed)
         if self._reproduced and self._bad is not None and probe is self._replay and probe is not self._with_batch \
-                and probe is not None and probe.failed is None:
+                and probe is not None and probe.steps and probe.failed is None:
             decision["batch"] = self._bad  # failed again from the restored state; the next batches were training
         self.decisions.append(decision)
         self._trigger = self._probe = None

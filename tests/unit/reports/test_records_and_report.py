@@ -134,6 +134,9 @@ def test_the_attempts_table_says_how_many_bad_batches_the_job_skipped():
     assert _in_job(recorded, None) == "3 rollbacks (2 bad batches skipped), on at LR 0.001"
     before = {"rollbacks": [{"rate_after": 0.01, "bad_batches": ["ae34d7886d4ea499"]}]}  # a state before bad_batch
     assert _in_job(before, None) == "1 rollback (1 bad batch skipped), on at LR 0.01"
+    # The run ended during the replay after the batch failed again: the relaunch skips it, the job did not.
+    ended = {"rollbacks": [{"rate_after": 0.01, "bad_batch": False, "bad_batches": ["ae34d7886d4ea499"]}]}
+    assert _in_job(ended, None) == "1 rollback, on at LR 0.01"
     observed = AttemptRecord(number=1, job_name="job-1", findings={"rollbacks": [
         {"learning_rate_after": 0.01, "outcome": "bad_batch", "batch": {"fingerprints": []}},
         {"learning_rate_after": 0.01, "outcome": "transient"}]})

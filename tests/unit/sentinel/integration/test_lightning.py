@@ -112,6 +112,29 @@ def test_with_in_job_recovery_the_callback_holds_the_batches_and_changes_no_loss
     assert document(tmp_path)["findings"] == []
 
 
+def test_a_fit_that_fails_before_training_puts_the_loader_method_back(tmp_path):
+    """The callback watches the loaders from ``setup``; a fit that fails before training starts (here in
+    ``configure_optimizers``) reaches ``on_exception``, not ``teardown``: the method is torch's again."""
+    original = torch.utils.data.dataloader._BaseDataLoaderIter.__next__
+
+    class Broken(Regression):
+        def configure_optimizers(self):
+            raise ValueError("no optimizer")
+
+    environ = {"STABILIZER_CONFIG": json.dumps({"recovery": "in_job"}),
+               "STABILIZER_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+               "STABILIZER_FAILURE_FILE": str(tmp_path / "failure")}
+    callback = SentinelCallback(environ=environ)
+    _, trainer, data = fit(tmp_path, lr=0.01, steps=4)
+    trainer = lightning.Trainer(max_steps=4, accelerator="cpu", logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False, callbacks=[callback],
+                                default_root_dir=tmp_path)
+    with pytest.raises(ValueError, match="no optimizer"):
+        trainer.fit(Broken(0.01), data)
+    assert callback.guard is None and callback.batches is None
+    assert torch.utils.data.dataloader._BaseDataLoaderIter.__next__ is original
+
+
 def test_a_module_that_fails_leaves_the_summary_with_its_exception(tmp_path):
     module, trainer, data = fit(tmp_path, lr=0.01, steps=12, fail_at=4)
     with pytest.raises(ValueError, match="bad batch"):

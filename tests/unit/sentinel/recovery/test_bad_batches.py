@@ -27,8 +27,9 @@ SCRIPT = FIXTURES / "recovery" / "too_fast.py"
 BAD_RECORD = "1930"  # in batch 61 of each pass (32 records a batch): steps 60, 124, ...
 
 
-def train(tmp_path, monkeypatch, *args: str, config: dict | None = None, watch: bool = True):
-    """Run the script here; (its stdout lines, its stderr, findings.json or None)."""
+def train(tmp_path, monkeypatch, *args: str, config: dict | None = None, watch: bool = True, scope: dict | None = None):
+    """Run the script here; (its stdout lines, its stderr, findings.json or None). ``scope``: filled with the
+    script's globals (its ``guard``)."""
     monkeypatch.setenv("STABILIZER_CONFIG", json.dumps(config if config is not None else {"recovery": "in_job"}))
     monkeypatch.setenv("STABILIZER_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
     monkeypatch.setenv("STABILIZER_FAILURE_FILE", str(tmp_path / "failure"))
@@ -36,9 +37,11 @@ def train(tmp_path, monkeypatch, *args: str, config: dict | None = None, watch: 
                                       "--steps", "150", *args])
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        scope = runpy.run_path(str(SCRIPT), run_name="__main__")
+        ran = runpy.run_path(str(SCRIPT), run_name="__main__")
         if watch:
-            scope["guard"].close()  # what the interpreter's exit does for a job
+            ran["guard"].close()  # what the interpreter's exit does for a job
+    if scope is not None:
+        scope.update(ran)
     path = tmp_path / "checkpoints" / "findings.json"
     document = json.loads(path.read_text()) if path.exists() else None
     return out.getvalue().splitlines(), err.getvalue(), document
@@ -99,6 +102,17 @@ def test_a_loop_that_fetches_ahead_finds_its_bad_batch_after_the_batch_it_held(t
     assert "skipped batch 61 of pass 2" in err
 
 
+@pytest.mark.slow  # trains the regression
+def test_a_loop_that_fetches_ahead_replays_the_last_batch_of_a_pass_at_the_next_step(tmp_path, monkeypatch):
+    """Record 2040 is in the last batch of each pass (64 of 64): the loop holds no batch ahead after it, so
+    the replay's first step takes it."""
+    _, err, document = train(tmp_path, monkeypatch, "--ahead", "1", "--bad_record", "2040")
+    (decision,) = document["rollbacks"]
+    assert (decision["step"], decision["outcome"], decision["batch"]["index"]) == (63, "bad_batch", 64)
+    assert [(p["steps"], p["failed"]) for p in decision["probed"]] == [(1, "ExplodingTensor at step 64"), (5, None)]
+    assert "skipped batch 64 of pass 2" in err
+
+
 @pytest.mark.slow  # two Lightning processes
 @pytest.mark.parametrize(("watch", "iterable"), [("callback", "1"), ("launcher", "0")])
 def test_lightning_s_bad_batch_is_found_and_skipped_at_every_later_pass(tmp_path, watch, iterable):
@@ -119,7 +133,7 @@ def test_lightning_s_bad_batch_is_found_and_skipped_at_every_later_pass(tmp_path
     assert "skipped batch 10 of pass 2" in result.stderr and "skipped batch 10 of pass 3" in result.stderr
 
 
-@pytest.mark.slow  # trains the regression
+@pytest.mark.slow  # trains the regression twice
 def test_a_run_that_ends_during_the_replay_after_its_batch_failed_again_names_the_batch_for_the_relaunch(
         tmp_path, monkeypatch):
     """64 steps: the batch of step 60 fails again at the replay's first step, and the loop ends while the
@@ -133,6 +147,23 @@ def test_a_run_that_ends_during_the_replay_after_its_batch_failed_again_names_th
     assert [(p["steps"], p["failed"] is None) for p in decision["probed"]] == [(1, False), (2, True)]
     (finding,) = document["findings"]
     assert finding["step"] == 60 and "the finding stands" in err
+    # 62 steps: the loop ends as the batch fails again, before any next batch trained: not named.
+    _, _, document = train(tmp_path / "sooner", monkeypatch, "--bad_record", BAD_RECORD, "--steps", "62")
+    (decision,) = document["rollbacks"]
+    assert decision["outcome"] == "ended" and "batch" not in decision
+
+
+@pytest.mark.slow  # trains the regression
+def test_the_steps_a_loss_scaler_skips_took_their_batches_too(tmp_path, monkeypatch):
+    """A first scale of 3e38 overflows: the scaler skips the first 2 steps while it halves it, and the guard
+    checks no gradient there. Each skipped step still took its batch; counted at the skip, the loop is
+    known to take one a step (not read as a loop fetching ahead), and each step holds its own."""
+    scope: dict = {}
+    _, _, document = train(tmp_path, monkeypatch, "--scale", "3e38", "--steps", "12", scope=scope)
+    assert document["summary"]["steps_skipped"] == 2
+    batches = scope["guard"].batches
+    assert (batches.per_step, batches.lag) == (1, 0)
+    assert [f.index for f in batches.held(11)] == [12]
 
 
 @pytest.mark.slow  # trains the regression
@@ -202,10 +233,11 @@ def test_a_loop_that_fetches_ahead_holds_the_batch_each_step_trained_on_and_repl
         for step in range(3):
             taken.append(values(next(data)))
             batches.checked(step)
-        assert (batches.per_step, batches.lag, batches.lead) == (1, 1, 1)
+        assert (batches.per_step, batches.lag) == (1, 1)
         assert [values(batches.held(step)[0].batch) for step in range(3)] == taken
         assert [(f.epoch, f.index) for f in batches.held(2)] == [(1, 3)]
         batches.replay(batches.held(2))
+        assert batches.lead == 1  # the loop holds batch 4, fetched ahead
         # The loop trains on the batch it fetched ahead first, then on the replay, then on in its own order.
         assert values(next(data)) == [9.0, 10.0, 11.0] and batches.replayed()
         assert values(next(data)) == taken[2]
