@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,22 @@ from tests.unit.sentinel.support import FIXTURES, findings, job_env, run, summar
 pytestmark = pytest.mark.slow  # two torchrun workers: about 24 s each on a loaded 2-core machine
 
 SCRIPT = FIXTURES / "ddp" / "train.py"
+# gloo on torch 2.13.0 aborts a rank at its interpreter's exit now and then, after the script's last line
+# and its barrier, with or without the sentinel (docs/library.md, "DDP"): torchrun then fails the run.
+GLOO_EXIT_ABORT = "terminate called without an active exception"
+
+
+def run_to_the_end(command: list[str], env: dict[str, str]):
+    """Run ``command`` under torchrun; again, once, where every rank printed ``done`` and one was aborted at
+    exit by gloo alone (GLOO_EXIT_ABORT): what the run did is all there, torch's exit lost it."""
+    result = run(command, SCRIPT.parent, env, timeout=180)
+    output = result.stdout + result.stderr
+    finished = sorted(re.findall(r"rank=(\d) done", output)) == ["0", "1"]
+    if result.returncode != 0 and GLOO_EXIT_ABORT in output and finished:
+        shutil.rmtree(env["STABILIZER_CHECKPOINT_DIR"], ignore_errors=True)  # the second run starts as the first
+        Path(env["STABILIZER_FAILURE_FILE"]).unlink(missing_ok=True)
+        result = run(command, SCRIPT.parent, env, timeout=180)
+    return result
 
 
 @pytest.mark.long
@@ -35,7 +53,7 @@ def test_a_non_finite_loss_on_one_rank_stops_every_rank_at_that_step(tmp_path):
 def test_a_healthy_ddp_run_finishes_on_every_rank(tmp_path):
     command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
                str(SCRIPT), "--bad-rank", "-1", "--steps", "6"]
-    result = run(command, SCRIPT.parent, job_env(tmp_path), timeout=180)
+    result = run_to_the_end(command, job_env(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert sorted(re.findall(r"rank=(\d) done", result.stdout)) == ["0", "1"]
     assert findings(tmp_path) == []  # rank 0's file, with the summary of the run
@@ -53,7 +71,7 @@ def _weights_and_losses(output: str) -> tuple[dict[str, str], dict[str, list[flo
 def test_every_rank_rolls_back_inside_the_job_to_rank_0s_state_and_goes_on_at_its_rate(tmp_path):
     command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
                str(SCRIPT), "--bad-rank", "-1", "--lr", "0.8", "--steps", "60"]
-    result = run(command, SCRIPT.parent, job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
+    result = run_to_the_end(command, job_env(tmp_path, {"recovery": "in_job"}))
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
