@@ -441,8 +441,8 @@ class Recovery(RateFactor):
         decision = self._decision(trigger, probed, probe.factor if probe is not None else None)
         decision["outcome"] = "ended"
         decision["probe_steps"] = sum(p["steps"] for p in probed)
-        if self._reproduced and self._bad is not None and probe is self._replay and probe is not self._with_batch \
-                and probe is not None and probe.steps and probe.failed is None:
+        if probe is not None and probe is self._replay and probe is not self._with_batch and self._reproduced \
+                and self._bad is not None and probe.steps and probe.failed is None:
             decision["batch"] = self._bad  # failed again from the restored state; the next batches were training
         self.decisions.append(decision)
         self._trigger = self._probe = None

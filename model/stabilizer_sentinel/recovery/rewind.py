@@ -221,7 +221,9 @@ class Rewind:
         level, the pretrained state alone is not, and a rollback must know it (``restore_point``)."""
         if loss is None or not math.isfinite(loss):
             return
-        target = next((s for s in self.kept() if s.next_step == step and s.own is None), None)
+        # Every step calls this: the copies held are scanned, not sorted (kept()).
+        target = next((s for s in (self.first, self.anchor, *self.snapshots)
+                       if s is not None and s.next_step == step and s.own is None), None)
         if target is None:
             return
         first = target is self.first

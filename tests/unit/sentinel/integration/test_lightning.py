@@ -125,7 +125,7 @@ def test_a_fit_that_fails_before_training_puts_the_loader_method_back(tmp_path):
                "STABILIZER_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
                "STABILIZER_FAILURE_FILE": str(tmp_path / "failure")}
     callback = SentinelCallback(environ=environ)
-    _, trainer, data = fit(tmp_path, lr=0.01, steps=4)
+    _, _, data = fit(tmp_path, lr=0.01, steps=4)  # its data alone
     trainer = lightning.Trainer(max_steps=4, accelerator="cpu", logger=False, enable_checkpointing=False,
                                 enable_progress_bar=False, enable_model_summary=False, callbacks=[callback],
                                 default_root_dir=tmp_path)

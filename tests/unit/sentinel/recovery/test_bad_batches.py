@@ -185,6 +185,15 @@ def test_a_healthy_run_reading_a_data_loader_is_unchanged_by_the_watch(tmp_path,
     assert "rollbacks" not in document and watched == unwatched  # every loss, bit for bit
 
 
+@pytest.fixture
+def batches():
+    """A ``Batches`` watching every loader for the test, taken out after it."""
+    watching = Batches()
+    watching.activate()
+    yield watching
+    watching.deactivate()
+
+
 def loader(records: int = 12, batch: int = 3) -> DataLoader:
     return DataLoader(TensorDataset(torch.arange(float(records)).reshape(records, 1)), batch_size=batch)
 
@@ -225,117 +234,87 @@ def ahead(data: DataLoader):
     yield following
 
 
-def test_a_loop_that_fetches_ahead_holds_the_batch_each_step_trained_on_and_replays_it_after_the_one_it_holds():
-    batches = Batches()
-    batches.activate()
-    try:
-        data, taken = ahead(loader(records=18)), []  # six batches
-        for step in range(3):
-            taken.append(values(next(data)))
-            batches.checked(step)
-        assert (batches.per_step, batches.lag) == (1, 1)
-        assert [values(batches.held(step)[0].batch) for step in range(3)] == taken
-        assert [(f.epoch, f.index) for f in batches.held(2)] == [(1, 3)]
-        batches.replay(batches.held(2))
-        assert batches.lead == 1  # the loop holds batch 4, fetched ahead
-        # The loop trains on the batch it fetched ahead first, then on the replay, then on in its own order.
-        assert values(next(data)) == [9.0, 10.0, 11.0] and batches.replayed()
-        assert values(next(data)) == taken[2]
-        assert values(next(data)) == [12.0, 13.0, 14.0]
-    finally:
-        batches.deactivate()
+def test_a_loop_that_fetches_ahead_holds_the_batch_each_step_trained_on_and_replays_it_after_the_one_it_holds(batches):
+    data, taken = ahead(loader(records=18)), []  # six batches
+    for step in range(3):
+        taken.append(values(next(data)))
+        batches.checked(step)
+    assert (batches.per_step, batches.lag) == (1, 1)
+    assert [values(batches.held(step)[0].batch) for step in range(3)] == taken
+    assert [(f.epoch, f.index) for f in batches.held(2)] == [(1, 3)]
+    batches.replay(batches.held(2))
+    assert batches.lead == 1  # the loop holds batch 4, fetched ahead
+    # The loop trains on the batch it fetched ahead first, then on the replay, then on in its own order.
+    assert values(next(data)) == [9.0, 10.0, 11.0] and batches.replayed()
+    assert values(next(data)) == taken[2]
+    assert values(next(data)) == [12.0, 13.0, 14.0]
 
 
-def test_accelerate_s_prepared_loader_fetches_ahead_and_is_known_the_same_way():
+def test_accelerate_s_prepared_loader_fetches_ahead_and_is_known_the_same_way(batches):
     """Accelerate's ``DataLoaderShard`` (the Hugging Face ``Trainer``'s loader) fetches the next batch before
     it hands out the current one. Accelerate comes with the ``hf`` extra (the public-scripts corpus)."""
     accelerate = pytest.importorskip("accelerate")
     prepared = accelerate.Accelerator(cpu=True).prepare(loader(records=30))
-    batches = Batches()
-    batches.activate()
-    try:
-        data, taken = iter(prepared), []
-        for step in range(4):
-            taken.append(values(next(data)))
-            batches.checked(step)
-        assert (batches.per_step, batches.lag) == (1, 1)
-        assert [values(batches.held(step)[0].batch) for step in (1, 2, 3)] == taken[1:]
-        batches.replay(batches.held(3))
-        assert [values(next(data)) for _ in range(3)] == [[12.0, 13.0, 14.0], taken[3], [15.0, 16.0, 17.0]]
-    finally:
-        batches.deactivate()
+    data, taken = iter(prepared), []
+    for step in range(4):
+        taken.append(values(next(data)))
+        batches.checked(step)
+    assert (batches.per_step, batches.lag) == (1, 1)
+    assert [values(batches.held(step)[0].batch) for step in (1, 2, 3)] == taken[1:]
+    batches.replay(batches.held(3))
+    assert [values(next(data)) for _ in range(3)] == [[12.0, 13.0, 14.0], taken[3], [15.0, 16.0, 17.0]]
 
 
-def test_a_loop_that_fetches_ahead_and_takes_two_batches_a_step_gets_the_replay_as_one_step():
+def test_a_loop_that_fetches_ahead_and_takes_two_batches_a_step_gets_the_replay_as_one_step(batches):
     """Two micro-batches a step, fetched one ahead: the replay waits for the loop's own fetch that ends the
     step under way, so the next step after it takes the two replayed batches."""
-    batches = Batches()
-    batches.activate()
-    try:
-        data = ahead(loader(records=36))  # twelve batches
-        steps = []
-        for step in range(3):
-            steps.append([values(next(data)), values(next(data))])
-            batches.checked(step)
-        assert (batches.per_step, batches.lag) == (2, 1)
-        assert [[values(f.batch) for f in batches.held(step)] for step in range(3)] == steps
-        batches.replay(batches.held(1))
-        assert [values(next(data)), values(next(data))] == [[18.0, 19.0, 20.0], [21.0, 22.0, 23.0]]
-        assert [values(next(data)), values(next(data))] == steps[1] and batches.replayed()
-        assert values(next(data)) == [24.0, 25.0, 26.0]
-    finally:
-        batches.deactivate()
+    data = ahead(loader(records=36))  # twelve batches
+    steps = []
+    for step in range(3):
+        steps.append([values(next(data)), values(next(data))])
+        batches.checked(step)
+    assert (batches.per_step, batches.lag) == (2, 1)
+    assert [[values(f.batch) for f in batches.held(step)] for step in range(3)] == steps
+    batches.replay(batches.held(1))
+    assert [values(next(data)), values(next(data))] == [[18.0, 19.0, 20.0], [21.0, 22.0, 23.0]]
+    assert [values(next(data)), values(next(data))] == steps[1] and batches.replayed()
+    assert values(next(data)) == [24.0, 25.0, 26.0]
 
 
-def test_a_loop_that_fetches_ahead_knows_the_batches_on_both_sides_of_a_new_pass():
+def test_a_loop_that_fetches_ahead_knows_the_batches_on_both_sides_of_a_new_pass(batches):
     """The last step of a pass fetches nothing (the loader is done); the first of the next fetches two."""
-    batches = Batches()
-    batches.activate()
-    try:
-        records, taken = loader(records=9), []  # three batches a pass
-        for step in range(5):
-            if step % 3 == 0:
-                data = ahead(records)
-            taken.append(values(next(data)))
-            batches.checked(step)
-        assert [values(batches.held(step)[0].batch) for step in (2, 3, 4)] == taken[2:]
-        assert [(f.epoch, f.index) for step in (2, 3, 4) for f in batches.held(step)] == [(1, 3), (2, 1), (2, 2)]
-    finally:
-        batches.deactivate()
+    records, taken = loader(records=9), []  # three batches a pass
+    for step in range(5):
+        if step % 3 == 0:
+            data = ahead(records)
+        taken.append(values(next(data)))
+        batches.checked(step)
+    assert [values(batches.held(step)[0].batch) for step in (2, 3, 4)] == taken[2:]
+    assert [(f.epoch, f.index) for step in (2, 3, 4) for f in batches.held(step)] == [(1, 3), (2, 1), (2, 2)]
 
 
-def test_a_peek_at_the_data_through_another_iterator_before_the_loop_is_not_the_loop_s():
+def test_a_peek_at_the_data_through_another_iterator_before_the_loop_is_not_the_loop_s(batches):
     """``next(iter(loader))`` for a shape, then the loop: the first step took one batch, not two."""
-    batches = Batches()
-    batches.activate()
-    try:
-        data = loader()
-        next(iter(data))
-        passing, taken = iter(data), []
-        for step in range(3):
-            taken.append(values(next(passing)))
-            batches.checked(step)
-        assert (batches.per_step, batches.lag) == (1, 0)
-        assert [values(batches.held(step)[0].batch) for step in range(3)] == taken
-    finally:
-        batches.deactivate()
+    data = loader()
+    next(iter(data))
+    passing, taken = iter(data), []
+    for step in range(3):
+        taken.append(values(next(passing)))
+        batches.checked(step)
+    assert (batches.per_step, batches.lag) == (1, 0)
+    assert [values(batches.held(step)[0].batch) for step in range(3)] == taken
 
 
-def test_a_loop_that_takes_fewer_batches_after_its_first_step_than_before_holds_none():
+def test_a_loop_that_takes_fewer_batches_after_its_first_step_than_before_holds_none(batches):
     """Two batches before the first step and one after, from one iterator, but more than a step's worth
     ahead is not a loop fetching ahead: not known, none held."""
-    batches = Batches()
-    batches.activate()
-    try:
-        passing = iter(loader(records=30))
-        for _ in range(3):
-            next(passing)
-        batches.checked(0)
+    passing = iter(loader(records=30))
+    for _ in range(3):
         next(passing)
-        batches.checked(1)
-        assert batches.per_step == 0 and batches.held(1) is None
-    finally:
-        batches.deactivate()
+    batches.checked(0)
+    next(passing)
+    batches.checked(1)
+    assert batches.per_step == 0 and batches.held(1) is None
 
 
 def test_a_fingerprint_reads_the_values_and_the_shape_and_nothing_else():
@@ -351,47 +330,37 @@ def test_a_fingerprint_reads_the_values_and_the_shape_and_nothing_else():
     assert len(fingerprint(same)) == 16
 
 
-def test_a_batch_the_loop_wrote_into_is_not_replayed():
+def test_a_batch_the_loop_wrote_into_is_not_replayed(batches):
     """The loop spoiled its own batch in place (``inputs[0] = nan``): replaying the batch would replay the
     loop's write, not what the loader made, and call the data bad."""
-    batches = Batches()
-    batches.activate()
-    try:
-        data = iter(loader())
-        for step in range(3):
-            (inputs,) = next(data)
-            if step == 2:
-                inputs[0] = float("nan")
-            batches.checked(step)
-        assert batches.held(1) is not None and batches.held(2) is None
-    finally:
-        batches.deactivate()
+    data = iter(loader())
+    for step in range(3):
+        (inputs,) = next(data)
+        if step == 2:
+            inputs[0] = float("nan")
+        batches.checked(step)
+    assert batches.held(1) is not None and batches.held(2) is None
 
 
-def test_only_the_thread_that_runs_the_steps_counts_and_is_handed_a_replay():
+def test_only_the_thread_that_runs_the_steps_counts_and_is_handed_a_replay(batches):
     """A thread that fetches ahead for the loop (a background prefetcher, gradients on as in any new
     thread) takes no part: its fetches are not a step's, and a replay waits for the loop's own fetch."""
     import queue
     import threading
 
-    batches = Batches()
-    batches.activate()
-    try:
-        data, ahead = iter(loader(records=30)), queue.Queue(maxsize=2)
-        worker = threading.Thread(target=lambda: [ahead.put(b) for b in data], daemon=True)
-        own = iter(loader())  # the loop's thread is the one that checks
-        worker.start()
-        taken = []
-        for step in range(3):
-            ahead.get()
-            taken.append(values(next(own)))
-            batches.checked(step)
-        assert batches.per_step == 1 and values(batches.held(2)[0].batch) == taken[2]
-        batches.replay(batches.held(2))
-        ahead.get()  # the thread fetches on; the loop's next fetch is the replay
-        assert values(next(own)) == taken[2] and batches.replayed()
-    finally:
-        batches.deactivate()
+    data, ahead = iter(loader(records=30)), queue.Queue(maxsize=2)
+    worker = threading.Thread(target=lambda: [ahead.put(b) for b in data], daemon=True)
+    own = iter(loader())  # the loop's thread is the one that checks
+    worker.start()
+    taken = []
+    for step in range(3):
+        ahead.get()
+        taken.append(values(next(own)))
+        batches.checked(step)
+    assert batches.per_step == 1 and values(batches.held(2)[0].batch) == taken[2]
+    batches.replay(batches.held(2))
+    ahead.get()  # the thread fetches on; the loop's next fetch is the replay
+    assert values(next(own)) == taken[2] and batches.replayed()
 
 
 def test_a_batch_with_no_tensor_has_no_fingerprint_so_nothing_is_skipped_for_it():
