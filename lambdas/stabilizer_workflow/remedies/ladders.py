@@ -95,16 +95,23 @@ class Rung:
 
 # --- the remedies ------------------------------------------------------------------------------
 
+# How far below the job's own rate an explosion's remedies may take it. A rate set an order of magnitude
+# or three off (Adam at 1 where 1e-3 was meant, a rate typed in the wrong unit) is a mistake people make;
+# the job's own probes reach 1/10,000 of it (stabilizer_sentinel.recovery.recovery), and a floor of 1/100
+# ended such runs diverged at the floor, a remedy short of a rate that trains. Each lowering is still sized
+# from the evidence: the floor bounds the ladder, it is not a step of it.
+EXPLOSION_RATE_FLOOR = 0.001
+
 ADD_BATCH_NORM = Rung("add_batch_norm", "switch_on", "normalization",
                       why="normalisation bounds the scale of activations, so of residual sums and gradients")
-LOWER_WARMUP_LR = Rung("lower_warmup_lr", "size", "warmup_learning_rate", floor_ratio=0.01,
+LOWER_WARMUP_LR = Rung("lower_warmup_lr", "size", "warmup_learning_rate", floor_ratio=EXPLOSION_RATE_FLOOR,
                        why="it exploded during warm-up")
 LENGTHEN_WARMUP = Rung("lengthen_warmup", "scale", "warmup_length", 2, ceiling_ratio=8,
                        why="it exploded during warm-up, so a warm-up twice as long (a gentler ramp)")
-LOWER_LR = Rung("lower_lr", "size", "learning_rate", floor_ratio=0.01,
+LOWER_LR = Rung("lower_lr", "size", "learning_rate", floor_ratio=EXPLOSION_RATE_FLOOR,
                 why="it exploded after warm-up (or the job has none)")
 LOWER_LR_WITHOUT_WARMUP_KNOB = Rung(
-    "lower_lr", "size", "learning_rate", floor_ratio=0.01, unless="warmup_learning_rate",
+    "lower_lr", "size", "learning_rate", floor_ratio=EXPLOSION_RATE_FLOOR, unless="warmup_learning_rate",
     why="it exploded during warm-up and no warm-up learning rate is declared")
 CLIP_GRADIENTS = Rung("clip_gradients", "set", "grad_clip", 1.0,
                       why="learning-rate remedies are used up; clip the total gradient norm at 1.0")
@@ -156,7 +163,7 @@ STOP_OVERFIT = Rung("stop_early", "stop_early",
 # LR no longer acts); a lower main LR after warm-up, where the phase is unknown, or during a
 # warm-up the job has no separate knob for; gradient clipping next (it hides the symptom per step
 # and a too-tight clip slows training); a larger batch last (less noise, more memory). Learning
-# rates are sized from the evidence, never below 1/100 of the job's own.
+# rates are sized from the evidence, never below 1/1,000 of the job's own (EXPLOSION_RATE_FLOOR).
 _EXPLOSION = {
     "warmup": (ADD_BATCH_NORM, LOWER_WARMUP_LR, LENGTHEN_WARMUP, LOWER_LR_WITHOUT_WARMUP_KNOB, CLIP_GRADIENTS,
                TIGHTEN_GRAD_CLIP, RAISE_BATCH_SIZE),
@@ -192,7 +199,7 @@ TABLE: dict[str, dict[str | None, tuple[Rung, ...]]] = {
 # the rate. A rate sized from the evidence would not do: the attempt that took healthy steps at the
 # lowered rate counts it as stable, and the next size would lie above it.
 LOWER_LR_AFTER_EXPLOSION = Rung(
-    "lower_lr", "scale", "learning_rate", 0.25, floor_ratio=0.01,
+    "lower_lr", "scale", "learning_rate", 0.25, floor_ratio=EXPLOSION_RATE_FLOOR,
     why="this execution exploded (an earlier attempt, or a rollback inside a job) and this attempt does not learn "
         "at the lowered rate: the rate is still too high for the recipe; a quarter of it")
 AFTER_EXPLOSION: dict[str, tuple[Rung, ...]] = {

@@ -371,8 +371,8 @@ def test_clipping_goes_through_the_grad_clip_knob_once_the_learning_rate_is_at_i
     state, finding = _exploded(job_settings, job(hyperparameters={"lr": 0.02, "steps": 60, "clip": 0.0, "seed": 0}))
     plan = policy.plan(state, finding, [])
     assert plan.decision.changes == {"lr": [0.02, 0.005]}
-    state.attempts[-1].run_spec = {"lr": 0.0002, "steps": 60, "clip": 0.0, "seed": 0}
-    plan = policy.plan(state, finding, [])  # 1/100 of the job's own 0.02: no lower
+    state.attempts[-1].run_spec = {"lr": 1e-4, "steps": 60, "clip": 0.0, "seed": 0}
+    plan = policy.plan(state, finding, [])  # the knob's min (above the ladder's floor, 2e-5): no lower
     assert plan.decision.remedy == "clip_gradients"
     assert plan.decision.changes == {"clip": [0.0, 1.0]}
 

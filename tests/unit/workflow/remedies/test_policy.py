@@ -6,6 +6,7 @@ import pytest
 
 from stabilizer_workflow.execution.state import Finding, Watched, WorkflowState, recipe_key
 from stabilizer_workflow.remedies import ladders, policy
+from stabilizer_workflow.remedies.ladders import EXPLOSION_RATE_FLOOR
 from tests.unit.workflow.conftest import launched, simulate
 
 
@@ -103,10 +104,11 @@ def test_default_lowers_warmup_lr_only_for_an_explosion_during_warmup(settings):
 
 
 def test_default_clips_gradients_once_learning_rates_are_at_their_floor(settings):
-    state = _with_spec(launched(settings), add_batch_norm=1, warmup_learning_rate=0.002)
-    # A quarter of 0.002 is below the floor (1/100 of the job's 0.1): the floor itself, once.
-    assert policy.plan(state, _finding(phase="warmup"), written()).run_spec["warmup_learning_rate"] == 0.001
-    state = _with_spec(state, warmup_learning_rate=0.001)
+    floor = 0.1 * EXPLOSION_RATE_FLOOR  # of the job's 0.1
+    state = _with_spec(launched(settings), add_batch_norm=1, warmup_learning_rate=floor * 2)
+    # A quarter of twice the floor is below it: the floor itself, once.
+    assert policy.plan(state, _finding(phase="warmup"), written()).run_spec["warmup_learning_rate"] == floor
+    state = _with_spec(state, warmup_learning_rate=floor)
     plan = policy.plan(state, _finding(phase="warmup"), written())
     assert plan.decision.remedy == "clip_gradients"
     assert plan.run_spec["grad_clip"] == 1.0
@@ -129,7 +131,8 @@ def test_default_never_repeats_a_recipe_already_tried(settings):
 
 def test_default_gives_up_when_every_remedy_is_used(settings):
     state = _with_spec(
-        launched(settings), add_batch_norm=1, warmup_learning_rate=0.001, grad_clip=0.15, batch_size=512
+        launched(settings), add_batch_norm=1, warmup_learning_rate=0.1 * EXPLOSION_RATE_FLOOR, grad_clip=0.15,
+        batch_size=512,
     )
     plan = policy.plan(state, _finding(phase="warmup"), written())
     assert plan.decision.action == "end"
@@ -212,18 +215,18 @@ def test_an_explosion_nothing_fixes_ends_within_the_ladders_bounds(settings):
     state = simulate(settings, {}, explodes=lambda spec: True)
     assert state.outcome == "diverged"
     specs = [attempt.run_spec for attempt in state.attempts]
-    assert all(spec["warmup_learning_rate"] >= 1e-3 for spec in specs)
+    floor = 0.1 * EXPLOSION_RATE_FLOOR  # of the job's own warm-up rate
+    assert all(spec["warmup_learning_rate"] >= floor for spec in specs)
     assert all(spec["grad_clip"] == 0 or spec["grad_clip"] >= 0.1 for spec in specs)
     assert len({recipe_key(spec) for spec in specs}) == len(specs)  # no recipe twice
-    # BN, warm-up 0.1 -> 0.025 -> 0.00625 -> 0.0015625 -> 0.001 (the floor: 1/100 of the job's own),
-    # clip 1.0 -> 0.5 -> 0.25 -> 0.125, then batch 128 -> 256, where max_num_retraining (10) ends it.
-    assert [spec["warmup_learning_rate"] for spec in specs[:6]] == pytest.approx(
-        [0.1, 0.1, 0.025, 0.00625, 0.0015625, 0.001]
+    # BN, warm-up 0.1 -> 0.025 -> ... a quarter each time -> the floor (1/1,000 of the job's own),
+    # clip 1.0 -> 0.5 -> 0.25 -> 0.125, where max_num_retraining (10) ends it before a larger batch.
+    assert [spec["warmup_learning_rate"] for spec in specs[:7]] == pytest.approx(
+        [0.1, 0.1, 0.025, 0.00625, 0.0015625, 0.000390625, floor]
     )
-    assert [spec["grad_clip"] for spec in specs[6:10]] == [1.0, 0.5, 0.25, 0.125]
-    assert [spec["batch_size"] for spec in specs[-2:]] == [128, 256]
+    assert [spec["grad_clip"] for spec in specs[7:11]] == [1.0, 0.5, 0.25, 0.125]
     assert len(specs) == 11
-    assert "max_num_retraining" in state.reason
+    assert "max_num_retraining" in state.reason and "raise_batch_size" in state.reason
 
 
 def test_the_original_policy_on_the_same_hopeless_run_stops_at_max_num_retraining(settings):
@@ -394,11 +397,11 @@ def test_once_a_rate_exploded_tiny_gradients_are_not_answered_by_raising_the_rat
 
 def test_a_rate_still_too_high_after_an_explosion_is_lowered_to_its_floor_before_the_ladder_gives_up(settings):
     # A GAN at 600 times its rate: exploded, then at a lowered rate its loss never learned. A quarter of
-    # that would be under the floor (1/100 of the job's own): the floor is the last try, as for a
-    # sized rate, not a give-up a step short of it; at the floor, nothing lower is tried.
+    # that would be under the floor (EXPLOSION_RATE_FLOOR of the job's own): the floor is the last try, as
+    # for a sized rate, not a give-up a step short of it; at the floor, nothing lower is tried.
     bn = {"add_batch_norm": 1}
     own = launched(settings).run_spec["learning_rate"]
-    floor = own * 0.01
+    floor = own * EXPLOSION_RATE_FLOOR
     flat = _finding(rule="NotLearning", step=39, phase="main")
     state = _history(settings, ({**bn, "learning_rate": own}, _exploded(own, stable=None)),
                      ({**bn, "learning_rate": floor * 2.5}, flat))
