@@ -70,11 +70,16 @@ class FallTests:
         judged only at its end) is judged by ``min_decrease`` alone.
         """
         start = self._reference() if start is None else start
-        floor = self.min_decrease * abs(start)
+        return self._apart(start, mean, start)
+
+    def _apart(self, high: float, low: float, level: float) -> bool:
+        """Whether ``high`` is above ``low`` by ``min_decrease`` of ``level``'s magnitude and, once the noise
+        rests on ``RELIABLE_NOISE`` steps, by ``confidence`` standard errors of two window means."""
+        floor = self.min_decrease * abs(level)
         if self._noise.samples < RELIABLE_NOISE:
-            return start - mean > floor
+            return high - low > floor
         sigma = self.noise or 0.0
-        return start - mean > max(floor, self.confidence * sigma * math.sqrt(2.0 / self.window))
+        return high - low > max(floor, self.confidence * sigma * math.sqrt(2.0 / self.window))
 
     def _has_learned(self, mean: float) -> bool:
         """Whether the window just closed confirms that the run learned.
@@ -161,6 +166,12 @@ class FallTests:
         tail = list(self._tail)
         error = statistics.pstdev(tail) / math.sqrt(len(tail))
         return chance - statistics.fmean(tail) > max(self.min_decrease * abs(chance), self.confidence * error)
+
+    def _above_chance(self, mean: float) -> bool:
+        """Whether a window mean is above the chance level as a window that fell is below its start
+        (``_apart``): worse than the best prediction that ignores the inputs."""
+        chance = self._chance()
+        return chance is not None and self._apart(mean, chance, chance)
 
     def _chance_words(self) -> str:
         chance = self._chance()

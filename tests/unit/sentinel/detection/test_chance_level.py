@@ -203,3 +203,22 @@ def test_while_a_cross_entropys_level_is_measured_ln_of_its_classes_bounds_it():
     losses = [2.306, 1.776e8, 9.27e6, 3.98e5, 191.4, 254.5]
     finding = next(f for step, loss in enumerate(losses) if (f := check.observe(step, loss, None, 1000.0)))
     assert finding.rule == "Diverging" and finding.step == 3
+
+
+def test_a_short_run_that_ends_well_above_its_chance_level_never_learned_whatever_its_fall():
+    # A regression of 24 steps thrown up at its second step (a rate a hundred times too high), back down
+    # within a few steps to about 0.8 from its first step's 0.96: a fall, yet about nine times the
+    # variance of its targets (0.089), the loss of predicting their mean. No input-blind prediction does
+    # worse than that level, so the run learned nothing beyond a guess.
+    losses = [0.96, 1.86e7, 1060.0, 0.43, 0.57, 213.0, 982.0, 0.62,
+              0.63, 0.49, 0.87, 0.69, 0.47, 1.0, 0.77, 0.75, 0.84, 0.73, 1.04, 0.68, 0.89, 0.65, 0.9, 1.18]
+    assert verdict(losses, None) is None  # from the loss alone, a fall from the start
+    finding = verdict(losses, 0.089)
+    assert finding is not None and finding.rule == "Diverging" and "spiked" in finding.message
+    # Without the throw: a short regression whose loss falls from 1.0 to 0.6 where the targets' mean scores 0.1.
+    falling = [1.0 - 0.4 * step / 19 for step in range(20)]
+    assert verdict(falling, None) is None
+    finding = verdict(falling, 0.1)
+    assert finding is not None and finding.rule == "NotLearning" and "ignores the inputs" in finding.message
+    # Ending at its chance level is still judged against its start, as before (the short classifier above).
+    assert verdict([max(0.102, 1.0 - 0.1 * step) for step in range(20)], 0.1) is None
