@@ -70,16 +70,11 @@ class FallTests:
         judged only at its end) is judged by ``min_decrease`` alone.
         """
         start = self._reference() if start is None else start
-        return self._apart(start, mean, start)
-
-    def _apart(self, high: float, low: float, level: float) -> bool:
-        """Whether ``high`` is above ``low`` by ``min_decrease`` of ``level``'s magnitude and, once the noise
-        rests on ``RELIABLE_NOISE`` steps, by ``confidence`` standard errors of two window means."""
-        floor = self.min_decrease * abs(level)
+        floor = self.min_decrease * abs(start)
         if self._noise.samples < RELIABLE_NOISE:
-            return high - low > floor
+            return start - mean > floor
         sigma = self.noise or 0.0
-        return high - low > max(floor, self.confidence * sigma * math.sqrt(2.0 / self.window))
+        return start - mean > max(floor, self.confidence * sigma * math.sqrt(2.0 / self.window))
 
     def _has_learned(self, mean: float) -> bool:
         """Whether the window just closed confirms that the run learned.
@@ -167,11 +162,17 @@ class FallTests:
         error = statistics.pstdev(tail) / math.sqrt(len(tail))
         return chance - statistics.fmean(tail) > max(self.min_decrease * abs(chance), self.confidence * error)
 
-    def _above_chance(self, mean: float) -> bool:
-        """Whether a window mean is above the chance level as a window that fell is below its start
-        (``_apart``): worse than the best prediction that ignores the inputs."""
+    def _ended_above_chance(self) -> bool:
+        """Whether the mean of the last ``window`` steps is above the chance level by ``min_decrease`` of it
+        and ``confidence`` standard errors of that mean (their own spread, as ``_tail_below_chance``
+        reads its span's: a run noise cannot yet be measured on, or one whose noise an early explosion
+        inflated, is judged by what it did last): worse than the best prediction that ignores the inputs."""
         chance = self._chance()
-        return chance is not None and self._apart(mean, chance, chance)
+        last = list(self._tail)[-self.window:]
+        if chance is None or len(last) < 2:
+            return False
+        error = statistics.pstdev(last) / math.sqrt(len(last))
+        return statistics.fmean(last) - chance > max(self.min_decrease * abs(chance), self.confidence * error)
 
     def _chance_words(self) -> str:
         chance = self._chance()

@@ -289,9 +289,9 @@ class LearningCheck(FallTests):
         if self._fired or self._first is None or self._last is None or self._last[0] == self._first[0]:
             return None
         # A run that ended before the chance level's own span (``patience_windows`` windows) is judged
-        # against its start, as the chance level's tail test cannot judge it yet; not one that ended well
-        # above that level, which has not learned beyond an input-blind guess whatever its fall.
-        short = len(self._tail) < (self._tail.maxlen or 0) and not self._above_chance(self._last[1])
+        # against its start, as the chance level's tail test cannot judge it yet; not one whose last steps
+        # ended well above that level, which learned nothing beyond an input-blind guess whatever its fall.
+        short = len(self._tail) < (self._tail.maxlen or 0) and not self._ended_above_chance()
         ended_below = self._window_below(self._last[1], self.learning_start if short else None)
         if self._learned_at is None and (ended_below or self._tail_below_chance()):
             self._learned_at = self._last[0]  # the run ended below its start: no later window can confirm it
