@@ -98,8 +98,9 @@ class Rung:
 # How far below the job's own rate an explosion's remedies may take it. A rate set an order of magnitude
 # or three off (Adam at 1 where 1e-3 was meant, a rate typed in the wrong unit) is a mistake people make;
 # the job's own probes reach 1/10,000 of it (stabilizer_sentinel.recovery.recovery), and a floor of 1/100
-# ended such runs diverged at the floor, a remedy short of a rate that trains. Each lowering is still sized
-# from the evidence: the floor bounds the ladder, it is not a step of it.
+# ended such runs `diverged` or `did_not_learn` at the floor, a remedy short of a rate that trains. Each
+# lowering is still sized from the evidence: the floor bounds the ladder, it is not a step of it. The main
+# rate a warm-up takes down with it stops at this floor of its own too (rates.main_down_with_the_warmup).
 EXPLOSION_RATE_FLOOR = 0.001
 
 ADD_BATCH_NORM = Rung("add_batch_norm", "switch_on", "normalization",

@@ -23,7 +23,7 @@ from typing import Any
 
 from stabilizer_workflow.execution.job import Knob
 from stabilizer_workflow.execution.state import Finding, WorkflowState
-from stabilizer_workflow.remedies.ladders import EXPLOSIONS, Rung
+from stabilizer_workflow.remedies.ladders import EXPLOSION_RATE_FLOOR, EXPLOSIONS, Rung
 
 Recipe = dict[str, Any]
 
@@ -186,4 +186,7 @@ def main_down_with_the_warmup(state: WorkflowState, spec: Recipe, recipe: Recipe
         return recipe, ""
     main_rate = fmt(recipe[main.hyperparameter])
     also = f"; the main rate {main_rate} is no lower than the warm-up rate that failed, so it comes down too"
-    return {**recipe, main.hyperparameter: main.clamp(lowered)}, also
+    # Never below the ladder's floor of its own (a warm-up a tenth of it would take it a tenth lower), nor up.
+    current = recipe[main.hyperparameter]
+    own = state.job.hyperparameters.get(main.hyperparameter, current)
+    return {**recipe, main.hyperparameter: main.clamp(min(current, max(lowered, own * EXPLOSION_RATE_FLOOR)))}, also

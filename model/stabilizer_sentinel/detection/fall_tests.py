@@ -164,14 +164,18 @@ class FallTests:
 
     def _ended_above_chance(self) -> bool:
         """Whether the mean of the last ``window`` steps is above the chance level by ``min_decrease`` of it
-        and ``confidence`` standard errors of that mean (their own spread, as ``_tail_below_chance``
-        reads its span's: a run noise cannot yet be measured on, or one whose noise an early explosion
-        inflated, is judged by what it did last): worse than the best prediction that ignores the inputs."""
+        and ``confidence`` standard errors of the difference: that mean's (its steps' own spread, as
+        ``_tail_below_chance`` reads its span's: a run noise cannot yet be measured on, or one whose noise an
+        early explosion inflated, is judged by what it did last) and the level's, estimated from the
+        targets seen so far (``ChanceLevel.error``: a short run's is a few dozen). Worse than that is worse
+        than the best prediction that ignores the inputs."""
         chance = self._chance()
         last = list(self._tail)[-self.window:]
         if chance is None or len(last) < 2:
             return False
-        error = statistics.pstdev(last) / math.sqrt(len(last))
+        spread = statistics.pstdev(last) / math.sqrt(len(last))
+        level_error = getattr(self.chance, "error", lambda: 0.0)()
+        error = math.hypot(spread, level_error)
         return statistics.fmean(last) - chance > max(self.min_decrease * abs(chance), self.confidence * error)
 
     def _chance_words(self) -> str:
@@ -180,6 +184,9 @@ class FallTests:
         if chance is None and reason:
             return (f"; no chance level (the loss of a prediction that ignores the inputs) is known, as {reason}: "
                     f"the verdict rests on the fall from the start")
+        if chance is not None and self._ended_above_chance():
+            return (f"; its last steps ended above the loss {chance:.4g} of a prediction that ignores the inputs "
+                    f"(the labels' prior or the targets' mean): whatever its fall, it learned nothing beyond that")
         if chance is None or self.learning_start is None or chance >= self.learning_start:
             return ""
         return (f"; it started above the loss {chance:.4g} of a prediction that ignores the inputs (the "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from stabilizer_workflow.execution.state import Finding, Watched, WorkflowState, recipe_key
@@ -435,3 +437,13 @@ def test_a_rule_that_matched_no_tensor_ends_unverified_naming_the_rule_and_the_t
     assert plan.decision.action == "end"
     assert plan.decision.outcome == "unverified"  # a configured rule never judged the run
     assert message in plan.decision.reason
+
+
+def test_a_main_rate_brought_down_with_the_warm_up_stops_at_its_own_floor(settings):
+    # A warm-up a tenth of the main rate, exploding whatever the rate: each lowering of the warm-up takes the
+    # main rate down with it, but never below the ladder's floor of the main rate's own (0.1 x 1/1,000).
+    state = simulate(settings, {"run_spec": {"warmup_learning_rate": 0.01}}, explodes=lambda spec: True)
+    mains = [attempt.run_spec["learning_rate"] for attempt in state.attempts]
+    assert min(mains) == pytest.approx(0.1 * EXPLOSION_RATE_FLOOR)
+    assert min(attempt.run_spec["warmup_learning_rate"] for attempt in state.attempts) < min(mains)
+    assert all(later <= earlier for earlier, later in itertools.pairwise(mains))
