@@ -14,12 +14,6 @@ below it has not learned, whatever its fall. For a loss whose level is known:
 * **mean squared error** (mean reduction): the variance of each target column seen in training,
   averaged over the columns.
 
-A **binary cross-entropy** (``binary_cross_entropy``, with logits or not; mean reduction, no weights)
-has no level measured here: a GAN's passes each train on labels all 0 or all 1, which an input-blind
-prediction scores 0 on, so the targets pooled over passes say nothing. Its bound is known from the
-first pass, as a cross-entropy's is while its level is measured: ln 2, the loss of predicting one
-half, above which no input-blind prediction of targets in [0, 1] scores (``ceiling``).
-
 The level is read from the loss node of the scalar every backward pass starts from
 (``torch.autograd.backward``, wrapped by stabilizer_sentinel.loops.bare_tensors; the node found through
 the scalings a script applies before its backward pass by stabilizer_sentinel.loops.backward_loss). A
@@ -45,7 +39,7 @@ from typing import Any
 import torch
 
 from stabilizer_sentinel.loops import backward_loss, bare_tensors
-from stabilizer_sentinel.loops.backward_loss import BINARY_CROSS_ENTROPY, CROSS_ENTROPY, MEAN, SQUARED_ERROR, SUM
+from stabilizer_sentinel.loops.backward_loss import CROSS_ENTROPY, MEAN, SQUARED_ERROR, SUM
 
 # Labels per class (or targets) seen before the level is used: the entropy of a prior estimated
 # from n labels is low by about (classes - 1) / (2 n); with ten per class that is under 5 % of ln 2.
@@ -85,17 +79,14 @@ class ChanceLevel:
                 self._cross_entropy(node)
             elif name == SQUARED_ERROR and self.kind in (None, "squared_error"):
                 self._squared_error(node)
-            elif name in BINARY_CROSS_ENTROPY and self.kind in (None, "binary_cross_entropy"):
-                self._binary_cross_entropy(node)
             else:
                 self._give_up("the backward passes start from losses of different kinds")
         except (AttributeError, RuntimeError, ValueError):  # a node saved differently
             self._give_up("its loss node could not be read")
 
     def _give_up(self, reason: str) -> None:
-        if not self.off:  # the first reason stands
-            self.reason = reason
         self.off = True
+        self.reason = self.reason or reason
 
     def _cross_entropy(self, node: Any) -> None:
         if node._saved_weight is not None:
@@ -115,15 +106,6 @@ class ChanceLevel:
         self._samples += labels.numel()
         self._needed = SAMPLES_PER_CLASS * classes
 
-    def _binary_cross_entropy(self, node: Any) -> None:
-        if int(node._saved_reduction) != MEAN or node._saved_weight is not None \
-                or getattr(node, "_saved_pos_weight", None) is not None:
-            self._give_up("the binary cross-entropy is summed or weighs its targets")
-            return
-        self.kind = "binary_cross_entropy"
-        self._classes = 2  # its bound, ln 2 (``ceiling``); no level is measured
-        self.reason = "a binary cross-entropy's level is not measured (its passes may each hold one label)"
-
     def _squared_error(self, node: Any) -> None:
         target = node._saved_target.detach()
         if target.shape != node._saved_self.shape or target.dim() == 0:
@@ -141,7 +123,7 @@ class ChanceLevel:
 
     def level(self) -> float | None:
         """The loss of the best input-blind prediction of the targets seen so far; None while unknown."""
-        if self.off or self.kind in (None, "binary_cross_entropy") or self._samples < self._needed:
+        if self.off or self.kind is None or self._samples < self._needed:
             return None
         if self._counts is not None:
             p = self._counts.double() / self._counts.sum()
@@ -168,7 +150,7 @@ class ChanceLevel:
     def ceiling(self) -> float | None:
         """The level, or while it is still being measured a bound above it: for a cross-entropy the
         loss of the uniform prediction, ln of its classes (no prior's entropy is higher), known from
-        the first backward pass, and for a binary cross-entropy ln 2 always; None while neither is known."""
+        the first backward pass; None while neither is known."""
         level = self.level()
         if level is not None or self.off or self._classes is None:
             return level

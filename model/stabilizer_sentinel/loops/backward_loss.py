@@ -30,9 +30,7 @@ import torch
 
 CROSS_ENTROPY = ("NllLossBackward0", "NllLoss2DBackward0")
 SQUARED_ERROR = "MseLossBackward0"
-BINARY_CROSS_ENTROPY = ("BinaryCrossEntropyBackward0", "BinaryCrossEntropyWithLogitsBackward0")
-LEVELLED = (*CROSS_ENTROPY, SQUARED_ERROR)  # the losses whose chance level is measured (a sum is divided)
-LOSS_NODES = (*LEVELLED, *BINARY_CROSS_ENTROPY)
+LOSS_NODES = (*CROSS_ENTROPY, SQUARED_ERROR)
 MEAN, SUM = 1, 2  # the reduction codes autograd saves
 MAX_SCALINGS = 8  # more nested scalings than any loop writes: what is left is read as the loss
 
@@ -40,7 +38,7 @@ MAX_SCALINGS = 8  # more nested scalings than any loop writes: what is left is r
 @dataclass(frozen=True)
 class BackwardLoss:
     value: torch.Tensor  # the loss, detached, on the scalar's device
-    node: Any  # the loss node (cross-entropy, squared error, binary cross-entropy), None for another loss
+    node: Any  # the loss node (cross-entropy or squared error), None for another loss
     scaled: bool  # the script scaled its loss before the backward pass (undone in ``value``)
 
 
@@ -66,7 +64,7 @@ def read(tensors: Sequence[torch.Tensor]) -> BackwardLoss | None:
                 break
             node, value = undone
             scaled = True
-        if node.name() in LEVELLED and int(node._saved_reduction) == SUM:
+        if node.name() in LOSS_NODES and int(node._saved_reduction) == SUM:
             value = value / _summed(node)
     except (AttributeError, RuntimeError, TypeError):  # a node saved differently: what was undone stands
         pass

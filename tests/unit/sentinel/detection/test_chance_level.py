@@ -232,39 +232,6 @@ def test_a_short_run_whose_last_steps_reach_its_chance_level_is_judged_against_i
     assert verdict(losses, 2.298) is None
 
 
-def test_a_binary_cross_entropy_is_bounded_by_ln_2_and_has_no_level_measured():
-    targets = torch.tensor([[1.0, 0.0, 1.0]] * 8)
-    for loss_of in (lambda model, x: nn.functional.binary_cross_entropy(model(x).sigmoid(), targets),
-                    lambda model, x: nn.functional.binary_cross_entropy_with_logits(model(x), targets)):
-        chance = _train(loss_of, steps=1)
-        assert chance.level() is None and chance.ceiling() == pytest.approx(math.log(2))
-    # A GAN's passes, each on labels all 1 or all 0: an input-blind prediction scores 0 on each, so pooled
-    # targets are no level; the bound stands.
-    ones, zeros = torch.ones(8, 3), torch.zeros(8, 3)
-    gan = _train(lambda model, x: nn.functional.binary_cross_entropy_with_logits(
-        model(x), ones if torch.rand(()) > 0.5 else zeros), steps=40)
-    assert gan.level() is None and gan.ceiling() == pytest.approx(math.log(2))
-    # Weighed or summed, it is not on that bound's scale: unknown.
-    weighed = _train(lambda model, x: nn.functional.binary_cross_entropy_with_logits(
-        model(x), targets, pos_weight=torch.full((3,), 4.0)), steps=1)
-    summed = _train(lambda model, x: nn.functional.binary_cross_entropy_with_logits(
-        model(x), targets, reduction="sum"), steps=1)
-    assert weighed.ceiling() is None and summed.ceiling() is None and "binary" in weighed.reason
-
-
-def test_a_siamese_network_thrown_to_the_clamp_in_its_first_steps_diverges_within_its_first_window():
-    # pytorch/examples' siamese network at a thousand times its rate: its BCE 0.84 at the first step, then
-    # 50 at every step (each output saturated at 0 or 1, BCE's clamp at 100 on half the pairs). With ln 2
-    # bounding a binary cross-entropy's level, the first window is judged from the first step, as a
-    # cross-entropy's is: three steps above it are found there, not at the run's end.
-    check = LearningCheck()
-    check.chance = _train(lambda model, x: nn.functional.binary_cross_entropy(
-        model(x).sigmoid(), torch.ones(8, 3)), steps=1)
-    losses = [0.84, 50.0, 50.0, 50.0, 50.0, 50.0]
-    finding = next(f for step, loss in enumerate(losses) if (f := check.observe(step, loss, None, 1000.0)))
-    assert finding.rule == "Diverging" and finding.step == 3
-
-
 def test_a_short_regression_ending_near_a_variance_measured_on_few_targets_is_judged_by_its_fall():
     # The targets' variance read from 32 targets is within about a quarter of the true one: a short run
     # that ends 15 % above that estimate may be below the true level. Its fall decides, as before.
