@@ -167,8 +167,8 @@ class FallTests:
         and ``confidence`` standard errors of the difference: that mean's (its steps' own spread, as
         ``_tail_below_chance`` reads its span's: a run noise cannot yet be measured on, or one whose noise an
         early explosion inflated, is judged by what it did last) and the level's, estimated from the
-        targets seen so far (``ChanceLevel.error``: a short run's is a few dozen). Worse than that is worse
-        than the best prediction that ignores the inputs."""
+        targets seen so far (``ChanceLevel.error``: a short run has seen a few dozen). Worse than that is
+        worse than the best prediction that ignores the inputs."""
         chance = self._chance()
         last = list(self._tail)[-self.window:]
         if chance is None or len(last) < 2:
