@@ -245,7 +245,9 @@ class LearningCheck(FallTests):
             if early is not None:
                 return early
         if self._bound is not None:
-            self._above = self._above + 1 if loss > self._bound else 0
+            cap = self._chance_cap()
+            bound = self._bound if cap is None else min(self._bound, cap[0])  # a first window that climbed
+            self._above = self._above + 1 if loss > bound else 0
             if self._above and self._spike is None:
                 self._spike, self._spike_rate = (step, loss), learning_rate
             base = self._bound - self.spreads * self._scale
@@ -254,8 +256,12 @@ class LearningCheck(FallTests):
                            f"({self._bound_reason(self.jump_spreads)})")
                 return self._fire(DIVERGING, step, message, loss)
             if self._above >= self.persistence:
-                message = (f"the loss {loss:.4g} has been above the divergence bound {self._bound:.4g} for "
-                           f"{self._above} steps ({self._bound_reason()})")
+                reason = self._bound_reason() if cap is None or bound == self._bound else (
+                    f"its first step {cap[1]:.4g} + {self.spreads:g} x the larger of that step's magnitude and the "
+                    f"loss {cap[3]:.4g} of a prediction that ignores the inputs; the first window's mean {base:.4g} "
+                    f"is no baseline above that bound")
+                message = (f"the loss {loss:.4g} has been above the divergence bound {bound:.4g} for "
+                           f"{self._above} steps ({reason})")
                 return self._fire(DIVERGING, step, message, loss)
         self._noise.add(loss)
         if self._exploded is not None and loss > self._exploded:
@@ -321,6 +327,34 @@ class LearningCheck(FallTests):
         return kept
 
     # -- internals
+    def _chance_cap(self) -> tuple[float, float, float, float] | None:
+        """The first window's bound (``_first_window_finding``), kept once the window has closed, for a loss
+        whose chance level is known: (the bound, the first step's loss, the scale, the chance level); the
+        divergence bound is never above it. None without a chance level.
+
+        The divergence bound is measured from the first window's mean, and a loss that climbed within
+        that window (a warm-up to a rate far too high: llama2.c's loss went from 4.1 at its first step to
+        21 at its fifth) sets it from the climb: ten times that mean let the loss sit at fifteen times its
+        chance level for tens of steps unfound. An untrained network scores about chance and no healthy
+        run holds ten times the larger of that and its first step for ``persistence`` steps, so where the
+        first window's mean is no higher than that step the bound is as before."""
+        ceiling = getattr(self.chance, "ceiling", None)  # the level, or a bound above it while it is measured
+        chance = ceiling() if ceiling is not None else self._chance()
+        first = self._first_step
+        if chance is None or first is None:
+            return None
+        scale = max(abs(first), chance)
+        return first + self.spreads * scale, first, scale, chance
+
+    def rise_reference(self) -> tuple[float | None, float | None]:
+        """(start, scale) a rise of the loss is measured from (stabilizer_sentinel.detection.health.run_up):
+        the first window's mean and the bound's scale, or the first step and its scale where the chance
+        level's bound from it is the lower (``_chance_cap``: the first window climbed)."""
+        cap = self._chance_cap() if self._bound is not None else None
+        if cap is not None and cap[0] < self._bound:
+            return cap[1], cap[2]
+        return self.start_loss, self.scale_of_loss
+
     def _first_window_finding(self, step: int, loss: float, learning_rate: float | None) -> RuleFinding | None:
         """The divergence check of the first window, before its mean sets the bound: for a loss whose
         chance level is known, ``persistence`` steps in a row above the first step + ``spreads`` x the

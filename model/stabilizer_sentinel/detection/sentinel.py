@@ -333,9 +333,9 @@ class Sentinel:
     def _entry(self, finding: RuleFinding, context: Mapping[str, Any]) -> dict[str, Any]:
         # The run-up (stabilizer_sentinel.detection.health.run_up): which checkpoints are healthy, which rate was
         # stable.
+        start, scale = self.learning.rise_reference()
         before = run_up(self.grad_norm_history, self.rate_history, finding.step,
-                        losses=self.loss_history, start_loss=self.learning.start_loss,
-                        scale=self.learning.scale_of_loss, wrecked_at=self.learning.wrecked_at)
+                        losses=self.loss_history, start_loss=start, scale=scale, wrecked_at=self.learning.wrecked_at)
         # The rate at the explosion: for a run wrecked by a spike it never learned past, the spike's
         # (a schedule may have decayed it a hundredfold by the step the run is judged at).
         rate = self.learning.wrecked_rate if self.learning.wrecked_rate is not None else context["learning_rate"]

@@ -141,6 +141,27 @@ def test_a_classifier_thrown_to_ten_times_its_chance_level_in_its_first_steps_is
     assert verdict(losses, None).step > 3
 
 
+def test_a_loss_that_climbed_within_its_first_window_is_bounded_from_its_first_step_after_it():
+    # llama2.c at a thousand times its rate (public corpus, ``llama2c-lr5``): a warm-up takes its loss
+    # from 4.14 (ln 64 = 4.16, 64 tokens) to 21 within the first window and to 40-76 after it, where it
+    # sits for tens of steps. The first window's mean (10.2) sets a bound of 102 the loss never
+    # reached; from the first step, in the larger of its magnitude and the chance level, the bound is
+    # 41.6, and three steps above it (8, 9, 10) are a divergence.
+    climb = [4.144, 4.137, 6.853, 15.06, 21.02, 28.66, 48.53, 40.36, 62.56, 59.51, 46.95, 57.05, 75.68, 67.58,
+             60.36, 49.71, 57.66, 56.82, 37.63, 33.72, 60.12, 45.37, 67.2, 49.13, 57.48, 63.1, 50.12, 54.14]
+    losses = climb + noisy([3.0] * 72, 0.2)
+    finding = verdict(losses, math.log(64))
+    assert finding is not None and finding.rule == "Diverging" and finding.step == 10, finding
+    assert "its first step 4.144" in finding.message and "no baseline" in finding.message
+    # Without a chance level the first window's mean is all there is: not found while it sits there.
+    assert (late := verdict(losses, None)) is None or late.step > len(climb), late
+    # A classifier whose first window is its start (no climb): the bound from its mean, as before, a
+    # hard batch or two well above chance no divergence.
+    falling = noisy([2.4 * math.exp(-step / 30) + 0.1 for step in range(60)], 0.02)
+    healthy = [2.3, 2.2, 2.25, 2.1, 2.05, 30.0, 25.0, *falling]
+    assert verdict(healthy, math.log(10)) is None
+
+
 def test_a_healthy_start_or_a_hard_batch_in_the_first_window_is_not_diverging():
     # A classifier whose first batches are harder than its first (2.3 then up to 2.9): healthy.
     learning = [2.3, 2.9, 2.7, 2.6, 2.5, *[2.4 * math.exp(-step / 30) + 0.1 for step in range(60)]]

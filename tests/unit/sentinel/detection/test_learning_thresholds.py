@@ -221,10 +221,24 @@ def test_vanishing_gradients_after_a_rise_the_loss_fell_back_from_are_diverging(
     fall = t.multiplicative([3.2 + 49.0 * (1 - k / 71) ** 3 for k in range(72)], 0.05, 0)
     rates = [0.5 * step for step in range(11)] + [2.5 * (1 + math.cos(math.pi * k / 90)) for k in range(1, 91)]
     rules = [{"name": "VanishingGradient"}]
+    # Its characters' entropy known (3.25), the divergence bound is measured from its first step, not
+    # from a first window that climbed (mean 10.3): found at the third step above it, 10, while the rate
+    # is at its peak.
     finding = watched(tmp_path, t.Run(climb + fall, rates), rules, capture={"gradients": {"save_interval": 1}},
-                      grads=lambda step: 1e-9 if step >= 100 else 1e-2, chance=3.25)  # its characters' entropy
+                      grads=lambda step: 1e-2, chance=3.25)
+    assert finding["rule"] == "Diverging" and finding["step"] == 10, finding["message"]
+    # Its run-up is measured from that step too: it began before the loss passed twice it (step 3); the
+    # rate reported is the one at its first step above the bound (6).
+    assert finding["onset_step"] == 2 and finding["learning_rate"] == pytest.approx(rates[6])
+    # The same run thrown half as high stays below that bound, and is found at its end, where the
+    # gradients vanish.
+    lower = climb[:2] + [loss / 2 for loss in climb[2:]]
+    lower_fall = t.multiplicative([3.2 + 24.5 * (1 - k / 71) ** 3 for k in range(72)], 0.05, 0)
+    finding = watched(tmp_path / "lower", t.Run(lower + lower_fall, rates), rules,
+                      capture={"gradients": {"save_interval": 1}},
+                      grads=lambda step: 1e-9 if step >= 100 else 1e-2, chance=3.25)
     assert finding["rule"] == "Diverging" and finding["step"] == 100, finding["message"]
     assert "never learned since it rose" in finding["message"]
-    # Its run-up began before the rise (the loss above twice its first step from step 3), and the rate
+    # Its run-up began before the rise (the loss above twice its first step from step 4), and the rate
     # that threw it up is the one reported, not the decayed one at step 100.
-    assert finding["onset_step"] == 2 and finding["learning_rate"] == pytest.approx(rates[3])
+    assert finding["onset_step"] == 3 and finding["learning_rate"] == pytest.approx(rates[4])
