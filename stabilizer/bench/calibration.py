@@ -99,6 +99,7 @@ class Result:
     final_loss: float | None = None  # the last attempt's last loss the sentinel saw (its summary)
     final_window: float | None = None  # the mean of its last window of losses (the summary's last_window_loss)
     reason: str = ""  # the execution's reason, as the workflow gave it
+    setting: str = ""  # its hyperparameters but those its knobs set (``setting``): the script's configuration
 
 
 # ---------------------------------------------------------------------------- reading one execution
@@ -202,30 +203,43 @@ def _final_loss(attempts: list[dict[str, Any]]) -> float | None:
 
 def quality_lines(results: list[Result]) -> list[str]:
     """Each failing run that ended succeeded: where it ended over where the best healthy run of the same
-    kind and policy ended (the same script at a rate it takes), and how many are within 10 %: by the
-    last window's mean loss (``final_window``), and by the last step's loss beside it."""
+    script ended (the same kind, policy and ``setting``: its configuration, at settings of its knobs it
+    takes), and how many are within 10 %: by the last window's mean loss (``final_window``), and by the
+    last step's loss beside it. A run no healthy run shares a setting with is measured against its kind's
+    (said on its line); so is every run of results kept before the setting was (all read as one). The
+    count against the best healthy run of any setting of the kind follows, for comparison with those."""
     lines: list[str] = []
     ratios: dict[str, dict[str, list[float]]] = {}
+    of_kind: dict[str, list[float]] = {}
     for r in results:
         if r.healthy or r.outcome != "succeeded" or r.final_loss is None:
             continue
-        healthy = [h for h in results if h.healthy and h.kind == r.kind and h.policy == r.policy
-                   and h.outcome in SUCCESS]
+        kind = [h for h in results if h.healthy and h.kind == r.kind and h.policy == r.policy
+                and h.outcome in SUCCESS]
+        same = [h for h in kind if h.setting == r.setting]
         parts = []
         for measure, of in (("window", lambda x: x.final_window), ("step", lambda x: x.final_loss)):
-            mine, theirs = of(r), [v for h in healthy if (v := of(h)) is not None]
+            mine, theirs = of(r), [v for h in (same or kind) if (v := of(h)) is not None]
             if mine is None or not theirs or min(theirs) <= 0:
                 continue
             ratio = mine / min(theirs)
             ratios.setdefault(r.policy, {}).setdefault(measure, []).append(ratio)
             parts.append(f"last {measure} {mine:.4g} / healthy {min(theirs):.4g} = {ratio:.2f}")
+            if measure == "window" and (anyone := [v for h in kind if (v := of(h)) is not None and v > 0]):
+                of_kind.setdefault(r.policy, []).append(mine / min(anyone))
         if parts:
-            lines.append(f"  {r.run} ({r.policy}): {'; '.join(parts)} ({r.rollbacks} in job, {r.attempts} job(s))")
+            against = "" if same else "; against its kind: no healthy run of its setting"
+            lines.append(f"  {r.run} ({r.policy}): {'; '.join(parts)} ({r.rollbacks} in job, {r.attempts} job(s)"
+                         f"{against})")
     head = ["recovered quality (failing runs that ended succeeded: the mean loss of their last window over the "
-            "lowest of a healthy run of their kind, and the same by the last step's loss alone, which is noisier):"]
+            "lowest of a healthy run of the same script and setting, and the same by the last step's loss alone, "
+            "which is noisier):"]
     head += [f"  {policy} by last {measure}: {sum(x <= QUALITY_WITHIN for x in mine)} of {len(mine)} within "
              f"{QUALITY_WITHIN - 1:.0%}, median ratio {statistics.median(mine):.2f}"
              for policy, by in ratios.items() for measure, mine in by.items()]
+    head += [f"  {policy} by last window against the lowest healthy run of any setting of the kind: "
+             f"{sum(x <= QUALITY_WITHIN for x in mine)} of {len(mine)} within {QUALITY_WITHIN - 1:.0%}, "
+             f"median ratio {statistics.median(mine):.2f}" for policy, mine in of_kind.items()]
     return [*head, *lines]
 
 
@@ -236,6 +250,15 @@ def _window_loss(findings: Path) -> float | None:
     except (OSError, ValueError):
         return None
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def setting(job: dict[str, Any]) -> str:
+    """The job's hyperparameters but those its knobs set (the rate, a warm-up, clipping): what makes two
+    runs of a kind the same script at different settings of what the workflow may change, or two
+    configurations of it (another network, seed or data)."""
+    knobs = {knob.get("hyperparameter") for knob in (job.get("knobs") or {}).values() if isinstance(knob, dict)}
+    return json.dumps({k: v for k, v in (job.get("hyperparameters") or {}).items() if k not in knobs},
+                      sort_keys=True, default=str)
 
 
 def measure(run: Run, policy: str, state: dict[str, Any], status: str, logs: list[str], wall: float) -> Result:
@@ -262,7 +285,7 @@ def measure(run: Run, policy: str, state: dict[str, Any], status: str, logs: lis
         detection_step=detected, reason=str(state.get("reason") or ""), rollbacks=len(rollbacks),
         rate_rollbacks=sum(1 for r in rollbacks if not r.get("transient")),
         rolled_back_steps=sum(r.get("steps_lost", 0) + r.get("probe_steps", 0) for r in rollbacks),
-        final_loss=_final_loss(attempts),
+        final_loss=_final_loss(attempts), setting=setting(run.job),
     ))
     if result.false_negative:  # a failing run called healthy: its "final model" is the failure itself
         result.wasted_steps = computed
@@ -396,8 +419,19 @@ def listing_lines(results: list[Result]) -> list[str]:
 
 
 def load_results(path: Path) -> list[Result]:
+    """The rows of a ``--json`` file; a row kept before ``setting`` was gets its run's from the corpus."""
     names = set(Result.__dataclass_fields__)
-    return [Result(**{k: v for k, v in entry.items() if k in names}) for entry in json.loads(path.read_text())]
+    return with_settings([Result(**{k: v for k, v in entry.items() if k in names})
+                          for entry in json.loads(path.read_text())], load())
+
+
+def with_settings(results: list[Result], runs: list[Run]) -> list[Result]:
+    """``results``, each without a ``setting`` given its run's (by name, where ``runs`` has it)."""
+    jobs = {run.name: run.job for run in runs}
+    for result in results:
+        if not result.setting and result.run in jobs:
+            result.setting = setting(jobs[result.run])
+    return results
 
 
 def _write(path: Path | None, results: list[Result]) -> None:

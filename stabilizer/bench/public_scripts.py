@@ -143,9 +143,11 @@ def load_report(paths: list[Path]) -> tuple[list[Transparency], list[calibration
         rows.update({row["script"]: Transparency(**row) for row in data["transparency"]})
         results.update({(r["run"], r["policy"]): calibration.Result(**{k: v for k, v in r.items() if k in names})
                         for r in data["verdicts"]})
-    order = {run.name: i for i, run in enumerate(run for s in load_scripts() for run in s.runs)}
+    runs = [run for s in load_scripts() for run in s.runs]
+    order = {run.name: i for i, run in enumerate(runs)}
     return (sorted(rows.values(), key=lambda r: order.get(r.run, len(order))),
-            sorted(results.values(), key=lambda r: (order.get(r.run, len(order)), r.policy)))
+            sorted(calibration.with_settings(list(results.values()), runs),
+                   key=lambda r: (order.get(r.run, len(order)), r.policy)))
 
 
 def _write(path: Path | None, rows: list[Transparency], results: list[calibration.Result]) -> None:

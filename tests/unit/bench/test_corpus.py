@@ -224,7 +224,29 @@ def test_the_recovered_quality_is_the_last_loss_over_the_best_healthy_run_of_the
     lines = bench_corpus.quality_lines([healthy, recovered])
     assert lines[1:3] == ["  default by last window: 1 of 1 within 10%, median ratio 1.06",
                           "  default by last step: 0 of 1 within 10%, median ratio 1.20"]
-    assert "last window 0.55 / healthy 0.52 = 1.06; last step 0.6 / healthy 0.5 = 1.20" in lines[3]
+    assert lines[3] == ("  default by last window against the lowest healthy run of any setting of the kind: "
+                        "1 of 1 within 10%, median ratio 1.06")
+    assert "last window 0.55 / healthy 0.52 = 1.06; last step 0.6 / healthy 0.5 = 1.20" in lines[4]
+
+
+def test_the_recovered_quality_is_measured_against_a_healthy_run_of_the_same_setting():
+    # late_divergence: a linear model (hidden 0) and a tanh MLP (hidden 32). The MLP ends lower; a
+    # linear model recovered from too high a rate is measured against the healthy linear model, not it.
+    def ended(name: str, window: float) -> bench_corpus.Result:
+        result = bench_corpus.measure(_run(name), "default", {"outcome": "succeeded", "attempts": [
+            {**_attempt(1, 0.05), "watched": {"last_loss": window}}]}, "SUCCEEDED", [_log(0, 239)], 1.0)
+        result.final_window = window
+        return result
+
+    linear, mlp, recovered = ended("late-lr0.05", 0.327), ended("late-lr0.05-mlp", 0.282), ended("late-lr2", 0.3335)
+    assert linear.setting == recovered.setting != mlp.setting  # the rate is a knob's; the network is not
+    lines = bench_corpus.quality_lines([linear, mlp, recovered])
+    assert lines[1] == "  default by last window: 1 of 1 within 10%, median ratio 1.02"
+    assert lines[3].endswith("0 of 1 within 10%, median ratio 1.18")  # against the MLP
+    assert "last window 0.3335 / healthy 0.327 = 1.02" in lines[4] and "against its kind" not in lines[4]
+    # Without a healthy run of its setting, its kind's best is the reference, and the line says so.
+    lines = bench_corpus.quality_lines([mlp, recovered])
+    assert "last window 0.3335 / healthy 0.282 = 1.18" in lines[4] and "no healthy run of its setting" in lines[4]
 
 
 def test_the_last_window_loss_is_read_from_the_last_jobs_findings(tmp_path):
