@@ -149,6 +149,16 @@ class Probe:
         mine, theirs = self.losses[1:], other.losses[1:]
         return len(mine) >= SEPARATE and len(theirs) >= SEPARATE and min(mine) > max(theirs)
 
+    @property
+    def held(self) -> bool:
+        """Whether its later losses' mean is above its first by no more than ``CLIMB`` of that loss's
+        magnitude: a rate that trained, not one that threw the loss up and back (at a third of a rate
+        a hundred times too high, a super-resolution network's mean was 8e10 from 0.69)."""
+        if not self.losses:
+            return False
+        first = self.losses[0]
+        return self.score - first <= CLIMB * max(abs(first), 1e-12)
+
     def climbing(self, noise: float | None) -> bool:
         """Whether the loss rose over the probe's steps by more than ``CLIMB`` of its first and than the
         noise of two single steps (``noise``: the run's per-step deviation, None while unknown)."""
@@ -428,7 +438,8 @@ class Recovery(RateFactor):
         stepping), not a recipe the job chose: the finding stands, as if the job had stopped on it, so
         the workflow remedies it by a relaunch, which resumes from the state the job rolled back to
         (written as a checkpoint here). Its ``stable_learning_rate`` is the highest rate a probe
-        trained at without failing, when that is higher than the run-up's own. Where the run ended during
+        trained all its steps at without failing or throwing its loss up (``Probe.held``), when that is
+        higher than the run-up's own. Where the run ended during
         the replay on the next batches after the failing step's own failed again, the decision names that
         batch (``batch``): the relaunch resumes before it, and skips it.
         """
@@ -449,7 +460,11 @@ class Recovery(RateFactor):
         self.guard.sentinel.rollbacks.append(decision)  # written with the summary, as the job closes
         self.guard.rewind.persist_point(self._snapshot)  # where the relaunch resumes
         finding = dict(trigger["finding"])
-        trained = [p["learning_rate"] for p in probed if p["failed"] is None and p["learning_rate"] is not None]
+        # A probe that trained all its steps and held its loss is a rate the network took; one cut short by
+        # the run's end, or one that threw the loss up and back, is no evidence for the relaunch.
+        before, factor_before = trigger["rate_before"], trigger["factor_before"]
+        trained = [rate for p in self._probes if id(p) in self._ends and p.held
+                   if (rate := _times(before, p.factor / factor_before)) is not None]
         if trained and max(trained) > (finding.get("stable_learning_rate") or 0):
             finding["stable_learning_rate"] = max(trained)
         print(f"sentinel: the run ended while probing rates after {decision['rule']} at step {decision['step']} "

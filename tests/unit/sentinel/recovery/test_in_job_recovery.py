@@ -146,8 +146,27 @@ def test_a_run_that_ends_while_probing_says_so(tmp_path, monkeypatch):
     # Not a recipe the job chose: the finding stands for the workflow, with the highest rate a probe trained at.
     (finding,) = document["findings"]
     assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 4) and document["summary"]["ended"] == "completed"
-    trained = [p["learning_rate"] for p in decision["probed"] if p["failed"] is None]
+    trained = [p["learning_rate"] for p in decision["probed"] if p["failed"] is None and p["steps"] == 5]
     assert finding["stable_learning_rate"] == max(trained)
+
+
+def test_a_probe_the_run_ended_in_the_middle_of_is_no_stable_rate(tmp_path, monkeypatch):
+    # The run ends two steps into the first probe: two steps at a rate are no evidence it trains.
+    status, _, document = train(tmp_path, monkeypatch, "--lr", "0.5", "--steps", "7")
+    (decision,) = document["rollbacks"]
+    assert status == 0 and decision["outcome"] == "ended" and [p["steps"] for p in decision["probed"]] == [2]
+    (finding,) = document["findings"]
+    assert finding["stable_learning_rate"] is None or finding["stable_learning_rate"] < decision["probed"][0][
+        "learning_rate"], finding
+
+
+def test_a_probe_that_threw_its_loss_up_and_back_did_not_hold_it():
+    from stabilizer_sentinel.recovery.recovery import Probe
+
+    assert Probe(1 / 3, losses=[0.69, 3e11, 3.4e6, 0.34, 0.70]).held is False  # super-resolution at a third of 1.0
+    assert Probe(1 / 10, losses=[0.69, 0.62, 0.55, 0.5, 0.47]).held
+    assert Probe(1 / 10, losses=[0.69, 0.75, 0.72, 0.70, 0.71]).held  # about where it began: batches' noise
+    assert Probe(1 / 10).held is False
 
 
 def test_a_finding_at_the_runs_end_is_its_verdict_not_a_rollback(tmp_path, monkeypatch):
