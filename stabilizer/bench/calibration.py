@@ -217,10 +217,14 @@ def quality_lines(results: list[Result]) -> list[str]:
         kind = [h for h in results if h.healthy and h.kind == r.kind and h.policy == r.policy
                 and h.outcome in SUCCESS]
         same = [h for h in kind if h.setting == r.setting]
-        parts = []
+        parts, alone = [], False
         for measure, of in (("window", lambda x: x.final_window), ("step", lambda x: x.final_loss)):
-            mine, theirs = of(r), [v for h in (same or kind) if (v := of(h)) is not None]
-            if mine is None or not theirs or min(theirs) <= 0:
+            mine, theirs = of(r), [v for h in same if (v := of(h)) is not None]
+            if mine is None:
+                continue
+            if not theirs:  # no healthy run of its setting measured this: its kind's
+                theirs, alone = [v for h in kind if (v := of(h)) is not None], True
+            if not theirs or min(theirs) <= 0:
                 continue
             ratio = mine / min(theirs)
             ratios.setdefault(r.policy, {}).setdefault(measure, []).append(ratio)
@@ -228,7 +232,7 @@ def quality_lines(results: list[Result]) -> list[str]:
             if measure == "window" and (anyone := [v for h in kind if (v := of(h)) is not None and v > 0]):
                 of_kind.setdefault(r.policy, []).append(mine / min(anyone))
         if parts:
-            against = "" if same else "; against its kind: no healthy run of its setting"
+            against = "; against its kind: no healthy run of its setting" if alone else ""
             lines.append(f"  {r.run} ({r.policy}): {'; '.join(parts)} ({r.rollbacks} in job, {r.attempts} job(s)"
                          f"{against})")
     head = ["recovered quality (failing runs that ended succeeded: the mean loss of their last window over the "
@@ -421,17 +425,18 @@ def listing_lines(results: list[Result]) -> list[str]:
 def load_results(path: Path) -> list[Result]:
     """The rows of a ``--json`` file; a row kept before ``setting`` was gets its run's from the corpus."""
     names = set(Result.__dataclass_fields__)
-    return with_settings([Result(**{k: v for k, v in entry.items() if k in names})
-                          for entry in json.loads(path.read_text())], load())
+    results = [Result(**{k: v for k, v in entry.items() if k in names}) for entry in json.loads(path.read_text())]
+    if any(not r.setting for r in results):
+        fill_settings(results, load())
+    return results
 
 
-def with_settings(results: list[Result], runs: list[Run]) -> list[Result]:
-    """``results``, each without a ``setting`` given its run's (by name, where ``runs`` has it)."""
+def fill_settings(results: list[Result], runs: list[Run]) -> None:
+    """Give each result without a ``setting`` its run's (by name, where ``runs`` has it)."""
     jobs = {run.name: run.job for run in runs}
     for result in results:
         if not result.setting and result.run in jobs:
             result.setting = setting(jobs[result.run])
-    return results
 
 
 def _write(path: Path | None, results: list[Result]) -> None:

@@ -145,9 +145,9 @@ def load_report(paths: list[Path]) -> tuple[list[Transparency], list[calibration
                         for r in data["verdicts"]})
     runs = [run for s in load_scripts() for run in s.runs]
     order = {run.name: i for i, run in enumerate(runs)}
+    calibration.fill_settings(list(results.values()), runs)
     return (sorted(rows.values(), key=lambda r: order.get(r.run, len(order))),
-            sorted(calibration.with_settings(list(results.values()), runs),
-                   key=lambda r: (order.get(r.run, len(order)), r.policy)))
+            sorted(results.values(), key=lambda r: (order.get(r.run, len(order)), r.policy)))
 
 
 def _write(path: Path | None, rows: list[Transparency], results: list[calibration.Result]) -> None:

@@ -31,7 +31,8 @@
   bound are hard batches of a noisy run; three in a row are a trend, and so is one step
   ``jump_spreads`` scales above the baseline (an explosion, caught before it overflows). Before the
   first window closes, a loss whose chance level is known is measured from its first step, in the
-  larger of its magnitude and that level (``_first_window_finding``).
+  larger of its magnitude and that level (``_first_window_finding``); after it too, where that window
+  climbed (``_chance_cap``: its mean is no start).
   A run that never learned after its loss rose from its first step and fell back (a network a rate
   too high saturated, back at about chance) is Diverging too (``_rose_and_fell``).
   VanishingGradient is never the finding while the loss climbs, nor after a spike above the bound
@@ -95,6 +96,7 @@ class LearningCheck(FallTests):
         self._first_spread: float | None = None  # the standard deviation of the first window's steps
         self._start: float | None = None  # where learning is measured from (loss_statistics.untrained_level)
         self._first_step: float | None = None  # this process's first loss: the network before its first update
+        self._first_here = False  # the lineage's first window closed in this process (not a resumed run's)
         self._first_up: tuple[int, float, float | None] | None = None  # (step, loss, rate) first at twice that
         self._peak: float | None = None  # the highest window mean of this process
         self._early_above = 0  # consecutive first-window steps above the provisional bound
@@ -216,6 +218,7 @@ class LearningCheck(FallTests):
         a loss below where the lineage started."""
         first = state.get("first")
         self._first = self._best = None if first is None else (int(first[0]), float(first[1]))
+        self._first_here = False
         start, spike = state.get("start"), state.get("spike")
         self._start = float(start) if start is not None else None
         self._spike = None if spike is None else (int(spike[0]), float(spike[1]))
@@ -327,23 +330,43 @@ class LearningCheck(FallTests):
         return kept
 
     # -- internals
-    def _chance_cap(self) -> tuple[float, float, float, float] | None:
-        """The first window's bound (``_first_window_finding``), kept once the window has closed, for a loss
-        whose chance level is known: (the bound, the first step's loss, the scale, the chance level); the
-        divergence bound is never above it. None without a chance level.
-
-        The divergence bound is measured from the first window's mean, and a loss that climbed within
-        that window (a warm-up to a rate far too high: llama2.c's loss went from 4.1 at its first step to
-        21 at its fifth) sets it from the climb: ten times that mean let the loss sit at fifteen times its
-        chance level for tens of steps unfound. An untrained network scores about chance and no healthy
-        run holds ten times the larger of that and its first step for ``persistence`` steps, so where the
-        first window's mean is no higher than that step the bound is as before."""
+    def _chance_bound(self) -> tuple[float, float, float, float] | None:
+        """The bound from the first step for a loss whose chance level is known: (the bound, the first
+        step's loss, the scale, the chance level), the scale the larger of that step's magnitude and the
+        level; None without either. While a cross-entropy's level is still being measured, ln of its
+        classes stands in for it (``ChanceLevel.ceiling``: no level is higher)."""
         ceiling = getattr(self.chance, "ceiling", None)  # the level, or a bound above it while it is measured
         chance = ceiling() if ceiling is not None else self._chance()
         first = self._first_step
         if chance is None or first is None:
             return None
         scale = max(abs(first), chance)
+        return first + self.spreads * scale, first, scale, chance
+
+    def _chance_cap(self) -> tuple[float, float, float, float] | None:
+        """The first window's bound (``_chance_bound``), kept once the window has closed, where that
+        window climbed: (the bound, the first step's loss, the scale, the chance level); the divergence
+        bound is never above it. None where it does not apply.
+
+        The divergence bound is measured from the first window's mean, and a loss that climbed within
+        that window (a warm-up to a rate far too high: llama2.c's loss went from 4.1 at its first step to
+        21 at its fifth) sets it from the climb: ten times that mean let the loss sit at fifteen times its
+        chance level for tens of steps unfound. An untrained network scores about chance and no healthy
+        run holds ten times the larger of that and its first step for ``persistence`` steps. It applies
+        only where this process closed the lineage's first window (a resumed run's first step is a trained
+        state's, not the untrained network's), that window's mean is above its first step by more than
+        ``noise_spreads`` per-step noise deviations (which also widen its scale, as the bound's), and the
+        rule configures no ``baseline`` or ``scale`` of its own."""
+        if self.baseline is not None or self.scale is not None or not self._first_here or self.start_loss is None:
+            return None
+        known = self._chance_bound()
+        if known is None:
+            return None
+        _, first, scale, chance = known
+        noise = self.noise_spreads * self._noise_at(first)
+        if self.start_loss - first <= noise:
+            return None  # the first window did not climb: its mean is the start, as always
+        scale = max(scale, noise)
         return first + self.spreads * scale, first, scale, chance
 
     def rise_reference(self) -> tuple[float | None, float | None]:
@@ -364,13 +387,10 @@ class LearningCheck(FallTests):
         chance level (a log-likelihood, a sum of terms) the first window waits: such a loss can start
         near zero and leap from there while healthy. No jump is judged here: a loss thrown that far
         in the first steps is a step from overflowing, and the finite check names it (ExplodingTensor)."""
-        ceiling = getattr(self.chance, "ceiling", None)  # the level, or a bound above it while it is measured
-        chance = ceiling() if ceiling is not None else self._chance()
-        first = self._first_step
-        if chance is None or first is None:
+        known = self._chance_bound()
+        if known is None:
             return None
-        scale = max(abs(first), chance)
-        bound = first + self.spreads * scale
+        bound, first, scale, chance = known
         self._early_above = self._early_above + 1 if loss > bound else 0
         if self._early_above < self.persistence:
             return None
@@ -389,6 +409,7 @@ class LearningCheck(FallTests):
         self._lowest = mean if self._lowest is None else min(self._lowest, mean)
         if self._first is None:
             self._first = self._best = (step, mean)
+            self._first_here = True
             self._first_spread = statistics.pstdev(self._recent)
             self._start = untrained_level(list(self._recent), self.spreads, self.jump_spreads)
             if self._start != mean:  # exploded within the first window: a spike, and no part of the trend

@@ -149,15 +149,15 @@ class Probe:
         mine, theirs = self.losses[1:], other.losses[1:]
         return len(mine) >= SEPARATE and len(theirs) >= SEPARATE and min(mine) > max(theirs)
 
-    @property
-    def held(self) -> bool:
-        """Whether its later losses' mean is above its first by no more than ``CLIMB`` of that loss's
-        magnitude: a rate that trained, not one that threw the loss up and back (at a third of a rate
-        a hundred times too high, a super-resolution network's mean was 8e10 from 0.69)."""
+    def held(self, noise: float | None) -> bool:
+        """Whether its later losses' mean is above its first by no more than ``climbing`` allows its last
+        (``CLIMB`` of the first's magnitude, and the noise of two single steps): a rate that trained, not
+        one that threw the loss up and back (at a third of a rate a hundred times too high, a
+        super-resolution network's mean was 8e10 from 0.69)."""
         if not self.losses:
             return False
         first = self.losses[0]
-        return self.score - first <= CLIMB * max(abs(first), 1e-12)
+        return self.score - first <= max(CLIMB * max(abs(first), 1e-12), CLIMB_ERRORS * math.sqrt(2) * (noise or 0.0))
 
     def climbing(self, noise: float | None) -> bool:
         """Whether the loss rose over the probe's steps by more than ``CLIMB`` of its first and than the
@@ -463,7 +463,8 @@ class Recovery(RateFactor):
         # A probe that trained all its steps and held its loss is a rate the network took; one cut short by
         # the run's end, or one that threw the loss up and back, is no evidence for the relaunch.
         before, factor_before = trigger["rate_before"], trigger["factor_before"]
-        trained = [rate for p in self._probes if id(p) in self._ends and p.held
+        noise = self.guard.sentinel.learning.noise
+        trained = [rate for p in self._probes if id(p) in self._ends and p.held(noise)
                    if (rate := _times(before, p.factor / factor_before)) is not None]
         if trained and max(trained) > (finding.get("stable_learning_rate") or 0):
             finding["stable_learning_rate"] = max(trained)

@@ -145,13 +145,14 @@ def test_a_loss_that_climbed_within_its_first_window_is_bounded_from_its_first_s
     # llama2.c at a thousand times its rate (public corpus, ``llama2c-lr5``): a warm-up takes its loss
     # from 4.14 (ln 64 = 4.16, 64 tokens) to 21 within the first window and to 40-76 after it, where it
     # sits for tens of steps. The first window's mean (10.2) sets a bound of 102 the loss never
-    # reached; from the first step, in the larger of its magnitude and the chance level, the bound is
-    # 41.6, and three steps above it (8, 9, 10) are a divergence.
+    # reached; from the first step, in the larger of its magnitude and the chance level (and the noise,
+    # which the climb's steps widen at first), the bound is 41.6, and three steps above it (11, 12, 13)
+    # are a divergence.
     climb = [4.144, 4.137, 6.853, 15.06, 21.02, 28.66, 48.53, 40.36, 62.56, 59.51, 46.95, 57.05, 75.68, 67.58,
              60.36, 49.71, 57.66, 56.82, 37.63, 33.72, 60.12, 45.37, 67.2, 49.13, 57.48, 63.1, 50.12, 54.14]
     losses = climb + noisy([3.0] * 72, 0.2)
     finding = verdict(losses, math.log(64))
-    assert finding is not None and finding.rule == "Diverging" and finding.step == 10, finding
+    assert finding is not None and finding.rule == "Diverging" and finding.step == 13, finding
     assert "its first step 4.144" in finding.message and "no baseline" in finding.message
     # Without a chance level the first window's mean is all there is: not found while it sits there.
     assert (late := verdict(losses, None)) is None or late.step > len(climb), late
@@ -160,6 +161,33 @@ def test_a_loss_that_climbed_within_its_first_window_is_bounded_from_its_first_s
     falling = noisy([2.4 * math.exp(-step / 30) + 0.1 for step in range(60)], 0.02)
     healthy = [2.3, 2.2, 2.25, 2.1, 2.05, 30.0, 25.0, *falling]
     assert verdict(healthy, math.log(10)) is None
+
+
+def test_the_first_step_bound_keeps_out_of_a_quiet_or_noisy_start_a_resumed_run_and_a_configured_bound():
+    # A loss whose batches scatter widely (sd 0.6) about its chance level (0.5): a first window above its
+    # first step by the noise is no climb, and the noise widens the bound as before.
+    level = 0.5
+    for seed in range(20):
+        losses = noisy([0.5] * 60, 0.6, seed=seed)
+        first = LearningCheck(run_steps=60)
+        first.chance = Known(level)
+        plain = LearningCheck(run_steps=60)
+        found = [next((f.step for step, loss in enumerate(losses)
+                       if (f := check.observe(step, loss, None, 0.05)) and f.rule == "Diverging"), None)
+                 for check in (first, plain)]
+        assert found[0] is None or found[0] == found[1], (seed, found)
+    # A relaunch resumed from a trained state (0.1 at its first step; the lineage started at 2.3, ln 10
+    # its level): its first step is no untrained network's, and its bound is its lineage's (23), not 20.8.
+    resumed = LearningCheck()
+    resumed.load_state_dict({"first": (4, 2.3), "lowest": 0.1, "main_steps": 100})
+    resumed.chance = Known(math.log(10))
+    losses = [0.1, 21.5, 22.0, 21.8, 0.1]
+    assert all(resumed.observe(100 + step, loss, None, 0.05) is None for step, loss in enumerate(losses))
+    # A rule that sets its own baseline and scale is bounded by them alone (21 here).
+    configured = LearningCheck(baseline=3.0, scale=2.0)
+    configured.chance = Known(0.3)
+    steps = [0.5, 0.6, 8.0, 9.0, 10.0, 6.0, 6.0, 6.0, 6.0, 6.0]
+    assert all(configured.observe(step, loss, None, 0.05) is None for step, loss in enumerate(steps))
 
 
 def test_a_healthy_start_or_a_hard_batch_in_the_first_window_is_not_diverging():

@@ -163,10 +163,13 @@ def test_a_probe_the_run_ended_in_the_middle_of_is_no_stable_rate(tmp_path, monk
 def test_a_probe_that_threw_its_loss_up_and_back_did_not_hold_it():
     from stabilizer_sentinel.recovery.recovery import Probe
 
-    assert Probe(1 / 3, losses=[0.69, 3e11, 3.4e6, 0.34, 0.70]).held is False  # super-resolution at a third of 1.0
-    assert Probe(1 / 10, losses=[0.69, 0.62, 0.55, 0.5, 0.47]).held
-    assert Probe(1 / 10, losses=[0.69, 0.75, 0.72, 0.70, 0.71]).held  # about where it began: batches' noise
-    assert Probe(1 / 10).held is False
+    assert Probe(1 / 3, losses=[0.69, 3e11, 3.4e6, 0.34, 0.70]).held(0.1) is False  # super-resolution at 1/3 of 1.0
+    assert Probe(1 / 10, losses=[0.69, 0.62, 0.55, 0.5, 0.47]).held(None)
+    assert Probe(1 / 10, losses=[0.69, 0.75, 0.72, 0.70, 0.71]).held(None)  # about where it began
+    # Near zero the run's noise, not the first step's magnitude, says what is about where it began.
+    near_zero = Probe(1 / 10, losses=[0.02, 0.05, 0.03, 0.04, 0.035])
+    assert not near_zero.held(None) and near_zero.held(0.01)
+    assert Probe(1 / 10).held(None) is False
 
 
 def test_a_finding_at_the_runs_end_is_its_verdict_not_a_rollback(tmp_path, monkeypatch):
