@@ -260,9 +260,10 @@ class LearningCheck(FallTests):
                 return self._fire(DIVERGING, step, message, loss)
             if self._above >= self.persistence:
                 reason = self._bound_reason() if cap is None or bound == self._bound else (
-                    f"its first step {cap[1]:.4g} + {self.spreads:g} x the larger of that step's magnitude and the "
-                    f"loss {cap[3]:.4g} of a prediction that ignores the inputs; the first window's mean {base:.4g} "
-                    f"is no baseline above that bound")
+                    f"its first step {cap[1]:.4g} + {self.spreads:g} x the loss's scale {cap[2]:.4g}, the largest of "
+                    f"that step's magnitude, the loss {cap[3]:.4g} of a prediction that ignores the inputs and "
+                    f"{self.noise_spreads:g} per-step noise deviations; the first window's mean {base:.4g} is no "
+                    f"baseline above that bound")
                 message = (f"the loss {loss:.4g} has been above the divergence bound {bound:.4g} for "
                            f"{self._above} steps ({reason})")
                 return self._fire(DIVERGING, step, message, loss)
