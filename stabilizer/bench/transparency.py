@@ -143,12 +143,15 @@ def observe(script: Script, watched: bool, root: Path, keep_as: str) -> Observed
 # ---------------------------------------------------------------------------- comparing runs
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 DURATION_UNIT = re.compile(r"\s*(?:ms|s|sec|secs|seconds|min|minutes)\b")
-DURATION_WORD = re.compile(r"\b(?:time|elapsed|took)\W*$", re.IGNORECASE)
+# A label before the number: "time:", "elapsed", "took", or a time per unit of work ("ms/batch 3.44").
+DURATION_WORD = re.compile(r"\b(?:time|elapsed|took|(?:ms|s|sec|secs)/\w+)\W*$", re.IGNORECASE)
 
 
 def _shape(line: str) -> tuple[str, list[str]]:
-    """A line's text with its numbers taken out, and the numbers in order."""
-    return NUMBER.sub("#", line), NUMBER.findall(line)
+    """A line's text with its numbers taken out and its runs of spaces made one (a number printed in a
+    fixed width pads with spaces as its digits vary: "|   9/22" and "|  10/22" are one shape), and the
+    numbers in order."""
+    return re.sub(r" +", " ", NUMBER.sub("#", line)), NUMBER.findall(line)
 
 
 def _volatile_fields(first: list[str], second: list[str]) -> dict[str, set[int]]:
@@ -175,7 +178,7 @@ def _durations(line: str) -> set[int]:
 def _only_volatile(unwatched: str, watched: str, fields: dict[str, set[int]]) -> bool:
     (shape_u, numbers_u), (shape_w, numbers_w) = _shape(unwatched), _shape(watched)
     volatile = fields.get(shape_u, set()) | _durations(unwatched)
-    return shape_u == shape_w and all(
+    return shape_u == shape_w and numbers_u != numbers_w and all(
         i in volatile for i, (x, y) in enumerate(zip(numbers_u, numbers_w, strict=True)) if x != y)
 
 

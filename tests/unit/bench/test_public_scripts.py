@@ -162,6 +162,22 @@ def test_a_number_the_line_says_is_a_duration_is_volatile_even_printed_once_and_
         "stdout line 1: unwatched '10 steps', watched '11 steps'"]  # "s" inside a word is no unit
 
 
+def test_a_time_per_unit_of_work_is_a_duration_and_padding_is_no_part_of_a_lines_shape():
+    # word_language_model's first batch of its second epoch, printed once of its shape, "ms/batch 3.44" in
+    # both unwatched runs and 50.53 watched (a loaded machine): a timing, wherever it is printed.
+    line = "| epoch   2 |     1/   22 batches | lr 20.00 | ms/batch {:5.2f} | loss 11.46 | ppl 95267.61"
+    first, second = _observed([line.format(3.44)]), _observed([line.format(3.44)])
+    assert bench.differences(first, second, _observed([line.format(50.53)])) == []
+    # Batches 9 and 10 padded to one width: one shape, so the timing that varied at 9 varies at 10 too.
+    padded = "| {:>3}/22 batches | tokens {:5.2f}"
+    first = _observed([padded.format(9, 4.51), padded.format(10, 4.63)])
+    second = _observed([padded.format(9, 4.67), padded.format(10, 4.63)])
+    assert bench.differences(first, second, _observed([padded.format(9, 3.15), padded.format(10, 3.23)])) == []
+    # Spaces alone that differ are still a difference: no number varied.
+    assert bench.differences(_observed(["loss  0.5"]), _observed(["loss  0.5"]), _observed(["loss 0.5"])) == [
+        "stdout line 1: unwatched 'loss  0.5', watched 'loss 0.5'"]
+
+
 def test_lines_that_carry_a_process_id_are_volatile_in_whatever_order_the_processes_print():
     first = _observed(["101 loss 2.3", "102 loss 2.4", "test 0.5"])
     second = _observed(["202 loss 2.4", "201 loss 2.3", "test 0.5"])
