@@ -270,6 +270,7 @@ class Recovery(RateFactor):
         self.ranks: Any = None  # under DDP: what rank 0 did, told to the other ranks after each step of a rollback
         self._loaded = False  # a state was put back during this step's end
         self._skips_seen = 0  # the run's skipped steps as the last step of a probe ended
+        self._restored_noise: float | None = None  # the run's per-step noise in the state rolled back to
 
     @property
     def probing(self) -> bool:
@@ -463,8 +464,7 @@ class Recovery(RateFactor):
         # A probe that trained all its steps and held its loss is a rate the network took; one cut short by
         # the run's end, or one that threw the loss up and back, is no evidence for the relaunch.
         before, factor_before = trigger["rate_before"], trigger["factor_before"]
-        noise = self.guard.sentinel.learning.noise
-        trained = [rate for p in self._probes if id(p) in self._ends and p.held(noise)
+        trained = [rate for p in self._probes if id(p) in self._ends and p.held(self._restored_noise)
                    if (rate := _times(before, p.factor / factor_before)) is not None]
         if trained and max(trained) > (finding.get("stable_learning_rate") or 0):
             finding["stable_learning_rate"] = max(trained)
@@ -484,6 +484,7 @@ class Recovery(RateFactor):
 
     def _start(self, factor: float) -> None:
         self._load(self._snapshot)
+        self._restored_noise = self.guard.sentinel.learning.noise  # the restored state's, no probe's in it
         self.factor = factor
         self.live_from = self.guard.step_number
         self._probe = Probe(factor)
