@@ -134,7 +134,6 @@ class ChanceLevel:
         value = float((squares / n - (total / n) ** 2).clamp(min=0).mean())
         return value if math.isfinite(value) else None
 
-
     def error(self) -> float:
         """The standard error of ``level()`` (0 while it is unknown): a squared error's is its variance's
         from the targets seen, the level times sqrt(2 / (n - 1)) (the columns' variances averaged may move

@@ -121,6 +121,7 @@ class LearningCheck(FallTests):
         self._window_noise: float | None = None
         self._bound: float | None = None
         self._scale = 0.0
+        self._level_read: float | None = None  # ``_ceiling()`` as the bound was last refreshed (``_chance_cap``)
         self._above = 0
         self._fired = False
         self._refresh_bound()
@@ -248,7 +249,7 @@ class LearningCheck(FallTests):
             if early is not None:
                 return early
         if self._bound is not None:
-            cap = self._chance_cap()
+            cap = self._chance_cap(loss)
             bound = self._bound if cap is None else min(self._bound, cap[0])  # a first window that climbed
             self._above = self._above + 1 if loss > bound else 0
             if self._above and self._spike is None:
@@ -331,23 +332,28 @@ class LearningCheck(FallTests):
         return kept
 
     # -- internals
-    def _chance_bound(self) -> tuple[float, float, float, float] | None:
-        """The bound from the first step for a loss whose chance level is known: (the bound, the first
-        step's loss, the scale, the chance level), the scale the larger of that step's magnitude and the
-        level; None without either. While a cross-entropy's level is still being measured, ln of its
-        classes stands in for it (``ChanceLevel.ceiling``: no level is higher)."""
-        ceiling = getattr(self.chance, "ceiling", None)  # the level, or a bound above it while it is measured
-        chance = ceiling() if ceiling is not None else self._chance()
+    def _ceiling(self) -> float | None:
+        """The chance level, or while a cross-entropy's is still being measured ln of its classes
+        (``ChanceLevel.ceiling``: no level is higher); None while neither is known."""
+        ceiling = getattr(self.chance, "ceiling", None)
+        return ceiling() if ceiling is not None else self._chance()
+
+    def _chance_bound(self, chance: float | None) -> tuple[float, float, float, float] | None:
+        """The bound from the first step for a loss whose chance level is ``chance`` (``_ceiling``): (the
+        bound, the first step's loss, the scale, the chance level), the scale the larger of that step's
+        magnitude and the level; None without either."""
         first = self._first_step
         if chance is None or first is None:
             return None
         scale = max(abs(first), chance)
         return first + self.spreads * scale, first, scale, chance
 
-    def _chance_cap(self) -> tuple[float, float, float, float] | None:
+    def _chance_cap(self, loss: float | None = None) -> tuple[float, float, float, float] | None:
         """The first window's bound (``_chance_bound``), kept once the window has closed, where that
         window climbed: (the bound, the first step's loss, the scale, the chance level); the divergence
-        bound is never above it. None where it does not apply.
+        bound is never above it. None where it does not apply. The level is the one read as the bound was
+        last refreshed, once a window (``_level_read``): reading it is a synchronisation on an accelerator.
+        Given the step's ``loss``, None too where that loss is below it, as it then bounds nothing.
 
         The divergence bound is measured from the first window's mean, and a loss that climbed within
         that window (a warm-up to a rate far too high: llama2.c's loss went from 4.1 at its first step to
@@ -360,9 +366,9 @@ class LearningCheck(FallTests):
         rule configures no ``baseline`` or ``scale`` of its own."""
         if self.baseline is not None or self.scale is not None or not self._first_here or self.start_loss is None:
             return None
-        known = self._chance_bound()
-        if known is None:
-            return None
+        known = self._chance_bound(self._level_read)
+        if known is None or (loss is not None and loss <= known[0]):
+            return None  # nothing to bound, or ``loss`` below it before the noise widens it: no noise read
         _, first, scale, chance = known
         noise = self.noise_spreads * self._noise_at(first)
         if self.start_loss - first <= noise:
@@ -388,7 +394,7 @@ class LearningCheck(FallTests):
         chance level (a log-likelihood, a sum of terms) the first window waits: such a loss can start
         near zero and leap from there while healthy. No jump is judged here: a loss thrown that far
         in the first steps is a step from overflowing, and the finite check names it (ExplodingTensor)."""
-        known = self._chance_bound()
+        known = self._chance_bound(self._ceiling())
         if known is None:
             return None
         bound, first, scale, chance = known
@@ -454,6 +460,8 @@ class LearningCheck(FallTests):
             fallen = base - self._lowest if self._lowest is not None else 0.0
             self._scale = max(abs(base), fallen, self.noise_spreads * self._noise_at(base))
         self._bound = base + self.spreads * self._scale if self._scale > 0 else None
+        # Once a window, as the bound: the level is read from counts on the device (a synchronisation).
+        self._level_read = self._ceiling()
 
     def _noise_at(self, base: float) -> float:
         """The per-step noise the divergence bound widens by, read at the level of a positive start.

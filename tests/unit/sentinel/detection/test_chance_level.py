@@ -163,6 +163,25 @@ def test_a_loss_that_climbed_within_its_first_window_is_bounded_from_its_first_s
     assert verdict(healthy, math.log(10)) is None
 
 
+def test_the_level_is_read_once_a_window_after_the_first_not_each_step():
+    # Reading the level is a synchronisation on an accelerator (its counts stay on the device): the bound
+    # after the first window reads it as the window closes, not at every step of a climbed run.
+    class Counted(Known):
+        reads = 0
+
+        def level(self) -> float:
+            Counted.reads += 1
+            return self.value
+
+    climb = [4.144, 4.137, 6.853, 15.06, 21.02, *[30.0 + 0.5 * step for step in range(55)]]
+    check = LearningCheck(run_steps=400)
+    check.chance = Counted(math.log(64))
+    for step, loss in enumerate(climb):
+        check.observe(step, loss, None, 0.05)
+    after_first = Counted.reads - 5  # the first window's steps read it each (the bound before its mean)
+    assert after_first <= 2 * (len(climb) - 5) // check.window, Counted.reads
+
+
 def test_the_first_step_bound_keeps_out_of_a_quiet_or_noisy_start_a_resumed_run_and_a_configured_bound():
     # A loss whose batches scatter widely (sd 0.6) about its chance level (0.5): a first window above its
     # first step by the noise is no climb, and the noise widens the bound as before.
