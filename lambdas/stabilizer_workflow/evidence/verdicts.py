@@ -170,6 +170,14 @@ def rediagnose(finding: Finding, seen: Watched | None, history: list | None = No
     )
 
 
+def told_only(finding: Finding, seen: Watched | None) -> bool:
+    """A notice, not a failure: VanishingGradient reported by the sentinel without a stop in a run whose
+    loss learned (a tensor whose gradient vanished while the rest trained: converged or saturated).
+    The sentinel does not stop such a run (docs/rules.md); it ends on the evidence, the notice named."""
+    return (finding.rule == "VanishingGradient" and finding.source == "sentinel" and finding.action == "notify"
+            and seen is not None and seen.learned is True)
+
+
 def has_learned(seen: Watched | None) -> bool:
     """The summary says the run learned: the learning check's word, else its best loss 5 % under its first."""
     if seen is None:

@@ -233,6 +233,10 @@ def _completed(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckRes
     if judged.finding is not None:
         return _remediate(s, attempt, obs, judged.finding)
     reason = judged.reason
+    told = [f for f in obs.issues() if verdicts.told_only(f, attempt.watched)]
+    if told:
+        reason += "; told: " + ", ".join(f"{f.rule} at step {f.step}" for f in told) + (
+            " (a tensor's gradient vanished while the loss learned)")
     recovered = in_job.summary_line(attempt)
     if recovered:
         reason += f"; {recovered}"
@@ -315,6 +319,12 @@ def _decide(s: WorkflowState, attempt: Attempt, obs: Observation, now: datetime)
     waiting_for_rules = obs.status == "Completed" and issue is None and bool(obs.rules_pending())
     if not obs.terminal or waiting_for_rules:
         return _while_running(s, attempt, obs, issue)
+    if issue is not None and verdicts.told_only(issue, attempt.watched):
+        # A notice in a run that learned (told while it ran) is no finding of the attempt's: the next one
+        # is the one to act on; without one the evidence decides, and the ending names the notice.
+        issue = next((f for f in sorted(obs.issues(), key=lambda f: (f.step is None, f.step or 0))
+                      if not verdicts.told_only(f, attempt.watched)), None)
+        attempt.finding = issue
     if issue is not None:
         return _remediate(s, attempt, obs, issue)
     return _after_end(s, attempt, obs)

@@ -36,7 +36,8 @@
   A run that never learned after its loss rose from its first step and fell back (a network a rate
   too high saturated, back at about chance) is Diverging too (``_rose_and_fell``).
   VanishingGradient is never the finding while the loss climbs, nor after a spike above the bound
-  (or an explosion in the first window) that the run never learned past: it becomes Diverging.
+  (or an explosion in the first window) that the run never learned past: it becomes Diverging. In a
+  run whose loss learned it is a notice: told, and the run goes on (``arbitrate``).
 * **LossNotDecreasing** (a plateau after learning), only when ``plateau_patience`` is set.
 
 The job's rule list overrides every default: an entry named ``NotLearning`` or ``Diverging``
@@ -51,7 +52,7 @@ import math
 import statistics
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from stabilizer_contract.catalogue import DIVERGING, NOT_LEARNING
@@ -309,18 +310,24 @@ class LearningCheck(FallTests):
         return self._judge(step, at_end=True)
 
     def arbitrate(self, step: int, findings: list[RuleFinding]) -> list[RuleFinding]:
-        """VanishingGradient is never the finding while the loss climbs: it becomes Diverging.
+        """VanishingGradient is never the finding while the loss climbs: it becomes Diverging. Nor does
+        it stop a run whose loss learned: there it is told, not acted on.
 
         Tiny gradients under a loss that rises are not a signal too weak to learn from (the remedy
         for which is a higher rate) but a run leaving training behind (a saturated output, a
-        log-likelihood running away); answering it with a higher learning rate makes it worse.
+        log-likelihood running away); answering it with a higher learning rate makes it worse. Tiny
+        gradients in a tensor of a run whose loss has learned (``learned``: confirmed below its start)
+        are that tensor converged or saturated while the rest trains (a forward-forward network's
+        first layer once it separates its data, an attention projection a high rate saturated):
+        stopping it would end a run that learns, and a higher rate would not mend a saturated
+        tensor. A loss that then stalls is the learning check's (and LossNotDecreasing's) to find.
         """
         vanishing = [f for f in findings if f.rule == VANISHING]
         if not vanishing:
             return findings
         wrecked = self._wreck() is not None  # a spike or a rise the run never learned past
         if not (self.climbing() or wrecked or any(f.rule == DIVERGING for f in findings)):
-            return findings
+            return [self._told(f) if f.rule == VANISHING else f for f in findings] if self.learned else findings
         kept = [f for f in findings if f.rule != VANISHING]
         if not self._fired and self._recent:
             level = sum(self._recent) / len(self._recent)
@@ -332,6 +339,15 @@ class LearningCheck(FallTests):
         return kept
 
     # -- internals
+    def _told(self, finding: RuleFinding) -> RuleFinding:
+        """``finding`` (VanishingGradient) as a notice: the run's loss learned."""
+        start, best = self.learning_start, self._lowest
+        learned = (f" from {start:.4g} to a window mean of {best:.4g}" if start is not None and best is not None
+                   else "")
+        return replace(finding, stops=False, message=(
+            f"{finding.message}; the loss learned{learned}: a tensor whose gradient vanished while the "
+            f"loss learns has converged or saturated, so this is told and the run goes on"))
+
     def _ceiling(self) -> float | None:
         """The chance level, or while a cross-entropy's is still being measured ln of its classes
         (``ChanceLevel.ceiling``: no level is higher); None while neither is known."""

@@ -101,7 +101,21 @@ def test_vanishing_gradients_under_a_flat_loss_are_still_vanishing_gradients(tmp
     rules = [{"name": "VanishingGradient"}]
     finding = watched(tmp_path, run, rules, capture={"gradients": {"save_interval": 1}},
                       grads=lambda step: 1e-9 if step >= 12 else 1e-2)
-    assert finding["rule"] == "VanishingGradient" and finding["step"] == 12
+    assert finding["rule"] == "VanishingGradient" and finding["step"] == 12 and finding["action"] == "stop"
+
+
+def test_vanishing_gradients_in_a_run_whose_loss_learned_are_told_and_the_run_goes_on(tmp_path):
+    # The loss falls from 2.3 towards 0.1; at step 200 one tensor's gradients drop to 1e-9 (a layer
+    # that converged or saturated while the rest trains). The rule's condition holds: it is reported,
+    # and the run is not stopped (a stop here ended a forward-forward network's healthy run halfway).
+    run = t.make_exponential(0)
+    rules = [{"name": "VanishingGradient"}]
+    finding = watched(tmp_path, run, rules, capture={"gradients": {"save_interval": 1}},
+                      grads=lambda step: 1e-9 if step >= 200 else 1e-2)
+    assert finding["rule"] == "VanishingGradient" and finding["step"] == 200
+    assert finding["action"] == "notify" and "the loss learned from 2." in finding["message"]
+    summary = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert [f["rule"] for f in summary["findings"]] == ["VanishingGradient"]  # and nothing stopped it later
 
 
 def test_a_loss_thrown_to_thousands_in_its_first_steps_and_back_at_chance_is_diverging(tmp_path):

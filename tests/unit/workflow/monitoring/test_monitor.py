@@ -274,6 +274,28 @@ def test_completed_with_sentinel_findings_is_not_a_success(settings):
     assert result.state.next_action == "launch_new"
 
 
+def _vanishing_notice(**summary_changes) -> FindingsDocument:
+    """The sentinel told VanishingGradient at step 30 without stopping (docs/rules.md: a run whose loss learned)."""
+    notice = {"rule": "VanishingGradient", "step": 30, "epoch": None, "phase": None, "learning_rate": 0.01,
+              "tensor": "gradients/layer0.weight", "value": 8e-08, "action": "notify",
+              "message": "mean |gradients/layer0.weight| = 8e-08 is below 1e-07 at step 30; the loss learned"}
+    return watched_findings(findings=[notice], **summary_changes)
+
+
+def test_a_vanishing_gradient_told_in_a_run_that_learned_is_no_failure_of_it(settings):
+    state = launched(settings)
+    running = monitor.check(state, observation(state, "InProgress", findings=_vanishing_notice()), LATER)
+    assert running.state.next_action == "monitor" and running.effects.stop_job is None
+    assert "the job runs on" in running.effects.notification.subject
+    done = monitor.check(running.state, observation(running.state, "Completed", findings=_vanishing_notice()), LATER)
+    assert (done.state.next_action, done.state.outcome) == ("end", "succeeded")
+    assert "learned; told: VanishingGradient at step 30" in done.state.reason
+    assert done.state.attempts[-1].finding is None
+    # The same notice in a run that never learned is acted on, as every finding of a completed job is.
+    flat = monitor.check(state, observation(state, "Completed", findings=_vanishing_notice(learned=False)), LATER)
+    assert flat.state.outcome != "succeeded" and flat.state.next_action == "launch_new"
+
+
 def test_completed_while_a_rule_is_still_evaluating_waits_for_its_verdict(settings):
     state = launched(settings)
     rules = [("ExplodingTensor", "NoIssuesFound"), ("VanishingGradient", "InProgress")]
