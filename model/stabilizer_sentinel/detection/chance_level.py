@@ -59,6 +59,7 @@ class ChanceLevel:
         self._samples = 0
         self._needed = 0
         self._classes: int | None = None  # cross-entropy: the width of its scores
+        self._read: tuple[int, float | None] | None = None  # (samples, level) of the last read: one per step
 
     def observe(self, tensors: Sequence[torch.Tensor]) -> None:
         """One backward pass is about to run from ``tensors``."""
@@ -122,16 +123,24 @@ class ChanceLevel:
         self._needed = SAMPLES_PER_CLASS * 3  # thirty targets: the variance to within about a quarter
 
     def level(self) -> float | None:
-        """The loss of the best input-blind prediction of the targets seen so far; None while unknown."""
+        """The loss of the best input-blind prediction of the targets seen so far; None while unknown.
+
+        Read from the device once per backward pass at most: the checks that ask for it again before
+        the next targets arrive (several at the close of a window) get the value already read."""
         if self.off or self.kind is None or self._samples < self._needed:
             return None
+        if self._read is None or self._read[0] != self._samples:
+            self._read = (self._samples, self._measure())
+        return self._read[1]
+
+    def _measure(self) -> float | None:
         if self._counts is not None:
             p = self._counts.double() / self._counts.sum()
             p = p[p > 0]
-            return float(-(p * p.log()).sum())
+            return float(-(p * p.log()).sum())  # a host synchronisation on an accelerator
         assert self._sums is not None
         n, total, squares = self._sums
-        value = float((squares / n - (total / n) ** 2).clamp(min=0).mean())
+        value = float((squares / n - (total / n) ** 2).clamp(min=0).mean())  # likewise
         return value if math.isfinite(value) else None
 
     def error(self) -> float:

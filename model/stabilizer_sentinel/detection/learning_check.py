@@ -409,7 +409,12 @@ class LearningCheck(FallTests):
         ln of its classes stands in for it (``ChanceLevel.ceiling``: no level is higher). Without a
         chance level (a log-likelihood, a sum of terms) the first window waits: such a loss can start
         near zero and leap from there while healthy. No jump is judged here: a loss thrown that far
-        in the first steps is a step from overflowing, and the finite check names it (ExplodingTensor)."""
+        in the first steps is a step from overflowing, and the finite check names it (ExplodingTensor).
+        The level is read (a synchronisation on an accelerator) only for a loss above the bound without it."""
+        first = self._first_step
+        if first is not None and loss <= first + self.spreads * abs(first):
+            self._early_above = 0  # below the bound whatever the level: no need to read it
+            return None
         known = self._chance_bound(self._ceiling())
         if known is None:
             return None
