@@ -74,9 +74,20 @@ class _Writer(threading.Thread):
         self.queue.put(record)
 
 
+# Floating types NumPy holds as they are; others (bfloat16, the float8 types) are stored as float32.
+NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)
+
+
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A copy of ``tensor`` in host memory as NumPy holds it: a sparse tensor (an embedding's gradient
+    with ``sparse=True``) as the dense tensor it stands for, a float type NumPy lacks as float32."""
+    data = tensor.detach()
+    if data.layout != torch.strided:
+        data = data.to_dense()
+    if data.is_floating_point() and data.dtype not in NUMPY_FLOATS:
+        data = data.float()
     # .numpy() shares memory with the tensor; the optimizer updates parameters in place, so copy.
-    return tensor.detach().to("cpu").numpy().copy()
+    return data.to("cpu").numpy().copy()
 
 
 class Capture:
@@ -300,10 +311,10 @@ class Capture:
             values["predictions/predictions"] = _class_indices(outputs)
         for module_name, output in self._activations.items():
             if f"activations/{module_name}" in wanted:
-                values[f"activations/{module_name}"] = output.to("cpu").numpy()
+                values[f"activations/{module_name}"] = _numpy(output)
         for module_name, given in self._activation_inputs.items():
             if f"activation_inputs/{module_name}" in wanted:
-                values[f"activation_inputs/{module_name}"] = given.to("cpu").numpy()
+                values[f"activation_inputs/{module_name}"] = _numpy(given)
         return values
 
     def _ensure_writer(self) -> _Writer:

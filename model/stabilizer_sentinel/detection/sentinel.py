@@ -43,6 +43,7 @@ from stabilizer_contract.job import ENDED_RULE_STOP, EXIT_RULE_STOP, RULE_STOP_P
 from stabilizer_sentinel.capture import profiler as system_profiler
 from stabilizer_sentinel.capture.capture import Capture, parse_capture
 from stabilizer_sentinel.capture.trial import MemoryTrial
+from stabilizer_sentinel.detection import gradients
 from stabilizer_sentinel.detection.health import LearningCheck, default_finite_rule, run_up
 from stabilizer_sentinel.loops import worker_processes
 from stabilizer_sentinel.rules import ExplodingTensor, Rule, RuleConfigError, RuleFinding, parse_rule_list
@@ -199,7 +200,7 @@ class Sentinel:
     ) -> tuple[float | None, float]:
         if grad_norm is None:
             grads = [p.grad for _, p in self._params if p.grad is not None]
-            grad_norm = torch.nn.utils.get_total_norm(grads) if grads else 0.0
+            grad_norm = gradients.total_norm(grads) if grads else 0.0
         if loss is None:
             return None, float(grad_norm)
         if isinstance(loss, torch.Tensor) and isinstance(grad_norm, torch.Tensor):
@@ -230,7 +231,7 @@ class Sentinel:
     def _first_nonfinite_layer(self, only_nan: bool) -> str | None:
         # Per-parameter synchronisation, but only on the step that already failed the cheap check.
         for name, param in self._params:
-            grad = param.grad
+            grad = None if param.grad is None else gradients.stored(param.grad)
             if grad is not None and (torch.isnan(grad).any() if only_nan else (~torch.isfinite(grad)).any()).item():
                 return name
         return None

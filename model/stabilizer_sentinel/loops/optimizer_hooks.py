@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from stabilizer_sentinel.detection import gradients
+
 STATE_KEY = "stabilizer_step"
 LEARNING_KEY = "stabilizer_learning"  # the learning check's start, so a resumed run is judged from its lineage
 
@@ -135,7 +137,7 @@ class OptimizerHooks:
 
     def _check_other(self, optimizer: torch.optim.Optimizer) -> None:
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        norm = torch.nn.utils.get_total_norm(grads).float() if grads else torch.zeros(())
+        norm = gradients.total_norm(grads).float() if grads else torch.zeros(())
         loss = self.take_loss()
         loss_value, norm_value = torch.stack([torch.as_tensor(float("nan") if loss is None else loss).to(
             norm.device, torch.float32).reshape(()), norm]).tolist()  # one host synchronisation for both
