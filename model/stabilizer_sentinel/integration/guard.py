@@ -167,6 +167,10 @@ class Guard(OptimizerHooks):
 
     def _hook_steps(self, optimizers: list[torch.optim.Optimizer], install_hooks: bool, integration: str) -> None:
         optimizer = optimizers[0] if optimizers else None
+        # The hooks of the optimizer whose steps are the run's, and whether its step is under way
+        # (OptimizerHooks._hook_first): none where the loop checks and counts its steps itself.
+        self._first_handles: list[Any] = []
+        self._in_step = False
         if install_hooks and optimizer is not None:
             self.hook_optimizers(optimizers, in_checkpoints=integration != "launcher")
             follow_scaler(optimizer, self)
@@ -235,6 +239,33 @@ class Guard(OptimizerHooks):
         else:
             keeper.add_other(BareTensors(params), optimizer)
         return True
+
+    def replaced_by(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether ``optimizer``, at its first step, replaces the one whose steps are the run's: it updates
+        some of the same parameters (a second phase's optimizer, one the script builds again each epoch),
+        and it does not step inside that one's step (an optimizer wrapping another, as Lookahead does,
+        steps its inner one there). A GAN's second optimizer updates other parameters: it is added
+        (``add_optimizer``). Not under DDP, where every rank would have to agree, nor while a rollback
+        probes rates."""
+        if self.optimizer is None or self._in_step or not self._first_handles or self.world_size > 1:
+            return False
+        if getattr(self.recovery, "probing", False):
+            return False
+        mine = {id(p) for group in self.optimizer.param_groups for p in group["params"]}
+        return any(id(p) in mine for group in optimizer.param_groups for p in group["params"])
+
+    def hand_over(self, optimizer: torch.optim.Optimizer) -> None:
+        """Watch ``optimizer``'s steps as the run's from this one on (``replaced_by``): the step count and
+        the learning check go on, the one replaced is let go, and the copies of the state held, whose
+        optimizer state is the replaced one's, give way to copies of the new (the next is taken at this
+        step's check)."""
+        unfollow(self.optimizer, self)
+        self._unhook_first()
+        self.optimizer = optimizer
+        self._hook_first(optimizer, in_checkpoints=False)  # the launcher's level: no keys in its state_dict()
+        follow_scaler(optimizer, self)
+        if self.rewind is not None:
+            self.rewind.replace_optimizer(optimizer)
 
     def _ranks_recover(self) -> bool:
         """Every DDP rank recovers in the job together (stabilizer_sentinel.recovery.ranks): the process group

@@ -14,7 +14,8 @@ stabilizer_sentinel.loops.step_clock, and ``torch.autograd.backward``, stabilize
   optimizer hook): at the first step of the first optimizer, the network is the candidate sharing
   the most parameters with it (DDP and ``torch.compile`` wrappers unwrapped), and a ``Guard``
   (stabilizer_sentinel.integration.guard) is attached to them as ``watch()`` would; its hooks do the rest. An optimizer
-  that steps later (a GAN's second) is added to it (``Guard.add_optimizer``).
+  that steps later (a GAN's second) is added to it (``Guard.add_optimizer``); one that updates the same
+  parameters (a second phase's, one built again each epoch) replaces it (``Guard.hand_over``).
 - **Updated by hand** (no optimizer, ``p.data -= lr * p.grad``): until they attach, the hooks keep a
   copy of each candidate network's smallest parameter and compare it at its next training forward
   pass (one comparison per forward pass, until attached); a network whose weights changed with no
@@ -220,7 +221,11 @@ class LauncherHooks:
 
     def _optimizer_stepping(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if self.guard is not None:
-            if optimizer is not self.guard.optimizer and not any(optimizer is o for o in self.guard.others):
+            if optimizer is self.guard.optimizer or any(optimizer is o for o in self.guard.others):
+                return
+            if self.guard.replaced_by(optimizer):  # the script's next optimizer over the same parameters
+                self.guard.hand_over(optimizer)
+            else:
                 self.guard.add_optimizer(optimizer, self._model_of(optimizer))  # a GAN's second, at its first step
             return
         # The guard's pre-hook, registered now, still runs for this step (PyTorch iterates the

@@ -42,6 +42,8 @@ class OptimizerHooks:
     sentinel: Any
     capture: Any
     _handles: list[Any]
+    _first_handles: list[Any]
+    _in_step: bool
     recovery: Any
     _loss: Any
     _reported_once: bool
@@ -51,16 +53,28 @@ class OptimizerHooks:
     def hook_optimizers(self, optimizers: list[torch.optim.Optimizer], *, in_checkpoints: bool) -> None:
         """Hook the first optimizer (its steps are the run's) and check the others' steps; with
         ``in_checkpoints``, the step count travels in the first one's ``state_dict()``."""
-        first = optimizers[0]
-        self._handles += [
+        self._hook_first(optimizers[0], in_checkpoints=in_checkpoints)
+        for other in optimizers[1:]:
+            self.add_optimizer(other)
+
+    def _hook_first(self, first: torch.optim.Optimizer, *, in_checkpoints: bool) -> None:
+        """The hooks of the optimizer whose steps are the run's (``_first_handles``, which ``Guard.hand_over``
+        moves to another)."""
+        self._in_step = False  # between its step's pre- and post-hooks: an optimizer stepped there is nested
+        self._first_handles = [
             first.register_step_pre_hook(self._before_optimizer_step),
             first.register_step_post_hook(self._after_optimizer_step),
         ]
         if in_checkpoints:
-            self._handles += [first.register_state_dict_post_hook(self._save_step),
-                              first.register_load_state_dict_pre_hook(self._load_step)]
-        for other in optimizers[1:]:
-            self.add_optimizer(other)
+            self._first_handles += [first.register_state_dict_post_hook(self._save_step),
+                                    first.register_load_state_dict_pre_hook(self._load_step)]
+        self._handles += self._first_handles
+
+    def _unhook_first(self) -> None:
+        for handle in self._first_handles:
+            handle.remove()
+            self._handles.remove(handle)
+        self._first_handles = []
 
     def hook_step_edges(self, optimizer: torch.optim.Optimizer) -> None:
         """For a loop that checks and counts its steps itself (Lightning's callback, ``check_counted``)
@@ -78,6 +92,7 @@ class OptimizerHooks:
         self.step_ended()
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        self._in_step = True
         if _has_closure(args, kwargs):
             if self.recovery is not None:
                 self.recovery.scale(optimizer)
@@ -91,6 +106,7 @@ class OptimizerHooks:
             self.recovery.scale(optimizer)
 
     def _after_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        self._in_step = False
         if _has_closure(args, kwargs):
             self.check()
         if self.recovery is not None:

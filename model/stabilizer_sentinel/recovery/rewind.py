@@ -196,6 +196,13 @@ class Rewind:
             if len(snapshot.others) < len(self.others):
                 snapshot.others.append(now)
 
+    def replace_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """The script trains with ``optimizer`` from now on: the copies held carry the replaced one's state,
+        which does not load into it, so they are let go; the next copy is the first of the new one's."""
+        self.optimizer = optimizer
+        self.snapshots.clear()
+        self.first = self.anchor = None
+
     def after_step(self, next_step: int) -> None:
         """Call after each optimizer step; copies the state every ``every`` steps."""
         if self.frozen or next_step % self.every:

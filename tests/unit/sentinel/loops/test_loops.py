@@ -69,6 +69,24 @@ def test_the_launcher_stops_an_unchanged_loop_of_every_kind_at_its_first_non_fin
 
 
 @pytest.mark.slow
+def test_the_launcher_follows_the_optimizer_a_second_phase_replaces(tmp_path):
+    # A new SGD over the same parameters from step 6: its steps are the run's (a new optimizer was once
+    # only checked, its steps uncounted, and a run that learned in them was called never learned).
+    healthy = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "replaced", "--steps", "16"],
+                  LOOPS.parent, job_env(tmp_path / "healthy"))
+    assert healthy.returncode == 0, healthy.stderr
+    written = summary(tmp_path / "healthy")
+    assert (written["steps_taken"], written["steps_observed"]) == (16, 16) and findings(tmp_path / "healthy") == []
+    # And it is checked as the first one was: a non-finite step is stopped before it applies.
+    stopped = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "replaced", "--steps", "16",
+                   "--nan-from", "11"], LOOPS.parent, job_env(tmp_path / "stopped"))
+    assert stopped.returncode == 86, stopped.stdout + stopped.stderr
+    (finding,) = findings(tmp_path / "stopped")
+    assert (finding["rule"], finding["step"]) == ("ExplodingTensor", 11)
+    assert summary(tmp_path / "stopped")["steps_taken"] == 11
+
+
+@pytest.mark.slow
 def test_the_launcher_watches_a_loop_over_bare_tensors_to_its_end(tmp_path):
     # Leaf tensors, torch.nn.functional and a hand-written update: no module is called, no optimizer
     # steps. Its second backward pass shows the update, and each pass from then on is a checked step.
@@ -242,3 +260,15 @@ def test_a_loop_updated_by_hand_is_judged_from_its_first_backward_pass_loss(tmp_
     written = summary(tmp_path)
     assert written["first_loss"] == pytest.approx(sum(losses[:5]) / 5, rel=1e-6)
     assert written["learned"] is True
+
+
+
+@pytest.mark.slow
+def test_an_optimizer_stepped_inside_the_watched_ones_step_replaces_nothing(tmp_path):
+    # The inner optimizer updates the same parameters, but inside the outer one's step (as Lookahead's
+    # does): it is no new phase's. Handing over there would pass the watch back and forth at every step.
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "wrapped", "--steps", "12"],
+                 LOOPS.parent, job_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    written = summary(tmp_path)
+    assert (written["steps_taken"], written["steps_observed"]) == (12, 12) and findings(tmp_path) == []
