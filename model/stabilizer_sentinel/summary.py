@@ -95,6 +95,13 @@ def ended_by(error: BaseException) -> None:
     _EXIT.record(error)
 
 
+def ended_with(ended: str, line: str) -> None:
+    """The script ended so (``ended``: "exception", ...; ``line``: what ended it), unless an uncaught
+    exception was recorded first: an end no exception stands for (``os._exit(n)``)."""
+    if _EXIT.ended is None:
+        _EXIT.ended, _EXIT.exception = ended, line
+
+
 def how_it_ended() -> Ending:
     """How the script ended, as recorded so far (asked when the guard closes)."""
     return Ending(_EXIT.ended, _EXIT.exception)

@@ -1,5 +1,5 @@
 """How a script the launcher watches ended when ``SystemExit`` ended it: ``sys.exit(n)``,
-``exit(n)``, or a bare ``raise SystemExit(n)`` anywhere in it.
+``exit(n)``, or a bare ``raise SystemExit(n)`` anywhere in it; or ``os._exit(n)``.
 
 Python calls no hook for an uncaught ``SystemExit`` (``sys.excepthook``, which
 stabilizer_sentinel.summary chains, is for the other exceptions), and by the time ``atexit`` runs
@@ -16,17 +16,33 @@ left by an exception; left by one that ``sys.excepthook`` never saw, it was the 
 
 Status 0 or None is a normal end ("completed"); any other status is recorded as the exception
 that ended the script, ``SystemExit: <status>``. This module never changes the status or the flow.
+
+``os._exit(n)`` ends the process at once: no ``atexit`` handler runs, so the watcher's own close
+(the summary in findings.json) would never be written, and a run that ended so would read as never
+watched. ``os._exit`` becomes a function of the same name, signature and documentation that, in the
+process that installed it, first runs the watcher's closers (``on_hard_exit``; the script's own
+``atexit`` handlers are left out, as ``os._exit`` leaves them out), waiting at most
+``HARD_EXIT_SECONDS`` for them (a closer stuck behind a thread the script abandoned must not keep
+the process alive), then calls the original with the same status. A forked child (a DataLoader
+worker, multiprocessing's forked process, which ends with ``os._exit``) calls the original at once.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dis
+import inspect
+import os
 import sys
+import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any, NoReturn
 
-from stabilizer_sentinel.summary import ended_by
+from stabilizer_sentinel.summary import ended_by, ended_with
+
+HARD_EXIT_SECONDS = 10.0
 
 _RETURNS = frozenset(dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST") if name in dis.opmap)
 
@@ -54,8 +70,13 @@ class SystemExit(_ORIGINAL):  # stands in for the builtin, under its name
 SystemExit.__module__ = "builtins"  # shown, and pickled, as the builtin
 
 
+_ORIGINAL_EXIT = getattr(os._exit, "original", os._exit)
+_CLOSERS: list[Callable[[], None]] = []
+_OWNER: list[int] = []  # the pid of the process whose watcher the closers close
+
+
 def install() -> None:
-    """Note every ``SystemExit`` made from now on; idempotent."""
+    """Note every ``SystemExit`` made from now on, and close the watcher before ``os._exit``; idempotent."""
     if builtins.SystemExit is SystemExit:
         return
     builtins.SystemExit = SystemExit  # type: ignore[misc]
@@ -65,6 +86,47 @@ def install() -> None:
 
     exit.__doc__ = sys.exit.__doc__
     sys.exit = exit
+    _OWNER[:] = [os.getpid()]
+    os._exit = _exit
+
+
+def on_hard_exit(close: Callable[[], None]) -> None:
+    """Run ``close`` (idempotent: it runs at ``atexit`` too, on a normal end) before ``os._exit`` ends this process."""
+    _CLOSERS.append(close)
+
+
+def _exit(status: int) -> NoReturn:
+    try:
+        if _CLOSERS and os.getpid() in _OWNER:
+            _close_before_exit(status)
+    finally:  # whatever happened above, the process ends as the script asked
+        _ORIGINAL_EXIT(status)
+
+
+def _close_before_exit(status: int) -> None:
+    closers = list(_CLOSERS)
+    _CLOSERS.clear()
+    if status != 0:
+        ended_with("exception", f"os._exit({status})")
+
+    def close_all() -> None:
+        for close in closers:
+            with contextlib.suppress(Exception):  # the process ends with the script's status, whatever happens here
+                close()
+
+    closing = threading.Thread(target=close_all, name="sentinel-close", daemon=True)
+    try:
+        closing.start()
+    except RuntimeError:  # no new thread at interpreter shutdown: nothing is written
+        return
+    closing.join(HARD_EXIT_SECONDS)
+
+
+_exit.__name__ = _exit.__qualname__ = "_exit"
+_exit.__signature__ = inspect.signature(_ORIGINAL_EXIT)  # type: ignore[attr-defined]  # (status), as the builtin's
+_exit.__doc__ = _ORIGINAL_EXIT.__doc__
+_exit.__module__ = _ORIGINAL_EXIT.__module__
+_exit.original = _ORIGINAL_EXIT  # type: ignore[attr-defined]
 
 
 def watch_main_frame() -> None:

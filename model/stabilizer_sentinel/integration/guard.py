@@ -62,7 +62,7 @@ from stabilizer_contract.job import REWIND_EVERY
 from stabilizer_sentinel.capture import module_hooks
 from stabilizer_sentinel.detection import watchdog
 from stabilizer_sentinel.detection.sentinel import Verdict, build_monitoring
-from stabilizer_sentinel.integration import log_channel
+from stabilizer_sentinel.integration import exit_status, log_channel
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig
 from stabilizer_sentinel.loops import distributed, worker_processes
 from stabilizer_sentinel.loops.networks import BareTensors, network_of
@@ -164,6 +164,7 @@ class Guard(OptimizerHooks):
         self.watchdog = watchdog.start(self)  # a thread that notices a loop which stopped taking steps
         self_ref = weakref.ref(self)
         atexit.register(lambda: (guard := self_ref()) is not None and guard.close())
+        exit_status.on_hard_exit(lambda: (guard := self_ref()) is not None and guard.close())  # os._exit: no atexit
 
     def _hook_steps(self, optimizers: list[torch.optim.Optimizer], install_hooks: bool, integration: str) -> None:
         optimizer = optimizers[0] if optimizers else None

@@ -135,6 +135,7 @@ class LauncherHooks:
             self.batches.activate()
         watch_exit()
         exit_status.install()  # sys.exit(n) and a bare raise SystemExit(n): how the script ended
+        exit_status.on_hard_exit(self.close)  # os._exit runs no atexit handler: the summary is written first
         self._closed = False
         # Registered before the guard exists, so it runs after the guard's own close (atexit is LIFO).
         atexit.register(self.close)

@@ -90,7 +90,7 @@ def test_the_same_script_that_does_learn_is_called_learned_from_its_first_step(t
     assert math.isclose(seen["first_loss"], sum(printed[:5]) / 5, rel_tol=1e-4)  # the first window, from step 0
 
 
-@pytest.mark.parametrize("end", ["raise", *in_make_test_all("exit3", "return")])
+@pytest.mark.parametrize("end", ["raise", "hard3", *in_make_test_all("exit3", "return")])
 def test_what_the_watcher_still_replaces_looks_and_ends_as_before(tmp_path, end):
     script = FIXTURES / "loops" / "looks_around.py"
     free = run([str(script), "--end", end], script.parent, job_env(tmp_path / "free"))
@@ -98,6 +98,11 @@ def test_what_the_watcher_still_replaces_looks_and_ends_as_before(tmp_path, end)
                   job_env(tmp_path / "watched", {"integration": "auto", "recovery": "in_job"}))
     assert watched.stdout == free.stdout and "backward name: backward" in free.stdout
     assert "loader next name: _BaseDataLoaderIter.__next__" in free.stdout
-    assert watched.returncode == free.returncode == {"return": 0, "exit3": 3, "raise": 1}[end]
+    assert watched.returncode == free.returncode == {"return": 0, "exit3": 3, "raise": 1, "hard3": 3}[end]
     assert watched.stderr == free.stderr  # the traceback as it was, and no line of the watcher's
-    assert summary(tmp_path / "watched")["steps_observed"] == 4  # three steps and the disabled scaler's
+    written = summary(tmp_path / "watched")
+    assert written["steps_observed"] == 4  # three steps and the disabled scaler's
+    # os._exit runs no atexit handler: the summary is written before it ends the process, saying how.
+    assert (written["ended"], written["exception"]) == {
+        "return": ("completed", None), "exit3": ("exception", "SystemExit: 3"),
+        "raise": ("exception", "ValueError: the script's own error"), "hard3": ("exception", "os._exit(3)")}[end]
