@@ -123,7 +123,8 @@ def _close_before_exit(status: int) -> None:
 
 
 _exit.__name__ = _exit.__qualname__ = "_exit"
-_exit.__signature__ = inspect.signature(_ORIGINAL_EXIT)  # type: ignore[attr-defined]  # (status), as the builtin's
+with contextlib.suppress(ValueError, TypeError):  # a builtin without a readable signature: none shown either way
+    _exit.__signature__ = inspect.signature(_ORIGINAL_EXIT)  # type: ignore[attr-defined]  # (status), as the builtin's
 _exit.__doc__ = _ORIGINAL_EXIT.__doc__
 _exit.__module__ = _ORIGINAL_EXIT.__module__
 _exit.original = _ORIGINAL_EXIT  # type: ignore[attr-defined]
