@@ -43,9 +43,8 @@ from stabilizer_contract.job import ENDED_RULE_STOP, EXIT_RULE_STOP, RULE_STOP_P
 from stabilizer_sentinel.capture import profiler as system_profiler
 from stabilizer_sentinel.capture.capture import Capture, parse_capture
 from stabilizer_sentinel.capture.trial import MemoryTrial
-from stabilizer_sentinel.detection import gradients
 from stabilizer_sentinel.detection.health import LearningCheck, default_finite_rule, run_up
-from stabilizer_sentinel.loops import worker_processes
+from stabilizer_sentinel.loops import gradients, worker_processes
 from stabilizer_sentinel.rules import ExplodingTensor, Rule, RuleConfigError, RuleFinding, parse_rule_list
 from stabilizer_sentinel.rules.base import unmatched_findings
 from stabilizer_sentinel.summary import jsonable as _jsonable

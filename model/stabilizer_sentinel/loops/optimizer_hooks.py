@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from stabilizer_sentinel.detection import gradients
+from stabilizer_sentinel.loops import gradients
 
 STATE_KEY = "stabilizer_step"
 LEARNING_KEY = "stabilizer_learning"  # the learning check's start, so a resumed run is judged from its lineage

@@ -195,7 +195,7 @@ def test_a_sparse_gradient_is_checked_by_its_stored_values(tmp_path):
     losses, seen = _watched(tmp_path, model, torch.optim.SGD(model.parameters(), lr=0.1), batch, 8)
     assert seen["steps_observed"] == 8 and seen["exception"] is None and losses[-1] < losses[0]
     # The norm of a sparse gradient is its dense gradient's: an index given twice has its rows summed.
-    from stabilizer_sentinel.detection.gradients import total_norm
+    from stabilizer_sentinel.loops.gradients import total_norm
 
     rows = torch.sparse_coo_tensor([[1, 1, 3]], torch.ones(3, 2), (5, 2), check_invariants=True)
     assert total_norm([rows]).item() == pytest.approx(total_norm([rows.to_dense()]).item()) == math.sqrt(10)
