@@ -8,7 +8,13 @@ optimizer step (the guard calls ``beat`` after each):
 
 - **hang**: no step for longer than ``max(floor, factor x median step time)`` (the median of the
   last 50 step intervals); before the run's second step, for longer than ``startup`` seconds (data
-  download, compilation and the first step's allocations are slow);
+  download, compilation and the first step's allocations are slow). Time the training thread spends
+  working counts as no hang (``Activity``): an evaluation, an export after the last step, a phase of
+  the script the guard does not count (a sweep's next model) compute; a thread blocked in a
+  collective, a deadlocked loader or a lock waits. On a tick where that thread's CPU time grew by at
+  least ``ACTIVE_SHARE`` of the tick (Linux's per-thread counters), or the device the model is on
+  allocated memory, the clock restarts. A thread that busy-waits (a spinning CUDA synchronisation)
+  reads as working: PyTorch's own collective timeout ends that one;
 - the bounds (stabilizer_sentinel.detection.hang_bounds) come from ``STABILIZER_HANG_FLOOR_SECONDS``
   (default 600: above NCCL's and gloo's own collective timeouts would be too late, below a long
   evaluation between two steps too early), ``STABILIZER_HANG_FACTOR`` (default 10) and
@@ -68,6 +74,47 @@ STRAGGLER_TICKS = 3  # consecutive ticks a rank must lag before it is reported
 STRAGGLER_MIN_EXCESS = 0.005  # seconds: below this a "slower" rank is timer noise
 REPORT_WAIT_SECONDS = 10.0  # how long other ranks give rank 0 to record the finding before leaving
 _PREFIX = "stabilizer/watchdog"
+# Of a tick's wall time, the share of CPU time the training thread must use for the tick to count as work.
+ACTIVE_SHARE = 0.5
+
+
+class Activity:
+    """Whether the training thread worked since the last look: its CPU time (``/proc/self/task/<id>/stat``,
+    Linux) grew by ``ACTIVE_SHARE`` of the wall time, or the device its model is on made allocations
+    (``torch.cuda.memory_stats``, read only where CUDA is initialised: no context is made here). Where
+    neither can be read, nothing counts as work and the watchdog judges by steps alone."""
+
+    def __init__(self, thread_id: int, device: Any = None) -> None:
+        self._stat = f"/proc/self/task/{thread_id}/stat"
+        self._ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._device = device if getattr(device, "type", None) == "cuda" else None
+        self._last = (self._cpu(), self._allocations(), time.monotonic())
+
+    def worked(self) -> bool:
+        cpu, allocations, now = self._cpu(), self._allocations(), time.monotonic()
+        (cpu_before, allocations_before, before), self._last = self._last, (cpu, allocations, now)
+        busy = cpu is not None and cpu_before is not None and cpu - cpu_before >= ACTIVE_SHARE * (now - before)
+        return busy or (allocations is not None and allocations != allocations_before)
+
+    def _cpu(self) -> float | None:
+        try:
+            with open(self._stat) as stat:
+                fields = stat.read().rpartition(")")[2].split()
+            return (int(fields[11]) + int(fields[12])) / self._ticks  # utime and stime, after the name
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _allocations(self) -> int | None:
+        if self._device is None:
+            return None
+        try:
+            import torch
+
+            if not torch.cuda.is_initialized():
+                return None
+            return int(torch.cuda.memory_stats(self._device).get("allocation.all.allocated", 0))
+        except Exception:  # a device that cannot say: steps alone judge
+            return None
 
 
 class Heartbeats:
@@ -170,7 +217,21 @@ class Watchdog:
                 self.heartbeats = Heartbeats(self.rank, self.world_size, env)
             except Exception as exc:  # no store to reach: each rank judges itself alone
                 print(f"sentinel: watchdog heartbeats unavailable ({exc!r})", file=sys.stderr, flush=True)
+        self._step_handle: Any = None
+        # Made in the training thread (the guard's): its work, between steps too, is no hang.
+        self.activity = Activity(threading.get_native_id(), _device_of(guard))
+        self.last_active = self.last_beat
         self.thread = threading.Thread(target=self._run, name="stabilizer-watchdog", daemon=True)
+
+    def follow(self, optimizer: Any, handles: list[Any]) -> None:
+        """Beat at ``optimizer``'s steps (the guard's handles hold the hook); a second call moves the hook
+        to the optimizer that replaced the first (Guard.hand_over)."""
+        if self._step_handle is not None:
+            self._step_handle.remove()
+            with contextlib.suppress(ValueError):
+                handles.remove(self._step_handle)
+        self._step_handle = optimizer.register_step_post_hook(self.after_step)
+        handles.append(self._step_handle)
 
     # -- what the training thread calls, through hooks (cheap: a clock read and an append)
     def after_step(self, *_: Any) -> None:
@@ -224,11 +285,13 @@ class Watchdog:
                     self.heartbeats = None
             if self.guard.primary:
                 self._write_progress()
-            idle = self.clock() - self.last_beat
+            if self.activity.worked():
+                self.last_active = self.clock()
+            now = self.clock()
             limit = self.bounds.limit(self.median_step)
-            if idle > limit and not self.fired:
+            if now - max(self.last_beat, self.last_active) > limit and not self.fired:
                 self.fired = True
-                self._hang(idle, limit)
+                self._hang(now - self.last_beat, limit)
 
     def _write_progress(self) -> None:
         step, written = self._progress
@@ -248,6 +311,8 @@ class Watchdog:
                if median is not None else f"startup bound {max(self.bounds.startup, self.bounds.floor):g} s")
         behind = laggards(beats, now=time.time(), stale_after=3 * self.bounds.tick + 5)
         text = f"no optimizer step for {idle:.1f} s on rank {self.rank} ({self.host}), bound {limit:.1f} s = {why}"
+        if self.last_active > self.last_beat:  # it worked for a while after its last step
+            text += f", the training thread idle for {self.clock() - self.last_active:.1f} s"
         if behind:
             named = ", ".join(f"rank {r} on {beats[r].get('host', '?')} at step {beats[r]['step']}"
                               f"{'' if beats[r].get('forward') else ' (before its forward pass)'}" for r in behind)
@@ -336,6 +401,14 @@ class Watchdog:
         store.write_json_atomic(path, {"version": 1, "stragglers": list(self._reported_stragglers.values())})
 
 
+def _device_of(guard: Any) -> Any:
+    """The device of the guard's model's first parameter (None without one)."""
+    try:
+        return next(iter(guard.model.parameters())).device
+    except (StopIteration, AttributeError, TypeError):
+        return None
+
+
 def start(guard: Any, environ: Mapping[str, str] | None = None) -> Watchdog | None:
     """The watchdog for ``guard``, started and hooked (removed with the guard's hooks); None when off."""
     bounds = HangBounds.from_env(environ)
@@ -345,6 +418,6 @@ def start(guard: Any, environ: Mapping[str, str] | None = None) -> Watchdog | No
     # The forward pass has ended when the backward pass starts: a listener, not a hook on the script's model.
     guard._handles.append(bare_tensors.listen(lambda _tensors: dog.forward_done()))
     if guard.optimizer is not None:
-        guard._handles.append(guard.optimizer.register_step_post_hook(dog.after_step))
+        dog.follow(guard.optimizer, guard._handles)
     guard._handles.append(dog)
     return dog.start()

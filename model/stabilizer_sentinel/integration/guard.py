@@ -267,6 +267,8 @@ class Guard(OptimizerHooks):
         follow_scaler(optimizer, self)
         if self.rewind is not None:
             self.rewind.replace_optimizer(optimizer)
+        if self.watchdog is not None:  # its steps are the loop's beat now
+            self.watchdog.follow(optimizer, self._handles)
 
     def _ranks_recover(self) -> bool:
         """Every DDP rank recovers in the job together (stabilizer_sentinel.recovery.ranks): the process group

@@ -61,6 +61,16 @@ def test_the_watchdog_stays_quiet_on_a_healthy_loop(tmp_path):
     assert 15 <= progress["step"] <= 30  # rewritten as the steps went on (at most every floor / 2 s here)
 
 
+def test_an_evaluation_longer_than_the_bound_after_the_last_step_is_work_not_a_hang(tmp_path):
+    # Three times the floor of forward passes with no optimizer step (a final evaluation, an export):
+    # the training thread computes, so the clock restarts at every tick (judged by steps alone, it was
+    # stopped and its model never saved).
+    result = run([str(SCRIPT), "--sleep-rank", "-1", "--steps", "10", "--work-after", str(3 * FLOOR)],
+                 SCRIPT.parent, job_env(tmp_path, **BOUNDS), timeout=60)
+    assert result.returncode == 0 and "rank=0 evaluated" in result.stdout, result.stdout + result.stderr
+    assert "Hang" not in [finding["rule"] for finding in findings(tmp_path)]
+
+
 @pytest.mark.long  # a setting read where the bound's is: make test refuses a bad one (below)
 def test_the_watchdog_can_be_turned_off(tmp_path):
     off = run([str(SCRIPT), "--sleep-rank", "0", "--sleep-step", "2", "--sleep-seconds", "3", "--steps", "4"],

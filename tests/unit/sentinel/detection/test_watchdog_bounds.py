@@ -45,3 +45,26 @@ def test_a_straggler_is_a_rank_slower_than_the_others_median_by_the_factor():
     assert list(stragglers(beats, 2.0)) == [2]
     assert stragglers(beats, 0) == {}  # off
     assert stragglers({0: beat(5, busy=0.001), 1: beat(5, busy=0.003)}, 2.0) == {}  # within timer noise
+
+
+def test_the_watchdog_beats_at_the_steps_of_the_optimizer_that_replaced_the_first():
+    # Guard.hand_over moves the beat to the new optimizer: left on the old one, the second phase's
+    # steps would not count and a healthy phase longer than the floor would be called a hang.
+    from types import SimpleNamespace
+
+    import torch
+
+    from stabilizer_sentinel.detection.watchdog import Watchdog
+
+    weight = torch.nn.Parameter(torch.ones(2))
+    first, second = torch.optim.SGD([weight], lr=0.1), torch.optim.SGD([weight], lr=0.1)
+    guard = SimpleNamespace(rank=0, world_size=1, step_number=0, optimizer=first, model=None, primary=True)
+    dog, handles = Watchdog(guard, HangBounds.from_env({})), []
+    dog.follow(first, handles)
+    weight.grad = torch.ones(2)
+    first.step()
+    assert dog.steps == 1
+    dog.follow(second, handles)
+    first.step()
+    second.step()
+    assert dog.steps == 2 and len(handles) == 1
