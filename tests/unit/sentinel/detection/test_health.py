@@ -108,6 +108,20 @@ def test_a_short_run_that_learned_past_a_spike_and_its_aftershock_is_not_divergi
         assert sum(readings) / len(readings) == pytest.approx(1.0, abs=0.06)
 
 
+def test_a_slow_start_falling_beyond_its_noise_is_left_to_learn_and_a_crawl_is_not():
+    # A slow start: 0.04 in its first 30 steps (a third of the 5 % it must fall), then faster. Judged at
+    # the patience by the margin alone, it was stopped there (plain SGD on a digits MLP, which learned
+    # 2.30 to 1.66 by step 280 unwatched).
+    slow = noisy([2.3 - 0.0013 * step if step < 40 else 2.248 - 0.004 * (step - 40) for step in range(120)],
+                 spread=0.002)
+    check = LearningCheck()
+    assert feed(check, slow) is None and check.learned
+    # A crawl a hundred times too slow to reach the margin is judged at the patience, as before.
+    crawl = noisy([2.3 - 0.0001 * step for step in range(120)], spread=0.0002)
+    finding = feed(LearningCheck(), crawl)
+    assert finding is not None and finding.rule == NOT_LEARNING and finding.step < 40
+
+
 def test_a_completed_run_that_never_learned_leaves_a_finding(tmp_path):
     _, _, verdicts = loop(tmp_path, [], 12, lr=0.0)
     assert not any(v.stop for v in verdicts.values())  # shorter than the patience: judged at close
