@@ -300,14 +300,20 @@ class Guard(OptimizerHooks):
         stabilizer_sentinel.loops.backward_loss).
 
         The step's loss is the mean over its passes (gradient accumulation: one per micro-batch), on the
-        device (no host synchronisation). The launcher reports its losses here.
+        device (no host synchronisation). The launcher reports its losses here. Where that mean is not
+        finite, the latest pass's loss stands: an earlier pass whose loss was not finite and whose
+        gradients the script threw away (its own guard, skipping the step and zeroing them) is no part of
+        this step; had it kept them, the step's gradients are not finite and the finite check finds them.
         """
         if self._loss is None or self._passes == 0:
             self._passes, self._pass_sum = 0, loss
         else:
             self._pass_sum = self._pass_sum + loss
         self._passes += 1
-        self._loss = self._pass_sum / self._passes if self._passes > 1 else loss
+        self._loss = loss
+        if self._passes > 1:
+            mean = self._pass_sum / self._passes
+            self._loss = torch.where(torch.isfinite(mean), mean, loss) if isinstance(mean, torch.Tensor) else mean
         if self.clock is not None:
             self.clock.loss_reported()
 

@@ -264,6 +264,19 @@ def test_a_loop_updated_by_hand_is_judged_from_its_first_backward_pass_loss(tmp_
 
 
 @pytest.mark.slow
+def test_a_step_the_script_skips_for_its_non_finite_gradients_is_its_own_business(tmp_path):
+    # The script's own guard: it backwards a NaN loss at step 5, sees non-finite gradients and skips the
+    # step; the next step zeroes them. That loss was once averaged into the next step's as accumulation,
+    # and the watcher rolled back a run that had protected itself.
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "guarded", "--steps", "12",
+                  "--nan-at", "5"], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert result.returncode == 0 and "step=5 skipped" in result.stdout, result.stderr
+    assert "sentinel" not in result.stderr and findings(tmp_path) == []
+    written = summary(tmp_path)
+    assert (written["steps_taken"], written["steps_observed"]) == (11, 11)
+
+
+@pytest.mark.slow
 def test_an_optimizer_stepped_inside_the_watched_ones_step_replaces_nothing(tmp_path):
     # The inner optimizer updates the same parameters, but inside the outer one's step (as Lookahead's
     # does): it is no new phase's. Handing over there would pass the watch back and forth at every step.
