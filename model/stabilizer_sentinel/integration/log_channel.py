@@ -7,7 +7,10 @@ number. The channel keeps the last one, the number of lines, and the step at whi
 reported a non-finite loss (``summary.log_loss``); at that line it hands the value to the guard that
 watches the run, which records an ``ExplodingTensor`` finding with source "log" whatever its hooks
 saw, and stops the job at its next step when the action is stop (a line may be printed from any
-thread, where exiting would end that thread alone).
+thread, where exiting would end that thread alone). Not before the guard checked its first step:
+nothing was trained yet, so a number printed then is no training loss that blew up (a script prints
+``best loss: inf`` as its best-so-far's first value), and a first loss that is not finite is the
+finite check's at that step.
 
 Cost: one regex search per complete line printed, nothing per training step.
 
@@ -83,11 +86,10 @@ class LogChannel:
         sys.stderr = _LossFromLog(sys.stderr, self.pattern, self._value)  # type: ignore[assignment]
 
     def attach(self, guard: Any) -> None:
-        """``guard`` watches the run from now on; a non-finite loss the log reported before is handed to it."""
+        """``guard`` watches the run from now on (what the log reported before its first step is no
+        training loss that blew up: nothing was trained)."""
         self.guard = guard
         guard.record.log = self.record
-        if self.record.last is not None and not math.isfinite(self.record.last):
-            guard.log_nonfinite(self.record.last)
 
     def _value(self, value: float) -> None:
         if self._busy:  # a line printed while handling one (the finding's own message)
@@ -99,12 +101,13 @@ class LogChannel:
             for listener in self.listeners:
                 listener(value)
             guard = self.guard
-            step = max(guard.step_number - 1, 0) if guard is not None else 0
-            if not math.isfinite(value) and self.record.nonfinite_step is None and not (
-                    guard is not None and guard.undone(step)):  # a step a rollback undid is not the run's
+            if guard is None or not guard.record.steps_observed:
+                return  # before the first checked step: nothing trained yet (module docstring)
+            step = max(guard.step_number - 1, 0)
+            if not math.isfinite(value) and self.record.nonfinite_step is None and not guard.undone(step):
+                # (a step a rollback undid is not the run's)
                 self.record.nonfinite_step = step
-                if guard is not None:
-                    guard.log_nonfinite(value)
+                guard.log_nonfinite(value)
         finally:
             self._busy = False
 

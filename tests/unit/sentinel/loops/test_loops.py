@@ -209,6 +209,16 @@ def test_a_non_finite_loss_in_the_log_is_an_exploding_tensor_whatever_the_hooks_
     assert "step=5 " not in result.stdout  # stopped at the next step, before it was applied
 
 
+@pytest.mark.slow
+def test_a_number_the_log_printed_before_anything_trained_is_no_explosion(tmp_path):
+    # `best loss: inf` printed before the first step (a best-so-far's first value) matched the log's
+    # loss pattern and stopped a healthy script at step 0.
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--print-best", "1", "--steps", "8"],
+                 LOOPS.parent, job_env(tmp_path))
+    assert result.returncode == 0 and "sentinel" not in result.stderr, result.stderr
+    assert findings(tmp_path) == [] and summary(tmp_path)["log_loss"]["nonfinite_step"] is None
+
+
 def test_a_loop_updating_by_hand_that_reports_no_loss_is_still_checked_at_each_backward_pass(tmp_path):
     torch.manual_seed(0)
     model = nn.Linear(4, 1)
