@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
 
@@ -123,9 +124,10 @@ class Observation(BaseModel):
             found.append(finding_from_failure_reason(self.failure_reason or ""))
         return found
 
-    def primary_issue(self) -> Finding | None:
-        """The earliest finding: what went wrong first is what a remedy should address."""
-        issues = self.issues()
+    def primary_issue(self, passed_over: Callable[[Finding], bool] | None = None) -> Finding | None:
+        """The earliest finding: what went wrong first is what a remedy should address; those
+        ``passed_over`` says are not failures (a notice) left out."""
+        issues = [f for f in self.issues() if passed_over is None or not passed_over(f)]
         if not issues:
             return None
         return min(issues, key=lambda f: (f.step is None, f.step if f.step is not None else 0))

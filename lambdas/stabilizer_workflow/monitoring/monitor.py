@@ -322,8 +322,7 @@ def _decide(s: WorkflowState, attempt: Attempt, obs: Observation, now: datetime)
     if issue is not None and verdicts.told_only(issue, attempt.watched):
         # A notice in a run that learned (told while it ran) is no finding of the attempt's: the next one
         # is the one to act on; without one the evidence decides, and the ending names the notice.
-        issue = next((f for f in sorted(obs.issues(), key=lambda f: (f.step is None, f.step or 0))
-                      if not verdicts.told_only(f, attempt.watched)), None)
+        issue = obs.primary_issue(passed_over=lambda f: verdicts.told_only(f, attempt.watched))
         attempt.finding = issue
     if issue is not None:
         return _remediate(s, attempt, obs, issue)
