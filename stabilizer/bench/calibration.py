@@ -37,7 +37,7 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from itertools import pairwise
 from multiprocessing import get_context
 from pathlib import Path
@@ -70,6 +70,12 @@ RULE_CALLS = {
 }
 # A recovered run is as good as a healthy one when its final loss is at most this times the healthy run's.
 QUALITY_WITHIN = 1.1
+# A healthy run again at another seed (--healthy-seeds): "<run>~seed<k>", judged as a healthy run and, for
+# the recovered quality, one draw more of where the healthy setting ends.
+SEEDED = "~seed"
+# The quality measures, best first: the final model's loss on a fixed set (the script prints it), the
+# mean of the last window of training losses, the last step's loss.
+MEASURES = (("final evaluation", "final_eval"), ("last window", "final_window"), ("last step", "final_loss"))
 # Calls that say the failure went unseen.
 UNDETECTED = ("unwatched", "unverified", "none")
 
@@ -98,6 +104,7 @@ class Result:
     rolled_back_steps: int = 0  # their steps lost and probed: computed, not in the final model
     final_loss: float | None = None  # the last attempt's last loss the sentinel saw (its summary)
     final_window: float | None = None  # the mean of its last window of losses (the summary's last_window_loss)
+    final_eval: float | None = None  # the loss of its final model on a fixed set, as the script printed it
     reason: str = ""  # the execution's reason, as the workflow gave it
     setting: str = ""  # its hyperparameters but those its knobs set (``setting``): the script's configuration
 
@@ -196,21 +203,70 @@ def outcomes(expect: Expect, result: Result) -> tuple[str, ...]:
     return expect.outcome_in_job if result.rollbacks and expect.outcome_in_job is not None else expect.outcome
 
 
+def final_evaluation(log: str, final_regex: str) -> float | None:
+    """The last loss the script printed for its final model (``final_regex``'s group); None without one."""
+    if not final_regex:
+        return None
+    matches = re.findall(final_regex, log, flags=re.MULTILINE)
+    try:
+        value = float(matches[-1]) if matches else math.nan
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def reseeded(run: Run, seed: int) -> Run:
+    """``run`` at another ``seed`` hyperparameter, named ``<run>~seed<k>``."""
+    hyperparameters = {**run.job.get("hyperparameters", {}), "seed": seed}
+    return replace(run, name=f"{run.name}{SEEDED}{seed}", job={**run.job, "hyperparameters": hyperparameters})
+
+
+def with_seeds(runs: list[Run], count: int) -> list[Run]:
+    """``runs``, then each healthy one that takes a ``seed`` hyperparameter again at its next ``count - 1``
+    seeds."""
+    if count < 1:
+        raise ValueError(f"--healthy-seeds: expected a whole number >= 1, got {count}")
+    more = [reseeded(run, int(run.job["hyperparameters"]["seed"]) + k) for run in runs
+            if run.healthy and isinstance(run.job.get("hyperparameters", {}).get("seed"), int) for k in range(1, count)]
+    return [*runs, *more]
+
+
+def by_name(runs: list[Run], name: str) -> Run:
+    """The run of ``runs`` named ``name``, or of its base run at the seed it names (``with_seeds``)."""
+    base, _, seed = name.partition(SEEDED)
+    [run] = select(runs, names=[base])
+    return reseeded(run, int(seed)) if seed else run
+
+
 def _final_loss(attempts: list[dict[str, Any]]) -> float | None:
     last = ((attempts[-1].get("watched") or {}).get("last_loss")) if attempts else None
     return float(last) if isinstance(last, int | float) and math.isfinite(last) else None
 
 
+def _reference(healthy: list[Result], attribute: str) -> list[float]:
+    """Where the healthy runs ``healthy`` ended by ``attribute``: the values of the run (with its seeds,
+    ``SEEDED``) whose median is lowest; [] when none has one."""
+    runs: dict[str, list[float]] = {}
+    for h in healthy:
+        if (value := getattr(h, attribute)) is not None:
+            runs.setdefault(h.run.partition(SEEDED)[0], []).append(value)
+    return min(runs.values(), key=statistics.median) if runs else []
+
+
 def quality_lines(results: list[Result]) -> list[str]:
     """Each failing run that ended succeeded: where it ended over where the best healthy run of the same
     script ended (the same kind, policy and ``setting``: its configuration, at settings of its knobs it
-    takes), and how many are within 10 %: by the last window's mean loss (``final_window``), and by the
-    last step's loss beside it. A run no healthy run shares a setting with is measured against its kind's
-    (said on its line); so is every run of results kept before the setting was (all read as one). The
-    count against the best healthy run of any setting of the kind follows, for comparison with those."""
+    takes), and how many are within 10 %: by the final model's loss on a fixed set where the script
+    prints one (``final_eval``), by the last window's mean loss (``final_window``), and by the last
+    step's loss. A healthy run run at several seeds (``--healthy-seeds``) is where its seeds' median ends,
+    and the count within the range its seeds ended in follows. A run no healthy run shares a setting with
+    is measured against its kind's (said on its line); so is every run of results kept before the setting
+    was (all read as one). The count against the best healthy run of any setting of the kind follows, for
+    comparison with those."""
     lines: list[str] = []
     ratios: dict[str, dict[str, list[float]]] = {}
-    of_kind: dict[str, list[float]] = {}
+    spread: dict[str, dict[str, list[bool]]] = {}
+    of_kind: dict[str, dict[str, list[float]]] = {}
     for r in results:
         if r.healthy or r.outcome != "succeeded" or r.final_loss is None:
             continue
@@ -218,32 +274,41 @@ def quality_lines(results: list[Result]) -> list[str]:
                 and h.outcome in SUCCESS]
         same = [h for h in kind if h.setting == r.setting]
         parts, alone = [], False
-        for measure, of in (("window", lambda x: x.final_window), ("step", lambda x: x.final_loss)):
-            mine, theirs = of(r), [v for h in same if (v := of(h)) is not None]
+        for label, attribute in MEASURES:
+            mine, theirs = getattr(r, attribute), _reference(same, attribute)
             if mine is None:
                 continue
             if not theirs:  # no healthy run of its setting measured this: its kind's
-                theirs, alone = [v for h in kind if (v := of(h)) is not None], True
-            if not theirs or min(theirs) <= 0:
+                theirs, alone = _reference(kind, attribute), True
+            if not theirs or (reference := statistics.median(theirs)) <= 0:
                 continue
-            ratio = mine / min(theirs)
-            ratios.setdefault(r.policy, {}).setdefault(measure, []).append(ratio)
-            parts.append(f"last {measure} {mine:.4g} / healthy {min(theirs):.4g} = {ratio:.2f}")
-            if measure == "window" and (anyone := [v for h in kind if (v := of(h)) is not None and v > 0]):
-                of_kind.setdefault(r.policy, []).append(mine / min(anyone))
+            ratio = mine / reference
+            ratios.setdefault(r.policy, {}).setdefault(label, []).append(ratio)
+            drawn = ""
+            if len(theirs) > 1:
+                spread.setdefault(r.policy, {}).setdefault(label, []).append(mine <= max(theirs))
+                drawn = f" (healthy at {len(theirs)} seeds {min(theirs):.4g}-{max(theirs):.4g})"
+            parts.append(f"{label} {mine:.4g} / healthy {reference:.4g} = {ratio:.2f}{drawn}")
+            if label != "last step" and (anyone := _reference(kind, attribute)) and statistics.median(anyone) > 0:
+                of_kind.setdefault(r.policy, {}).setdefault(label, []).append(mine / statistics.median(anyone))
         if parts:
             against = "; against its kind: no healthy run of its setting" if alone else ""
             lines.append(f"  {r.run} ({r.policy}): {'; '.join(parts)} ({r.rollbacks} in job, {r.attempts} job(s)"
                          f"{against})")
-    head = ["recovered quality (failing runs that ended succeeded: the mean loss of their last window over the "
-            "lowest of a healthy run of the same script and setting, and the same by the last step's loss alone, "
-            "which is noisier):"]
-    head += [f"  {policy} by last {measure}: {sum(x <= QUALITY_WITHIN for x in mine)} of {len(mine)} within "
-             f"{QUALITY_WITHIN - 1:.0%}, median ratio {statistics.median(mine):.2f}"
-             for policy, by in ratios.items() for measure, mine in by.items()]
-    head += [f"  {policy} by last window against the lowest healthy run of any setting of the kind: "
+    head = ["recovered quality (failing runs that ended succeeded: the loss of the final model on a fixed set, "
+            "the mean loss of their last window and the last step's loss alone, which is noisier, each over the "
+            "lowest of a healthy run of the same script and setting, the median of its seeds where it ran at "
+            "several):"]
+    for policy, by in ratios.items():
+        for label, mine in by.items():
+            within = spread.get(policy, {}).get(label, [])
+            seeds = f"; {sum(within)} of {len(within)} within the range of the healthy seeds" if within else ""
+            head.append(f"  {policy} by {label}: {sum(x <= QUALITY_WITHIN for x in mine)} of {len(mine)} within "
+                        f"{QUALITY_WITHIN - 1:.0%}, median ratio {statistics.median(mine):.2f}{seeds}")
+    head += [f"  {policy} by {label} against the lowest healthy run of any setting of the kind: "
              f"{sum(x <= QUALITY_WITHIN for x in mine)} of {len(mine)} within {QUALITY_WITHIN - 1:.0%}, "
-             f"median ratio {statistics.median(mine):.2f}" for policy, mine in of_kind.items()]
+             f"median ratio {statistics.median(mine):.2f}"
+             for policy, by in of_kind.items() for label, mine in by.items()]
     return [*head, *lines]
 
 
@@ -257,10 +322,11 @@ def _window_loss(findings: Path) -> float | None:
 
 
 def setting(job: dict[str, Any]) -> str:
-    """The job's hyperparameters but those its knobs set (the rate, a warm-up, clipping): what makes two
-    runs of a kind the same script at different settings of what the workflow may change, or two
-    configurations of it (another network, seed or data)."""
+    """The job's hyperparameters but those its knobs set (the rate, a warm-up, clipping) and its ``seed``:
+    what makes two runs of a kind the same script at different settings of what the workflow may change,
+    or two configurations of it (another network or data). A seed is a draw of the same configuration."""
     knobs = {knob.get("hyperparameter") for knob in (job.get("knobs") or {}).values() if isinstance(knob, dict)}
+    knobs.add("seed")  # a draw, not a configuration
     return json.dumps({k: v for k, v in (job.get("hyperparameters") or {}).items() if k not in knobs},
                       sort_keys=True, default=str)
 
@@ -290,6 +356,7 @@ def measure(run: Run, policy: str, state: dict[str, Any], status: str, logs: lis
         rate_rollbacks=sum(1 for r in rollbacks if not r.get("transient")),
         rolled_back_steps=sum(r.get("steps_lost", 0) + r.get("probe_steps", 0) for r in rollbacks),
         final_loss=_final_loss(attempts), setting=setting(run.job),
+        final_eval=final_evaluation(logs[-1], run.final_regex) if logs else None,
     ))
     if result.false_negative:  # a failing run called healthy: its "final model" is the failure itself
         result.wasted_steps = computed
@@ -332,7 +399,7 @@ def worker_init(log_file: str) -> None:
 
 
 def _execute_by_name(name: str, policy: str, data_dir: str, run_root: str) -> Result:
-    [run] = select(load(), names=[name])
+    run = by_name(load(), name)
     try:
         return execute(run, policy, Path(data_dir), Path(run_root))
     except Exception as error:  # one broken execution is a row of the table, not the end of the benchmark
@@ -454,6 +521,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recovery", choices=["in_job", "relaunch", "both"], default="in_job",
                         help="corpus: job.recovery; both runs each run both ways, side by side (default policy "
                         "labels: default, default:relaunch)")
+    parser.add_argument("--healthy-seeds", type=int, default=1, metavar="N",
+                        help="corpus: each healthy run at N seeds (its own and the next N-1), for the spread of "
+                        "where a healthy run ends that the recovered quality is read against")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -469,7 +539,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     try:
         kinds = args.kinds.split(",") if args.kinds else None
-        runs = select(load(), kinds, args.runs.split(",") if args.runs else None)
+        runs = with_seeds(select(load(), kinds, args.runs.split(",") if args.runs else None), args.healthy_seeds)
         if args.jobs < 1:
             raise ValueError(f"--jobs: expected a whole number >= 1, got {args.jobs}")
         digits = prepare_data(argparse.Namespace(data_dir=args.data_dir, run_dir=Path("runs")),

@@ -74,6 +74,9 @@ class Run:
     step_regex: str  # the step number in the script's own log line, for the steps columns
     watch: str  # "library": the script calls watch(); "none": it relies on the default integration
     monitoring: dict[str, Any] | None = None
+    # One group around the loss the script prints for its final model on a fixed set, after training
+    # (the recovered-quality measure that no batch's noise moves); "": it prints none.
+    final_regex: str = ""
 
     def execution_input(self, policy: str) -> dict[str, Any]:
         data: dict[str, Any] = {"policy": policy, "wait_seconds": 1, "limits": dict(LIMITS), "job": self.job}
@@ -126,6 +129,14 @@ def _expect(source: Path, where: str, data: dict[str, Any], healthy: bool, hyper
     return Expect(outcome, first, dict(remedy), in_job)
 
 
+def _groups(pattern: str) -> int:
+    """How many groups ``pattern`` has; -1 when it is no regular expression."""
+    try:
+        return re.compile(pattern).groups
+    except re.error:
+        return -1
+
+
 def load_kind(directory: Path, *, files_in_place: bool = True) -> list[Run]:
     """The runs of one kind's manifest; ManifestError names the file and field when it is malformed.
     Without ``files_in_place`` (a public script whose upstream files are not in the checkout) its entry
@@ -140,6 +151,10 @@ def load_kind(directory: Path, *, files_in_place: bool = True) -> list[Run]:
     job = dict(_field(source, "", data, "job", dict))
     step_regex = _field(source, "", data, "step_regex", str)
     watch = _field(source, "", data, "watch", str)
+    final_regex = data.get("final_regex", "")
+    if not isinstance(final_regex, str) or (final_regex and _groups(final_regex) != 1):
+        raise ManifestError(f"{source}: final_regex: expected a regular expression with one group around the "
+                            f"final model's loss, got {final_regex!r}")
     if watch not in ("library", "none"):
         raise ManifestError(f"{source}: watch: expected library (the script calls watch()) or none, got {watch!r}")
     entry = directory / str(job.get("entry_point", ""))
@@ -159,6 +174,7 @@ def load_kind(directory: Path, *, files_in_place: bool = True) -> list[Run]:
             kind=directory.name, name=name, healthy=healthy, description=item.get("description", ""),
             job={**job, "hyperparameters": hyperparameters, **({"knobs": item["knobs"]} if "knobs" in item else {})},
             expect=expect, step_regex=step_regex, watch=watch, monitoring=item.get("monitoring"),
+            final_regex=final_regex,
         ))
     return runs
 

@@ -44,6 +44,12 @@ def main() -> None:
         opt_g.step()
         print(f"step {step} d_loss={d_loss.item():.4f} g_loss={g_loss.item():.4f} "
               f"fake_mean={fake.mean().item():.3f}", flush=True)
+    # How far the generator's distribution is from the data's: the 1-Wasserstein distance between
+    # 20,000 samples of each, the same noise for every run.
+    torch.manual_seed(1000 + args.seed)
+    with torch.no_grad():
+        fake, real = generator(torch.randn(20_000, 4)).flatten().sort()[0], real_batch(20_000).flatten().sort()[0]
+    print(f"final_eval {(fake - real).abs().mean().item():.6g}", flush=True)
 
 
 if __name__ == "__main__":

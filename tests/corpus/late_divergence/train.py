@@ -43,6 +43,8 @@ def main() -> None:
         optimizer.step()
         scheduler.step()
         print(f"Step {step}/{args.steps} - loss: {loss.item():.5f}", flush=True)
+    with torch.no_grad():  # the squared error over every patient
+        print(f"final_eval {loss_fn(model(x), y).item():.6g}", flush=True)
 
 
 if __name__ == "__main__":

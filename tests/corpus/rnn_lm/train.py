@@ -64,6 +64,11 @@ def main() -> None:
         guard.step(loss)
         optimizer.step()
         print(f"| step {step:4d} | loss {loss.item():8.4f} | ppl {loss.exp().item():10.2f}", flush=True)
+    with torch.no_grad():  # the cross-entropy of the whole text, window by window
+        window = data[:(len(data) - 1) // args.bptt * args.bptt + 1]
+        inputs, targets = window[:-1].view(-1, args.bptt), window[1:].view(-1, args.bptt)
+        entropy = nn.functional.cross_entropy(model(inputs).reshape(-1, len(chars)), targets.reshape(-1))
+        print(f"final_eval {entropy.item():.6g}", flush=True)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ def main() -> None:
     with torch.no_grad():
         finite = x.isfinite().all(1)
         print(f"final accuracy {(model(x[finite]).argmax(1) == y[finite]).float().mean().item():.3f}", flush=True)
+        print(f"final_eval {nn.functional.cross_entropy(model(x[finite]), y[finite]).item():.6g}", flush=True)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,10 @@ def main() -> None:
         optimizer.step()
         scheduler.step()
         print(f"iter {step}: loss {loss.item():.4f}, lr {scheduler.get_last_lr()[0]:.2e}", flush=True)
+    with torch.no_grad():  # the cross-entropy of 512 sequences, the same for every run
+        tokens = sample(transitions, 512, torch.Generator().manual_seed(4321))
+        entropy = nn.functional.cross_entropy(model(tokens[:, :-1]).reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+        print(f"final_eval {entropy.item():.6g}", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -269,3 +270,64 @@ def test_a_run_no_knob_fixes_is_right_to_end_succeeded_where_the_job_lowered_its
         _attempt(1, 5.0, key="ft_lr", rule="Diverging", status="Failed"), _attempt(2, 5.0, key="ft_lr")]},
         "SUCCEEDED", ["", ""], 1.0)
     assert not unchanged.outcome_met and unchanged.false_negative.startswith("ended succeeded after 2 attempts")
+
+
+def test_the_final_evaluation_is_the_last_loss_the_script_printed_for_its_final_model():
+    run = _run("rnn-lr0.5-clip1")
+    assert run.final_regex  # every corpus script prints one
+    log = _log(0, 149) + "final_eval 0.41\n"
+    result = bench_corpus.measure(run, "default", {"outcome": "succeeded", "attempts": [_attempt(1, 0.5)]},
+                                  "SUCCEEDED", [_log(0, 20), log], 1.0)
+    assert result.final_eval == 0.41
+    # Only the last attempt's log counts; a value that is not finite or not printed is none.
+    assert bench_corpus.final_evaluation(_log(0, 3), run.final_regex) is None
+    assert bench_corpus.final_evaluation("final_eval nan\n", run.final_regex) is None
+    assert bench_corpus.final_evaluation("final_eval 2\nfinal_eval 1.5\n", run.final_regex) == 1.5
+    assert bench_corpus.final_evaluation("final_eval 1\n", "") is None
+
+
+def test_a_manifest_final_regex_needs_one_group(tmp_path: Path):
+    kind = tmp_path / "kind"
+    shutil.copytree(CORPUS_DIR / "rnn_lm", kind)
+    manifest = json.loads((kind / "manifest.json").read_text())
+    for bad in ("final_eval \\S+", "final_eval (\\S+", 3):
+        (kind / "manifest.json").write_text(json.dumps({**manifest, "final_regex": bad}))
+        with pytest.raises(ManifestError, match="final_regex: expected a regular expression with one group"):
+            load_kind(kind)
+
+
+def test_healthy_runs_are_run_again_at_the_next_seeds_and_found_by_name():
+    runs = select(RUNS, kinds=["rnn_lm"])
+    seeded = bench_corpus.with_seeds(runs, 3)
+    healthy = [r for r in runs if r.healthy]
+    assert len(seeded) == len(runs) + 2 * len(healthy)
+    again = bench_corpus.by_name(RUNS, "rnn-lr0.5-clip1~seed2")
+    assert (again.name, again.healthy, again.job["hyperparameters"]["seed"]) == ("rnn-lr0.5-clip1~seed2", True, 2)
+    assert again.job["hyperparameters"]["lr"] == _run("rnn-lr0.5-clip1").job["hyperparameters"]["lr"]
+    assert bench_corpus.setting(again.job) == bench_corpus.setting(_run("rnn-lr0.5-clip1").job)  # a draw
+    assert bench_corpus.with_seeds(runs, 1) == runs
+    with pytest.raises(ValueError, match="--healthy-seeds: expected a whole number >= 1, got 0"):
+        bench_corpus.with_seeds(runs, 0)
+
+
+def test_the_recovered_quality_by_final_evaluation_is_read_against_the_median_of_the_healthy_seeds():
+    def ended(name: str, evaluation: float, healthy: bool) -> bench_corpus.Result:
+        result = bench_corpus.measure(bench_corpus.by_name(RUNS, name), "default", {"outcome": "succeeded",
+                                      "attempts": [{**_attempt(1, 0.5), "watched": {"last_loss": 0.5}}]},
+                                      "SUCCEEDED", [_log(0, 149) + f"final_eval {evaluation}\n"], 1.0)
+        assert result.healthy is healthy
+        return result
+
+    healthy = [ended("rnn-lr0.5-clip1", 0.30, True), ended("rnn-lr0.5-clip1~seed1", 0.36, True),
+               ended("rnn-lr0.5-clip1~seed2", 0.33, True)]
+    recovered = [ended("rnn-lr3.5-noclip", 0.35, False), ended("rnn-lr6-noclip", 0.40, False)]
+    lines = bench_corpus.quality_lines([*healthy, *recovered])
+    assert lines[1] == ("  default by final evaluation: 1 of 2 within 10%, median ratio 1.14; 1 of 2 within the "
+                        "range of the healthy seeds")
+    assert "rnn-lr3.5-noclip (default): final evaluation 0.35 / healthy 0.33 = 1.06 (healthy at 3 seeds 0.3-0.36)" \
+        in "\n".join(lines)
+    assert "rnn-lr6-noclip (default): final evaluation 0.4 / healthy 0.33 = 1.21 (healthy at 3 seeds 0.3-0.36)" \
+        in "\n".join(lines)
+    # Without the seeds, the one healthy run is the reference and no range is counted.
+    lines = bench_corpus.quality_lines([healthy[0], *recovered])
+    assert lines[1] == "  default by final evaluation: 0 of 2 within 10%, median ratio 1.25"
