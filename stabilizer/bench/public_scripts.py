@@ -49,7 +49,7 @@ def verdict(script: Script, run: Run, policy: str, data_dir: Path, root: Path) -
 
 def _task(kind: str, script_name: str, run_name: str, policy: str, data_dir: str, root: str) -> Any:
     [script] = [s for s in load_scripts() if s.name == script_name]
-    [run] = [r for r in script.runs if r.name == run_name]
+    run = calibration.by_name(list(script.runs), run_name)
     try:
         if kind == "transparency":
             return transparency(script, Path(root) / "transparency" / script.name)
@@ -124,6 +124,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--policy", choices=[*calibration.POLICIES, "both"], default="default")
     parser.add_argument("--recovery", choices=["in_job", "relaunch", "both"], default="in_job",
                         help="job.recovery for the verdicts; both: each run both ways (default, default:relaunch)")
+    parser.add_argument("--healthy-seeds", type=int, default=1, metavar="N",
+                        help="each healthy run whose script takes a seed hyperparameter at N seeds (its own and the "
+                        "next N-1), for the spread the recovered quality is read against")
     parser.add_argument("--no-transparency", action="store_true", help="verdicts only")
     parser.add_argument("--no-verdicts", action="store_true", help="transparency only")
     parser.add_argument("--run-dir", type=Path, default=Path("runs"), help="where runs are kept (default: runs/)")
@@ -176,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = select([run for s in scripts for run in s.runs], names, args.runs.split(",") if args.runs else None)
         if args.jobs < 1:
             raise ValueError(f"--jobs: expected a whole number >= 1, got {args.jobs}")
+        calibration.with_seeds(runs, args.healthy_seeds)
         data_dir = prepare_data(argparse.Namespace(data_dir=args.data_dir, run_dir=args.run_dir),
                                 project_root() / "model", sys.stdout)
     except (ValueError, UsageError) as error:
@@ -186,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     policies = calibration.ways(list(calibration.POLICIES) if args.policy == "both" else [args.policy], args.recovery)
     tasks = [] if args.no_transparency else [("transparency", r.kind, r.name, "") for r in runs if r.healthy]
-    tasks += [] if args.no_verdicts else [("verdict", r.kind, r.name, p) for r in runs for p in policies]
+    tasks += [] if args.no_verdicts else [("verdict", r.kind, r.name, p)
+                                          for r in calibration.with_seeds(runs, args.healthy_seeds) for p in policies]
     print(f"cpus: {os.cpu_count()}  load average before: {os.getloadavg()[0]:.2f}  {len(tasks)} tasks, "
           f"{args.jobs} in parallel; runs kept in {root}", flush=True)
     started = time.monotonic()

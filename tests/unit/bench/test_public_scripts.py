@@ -249,3 +249,26 @@ def test_the_totals_count_a_script_identical_where_only_uncompared_output_could_
                                1.0, 1.0, 0, "")]
     assert public_scripts.total_lines(rows, []) == [
         "transparency: 1 of 2 scripts identical watched, 1 with a difference (c__d)"]
+
+
+def test_a_final_regex_reads_the_final_evaluation_the_script_prints():
+    # The lines as the upstream scripts print them (docs/public-scripts.md); a script that prints none has none.
+    printed = {
+        "pytorch_examples__mnist": "\nTest set: Average loss: 0.9785, Accuracy: 212/297 (71%)\n",
+        "pytorch_examples__gat": "Test set results: loss 1.7993 accuracy 0.8758\n",
+        "pytorch_examples__word_language_model": "| End of training | test loss  6.23 | test ppl   508.93\n",
+        "pytorch_examples__vae": "====> Test set loss: 194.3542\n",
+        "nanogpt__train": "step 30: train loss 3.5, val loss 3.6\nstep 60: train loss 3.0406, val loss 3.3751\n",
+    }
+    expected = {"pytorch_examples__mnist": 0.9785, "pytorch_examples__gat": 1.7993,
+                "pytorch_examples__word_language_model": 6.23, "pytorch_examples__vae": 194.3542,
+                "nanogpt__train": 3.3751}
+    regexes = {s.name: s.runs[0].final_regex for s in load_scripts()}
+    for name, log in printed.items():
+        assert public_scripts.calibration.final_evaluation(log, regexes[name]) == expected[name], name
+    assert regexes["mingpt__chargpt"] == ""
+
+
+def test_healthy_seeds_must_be_a_whole_number_of_at_least_one(capsys: pytest.CaptureFixture[str]):
+    assert public_scripts.main(["--healthy-seeds", "0", "--no-transparency"]) == 64
+    assert "--healthy-seeds: expected a whole number >= 1, got 0" in capsys.readouterr().err
