@@ -70,9 +70,9 @@ RULE_CALLS = {
 }
 # A recovered run is as good as a healthy one when its final loss is at most this times the healthy run's.
 QUALITY_WITHIN = 1.1
-# A healthy run again at another seed (--healthy-seeds): "<run>~seed<k>", judged as a healthy run and, for
+# A healthy run again at another seed (--healthy-seeds): "<run>@seed<k>", judged as a healthy run and, for
 # the recovered quality, one draw more of where the healthy setting ends.
-SEEDED = "~seed"
+SEEDED = "@seed"
 # The quality measures, best first: the final model's loss on a fixed set (the script prints it), the
 # mean of the last window of training losses, the last step's loss.
 MEASURES = (("final evaluation", "final_eval"), ("last window", "final_window"), ("last step", "final_loss"))
@@ -216,7 +216,7 @@ def final_evaluation(log: str, final_regex: str) -> float | None:
 
 
 def reseeded(run: Run, seed: int) -> Run:
-    """``run`` at another ``seed`` hyperparameter, named ``<run>~seed<k>``."""
+    """``run`` at another ``seed`` hyperparameter, named ``<run>@seed<k>``."""
     hyperparameters = {**run.job.get("hyperparameters", {}), "seed": seed}
     return replace(run, name=f"{run.name}{SEEDED}{seed}", job={**run.job, "hyperparameters": hyperparameters})
 

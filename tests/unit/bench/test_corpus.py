@@ -13,6 +13,7 @@ from stabilizer.bench import calibration as bench_corpus
 from stabilizer.bench import remediation as bench
 from stabilizer.bench.corpus import CORPUS_DIR, ManifestError, Run, load, load_kind, select
 from stabilizer.client.inputs import check_input, localize_job
+from stabilizer_workflow.execution import service_limits
 
 RUNS = load()
 REQUIRED_KINDS = {
@@ -301,10 +302,13 @@ def test_healthy_runs_are_run_again_at_the_next_seeds_and_found_by_name():
     seeded = bench_corpus.with_seeds(runs, 3)
     healthy = [r for r in runs if r.healthy]
     assert len(seeded) == len(runs) + 2 * len(healthy)
-    again = bench_corpus.by_name(RUNS, "rnn-lr0.5-clip1~seed2")
-    assert (again.name, again.healthy, again.job["hyperparameters"]["seed"]) == ("rnn-lr0.5-clip1~seed2", True, 2)
+    again = bench_corpus.by_name(RUNS, "rnn-lr0.5-clip1@seed2")
+    assert (again.name, again.healthy, again.job["hyperparameters"]["seed"]) == ("rnn-lr0.5-clip1@seed2", True, 2)
     assert again.job["hyperparameters"]["lr"] == _run("rnn-lr0.5-clip1").job["hyperparameters"]["lr"]
     assert bench_corpus.setting(again.job) == bench_corpus.setting(_run("rnn-lr0.5-clip1").job)  # a draw
+    # Its execution's name (the run's, the policy's and the time) is one SageMaker takes as a tag value.
+    assert not service_limits.request_problems({"Tags": [
+        {"Key": "stabilizer:execution", "Value": f"{again.name}-default-173300"}]})
     assert bench_corpus.with_seeds(runs, 1) == runs
     with pytest.raises(ValueError, match="--healthy-seeds: expected a whole number >= 1, got 0"):
         bench_corpus.with_seeds(runs, 0)
@@ -318,8 +322,8 @@ def test_the_recovered_quality_by_final_evaluation_is_read_against_the_median_of
         assert result.healthy is healthy
         return result
 
-    healthy = [ended("rnn-lr0.5-clip1", 0.30, True), ended("rnn-lr0.5-clip1~seed1", 0.36, True),
-               ended("rnn-lr0.5-clip1~seed2", 0.33, True)]
+    healthy = [ended("rnn-lr0.5-clip1", 0.30, True), ended("rnn-lr0.5-clip1@seed1", 0.36, True),
+               ended("rnn-lr0.5-clip1@seed2", 0.33, True)]
     recovered = [ended("rnn-lr3.5-noclip", 0.35, False), ended("rnn-lr6-noclip", 0.40, False)]
     lines = bench_corpus.quality_lines([*healthy, *recovered])
     assert lines[1] == ("  default by final evaluation: 1 of 2 within 10%, median ratio 1.14; 1 of 2 within the "
