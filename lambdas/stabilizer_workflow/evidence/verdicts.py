@@ -64,7 +64,8 @@ def _diverging(message: str, *, step: int | None, value: str | None, source: str
 
 def explosion_in_logs(obs: Observation, loss_metric: str | None) -> Finding | None:
     """A non-finite loss printed by the job itself: its loss lines (`log_loss`) or the final value
-    of its loss metric in DescribeTrainingJob. Either is an explosion, whoever watched the hooks."""
+    of its loss metric in DescribeTrainingJob. Either is an explosion, whoever watched the hooks (the
+    sentinel leaves out of ``log_loss`` a number printed after a step its hooks read finite)."""
     summary = obs.summary
     log = summary.log_loss if summary is not None else None
     if log is not None and log.exploded:

@@ -49,6 +49,7 @@ gradients or weights.
 from __future__ import annotations
 
 import atexit
+import math
 import sys
 import weakref
 from collections.abc import Sequence
@@ -134,7 +135,9 @@ class Guard(OptimizerHooks):
         self.batches = self._keep_batches(stores=stores, early=batches)
         self.epoch: int | None = None
         self.phase: str | None = None
-        self._loss: torch.Tensor | float | None = None
+        # The step's loss; whether it came from the job's log (the launcher's, where no backward pass gave
+        # one); the last step whose loss the script's own tensors gave, finite (``read_finite_loss``).
+        self._loss, self._loss_logged, self._finite_loss_at = None, False, -1
         self._passes, self._pass_sum = 0, None  # the step under way's backward passes (backward_pass)
         self._labels: torch.Tensor | None = None
         self._inputs: torch.Tensor | None = None
@@ -279,13 +282,16 @@ class Guard(OptimizerHooks):
 
     # -- what the loop calls
     def step(self, loss: torch.Tensor | float | None, *, labels: torch.Tensor | None = None,
-             epoch: int | None = None, phase: str | None = None) -> None:
+             epoch: int | None = None, phase: str | None = None, logged: bool = False) -> None:
         """Report this step's loss (no host synchronisation); call it before ``optimizer.step()``.
 
         ``labels`` feeds the ``labels`` collection; ``epoch`` and ``phase`` ("warmup" or "main")
         go into findings so the workflow can tell an explosion during warm-up from a later one.
+        ``logged``: the loss is a number the job's log printed (the launcher's, where no backward pass
+        gave one), not one of the script's tensors.
         """
         self._loss = loss.detach() if isinstance(loss, torch.Tensor) else loss
+        self._loss_logged = logged
         self._labels = labels
         self._reported_once = True
         if epoch is not None:
@@ -310,7 +316,7 @@ class Guard(OptimizerHooks):
         else:
             self._pass_sum = self._pass_sum + loss
         self._passes += 1
-        self._loss = loss
+        self._loss, self._loss_logged = loss, False
         if self._passes > 1:
             mean = self._pass_sum / self._passes
             self._loss = torch.where(torch.isfinite(mean), mean, loss) if isinstance(mean, torch.Tensor) else mean
@@ -357,6 +363,9 @@ class Guard(OptimizerHooks):
         self._passes = 0
         history = self.sentinel.loss_history
         loss = history[-1][1] if history and history[-1][0] == step else None
+        if loss is not None and math.isfinite(loss) and not self._loss_logged:
+            self._finite_loss_at = step
+        self._loss_logged = False
         self.record.observed(step, loss)
         if self.recovery is not None:
             if self.rewind is not None:
@@ -384,6 +393,11 @@ class Guard(OptimizerHooks):
             self.recovery.after_step()
         if not self._closed:
             self.capture.begin_step(self.step_number)
+
+    def read_finite_loss(self, step: int) -> bool:
+        """Whether step ``step`` was checked with a finite loss the script's own tensors gave (its backward
+        pass's scalar, or ``step(loss)``), not a number read from the log."""
+        return self._finite_loss_at == step
 
     def undone(self, step: int) -> bool:
         """Whether a rollback undid step ``step`` (in-job recovery)."""

@@ -284,7 +284,7 @@ class LauncherHooks:
             for loss in self._pending_passes:  # this first step's passes (its micro-batches)
                 self.guard.backward_pass(loss)
         elif self._pending_loss is not None:
-            self.guard.step(self._pending_loss)
+            self.guard.step(self._pending_loss, logged=True)  # the log's: a backward pass's would be a pass
         self._pending_loss = None
         self._pending_passes.clear()
 
@@ -342,7 +342,7 @@ class LauncherHooks:
         if self.guard is None:
             self._pending_loss = value
         else:
-            self.guard.step(value)
+            self.guard.step(value, logged=True)
 
     def close(self) -> None:
         """Remove the hooks, close the guard and say how many steps it watched; idempotent."""

@@ -5,12 +5,17 @@ the launcher needs the log for its loss, ``install`` wraps ``sys.stdout`` and ``
 process: everything passes through unchanged, and every complete line the regex matches yields a
 number. The channel keeps the last one, the number of lines, and the step at which the log first
 reported a non-finite loss (``summary.log_loss``); at that line it hands the value to the guard that
-watches the run, which records an ``ExplodingTensor`` finding with source "log" whatever its hooks
-saw, and stops the job at its next step when the action is stop (a line may be printed from any
-thread, where exiting would end that thread alone). Not before the guard checked its first step:
-nothing was trained yet, so a number printed then is no training loss that blew up (a script prints
-``best loss: inf`` as its best-so-far's first value), and a first loss that is not finite is the
-finite check's at that step.
+watches the run, which records an ``ExplodingTensor`` finding with source "log", and stops the job at
+its next step when the action is stop (a line may be printed from any thread, where exiting would end
+that thread alone). Not before the guard checked its first step: nothing was trained yet, so a number
+printed then is no training loss that blew up (a script prints ``best loss: inf`` as its
+best-so-far's first value), and a first loss that is not finite is the finite check's at that step.
+Nor where the guard checked the step the line follows with a finite loss of the script's own tensors
+(its backward pass's scalar, or ``step(loss)``; ``Guard.read_finite_loss``): a non-finite loss that
+step applied would be in its gradients, which the finite check reads, so the line's number is one the
+training never applied (a script's own guard printing ``loss: nan, skipping the batch`` before it
+skips it) and neither counts nor becomes the channel's last. The log decides where the hooks read no
+loss of their own (a backward pass from several tensors, or none the launcher saw).
 
 Cost: one regex search per complete line printed, nothing per training step.
 
@@ -97,13 +102,16 @@ class LogChannel:
         self._busy = True
         try:
             self.record.lines += 1
+            guard = self.guard
+            watching = guard is not None and guard.record.steps_observed
+            step = max(guard.step_number - 1, 0) if watching else 0
+            if watching and not math.isfinite(value) and guard.read_finite_loss(step):
+                return  # not the loss the step applied, which the hooks read finite (module docstring)
             self.record.last = value
             for listener in self.listeners:
                 listener(value)
-            guard = self.guard
-            if guard is None or not guard.record.steps_observed:
+            if not watching:
                 return  # before the first checked step: nothing trained yet (module docstring)
-            step = max(guard.step_number - 1, 0)
             if not math.isfinite(value) and self.record.nonfinite_step is None and not guard.undone(step):
                 # (a step a rollback undid is not the run's)
                 self.record.nonfinite_step = step

@@ -195,18 +195,33 @@ def test_a_collapsing_loss_scale_is_an_exploding_tensor(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("integration", ["launcher", *in_make_test_all("library")])
-def test_a_non_finite_loss_in_the_log_is_an_exploding_tensor_whatever_the_hooks_saw(tmp_path, integration):
+def test_a_non_finite_loss_in_the_log_is_an_exploding_tensor_where_the_hooks_read_no_loss(tmp_path):
+    # A backward pass from two tensors: the launcher reads no one scalar as the loss, and the log is its loss.
     config = {"loss_regex": r"\bloss=(\S+)"}
-    launcher = ["-m", "stabilizer_sentinel.launch", str(LOOPS)]
-    command = [str(LOOPS), "--watch", "1"] if integration == "library" else launcher
-    result = run([*command, "--log-nan-at", "4"], LOOPS.parent, job_env(tmp_path, config))
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "two_roots", "--log-nan-at", "4"],
+                 LOOPS.parent, job_env(tmp_path, config))
     assert result.returncode == 86, result.stdout + result.stderr
     (finding,) = findings(tmp_path)
     assert (finding["rule"], finding["step"], finding["source"]) == ("ExplodingTensor", 4, "log")
     log_loss = summary(tmp_path)["log_loss"]
     assert log_loss == {"last": "nan", "nonfinite_step": 4, "lines": 5}
     assert "step=5 " not in result.stdout  # stopped at the next step, before it was applied
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("integration", ["launcher", *in_make_test_all("library")])
+def test_a_non_finite_number_the_log_prints_for_a_step_the_hooks_read_finite_is_not_the_trainings(tmp_path,
+                                                                                                   integration):
+    # The step's loss the hooks read was finite, and so were its gradients: the training applied no
+    # non-finite loss, whatever the line says (a script's own guard printing the loss it skips).
+    config = {"loss_regex": r"\bloss=(\S+)"}
+    launcher = ["-m", "stabilizer_sentinel.launch", str(LOOPS)]
+    command = [str(LOOPS), "--watch", "1"] if integration == "library" else launcher
+    result = run([*command, "--log-nan-at", "4"], LOOPS.parent, job_env(tmp_path, config))
+    assert result.returncode == 0 and "step=4 loss=nan" in result.stdout, result.stdout + result.stderr
+    assert findings(tmp_path) == [] and "sentinel" not in result.stderr
+    log_loss = summary(tmp_path)["log_loss"]
+    assert log_loss["nonfinite_step"] is None and log_loss["lines"] == 12 and log_loss["last"] != "nan"
 
 
 @pytest.mark.slow
@@ -280,7 +295,7 @@ def test_a_step_the_script_skips_for_its_non_finite_gradients_is_its_own_busines
     # and the watcher rolled back a run that had protected itself.
     result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "guarded", "--steps", "12",
                   "--nan-at", "5"], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
-    assert result.returncode == 0 and "step=5 skipped" in result.stdout, result.stderr
+    assert result.returncode == 0 and "step=5 loss=nan skipped" in result.stdout, result.stderr
     assert "sentinel" not in result.stderr and findings(tmp_path) == []
     written = summary(tmp_path)
     assert (written["steps_taken"], written["steps_observed"]) == (11, 11)
