@@ -299,8 +299,9 @@ def quality_lines(results: list[Result]) -> list[str]:
             "the mean loss of their last window and the last step's loss alone, which is noisier, each over the "
             "lowest of a healthy run of the same script and setting, the median of its seeds where it ran at "
             "several):"]
+    order = [label for label, _ in MEASURES]
     for policy, by in ratios.items():
-        for label, mine in by.items():
+        for label, mine in sorted(by.items(), key=lambda item: order.index(item[0])):
             within = spread.get(policy, {}).get(label, [])
             seeds = f"; {sum(within)} of {len(within)} within the range of the healthy seeds" if within else ""
             head.append(f"  {policy} by {label}: {sum(x <= QUALITY_WITHIN for x in mine)} of {len(mine)} within "
@@ -308,7 +309,7 @@ def quality_lines(results: list[Result]) -> list[str]:
     head += [f"  {policy} by {label} against the lowest healthy run of any setting of the kind: "
              f"{sum(x <= QUALITY_WITHIN for x in mine)} of {len(mine)} within {QUALITY_WITHIN - 1:.0%}, "
              f"median ratio {statistics.median(mine):.2f}"
-             for policy, by in of_kind.items() for label, mine in by.items()]
+             for policy, by in of_kind.items() for label, mine in sorted(by.items(), key=lambda i: order.index(i[0]))]
     return [*head, *lines]
 
 

@@ -335,3 +335,17 @@ def test_the_recovered_quality_by_final_evaluation_is_read_against_the_median_of
     # Without the seeds, the one healthy run is the reference and no range is counted.
     lines = bench_corpus.quality_lines([healthy[0], *recovered])
     assert lines[1] == "  default by final evaluation: 0 of 2 within 10%, median ratio 1.25"
+
+
+def test_the_quality_counts_come_in_the_order_of_the_measures_whichever_run_comes_first():
+    def ended(name: str, evaluation: float | None) -> bench_corpus.Result:
+        result = bench_corpus.measure(_run(name), "default", {"outcome": "succeeded", "attempts": [
+            {**_attempt(1, 0.5), "watched": {"last_loss": 0.5}}]}, "SUCCEEDED",
+            [_log(0, 149) + (f"final_eval {evaluation}\n" if evaluation is not None else "")], 1.0)
+        result.final_window = 0.5
+        return result
+
+    lines = bench_corpus.quality_lines([ended("rnn-lr0.5-clip1", 0.3), ended("rnn-lr3.5-noclip", None),
+                                        ended("rnn-lr6-noclip", 0.33)])
+    assert [line.split(":")[0] for line in lines[1:4]] == [
+        "  default by final evaluation", "  default by last window", "  default by last step"]
