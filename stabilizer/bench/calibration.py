@@ -5,6 +5,7 @@ through local mode with both policies, judged against the outcome written beside
     python -m stabilizer.bench --corpus --kinds rnn_lm,gan --jobs 2 --json corpus.json
     python -m stabilizer.bench --corpus --runs gan-healthy-lr0.002 --policy default
     python -m stabilizer.bench --corpus --policy default --recovery both   # in the job and relaunched, side by side
+    python -m stabilizer.bench --corpus --policy default --healthy-seeds 3  # healthy runs at 3 seeds each
 
 Each (run, policy) is one execution through the real local workflow: the project's ASL in moto's
 interpreter, the Lambdas in process, the user's script as a real local training job. Per policy it
@@ -20,7 +21,13 @@ counts, per kind and in total:
   called healthy), counted from the step numbers of the script's own log lines (the manifest's
   `step_regex`; a script that logs every k-th step is counted to within k steps an attempt).
 
-then lists every false positive, false negative and misdiagnosis by run name. Figures are
+then lists every false positive, false negative and misdiagnosis by run name, and the recovered
+quality: each failing run that ended `succeeded`, where its final model ended (the loss the script
+prints for it on a fixed set after training, the manifest's `final_regex`; the last window's mean
+and the last step's loss beside it) over where a healthy run of the same script and setting ended.
+With `--healthy-seeds N` each healthy run also runs at N-1 other seeds (`<run>@seed<k>`, judged as
+healthy runs too): the reference is then the median of its seeds, and the count within the range
+they ended in follows, for a target finer than a healthy run's own spread cannot be met. Figures are
 measured; `tests/e2e/test_corpus_slice.py` runs a few runs through this code and asserts each against
 its manifest.
 """
