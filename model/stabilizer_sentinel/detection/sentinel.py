@@ -150,15 +150,19 @@ class Sentinel:
         context = {"epoch": epoch, "phase": phase, "learning_rate": learning_rate}
         # The finite check runs every step, whatever the rule list (stabilizer_sentinel.detection.health).
         loss_value, norm_value = self._sync_scalars(loss, grad_norm)
-        if loss_value is not None:
-            self.loss_history.append((step, loss_value))
+        # A loss and gradients exactly zero: the step had nothing to learn from (a batch its mask left
+        # without a labelled sample, a term weighted by 0, a margin every sample already met). No evidence
+        # of learning or of its absence: the learning check and the step's loss do not count it.
+        evidence = None if loss_value == 0.0 and norm_value == 0.0 else loss_value
+        if evidence is not None:
+            self.loss_history.append((step, evidence))
         self.grad_norm_history.append((step, norm_value))
         self.rate_history.append((step, None if learning_rate is None else float(learning_rate)))
         cheap = self._finite_check(step, loss_value, norm_value)
         # A loop that reports no loss (the launcher before it found one) cannot be judged on learning.
         # The learning rate tells warm-up from the main phase when the script does not say.
-        stalled = (self.learning.observe(step, loss_value, phase, learning_rate)
-                   if loss_value is not None else None)
+        stalled = (self.learning.observe(step, evidence, phase, learning_rate)
+                   if evidence is not None else None)
         self._last = (step, context)
         force = ("gradients", "losses") if cheap is not None else ()
         if self.profiler is not None:

@@ -356,7 +356,7 @@ class Guard(OptimizerHooks):
             # the first steps rolls back to it.
             self.rewind.keep(self.rewind.take_now(step))
         verdict = self.sentinel.after_backward(
-            step, epoch=self.epoch, phase=self.phase, learning_rate=self.learning_rate, loss=self._loss,
+            step, epoch=self.epoch, phase=self.phase, learning_rate=self.learning_rate, loss=self._objective(),
             inputs=self._inputs, labels=self._labels, outputs=self._outputs,
         )
         self._loss = self._labels = self._inputs = self._outputs = None
@@ -540,6 +540,14 @@ class Guard(OptimizerHooks):
             return self.recovery.rate(self.optimizer)
         lr = self.optimizer.param_groups[0].get("lr")
         return float(lr) if lr is not None else None
+
+    def _objective(self) -> torch.Tensor | float | None:
+        """The step's loss as the checks read it: negated where every group of the optimizer maximizes
+        (``maximize=True``: the scalar backwarded is an objective that rises as the run learns)."""
+        groups = self.optimizer.param_groups if self.optimizer is not None else []
+        if self._loss is None or not groups or not all(group.get("maximize", False) for group in groups):
+            return self._loss
+        return -self._loss
 
     @property
     def findings(self) -> list[dict[str, Any]]:

@@ -14,6 +14,9 @@ node that computed the loss:
   ignored, or the targets), whatever the script did with it after;
 * anything else (a sum of terms, a custom loss): the scalar with the scalings above it undone.
 
+A factor of exactly 0 (a term switched off for a step, a loss weight warmed up from 0) hides what is
+below it: the scalar, 0, stands. A backward pass from several scalars is the sum of them as written.
+
 The value stays on the tensors' device: no host synchronisation. Reading the graph costs one
 attribute read per node walked, a few at most.
 
@@ -50,7 +53,20 @@ def scalar_of(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
 
 
 def read(tensors: Sequence[torch.Tensor]) -> BackwardLoss | None:
-    """The loss of a backward pass from ``tensors``; None when it starts from no scalar with a graph."""
+    """The loss of a backward pass from ``tensors``; None when it starts from no scalar with a graph.
+
+    A pass from several scalars (``torch.autograd.backward([l1, l2])``) computes the gradients of their
+    sum, and its loss is that sum as the script wrote it: each scalar's constant factors are the weights
+    of its objective (``[l1 / 2, l2 / 2]``), so none is undone, and there is no one loss node. None when
+    any of them is no scalar with a graph (a tensor backwarded with the gradient of what follows it, as a
+    pipeline stage does: no loss is there to read)."""
+    if len(tensors) > 1:
+        if not all(scalar_of([tensor]) is not None and tensor.grad_fn is not None for tensor in tensors):
+            return None
+        total = tensors[0].detach().reshape(()).float()
+        for tensor in tensors[1:]:
+            total = total + tensor.detach().reshape(()).to(total.device, torch.float32)
+        return BackwardLoss(total, None, False)
     scalar = scalar_of(tensors)
     if scalar is None or scalar.grad_fn is None:
         return None
@@ -90,7 +106,10 @@ def _undo_scaling(node: Any, value: torch.Tensor) -> tuple[Any, torch.Tensor] | 
         return None
     if factor is None or factor.numel() != 1:
         return None
-    return below, value / factor.detach().reshape(())
+    factor = factor.detach().reshape(())
+    # A factor of exactly 0 (a loss term switched off, a weight warmed up from 0) hides the value below:
+    # the scalar, 0, stands (divided by 1, on the device: no host read).
+    return below, value / (factor + (factor == 0))
 
 
 def _summed(node: Any) -> torch.Tensor:

@@ -23,7 +23,9 @@ What cannot be watched this way is said in one line on stderr when it is seen, a
 ends unwatched (no summary):
 
 - a loop that makes new leaf tensors at every step (``w = (w - lr * w.grad).detach().requires_grad_()``):
-  the tensors the guard would hook are gone by the next step;
+  the tensors the guard would hook are gone by the next step (the last pass's smallest leaf, held
+  weakly, is no longer alive; a pass over other leaves while those of the last are still held is
+  another network's loss, backwarded before an optimizer's step);
 - a loop whose gradients come from ``torch.autograd.grad`` (no backward pass; nothing is wrapped there).
 
 This module must not change gradients or weights. Walking the graph costs one visit per graph node,
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -103,8 +106,8 @@ class HandUpdates:
     """Finds, one backward pass at a time, a loop that updates its leaf tensors by hand."""
 
     def __init__(self) -> None:
-        self._watched: tuple[torch.Tensor, torch.Tensor] | None = None  # the smallest leaf, and a copy of it
-        self._leaf_ids: frozenset[int] = frozenset()
+        # The smallest leaf (weakly: a loop that drops it made new ones), and a copy of it.
+        self._watched: tuple[weakref.ref[torch.Tensor], torch.Tensor] | None = None
         self.refused: str | None = None
         self.previous_loss: torch.Tensor | None = None  # the last pass's loss, before its update
 
@@ -117,17 +120,18 @@ class HandUpdates:
         if not found:
             return None
         known, self._watched = self._watched, None
-        ids = frozenset(id(t) for t in found)
-        replaced = bool(self._leaf_ids) and not (ids & self._leaf_ids)
-        self._leaf_ids = ids
-        if known is not None and not torch.equal(known[0].detach(), known[1]):
+        leaf = known[0]() if known is not None else None
+        if leaf is not None and known is not None and not torch.equal(leaf.detach(), known[1]):
             return found
-        if replaced and known is not None:
+        # The script let go of the leaves of the last pass, which nothing updated: it makes new ones at each
+        # step. (Leaves of the last pass still held, none of them in this pass, are another loss's: a second
+        # network backwarded before the step, which an optimizer's step will show.)
+        if known is not None and leaf is None:
             self.refused = ("the loop makes new parameter tensors at every step (no optimizer, no nn.Module): "
                             "the launcher cannot follow them; update them in place (w -= lr * w.grad under no_grad)")
             print(f"sentinel: not watched: {self.refused}", file=sys.stderr, flush=True)
             return None
         smallest = min(found, key=lambda t: t.numel())
-        self._watched = (smallest, smallest.detach().clone())
+        self._watched = (weakref.ref(smallest), smallest.detach().clone())
         self.previous_loss = loss.detach()  # the loss before the update the next pass may reveal
         return None

@@ -196,9 +196,9 @@ def test_a_collapsing_loss_scale_is_an_exploding_tensor(tmp_path):
 
 @pytest.mark.slow
 def test_a_non_finite_loss_in_the_log_is_an_exploding_tensor_where_the_hooks_read_no_loss(tmp_path):
-    # A backward pass from two tensors: the launcher reads no one scalar as the loss, and the log is its loss.
+    # The outputs backwarded with a gradient written by hand: no scalar, and the log is the launcher's loss.
     config = {"loss_regex": r"\bloss=(\S+)"}
-    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "two_roots", "--log-nan-at", "4"],
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "vector_root", "--log-nan-at", "4"],
                  LOOPS.parent, job_env(tmp_path, config))
     assert result.returncode == 86, result.stdout + result.stderr
     (finding,) = findings(tmp_path)
@@ -310,3 +310,32 @@ def test_an_optimizer_stepped_inside_the_watched_ones_step_replaces_nothing(tmp_
     assert result.returncode == 0, result.stderr
     written = summary(tmp_path)
     assert (written["steps_taken"], written["steps_observed"]) == (12, 12) and findings(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_backward_pass_from_two_scalars_is_read_as_the_loss_of_their_sum(tmp_path):
+    # torch.autograd.backward([loss / 2, loss / 2]): its gradients are those of the loss; the run learns.
+    # (A loss pattern no line matches: the backward pass is the only source of the loss.)
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "two_roots", "--steps", "30"],
+                 LOOPS.parent, job_env(tmp_path, {"loss_regex": "^never (\\S+)"}))
+    assert result.returncode == 0, result.stderr
+    printed = [float(line.split("loss=")[1]) for line in result.stdout.splitlines() if line.startswith("step=")]
+    written = summary(tmp_path)
+    assert written["first_loss"] == pytest.approx(sum(printed[:5]) / 5, rel=1e-5)
+    assert written["learned"] is True and written["log_loss"]["lines"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("options", [["--zero-weight-at", "0"], ["--zero-weight-at", "6"], ["--unlabelled-first", "3"],
+                                     ["--maximize", "1"], ["--two-networks", "1"]],
+                         ids=["zero-weight-first", "zero-weight-later", "unlabelled-first", "maximize", "two-networks"])
+def test_a_healthy_loop_shaped_as_scripts_write_it_runs_watched_as_unwatched(tmp_path, options):
+    # From the third harm hunt: a loss weighted by 0.0 read as 0/0 (NaN: rolled back, its rate cut); a
+    # first window of exactly 0 (nothing labelled) made every later loss a divergence; an ascended
+    # objective (maximize=True) rose and was called diverging; a second network backwarded before the
+    # step was refused as a loop making new tensors, in a line on stderr.
+    args = [str(LOOPS), "--steps", "30", "--lr", "0.01", *options]
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert (watched.returncode, watched.stdout, watched.stderr) == (0, plain.stdout, plain.stderr), watched.stderr
+    assert findings(tmp_path) == [] and summary(tmp_path)["learned"] is True

@@ -1,0 +1,41 @@
+"""The loss a backward pass starts from (stabilizer_sentinel.loops.backward_loss.read)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from stabilizer_sentinel.loops import backward_loss
+
+
+def _losses() -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    x, labels, target = torch.randn(8, 3), torch.randint(2, (8,)), torch.randn(8, 2)
+    outputs = model(x)
+    return nn.functional.cross_entropy(outputs, labels), nn.functional.mse_loss(outputs, target)
+
+
+def test_one_scalar_is_read_with_its_scaling_undone():
+    entropy, _ = _losses()
+    read = backward_loss.read([entropy / 4])
+    assert read is not None and read.scaled and read.node is not None
+    assert float(read.value) == pytest.approx(float(entropy))
+
+
+def test_several_scalars_are_read_as_their_sum_as_written():
+    # torch.autograd.backward([l1 / 2, l2]) computes the gradients of l1 / 2 + l2: the halves weight the
+    # objective, not undone (as one scalar's scaling is).
+    entropy, error = _losses()
+    read = backward_loss.read([entropy / 2, error])
+    assert read is not None and read.node is None and not read.scaled
+    assert float(read.value) == pytest.approx(float(entropy) / 2 + float(error))
+
+
+def test_a_pass_from_a_tensor_that_is_no_scalar_has_no_loss():
+    entropy, _ = _losses()
+    outputs = nn.Linear(3, 2)(torch.randn(4, 3))
+    assert backward_loss.read([outputs]) is None
+    assert backward_loss.read([entropy, outputs]) is None
+    assert backward_loss.read([entropy.detach(), entropy]) is None  # a scalar with no graph
