@@ -14,8 +14,10 @@ node that computed the loss:
   ignored, or the targets), whatever the script did with it after;
 * anything else (a sum of terms, a custom loss): the scalar with the scalings above it undone.
 
-A factor of exactly 0 (a term switched off for a step, a loss weight warmed up from 0) hides what is
-below it: the scalar, 0, stands. A backward pass from several scalars is the sum of them as written.
+Only a factor's magnitude is undone: its sign is the script's (``-1.0 * log_likelihood`` handed to an
+optimizer that maximizes is an objective to ascend, and stays one). A factor of exactly 0 (a term
+switched off for a step, a loss weight warmed up from 0) hides what is below it: the scalar, 0, stands.
+A backward pass from several scalars is the sum of them as written.
 
 The value stays on the tensors' device: no host synchronisation. Reading the graph costs one
 attribute read per node walked, a few at most.
@@ -97,7 +99,7 @@ def _undo_scaling(node: Any, value: torch.Tensor) -> tuple[Any, torch.Tensor] | 
         other = node._saved_other
         if left is None or right is not None or other is None or other.numel() != 1:
             return None
-        return left, value * other.detach().reshape(())
+        return left, value * other.detach().reshape(()).abs()
     if left is not None and right is None:
         below, factor = left, node._saved_other
     elif right is not None and left is None:
@@ -106,7 +108,7 @@ def _undo_scaling(node: Any, value: torch.Tensor) -> tuple[Any, torch.Tensor] | 
         return None
     if factor is None or factor.numel() != 1:
         return None
-    factor = factor.detach().reshape(())
+    factor = factor.detach().reshape(()).abs()
     # A factor of exactly 0 (a loss term switched off, a weight warmed up from 0) hides the value below:
     # the scalar, 0, stands (divided by 1, on the device: no host read).
     return below, value / (factor + (factor == 0))

@@ -39,3 +39,13 @@ def test_a_pass_from_a_tensor_that_is_no_scalar_has_no_loss():
     assert backward_loss.read([outputs]) is None
     assert backward_loss.read([entropy, outputs]) is None
     assert backward_loss.read([entropy.detach(), entropy]) is None  # a scalar with no graph
+
+
+def test_a_factor_is_undone_by_its_magnitude_and_a_zero_one_leaves_the_scalar():
+    entropy, _ = _losses()
+    negated = backward_loss.read([-2.0 * entropy])  # an objective to ascend keeps its sign
+    assert negated is not None and float(negated.value) == pytest.approx(-float(entropy))
+    halved = backward_loss.read([entropy / -2])
+    assert halved is not None and float(halved.value) == pytest.approx(-float(entropy))
+    off = backward_loss.read([0.0 * entropy])  # a term switched off: 0, not 0 / 0
+    assert off is not None and float(off.value) == 0.0
