@@ -326,8 +326,9 @@ class Guard(OptimizerHooks):
     has_loss = property(lambda self: self._loss is not None)
 
     def take_loss(self) -> torch.Tensor | float | None:
-        """The loss reported for the step about to be counted without a check (a skipped step), cleared."""
-        loss, self._loss, self._passes = self._loss, None, 0
+        """The loss reported for the step about to be counted without a check (a skipped step), as the
+        checks read it (``_objective``), cleared."""
+        loss, self._loss, self._passes = self._objective(), None, 0
         return loss
 
     def eval_loss(self, loss: float | torch.Tensor, *, labels: torch.Tensor | None = None,
