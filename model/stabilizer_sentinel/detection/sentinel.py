@@ -101,6 +101,7 @@ class Sentinel:
         self._fired: set[int] = set()
         self._findings: list[dict[str, Any]] = []
         self.loss_history: deque[tuple[int, float]] = deque(maxlen=HISTORY)
+        self._began = False  # a step had a loss or gradients other than exactly zero (after_backward)
         self.grad_norm_history: deque[tuple[int, float]] = deque(maxlen=HISTORY)
         self.rate_history: deque[tuple[int, float | None]] = deque(maxlen=HISTORY)
         self.first_nonfinite_layer: str | None = None
@@ -150,10 +151,14 @@ class Sentinel:
         context = {"epoch": epoch, "phase": phase, "learning_rate": learning_rate}
         # The finite check runs every step, whatever the rule list (stabilizer_sentinel.detection.health).
         loss_value, norm_value = self._sync_scalars(loss, grad_norm)
-        # A loss and gradients exactly zero: the step had nothing to learn from (a batch its mask left
-        # without a labelled sample, a term weighted by 0, a margin every sample already met). No evidence
-        # of learning or of its absence: the learning check and the step's loss do not count it.
-        evidence = None if loss_value == 0.0 and norm_value == 0.0 else loss_value
+        # A loss and gradients exactly zero before any step had either: the run has not begun to learn (a
+        # batch its mask left without a labelled sample, a loss weight warmed up from 0, a margin every
+        # sample met). No start to judge it from: the learning check and the step's loss do not count it.
+        # Once the run began, a zero is the run's (a network saturated to a loss that underflows is not
+        # idle: a GAN's discriminator that won).
+        idle = loss_value == 0.0 and norm_value == 0.0 and not self._began
+        self._began = self._began or (loss_value is not None and not idle)
+        evidence = None if idle else loss_value
         if evidence is not None:
             self.loss_history.append((step, evidence))
         self.grad_norm_history.append((step, norm_value))
