@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = select([run for s in scripts for run in s.runs], names, args.runs.split(",") if args.runs else None)
         if args.jobs < 1:
             raise ValueError(f"--jobs: expected a whole number >= 1, got {args.jobs}")
-        calibration.with_seeds(runs, args.healthy_seeds)
+        judged = calibration.with_seeds(runs, args.healthy_seeds)  # the verdicts' runs, seeded healthy ones too
         data_dir = prepare_data(argparse.Namespace(data_dir=args.data_dir, run_dir=args.run_dir),
                                 project_root() / "model", sys.stdout)
     except (ValueError, UsageError) as error:
@@ -190,8 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     policies = calibration.ways(list(calibration.POLICIES) if args.policy == "both" else [args.policy], args.recovery)
     tasks = [] if args.no_transparency else [("transparency", r.kind, r.name, "") for r in runs if r.healthy]
-    tasks += [] if args.no_verdicts else [("verdict", r.kind, r.name, p)
-                                          for r in calibration.with_seeds(runs, args.healthy_seeds) for p in policies]
+    tasks += [] if args.no_verdicts else [("verdict", r.kind, r.name, p) for r in judged for p in policies]
     print(f"cpus: {os.cpu_count()}  load average before: {os.getloadavg()[0]:.2f}  {len(tasks)} tasks, "
           f"{args.jobs} in parallel; runs kept in {root}", flush=True)
     started = time.monotonic()
