@@ -39,7 +39,7 @@ that comes within the first five steps, before the first window closes, is `Expl
 - healthy: batch norm at the reference LR: nothing is wrong.
   no finding, one attempt -> succeeded.
 - never-learns: learning rates of 1e-9: finite, but the loss never falls.
-  NotLearning -> raise_lr (twice: 1e-9 doubled is still far too low) -> did_not_learn.
+  NotLearning -> raise_lr (twice: 1e-9 raised a hundredfold is still far too low) -> did_not_learn.
 - overfits: 64 training examples for 30 epochs, with the Overfit rule.
   Overfit -> stop_early -> stopped_early.
 
@@ -191,7 +191,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "batch norm, learning rates of 1e-9 and no warm-up: finite, but the loss never falls",
         {"add_batch_norm": 1, "warmup_epochs": 0, "warmup_learning_rate": 1e-9, "learning_rate": 1e-9,
          "num_epochs": 6},
-        Expect("NotLearning", "raise_lr", "did_not_learn"),  # doubled twice: still far too low
+        Expect("NotLearning", "raise_lr", "did_not_learn"),  # raised tenfold twice: still far too low
         small_run_spec={"num_epochs": 2},  # 16 steps: shorter than the patience, judged at its end
     ),
     Scenario(

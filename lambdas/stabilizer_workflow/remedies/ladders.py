@@ -143,11 +143,17 @@ HALVE_LR = Rung("lower_lr", "scale", "learning_rate", 0.5, floor_ratio=0.01,
 
 # A loss that never fell, nor rose beyond its noise, in a whole run (NotLearning: the learning check
 # calls a run that never learned and rose, or spiked, Diverging instead): its steps were too small to
-# move it. Double the rate, within four times the job's own, as for vanishing gradients.
+# move it. A rate that small is most often set an order of magnitude or more off (a unit typed wrong,
+# Adam's 1e-3 given to a script that wants 1e-2, a fine-tune's rate left on a fresh network), as a rate
+# that explodes is (EXPLOSION_RATE_FLOOR): ten times it, within a hundred times the job's own. Doubling
+# left such runs at a rate that barely learned (the calibration corpus's slow plateau at a tenth of its
+# healthy rate ended 15 times above the healthy loss at twice it). A rate raised past what the network
+# takes explodes, and the explosion's remedies bring it down (in the job, by probing lower rates from
+# the state it had reached).
 RAISE_LR_FOR_FLAT_LOSS = Rung(
-    "raise_lr", "scale", "learning_rate", 2.0, ceiling_ratio=4,
+    "raise_lr", "scale", "learning_rate", 10.0, ceiling_ratio=100,
     why="the loss never fell below where it started (nor its chance level) and did not rise: steps too "
-        "small to move it; double the learning rate")
+        "small to move it, as a rate an order of magnitude off makes them; ten times the learning rate")
 
 STOP_OVERFIT = Rung("stop_early", "stop_early",
                     why="the test loss is rising while the training loss falls; the best model is behind us")
