@@ -182,6 +182,7 @@ _ENTRIES = (
         Param("min_decrease", "float", 0.05, low=0, high=1, high_open=True),
         Param("confidence", "float", 3.0, low=0),
         Param("patience_windows", "int", 6, low=1),
+        Param("min_patience", "int", 100, low=1),
         Param("warmup_multiple", "float", 1.0, low=0),
         Param("run_fraction", "float", 0.1, low=0, high=1),
         Param("run_steps", "int", None, optional=True, low=1),

@@ -10,7 +10,7 @@
   from the run, ``NoiseEstimate``), or a least-squares line through the run's steps that fell by
   ``confidence`` standard errors and ends below the start, ``CONFIRM_WINDOWS`` windows in a row.
   The check gives up on a run only after ``patience`` main-phase steps: by default the longest of
-  ``patience_windows`` windows, ``warmup_multiple`` times the warm-up the run took, and
+  ``patience_windows`` windows, ``min_patience`` steps, ``warmup_multiple`` times the warm-up the run took, and
   ``run_fraction`` of the run when its length (``run_steps``) is known. Warm-up steps do not
   count, and when the script does not say which steps are warm-up the learning rate does
   (``PhaseTracker``). Even then it waits while the noise could still hide a fall, while the
@@ -73,6 +73,11 @@ class LearningCheck(FallTests):
     confidence: float = 3.0  # standard errors a fall (or a slope) must exceed to be more than noise
     patience: int | None = None  # main-phase steps to learn in; None: derived (patience_steps)
     patience_windows: int = 6  # at least this many windows: the noise of a few windows is no verdict
+    # ... and at least this many steps: a network at its chance level for its first tens of steps learns
+    # later as often as not (RAdam's rectified start, plain SGD at a small rate on a digits MLP: flat for 30
+    # steps, 2.30 to 1.6 by step 280), and a dead run stopped later costs steps where a live one stopped costs
+    # the run.
+    min_patience: int = 100
     warmup_multiple: float = 1.0  # at least this times the warm-up: a gentle warm-up predicts a slow start
     run_fraction: float = 0.1  # at least this fraction of run_steps, when the run's length is known
     run_steps: int | None = None  # the run's length in steps, when the job knows it
@@ -203,7 +208,8 @@ class LearningCheck(FallTests):
         """Main-phase steps the run may take to learn (the configured ``patience``, else derived)."""
         if self.patience is not None:
             return self.patience
-        parts = [self.patience_windows * self.window, math.ceil(self.warmup_multiple * self.warmup_steps)]
+        parts = [self.patience_windows * self.window, self.min_patience,
+                 math.ceil(self.warmup_multiple * self.warmup_steps)]
         if self.run_steps:
             parts.append(math.ceil(self.run_fraction * self.run_steps))
         return max(parts)

@@ -42,6 +42,7 @@ class NotLearning(_SentinelCheck):
         min_decrease: float = 0.05,
         confidence: float = 3.0,
         patience_windows: int = 6,
+        min_patience: int = 100,
         warmup_multiple: float = 1.0,
         run_fraction: float = 0.1,
         run_steps: int | None = None,
@@ -50,7 +51,8 @@ class NotLearning(_SentinelCheck):
     ) -> None:
         super().__init__(
             base_trial, window=window, patience=patience, min_decrease=min_decrease, confidence=confidence,
-            patience_windows=patience_windows, warmup_multiple=warmup_multiple, run_fraction=run_fraction,
+            patience_windows=patience_windows, min_patience=min_patience, warmup_multiple=warmup_multiple,
+            run_fraction=run_fraction,
             run_steps=run_steps, infer_phase=infer_phase, lr_rise=lr_rise,
         )
 
