@@ -86,8 +86,25 @@ def install() -> None:
 
     exit.__doc__ = sys.exit.__doc__
     sys.exit = exit
+    threading.excepthook = _thread_excepthook
     _OWNER[:] = [os.getpid()]
     os._exit = _exit
+
+
+_ORIGINAL_THREAD_HOOK = getattr(threading.excepthook, "original", threading.excepthook)
+
+
+def _thread_excepthook(args: Any) -> None:
+    """A thread left by a ``SystemExit`` (``sys.exit`` in a thread) ends silently, as the builtin hook lets it;
+    that hook knows the builtin class alone, not the one standing in for it."""
+    if args.exc_type is not None and issubclass(args.exc_type, _ORIGINAL):
+        return
+    _ORIGINAL_THREAD_HOOK(args)
+
+
+_thread_excepthook.__name__ = _thread_excepthook.__qualname__ = "excepthook"
+_thread_excepthook.__doc__ = _ORIGINAL_THREAD_HOOK.__doc__
+_thread_excepthook.original = _ORIGINAL_THREAD_HOOK  # type: ignore[attr-defined]
 
 
 def on_hard_exit(close: Callable[[], None]) -> None:

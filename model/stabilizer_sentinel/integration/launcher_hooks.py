@@ -193,6 +193,10 @@ class LauncherHooks:
 
     # -- discovery, until the first optimizer step
     def _module_called(self, module: nn.Module, args: Any) -> None:
+        if torch.compiler.is_compiling():
+            # Traced into a compiled region (a compiled function that calls the model): nothing here is for
+            # the graph (files read, weights compared), and a region compiled with fullgraph=True refuses it.
+            return
         if self._depth == 0 and not isinstance(module, nn.modules.loss._Loss):
             self._roots.setdefault(id(module), weakref.ref(module))
             self._resume_into(module)
@@ -201,6 +205,8 @@ class LauncherHooks:
         self._depth += 1
 
     def _module_returned(self, module: nn.Module, args: Any, output: Any) -> None:
+        if torch.compiler.is_compiling():
+            return
         self._depth = max(self._depth - 1, 0)
         if isinstance(module, nn.modules.loss._Loss):
             self._loss_modules.setdefault(id(module), weakref.ref(module))
