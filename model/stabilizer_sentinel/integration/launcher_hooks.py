@@ -95,6 +95,18 @@ from stabilizer_sentinel.recovery.batches import Batches
 from stabilizer_sentinel.summary import watch_exit
 
 
+def _compiling_check() -> Any:
+    """``torch.compiler.is_compiling`` (torch 2.3 on), ``torch._dynamo.is_compiling`` before it (the library
+    takes torch 2.1 on): True while Dynamo traces, which reads it as a constant."""
+    found = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    if found is None:
+        found = getattr(getattr(torch, "_dynamo", None), "is_compiling", None)
+    return found if found is not None else (lambda: False)
+
+
+_is_compiling = _compiling_check()
+
+
 class LauncherHooks:
     """Global hooks that find the model, the optimizer and the loss of a script that knows nothing of us."""
 
@@ -193,7 +205,7 @@ class LauncherHooks:
 
     # -- discovery, until the first optimizer step
     def _module_called(self, module: nn.Module, args: Any) -> None:
-        if torch.compiler.is_compiling():
+        if _is_compiling():
             # Traced into a compiled region (a compiled function that calls the model): nothing here is for
             # the graph (files read, weights compared), and a region compiled with fullgraph=True refuses it.
             return
@@ -205,7 +217,7 @@ class LauncherHooks:
         self._depth += 1
 
     def _module_returned(self, module: nn.Module, args: Any, output: Any) -> None:
-        if torch.compiler.is_compiling():
+        if _is_compiling():
             return
         self._depth = max(self._depth - 1, 0)
         if isinstance(module, nn.modules.loss._Loss):
