@@ -83,6 +83,9 @@ def describe(rollback: SentinelRollback) -> str:
                  else "no fingerprint: not passed over again")
         return (f"{head}; that step's batch{where} failed again and the next steps trained: a bad batch, skipped "
                 f"({later}), on unchanged at rate {_rate(after)}")
+    if not rollback.probed:  # the loss rose after a rollback went on (model/.../recovery.py, RISE_WINDOWS)
+        return (f"{head}, on at rate {_rate(after)} from {_rate(before)}: the rate the last rollback kept, a notch "
+                f"lower, with no probe{seconds}")
     return f"{head}, on at rate {_rate(after)} from {_rate(before)}, chosen from {probes}{seconds}"
 
 

@@ -32,6 +32,10 @@ configuration, ``in_job``), the guard does not stop. Instead:
    the next ``probe_steps`` steps at the same rate, on the loader's next batches, train, the batch was
    bad (decision ``bad_batch``, naming it, and the relaunch skips it too); when it trains, a one-off
    (``transient``); when the steps after it fail, the rate.
+   A rate the probes measured over five steps can be too high for the rest of the run: after a rollback
+   went on, windows that rose above the best copy taken since, beyond the noise, several times
+   (``RISE_WINDOWS``) take the job back to that copy and on at a notch lower (``NOTCH``), without
+   probing: a rollback as the others (``probed`` empty), within ``max_rollbacks``.
 3. **Record.** Each rollback is a decision in findings.json's ``rollbacks`` (docs/contracts.md,
    section 2): the finding, the step restored, the rate before and after, what was probed, steps
    lost and the seconds from the finding to training again. The workflow records it in the attempt's
@@ -95,6 +99,15 @@ CLIMB_ERRORS = 3.0
 # still calibrated from its first scale): they do not count toward its ``probe_steps``, unless that many
 # came before any applied step (then it failed).
 SKIPS = 2
+# After a rollback the job goes on a notch below the edge its probes measured over five steps: a rate that can
+# still be too high for the rest of the run (the loss swings, or creeps up, below any finding's bound). A run
+# whose windows of ``Rewind.every`` steps since the rollback rose above the best copy taken since (the rewind's
+# lowest level) by more than ``RISE_ERRORS`` standard errors of a window's difference, ``RISE_WINDOWS`` times
+# since that copy, goes back to it and on at ``NOTCH`` of the rate (``Recovery._risen``): the next lower
+# candidate of the probes' spacing.
+RISE_WINDOWS = 3
+RISE_ERRORS = 2.0
+NOTCH = 1 / 3
 # A run whose copies before a finding are of its first this many windows, none better than its first step,
 # rolls back to the state before that step (``restore_point``).
 EARLY = 4
@@ -271,10 +284,13 @@ class Recovery(RateFactor):
         self._loaded = False  # a state was put back during this step's end
         self._skips_seen = 0  # the run's skipped steps as the last step of a probe ended
         self._restored_noise: float | None = None  # the run's per-step noise in the state rolled back to
+        self._since: dict[str, Any] | None = None  # after a rollback went on: its windows, for a rise (_risen)
+        self._back: Any = None  # the copy a rise goes back to at this step's end
 
     @property
     def probing(self) -> bool:
-        return self._trigger is not None
+        """A rollback is under way (or due at this step's end): under DDP every rank exchanges with rank 0."""
+        return self._trigger is not None or self._back is not None
 
     def scale(self, optimizer: torch.optim.Optimizer) -> None:
         super().scale(optimizer)
@@ -311,6 +327,7 @@ class Recovery(RateFactor):
                          "factor_before": factor, "in_force_before": (self.factor, self.ceiling)}
         self.factor, self.ceiling = factor, None
         self._snapshot = snapshot
+        self._since = self._back = None
         self._round = 0
         replay = self._sudden(entry)
         self._batches_held = self.batches.held(entry["step"]) if replay and self.batches is not None else None
@@ -351,6 +368,8 @@ class Recovery(RateFactor):
 
     def observed(self, loss: float | None) -> None:
         """The loss of the step just checked (None when the step had none)."""
+        if self._since is not None and self._trigger is None and loss is not None and math.isfinite(loss):
+            self._risen(loss)
         if self._probe is not None and loss is not None:
             if math.isfinite(loss):
                 self._probe.losses.append(loss)
@@ -358,10 +377,67 @@ class Recovery(RateFactor):
                 self._probe.failed = f"non-finite loss ({loss})"
                 self._restore_due = True
 
+    def _risen(self, loss: float) -> None:
+        """A loss of the run since a rollback went on: at the end of each window of ``Rewind.every`` losses,
+        whether its mean rose above the level of the best copy taken since (the rewind's ``anchor``) by more
+        than ``RISE_ERRORS`` standard errors of the difference of two windows' means (the run's per-step
+        noise); at the ``RISE_WINDOWS``-th such window since that copy, back to it at this step's end
+        (``_back_to_best``). A best copy from before the rollback (of the lineage it undid, or at the rate it
+        failed at) is no such state, nor is one with no level."""
+        since, rewind = self._since, self.guard.rewind
+        since["window"].append(loss)
+        if len(since["window"]) < rewind.every:
+            return
+        mean = sum(since["window"]) / len(since["window"])
+        since["window"] = []
+        best = rewind.anchor
+        if best is None or best.level is None or best.next_step < since["from"]:
+            return
+        if best is not since["best"]:
+            since["best"], since["risen"] = best, 0
+        noise = self.guard.sentinel.learning.noise or 0.0
+        if mean - best.level <= RISE_ERRORS * noise * math.sqrt(2 / rewind.every):
+            return
+        since["risen"] += 1
+        if since["risen"] >= RISE_WINDOWS and self._can_roll_back([{"rule": DIVERGING}]):
+            since["mean"] = mean
+            self._back = best
+
+    def _back_to_best(self) -> None:
+        """The rise ``_risen`` found: back to the best copy since the last rollback, on at a notch lower."""
+        guard, best, since = self.guard, self._back, self._since
+        assert best is not None and since is not None
+        started, step = time.perf_counter(), guard.step_number - 1  # the step just taken
+        rate_before, factor_before = guard.learning_rate, self.factor
+        message = (f"the loss rose above the best state since the rollback ({best.level:.4g}, the mean of the "
+                   f"window before step {best.next_step}) by more than its noise in {since['risen']} windows of "
+                   f"{guard.rewind.every} steps since, the last {since['mean']:.4g}: the rate it went on at is too "
+                   f"high for the run")
+        self._back, self._since = None, None
+        self._load(best)
+        guard.rewind.forget_after(best.next_step)
+        self.live_from = guard.step_number
+        guard.undone_before(guard.step_number)
+        self.factor = factor_before * NOTCH
+        if self.ceiling is not None:
+            self.ceiling *= NOTCH
+        finding = {"rule": DIVERGING, "step": step, "message": message, "action": "stop"}
+        self._snapshot = best
+        decision = self._decision({"finding": finding, "started": started, "rate_before": rate_before,
+                                   "factor_before": factor_before}, [], self.factor)
+        self.decisions.append(decision)
+        self._since = {"from": guard.step_number, "window": [], "best": None, "risen": 0}
+        print(f"sentinel: {message}; rolled back {decision['steps_lost']} steps to step {best.next_step}, going on "
+              f"at {decision['learning_rate_after']:.3g} ({self.factor:.3g} x the script's rate)",
+              file=sys.stderr, flush=True)
+        guard.sentinel.rolled_back(decision)
+
     def after_step(self) -> None:
         """After the optimizer step (the guard counted it): restore, move to the next candidate, or settle;
         under DDP, then tell the other ranks (``ranks``)."""
         self._loaded = False
+        if self._back is not None:
+            self._back_to_best()
         self._end_step()
         if self.ranks is not None:
             self.ranks.lead(loaded=self._loaded)
@@ -577,6 +653,7 @@ class Recovery(RateFactor):
         self.live_from = guard.step_number
         guard.undone_before(guard.step_number)
         self.factor = factor = chosen.factor
+        self._since = {"from": guard.step_number, "window": [], "best": None, "risen": 0}
         self.ceiling = chosen.top  # no rate higher than the kept probe trained at: a rising schedule is not
         decision = self._decision(trigger, probed, factor)  # multiplied past what was measured
         self.decisions.append(decision)

@@ -29,6 +29,8 @@ def run_to_the_end(command: list[str], env: dict[str, str]):
     finished = sorted(re.findall(r"rank=(\d) done", output)) == ["0", "1"]
     if result.returncode != 0 and GLOO_EXIT_ABORT in output and finished:
         shutil.rmtree(env["STABILIZER_CHECKPOINT_DIR"], ignore_errors=True)  # the second run starts as the first
+        if "--log-dir" in command:
+            shutil.rmtree(command[command.index("--log-dir") + 1], ignore_errors=True)
         Path(env["STABILIZER_FAILURE_FILE"]).unlink(missing_ok=True)
         result = run(command, SCRIPT.parent, env, timeout=180)
     return result
@@ -60,32 +62,58 @@ def test_a_healthy_ddp_run_finishes_on_every_rank(tmp_path):
     assert (summary(tmp_path)["ended"], summary(tmp_path)["steps_taken"]) == ("completed", 6)
 
 
-def _weights_and_losses(output: str) -> tuple[dict[str, str], dict[str, list[float]]]:
-    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", output))
+def _weights_and_losses(logs: Path) -> tuple[dict[str, str], dict[str, list[float]]]:
+    """Each rank's last weights and its losses, from its own log (``--log-dir``): torchrun's ``--tee`` copy
+    on its stdout interleaves the ranks' lines, now and then in the middle of one."""
+    weights: dict[str, str] = {}
     losses: dict[str, list[float]] = {}
-    for rank, loss in re.findall(r"rank=(\d) step=\d+ loss=(\S+)", output):
-        losses.setdefault(rank, []).append(float(loss))
+    for log in sorted(logs.glob("*/attempt_*/*/stdout.log")):
+        output = log.read_text()
+        weights.update(re.findall(r"^rank=(\d) weights=(\S+)$", output, re.MULTILINE))
+        for rank, loss in re.findall(r"^rank=(\d) step=\d+ loss=(\S+)$", output, re.MULTILINE):
+            losses.setdefault(rank, []).append(float(loss))
     return weights, losses
 
 
 def test_every_rank_rolls_back_inside_the_job_to_rank_0s_state_and_goes_on_at_its_rate(tmp_path):
     command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+               "--log-dir", str(tmp_path / "logs"),
                str(SCRIPT), "--bad-rank", "-1", "--lr", "0.8", "--steps", "60"]
     result = run_to_the_end(command, job_env(tmp_path, {"recovery": "in_job"}))
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
     assert document["findings"] == [] and document["rollbacks"][-1]["outcome"] == "recovered", output
-    weights, losses = _weights_and_losses(result.stdout)
+    weights, losses = _weights_and_losses(tmp_path / "logs")
     assert weights["0"] == weights["1"], output  # every rank holds rank 0's state, trained at one rate
     assert [len(losses["0"]), len(losses["1"])] == [60, 60]
     assert all(max(rank_losses[-5:]) < rank_losses[0] for rank_losses in losses.values()), output
     assert document["summary"]["ended"] == "completed"
 
 
+def test_a_rise_after_a_rollback_takes_every_rank_back_to_rank_0s_best_copy_at_a_notch_lower(tmp_path):
+    # The rate the probes kept after the first rollback is too high for the rest of this run: its loss rises
+    # (recovery.py, RISE_WINDOWS) and rank 0 goes back to its best copy since; every rank loads that state.
+    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+               "--log-dir", str(tmp_path / "logs"), str(SCRIPT), "--task", "regression", "--momentum", "0.9",
+               "--bad-rank", "-1", "--lr", "0.5", "--steps", "300"]
+    result = run_to_the_end(command, job_env(tmp_path, {"recovery": "in_job"}))
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    first, back = document["rollbacks"]
+    assert first["probed"] and back["probed"] == [] and back["outcome"] == "recovered", output
+    assert back["restored_step"] >= first["step"] and back["restored_step"] < back["step"], output
+    assert back["learning_rate_after"] == pytest.approx(first["learning_rate_after"] / 3), output
+    weights, losses = _weights_and_losses(tmp_path / "logs")
+    assert weights["0"] == weights["1"] and [len(losses["0"]), len(losses["1"])] == [300, 300], output
+    assert document["summary"]["ended"] == "completed"
+
+
 @pytest.mark.long
 def test_a_non_finite_loss_on_another_rank_alone_is_answered_by_rank_0_and_every_rank_goes_on(tmp_path):
     command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+               "--log-dir", str(tmp_path / "logs"),
                str(SCRIPT), "--bad-rank", "1", "--bad-step", "12", "--lr", "0.05", "--steps", "30"]
     result = run(command, SCRIPT.parent, job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
     output = result.stdout + result.stderr
@@ -94,7 +122,7 @@ def test_a_non_finite_loss_on_another_rank_alone_is_answered_by_rank_0_and_every
     (rollback,) = document["rollbacks"]
     # Rank 1's loss alone was NaN (its gradients, all-reduced, stayed finite): replayed, it trained.
     assert (rollback["outcome"], rollback["step"], rollback["finding"]["rank"]) == ("transient", 12, 1), output
-    weights, losses = _weights_and_losses(result.stdout)
+    weights, losses = _weights_and_losses(tmp_path / "logs")
     assert weights["0"] == weights["1"] and [len(losses["0"]), len(losses["1"])] == [30, 30], output
     assert document["summary"]["ended"] == "completed"
 
@@ -122,13 +150,14 @@ def test_a_ddp_gan_rolls_both_networks_back_on_every_rank_inside_the_job(tmp_pat
     # rest, and every rank puts it back at the generator's own next step.
     script = FIXTURES / "ddp" / "gan.py"
     command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+               "--log-dir", str(tmp_path / "logs"),
                str(script), "--lr", "3", "--steps", "100"]
     result = run(command, script.parent, job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
     assert document["rollbacks"][0]["outcome"] == "recovered", output  # a later one may meet the run's end
-    weights, losses = _weights_and_losses(result.stdout)
+    weights, losses = _weights_and_losses(tmp_path / "logs")
     assert weights["0"] == weights["1"], output  # both networks: every rank holds rank 0's state
     assert [len(losses["0"]), len(losses["1"])] == [100, 100]
     assert all(math.isfinite(loss) for rank_losses in losses.values() for loss in rank_losses[-20:]), output

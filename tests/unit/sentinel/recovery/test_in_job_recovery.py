@@ -377,6 +377,27 @@ def test_when_the_lowest_rate_probed_is_the_edge_the_job_probes_lower_before_goi
     assert final(lines) < 1.1 * final(healthy)
 
 
+@pytest.mark.slow  # trains the regression for 300 steps, twice
+def test_a_loss_that_rises_after_a_rollback_goes_back_to_the_best_copy_since_at_a_third(tmp_path, monkeypatch):
+    """At 0.4 the probes keep a tenth, which trains for their five steps and is still too high for the
+    run: its loss swings up for good a hundred steps on, below any finding's bound. Its windows above the
+    best copy since the rollback take it back there, on at a third of that rate (no probe)."""
+    status, lines, document = train(tmp_path, monkeypatch, "--lr", "0.4")
+    assert status == 0, lines[-3:]
+    first, back = document["rollbacks"]
+    assert first["probed"] and first["learning_rate_after"] == pytest.approx(0.04)
+    assert back["probed"] == [] and back["outcome"] == "recovered" and "rose above the best state" in back["message"]
+    assert first["step"] <= back["restored_step"] < back["step"]
+    assert back["learning_rate_after"] == pytest.approx(0.04 / 3)
+    assert rates(lines)[-1] == pytest.approx(0.4)  # the script's own rate, as it wrote it: the factor is applied
+    from stabilizer_sentinel.recovery import recovery
+
+    monkeypatch.setattr(recovery, "RISE_WINDOWS", 10**9)  # the same run with no going back
+    _, staying, unchanged = train(tmp_path / "staying", monkeypatch, "--lr", "0.4")
+    assert len(unchanged["rollbacks"]) == 1
+    assert final(lines) < final(staying) / 10
+
+
 def test_a_copy_of_the_steps_a_rollback_undid_is_never_a_later_rollbacks_restore_point(tmp_path):
     model = torch.nn.Linear(2, 1)
     rewind = Rewind(model, torch.optim.SGD(model.parameters(), lr=0.1), checkpoint_dir=tmp_path)

@@ -74,6 +74,20 @@ def test_a_rollback_is_told_once_and_the_job_trains_on(settings):
     assert "ExplodingTensor at step 40" in third.effects.notification.subject
 
 
+def test_a_rollback_back_to_the_best_copy_after_a_rise_says_it_probed_nothing(settings):
+    # After a rollback the loss rose again for good: back to the best copy since, on at a third (no probe).
+    risen = dict(rollback(104, after=0.01 / 3, factor=0.1 / 3), rule="Diverging", restored_step=80, steps_lost=25,
+                 learning_rate_before=0.01, probed=[], seconds=0.1,
+                 message="the loss rose above the best state since the rollback (0.05, ...)")
+    state = launched(settings)
+    seen = observe(describe(state, "InProgress"), findings=document([rollback(), risen]))
+    told = monitor.check(state, seen, T0 + timedelta(minutes=5))
+    line = ("Diverging at step 104: back to step 80 (25 steps lost), on at rate 0.00333 from 0.01: the rate the "
+            "last rollback kept, a notch lower, with no probe in 0.1 s")
+    assert line in told.effects.notification.body
+    assert [len(r.probed) for r in told.state.attempts[-1].rollbacks] == [4, 0]
+
+
 def test_a_run_recovered_in_the_job_succeeds_on_its_summary_and_says_how(settings):
     state = launched(settings)
     ended = observe(describe(state, "Completed"), findings=document([rollback()]))
