@@ -175,6 +175,7 @@ class Guard(OptimizerHooks):
         # (OptimizerHooks._hook_first): none where the loop checks and counts its steps itself.
         self._first_handles: list[Any] = []
         self._in_step = False
+        self.inner: list[torch.optim.Optimizer] = []  # stepped inside the first one's step (add_inner)
         if install_hooks and optimizer is not None:
             self.hook_optimizers(optimizers, in_checkpoints=integration != "launcher")
             follow_scaler(optimizer, self)
@@ -244,6 +245,17 @@ class Guard(OptimizerHooks):
             keeper.add_other(BareTensors(params), optimizer)
         return True
 
+    def add_inner(self, optimizer: torch.optim.Optimizer) -> bool:
+        """An optimizer the first one steps inside its own step (stabilizer_sentinel.loops.optimizer_hooks):
+        its state is copied and put back with the first one's; on another DDP rank, loaded from what rank 0
+        sends with it."""
+        added = super().add_inner(optimizer)
+        keeper = self.rewind if self.rewind is not None else self.recovery if isinstance(self.recovery, Follower) \
+            else None
+        if added and keeper is not None:
+            keeper.add_inner(optimizer)
+        return added
+
     def replaced_by(self, optimizer: torch.optim.Optimizer) -> bool:
         """Whether ``optimizer``, at its first step, replaces the one whose steps are the run's: it updates
         some of the same parameters (a second phase's optimizer, one the script builds again each epoch),
@@ -264,12 +276,12 @@ class Guard(OptimizerHooks):
         optimizer state is the replaced one's, give way to copies of the new (the next is taken at this
         step's check)."""
         unfollow(self.optimizer, self)
-        self._unhook_first()
+        self._unhook_first()  # the inner optimizers' hooks too
         self.optimizer = optimizer
-        self._hook_first(optimizer, in_checkpoints=False)  # the launcher's level: no keys in its state_dict()
-        follow_scaler(optimizer, self)
         if self.rewind is not None:
             self.rewind.replace_optimizer(optimizer)
+        self._hook_first(optimizer, in_checkpoints=False)  # the launcher's level: no keys in its state_dict()
+        follow_scaler(optimizer, self)
         if self.watchdog is not None:  # its steps are the loop's beat now
             self.watchdog.follow(optimizer, self._handles)
 

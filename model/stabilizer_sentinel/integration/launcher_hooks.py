@@ -240,7 +240,10 @@ class LauncherHooks:
 
     def _optimizer_stepping(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if self.guard is not None:
-            if optimizer is self.guard.optimizer or any(optimizer is o for o in self.guard.others):
+            if any(optimizer is known for known in (self.guard.optimizer, *self.guard.inner, *self.guard.others)):
+                return
+            if self.guard.steps_inside(optimizer):  # a wrapper's base (SAM's, Lookahead's) no attribute held
+                self.guard.add_inner(optimizer)
                 return
             if self.guard.replaced_by(optimizer):  # the script's next optimizer over the same parameters
                 self.guard.hand_over(optimizer)

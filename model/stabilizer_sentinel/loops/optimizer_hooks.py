@@ -11,6 +11,11 @@
   optimizer's checkpoint, so a loop that checkpoints its optimizer resumes both by itself. A script
   watched by the launcher knows nothing of us: its ``state_dict()`` keeps PyTorch's keys alone, and
   it resumes through the launcher's own checkpoints (stabilizer_sentinel.recovery.resume).
+- Optimizers the first one steps inside its own step, over its parameters (SAM's base, Lookahead's:
+  ``add_inner``, found among its attributes, or by the launcher at their first step): part of the first
+  one. Nothing is checked at their steps (the first one's check reads the same gradients, and its loss);
+  in a job that recovers in place their state goes back with the first one's, and their groups that are
+  not the first one's own run at the factor in force.
 - Other optimizers of the same run (a GAN's second, ``add_optimizer``): their steps get the finite
   check of their own loss and gradients, with one host synchronisation per step each; they are not
   counted as steps and do not feed the learning check (the first optimizer's steps are the run's).
@@ -38,6 +43,7 @@ LEARNING_KEY = "stabilizer_learning"  # the learning check's start, so a resumed
 class OptimizerHooks:
     optimizer: torch.optim.Optimizer | None
     others: list[torch.optim.Optimizer]
+    inner: list[torch.optim.Optimizer]
     step_number: int
     sentinel: Any
     capture: Any
@@ -69,6 +75,34 @@ class OptimizerHooks:
             self._first_handles += [first.register_state_dict_post_hook(self._save_step),
                                     first.register_load_state_dict_pre_hook(self._load_step)]
         self._handles += self._first_handles
+        self.inner = []
+        for inner in nested_optimizers(first):
+            self.add_inner(inner)
+
+    def steps_inside(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether ``optimizer``, stepping now, is one the first one steps inside its own step over its
+        parameters (an inner optimizer no attribute held, ``nested_optimizers``)."""
+        return self.optimizer is not None and self._in_step and _shares_parameters(optimizer, self.optimizer)
+
+    def add_inner(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Take ``optimizer``, stepped inside the first one's step, as part of the first one (its hooks go
+        with the first one's, ``_first_handles``); False when it is known already."""
+        if any(optimizer is known for known in (self.optimizer, *self.inner, *self.others)):
+            return False
+        self.inner.append(optimizer)
+        handles = [optimizer.register_step_pre_hook(self._before_inner_step),
+                   optimizer.register_step_post_hook(self._after_inner_step)]
+        self._first_handles += handles
+        self._handles += handles
+        return True
+
+    def _before_inner_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if self.recovery is not None and self.optimizer is not None:
+            self.recovery.scale_inner(optimizer, self.optimizer)
+
+    def _after_inner_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if self.recovery is not None and self.optimizer is not None:
+            self.recovery.unscale_inner(optimizer, self.optimizer)
 
     def _unhook_first(self) -> None:
         for handle in self._first_handles:
@@ -165,6 +199,18 @@ class OptimizerHooks:
         elif not math.isfinite(norm_value):
             self.external_finding(step, "gradients", norm_value, f"gradient norm is non-finite at step {step} "
                                   f"(optimizer {index})", source=f"optimizer {index}")
+
+
+def nested_optimizers(optimizer: torch.optim.Optimizer) -> list[torch.optim.Optimizer]:
+    """The optimizers ``optimizer`` holds as attributes that update some of its parameters: those it steps
+    inside its own step (SAM's ``base_optimizer``, Lookahead's ``optimizer``)."""
+    held = [value for value in vars(optimizer).values() if isinstance(value, torch.optim.Optimizer)]
+    return [inner for inner in held if inner is not optimizer and _shares_parameters(inner, optimizer)]
+
+
+def _shares_parameters(one: torch.optim.Optimizer, other: torch.optim.Optimizer) -> bool:
+    mine = {id(p) for group in other.param_groups for p in group["params"]}
+    return any(id(p) in mine for group in one.param_groups for p in group["params"])
 
 
 def _has_closure(args: tuple, kwargs: dict) -> bool:

@@ -62,7 +62,8 @@ class Ranks:
                     dist.broadcast(tensor, 0)
             state = [state_on_host(guard.optimizer.state_dict()), guard.sentinel.shared_checks_state(),
                      guard.rewind.due_others,  # the other optimizers' part: put back at their own next step
-                     guard.scaler_watch.put_back_due]  # the loss scaler's, as rank 0 puts it back
+                     guard.scaler_watch.put_back_due,  # the loss scaler's, as rank 0 puts it back
+                     [state_on_host(inner.state_dict()) for inner in guard.rewind.inner]]  # with the first's
             dist.broadcast_object_list(state, 0)
         elif kind == STOPPED:
             dist.broadcast_object_list([stop], 0)
@@ -81,10 +82,12 @@ class Ranks:
             for name, tensor in guard.model.state_dict().items():  # detached views of the parameters: in place
                 if name not in recovery.apart:
                     dist.broadcast(tensor, 0)
-            state: list[Any] = [None, None, None, None]
+            state: list[Any] = [None, None, None, None, None]
             dist.broadcast_object_list(state, 0)
-            optimizer, checks, recovery.due, scaler = state
+            optimizer, checks, recovery.due, scaler, inner = state
             load_optimizer_state(guard.optimizer, optimizer)
+            for nested, nested_state in zip(recovery.inner, inner, strict=False):
+                load_optimizer_state(nested, nested_state)
             guard.scaler_watch.put_back(scaler)  # at its update(), as rank 0 does
             guard.sentinel.load_shared_checks_state(checks)
             guard.undone_before(recovery.live_from)
@@ -112,10 +115,14 @@ class Follower(RateFactor):
         self.others: list[tuple[Any, torch.optim.Optimizer]] = []
         self.due: dict[int, Any] = {}
         self.apart: set[str] = set()  # the model's entries that are theirs (Rewind.apart)
+        self.inner: list[torch.optim.Optimizer] = []  # stepped inside the first one's step (Rewind.inner)
 
     def add_other(self, network: Any, optimizer: torch.optim.Optimizer) -> None:
         self.others.append((network, optimizer))
         self.apart |= entries_of(self.guard.model, optimizer)
+
+    def add_inner(self, optimizer: torch.optim.Optimizer) -> None:
+        self.inner.append(optimizer)
 
     def put_back_other(self, optimizer: torch.optim.Optimizer) -> bool:
         return load_other(self.others, self.due, optimizer)

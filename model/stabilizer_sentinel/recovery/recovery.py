@@ -192,6 +192,7 @@ class RateFactor:
     _in_force: float = 1.0  # the factor the last step of the first optimizer ran at (``in_force``)
     _saved_other: tuple[Any, ...] = ()  # the other optimizer's rates, as the script set them, while it steps
     _held: tuple[tuple[torch.Tensor, torch.Tensor | None], ...] = ()  # its gradients, held aside while it skips
+    _saved_inner: tuple[Any, ...] = ()  # an inner optimizer's own groups' rates while it steps (``scale_inner``)
 
     def in_force(self, optimizer: torch.optim.Optimizer) -> float:
         """The factor for this step: ``factor``, lowered where the script's rate has risen so far that its
@@ -210,6 +211,17 @@ class RateFactor:
         """Just after it: the script's own rates back, as it set them."""
         _unscaled(optimizer, self._saved)
         self._saved = []
+
+    def scale_inner(self, optimizer: torch.optim.Optimizer, first: torch.optim.Optimizer) -> None:
+        """Just before the step of an optimizer the first one steps inside its own (SAM's base, Lookahead's):
+        its groups that are not the first one's (those were scaled with it) times the factor in force."""
+        groups = [group for group in optimizer.param_groups if not any(group is own for own in first.param_groups)]
+        self._saved_inner = tuple(_scaled_groups(groups, self._in_force))
+
+    def unscale_inner(self, optimizer: torch.optim.Optimizer, first: torch.optim.Optimizer) -> None:
+        groups = [group for group in optimizer.param_groups if not any(group is own for own in first.param_groups)]
+        _unscaled_groups(groups, list(self._saved_inner))
+        self._saved_inner = ()
 
     def scale_other(self, optimizer: torch.optim.Optimizer) -> bool:
         """Just before another optimizer's step: its rates times the factor, and True; False when a
@@ -764,16 +776,24 @@ def restore_point(rewind: Any, finding: dict[str, Any]) -> Any:
 
 def _scaled(optimizer: torch.optim.Optimizer, factor: float) -> list[Any]:
     """Each group's rate times ``factor``; returns the rates the script had set."""
+    return _scaled_groups(optimizer.param_groups, factor)
+
+
+def _unscaled(optimizer: torch.optim.Optimizer, saved: list[Any]) -> None:
+    _unscaled_groups(optimizer.param_groups, saved)
+
+
+def _scaled_groups(groups: list[dict[str, Any]], factor: float) -> list[Any]:
     if factor == 1.0:
         return []
-    saved = [group["lr"] for group in optimizer.param_groups]
-    for group in optimizer.param_groups:
+    saved = [group["lr"] for group in groups]
+    for group in groups:
         group["lr"] = group["lr"] * factor
     return saved
 
 
-def _unscaled(optimizer: torch.optim.Optimizer, saved: list[Any]) -> None:
-    for group, rate in zip(optimizer.param_groups, saved, strict=False):
+def _unscaled_groups(groups: list[dict[str, Any]], saved: list[Any]) -> None:
+    for group, rate in zip(groups, saved, strict=False):
         group["lr"] = rate
 
 

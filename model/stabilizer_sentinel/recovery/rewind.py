@@ -82,12 +82,16 @@ def _nbytes(value: Any) -> int:
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
     """Load ``state`` (an optimizer's ``state_dict()``, the guard's keys left out) into ``optimizer``.
 
-    The groups' settings (lr, momentum, ...) are the script's schedule, now: they stay as they are.
+    The groups stay the script's own, as they are: the same dicts, whose settings (lr, momentum, ...) are
+    the script's schedule now. ``load_state_dict`` alone puts new dicts with the copy's settings in their
+    place, and a script that holds a group to write its rate into (``group = optimizer.param_groups[0]``),
+    or an optimizer that shares its groups with one it steps (SAM's, Lookahead's base), would write into
+    dicts no step reads any more.
     """
-    settings = [{key: value for key, value in group.items() if key != "params"} for group in optimizer.param_groups]
+    groups, own = optimizer.param_groups, list(optimizer.param_groups)
     optimizer.load_state_dict({key: value for key, value in state.items() if key not in GUARD_KEYS})
-    for group, setting in zip(optimizer.param_groups, settings, strict=True):
-        group.update(setting)
+    groups[:] = own
+    optimizer.param_groups = groups
 
 
 def _other_state(network: nn.Module | None, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -133,10 +137,13 @@ class Snapshot:
     scaler: dict[str, Any] | None = None
     # The loss of the step taken from it, once known (Rewind.measured): one step, on its very weights.
     own: float | None = None
+    # The optimizers the first one steps inside its own step (``Rewind.inner``: SAM's, Lookahead's base),
+    # their state in that order; put back with the first one's. Not written into checkpoints.
+    inner: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def nbytes(self) -> int:
-        return _nbytes(self.model) + _nbytes(self.optimizer) + _nbytes(self.others)
+        return _nbytes(self.model) + _nbytes(self.optimizer) + _nbytes(self.others) + _nbytes(self.inner)
 
 
 class Rewind:
@@ -175,6 +182,9 @@ class Rewind:
         # model does not hold (None when it holds them all): copied and put back with the model.
         self.others: list[tuple[nn.Module | None, torch.optim.Optimizer]] = []
         self._due: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}  # their part of the state loaded last
+        # The optimizers the first one steps inside its own step, over its parameters (SAM's base, Lookahead's):
+        # part of the first one, their state copied and put back with it (momentum a rollback must undo too).
+        self.inner: list[torch.optim.Optimizer] = []
         # The model's entries that are another optimizer's parameters (a GAN's two networks in one
         # module): put back with that optimizer's part, at its step, never with the model's.
         self.apart: set[str] = set()
@@ -196,10 +206,20 @@ class Rewind:
             if len(snapshot.others) < len(self.others):
                 snapshot.others.append(now)
 
+    def add_inner(self, optimizer: torch.optim.Optimizer) -> None:
+        """Copy and put back ``optimizer``, stepped inside the first one's step, with the first one's state;
+        the copies held get its state now (its first step is under way: nothing has changed it yet)."""
+        self.inner.append(optimizer)
+        now = state_on_host(optimizer.state_dict())
+        for snapshot in self.kept():
+            if len(snapshot.inner) < len(self.inner):
+                snapshot.inner.append(now)
+
     def replace_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """The script trains with ``optimizer`` from now on: the copies held carry the replaced one's state,
         which does not load into it, so they are let go; the next copy is the first of the new one's."""
         self.optimizer = optimizer
+        self.inner = []  # the replaced one's
         self.snapshots.clear()
         self.first = self.anchor = None
 
@@ -269,7 +289,7 @@ class Rewind:
                             state_on_host(self.optimizer.state_dict()), checks, level,
                             [self._due.get(index) or _other_state(network, optimizer)
                              for index, (network, optimizer) in enumerate(self.others)],
-                            self._scaler_state())
+                            self._scaler_state(), inner=[state_on_host(inner.state_dict()) for inner in self.inner])
         self.seconds += time.perf_counter() - started
         self.copies += 1
         return snapshot
@@ -283,6 +303,8 @@ class Rewind:
         self.model.load_state_dict({key: value for key, value in snapshot.model.items() if key not in self.apart},
                                    strict=not self.apart)  # copied into the parameters
         load_optimizer_state(self.optimizer, state_on_host(snapshot.optimizer))  # a fresh copy: updated in place
+        for inner, state in zip(self.inner, snapshot.inner, strict=False):
+            load_optimizer_state(inner, state_on_host(state))
         self._due = dict(enumerate(snapshot.others))  # put back at each one's next step (load_other)
         if self.companion is not None and snapshot.checks is not None:
             self.companion.load_checks_state(copy.deepcopy(snapshot.checks))

@@ -20,6 +20,7 @@ from tests.helpers import in_make_test_all
 from tests.unit.sentinel.support import FIXTURES, findings, job_env, run, summary
 
 LOOPS = FIXTURES / "loops" / "loops.py"
+LIBRARY_KINDS = ["accumulate", "bf16", "gan", "lbfgs", "by_hand", "bare", "functional", "compiled", "sam"]
 
 
 def run_library(tmp_path, monkeypatch, *args: str, config: dict | None = None) -> int:
@@ -36,7 +37,7 @@ def run_library(tmp_path, monkeypatch, *args: str, config: dict | None = None) -
     return 0
 
 
-@pytest.mark.parametrize("kind", ["accumulate", "bf16", "gan", "lbfgs", "by_hand", "bare", "functional", "compiled"])
+@pytest.mark.parametrize("kind", LIBRARY_KINDS)
 def test_every_loop_kind_is_stopped_at_its_first_non_finite_step_through_the_library(tmp_path, monkeypatch, kind):
     status = run_library(tmp_path, monkeypatch, "--kind", kind, "--nan-from", "3")
     assert status == 86
@@ -47,7 +48,7 @@ def test_every_loop_kind_is_stopped_at_its_first_non_finite_step_through_the_lib
     assert (written["steps_taken"], written["steps_observed"], written["first_step"]) == (3, 4, 0)
 
 
-@pytest.mark.parametrize("kind", ["accumulate", "bf16", "gan", "lbfgs", "by_hand", "bare", "functional", "compiled"])
+@pytest.mark.parametrize("kind", LIBRARY_KINDS)
 def test_every_loop_kind_that_trains_is_watched_to_its_end_through_the_library(tmp_path, monkeypatch, kind):
     assert run_library(tmp_path, monkeypatch, "--kind", kind, "--steps", "12") == 0
     assert findings(tmp_path) == []
@@ -313,6 +314,27 @@ def test_an_optimizer_stepped_inside_the_watched_ones_step_replaces_nothing(tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sam", "wrapped"])
+def test_an_optimizer_stepped_inside_the_watched_ones_step_rolls_back_with_it_at_the_rate_chosen_once(tmp_path, kind):
+    # SAM's base is built over SAM's own groups (the same dicts): scaled with them, never a second time;
+    # the fixture's wrapper has groups of its own and holds its base in a list (found at its first step).
+    # Their momentum goes back with the copy, and the script's groups stay the dicts it shares.
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", kind, "--steps", "40", "--lr",
+                  "0.05" if kind == "sam" else "3"], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert result.returncode == 0, result.stderr
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    (rollback,) = document["rollbacks"]
+    assert rollback["outcome"] == "recovered" and document["summary"]["learned"] is True, result.stderr
+    losses = [float(line.split()[1].removeprefix("loss=")) for line in result.stdout.splitlines()
+              if line.startswith("step=")]
+    assert max(losses[-5:]) < losses[0] / 10
+    if kind == "sam":
+        rates = [float(line.rsplit("lr=", 1)[1]) for line in result.stdout.splitlines() if line.startswith("step=")]
+        assert rates[rollback["resumed_at_step"]:] == [pytest.approx(0.05 * rollback["factor"])] * (
+            40 - rollback["resumed_at_step"])
+
+
+@pytest.mark.slow
 def test_a_backward_pass_from_two_scalars_is_read_as_the_loss_of_their_sum(tmp_path):
     # torch.autograd.backward([loss / 2, loss / 2]): its gradients are those of the loss; the run learns.
     # (A loss pattern no line matches: the backward pass is the only source of the loss.)
@@ -327,15 +349,17 @@ def test_a_backward_pass_from_two_scalars_is_read_as_the_loss_of_their_sum(tmp_p
 
 @pytest.mark.slow
 @pytest.mark.parametrize("options", [["--zero-weight-at", "0"], ["--zero-weight-at", "6"], ["--unlabelled-first", "3"],
-                                     ["--maximize", "1"], ["--two-networks", "1"], ["--kind", "compiled_step"]],
+                                     ["--maximize", "1"], ["--two-networks", "1"], ["--kind", "compiled_step"],
+                                     ["--kind", "sam"]],
                          ids=["zero-weight-first", "zero-weight-later", "unlabelled-first", "maximize", "two-networks",
-                              "compiled-step"])
+                              "compiled-step", "sam"])
 def test_a_healthy_loop_shaped_as_scripts_write_it_runs_watched_as_unwatched(tmp_path, options):
     # From the third harm hunt: a loss weighted by 0.0 read as 0/0 (NaN: rolled back, its rate cut); a
     # first window of exactly 0 (nothing labelled) made every later loss a divergence; an ascended
     # objective (maximize=True) rose and was called diverging; a second network backwarded before the
     # step was refused as a loop making new tensors, in a line on stderr. From the fourth: a function compiled
-    # with fullgraph=True that calls the model failed (the launcher's forward hook, traced, reads files).
+    # with fullgraph=True that calls the model failed (the launcher's forward hook, traced, reads files); a
+    # SAM optimizer's base, stepped inside its step, was taken for a second optimizer and took the loss.
     args = [str(LOOPS), "--steps", "30", "--lr", "0.01", *options]
     plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
     watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))

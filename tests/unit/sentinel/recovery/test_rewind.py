@@ -98,3 +98,42 @@ def test_a_copy_of_a_loops_bare_tensors_holds_them_and_puts_them_back_in_place(t
         weight.mul_(float("nan"))
     rewind.load(copy)
     assert torch.equal(weight, before) and network.tensors[0] is weight and weight.requires_grad
+
+
+class Sharing(torch.optim.Optimizer):
+    """An optimizer as SAM's is commonly written: its base optimizer is built over its own groups (the same
+    dicts), keeps the momentum, and is stepped inside its step."""
+
+    def __init__(self, params) -> None:
+        super().__init__(params, {"lr": 0.1})
+        self.base = torch.optim.SGD(self.param_groups, lr=0.1, momentum=0.9)
+        self.param_groups = self.base.param_groups
+
+    def step(self, closure=None):
+        return self.base.step(closure)
+
+
+def test_an_inner_optimizers_state_goes_back_with_the_copy_and_the_scripts_groups_stay_its_own(tmp_path):
+    model = tiny_net()
+    optimizer = Sharing(model.parameters())
+    rewind = Rewind(model, optimizer, checkpoint_dir=tmp_path, every=2)
+    rewind.add_inner(optimizer.base)
+
+    def step(n):
+        x, y = batch(n)
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+    for n in range(2):
+        step(n)
+    copy = rewind.take_now(2)
+    momentum = [optimizer.base.state[p]["momentum_buffer"].clone() for p in model.parameters()]
+    held = optimizer.param_groups[0]  # a script that writes its rate into the group it holds
+    for n in range(2, 5):
+        step(n)
+    rewind.load(copy)
+    restored = [optimizer.base.state[p]["momentum_buffer"] for p in model.parameters()]
+    assert all(torch.equal(now, then) for now, then in zip(restored, momentum, strict=True))
+    # load_state_dict alone puts new group dicts in place: the script's and the base's would part.
+    assert optimizer.param_groups[0] is held and optimizer.base.param_groups[0] is held
