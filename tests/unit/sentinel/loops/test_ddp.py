@@ -91,12 +91,15 @@ def test_every_rank_rolls_back_inside_the_job_to_rank_0s_state_and_goes_on_at_it
     assert document["summary"]["ended"] == "completed"
 
 
-def test_a_rise_after_a_rollback_takes_every_rank_back_to_rank_0s_best_copy_at_a_notch_lower(tmp_path):
+@pytest.mark.parametrize("wrapped", ["0", "1"])
+def test_a_rise_after_a_rollback_takes_every_rank_back_to_rank_0s_best_copy_at_a_notch_lower(tmp_path, wrapped):
     # The rate the probes kept after the first rollback is too high for the rest of this run: its loss rises
     # (recovery.py, RISE_WINDOWS) and rank 0 goes back to its best copy since; every rank loads that state.
+    # Wrapped: the momentum is kept by an optimizer the watched one steps inside its step (SAM's shape),
+    # whose state rank 0 sends with the rest.
     command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
                "--log-dir", str(tmp_path / "logs"), str(SCRIPT), "--task", "regression", "--momentum", "0.9",
-               "--bad-rank", "-1", "--lr", "0.5", "--steps", "300"]
+               "--wrapped", wrapped, "--bad-rank", "-1", "--lr", "0.5", "--steps", "300"]
     result = run_to_the_end(command, job_env(tmp_path, {"recovery": "in_job"}))
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
