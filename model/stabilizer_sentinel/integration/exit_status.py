@@ -6,13 +6,18 @@ stabilizer_sentinel.summary chains, is for the other exceptions), and by the tim
 the exception is gone. So two things are kept while the script runs:
 
 - the status of the latest ``SystemExit`` made: ``builtins.SystemExit`` becomes a subclass that
-  notes its status when it is made, and ``sys.exit`` raises it. ``except SystemExit``,
-  ``isinstance`` and Python's own exit (the status, the message) see it as before;
+  notes its status when it is made, and ``sys.exit``, ``_thread.exit`` and ``_thread.exit_thread``
+  raise it (their C code raises the builtin class itself, which an ``except SystemExit`` naming the
+  subclass would not catch). ``except SystemExit``, ``isinstance`` and Python's own exit (the status,
+  the message) see it as before;
 - the script's top-level frame (its ``<module>`` frame, in ``__main__``), found when the hooks attach.
 
 At exit the frame says whether the script ran to its end (its last instruction a return) or was
 left by an exception; left by one that ``sys.excepthook`` never saw, it was the latest
-``SystemExit``. One the script caught (argparse's ``--help`` under ``try``) changes nothing.
+``SystemExit``, or an exception a hook of the script's own took in place of the chained one
+(``sys.excepthook = ...``): Python keeps that one in ``sys.last_value`` before it calls the hook, and
+its traceback passes through the script's frame. One the script caught (argparse's ``--help`` under
+``try``) changes nothing.
 
 Status 0 or None is a normal end ("completed"); any other status is recorded as the exception
 that ended the script, ``SystemExit: <status>``. This module never changes the status or the flow.
@@ -29,6 +34,7 @@ worker, multiprocessing's forked process, which ends with ``os._exit``) calls th
 
 from __future__ import annotations
 
+import _thread
 import builtins
 import contextlib
 import dis
@@ -86,9 +92,23 @@ def install() -> None:
 
     exit.__doc__ = sys.exit.__doc__
     sys.exit = exit
+    for name in ("exit", "exit_thread"):  # _thread.exit(): a thread's own way out, SystemExit from C as well
+        original = getattr(_thread, name, None)
+        if original is not None:
+            setattr(_thread, name, _thread_exit(original))
     threading.excepthook = _thread_excepthook
     _OWNER[:] = [os.getpid()]
     os._exit = _exit
+
+
+def _thread_exit(original: Callable[[], NoReturn]) -> Callable[[], NoReturn]:
+    def exit() -> NoReturn:
+        raise SystemExit
+
+    exit.__name__ = exit.__qualname__ = original.__name__
+    exit.__doc__ = original.__doc__
+    exit.original = original  # type: ignore[attr-defined]
+    return exit
 
 
 _ORIGINAL_THREAD_HOOK = getattr(threading.excepthook, "original", threading.excepthook)
@@ -159,20 +179,47 @@ def watch_main_frame() -> None:
         frame = frame.f_back
 
 
+def _left_by_exception() -> bool:
+    """Whether the script's frame was left by an exception (asked at exit): False when the script ran to its
+    end (its last instruction a return) or its frame was never seen."""
+    frame = SEEN.frame
+    if frame is None:
+        return False
+    code, last = frame.f_code.co_code, frame.f_lasti
+    return not (0 <= last < len(code) and code[last] in _RETURNS)
+
+
+def _hooked_elsewhere() -> BaseException | None:
+    """The uncaught exception Python handed to ``sys.excepthook`` (it keeps it in ``sys.last_value`` first),
+    where its traceback passes through the script's frame: one that left the script, not one an earlier
+    interactive session kept there."""
+    error = getattr(sys, "last_value", None)
+    trace = getattr(error, "__traceback__", None)
+    while trace is not None:
+        if trace.tb_frame is SEEN.frame:
+            return error
+        trace = trace.tb_next
+    return None
+
+
 def uncaught_status() -> tuple[bool, Any]:
     """(whether a ``SystemExit`` ended the script, its status), asked at exit. False when the script
-    ran to its end or its frame was never seen."""
-    frame = SEEN.frame
-    if frame is None or not SEEN.made:
-        return False, None
-    code, last = frame.f_code.co_code, frame.f_lasti
-    if 0 <= last < len(code) and code[last] in _RETURNS:
+    ran to its end, its frame was never seen, or another exception left it."""
+    if not SEEN.made or not _left_by_exception() or _hooked_elsewhere() is not None:
         return False, None
     return True, SEEN.status
 
 
 def record_uncaught() -> None:
-    """At exit, before the summary is written: a failure status is how the script ended (summary.ended_by)."""
+    """At exit, before the summary is written: how the script ended where no hook of ours saw it
+    (summary.ended_by, kept only when no uncaught exception was recorded first): a failure status, or an
+    exception the script's own ``sys.excepthook`` took in place of the chained one."""
+    if not _left_by_exception():
+        return
+    error = _hooked_elsewhere()
+    if error is not None:
+        ended_by(error)
+        return
     ended_by_exit, status = uncaught_status()
     if ended_by_exit and status is not None and status != 0:
-        ended_by(_ORIGINAL(status))  # kept only when no uncaught exception was recorded first
+        ended_by(_ORIGINAL(status))

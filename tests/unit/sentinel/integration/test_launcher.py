@@ -177,6 +177,61 @@ sys.exit(main())
 '''
 
 
+OWN_WAYS_OUT = '''
+import _thread
+import sys
+import threading
+
+import torch
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(3):
+    loss = model(torch.ones(4, 2)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def leave_thread() -> None:
+    try:
+        _thread.exit()
+    except SystemExit as error:  # the class the script names catches what _thread.exit raises
+        print("thread caught", type(error).__name__, isinstance(error, SystemExit), flush=True)
+
+
+worker = threading.Thread(target=leave_thread)
+worker.start()
+worker.join()
+try:
+    _thread.exit()
+except SystemExit:
+    print("main caught", flush=True)
+if sys.argv[1] == "own hook":
+    sys.excepthook = lambda kind, error, trace: print("own hook:", error, file=sys.stderr, flush=True)
+    raise RuntimeError("evaluation failed")
+'''
+
+
+@pytest.mark.parametrize("end", ["own hook", "completed"])
+def test_a_script_leaving_by_its_own_ways_ends_as_unwatched_and_its_summary_says_how(tmp_path, end):
+    # _thread.exit() raises SystemExit from C, and a script's own sys.excepthook replaces the chained one:
+    # the script's `except SystemExit` still catches the first, and the summary still names the exception.
+    script = tmp_path / "own.py"
+    script.write_text(OWN_WAYS_OUT)
+    free = run([str(script), end], tmp_path, job_env(tmp_path / "free"))
+    result = run(["-m", "stabilizer_sentinel.launch", str(script), end], tmp_path, job_env(tmp_path / "job"))
+    assert (result.returncode, result.stdout, result.stderr) == (free.returncode, free.stdout, free.stderr)
+    assert result.stdout == "thread caught SystemExit True\nmain caught\n"
+    written = summary(tmp_path / "job")
+    assert written["steps_taken"] == 3
+    if end == "own hook":
+        assert result.returncode == 1 and "own hook: evaluation failed" in result.stderr
+        assert (written["ended"], written["exception"]) == ("exception", "RuntimeError: evaluation failed")
+    else:
+        assert (result.returncode, written["ended"], written["exception"]) == (0, "completed", None)
+
+
 @pytest.mark.parametrize(("how", "status"),
                          [("nested", 4), *in_make_test_all(("bare", 4), ("bare", 0), ("sys.exit", 0))])
 def test_how_a_script_exits_under_the_launcher_is_how_its_summary_says_it_ended(tmp_path, how, status):
