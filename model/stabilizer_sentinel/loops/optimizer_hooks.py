@@ -102,7 +102,7 @@ class OptimizerHooks:
 
     def _after_inner_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if self.recovery is not None and self.optimizer is not None:
-            self.recovery.unscale_inner(optimizer, self.optimizer)
+            self.recovery.unscale_inner()
 
     def _unhook_first(self) -> None:
         for handle in self._first_handles:

@@ -192,7 +192,7 @@ class RateFactor:
     _in_force: float = 1.0  # the factor the last step of the first optimizer ran at (``in_force``)
     _saved_other: tuple[Any, ...] = ()  # the other optimizer's rates, as the script set them, while it steps
     _held: tuple[tuple[torch.Tensor, torch.Tensor | None], ...] = ()  # its gradients, held aside while it skips
-    _saved_inner: tuple[Any, ...] = ()  # an inner optimizer's own groups' rates while it steps (``scale_inner``)
+    _saved_inner: tuple[tuple[dict[str, Any], Any], ...] = ()  # (group, rate): an inner optimizer's own while it steps
 
     def in_force(self, optimizer: torch.optim.Optimizer) -> float:
         """The factor for this step: ``factor``, lowered where the script's rate has risen so far that its
@@ -216,11 +216,12 @@ class RateFactor:
         """Just before the step of an optimizer the first one steps inside its own (SAM's base, Lookahead's):
         its groups that are not the first one's (those were scaled with it) times the factor in force."""
         groups = [group for group in optimizer.param_groups if not any(group is own for own in first.param_groups)]
-        self._saved_inner = tuple(_scaled_groups(groups, self._in_force))
+        self._saved_inner = tuple(zip(groups, _scaled_groups(groups, self._in_force), strict=False))
 
-    def unscale_inner(self, optimizer: torch.optim.Optimizer, first: torch.optim.Optimizer) -> None:
-        groups = [group for group in optimizer.param_groups if not any(group is own for own in first.param_groups)]
-        _unscaled_groups(groups, list(self._saved_inner))
+    def unscale_inner(self) -> None:
+        """Just after that step: the rates of the groups ``scale_inner`` scaled back, as the script set them."""
+        for group, rate in self._saved_inner:
+            group["lr"] = rate
         self._saved_inner = ()
 
     def scale_other(self, optimizer: torch.optim.Optimizer) -> bool:
