@@ -314,7 +314,8 @@ class Sentinel:
 
     def checks_state(self) -> dict[str, Any]:
         """What the per-step checks know of the run so far, for a rollback to put back (``load_checks_state``)."""
-        learning = {key: copy.deepcopy(value) for key, value in vars(self.learning).items() if key != "chance"}
+        # One copy of them all: a copy per attribute cost three times as much, and parted what two share.
+        learning = copy.deepcopy({key: value for key, value in vars(self.learning).items() if key != "chance"})
         return {"learning": learning, "fired": set(self._fired), "first_nonfinite_layer": self.first_nonfinite_layer}
 
     def shared_checks_state(self) -> dict[str, Any]:
