@@ -58,6 +58,11 @@ class _LossFromLog(io.TextIOBase):
     def flush(self) -> None:
         self._stream.flush()
 
+    def __del__(self) -> None:
+        """Nothing: the stream underneath is not this one's to close when it is let go (a script that replaced
+        ``sys.stdout`` before anything else held this one: io's finalizer would close the process's stdout,
+        and the next print fail). ``close()`` called by the script still closes it, as unwatched."""
+
     def __getattr__(self, name: str) -> Any:  # buffer, name, mode, line_buffering, reconfigure, ...
         return getattr(self._stream, name)
 
