@@ -177,6 +177,42 @@ sys.exit(main())
 '''
 
 
+OWN_STREAMS = '''
+import io
+import sys
+
+if sys.argv[1] == "rewrap":
+    sys.stdout = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", line_buffering=True)
+elif sys.argv[1] == "stderr to stdout":
+    sys.stderr = sys.stdout
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(3):
+    loss = model(torch.ones(4, 2)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print(f"step={step} loss={loss.item():.4f}")
+print("to the stream underneath", file=sys.__stderr__, flush=True)
+'''
+
+
+@pytest.mark.parametrize("how", ["rewrap", "stderr to stdout"])
+def test_a_script_that_replaces_its_streams_before_anything_holds_them_prints_as_unwatched(tmp_path, how):
+    # From the fifth harm hunt: the stream the watcher put in place, let go by the script, was finalized, and
+    # io's finalizer closed the process's stdout (or stderr) under it: the next print failed, exit 1.
+    script = tmp_path / "streams.py"
+    script.write_text(OWN_STREAMS)
+    free = run([str(script), how], tmp_path, job_env(tmp_path / "free"))
+    result = run(["-m", "stabilizer_sentinel.launch", str(script), how], tmp_path, job_env(tmp_path / "job"))
+    assert (result.returncode, result.stdout, result.stderr) == (free.returncode, free.stdout, free.stderr)
+    assert result.returncode == 0 and result.stdout.count("step=") == 3
+    assert summary(tmp_path / "job")["steps_taken"] == 3
+
+
 OWN_WAYS_OUT = '''
 import _thread
 import sys
