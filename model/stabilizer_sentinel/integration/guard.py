@@ -66,6 +66,7 @@ from stabilizer_sentinel.detection.sentinel import Verdict, build_monitoring
 from stabilizer_sentinel.integration import exit_status, log_channel
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig
 from stabilizer_sentinel.loops import distributed, worker_processes
+from stabilizer_sentinel.loops.backward_loss import BackwardLoss
 from stabilizer_sentinel.loops.networks import BareTensors, network_of
 from stabilizer_sentinel.loops.optimizer_hooks import OptimizerHooks
 from stabilizer_sentinel.loops.step_clock import BackwardClock, ScalerWatch, follow_scaler, unfollow
@@ -82,6 +83,12 @@ FINITE_CHECK_RULE = "ExplodingTensor"
 
 class Guard(OptimizerHooks):
     """The sentinel attached to one model and one optimizer; see the module docstring."""
+
+    # The step under way's backward passes (``backward_pass``): how its first was read, its passes of other
+    # terms as written (``_term``), the mean of its micro-batches' passes.
+    _first_pass: BackwardLoss | None = None
+    _terms: torch.Tensor | None = None
+    _latest_mean: torch.Tensor | float | None = None
 
     def __init__(
         self,
@@ -313,18 +320,32 @@ class Guard(OptimizerHooks):
         if self.clock is not None:
             self.clock.loss_reported()
 
-    def backward_pass(self, loss: torch.Tensor) -> None:
-        """A backward pass of the step under way started from ``loss`` (read by
-        stabilizer_sentinel.loops.backward_loss).
+    def backward_pass(self, loss: torch.Tensor, read: BackwardLoss | None = None) -> None:
+        """A backward pass of the step under way started from ``loss`` (``read``: how
+        stabilizer_sentinel.loops.backward_loss read it).
 
         The step's loss is the mean over its passes (gradient accumulation: one per micro-batch), on the
         device (no host synchronisation). The launcher reports its losses here. Where that mean is not
         finite, the latest pass's loss stands: an earlier pass whose loss was not finite and whose
         gradients the script threw away (its own guard, skipping the step and zeroing them) is no part of
         this step; had it kept them, the step's gradients are not finite and the finite check finds them.
+
+        A pass from no cross-entropy or squared error, after a first pass from one (``_term``), is no
+        micro-batch: it is another term of the same objective backwarded on its own (a regularizer, an
+        auxiliary loss: ``loss.backward(); (1e-5 * l2).backward()``). It is added as written, in the first
+        pass's units, not averaged in, nor scaled back by its own weight (read alone, a 1e-5-weighted L2
+        term rose with the weights as the loss it stood for fell).
         """
         if self._loss is None or self._passes == 0:
-            self._passes, self._pass_sum = 0, loss
+            self._passes, self._pass_sum, self._first_pass, self._terms = 0, loss, read, None
+        elif self._term(read):
+            assert read is not None and read.written is not None and self._first_pass is not None
+            term = read.written.to(loss.device, torch.float32) / self._first_pass.divisor
+            self._terms = term if self._terms is None else self._terms + term
+            self._loss = self._latest_mean + self._terms
+            if self.clock is not None:
+                self.clock.loss_reported()
+            return
         else:
             self._pass_sum = self._pass_sum + loss
         self._passes += 1
@@ -332,8 +353,19 @@ class Guard(OptimizerHooks):
         if self._passes > 1:
             mean = self._pass_sum / self._passes
             self._loss = torch.where(torch.isfinite(mean), mean, loss) if isinstance(mean, torch.Tensor) else mean
+        self._latest_mean = self._loss
+        if self._terms is not None:
+            self._loss = self._loss + self._terms
         if self.clock is not None:
             self.clock.loss_reported()
+
+    def _term(self, read: BackwardLoss | None) -> bool:
+        """Whether a pass read so is another term of the step's objective, not a micro-batch (``backward_pass``):
+        read from no cross-entropy or squared error, where the step's first pass was read from one."""
+        first = self._first_pass
+        if read is None or read.written is None or first is None:
+            return False
+        return first.loss_node is not None and read.loss_node is None and read.kind != first.kind
 
     has_loss = property(lambda self: self._loss is not None)
 

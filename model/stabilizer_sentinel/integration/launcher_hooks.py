@@ -89,6 +89,7 @@ from stabilizer_sentinel.integration import exit_status, log_channel, script_wat
 from stabilizer_sentinel.integration.guard import Guard
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_config
 from stabilizer_sentinel.loops import backward_loss, bare_tensors, distributed, step_clock, worker_processes
+from stabilizer_sentinel.loops.backward_loss import BackwardLoss
 from stabilizer_sentinel.loops.networks import BareTensors, unwrap
 from stabilizer_sentinel.recovery import resume
 from stabilizer_sentinel.recovery.batches import Batches
@@ -120,7 +121,7 @@ class LauncherHooks:
         self._loss_modules: dict[int, weakref.ref[nn.Module]] = {}
         self._fingerprints: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._pending_loss: torch.Tensor | float | None = None  # the log's, before the hooks attach
-        self._pending_passes: list[torch.Tensor] = []  # the backward passes' losses before the hooks attach
+        self._pending_passes: list[BackwardLoss] = []  # the backward passes' losses before the hooks attach
         self._backward_seen = False  # a backward pass gave the loss: the log is the second channel only
         self._loss_args: tuple[torch.Tensor, torch.Tensor] | None = None  # the first loss module's last inputs
         self._checkpoint: tuple[Any, dict[str, Any], nn.Module] | None = None  # read, loaded into that model
@@ -133,7 +134,7 @@ class LauncherHooks:
         self._optimizer_handle = register_optimizer_step_pre_hook(self._optimizer_stepping)
         self._scaler_handle = step_clock.stand_by(self._scaler_stepping)
         self._hand_updates = bare_tensors.HandUpdates()
-        self._backward_handle = bare_tensors.listen(self._backward)
+        self._backward_handle = bare_tensors.listen(self._backward, gradients=True)
         self.channel = log_channel.install(config.effective_loss_regex)
         self.channel.listeners.append(self._logged_loss)
         self._watch_handle = script_watch.offer(self._script_watches)
@@ -254,7 +255,7 @@ class LauncherHooks:
         # optimizer's own hooks after the global ones).
         self._attach(self._model_of(optimizer), optimizer)
 
-    def _backward(self, tensors: Any) -> None:
+    def _backward(self, tensors: Any, gradients: Any = None) -> None:
         """A backward pass is about to run: its scalar is the step's loss; a loop over bare tensors is found here."""
         if self.guard is None and not self.stood_down:
             found = self._hand_updates.backward(tensors)
@@ -262,14 +263,14 @@ class LauncherHooks:
                 self._pending_loss = self._hand_updates.previous_loss
                 self._pending_passes.clear()
                 self._attach(BareTensors(found), None, start_step=1)
-        read = backward_loss.read(tensors)
+        read = backward_loss.read(tensors, gradients)
         if read is None:
             return
         self._backward_seen = True
         if self.guard is None:
-            self._pending_passes.append(read.value)
+            self._pending_passes.append(read.kept())
         else:
-            self.guard.backward_pass(read.value)  # checked with this pass's gradients, at the step
+            self.guard.backward_pass(read.value, read.kept())  # checked with this pass's gradients, at the step
 
     def _scaler_stepping(self, optimizer: torch.optim.Optimizer) -> None:
         """A GradScaler steps ``optimizer``: attach now, the step may be skipped and call no optimizer hook."""
@@ -298,12 +299,12 @@ class LauncherHooks:
             # The loss of the update that went unseen (its backward passes', else the log's): step 0's,
             # where the run started, for the learning check. It is not the next step's.
             passes, logged = self._pending_passes, self._pending_loss
-            value = sum(float(loss) for loss in passes) / len(passes) if passes else float(logged or 0.0)
+            value = sum(float(read.value) for read in passes) / len(passes) if passes else float(logged or 0.0)
             if math.isfinite(value):
                 self.guard.sentinel.learning.observe(0, value, None, None)
         elif self._pending_passes:
-            for loss in self._pending_passes:  # this first step's passes (its micro-batches)
-                self.guard.backward_pass(loss)
+            for read in self._pending_passes:  # this first step's passes (its micro-batches)
+                self.guard.backward_pass(read.value, read)
         elif self._pending_loss is not None:
             self.guard.step(self._pending_loss, logged=True)  # the log's: a backward pass's would be a pass
         self._pending_loss = None

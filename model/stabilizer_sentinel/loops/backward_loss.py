@@ -17,7 +17,15 @@ node that computed the loss:
 Only a factor's magnitude is undone: its sign is the script's (``-1.0 * log_likelihood`` handed to an
 optimizer that maximizes is an objective to ascend, and stays one). A factor of exactly 0 (a term
 switched off for a step, a loss weight warmed up from 0) hides what is below it: the scalar, 0, stands.
-A backward pass from several scalars is the sum of them as written.
+A backward pass from several scalars is the sum of them as written. A per-element loss (a cross-entropy
+or squared error with no reduction) backwarded with weights (``per_sample.backward(weights)``) is the
+weighted sum it differentiates; any other tensor backwarded with a gradient is no loss (a pipeline
+stage's activations, with the gradient of what follows them).
+
+Each reading says how it was read (``kind``: the nodes walked) and what divides the scalar as written
+into the loss (``divisor``): the passes of one step that were read alike are its micro-batches, and
+one read otherwise is another term of the same objective (stabilizer_sentinel.integration.guard,
+``backward_pass``).
 
 The value stays on the tensors' device: no host synchronisation. Reading the graph costs one
 attribute read per node walked, a few at most.
@@ -28,7 +36,7 @@ This module must not change gradients or weights: it reads the nodes' saved tens
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -45,6 +53,15 @@ class BackwardLoss:
     value: torch.Tensor  # the loss, detached, on the scalar's device
     node: Any  # the loss node (cross-entropy or squared error), None for another loss
     scaled: bool  # the script scaled its loss before the backward pass (undone in ``value``)
+    kind: tuple[str, ...] = ()  # how it was read: the names of the nodes walked from the scalar to the loss
+    written: torch.Tensor | None = None  # the scalar as the script backwarded it (``value`` times ``divisor``)
+    divisor: torch.Tensor | float = 1.0  # what the scalar as written was divided by to give ``value``
+    loss_node: str | None = None  # the name of ``node``, or of the per-element loss node a weighted pass read
+
+    def kept(self) -> BackwardLoss:
+        """This reading without its node: one kept past its pass must not hold the pass's graph (its
+        activations, its leaves) alive."""
+        return replace(self, node=None)
 
 
 def scalar_of(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
@@ -54,43 +71,70 @@ def scalar_of(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
     return None
 
 
-def read(tensors: Sequence[torch.Tensor]) -> BackwardLoss | None:
+def read(tensors: Sequence[torch.Tensor], gradients: Any = None) -> BackwardLoss | None:
     """The loss of a backward pass from ``tensors``; None when it starts from no scalar with a graph.
 
     A pass from several scalars (``torch.autograd.backward([l1, l2])``) computes the gradients of their
     sum, and its loss is that sum as the script wrote it: each scalar's constant factors are the weights
     of its objective (``[l1 / 2, l2 / 2]``), so none is undone, and there is no one loss node. None when
     any of them is no scalar with a graph (a tensor backwarded with the gradient of what follows it, as a
-    pipeline stage does: no loss is there to read)."""
+    pipeline stage does: no loss is there to read), unless it is one per-element loss given its weights
+    (``gradients``, the pass's ``grad_tensors``: ``_weighted``)."""
     if len(tensors) > 1:
         if not all(scalar_of([tensor]) is not None and tensor.grad_fn is not None for tensor in tensors):
             return None
         total = tensors[0].detach().reshape(()).float()
         for tensor in tensors[1:]:
             total = total + tensor.detach().reshape(()).to(total.device, torch.float32)
-        return BackwardLoss(total, None, False)
+        return BackwardLoss(total, None, False, ("several",) * len(tensors), total)
     scalar = scalar_of(tensors)
     if scalar is None or scalar.grad_fn is None:
-        return None
-    value = scalar.detach().reshape(())
+        return _weighted(tensors, gradients)
+    value = written = scalar.detach().reshape(())
     node = scalar.grad_fn
     scaled = False
+    kind = [node.name()]
+    divisor: torch.Tensor | float = 1.0
     try:
         for _ in range(MAX_SCALINGS):
             undone = _undo_scaling(node, value)
             if undone is None:
                 break
-            node, value = undone
+            node, value, by = undone
+            divisor = divisor * by
+            kind.append(node.name())
             scaled = True
         if node.name() in LOSS_NODES and int(node._saved_reduction) == SUM:
-            value = value / _summed(node)
+            summed = _summed(node)
+            value = value / summed
+            divisor = divisor * summed
+            kind.append("sum")
     except (AttributeError, RuntimeError, TypeError):  # a node saved differently: what was undone stands
         pass
-    return BackwardLoss(value, node if node.name() in LOSS_NODES else None, scaled)
+    loss_node = node.name() if node.name() in LOSS_NODES else None
+    return BackwardLoss(value, node if loss_node else None, scaled, tuple(kind), written, divisor, loss_node)
 
 
-def _undo_scaling(node: Any, value: torch.Tensor) -> tuple[Any, torch.Tensor] | None:
-    """(the node below, the value before it) when ``node`` scales its one graph input by a constant scalar."""
+def _weighted(tensors: Sequence[torch.Tensor], gradients: Any) -> BackwardLoss | None:
+    """A per-element loss (a cross-entropy or squared error with no reduction) backwarded with weights of its
+    shape: the weighted sum it differentiates (``per_sample.backward(weights)``: with weights of one over the
+    count, the mean). None for anything else."""
+    weights = gradients[0] if isinstance(gradients, list | tuple) and len(gradients) == 1 else gradients
+    if len(tensors) != 1 or not isinstance(weights, torch.Tensor) or weights.shape != tensors[0].shape:
+        return None
+    node = tensors[0].grad_fn
+    try:
+        if node is None or node.name() not in LOSS_NODES or int(node._saved_reduction) != 0:
+            return None
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+    total = (tensors[0].detach().float() * weights.detach().to(tensors[0].device, torch.float32)).sum()
+    return BackwardLoss(total, None, False, ("weighted", node.name()), total, 1.0, node.name())
+
+
+def _undo_scaling(node: Any, value: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor] | None:
+    """(the node below, the value before it, what the scaling multiplied it by) when ``node`` scales its one
+    graph input by a constant scalar."""
     name = node.name()
     if name not in ("MulBackward0", "DivBackward0"):
         return None
@@ -99,7 +143,8 @@ def _undo_scaling(node: Any, value: torch.Tensor) -> tuple[Any, torch.Tensor] | 
         other = node._saved_other
         if left is None or right is not None or other is None or other.numel() != 1:
             return None
-        return left, value * other.detach().reshape(()).abs()
+        other = other.detach().reshape(()).abs()
+        return left, value * other, 1 / other
     if left is not None and right is None:
         below, factor = left, node._saved_other
     elif right is not None and left is None:
@@ -111,7 +156,8 @@ def _undo_scaling(node: Any, value: torch.Tensor) -> tuple[Any, torch.Tensor] | 
     factor = factor.detach().reshape(()).abs()
     # A factor of exactly 0 (a loss term switched off, a weight warmed up from 0) hides the value below:
     # the scalar, 0, stands (divided by 1, on the device: no host read).
-    return below, value / (factor + (factor == 0))
+    factor = factor + (factor == 0)
+    return below, value / factor, factor
 
 
 def _summed(node: Any) -> torch.Tensor:

@@ -44,8 +44,9 @@ from typing import Any
 import torch
 from torch.utils.hooks import RemovableHandle
 
-# Called with the tensors of every backward pass, before it runs (listen), by handle id.
-_LISTENERS: OrderedDict[int, Callable[[Sequence[torch.Tensor]], None]] = OrderedDict()
+# Called with the tensors of every backward pass, before it runs (listen), by handle id; and with its
+# gradients (``grad_tensors``, None where the pass was given none) where the listener asked for them.
+_LISTENERS: OrderedDict[int, tuple[Callable[..., None], bool]] = OrderedDict()
 _ORIGINAL: dict[str, Any] = {}
 # A graph larger than this is not walked: no loop over bare tensors builds one (its leaves are written out).
 MAX_NODES = 100_000
@@ -59,20 +60,24 @@ def _wrap_backward() -> None:
         torch.autograd.backward = functools.wraps(torch.autograd.backward)(_backward)  # type: ignore[assignment]
 
 
-def listen(listener: Callable[[Sequence[torch.Tensor]], None]) -> RemovableHandle:
-    """Call ``listener`` with the tensors of every backward pass, before it runs, until the handle's
-    ``remove()`` (idempotent, as torch's hook handles are)."""
+def listen(listener: Callable[..., None], *, gradients: bool = False) -> RemovableHandle:
+    """Call ``listener`` with the tensors of every backward pass, before it runs (and with the gradients it
+    was given, ``gradients``), until the handle's ``remove()`` (idempotent, as torch's hook handles are)."""
     _wrap_backward()
     handle = RemovableHandle(_LISTENERS)
-    _LISTENERS[handle.id] = listener
+    _LISTENERS[handle.id] = (listener, gradients)
     return handle
 
 
 def _backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
     if _LISTENERS:
         seen = (tensors,) if isinstance(tensors, torch.Tensor) else tuple(tensors)
-        for listener in list(_LISTENERS.values()):
-            listener(seen)
+        given = args[0] if args else kwargs.get("grad_tensors")
+        for listener, with_gradients in list(_LISTENERS.values()):
+            if with_gradients:
+                listener(seen, given)
+            else:
+                listener(seen)
     return _ORIGINAL["backward"](tensors, *args, **kwargs)
 
 

@@ -49,3 +49,27 @@ def test_a_factor_is_undone_by_its_magnitude_and_a_zero_one_leaves_the_scalar():
     assert halved is not None and float(halved.value) == pytest.approx(-float(entropy))
     off = backward_loss.read([0.0 * entropy])  # a term switched off: 0, not 0 / 0
     assert off is not None and float(off.value) == 0.0
+
+
+def test_a_per_element_loss_given_weights_is_their_weighted_sum_and_an_activation_no_loss():
+    torch.manual_seed(0)
+    outputs, labels = nn.Linear(3, 2)(torch.randn(8, 3)), torch.randint(2, (8,))
+    per_sample = nn.functional.cross_entropy(outputs, labels, reduction="none")
+    weights = torch.full_like(per_sample, 1 / 8)
+    read = backward_loss.read([per_sample], (weights,))
+    assert read is not None and read.kind[0] == "weighted" and read.node is None
+    assert float(read.value) == pytest.approx(float(per_sample.mean()))
+    # A pipeline stage's activations backwarded with the gradient of what follows them: no loss to read.
+    assert backward_loss.read([outputs], torch.ones_like(outputs)) is None
+    assert backward_loss.read([per_sample], torch.ones(3)) is None  # weights of another shape
+
+
+def test_a_reading_says_what_divides_the_scalar_as_written_into_the_loss():
+    entropy, _ = _losses()
+    read = backward_loss.read([entropy * 65536 / 4])
+    assert read is not None and read.kind == ("DivBackward0", "MulBackward0", "NllLossBackward0")
+    assert float(read.written) == pytest.approx(float(entropy) * 16384)
+    assert float(read.written / read.divisor) == pytest.approx(float(read.value))
+    summed = nn.functional.cross_entropy(torch.randn(6, 3, requires_grad=True), torch.arange(6) % 3, reduction="sum")
+    read = backward_loss.read([summed])
+    assert read is not None and read.kind[-1] == "sum" and float(read.divisor) == 6.0

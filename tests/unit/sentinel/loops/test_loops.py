@@ -348,11 +348,27 @@ def test_a_backward_pass_from_two_scalars_is_read_as_the_loss_of_their_sum(tmp_p
 
 
 @pytest.mark.slow
+def test_a_term_backwarded_on_its_own_is_added_to_the_loss_as_written_not_read_as_a_micro_batch(tmp_path):
+    # From the fifth harm hunt: per-sample losses backwarded with weights were no loss to the hooks, and the
+    # 1e-4-weighted L2 term backwarded after them, its weight undone, was read as the loss: it rose with the
+    # weights while the loss fell, and a healthy run was called NotLearning. Now the loss is the weighted
+    # sum of the per-sample losses (their mean) and the term is added as written.
+    result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "weighted_term", "--steps", "30"],
+                 LOOPS.parent, job_env(tmp_path, {"loss_regex": "^never (\\S+)"}))
+    assert result.returncode == 0, result.stderr
+    printed = [float(line.split("loss=")[1]) for line in result.stdout.splitlines() if line.startswith("step=")]
+    written = summary(tmp_path)
+    assert findings(tmp_path) == [] and written["learned"] is True
+    assert written["first_loss"] == pytest.approx(sum(printed[:5]) / 5, rel=0.01)  # the term: under 1 %
+    assert written["first_loss"] > sum(printed[:5]) / 5
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [["--zero-weight-at", "0"], ["--zero-weight-at", "6"], ["--unlabelled-first", "3"],
                                      ["--maximize", "1"], ["--two-networks", "1"], ["--kind", "compiled_step"],
-                                     ["--kind", "sam"]],
+                                     ["--kind", "sam"], ["--kind", "weighted_term"]],
                          ids=["zero-weight-first", "zero-weight-later", "unlabelled-first", "maximize", "two-networks",
-                              "compiled-step", "sam"])
+                              "compiled-step", "sam", "weighted-term"])
 def test_a_healthy_loop_shaped_as_scripts_write_it_runs_watched_as_unwatched(tmp_path, options):
     # From the third harm hunt: a loss weighted by 0.0 read as 0/0 (NaN: rolled back, its rate cut); a
     # first window of exactly 0 (nothing labelled) made every later loss a divergence; an ascended
