@@ -73,6 +73,7 @@ tensors; use the plain-loop level for those.
 from __future__ import annotations
 
 import atexit
+import gc
 import math
 import multiprocessing.util
 import os
@@ -106,6 +107,43 @@ def _compiling_check() -> Any:
 
 
 _is_compiling = _compiling_check()
+
+
+HOLDER_LEVELS = 4  # how far above a called module the network holding the optimizer's parameters is looked for
+
+
+def _holder(module: nn.Module, wanted: set[int]) -> nn.Module | None:
+    """The module above ``module`` that holds every parameter in ``wanted``, or None: a network the script
+    calls through a method of its own (``flow.log_prob(x)`` calling each of ``flow.layers``) has its children
+    called alone, and the one the most parameters were found in holds a part of the optimizer's. Found
+    through the ``_modules`` dicts that hold each level (``gc.get_referrers``: a walk of the process's
+    objects, done once, and only then), at most ``HOLDER_LEVELS`` levels up."""
+    level = [module]
+    for _ in range(HOLDER_LEVELS):
+        parents = {id(parent): parent for child in level for parent in _parents(child)}
+        for parent in parents.values():
+            if wanted <= {id(p) for p in parent.parameters()}:
+                return parent
+        level = list(parents.values())
+        if not level:
+            return None
+    return None
+
+
+def _parents(child: nn.Module) -> list[nn.Module]:
+    """The modules that hold ``child`` in their ``_modules`` (a module's attributes may sit in its own dict,
+    which then holds ``_modules``, or in the object itself)."""
+    found = []
+    for children in gc.get_referrers(child):
+        if not isinstance(children, dict):
+            continue
+        for holder in gc.get_referrers(children):
+            if isinstance(holder, nn.Module) and holder.__dict__.get("_modules") is children:
+                found.append(holder)
+            elif isinstance(holder, dict) and holder.get("_modules") is children:
+                found += [module for module in gc.get_referrers(holder)
+                          if isinstance(module, nn.Module) and module.__dict__ is holder]
+    return found
 
 
 class LauncherHooks:
@@ -321,6 +359,8 @@ class LauncherHooks:
             if shared > best_shared:
                 best, best_shared = module, shared
         if best is not None:
+            if best_shared < len(wanted):
+                best = _holder(best, wanted) or best
             return unwrap(best)
         # No module call was seen (a functional model): the optimizer's own tensors, by position (an
         # nn.ParameterList would copy plain tensors into new Parameters, whose gradients stay empty).

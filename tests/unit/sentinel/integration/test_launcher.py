@@ -284,3 +284,53 @@ def test_how_a_script_exits_under_the_launcher_is_how_its_summary_says_it_ended(
         assert (written["ended"], written["exception"]) == ("exception", f"SystemExit: {status}")
     else:
         assert (written["ended"], written["exception"]) == ("completed", None)
+
+
+CHILDREN_CALLED = '''
+import sys
+
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+
+
+class Stack(nn.Module):
+    """Called through a method of its own: only its children's forward passes run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 16), nn.Linear(16, 16), nn.Linear(16, 1)])
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers[:-1]:
+            x = torch.tanh(layer(x))
+        return (self.layers[-1](x) - y).pow(2).mean()
+
+
+net = Stack()
+optimizer = torch.optim.SGD(net.parameters(), lr=float(sys.argv[1]))
+x = torch.randn(64, 4)
+y = x.sum(1, keepdim=True)
+for step in range(60):
+    loss = net.loss(x, y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print(f"step={step} loss={loss.item():.6g}", flush=True)
+'''
+
+
+def test_a_network_called_through_its_children_is_rolled_back_whole(tmp_path):
+    # From the fifth verdict hunt: a flow trained through flow.log_prob(x) called its couplings alone; the
+    # guard took the first coupling for the network, and a rollback put back a sixth of the weights, so every
+    # probe failed and the job stopped. The network holding all the optimizer's parameters is the one.
+    script = tmp_path / "children.py"
+    script.write_text(CHILDREN_CALLED)
+    healthy = run([str(script), "0.05"], tmp_path, job_env(tmp_path / "free"))
+    result = run(["-m", "stabilizer_sentinel.launch", str(script), "5"], tmp_path,
+                 job_env(tmp_path / "job", {"recovery": "in_job"}))
+    assert result.returncode == 0, result.stderr
+    assert "rolled back" in result.stderr and "going on at" in result.stderr
+    final = float(result.stdout.strip().splitlines()[-1].split("loss=")[1])
+    assert math.isfinite(final) and final < 10 * float(healthy.stdout.strip().splitlines()[-1].split("loss=")[1])
