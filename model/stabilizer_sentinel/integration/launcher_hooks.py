@@ -15,7 +15,12 @@ stabilizer_sentinel.loops.step_clock, and ``torch.autograd.backward``, stabilize
   the most parameters with it (DDP and ``torch.compile`` wrappers unwrapped), and a ``Guard``
   (stabilizer_sentinel.integration.guard) is attached to them as ``watch()`` would; its hooks do the rest. An optimizer
   that steps later (a GAN's second) is added to it (``Guard.add_optimizer``); one that updates the same
-  parameters (a second phase's, one built again each epoch) replaces it (``Guard.hand_over``).
+  parameters (a second phase's, one built again each epoch) replaces it (``Guard.hand_over``). One over
+  other parameters that goes on stepping after the first stopped (a student distilled after its teacher,
+  the next model of a sweep: more than ``PHASE_STEPS`` of its steps in a row, and four times the longest
+  such run while the first still stepped) is the next phase of training, and the run's from then on: the
+  guard of the phase before is let go without a summary and a new one attached to it (``_next_phase``),
+  so a run is never judged on a phase that ended while the one after it trained unwatched.
 - **Updated by hand** (no optimizer, ``p.data -= lr * p.grad``): until they attach, the hooks keep a
   copy of each candidate network's smallest parameter and compare it at its next training forward
   pass (one comparison per forward pass, until attached); a network whose weights changed with no
@@ -109,6 +114,8 @@ def _compiling_check() -> Any:
 _is_compiling = _compiling_check()
 
 
+# Steps another optimizer takes in a row, the first not stepping, before its training is the run's (``_next_phase``).
+PHASE_STEPS = 50
 HOLDER_LEVELS = 4  # how far above a called module the network holding the optimizer's parameters is looked for
 
 
@@ -155,6 +162,9 @@ class LauncherHooks:
         self.guard: Guard | None = None
         self.stood_down = False
         self._depth = 0
+        # Another optimizer's steps since the first one's last, the first's step count then, the longest such
+        # run while the first still stepped (``_next_phase``).
+        self._others_in_a_row, self._first_steps_then, self._longest_others = 0, -1, 0
         self._roots: dict[int, weakref.ref[nn.Module]] = {}
         self._loss_modules: dict[int, weakref.ref[nn.Module]] = {}
         self._fingerprints: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -279,6 +289,8 @@ class LauncherHooks:
 
     def _optimizer_stepping(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if self.guard is not None:
+            if any(optimizer is other for other in self.guard.others) and self._next_phase(optimizer):
+                return
             if any(optimizer is known for known in (self.guard.optimizer, *self.guard.inner, *self.guard.others)):
                 return
             if self.guard.steps_inside(optimizer):  # a wrapper's base (SAM's, Lookahead's) no attribute held
@@ -347,6 +359,26 @@ class LauncherHooks:
             self.guard.step(self._pending_loss, logged=True)  # the log's: a backward pass's would be a pass
         self._pending_loss = None
         self._pending_passes.clear()
+
+    def _next_phase(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether ``optimizer`` (another optimizer, stepping now) has gone on stepping after the first one
+        stopped for so long that its training is the next phase (module docstring): then the guard of the
+        phase before is let go, without a summary, and one attached to it. One process only (each DDP rank
+        would decide on its own)."""
+        guard = self.guard
+        assert guard is not None
+        taken = guard.record.steps_taken
+        if taken != self._first_steps_then:  # the first stepped since: a GAN's or a critic's rhythm
+            self._longest_others = max(self._longest_others, self._others_in_a_row)
+            self._others_in_a_row, self._first_steps_then = 0, taken
+        self._others_in_a_row += 1
+        if self._others_in_a_row <= max(PHASE_STEPS, 4 * self._longest_others) or guard.world_size > 1:
+            return False
+        guard.discard()
+        self.guard, self.batches = None, None
+        self._others_in_a_row, self._first_steps_then, self._longest_others = 0, -1, 0
+        self._attach(self._model_of(optimizer), optimizer)
+        return True
 
     def _model_of(self, optimizer: torch.optim.Optimizer) -> nn.Module:
         wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}

@@ -348,6 +348,26 @@ def test_a_backward_pass_from_two_scalars_is_read_as_the_loss_of_their_sum(tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("nan_from", [-1, 90])
+def test_training_that_goes_on_with_another_optimizer_after_the_first_stopped_is_the_run_watched(tmp_path, nan_from):
+    # From the fifth verdict hunt: a student distilled after its teacher was another optimizer to the hooks,
+    # which had attached to the teacher's; the summary described the teacher's 100 steps, `learned: true`,
+    # whatever the student did. After PHASE_STEPS of the second optimizer in a row it is the run's.
+    args = [str(LOOPS), "--pretrain", "60", "--steps", "120", "--nan-from", str(nan_from)]
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    result = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path))
+    written = summary(tmp_path)
+    printed = [float(line.split("loss=")[1]) for line in plain.stdout.splitlines() if line.startswith("step=")]
+    if nan_from < 0:
+        assert (result.returncode, result.stdout, result.stderr) == (0, plain.stdout, plain.stderr)
+        assert written["steps_taken"] == 120 - 51 and written["learned"] is True
+        assert min(printed[51:58]) <= written["first_loss"] <= max(printed[51:58])  # the second network's
+    else:
+        (finding,) = findings(tmp_path)
+        assert result.returncode == 86 and (finding["rule"], finding["step"]) == ("ExplodingTensor", nan_from - 51)
+
+
+@pytest.mark.slow
 def test_a_term_backwarded_on_its_own_is_added_to_the_loss_as_written_not_read_as_a_micro_batch(tmp_path):
     # From the fifth harm hunt: per-sample losses backwarded with weights were no loss to the hooks, and the
     # 1e-4-weighted L2 term backwarded after them, its weight undone, was read as the loss: it rose with the
