@@ -202,24 +202,14 @@ def _hooked_elsewhere() -> BaseException | None:
     return None
 
 
-def uncaught_status() -> tuple[bool, Any]:
-    """(whether a ``SystemExit`` ended the script, its status), asked at exit. False when the script
-    ran to its end, its frame was never seen, or another exception left it."""
-    if not SEEN.made or not _left_by_exception() or _hooked_elsewhere() is not None:
-        return False, None
-    return True, SEEN.status
-
-
 def record_uncaught() -> None:
     """At exit, before the summary is written: how the script ended where no hook of ours saw it
-    (summary.ended_by, kept only when no uncaught exception was recorded first): a failure status, or an
-    exception the script's own ``sys.excepthook`` took in place of the chained one."""
+    (summary.ended_by, kept only when no uncaught exception was recorded first): an exception the script's
+    own ``sys.excepthook`` took in place of the chained one, else the latest ``SystemExit``'s failure status."""
     if not _left_by_exception():
         return
     error = _hooked_elsewhere()
     if error is not None:
         ended_by(error)
-        return
-    ended_by_exit, status = uncaught_status()
-    if ended_by_exit and status is not None and status != 0:
-        ended_by(_ORIGINAL(status))
+    elif SEEN.made and SEEN.status is not None and SEEN.status != 0:
+        ended_by(_ORIGINAL(SEEN.status))

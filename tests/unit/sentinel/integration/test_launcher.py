@@ -177,6 +177,25 @@ sys.exit(main())
 '''
 
 
+THREE_STEPS = '''
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(3):
+    loss = model(torch.ones(4, 2)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+'''
+
+
+def _unwatched_and_watched(tmp_path, source: str, *args: str) -> tuple:
+    """``source`` run as a script with ``args``, unwatched, then under the launcher (its job in tmp_path/job)."""
+    script = tmp_path / "script.py"
+    script.write_text(source)
+    free = run([str(script), *args], tmp_path, job_env(tmp_path / "free"))
+    return free, run(["-m", "stabilizer_sentinel.launch", str(script), *args], tmp_path, job_env(tmp_path / "job"))
+
+
 OWN_STREAMS = '''
 import io
 import sys
@@ -188,14 +207,7 @@ elif sys.argv[1] == "stderr to stdout":
 import torch
 
 torch.manual_seed(0)
-model = torch.nn.Linear(2, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-for step in range(3):
-    loss = model(torch.ones(4, 2)).pow(2).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-    print(f"step={step} loss={loss.item():.4f}")
+''' + THREE_STEPS + '''    print(f"step={step} loss={loss.item():.4f}")
 print("to the stream underneath", file=sys.__stderr__, flush=True)
 '''
 
@@ -204,10 +216,7 @@ print("to the stream underneath", file=sys.__stderr__, flush=True)
 def test_a_script_that_replaces_its_streams_before_anything_holds_them_prints_as_unwatched(tmp_path, how):
     # From the fifth harm hunt: the stream the watcher put in place, let go by the script, was finalized, and
     # io's finalizer closed the process's stdout (or stderr) under it: the next print failed, exit 1.
-    script = tmp_path / "streams.py"
-    script.write_text(OWN_STREAMS)
-    free = run([str(script), how], tmp_path, job_env(tmp_path / "free"))
-    result = run(["-m", "stabilizer_sentinel.launch", str(script), how], tmp_path, job_env(tmp_path / "job"))
+    free, result = _unwatched_and_watched(tmp_path, OWN_STREAMS, how)
     assert (result.returncode, result.stdout, result.stderr) == (free.returncode, free.stdout, free.stderr)
     assert result.returncode == 0 and result.stdout.count("step=") == 3
     assert summary(tmp_path / "job")["steps_taken"] == 3
@@ -220,14 +229,7 @@ import threading
 
 import torch
 
-model = torch.nn.Linear(2, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-for step in range(3):
-    loss = model(torch.ones(4, 2)).pow(2).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-
+''' + THREE_STEPS + '''
 
 def leave_thread() -> None:
     try:
@@ -253,10 +255,7 @@ if sys.argv[1] == "own hook":
 def test_a_script_leaving_by_its_own_ways_ends_as_unwatched_and_its_summary_says_how(tmp_path, end):
     # _thread.exit() raises SystemExit from C, and a script's own sys.excepthook replaces the chained one:
     # the script's `except SystemExit` still catches the first, and the summary still names the exception.
-    script = tmp_path / "own.py"
-    script.write_text(OWN_WAYS_OUT)
-    free = run([str(script), end], tmp_path, job_env(tmp_path / "free"))
-    result = run(["-m", "stabilizer_sentinel.launch", str(script), end], tmp_path, job_env(tmp_path / "job"))
+    free, result = _unwatched_and_watched(tmp_path, OWN_WAYS_OUT, end)
     assert (result.returncode, result.stdout, result.stderr) == (free.returncode, free.stdout, free.stderr)
     assert result.stdout == "thread caught SystemExit True\nmain caught\n"
     written = summary(tmp_path / "job")

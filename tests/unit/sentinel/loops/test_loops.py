@@ -20,6 +20,13 @@ from tests.helpers import in_make_test_all
 from tests.unit.sentinel.support import FIXTURES, findings, job_env, run, summary
 
 LOOPS = FIXTURES / "loops" / "loops.py"
+
+
+def logged_losses(stdout: str) -> list[float]:
+    """The losses of a loops.py run's `step=<n> loss=<loss>` lines."""
+    return [float(line.split("loss=")[1]) for line in stdout.splitlines() if line.startswith("step=")]
+
+
 LIBRARY_KINDS = ["accumulate", "bf16", "gan", "lbfgs", "by_hand", "bare", "functional", "compiled", "sam"]
 
 
@@ -163,7 +170,7 @@ def test_the_losses_of_steps_a_scaler_skipped_count_where_the_run_started(tmp_pa
     result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "amp", "--steps", "16"], LOOPS.parent,
                  job_env(tmp_path))
     assert result.returncode == 0, result.stderr
-    logged = [float(line.split("loss=")[1]) for line in result.stdout.splitlines() if line.startswith("step=")]
+    logged = logged_losses(result.stdout)
     written = summary(tmp_path)
     assert written["steps_skipped"] >= 1
     assert written["first_loss"] == pytest.approx(sum(logged[:5]) / 5, rel=1e-4)
@@ -341,7 +348,7 @@ def test_a_backward_pass_from_two_scalars_is_read_as_the_loss_of_their_sum(tmp_p
     result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "two_roots", "--steps", "30"],
                  LOOPS.parent, job_env(tmp_path, {"loss_regex": "^never (\\S+)"}))
     assert result.returncode == 0, result.stderr
-    printed = [float(line.split("loss=")[1]) for line in result.stdout.splitlines() if line.startswith("step=")]
+    printed = logged_losses(result.stdout)
     written = summary(tmp_path)
     assert written["first_loss"] == pytest.approx(sum(printed[:5]) / 5, rel=1e-5)
     assert written["learned"] is True and written["log_loss"]["lines"] == 0
@@ -357,7 +364,7 @@ def test_training_that_goes_on_with_another_optimizer_after_the_first_stopped_is
     plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
     result = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path))
     written = summary(tmp_path)
-    printed = [float(line.split("loss=")[1]) for line in plain.stdout.splitlines() if line.startswith("step=")]
+    printed = logged_losses(plain.stdout)
     if nan_from < 0:
         assert (result.returncode, result.stdout, result.stderr) == (0, plain.stdout, plain.stderr)
         assert written["steps_taken"] == 120 - 51 and written["learned"] is True
@@ -376,7 +383,7 @@ def test_a_term_backwarded_on_its_own_is_added_to_the_loss_as_written_not_read_a
     result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "weighted_term", "--steps", "30"],
                  LOOPS.parent, job_env(tmp_path, {"loss_regex": "^never (\\S+)"}))
     assert result.returncode == 0, result.stderr
-    printed = [float(line.split("loss=")[1]) for line in result.stdout.splitlines() if line.startswith("step=")]
+    printed = logged_losses(result.stdout)
     written = summary(tmp_path)
     assert findings(tmp_path) == [] and written["learned"] is True
     assert written["first_loss"] == pytest.approx(sum(printed[:5]) / 5, rel=0.01)  # the term: under 1 %
