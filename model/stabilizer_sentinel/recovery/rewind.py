@@ -269,6 +269,25 @@ class Rewind:
         held = {id(s): s for s in (self.first, self.anchor, *self.snapshots) if s is not None}
         return sorted(held.values(), key=lambda s: s.next_step)
 
+    def travel(self) -> float | None:
+        """How far the model's parameters have moved since the first copy: the norm of the difference over
+        the norm of the first copy's parameters. None without a first copy (it is kept for an in-job
+        rollback), or where those parameters' norm is 0 (a network started from zeros has no scale to
+        measure by). One pass over the parameters, read from the device once."""
+        if self.first is None:
+            return None
+        moved: torch.Tensor | float = 0.0
+        start: torch.Tensor | float = 0.0
+        for name, param in self.model.named_parameters():
+            before = self.first.model.get(name)
+            if not isinstance(before, torch.Tensor) or before.shape != param.shape or not param.is_floating_point():
+                continue
+            before = before.to(param.device, torch.float32)
+            moved = moved + (param.detach().float() - before).square().sum()
+            start = start + before.square().sum()
+        moved, start = float(moved), float(start)
+        return math.sqrt(moved / start) if start > 0 and math.isfinite(moved) else None
+
     def forget_after(self, next_step: int) -> None:
         """A rollback went back to the copy from which training went on at ``next_step``, and training
         goes on from it: the copies taken after it hold states of the steps it undid, and are no restore

@@ -472,3 +472,54 @@ def test_a_run_whose_windows_barely_fell_goes_back_to_its_first_copy_when_the_co
     assert restore_point(_copies(tmp_path, 2.82, [2.77]), finding).next_step == 5
     # A window below the first step by more than the least fall: the run learned, the bound decides.
     assert restore_point(_copies(tmp_path, 3.2, [3.0], owns=[3.5]), finding).next_step == 5
+
+
+def autoencoder(lr: float, steps: int, tmp_path, monkeypatch) -> tuple[int, float]:
+    """An autoencoder of scikit-learn's digits (ReLU bottleneck, sigmoid output, Adam) trained here with the
+    library's lines and in-job recovery; (exit status, the held-out squared error at the end)."""
+    from sklearn.datasets import load_digits
+
+    from stabilizer_sentinel import watch
+
+    monkeypatch.setenv("STABILIZER_CONFIG", json.dumps({"recovery": "in_job"}))
+    monkeypatch.setenv("STABILIZER_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv("STABILIZER_FAILURE_FILE", str(tmp_path / "failure"))
+    torch.manual_seed(0)
+    digits = torch.tensor(load_digits().data / 16.0, dtype=torch.float32)
+    train_set, held_out = digits[:1400], digits[1400:]
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8), torch.nn.ReLU(),
+                                torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 64), torch.nn.Sigmoid())
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    guard = watch(model, optimizer)
+    status = 0
+    try:
+        for _ in range(steps):
+            batch = train_set[torch.randint(0, len(train_set), (64,))]
+            loss = torch.nn.functional.mse_loss(model(batch), batch)
+            optimizer.zero_grad()
+            loss.backward()
+            guard.step(loss)
+            optimizer.step()
+    except SystemExit as stopped:
+        status = int(stopped.code or 0)
+    guard.close()
+    with torch.no_grad():
+        return status, float(torch.nn.functional.mse_loss(model(held_out), held_out))
+
+
+@pytest.mark.slow  # trains an autoencoder for 150 steps, twice
+def test_a_network_a_rate_too_high_killed_is_rolled_back_to_its_start_at_a_lower_rate_not_called_too_slow(
+        tmp_path, monkeypatch):
+    # At rate 1 (a thousand times its healthy one) every unit dies within five steps: the loss sits at
+    # the targets' mean from then on, no lower than a rate too low leaves it, but the weights went far.
+    status, held_out = autoencoder(1.0, 150, tmp_path / "high", monkeypatch)
+    document = json.loads((tmp_path / "high" / "checkpoints" / "findings.json").read_text())
+    (decision,) = document["rollbacks"]
+    assert (decision["rule"], decision["restored_step"], decision["outcome"]) == ("Diverging", 0, "recovered")
+    assert decision["learning_rate_after"] < 1.0 and "killed the network" in decision["message"]
+    assert status == 0 and document["findings"] == [] and document["summary"]["learned"] is True
+    assert held_out < 0.1  # the dead network's is 0.16; a healthy rate's 0.04 to 0.07
+    # At a rate too low the weights hardly moved: that is NotLearning still, the job stopped for a higher rate.
+    status, _ = autoencoder(1e-5, 110, tmp_path / "low", monkeypatch)
+    (finding,) = json.loads((tmp_path / "low" / "checkpoints" / "findings.json").read_text())["findings"]
+    assert (status, finding["rule"]) == (86, "NotLearning")
