@@ -159,10 +159,11 @@ class RunRecord:
         start = getattr(learning, "learning_start", None)  # the untrained level, not an early spike
         start = self.first_seen if start is None else start  # a run ended before its first window closed
         window = int(getattr(learning, "window", 5) or 5)
+        unjudged = getattr(learning, "unjudged", None)  # a loss whose value measures no fit
         if getattr(learning, "learned", False):
             learned: bool | None = True
         else:  # judged only once a second window closed after the first
-            learned = None if start is None or self.steps_observed < 2 * window else False
+            learned = None if start is None or self.steps_observed < 2 * window or unjudged else False
         best = getattr(learning, "best_loss", None)
         document: dict[str, Any] = {
             "integration": self.integration,
@@ -178,6 +179,7 @@ class RunRecord:
             "best_loss": jsonable(best),
             "last_window_loss": jsonable(getattr(learning, "last_window_loss", None)),
             "learned": learned,
+            "unjudged": unjudged,
             "started_from": self.started_from,
             "restores": self.restores,
             "evaluations": [[step, jsonable(value)] for step, value in self.evaluations],

@@ -110,6 +110,7 @@ class Summary(BaseModel):
     last_loss: Number = None
     best_loss: Number = None
     learned: bool | None = None
+    unjudged: str | None = None  # why the learning check judged no loss (a policy gradient's surrogate)
     started_from: str | None = None
     restores: bool | None = None
     evaluations: list[tuple[int, Number]] = Field(default_factory=list)

@@ -7,6 +7,7 @@
 ``fall_tests``       whether a loss fell: the window and line tests
 ``loss_statistics``  running statistics of the loss and the learning rate (no torch)
 ``chance_level``     what the best input-blind prediction scores
+``surrogate``        whether the loss is a policy gradient's surrogate, which measures no fit
 ``watchdog``         a thread that notices a hang or a straggler; ``hang_bounds``, its bounds
 
 It stands on rules/, loops/ and capture/; integration/ imports it, and it imports neither integration/

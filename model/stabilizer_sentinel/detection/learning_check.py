@@ -56,7 +56,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from stabilizer_contract.catalogue import DIVERGING, NOT_LEARNING
-from stabilizer_sentinel.detection import chance_level
+from stabilizer_sentinel.detection import chance_level, surrogate
 from stabilizer_sentinel.detection.fall_tests import CENTRE_STEPS, FallTests
 from stabilizer_sentinel.detection.loss_statistics import NoiseEstimate, PhaseTracker, Trend, untrained_level
 from stabilizer_sentinel.rules import RuleFinding
@@ -122,6 +122,8 @@ class LearningCheck(FallTests):
         self._spike_rate: float | None = None  # the learning rate at the spike's step
         self._tail: deque[float] = deque(maxlen=self.patience_windows * self.window)
         self.chance: chance_level.ChanceLevel | None = None  # the loss's chance level, where it can be read
+        self.surrogate: surrogate.Surrogate | None = None  # whether the loss is a surrogate's (``unjudged``)
+        self._unjudged = False  # the loss is a surrogate's, as read at a window's close: nothing is judged
         self._around: deque[float] = deque(maxlen=max(CENTRE_STEPS, self.window))
         self._centre: float | None = None
         self._window_noise: float | None = None
@@ -142,12 +144,19 @@ class LearningCheck(FallTests):
                 settings.update({k: v for k, v in rule.parameters.items() if k in names})
         check = cls(**settings)
         check.chance = chance_level.listen(check)
+        check.surrogate = surrogate.listen(check)
         return check
 
     # -- what others read
     @property
     def learned(self) -> bool:
-        return self._learned_at is not None
+        return self._learned_at is not None and not self._unjudged
+
+    @property
+    def unjudged(self) -> str | None:
+        """Why the loss is not judged (a policy gradient's surrogate: stabilizer_sentinel.detection.surrogate),
+        else None."""
+        return surrogate.REASON if self._unjudged else None
 
     @property
     def start_loss(self) -> float | None:
@@ -255,7 +264,7 @@ class LearningCheck(FallTests):
             early = self._first_window_finding(step, loss, learning_rate)
             if early is not None:
                 return early
-        if self._bound is not None:
+        if self._bound is not None and not self._unjudged:  # a surrogate's loss is counted, never judged
             cap = self._chance_cap(loss)
             bound = self._bound if cap is None else min(self._bound, cap[0])  # a first window that climbed
             self._above = self._above + 1 if loss > bound else 0
@@ -304,7 +313,8 @@ class LearningCheck(FallTests):
         For a resumed run the first window is its lineage's (``load_state_dict``), so a short
         relaunch is judged too, on windows of its own.
         """
-        if self._fired or self._first is None or self._last is None or self._last[0] == self._first[0]:
+        if self._fired or not self._judged() or self._first is None or self._last is None \
+                or self._last[0] == self._first[0]:
             return None
         # A run that ended before the chance level's own span (``patience_windows`` windows) is judged
         # against its start, as the chance level's tail test cannot judge it yet; not one whose last steps
@@ -437,6 +447,12 @@ class LearningCheck(FallTests):
                    f"ignores the inputs)")
         return self._fire(DIVERGING, step, message, loss)
 
+    def _judged(self) -> bool:
+        """Whether the loss is judged: not once a backward pass was a surrogate's (``unjudged``), read here
+        (a synchronisation on an accelerator) at each window's close and at the end."""
+        self._unjudged = self._unjudged or (self.surrogate is not None and self.surrogate.found())
+        return not self._unjudged
+
     def _close_window(self, step: int, mean: float) -> None:
         self._peak = mean if self._peak is None else max(self._peak, mean)
         self._last = (step, mean)
@@ -511,7 +527,7 @@ class LearningCheck(FallTests):
         return f"{where} {base:.4g} + {spreads or self.spreads:g} x the loss's scale {self._scale:.4g}"
 
     def _judge(self, step: int, *, at_end: bool) -> RuleFinding | None:
-        if self._first is None or self._last is None or self._best is None:
+        if self._first is None or self._last is None or self._best is None or not self._judged():
             return None
         first_step, first = self._first[0], self.learning_start
         assert first is not None

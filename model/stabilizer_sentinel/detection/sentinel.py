@@ -62,6 +62,9 @@ SYSTEM_RULES_EVERY = 10
 # which never learn, moved them 0.0021 to 0.0086; rates 1e4 to 1e7 times too high, which killed them, 1.0 to 7;
 # healthy rates 0.27 to 1.4.
 MOVED = 0.5
+# The learning check's parts that backward passes feed as they run: the objects the listeners hold, never
+# copied into a rollback's state nor put back from one (what they saw of the passes rolled back stays seen).
+LISTENING = ("chance", "surrogate")
 
 
 @dataclass
@@ -347,7 +350,8 @@ class Sentinel:
     def checks_state(self) -> dict[str, Any]:
         """What the per-step checks know of the run so far, for a rollback to put back (``load_checks_state``)."""
         # One copy of them all: a copy per attribute cost three times as much, and parted what two share.
-        learning = copy.deepcopy({key: value for key, value in vars(self.learning).items() if key != "chance"})
+        learning = copy.deepcopy({key: value for key, value in vars(self.learning).items()
+                                  if key not in LISTENING})
         return {"learning": learning, "fired": set(self._fired), "first_nonfinite_layer": self.first_nonfinite_layer}
 
     def shared_checks_state(self) -> dict[str, Any]:

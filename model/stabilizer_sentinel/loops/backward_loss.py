@@ -46,6 +46,9 @@ SQUARED_ERROR = "MseLossBackward0"
 LOSS_NODES = (*CROSS_ENTROPY, SQUARED_ERROR)
 MEAN, SUM = 1, 2  # the reduction codes autograd saves
 MAX_SCALINGS = 8  # more nested scalings than any loop writes: what is left is read as the loss
+REDUCTIONS = ("SumBackward0", "SumBackward1", "MeanBackward0", "MeanBackward1")
+SHAPINGS = ("ViewBackward0", "ReshapeAliasBackward0", "UnsqueezeBackward0", "SqueezeBackward0", "SqueezeBackward1")
+SURROGATE_TERMS = 64  # the terms of a gathered sum whose weights ``signed_weights`` reads: enough for both signs
 
 
 @dataclass(frozen=True)
@@ -132,9 +135,9 @@ def _weighted(tensors: Sequence[torch.Tensor], gradients: Any) -> BackwardLoss |
     return BackwardLoss(total, None, False, ("weighted", node.name()), total, 1.0, node.name())
 
 
-def _undo_scaling(node: Any, value: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor] | None:
-    """(the node below, the value before it, what the scaling multiplied it by) when ``node`` scales its one
-    graph input by a constant scalar."""
+def _scaling(node: Any) -> tuple[Any, torch.Tensor, bool] | None:
+    """(the node below, the constant, whether it divides) when ``node`` scales its one graph input by a
+    constant scalar."""
     name = node.name()
     if name not in ("MulBackward0", "DivBackward0"):
         return None
@@ -143,8 +146,7 @@ def _undo_scaling(node: Any, value: torch.Tensor) -> tuple[Any, torch.Tensor, to
         other = node._saved_other
         if left is None or right is not None or other is None or other.numel() != 1:
             return None
-        other = other.detach().reshape(()).abs()
-        return left, value * other, 1 / other
+        return left, other, True
     if left is not None and right is None:
         below, factor = left, node._saved_other
     elif right is not None and left is None:
@@ -153,11 +155,79 @@ def _undo_scaling(node: Any, value: torch.Tensor) -> tuple[Any, torch.Tensor, to
         return None
     if factor is None or factor.numel() != 1:
         return None
+    return below, factor, False
+
+
+def _undo_scaling(node: Any, value: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor] | None:
+    """(the node below, the value before it, what the scaling multiplied it by) when ``node`` scales its one
+    graph input by a constant scalar."""
+    scaling = _scaling(node)
+    if scaling is None:
+        return None
+    below, factor, divides = scaling
     factor = factor.detach().reshape(()).abs()
+    if divides:
+        return below, value * factor, 1 / factor
     # A factor of exactly 0 (a loss term switched off, a weight warmed up from 0) hides the value below:
     # the scalar, 0, stands (divided by 1, on the device: no host read).
     factor = factor + (factor == 0)
     return below, value / factor, factor
+
+
+def signed_weights(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """Whether the pass's loss is a sum (or mean) of terms weighted by constants of both signs, on the device
+    (no host read); None when it is not of that form.
+
+    A policy gradient's surrogate is one: ``-(log_probs * advantages).sum()``, or each step's
+    ``-log_prob * R`` gathered by ``torch.cat``/``torch.stack`` and summed, after the constant scalings
+    ``read`` undoes. Its advantages have both signs, and its value measures no fit: as the policy grows
+    sure of its actions their log-probabilities rise to 0 and the surrogate with them, while the return
+    climbs. Terms weighted by constants of one sign (class weights, a mask) are a weighted loss, and a
+    product inside another function (a hinge's ``clamp(1 - y * f(x))``) no sum of weighted terms."""
+    scalar = scalar_of(tensors)
+    node = None if scalar is None else scalar.grad_fn
+    try:
+        for _ in range(MAX_SCALINGS):
+            scaling = None if node is None else _scaling(node)
+            if scaling is None:
+                break
+            node = scaling[0]
+        if node is not None and node.name() == "NegBackward0":
+            node = node.next_functions[0][0]
+        if node is None or node.name() not in REDUCTIONS:
+            return None
+        node = node.next_functions[0][0]
+        if node is not None and node.name() in ("CatBackward0", "StackBackward0"):
+            terms = [_through_shape(term) for term, _ in node.next_functions[:SURROGATE_TERMS]]
+            weights = [_constant_factor(term) for term in terms]
+            if len(weights) < 2 or any(w is None or w.numel() != 1 for w in weights):
+                return None
+            flat = torch.stack([w.detach().reshape(()).to(weights[0].device, torch.float32) for w in weights])
+        else:
+            weights_of = None if node is None else _constant_factor(node)
+            if weights_of is None or weights_of.numel() < 2:
+                return None
+            flat = weights_of.detach()
+        return (flat.amin() < 0) & (flat.amax() > 0)
+    except (AttributeError, RuntimeError, TypeError):  # a node saved differently: no such sum
+        return None
+
+
+def _through_shape(node: Any) -> Any:
+    """The node below a reshaping of one input (a term viewed as one element before it is gathered)."""
+    while node is not None and node.name() in SHAPINGS:
+        node = node.next_functions[0][0]
+    return node
+
+
+def _constant_factor(node: Any) -> torch.Tensor | None:
+    """The constant one side of a product (``MulBackward0``) with one graph input multiplies it by."""
+    if node is None or node.name() != "MulBackward0":
+        return None
+    (left, _), (right, _) = node.next_functions
+    if (left is None) == (right is None):
+        return None
+    return node._saved_other if right is None else node._saved_self
 
 
 def _summed(node: Any) -> torch.Tensor:

@@ -73,3 +73,36 @@ def test_a_reading_says_what_divides_the_scalar_as_written_into_the_loss():
     summed = nn.functional.cross_entropy(torch.randn(6, 3, requires_grad=True), torch.arange(6) % 3, reduction="sum")
     read = backward_loss.read([summed])
     assert read is not None and read.kind[-1] == "sum" and float(read.divisor) == 6.0
+
+
+def _policy() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The log-probabilities of eight actions a policy took, and advantages of both signs and of one."""
+    torch.manual_seed(0)
+    log_probs = torch.log_softmax(nn.Linear(3, 4)(torch.randn(8, 3)), dim=1)[:, 0]
+    advantages = torch.randn(8)
+    return log_probs, advantages - advantages.mean(), advantages.abs()
+
+
+@pytest.mark.parametrize("form", ["sum", "mean", "negated_first", "times_minus_one", "gathered", "stacked"])
+def test_a_sum_of_terms_weighted_by_constants_of_both_signs_is_a_surrogate(form):
+    log_probs, advantages, _ = _policy()
+    loss = {
+        "sum": lambda: -(log_probs * advantages).sum() / 8,
+        "mean": lambda: -(log_probs * advantages).mean(),
+        "negated_first": lambda: (-log_probs * advantages).sum(),
+        "times_minus_one": lambda: (log_probs * advantages).mean() * -1,
+        # Each step's -log_prob * R, gathered (pytorch/examples' REINFORCE: torch.cat(policy_loss).sum()).
+        "gathered": lambda: torch.cat([-log_probs[i:i + 1] * advantages[i] for i in range(8)]).sum(),
+        "stacked": lambda: torch.stack([-log_probs[i] * float(advantages[i]) for i in range(8)]).sum(),
+    }[form]()
+    signed = backward_loss.signed_weights([loss])
+    assert signed is not None and bool(signed)
+
+
+def test_a_loss_weighted_by_constants_of_one_sign_or_inside_another_function_is_no_surrogate():
+    log_probs, advantages, weights = _policy()
+    entropy, error = _losses()
+    assert not bool(backward_loss.signed_weights([-(log_probs * weights).mean()]))  # class weights, a mask
+    margins = (1 - advantages.sign() * log_probs).clamp(min=0).mean()  # a hinge: the product is inside
+    for loss in (margins, entropy, error, entropy + error, (log_probs * advantages).sum() + error):
+        assert backward_loss.signed_weights([loss]) is None

@@ -408,3 +408,18 @@ def test_a_healthy_loop_shaped_as_scripts_write_it_runs_watched_as_unwatched(tmp
     watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
     assert (watched.returncode, watched.stdout, watched.stderr) == (0, plain.stdout, plain.stderr), watched.stderr
     assert findings(tmp_path) == [] and summary(tmp_path)["learned"] is True
+
+
+@pytest.mark.slow
+def test_a_policy_gradient_whose_loss_rises_as_it_learns_is_not_judged_by_its_loss(tmp_path):
+    # From the verdict hunt: REINFORCE reached the best return while its surrogate rose from -0.6 to -0.01,
+    # and the learning check called the healthy run Diverging at its end.
+    args = [str(FIXTURES / "loops" / "policy_gradient.py"), "--steps", "60"]
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert (watched.returncode, watched.stdout, watched.stderr) == (0, plain.stdout, plain.stderr), watched.stderr
+    losses = logged_losses(plain.stdout)
+    assert losses[-1] > losses[0] and "greedy_return=0.930" in plain.stdout  # it rose, and the policy learned
+    written = summary(tmp_path)
+    assert findings(tmp_path) == [] and written["learned"] is None and "surrogate" in written["unjudged"]
+    assert written["last_window_loss"] == pytest.approx(sum(losses[-5:]) / 5, abs=1e-3)
