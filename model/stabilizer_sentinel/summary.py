@@ -163,7 +163,8 @@ class RunRecord:
         if getattr(learning, "learned", False):
             learned: bool | None = True
         else:  # judged only once a second window closed after the first
-            learned = None if start is None or self.steps_observed < 2 * window or unjudged else False
+            few = self.steps_observed < 2 * window or getattr(learning, "judgeable", True) is False
+            learned = None if start is None or few or unjudged else False
         best = getattr(learning, "best_loss", None)
         document: dict[str, Any] = {
             "integration": self.integration,

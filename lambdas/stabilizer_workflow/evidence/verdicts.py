@@ -245,9 +245,8 @@ def _by_the_loss(summary: Summary, ended: str, steps: str) -> Verdict:
             source="summary",
         )
         return Verdict(None, finding.message, finding)
-    if summary.unjudged:
-        return Verdict("unverified", f"{ended}: {steps}, {trend}; {summary.unjudged}")
-    return Verdict("unverified", f"{ended}: {steps}, {trend}, too few steps to judge whether it learned")
+    why = f"; {summary.unjudged}" if summary.unjudged else ", too few steps to judge whether it learned"
+    return Verdict("unverified", f"{ended}: {steps}, {trend}{why}")
 
 
 def why_fresh(integration: str, attempt: Attempt) -> str | None:

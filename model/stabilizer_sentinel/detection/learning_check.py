@@ -153,6 +153,12 @@ class LearningCheck(FallTests):
         return self._learned_at is not None and not self._unjudged
 
     @property
+    def judgeable(self) -> bool:
+        """Whether a window of losses closed after the first: a verdict needs two (``at_end``). Steps whose loss
+        the check never took (a script logging it every tenth step, the log the only channel) do not count."""
+        return self._first is not None and self._last is not None and self._last[0] != self._first[0]
+
+    @property
     def unjudged(self) -> str | None:
         """Why the loss is not judged (a policy gradient's surrogate: stabilizer_sentinel.detection.surrogate),
         else None."""
@@ -313,8 +319,7 @@ class LearningCheck(FallTests):
         For a resumed run the first window is its lineage's (``load_state_dict``), so a short
         relaunch is judged too, on windows of its own.
         """
-        if self._fired or not self._judged() or self._first is None or self._last is None \
-                or self._last[0] == self._first[0]:
+        if self._fired or not self._judged() or not self.judgeable:
             return None
         # A run that ended before the chance level's own span (``patience_windows`` windows) is judged
         # against its start, as the chance level's tail test cannot judge it yet; not one whose last steps

@@ -288,3 +288,19 @@ def test_a_jump_says_the_arithmetic_of_its_own_bound():
     bound, start, spreads, scale = map(float, said.groups())
     assert spreads == 90
     assert bound == pytest.approx(start + spreads * scale, rel=1e-3)
+
+
+def test_a_run_whose_loss_the_check_took_at_one_step_in_ten_is_too_short_to_judge_not_unlearned():
+    # From the seventh harm hunt: a loop setting its gradients by hand, its loss known from the log alone,
+    # printed every tenth of its 90 steps (1.95 down to 0.29): nine losses, one window after the first.
+    from stabilizer_sentinel.summary import RunRecord
+
+    check, record = LearningCheck(), RunRecord()
+    losses = iter([1.95, 1.3, 1.0, 0.82, 0.7, 0.61, 0.52, 0.46, 0.41])
+    for step in range(1, 91):
+        loss = next(losses) if step % 10 == 0 else None
+        record.observed(step, loss)
+        if loss is not None:
+            assert check.observe(step, loss, None) is None
+    assert check.at_end(90) is None and not check.judgeable
+    assert record.summary(check, ended="completed", exception=None)["learned"] is None

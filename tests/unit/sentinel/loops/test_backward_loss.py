@@ -87,14 +87,14 @@ def _policy() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 def test_a_sum_of_terms_weighted_by_constants_of_both_signs_is_a_surrogate(form):
     log_probs, advantages, _ = _policy()
     loss = {
-        "sum": lambda: -(log_probs * advantages).sum() / 8,
-        "mean": lambda: -(log_probs * advantages).mean(),
-        "negated_first": lambda: (-log_probs * advantages).sum(),
-        "times_minus_one": lambda: (log_probs * advantages).mean() * -1,
+        "sum": -(log_probs * advantages).sum() / 8,
+        "mean": -(log_probs * advantages).mean(),
+        "negated_first": (-log_probs * advantages).sum(),
+        "times_minus_one": (log_probs * advantages).mean() * -1,
         # Each step's -log_prob * R, gathered (pytorch/examples' REINFORCE: torch.cat(policy_loss).sum()).
-        "gathered": lambda: torch.cat([-log_probs[i:i + 1] * advantages[i] for i in range(8)]).sum(),
-        "stacked": lambda: torch.stack([-log_probs[i] * float(advantages[i]) for i in range(8)]).sum(),
-    }[form]()
+        "gathered": torch.cat([-log_probs[i:i + 1] * advantages[i] for i in range(8)]).sum(),
+        "stacked": torch.stack([-log_probs[i] * float(advantages[i]) for i in range(8)]).sum(),
+    }[form]
     signed = backward_loss.signed_weights([loss])
     assert signed is not None and bool(signed)
 
