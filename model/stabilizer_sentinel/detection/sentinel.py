@@ -209,8 +209,10 @@ class Sentinel:
         healthy one went from 0.18 to the targets' mean in five steps and stayed; called NotLearning, it
         was answered with a rate ten times higher. As Diverging, the run is rolled back to that first copy
         (its wreck began at the first step: ``_entry``) and goes on at a lower rate. Where no first copy is
-        held (no in-job recovery), the finding stands."""
-        if finding.rule != NOT_LEARNING or self.rewind is None or self.rewind.first is None:
+        held (no in-job recovery), or under DDP (another rank's own NotLearning would stop the job while
+        this one rolled back), the finding stands."""
+        alone = self.recovery is not None and getattr(self.recovery, "ranks", None) is None
+        if finding.rule != NOT_LEARNING or not alone or self.rewind is None or self.rewind.first is None:
             return finding
         travel = self.rewind.travel()
         if travel is None or travel < MOVED:
