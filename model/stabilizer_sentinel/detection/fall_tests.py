@@ -55,6 +55,7 @@ class FallTests:
     _tail: deque[float]
     chance: Any
     _lowest: float | None
+    _last: tuple[int, float] | None
     _scale: float
     rising: float
 
@@ -200,6 +201,17 @@ class FallTests:
             return ""
         return (f"; it started above the loss {chance:.4g} of a prediction that ignores the inputs (the "
                 f"labels' prior or the targets' mean), and a fall to that is no learning")
+
+    def fell_beyond_noise(self) -> bool:
+        """Whether the last window is below where the run started (``_reference``: the start, or the chance
+        level where that is lower) by more than ``confidence`` standard errors of the difference of two
+        window means: the noise alone, whatever the loss's magnitude. A run that never learned by the
+        check's margin may still have: a loss on a large constant offset falls far beyond its noise and never
+        by 5 % of its magnitude (1000 + a cross-entropy: 2.2 against a noise of 0.07 per step)."""
+        if self._last is None or self.learning_start is None:
+            return False
+        sigma = self.noise or 0.0
+        return self._reference() - self._last[1] > self.confidence * sigma * math.sqrt(2.0 / self.window)
 
     def _significant(self, start: float) -> float:
         """A change of two window means larger than this is more than noise: ``min_decrease`` of the start

@@ -45,7 +45,7 @@ from stabilizer_sentinel.capture import profiler as system_profiler
 from stabilizer_sentinel.capture.capture import Capture, parse_capture
 from stabilizer_sentinel.capture.trial import MemoryTrial
 from stabilizer_sentinel.detection.health import LearningCheck, default_finite_rule, run_up
-from stabilizer_sentinel.loops import gradients, worker_processes
+from stabilizer_sentinel.loops import distributed, gradients, worker_processes
 from stabilizer_sentinel.rules import ExplodingTensor, Rule, RuleConfigError, RuleFinding, parse_rule_list
 from stabilizer_sentinel.rules.base import unmatched_findings
 from stabilizer_sentinel.summary import jsonable as _jsonable
@@ -203,16 +203,20 @@ class Sentinel:
 
     def _moved_far(self, finding: RuleFinding) -> RuleFinding:
         """``finding`` as Diverging where it is NotLearning and the parameters moved ``MOVED`` times their
-        norm from the first copy the rewind holds (``Rewind.travel``): the loss did not move because the
-        steps killed the network (its units dead, its output saturated or collapsed to the targets' mean or
-        the labels' prior), not because they were too small. An autoencoder at a rate a thousand times its
-        healthy one went from 0.18 to the targets' mean in five steps and stayed; called NotLearning, it
-        was answered with a rate ten times higher. As Diverging, the run is rolled back to that first copy
-        (its wreck began at the first step: ``_entry``) and goes on at a lower rate. Where no first copy is
-        held (no in-job recovery), or under DDP (another rank's own NotLearning would stop the job while
-        this one rolled back), the finding stands."""
-        alone = self.recovery is not None and getattr(self.recovery, "ranks", None) is None
-        if finding.rule != NOT_LEARNING or not alone or self.rewind is None or self.rewind.first is None:
+        norm from the first copy the rewind holds (``Rewind.travel``; kept for in-job recovery): the loss
+        did not move because the steps killed the network (its units dead, its output saturated or
+        collapsed to the targets' mean or the labels' prior), not because they were too small. An
+        autoencoder at a rate a thousand times its healthy one went from 0.18 to the targets' mean in five
+        steps and stayed; called NotLearning, it was answered with a rate ten times higher. As Diverging,
+        the run is rolled back to that first copy (its wreck began at the first step: ``_entry``) and goes
+        on at a lower rate; at the run's end, the relaunch lowers it. Where no first copy is held (no in-job
+        recovery), or under DDP (another rank's own NotLearning would stop the job while this one rolled
+        back), the finding stands; and where the loss fell beyond its noise
+        (``LearningCheck.fell_beyond_noise``): a dead network's does not, and a run that learns what the
+        check cannot see (a loss on a large constant offset, whose fall is never 5 % of its magnitude) would
+        be rolled back to its start and its learning thrown away."""
+        if finding.rule != NOT_LEARNING or self.rewind is None or self.rewind.first is None \
+                or distributed.rank_and_size()[1] > 1 or self.learning.fell_beyond_noise():
             return finding
         travel = self.rewind.travel()
         if travel is None or travel < MOVED:

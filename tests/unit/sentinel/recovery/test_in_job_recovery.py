@@ -474,9 +474,10 @@ def test_a_run_whose_windows_barely_fell_goes_back_to_its_first_copy_when_the_co
     assert restore_point(_copies(tmp_path, 3.2, [3.0], owns=[3.5]), finding).next_step == 5
 
 
-def autoencoder(lr: float, steps: int, tmp_path, monkeypatch) -> tuple[int, float]:
+def autoencoder(lr: float, steps: int, tmp_path, monkeypatch, offset: float = 0.0) -> tuple[int, float]:
     """An autoencoder of scikit-learn's digits (ReLU bottleneck, sigmoid output, Adam) trained here with the
-    library's lines and in-job recovery; (exit status, the held-out squared error at the end)."""
+    library's lines and in-job recovery, ``offset`` added to its loss; (exit status, the held-out squared
+    error at the end)."""
     from sklearn.datasets import load_digits
 
     from stabilizer_sentinel import watch
@@ -496,6 +497,7 @@ def autoencoder(lr: float, steps: int, tmp_path, monkeypatch) -> tuple[int, floa
         for _ in range(steps):
             batch = train_set[torch.randint(0, len(train_set), (64,))]
             loss = torch.nn.functional.mse_loss(model(batch), batch)
+            loss = loss + offset if offset else loss
             optimizer.zero_grad()
             loss.backward()
             guard.step(loss)
@@ -523,3 +525,9 @@ def test_a_network_a_rate_too_high_killed_is_rolled_back_to_its_start_at_a_lower
     status, _ = autoencoder(1e-5, 110, tmp_path / "low", monkeypatch)
     (finding,) = json.loads((tmp_path / "low" / "checkpoints" / "findings.json").read_text())["findings"]
     assert (status, finding["rule"]) == (86, "NotLearning")
+    # A healthy rate on a loss 1000 above its fit: it falls far beyond its noise, never by 5 % of its
+    # magnitude. NotLearning is wrong there, and stops it as before: no rollback throws its learning away.
+    status, _ = autoencoder(0.01, 110, tmp_path / "offset", monkeypatch, offset=1000.0)
+    document = json.loads((tmp_path / "offset" / "checkpoints" / "findings.json").read_text())
+    assert (status, [f["rule"] for f in document["findings"]]) == (86, ["NotLearning"])
+    assert document.get("rollbacks", []) == []
