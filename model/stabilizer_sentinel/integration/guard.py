@@ -375,6 +375,12 @@ class Guard(OptimizerHooks):
         loss, self._loss, self._passes = self._objective(), None, 0
         return loss
 
+    def pass_loss(self) -> torch.Tensor | float | None:
+        """The loss the backward passes of the step under way reported (their mean), as backwarded, cleared:
+        for the guard of a new phase whose first step's passes this one read (the launcher's ``_new_phase``)."""
+        loss, self._loss, self._passes = self._loss, None, 0
+        return loss
+
     def eval_loss(self, loss: float | torch.Tensor, *, labels: torch.Tensor | None = None,
                   outputs: torch.Tensor | None = None) -> Verdict:
         """Record an evaluation after the last optimizer step (the ``Overfit`` rule reads these)."""

@@ -20,7 +20,10 @@ stabilizer_sentinel.loops.step_clock, and ``torch.autograd.backward``, stabilize
   the next model of a sweep: more than ``PHASE_STEPS`` of its steps in a row, and four times the longest
   such run while the first still stepped) is the next phase of training, and the run's from then on: the
   guard of the phase before is let go without a summary and a new one attached to it (``_next_phase``),
-  so a run is never judged on a phase that ended while the one after it trained unwatched.
+  so a run is never judged on a phase that ended while the one after it trained unwatched. Where the
+  script let go of the first optimizer (nothing but the watcher holds it: ``_let_go``), that is at the
+  other's first step: a sweep's next model, bound to the names of the last, is the run's from its first
+  step, and the model before is the script's to free.
 - **Updated by hand** (no optimizer, ``p.data -= lr * p.grad``): until they attach, the hooks keep a
   copy of each candidate network's smallest parameter and compare it at its next training forward
   pass (one comparison per forward pass, until attached); a network whose weights changed with no
@@ -83,6 +86,7 @@ import math
 import multiprocessing.util
 import os
 import sys
+import types
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -116,6 +120,8 @@ _is_compiling = _compiling_check()
 
 # Steps another optimizer takes in a row, the first not stepping, before its training is the run's (``_next_phase``).
 PHASE_STEPS = 50
+PACKAGE = "stabilizer_sentinel"
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this package's files: its frames
 HOLDER_LEVELS = 4  # how far above a called module the network holding the optimizer's parameters is looked for
 
 
@@ -151,6 +157,68 @@ def _parents(child: nn.Module) -> list[nn.Module]:
                 found += [module for module in gc.get_referrers(holder)
                           if isinstance(module, nn.Module) and module.__dict__ is holder]
     return found
+
+
+def _owner(optimizer: torch.optim.Optimizer) -> nn.Module | None:
+    """The module that holds every parameter of ``optimizer``, found from the module whose ``_parameters``
+    hold its first (``gc.get_referrers``), and above it (``_holder``); None when none does. For a phase
+    whose network was never called while the hooks watched module calls (they stop at the first attach)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if not params:
+        return None
+    wanted = {id(p) for p in params}
+    for table in gc.get_referrers(params[0]):
+        if not isinstance(table, dict):
+            continue
+        for holder in gc.get_referrers(table):
+            owners = [holder] if isinstance(holder, nn.Module) and holder.__dict__.get("_parameters") is table else (
+                [m for m in gc.get_referrers(holder) if isinstance(m, nn.Module) and m.__dict__ is holder]
+                if isinstance(holder, dict) and holder.get("_parameters") is table else [])
+            for module in owners:
+                if wanted <= {id(p) for p in module.parameters()}:
+                    return module
+                return _holder(module, wanted)
+    return None
+
+
+def _let_go(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether nothing but the watcher holds ``optimizer``: the script let go of it (a sweep's next model and
+    optimizer bound to the names of the last, a fold's trained in a function that returned). Every object
+    that refers to it (``gc.get_referrers``: a walk of the process's objects, done at another optimizer's
+    first step only) is the watcher's (of this package, or a frame of its code), or a dict or sequence that
+    only the watcher's objects hold (a guard's attributes, its list of other optimizers)."""
+    # A running function's locals are seen only through its frame object, made here for every frame of every
+    # thread (a GAN's two optimizers, locals of the script's main(), are held by nothing else).
+    frames: list[types.FrameType] = []
+    for top in sys._current_frames().values():
+        frame: types.FrameType | None = top
+        while frame is not None:
+            frames.append(frame)
+            frame = frame.f_back
+    found = gc.get_referrers(optimizer)
+    for holder in found:  # noqa: SIM110 - a loop: a generator holding ``holder`` would be one more referrer of it
+        if not _watchers(holder, found, depth=1):
+            return False
+    return True
+
+
+def _watchers(holder: Any, walked: list[Any], depth: int) -> bool:
+    """Whether ``holder`` belongs to the watcher (see ``_let_go``); ``walked``: the referrer list being read."""
+    if isinstance(holder, types.FrameType):
+        return holder.f_code.co_filename.startswith(PACKAGE_DIR)
+    if (type(holder).__module__ or "").startswith(PACKAGE):
+        return True
+    if depth <= 0 or not isinstance(holder, dict | list | tuple):
+        return False
+    outer = gc.get_referrers(holder)
+    held = False
+    for other in outer:
+        if other is walked or other is outer:
+            continue
+        if not _watchers(other, outer, depth - 1):
+            return False
+        held = True
+    return held
 
 
 class LauncherHooks:
@@ -298,6 +366,8 @@ class LauncherHooks:
                 return
             if self.guard.replaced_by(optimizer):  # the script's next optimizer over the same parameters
                 self.guard.hand_over(optimizer)
+            elif self.guard.world_size == 1 and self.guard.optimizer is not None and _let_go(self.guard.optimizer):
+                self._new_phase(optimizer)  # the script let go of the last: this one's training is the next
             else:
                 self.guard.add_optimizer(optimizer, self._model_of(optimizer))  # a GAN's second, at its first step
             return
@@ -374,11 +444,23 @@ class LauncherHooks:
         self._others_in_a_row += 1
         if self._others_in_a_row <= max(PHASE_STEPS, 4 * self._longest_others) or guard.world_size > 1:
             return False
-        guard.discard()
+        self._new_phase(optimizer)
+        return True
+
+    def _new_phase(self, optimizer: torch.optim.Optimizer) -> None:
+        """Let the guard of the phase before go, without a summary (and with it the network and optimizer it
+        held), and attach one to ``optimizer``."""
+        assert self.guard is not None
+        carried = self.guard.pass_loss()  # this step's backward passes, read by the guard of the phase before
+        self.guard.discard()
         self.guard, self.batches = None, None
         self._others_in_a_row, self._first_steps_then, self._longest_others = 0, -1, 0
-        self._attach(self._model_of(optimizer), optimizer)
-        return True
+        model = self._model_of(optimizer)
+        if isinstance(model, BareTensors):  # its network was never called while the module hooks stood
+            model = unwrap(_owner(optimizer) or model)
+        self._attach(model, optimizer)
+        if carried is not None and self.guard is not None:
+            self.guard.backward_pass(carried)
 
     def _model_of(self, optimizer: torch.optim.Optimizer) -> nn.Module:
         wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
