@@ -86,7 +86,6 @@ import math
 import multiprocessing.util
 import os
 import sys
-import types
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -121,7 +120,6 @@ _is_compiling = _compiling_check()
 # Steps another optimizer takes in a row, the first not stepping, before its training is the run's (``_next_phase``).
 PHASE_STEPS = 50
 PACKAGE = "stabilizer_sentinel"
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this package's files: its frames
 HOLDER_LEVELS = 4  # how far above a called module the network holding the optimizer's parameters is looked for
 
 
@@ -183,29 +181,34 @@ def _owner(optimizer: torch.optim.Optimizer) -> nn.Module | None:
 
 def _let_go(optimizer: torch.optim.Optimizer) -> bool:
     """Whether nothing but the watcher holds ``optimizer``: the script let go of it (a sweep's next model and
-    optimizer bound to the names of the last, a fold's trained in a function that returned). Every object
-    that refers to it (``gc.get_referrers``: a walk of the process's objects, done at another optimizer's
-    first step only) is the watcher's (of this package, or a frame of its code), or a dict or sequence that
-    only the watcher's objects hold (a guard's attributes, its list of other optimizers)."""
-    # A running function's locals are seen only through its frame object, made here for every frame of every
-    # thread (a GAN's two optimizers, locals of the script's main(), are held by nothing else).
-    frames: list[types.FrameType] = []
-    for top in sys._current_frames().values():
-        frame: types.FrameType | None = top
-        while frame is not None:
-            frames.append(frame)
-            frame = frame.f_back
+    optimizer bound to the names of the last). Every object that refers to it (``gc.get_referrers``: a walk
+    of the process's objects, done at another optimizer's first step only) must be the watcher's (of this
+    package), or a dict or sequence only the watcher's objects hold (a guard's attributes), and they must
+    account for every reference it has: a running function's local (a GAN's two optimizers in the script's
+    ``main()``) is a reference no object shows, and so is one C holds."""
     found = gc.get_referrers(optimizer)
-    for holder in found:  # noqa: SIM110 - a loop: a generator holding ``holder`` would be one more referrer of it
+    shown = 0
+    for holder in found:
         if not _watchers(holder, found, depth=1):
             return False
-    return True
+        shown += _references(holder, optimizer)
+    # Beside those: this function's argument and getrefcount's own.
+    return sys.getrefcount(optimizer) - 2 <= shown
+
+
+def _references(holder: Any, target: object) -> int:
+    """How many references to ``target`` ``holder`` (a dict, a sequence or an object's attributes) holds."""
+    if isinstance(holder, dict):
+        items = [*holder.keys(), *holder.values()]
+    elif isinstance(holder, list | tuple):
+        items = list(holder)
+    else:
+        items = list(getattr(holder, "__dict__", {}).values())
+    return sum(1 for item in items if item is target)
 
 
 def _watchers(holder: Any, walked: list[Any], depth: int) -> bool:
     """Whether ``holder`` belongs to the watcher (see ``_let_go``); ``walked``: the referrer list being read."""
-    if isinstance(holder, types.FrameType):
-        return holder.f_code.co_filename.startswith(PACKAGE_DIR)
     if (type(holder).__module__ or "").startswith(PACKAGE):
         return True
     if depth <= 0 or not isinstance(holder, dict | list | tuple):
