@@ -130,6 +130,12 @@ def make_spike_then_chance(seed: int) -> Run:
     return Run(_spike_at_the_start(seed, 2.3, 2000.0, 14) + multiplicative([2.33] * 185, 0.02, seed), rates)
 
 
+def make_short_spike_then_chance(seed: int) -> Run:
+    # The same rate, its spike within the first window alone (four steps), then back at chance, stuck.
+    rates = [0.3] * 200
+    return Run(_spike_at_the_start(seed, 2.3, 2000.0, 4) + multiplicative([2.33] * 195, 0.02, seed), rates)
+
+
 def make_spike_then_above_start(seed: int) -> Run:
     # A log-likelihood at 0.34 thrown to thousands, then falling slowly from 16 to 6: ends far above its start.
     rates = [0.6] * 200

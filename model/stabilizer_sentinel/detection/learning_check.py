@@ -282,11 +282,12 @@ class LearningCheck(FallTests):
                            f"({self._bound_reason(self.jump_spreads)})")
                 return self._fire(DIVERGING, step, message, loss)
             if self._above >= self.persistence:
+                level = (f", the loss {cap[3]:.4g} of a prediction that ignores the inputs" if cap is not None
+                         and self._level_read is not None else "")
                 reason = self._bound_reason() if cap is None or bound == self._bound else (
                     f"its first step {cap[1]:.4g} + {self.spreads:g} x the loss's scale {cap[2]:.4g}, the largest of "
-                    f"that step's magnitude, the loss {cap[3]:.4g} of a prediction that ignores the inputs and "
-                    f"{self.noise_spreads:g} per-step noise deviations; the first window's mean {base:.4g} is no "
-                    f"baseline above that bound")
+                    f"that step's magnitude{level} and {self.noise_spreads:g} per-step noise deviations; the first "
+                    f"window's mean {base:.4g} is no baseline above that bound")
                 message = (f"the loss {loss:.4g} has been above the divergence bound {bound:.4g} for "
                            f"{self._above} steps ({reason})")
                 return self._fire(DIVERGING, step, message, loss)
@@ -400,10 +401,19 @@ class LearningCheck(FallTests):
         only where this process closed the lineage's first window (a resumed run's first step is a trained
         state's, not the untrained network's), that window's mean is above its first step by more than
         ``noise_spreads`` per-step noise deviations (which also widen its scale, as the bound's), and the
-        rule configures no ``baseline`` or ``scale`` of its own."""
+        rule configures no ``baseline`` or ``scale`` of its own.
+
+        Where no chance level is known (a log-likelihood, a custom loss, a sum of terms), it applies where the
+        loss exploded within that window (``untrained_level``: the median of its other steps more than
+        ``spreads`` times the first step's magnitude above it, or one of them ``jump_spreads`` times), its scale
+        that step's magnitude (and the noise): since stop 55.
+        The window's mean was then the explosion's, and a loss that stayed at tens of times its first step
+        (a label-smoothed cross-entropy, a focal loss, a ranking margin, a CTC, a mixture density's NLL at a
+        rate a thousand times too high) was found at the run's end alone, too late for the job to roll back."""
         if self.baseline is not None or self.scale is not None or not self._first_here or self.start_loss is None:
             return None
-        known = self._chance_bound(self._level_read)
+        level = self._level_read
+        known = self._chance_bound(level if level is not None or self._exploded is None else 0.0)
         if known is None or (loss is not None and loss <= known[0]):
             return None  # nothing to bound, or ``loss`` below it before the noise widens it: no noise read
         _, first, scale, chance = known

@@ -123,11 +123,18 @@ def test_a_loss_thrown_to_thousands_in_its_first_steps_and_back_at_chance_is_div
     # mean of the first window (thousands) is no start: the fall back to chance is not learning. A
     # run that never learned past a spike had a rate too high: NotLearning would be answered by a
     # higher one.
+    # Since stop 55 the loss is measured from its first step while it stays up past its first window
+    # (a loss with no chance level, whose first window exploded), found in the spike, not at its patience.
     finding = watched(tmp_path, t.make_spike_then_chance(0))
-    assert finding["rule"] == "Diverging" and "2.3 at its first step" in finding["message"]
-    assert "never learned since it spiked" in finding["message"]
+    assert finding["rule"] == "Diverging" and finding["step"] < 14 and "its first step 2.3 +" in finding["message"]
+    assert "the first window's mean" in finding["message"] and "is no baseline" in finding["message"]
     # Its run-up began before the spike, not before the step it was judged at: no state after the
     # first one is healthy, and no rate was stable (the policy steps a rate that never was further down).
+    assert (finding["onset_step"], finding["stable_learning_rate"]) == (0, None), finding["message"]
+    # A spike within the first window alone, back at chance: found at the patience, as never learned past it.
+    finding = watched(tmp_path / "short", t.make_short_spike_then_chance(0))
+    assert finding["rule"] == "Diverging" and "2.3 at its first step" in finding["message"]
+    assert "never learned since it spiked" in finding["message"]
     assert (finding["onset_step"], finding["stable_learning_rate"]) == (0, None), finding["message"]
 
 
@@ -163,11 +170,11 @@ def test_a_noisy_loss_thrown_far_above_a_quiet_start_is_diverging_within_a_few_w
 
 
 def test_a_loss_thrown_up_at_the_start_that_ends_above_its_start_is_diverging(tmp_path):
-    # A log-likelihood at 0.34 thrown to thousands, then falling slowly from 16 to 6: far above its start.
+    # A log-likelihood at 0.34 thrown to thousands, then falling slowly from 16 to 6: far above its start,
+    # and above ten times its first step from the first window on (found at the run's end before stop 55).
     finding = watched(tmp_path, t.make_spike_then_above_start(0))
-    assert finding["rule"] == "Diverging" and finding["step"] == 199
-    assert "ended with its loss above where it started" in finding["message"]
-    assert "0.34 at its first step" in finding["message"] and "spiked to" in finding["message"]
+    assert finding["rule"] == "Diverging" and finding["step"] < 30
+    assert "its first step 0.34 +" in finding["message"] and "is no baseline" in finding["message"]
 
 
 def test_a_loss_thrown_up_at_the_start_that_then_learns_below_it_is_healthy(tmp_path):
@@ -186,7 +193,7 @@ def test_vanishing_gradients_after_a_spike_the_run_never_learned_past_are_diverg
     # The same run at chance, its gradients vanishing from step 40: a rate that wrecked the network,
     # which a higher rate (VanishingGradient's remedy) would wreck again.
     rules = [{"name": "VanishingGradient"}]
-    finding = watched(tmp_path, t.make_spike_then_chance(0), rules, capture={"gradients": {"save_interval": 1}},
+    finding = watched(tmp_path, t.make_short_spike_then_chance(0), rules, capture={"gradients": {"save_interval": 1}},
                       grads=lambda step: 1e-9 if step >= 40 else 1e-2)
     assert finding["rule"] == "Diverging" and finding["step"] == 40
     assert "never learned since it spiked" in finding["message"] and "while mean |" in finding["message"]
