@@ -32,7 +32,6 @@ Counts stay on the tensors' device; they are read (one synchronisation) when the
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -168,13 +167,5 @@ class ChanceLevel:
 def listen(owner: object) -> ChanceLevel:
     """A chance level fed by every backward pass of this process while ``owner`` lives."""
     chance = ChanceLevel()
-    ref = weakref.ref(owner)
-
-    def listener(tensors: Sequence[torch.Tensor]) -> None:
-        if ref() is None:
-            listening.remove()
-            return
-        chance.observe(tensors)
-
-    listening = bare_tensors.listen(listener)
+    bare_tensors.listen_while(owner, chance.observe)
     return chance

@@ -18,7 +18,6 @@ This module must not change gradients or weights: it reads the graph's saved ten
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 
 import torch
@@ -54,13 +53,5 @@ class Surrogate:
 def listen(owner: object) -> Surrogate:
     """A surrogate check fed by every backward pass of this process while ``owner`` lives."""
     surrogate = Surrogate()
-    ref = weakref.ref(owner)
-
-    def listener(tensors: Sequence[torch.Tensor]) -> None:
-        if ref() is None:
-            listening.remove()
-            return
-        surrogate.observe(tensors)
-
-    listening = bare_tensors.listen(listener)
+    bare_tensors.listen_while(owner, surrogate.observe)
     return surrogate

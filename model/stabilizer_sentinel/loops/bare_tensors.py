@@ -69,6 +69,21 @@ def listen(listener: Callable[..., None], *, gradients: bool = False) -> Removab
     return handle
 
 
+def listen_while(owner: object, observe: Callable[[Sequence[torch.Tensor]], None]) -> RemovableHandle:
+    """``listen`` with ``observe`` (the tensors of every backward pass) while ``owner`` lives: the listener
+    removes itself at the first pass after ``owner`` is gone, and holds it only weakly."""
+    ref = weakref.ref(owner)
+
+    def listener(tensors: Sequence[torch.Tensor]) -> None:
+        if ref() is None:
+            listening.remove()
+            return
+        observe(tensors)
+
+    listening = listen(listener)
+    return listening
+
+
 def _backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
     if _LISTENERS:
         seen = (tensors,) if isinstance(tensors, torch.Tensor) else tuple(tensors)
