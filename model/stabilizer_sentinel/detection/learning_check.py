@@ -56,7 +56,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from stabilizer_contract.catalogue import DIVERGING, NOT_LEARNING
-from stabilizer_sentinel.detection import chance_level, surrogate
+from stabilizer_sentinel.detection import chance_level, input_blind, surrogate
 from stabilizer_sentinel.detection.fall_tests import CENTRE_STEPS, FallTests
 from stabilizer_sentinel.detection.loss_statistics import NoiseEstimate, PhaseTracker, Trend, untrained_level
 from stabilizer_sentinel.rules import RuleFinding
@@ -124,6 +124,9 @@ class LearningCheck(FallTests):
         self.chance: chance_level.ChanceLevel | None = None  # the loss's chance level, where it can be read
         self.surrogate: surrogate.Surrogate | None = None  # whether the loss is a surrogate's (``unjudged``)
         self._unjudged = False  # the loss is a surrogate's, as read at a window's close: nothing is judged
+        # Whether the network's output ignored its input, where the watcher reads its forward passes (the guard).
+        self.input_blind: input_blind.InputBlind | None = None
+        self._blind = False  # it ended input-blind (``at_end``): whatever the loss did, it did not learn
         self._around: deque[float] = deque(maxlen=max(CENTRE_STEPS, self.window))
         self._centre: float | None = None
         self._window_noise: float | None = None
@@ -150,13 +153,18 @@ class LearningCheck(FallTests):
     # -- what others read
     @property
     def learned(self) -> bool:
-        return self._learned_at is not None and not self._unjudged
+        return self._learned_at is not None and not self._unjudged and not self._blind
 
     @property
     def judgeable(self) -> bool:
         """Whether a window of losses closed after the first: a verdict needs two (``at_end``). Steps whose loss
         the check never took (a script logging it every tenth step, the log the only channel) do not count."""
         return self._first is not None and self._last is not None and self._last[0] != self._first[0]
+
+    @property
+    def blind(self) -> bool:
+        """Whether the run's network was found input-blind (its verdict: stabilizer_sentinel.detection.input_blind)."""
+        return self._blind
 
     @property
     def unjudged(self) -> str | None:
@@ -312,7 +320,7 @@ class LearningCheck(FallTests):
         self._centre = statistics.median(self._around) if self._around else None  # robust to a burst of spikes
         self._window_noise = self.noise
         self._close_window(step, mean)
-        return self._judge(step, at_end=False)
+        return self._blind_finding(step, mean) or self._judge(step, at_end=False)
 
     def at_end(self, step: int) -> RuleFinding | None:
         """The verdict on a run that completed: it must have learned (needs two windows).
@@ -322,6 +330,8 @@ class LearningCheck(FallTests):
         """
         if self._fired or not self._judged() or not self.judgeable:
             return None
+        if (blind := self._blind_words(at_end=True)) is not None:
+            return self._fire(NOT_LEARNING, step, blind, self._last[1] if self._last is not None else math.nan)
         # A run that ended before the chance level's own span (``patience_windows`` windows) is judged
         # against its start, as the chance level's tail test cannot judge it yet; not one whose last steps
         # ended well above that level, which learned nothing beyond an input-blind guess whatever its fall.
@@ -461,6 +471,30 @@ class LearningCheck(FallTests):
                    f"the larger of that step's magnitude and the loss {chance:.4g} of a prediction that "
                    f"ignores the inputs)")
         return self._fire(DIVERGING, step, message, loss)
+
+    def _blind_finding(self, step: int, mean: float) -> RuleFinding | None:
+        """NotLearning at a window's close, once the patience is spent, where the network is input-blind."""
+        if self.main_steps < self.patience_steps() or not self._judged():
+            return None
+        blind = self._blind_words(at_end=False)
+        return None if blind is None else self._fire(NOT_LEARNING, step, blind, mean)
+
+    def _blind_words(self, *, at_end: bool) -> str | None:
+        """The verdict on a run whose network is input-blind (stabilizer_sentinel.detection.input_blind), else
+        None: a fall to a constant prediction's loss is no learning, whatever the loss's chance level. At the
+        end, its last ``input_blind.STREAK`` passes; before, once the patience is spent, its last
+        ``patience_windows`` windows' worth of passes at least (a network blind for a while may revive:
+        weight decay shrinks the weights that saturated it)."""
+        passes = input_blind.STREAK if at_end else max(input_blind.STREAK, self.patience_windows * self.window)
+        why = None if self.input_blind is None else self.input_blind.blind(passes)
+        if why is None:
+            return None
+        self._blind = True
+        start, last = self.learning_start, self._last
+        when = "by its end" if at_end else f"in {self.main_steps} steps after warm-up"
+        fall = (f": {start:.4g} at the start, {last[1]:.4g} over the steps to {last[0]}"
+                if start is not None and last is not None else "")
+        return f"the run did not learn {when}{fall}; {why}"
 
     def _judged(self) -> bool:
         """Whether the loss is judged: not once a backward pass was a surrogate's (``unjudged``), read here

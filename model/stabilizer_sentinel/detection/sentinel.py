@@ -62,9 +62,9 @@ SYSTEM_RULES_EVERY = 10
 # which never learn, moved them 0.0021 to 0.0086; rates 1e4 to 1e7 times too high, which killed them, 1.0 to 7;
 # healthy rates 0.27 to 1.4.
 MOVED = 0.5
-# The learning check's parts that backward passes feed as they run: the objects the listeners hold, never
-# copied into a rollback's state nor put back from one (what they saw of the passes rolled back stays seen).
-LISTENING = ("chance", "surrogate")
+# The learning check's parts that backward and forward passes feed as they run: the objects the listeners hold,
+# never copied into a rollback's state nor put back from one (what they saw of the passes rolled back stays seen).
+LISTENING = ("chance", "surrogate", "input_blind")
 
 
 @dataclass
@@ -214,9 +214,11 @@ class Sentinel:
         back), the finding stands; and where the loss fell beyond its noise
         (``LearningCheck.fell_beyond_noise``): a dead network's does not, and a run that learns what the
         check cannot see (a loss on a large constant offset, whose fall is never 5 % of its magnitude) would
-        be rolled back to its start and its learning thrown away."""
+        be rolled back to its start and its learning thrown away. Unless its network was found input-blind
+        (``LearningCheck.blind``): then its loss fell to a constant prediction's, and learned nothing to lose."""
+        learned_unseen = self.learning.fell_beyond_noise() and not self.learning.blind
         if finding.rule != NOT_LEARNING or self.rewind is None or self.rewind.first is None \
-                or distributed.rank_and_size()[1] > 1 or self.learning.fell_beyond_noise():
+                or distributed.rank_and_size()[1] > 1 or learned_unseen:
             return finding
         travel = self.rewind.travel()
         if travel is None or travel < MOVED:

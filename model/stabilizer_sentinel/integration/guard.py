@@ -61,7 +61,7 @@ from torch import nn
 from stabilizer_contract.catalogue import SENTINEL_CHECKS
 from stabilizer_contract.job import REWIND_EVERY
 from stabilizer_sentinel.capture import module_hooks
-from stabilizer_sentinel.detection import watchdog
+from stabilizer_sentinel.detection import input_blind, watchdog
 from stabilizer_sentinel.detection.sentinel import Verdict, build_monitoring
 from stabilizer_sentinel.integration import exit_status, log_channel
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig
@@ -167,14 +167,21 @@ class Guard(OptimizerHooks):
         self._hook_steps(optimizers, install_hooks, integration)
         if config.loss_regex is not None or log_channel.current() is not None:
             log_channel.install(config.effective_loss_regex).attach(self)
-        collections = set(self.capture.collections)
-        if collections & {"inputs", "predictions"}:
-            self._handles.append(module_hooks.forward_hook(self.model, self._keep_inputs_and_outputs))
+        self._hook_forward()
         self.capture.begin_step(self.step_number)
         self.watchdog = watchdog.start(self)  # a thread that notices a loop which stopped taking steps
         self_ref = weakref.ref(self)
         atexit.register(lambda: (guard := self_ref()) is not None and guard.close())
         exit_status.on_hard_exit(lambda: (guard := self_ref()) is not None and guard.close())  # os._exit: no atexit
+
+    def _hook_forward(self) -> None:
+        """Read the network's forward passes: whether its output ignores its input (the learning check's
+        ``input_blind``), and the captured inputs and predictions where they are configured."""
+        if not isinstance(self.model, BareTensors):  # a network whose forward passes the script calls
+            self.sentinel.learning.input_blind, handle = input_blind.listen(self.model)
+            self._handles.append(handle)
+        if set(self.capture.collections) & {"inputs", "predictions"}:
+            self._handles.append(module_hooks.forward_hook(self.model, self._keep_inputs_and_outputs))
 
     def _hook_steps(self, optimizers: list[torch.optim.Optimizer], install_hooks: bool, integration: str) -> None:
         optimizer = optimizers[0] if optimizers else None

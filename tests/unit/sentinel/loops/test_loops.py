@@ -440,3 +440,27 @@ def test_a_sweeps_next_model_is_watched_from_its_first_step_once_the_script_let_
     written = summary(tmp_path)
     assert findings(tmp_path) == [] and written["learned"] is True and written["restores"] is True
     assert (written["steps_observed"], written["first_loss"]) == (40, pytest.approx(sum(second[:5]) / 5, abs=1e-3))
+
+
+def heldout(stdout: str) -> float:
+    return float(stdout.split("heldout=")[1].split(maxsplit=1)[0])
+
+
+@pytest.mark.slow
+def test_a_network_a_rate_killed_whose_loss_still_fell_is_rolled_back_and_learns(tmp_path):
+    # From the second verdict hunt: a quantile regression at a rate that killed every unit fell from 1.4 to
+    # its targets' quantile (0.6, a constant prediction's loss; a pinball loss has no chance level known) and
+    # read learned: true. Its output is the same for every input: no learning, and the rate's doing.
+    args = [str(FIXTURES / "loops" / "quantile.py"), "--lr", "1"]
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    assert "spread=0\n" in plain.stdout and heldout(plain.stdout) > 0.5  # dead, at a constant's loss
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert watched.returncode == 0, watched.stderr
+    rollbacks = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())["rollbacks"]
+    assert rollbacks and "the same for every input" in rollbacks[0]["message"]
+    assert heldout(watched.stdout) < 0.15 and summary(tmp_path)["learned"] is True  # healthy: 0.1085 at 0.001
+    # Where the job cannot roll back, the run stops and is not called learned.
+    stopped = tmp_path / "relaunch"
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(stopped, {"recovery": "relaunch"}))
+    assert watched.returncode == 86 and summary(stopped)["learned"] is False
+    assert [f["rule"] for f in findings(stopped)] == ["NotLearning"]

@@ -394,7 +394,9 @@ def test_a_loss_that_rises_after_a_rollback_goes_back_to_the_best_copy_since_at_
 
     monkeypatch.setattr(recovery, "RISE_WINDOWS", 10**9)  # the same run with no going back
     _, staying, unchanged = train(tmp_path / "staying", monkeypatch, "--lr", "0.4")
-    assert len(unchanged["rollbacks"]) == 1
+    # None went back on a rise; its swing may still jump past the bound later (on this CPU or that: AMD's
+    # arithmetic took the same run past it at step 250, a probed rollback), and it ends far worse either way.
+    assert unchanged["rollbacks"][0]["step"] == first["step"] and all(r["probed"] for r in unchanged["rollbacks"])
     assert final(lines) < final(staying) / 10
 
 

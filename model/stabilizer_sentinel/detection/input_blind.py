@@ -1,0 +1,147 @@
+"""Whether the network's output stopped depending on its input: a dead or collapsed network.
+
+A rate far too high can kill a network (every ReLU unit dead, a sigmoid saturated): its output is then
+its last layer's bias, the same for every input. Its loss still falls, to the best constant's (a
+segmentation's Dice loss to an empty mask's, a quantile regression's to the targets' quantile), and
+where the loss's chance level is unknown (stabilizer_sentinel.detection.chance_level: a custom loss, a
+sum of terms) that fall read as learning. No fall of the loss says as much as the output itself: a
+network whose outputs for different inputs are equal, to the last bit, has learned nothing about them.
+
+Each forward pass of the watched network in training (its ``training`` flag set, gradients on) is
+read: a strided sample of up to ``SAMPLE`` values of up to ``ROWS`` rows (first, last and evenly
+between) of its input and of each of its outputs with the same number of rows. A pass whose input rows
+differ is evidence; its output is input-blind when every such output's rows are equal. The passes
+in a row that were input-blind (``streak``) are counted on the device, with no synchronisation; the
+learning check reads the count (one synchronisation) at the end of the run, and a run whose last
+``STREAK`` passes were all input-blind did not learn, whatever its loss did. A pass with no evidence
+(one row, inputs alike, no tensor of the batch's rows, a call with keyword arguments alone) changes
+nothing.
+
+Equal means equal: an output that differs in any sampled value is not input-blind, so a network
+alive in one unit, or one with a large offset and a small spread (a price regression), is never
+called blind. A network that ignores its input by design (a generator with no noise, a learned
+prior) is called without an input that varies: no evidence.
+
+Cost per forward pass in training: a few small kernels on at most ``ROWS`` x ``SAMPLE`` values of the
+input and the output. Not under ``torch.compile``, tracing or CUDA graph capture, and not for tensor
+subclasses (a ``DTensor``, a functorch wrapper): those passes are not read.
+
+This module must not change gradients or weights: it reads detached values under ``no_grad``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from stabilizer_sentinel.capture import module_hooks
+
+ROWS = 8  # rows compared per pass
+SAMPLE = 512  # values compared per row, evenly strided
+STREAK = 10  # input-blind passes in a row, at the end of the run, for a network that did not learn
+DEPTH = 2  # how deep the containers of a pass's inputs and outputs are searched for tensors
+
+
+class InputBlind:
+    """The count of the network's last forward passes in training, in a row, whose output ignored its input."""
+
+    def __init__(self) -> None:
+        self._streak: torch.Tensor | None = None  # on the device of the first pass read
+        self._indices: dict[tuple[int, int, torch.device], torch.Tensor] = {}
+        self.off = False  # a pass could not be read: no verdict from this module for the rest of the run
+
+    def observe(self, module: nn.Module, args: Any, output: Any) -> None:
+        """A forward pass of the watched network returned ``output`` for ``args``."""
+        if self.off or not module.training or not torch.is_grad_enabled() or _not_plain_time():
+            return
+        outputs = [t for t in _tensors(output, DEPTH) if t.is_floating_point() and t.dim() >= 1]
+        rows = {t.shape[0] for t in outputs if t.shape[0] >= 2}
+        inputs = [t for t in _tensors(args, DEPTH) if t.dim() >= 1 and t.shape[0] in rows]
+        if not inputs:
+            return
+        n = inputs[0].shape[0]
+        outputs = [t for t in outputs if t.shape[0] == n]
+        inputs = [t for t in inputs if t.shape[0] == n]
+        if all(t.dim() == 1 for t in (*inputs, *outputs)):  # one vector in, one out: no rows (an unbatched call)
+            return
+        try:
+            with torch.no_grad():
+                varied = _any(self._differs(t) for t in inputs)
+                blind = ~_any(self._differs(t) for t in outputs)
+                streak = self._streak if self._streak is not None else torch.zeros((), dtype=torch.int64,
+                                                                                   device=varied.device)
+                varied, blind = _on(varied, streak.device), _on(blind, streak.device)
+                self._streak = torch.where(varied, (streak + 1) * blind, streak)
+        except (RuntimeError, TypeError, NotImplementedError):
+            self.off = True
+
+    def streak(self) -> int:
+        """The input-blind passes in a row so far (a host synchronisation on an accelerator)."""
+        return 0 if self.off or self._streak is None else int(self._streak)
+
+    def blind(self, passes: int = 0) -> str | None:
+        """Why the run's network is input-blind (its last ``passes`` passes at least, ``STREAK`` at least), else
+        None."""
+        streak = self.streak()
+        if streak < max(passes, STREAK):
+            return None
+        return (f"its network's output was the same for every input for its last {streak} forward passes "
+                f"in training (a dead or collapsed network: each output's rows equal while its input's "
+                f"differed), so its loss fell no further than a constant prediction's")
+
+    def _differs(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Whether any sampled row of ``tensor`` differs from its first, as a boolean on its device."""
+        n = tensor.shape[0]
+        width = tensor.numel() // n
+        key = (n, width, tensor.device)
+        index = self._indices.get(key)
+        if index is None:  # made on the device from nothing the host holds: no copy, no synchronisation
+            count = min(n, ROWS)
+            rows = torch.arange(count, device=tensor.device) * (n - 1) // max(count - 1, 1)
+            columns = torch.arange(0, width, max(1, width // SAMPLE), device=tensor.device)[:SAMPLE]
+            index = rows[:, None] * width + columns[None, :]
+            self._indices[key] = index
+        sample = torch.take(tensor.detach(), index)
+        return (sample != sample[:1]).any()
+
+
+def _any(flags: Iterator[torch.Tensor]) -> torch.Tensor:
+    result: torch.Tensor | None = None
+    for flag in flags:
+        result = flag if result is None else result | _on(flag, result.device)
+    assert result is not None
+    return result
+
+
+def _on(flag: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``flag`` on ``device`` (moved only where it is on another: a model split over devices)."""
+    return flag if flag.device == device else flag.to(device, non_blocking=True)
+
+
+def _tensors(value: Any, depth: int) -> Iterator[torch.Tensor]:
+    """The plain tensors in ``value``, in its tuples, lists and dicts (a model's output object) to ``depth``."""
+    if type(value) in (torch.Tensor, nn.Parameter):
+        if value.device.type != "meta":
+            yield value
+    elif depth > 0 and isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _tensors(item, depth - 1)
+    elif depth > 0 and isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item, depth - 1)
+
+
+def _not_plain_time() -> bool:
+    """Whether the pass is being compiled, traced or captured: its operations would become the graph's."""
+    if torch.jit.is_tracing() or torch.compiler.is_compiling():
+        return True
+    return torch.cuda.is_available() and torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
+
+
+def listen(module: nn.Module) -> tuple[InputBlind, module_hooks.Handle]:
+    """An input-blind check fed by every forward pass of ``module``, and the handle that stops it."""
+    check = InputBlind()
+    return check, module_hooks.forward_hook(module, check.observe)

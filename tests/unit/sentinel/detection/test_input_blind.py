@@ -1,0 +1,153 @@
+"""A network whose output stopped depending on its input (dead, collapsed) did not learn, whatever its loss did.
+
+The check reads real forward passes of real networks; the learning check's verdicts are fed synthetic losses.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import math
+import pickle
+
+import torch
+from torch import nn
+
+from stabilizer_sentinel.detection import input_blind
+from stabilizer_sentinel.detection.input_blind import STREAK, InputBlind, listen
+from stabilizer_sentinel.detection.learning_check import LearningCheck
+
+
+def regression(dead: bool) -> nn.Module:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    if dead:  # every unit's pre-activation below zero for any input in [0, 1): the output is the last bias
+        with torch.no_grad():
+            net[0].weight.abs_().neg_()
+            net[0].bias.fill_(-1.0)
+    return net
+
+
+def passes(net: nn.Module, count: int, *, rows: int = 32, same_rows: bool = False) -> InputBlind:
+    check, handle = listen(net)
+    try:
+        for _ in range(count):
+            x = torch.rand(rows, 8)
+            net(x[:1].expand(rows, 8) if same_rows else x)
+    finally:
+        handle.remove()
+    return check
+
+
+def test_a_dead_network_is_input_blind_and_a_live_one_is_not():
+    assert passes(regression(dead=True), STREAK).streak() == STREAK
+    assert passes(regression(dead=True), STREAK).blind() is not None
+    assert passes(regression(dead=False), 2 * STREAK).streak() == 0
+    assert passes(regression(dead=False), 2 * STREAK).blind() is None
+
+
+def test_passes_that_cannot_tell_are_not_evidence():
+    dead = regression(dead=True)
+    assert passes(dead, STREAK, same_rows=True).streak() == 0  # the input's rows alike: nothing to ignore
+    assert passes(dead, STREAK, rows=1).streak() == 0  # one row
+    dead.eval()
+    assert passes(dead, STREAK).streak() == 0  # an evaluation
+    dead.train()
+    with torch.no_grad():
+        assert passes(dead, STREAK).streak() == 0  # no gradients: not a training pass
+
+
+def test_one_live_pass_ends_the_streak_and_one_differing_value_is_a_live_pass():
+    net = regression(dead=True)
+    check, handle = listen(net)
+    x = torch.rand(32, 8)
+    for _ in range(STREAK - 1):
+        net(x)
+    with torch.no_grad():
+        net[0].bias[0] = 5.0  # one unit alive: its output now differs between rows
+    net(x)
+    handle.remove()
+    assert check.streak() == 0
+
+
+def test_a_network_watched_this_way_still_pickles_deep_copies_and_saves():
+    net = regression(dead=False)
+    _, handle = listen(net)
+    try:
+        clone = copy.deepcopy(net)
+        restored = pickle.loads(pickle.dumps(net))
+        buffer = io.BytesIO()
+        torch.save(net, buffer)
+        assert not clone._forward_hooks and not restored._forward_hooks
+    finally:
+        handle.remove()
+
+
+def test_the_forward_pass_and_its_gradients_are_unchanged_by_the_check():
+    x = torch.rand(32, 8)
+    plain = regression(dead=False)
+    expected = plain(x).sum()
+    expected.backward()
+    watched = regression(dead=False)
+    _, handle = listen(watched)
+    got = watched(x).sum()
+    got.backward()
+    handle.remove()
+    assert torch.equal(got, expected)
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(plain.parameters(), watched.parameters(), strict=True))
+
+
+def test_outputs_in_containers_count_and_any_live_one_is_enough():
+    class TwoHeads(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.live = nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> dict[str, object]:
+            return {"loss": x.sum(), "heads": (torch.zeros(x.shape[0], 3), self.live(x))}
+
+    net = TwoHeads()
+    assert passes(net, STREAK).streak() == 0
+    with torch.no_grad():
+        net.live.weight.zero_()
+    assert passes(net, STREAK).streak() == STREAK
+
+
+def verdict(losses: list[float], blind: InputBlind | None) -> object:
+    check = LearningCheck(run_steps=len(losses))
+    check.input_blind = blind
+    for step, loss in enumerate(losses):
+        finding = check.observe(step, loss, None, 0.05)
+        if finding is not None:
+            return finding, check
+    return check.at_end(len(losses) - 1), check
+
+
+class Streak(InputBlind):
+    """An input-blind check that has counted ``count`` blind passes in a row."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self._streak = torch.tensor(count)
+
+
+def test_a_loss_that_fell_is_no_learning_where_the_network_ended_input_blind():
+    # A quantile regression at a rate that killed it: its loss fell from 1.4 to the targets' quantile's, 0.6.
+    losses = [0.6 + 0.8 * math.exp(-step / 10) for step in range(60)]
+    finding, check = verdict(losses, Streak(0))
+    assert finding is None and check.learned
+    finding, check = verdict(losses, Streak(STREAK))
+    assert finding is not None and finding.rule == "NotLearning" and not check.learned
+    assert "the same for every input" in finding.message
+
+
+def test_before_the_end_a_blind_network_is_stopped_only_once_the_patience_is_spent():
+    losses = [0.6 + 0.8 * math.exp(-step / 10) for step in range(300)]
+    check = LearningCheck(run_steps=len(losses))
+    check.input_blind = Streak(check.patience_windows * check.window)
+    fired = next(step for step, loss in enumerate(losses) if check.observe(step, loss, None, 0.05) is not None)
+    assert fired + 1 >= check.patience_steps()
+    check = LearningCheck(run_steps=len(losses))
+    check.input_blind = Streak(input_blind.STREAK)  # blind, but for fewer passes than the patience's windows
+    assert all(check.observe(step, loss, None, 0.05) is None for step, loss in enumerate(losses))
+    assert check.at_end(len(losses) - 1) is not None
