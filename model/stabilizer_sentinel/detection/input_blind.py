@@ -57,6 +57,12 @@ class InputBlind:
         """A forward pass of the watched network returned ``output`` for ``args``."""
         if self.off or not module.training or not torch.is_grad_enabled() or _not_plain_time():
             return
+        try:  # a tensor this cannot read (nested, sparse, quantized): no verdict from here, and no harm
+            self._read(args, output)
+        except (RuntimeError, TypeError, ValueError, NotImplementedError):
+            self.off = True
+
+    def _read(self, args: Any, output: Any) -> None:
         outputs = [t for t in _tensors(output, DEPTH) if t.is_floating_point() and t.dim() >= 1]
         rows = {t.shape[0] for t in outputs if t.shape[0] >= 2}
         inputs = [t for t in _tensors(args, DEPTH) if t.dim() >= 1 and t.shape[0] in rows]
@@ -67,16 +73,13 @@ class InputBlind:
         inputs = [t for t in inputs if t.shape[0] == n]
         if all(t.dim() == 1 for t in (*inputs, *outputs)):  # one vector in, one out: no rows (an unbatched call)
             return
-        try:
-            with torch.no_grad():
-                varied = _any(self._differs(t) for t in inputs)
-                blind = ~_any(self._differs(t) for t in outputs)
-                streak = self._streak if self._streak is not None else torch.zeros((), dtype=torch.int64,
-                                                                                   device=varied.device)
-                varied, blind = _on(varied, streak.device), _on(blind, streak.device)
-                self._streak = torch.where(varied, (streak + 1) * blind, streak)
-        except (RuntimeError, TypeError, NotImplementedError):
-            self.off = True
+        with torch.no_grad():
+            varied = _any(self._differs(t) for t in inputs)
+            blind = ~_any(self._differs(t) for t in outputs)
+            streak = self._streak if self._streak is not None else torch.zeros((), dtype=torch.int64,
+                                                                               device=varied.device)
+            varied, blind = _on(varied, streak.device), _on(blind, streak.device)
+            self._streak = torch.where(varied, (streak + 1) * blind, streak)
 
     def streak(self) -> int:
         """The input-blind passes in a row so far (a host synchronisation on an accelerator)."""

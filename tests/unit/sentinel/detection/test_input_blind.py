@@ -151,3 +151,15 @@ def test_before_the_end_a_blind_network_is_stopped_only_once_the_patience_is_spe
     check.input_blind = Streak(input_blind.STREAK)  # blind, but for fewer passes than the patience's windows
     assert all(check.observe(step, loss, None, 0.05) is None for step, loss in enumerate(losses))
     assert check.at_end(len(losses) - 1) is not None
+
+
+def test_a_pass_it_cannot_read_turns_the_check_off_and_leaves_the_pass_alone():
+    class Nested(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nested.nested_tensor([x[0], x[1, :3]])
+
+    net = Nested()
+    check, handle = listen(net)
+    out = net(torch.rand(4, 8, requires_grad=True))
+    handle.remove()
+    assert out.is_nested and check.off and check.blind() is None
