@@ -19,8 +19,13 @@ nothing.
 
 Equal means equal: an output that differs in any sampled value is not input-blind, so a network
 alive in one unit, or one with a large offset and a small spread (a price regression), is never
-called blind. A network that ignores its input by design (a generator with no noise, a learned
-prior) is called without an input that varies: no evidence.
+called blind. Rows equal at a bound of an output activation (every sampled value 0, 1 or -1) are no
+evidence either way: a ReLU forecaster at its floor for a dry season's targets of 0, and a sigmoid
+classifier saturated to exactly 1.0 for eight positive rows of data 99 % positive, are alive (the stop
+56 hunt found both; a dead network behind such an activation, saturated at its bound, is missed). A network
+that ignores its input by design (a generator with no noise, a learned prior) is called without an
+input that varies: no evidence. The sample is spread over the whole row: a left-padded tagger's first
+512 output values are its padding, the same in every row.
 
 Cost per forward pass in training: a few small kernels on at most ``ROWS`` x ``SAMPLE`` values of the
 input and the output. Not under ``torch.compile``, tracing or CUDA graph capture, and not for tensor
@@ -43,6 +48,7 @@ ROWS = 8  # rows compared per pass
 SAMPLE = 512  # values compared per row, evenly strided
 STREAK = 10  # input-blind passes in a row, at the end of the run, for a network that did not learn
 DEPTH = 2  # how deep the containers of a pass's inputs and outputs are searched for tensors
+INDICES = 16  # sampling indices kept, by rows and width (a batch padded to its longest clip changes width)
 
 
 class InputBlind:
@@ -74,12 +80,14 @@ class InputBlind:
         if all(t.dim() == 1 for t in (*inputs, *outputs)):  # one vector in, one out: no rows (an unbatched call)
             return
         with torch.no_grad():
-            varied = _any(self._differs(t) for t in inputs)
-            blind = ~_any(self._differs(t) for t in outputs)
+            varied = _any(self._differs(t)[0] for t in inputs)
+            read = [self._differs(t) for t in outputs]
+            live = _any(differs for differs, _ in read)
+            constant = _any(~differs & ~at_bound for differs, at_bound in read)  # equal rows, off any bound
             streak = self._streak if self._streak is not None else torch.zeros((), dtype=torch.int64,
                                                                                device=varied.device)
-            varied, blind = _on(varied, streak.device), _on(blind, streak.device)
-            self._streak = torch.where(varied, (streak + 1) * blind, streak)
+            evidence = _on(varied & (live | _on(constant, varied.device)), streak.device)
+            self._streak = torch.where(evidence, (streak + 1) * _on(~live, streak.device), streak)
 
     def streak(self) -> int:
         """The input-blind passes in a row so far (a host synchronisation on an accelerator)."""
@@ -95,8 +103,12 @@ class InputBlind:
                 f"in training (a dead or collapsed network: each output's rows equal while its input's "
                 f"differed), so its loss fell no further than a constant prediction's")
 
-    def _differs(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Whether any sampled row of ``tensor`` differs from its first, as a boolean on its device."""
+    def _differs(self, tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Whether any sampled row of ``tensor`` differs from its first, and whether every sampled value lies
+        at a bound of an output activation (0, 1 or -1, to a few units of the last place), as booleans on its
+        device. Output rows equal at such a bound are no evidence either way: a ReLU output at its floor for
+        targets of 0, a sigmoid a confident classifier saturated to exactly 1.0 for eight positive rows, are
+        a live network's as often as a dead one's."""
         n = tensor.shape[0]
         width = tensor.numel() // n
         key = (n, width, tensor.device)
@@ -104,11 +116,18 @@ class InputBlind:
         if index is None:  # made on the device from nothing the host holds: no copy, no synchronisation
             count = min(n, ROWS)
             rows = torch.arange(count, device=tensor.device) * (n - 1) // max(count - 1, 1)
-            columns = torch.arange(0, width, max(1, width // SAMPLE), device=tensor.device)[:SAMPLE]
+            # Spread over the whole row: a row's first values can be its padding, the same in every row.
+            columns = torch.arange(min(width, SAMPLE), device=tensor.device) * width // min(width, SAMPLE)
             index = rows[:, None] * width + columns[None, :]
+            if len(self._indices) >= INDICES:  # inputs whose width changes every batch: keep a few
+                self._indices.clear()
             self._indices[key] = index
         sample = torch.take(tensor.detach(), index)
-        return (sample != sample[:1]).any()
+        differs = (sample != sample[:1]).any()
+        if not sample.is_floating_point():
+            return differs, torch.zeros_like(differs)
+        ulps = 4 * torch.finfo(sample.dtype).eps
+        return differs, ((sample == 0) | ((sample.abs() - 1).abs() <= ulps)).all()
 
 
 def _any(flags: Iterator[torch.Tensor]) -> torch.Tensor:

@@ -163,3 +163,50 @@ def test_a_pass_it_cannot_read_turns_the_check_off_and_leaves_the_pass_alone():
     out = net(torch.rand(4, 8, requires_grad=True))
     handle.remove()
     assert out.is_nested and check.off and check.blind() is None
+
+
+# From the stop 56 hunt: three healthy networks the first form called blind.
+def test_rows_equal_only_in_their_padding_are_not_blind():
+    # A left-padded tagger: each row's first 103 positions (its first 512 values of 640) are padding the
+    # network masks to 0, the same in every row; its tags at the end differ.
+    class Tagger(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(50, 5, padding_idx=0)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            return self.embed(tokens) * (tokens != 0).unsqueeze(-1)
+
+    tokens = torch.zeros(32, 128, dtype=torch.long)
+    tokens[:, -20:] = torch.randint(1, 50, (32, 20))
+    net = Tagger()
+    check, handle = listen(net)
+    for _ in range(STREAK):
+        net(tokens)
+    handle.remove()
+    assert check.streak() == 0
+
+
+def test_outputs_equal_at_an_activations_bound_are_no_evidence():
+    # A sigmoid classifier saturated to exactly 1.0 on rows all positive, a ReLU forecaster at its floor
+    # for targets of 0: equal rows of alive networks.
+    torch.manual_seed(0)
+    confident = nn.Sequential(nn.Linear(8, 1), nn.Sigmoid())
+    floor = nn.Sequential(nn.Linear(8, 1), nn.ReLU())
+    with torch.no_grad():
+        confident[0].weight.fill_(1.0)
+        confident[0].bias.fill_(40.0)  # every row's logit above 17: sigmoid rounds to 1.0 in float32
+        floor[0].weight.fill_(1.0)
+        floor[0].bias.fill_(-40.0)  # every row below zero
+    assert torch.equal(confident(torch.rand(32, 8)), torch.ones(32, 1))
+    assert passes(confident, STREAK).streak() == 0
+    assert passes(floor, STREAK).streak() == 0
+
+
+def test_the_sampling_indices_kept_stay_few_when_the_width_changes_every_batch():
+    net = nn.Conv1d(1, 2, 3, padding=1)
+    check, handle = listen(net)
+    for width in range(10, 10 + 4 * input_blind.INDICES):
+        net(torch.rand(4, 1, width))
+    handle.remove()
+    assert len(check._indices) <= input_blind.INDICES
