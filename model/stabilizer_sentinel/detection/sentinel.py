@@ -215,7 +215,17 @@ class Sentinel:
         (``LearningCheck.fell_beyond_noise``): a dead network's does not, and a run that learns what the
         check cannot see (a loss on a large constant offset, whose fall is never 5 % of its magnitude) would
         be rolled back to its start and its learning thrown away. Unless its network was found input-blind
-        (``LearningCheck.blind``): then its loss fell to a constant prediction's, and learned nothing to lose."""
+        (``LearningCheck.blind``): then its loss fell to a constant prediction's, and learned nothing to lose.
+        A blind network of a job that does not recover in place (``recovery`` relaunch: no first copy, and the
+        finding stops the job either way) is Diverging without that measure: the policy's answer to
+        NotLearning, a higher rate, cannot revive it, and the quantile fixture at a rate 1,000 times too high
+        was relaunched at ten times that."""
+        if finding.rule == NOT_LEARNING and self.learning.blind and self.recovery is None \
+                and distributed.rank_and_size()[1] == 1:
+            return replace(finding, rule=DIVERGING, message=(
+                f"{finding.message}; a higher rate cannot bring dead or saturated units back, and a rate too "
+                f"high is what most often kills them: diverging, not too low (the job keeps no first copy to "
+                f"measure how far its parameters moved)"))
         learned_unseen = self.learning.fell_beyond_noise() and not self.learning.blind
         if finding.rule != NOT_LEARNING or self.rewind is None or self.rewind.first is None \
                 or distributed.rank_and_size()[1] > 1 or learned_unseen:

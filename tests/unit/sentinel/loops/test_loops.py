@@ -459,8 +459,10 @@ def test_a_network_a_rate_killed_whose_loss_still_fell_is_rolled_back_and_learns
     rollbacks = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())["rollbacks"]
     assert rollbacks and "the same for every input" in rollbacks[0]["message"]
     assert heldout(watched.stdout) < 0.15 and summary(tmp_path)["learned"] is True  # healthy: 0.1085 at 0.001
-    # Where the job cannot roll back, the run stops and is not called learned.
+    # Where the job does not roll back, the run stops, is not called learned, and is Diverging: the policy
+    # answers NotLearning with a higher rate, which cannot revive a dead network.
     stopped = tmp_path / "relaunch"
     watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(stopped, {"recovery": "relaunch"}))
     assert watched.returncode == 86 and summary(stopped)["learned"] is False
-    assert [f["rule"] for f in findings(stopped)] == ["NotLearning"]
+    (finding,) = findings(stopped)
+    assert finding["rule"] == "Diverging" and "the same for every input" in finding["message"]
