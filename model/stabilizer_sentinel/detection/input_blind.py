@@ -28,8 +28,9 @@ input that varies: no evidence. The sample is spread over the whole row: a left-
 512 output values are its padding, the same in every row.
 
 Cost per forward pass in training: a few small kernels on at most ``ROWS`` x ``SAMPLE`` values of the
-input and the output. Not under ``torch.compile``, tracing or CUDA graph capture, and not for tensor
-subclasses (a ``DTensor``, a functorch wrapper): those passes are not read.
+input and the output. Not under ``torch.compile``, tracing, CUDA graph capture or a ``torch.func``
+transform (``vmap`` of the network for per-sample gradients), and not for tensor subclasses (a
+``DTensor``): those passes are not read.
 
 This module must not change gradients or weights: it reads detached values under ``no_grad``.
 """
@@ -90,8 +91,15 @@ class InputBlind:
             self._streak = torch.where(evidence, (streak + 1) * _on(~live, streak.device), streak)
 
     def streak(self) -> int:
-        """The input-blind passes in a row so far (a host synchronisation on an accelerator)."""
-        return 0 if self.off or self._streak is None else int(self._streak)
+        """The input-blind passes in a row so far (a host synchronisation on an accelerator); 0 where the count
+        cannot be read (the check then turns off: a verdict is never worth a run's end)."""
+        if self.off or self._streak is None:
+            return 0
+        try:
+            return int(self._streak)
+        except (RuntimeError, TypeError, ValueError):
+            self.off = True
+            return 0
 
     def blind(self, passes: int = 0) -> str | None:
         """Why the run's network is input-blind (its last ``passes`` passes at least, ``STREAK`` at least), else
@@ -157,8 +165,13 @@ def _tensors(value: Any, depth: int) -> Iterator[torch.Tensor]:
 
 
 def _not_plain_time() -> bool:
-    """Whether the pass is being compiled, traced or captured: its operations would become the graph's."""
+    """Whether the pass is being compiled, traced or captured (its operations would become the graph's), or
+    runs under a ``torch.func`` transform (``vmap``: its tensors are batched, and a count made of them would
+    escape the transform)."""
     if torch.jit.is_tracing() or torch.compiler.is_compiling():
+        return True
+    peek = getattr(torch._C._functorch, "peek_interpreter_stack", None)
+    if peek is not None and peek() is not None:
         return True
     return torch.cuda.is_available() and torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
 

@@ -210,3 +210,14 @@ def test_the_sampling_indices_kept_stay_few_when_the_width_changes_every_batch()
         net(torch.rand(4, 1, width))
     handle.remove()
     assert len(check._indices) <= input_blind.INDICES
+
+
+def test_a_pass_under_vmap_is_not_read(recwarn):
+    # Per-sample work under torch.func.vmap: batched tensors, on which the sample would warn (no batching
+    # rule for take) and leave a batched count that no read outside the transform can take.
+    net = regression(dead=True)
+    check, handle = listen(net)
+    out = torch.func.vmap(net)(torch.rand(4, 32, 8))
+    handle.remove()
+    assert out.shape == (4, 32, 1) and check.streak() == 0 and not check.off
+    assert not [w for w in recwarn if "batching rule" in str(w.message)]
