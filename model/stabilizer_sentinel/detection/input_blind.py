@@ -8,7 +8,7 @@ sum of terms) that fall read as learning. No fall of the loss says as much as th
 network whose outputs for different inputs are equal, to the last bit, has learned nothing about them.
 
 Each forward pass of the watched network in training (its ``training`` flag set, gradients on) is
-read: a strided sample of up to ``SAMPLE`` values of up to ``ROWS`` rows (first, last and evenly
+read: up to ``SAMPLE`` values spread evenly over each of up to ``ROWS`` rows (first, last and evenly
 between) of its input and of each of its outputs with the same number of rows. A pass whose input rows
 differ is evidence; its output is input-blind when every such output's rows are equal. The passes
 in a row that were input-blind (``streak``) are counted on the device, with no synchronisation; the
@@ -46,7 +46,7 @@ from torch import nn
 from stabilizer_sentinel.capture import module_hooks
 
 ROWS = 8  # rows compared per pass
-SAMPLE = 512  # values compared per row, evenly strided
+SAMPLE = 512  # values compared per row, spread evenly over it
 STREAK = 10  # input-blind passes in a row, at the end of the run, for a network that did not learn
 DEPTH = 2  # how deep the containers of a pass's inputs and outputs are searched for tensors
 INDICES = 16  # sampling indices kept, by rows and width (a batch padded to its longest clip changes width)
