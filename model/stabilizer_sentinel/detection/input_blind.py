@@ -8,14 +8,14 @@ sum of terms) that fall read as learning. No fall of the loss says as much as th
 network whose outputs for different inputs are equal, to the last bit, has learned nothing about them.
 
 Each forward pass of the watched network in training (its ``training`` flag set, gradients on) is
-read: up to ``SAMPLE`` values spread evenly over each of up to ``ROWS`` rows (first, last and evenly
-between) of its input and of each of its outputs with the same number of rows. A pass whose input rows
-differ is evidence; its output is input-blind when every such output's rows are equal. The passes
-in a row that were input-blind (``streak``) are counted on the device, with no synchronisation; the
-learning check reads the count (one synchronisation) at the end of the run, and a run whose last
-``STREAK`` passes were all input-blind did not learn, whatever its loss did. A pass with no evidence
-(one row, inputs alike, no tensor of the batch's rows, a call with keyword arguments alone) changes
-nothing.
+counted, and one in ``EVERY`` is read: up to ``SAMPLE`` values spread evenly over each of up to ``ROWS``
+rows (first, last and evenly between) of its input and of each of its outputs with the same number of
+rows. A pass whose input rows differ is evidence; its output is input-blind when every such output's
+rows are equal. The passes read in a row that were input-blind (``streak``) are counted on the device,
+with no synchronisation; the learning check reads the count (one synchronisation) at the end of the
+run, and a run whose last ``STREAK`` passes read were all input-blind did not learn, whatever its loss
+did. A pass with no evidence (one row, inputs alike, no tensor of the batch's rows, a call with keyword
+arguments alone) changes nothing.
 
 Equal means equal: an output that differs in any sampled value is not input-blind, so a network
 alive in one unit, or one with a large offset and a small spread (a price regression), is never
@@ -27,10 +27,11 @@ that ignores its input by design (a generator with no noise, a learned prior) is
 input that varies: no evidence. The sample is spread over the whole row: a left-padded tagger's first
 512 output values are its padding, the same in every row.
 
-Cost per forward pass in training: a few small kernels on at most ``ROWS`` x ``SAMPLE`` values of the
-input and the output. Not under ``torch.compile``, tracing, CUDA graph capture or a ``torch.func``
-transform (``vmap`` of the network for per-sample gradients), and not for tensor subclasses (a
-``DTensor``): those passes are not read.
+Cost: a few small kernels on at most ``ROWS`` x ``SAMPLE`` values of the input and the output, for one
+training pass in ``EVERY`` (about 65 us a read on this CPU for a language model's tokens and logits).
+Not under ``torch.compile``, tracing, CUDA graph capture or a ``torch.func`` transform (``vmap`` of the
+network for per-sample gradients), and not for tensor subclasses (a ``DTensor``): those passes are not
+read.
 
 This module must not change gradients or weights: it reads detached values under ``no_grad``.
 """
@@ -47,7 +48,8 @@ from stabilizer_sentinel.capture import module_hooks
 
 ROWS = 8  # rows compared per pass
 SAMPLE = 512  # values compared per row, spread evenly over it
-STREAK = 10  # input-blind passes in a row, at the end of the run, for a network that did not learn
+EVERY = 4  # one training pass in this many is read: the cost of a few small kernels, a quarter as often
+STREAK = 10  # input-blind passes read in a row (over EVERY x as many), at the end of a run that did not learn
 DEPTH = 2  # how deep the containers of a pass's inputs and outputs are searched for tensors
 INDICES = 16  # sampling indices kept, by rows and width (a batch padded to its longest clip changes width)
 
@@ -58,11 +60,15 @@ class InputBlind:
     def __init__(self) -> None:
         self._streak: torch.Tensor | None = None  # on the device of the first pass read
         self._indices: dict[tuple[int, int, torch.device], torch.Tensor] = {}
+        self._passes = 0  # training passes seen (a host count): one in ``EVERY`` is read
         self.off = False  # a pass could not be read: no verdict from this module for the rest of the run
 
     def observe(self, module: nn.Module, args: Any, output: Any) -> None:
         """A forward pass of the watched network returned ``output`` for ``args``."""
-        if self.off or not module.training or not torch.is_grad_enabled() or _not_plain_time():
+        if self.off or not module.training or not torch.is_grad_enabled():
+            return
+        self._passes += 1
+        if self._passes % EVERY or _not_plain_time():
             return
         try:  # a tensor this cannot read (nested, sparse, quantized), an output object of any make: no verdict
             self._read(args, output)  # from here, and no harm to the pass
@@ -102,14 +108,15 @@ class InputBlind:
             return 0
 
     def blind(self, passes: int = 0) -> str | None:
-        """Why the run's network is input-blind (its last ``passes`` passes at least, ``STREAK`` at least), else
+        """Why the run's network is input-blind (its last ``passes`` passes at least, and ``STREAK`` read), else
         None."""
         streak = self.streak()
-        if streak < max(passes, STREAK):
+        if streak < STREAK or streak * EVERY < passes:
             return None
-        return (f"its network's output was the same for every input for its last {streak} forward passes "
-                f"in training (a dead or collapsed network: each output's rows equal while its input's "
-                f"differed), so its loss fell no further than a constant prediction's")
+        return (f"its network's output was the same for every input in the last {streak} of its forward passes "
+                f"in training read (one in {EVERY}, over its last {streak * EVERY}: a dead or collapsed network, "
+                f"each output's rows equal while its input's differed), so its loss fell no further than a "
+                f"constant prediction's")
 
     def _differs(self, tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Whether any sampled row of ``tensor`` differs from its first, and whether every sampled value lies

@@ -482,10 +482,10 @@ class LearningCheck(FallTests):
     def _blind_words(self, *, at_end: bool) -> str | None:
         """The verdict on a run whose network is input-blind (stabilizer_sentinel.detection.input_blind), else
         None: a fall to a constant prediction's loss is no learning, whatever the loss's chance level. At the
-        end, its last ``input_blind.STREAK`` passes; before, once the patience is spent, its last
+        end, its last ``input_blind.STREAK`` passes read; before, once the patience is spent, its last
         ``patience_windows`` windows' worth of passes at least (a network blind for a while may revive:
         weight decay shrinks the weights that saturated it)."""
-        passes = input_blind.STREAK if at_end else max(input_blind.STREAK, self.patience_windows * self.window)
+        passes = 0 if at_end else self.patience_windows * self.window
         why = None if self.input_blind is None else self.input_blind.blind(passes)
         if why is None:
             return None

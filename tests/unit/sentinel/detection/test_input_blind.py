@@ -14,8 +14,10 @@ import torch
 from torch import nn
 
 from stabilizer_sentinel.detection import input_blind
-from stabilizer_sentinel.detection.input_blind import STREAK, InputBlind, listen
+from stabilizer_sentinel.detection.input_blind import EVERY, STREAK, InputBlind, listen
 from stabilizer_sentinel.detection.learning_check import LearningCheck
+
+READ = STREAK * EVERY  # training passes for STREAK of them read
 
 
 def regression(dead: bool) -> nn.Module:
@@ -40,28 +42,28 @@ def passes(net: nn.Module, count: int, *, rows: int = 32, same_rows: bool = Fals
 
 
 def test_a_dead_network_is_input_blind_and_a_live_one_is_not():
-    assert passes(regression(dead=True), STREAK).streak() == STREAK
-    assert passes(regression(dead=True), STREAK).blind() is not None
-    assert passes(regression(dead=False), 2 * STREAK).streak() == 0
-    assert passes(regression(dead=False), 2 * STREAK).blind() is None
+    assert passes(regression(dead=True), READ).streak() == STREAK
+    assert passes(regression(dead=True), READ).blind() is not None
+    assert passes(regression(dead=False), 2 * READ).streak() == 0
+    assert passes(regression(dead=False), 2 * READ).blind() is None
 
 
 def test_passes_that_cannot_tell_are_not_evidence():
     dead = regression(dead=True)
-    assert passes(dead, STREAK, same_rows=True).streak() == 0  # the input's rows alike: nothing to ignore
-    assert passes(dead, STREAK, rows=1).streak() == 0  # one row
+    assert passes(dead, READ, same_rows=True).streak() == 0  # the input's rows alike: nothing to ignore
+    assert passes(dead, READ, rows=1).streak() == 0  # one row
     dead.eval()
-    assert passes(dead, STREAK).streak() == 0  # an evaluation
+    assert passes(dead, READ).streak() == 0  # an evaluation
     dead.train()
     with torch.no_grad():
-        assert passes(dead, STREAK).streak() == 0  # no gradients: not a training pass
+        assert passes(dead, READ).streak() == 0  # no gradients: not a training pass
 
 
 def test_one_live_pass_ends_the_streak_and_one_differing_value_is_a_live_pass():
     net = regression(dead=True)
     check, handle = listen(net)
     x = torch.rand(32, 8)
-    for _ in range(STREAK - 1):
+    for _ in range(READ - 1):
         net(x)
     with torch.no_grad():
         net[0].bias[0] = 5.0  # one unit alive: its output now differs between rows
@@ -107,10 +109,10 @@ def test_outputs_in_containers_count_and_any_live_one_is_enough():
             return {"loss": x.sum(), "heads": (torch.zeros(x.shape[0], 3), self.live(x))}
 
     net = TwoHeads()
-    assert passes(net, STREAK).streak() == 0
+    assert passes(net, READ).streak() == 0
     with torch.no_grad():
         net.live.weight.zero_()
-    assert passes(net, STREAK).streak() == STREAK
+    assert passes(net, READ).streak() == STREAK
 
 
 def verdict(losses: list[float], blind: InputBlind | None) -> object:
@@ -144,13 +146,19 @@ def test_a_loss_that_fell_is_no_learning_where_the_network_ended_input_blind():
 def test_before_the_end_a_blind_network_is_stopped_only_once_the_patience_is_spent():
     losses = [0.6 + 0.8 * math.exp(-step / 10) for step in range(300)]
     check = LearningCheck(run_steps=len(losses))
-    check.input_blind = Streak(check.patience_windows * check.window)
+    check.input_blind = Streak(STREAK)
     fired = next(step for step, loss in enumerate(losses) if check.observe(step, loss, None, 0.05) is not None)
     assert fired + 1 >= check.patience_steps()
     check = LearningCheck(run_steps=len(losses))
-    check.input_blind = Streak(input_blind.STREAK)  # blind, but for fewer passes than the patience's windows
+    check.input_blind = Streak(STREAK - 1)  # one read short: never blind
     assert all(check.observe(step, loss, None, 0.05) is None for step, loss in enumerate(losses))
-    assert check.at_end(len(losses) - 1) is not None
+    assert check.at_end(len(losses) - 1) is None and check.learned
+
+
+def test_one_training_pass_in_every_few_is_read():
+    net = regression(dead=True)
+    assert passes(net, READ - 1).streak() == STREAK - 1
+    assert passes(net, READ).streak() == STREAK
 
 
 def test_a_pass_it_cannot_read_turns_the_check_off_and_leaves_the_pass_alone():
@@ -160,9 +168,9 @@ def test_a_pass_it_cannot_read_turns_the_check_off_and_leaves_the_pass_alone():
 
     net = Nested()
     check, handle = listen(net)
-    out = net(torch.rand(4, 8, requires_grad=True))
+    outs = [net(torch.rand(4, 8, requires_grad=True)) for _ in range(EVERY)]
     handle.remove()
-    assert out.is_nested and check.off and check.blind() is None
+    assert all(out.is_nested for out in outs) and check.off and check.blind() is None
 
 
 # From the stop 56 hunt: three healthy networks the first form called blind.
@@ -181,7 +189,7 @@ def test_rows_equal_only_in_their_padding_are_not_blind():
     tokens[:, -20:] = torch.randint(1, 50, (32, 20))
     net = Tagger()
     check, handle = listen(net)
-    for _ in range(STREAK):
+    for _ in range(READ):
         net(tokens)
     handle.remove()
     assert check.streak() == 0
@@ -199,8 +207,8 @@ def test_outputs_equal_at_an_activations_bound_are_no_evidence():
         floor[0].weight.fill_(1.0)
         floor[0].bias.fill_(-40.0)  # every row below zero
     assert torch.equal(confident(torch.rand(32, 8)), torch.ones(32, 1))
-    assert passes(confident, STREAK).streak() == 0
-    assert passes(floor, STREAK).streak() == 0
+    assert passes(confident, READ).streak() == 0
+    assert passes(floor, READ).streak() == 0
 
 
 def test_the_sampling_indices_kept_stay_few_when_the_width_changes_every_batch():
@@ -217,7 +225,7 @@ def test_a_pass_under_vmap_is_not_read(recwarn):
     # rule for take) and leave a batched count that no read outside the transform can take.
     net = regression(dead=True)
     check, handle = listen(net)
-    out = torch.func.vmap(net)(torch.rand(4, 32, 8))
+    outs = [torch.func.vmap(net)(torch.rand(4, 32, 8)) for _ in range(READ)]
     handle.remove()
-    assert out.shape == (4, 32, 1) and check.streak() == 0 and not check.off
+    assert outs[0].shape == (4, 32, 1) and check.streak() == 0 and not check.off
     assert not [w for w in recwarn if "batching rule" in str(w.message)]
