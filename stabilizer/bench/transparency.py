@@ -143,8 +143,9 @@ def observe(script: Script, watched: bool, root: Path, keep_as: str) -> Observed
 # ---------------------------------------------------------------------------- comparing runs
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 DURATION_UNIT = re.compile(r"\s*(?:ms|s|sec|secs|seconds|min|minutes)\b")
-# A label before the number: "time:", "elapsed", "took", or a time per unit of work ("ms/batch 3.44").
-DURATION_WORD = re.compile(r"\b(?:time|elapsed|took|(?:ms|s|sec|secs)/\w+)\W*$", re.IGNORECASE)
+# A label before the number: "time:", "elapsed", "took", a time per unit of work ("ms/batch 3.44"), or a
+# rate made of a time (nanoGPT's "mfu 0.01%", its model flops utilisation: the flops over the step's time).
+DURATION_WORD = re.compile(r"\b(?:time|elapsed|took|mfu|(?:ms|s|sec|secs)/\w+)\W*$", re.IGNORECASE)
 
 
 def _shape(line: str) -> tuple[str, list[str]]:
@@ -169,8 +170,8 @@ def _volatile_fields(first: list[str], second: list[str]) -> dict[str, set[int]]
 
 def _durations(line: str) -> set[int]:
     """The numbers (by position) the line says are durations: followed by a unit of time (``0.06s``,
-    ``12 ms``) or following ``time:``, ``elapsed``, ``took``. A timing is volatile even where it is
-    printed once and the two unwatched runs happened to print the same value."""
+    ``12 ms``) or following ``time:``, ``elapsed``, ``took`` (or ``mfu``, a rate made of one). A timing is
+    volatile even where it is printed once and the two unwatched runs happened to print the same value."""
     return {i for i, number in enumerate(NUMBER.finditer(line))
             if DURATION_UNIT.match(line, number.end()) or DURATION_WORD.search(line, 0, number.start())}
 

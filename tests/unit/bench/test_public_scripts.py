@@ -178,6 +178,18 @@ def test_a_time_per_unit_of_work_is_a_duration_and_padding_is_no_part_of_a_lines
         "stdout line 1: unwatched 'loss  0.5', watched 'loss 0.5'"]
 
 
+def test_a_rate_made_of_a_steps_time_is_volatile_even_printed_alike_unwatched():
+    # nanoGPT's "iter 25: loss 3.3458, time 2.23ms, mfu 0.01%": both unwatched runs printed mfu 0.01% in every
+    # line, the watched run, 0.7 ms slower a step, 0.00%. Its flops over the step's time: a timing.
+    line = "iter {}: loss {:.4f}, time {:.2f}ms, mfu {:.2f}%"
+    first = _observed([line.format(25, 3.3458, 2.23, 0.01)])
+    second = _observed([line.format(25, 3.3458, 2.23, 0.01)])
+    assert bench.differences(first, second, _observed([line.format(25, 3.3458, 2.95, 0.00)])) == []
+    changed = line.format(25, 3.3459, 2.95, 0.00)  # the loss beside it is compared
+    assert bench.differences(first, second, _observed([changed])) == [
+        f"stdout line 1: unwatched {line.format(25, 3.3458, 2.23, 0.01)!r}, watched {changed!r}"]
+
+
 def test_lines_that_carry_a_process_id_are_volatile_in_whatever_order_the_processes_print():
     first = _observed(["101 loss 2.3", "102 loss 2.4", "test 0.5"])
     second = _observed(["202 loss 2.4", "201 loss 2.3", "test 0.5"])
