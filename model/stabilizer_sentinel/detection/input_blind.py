@@ -28,7 +28,7 @@ input that varies: no evidence. The sample is spread over the whole row: a left-
 512 output values are its padding, the same in every row.
 
 Cost: a few small kernels on at most ``ROWS`` x ``SAMPLE`` values of the input and the output, for one
-training pass in ``EVERY`` (about 65 us a read on this CPU for a language model's tokens and logits).
+training pass in ``EVERY`` (63 to 90 us a read on this CPU for a small language model's tokens and logits).
 Not under ``torch.compile``, tracing, CUDA graph capture or a ``torch.func`` transform (``vmap`` of the
 network for per-sample gradients), and not for tensor subclasses (a ``DTensor``): those passes are not
 read.
