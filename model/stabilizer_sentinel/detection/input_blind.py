@@ -87,10 +87,10 @@ class InputBlind:
         if all(t.dim() == 1 for t in (*inputs, *outputs)):  # one vector in, one out: no rows (an unbatched call)
             return
         with torch.no_grad():
-            varied = _any(self._differs(t)[0] for t in inputs)
-            read = [self._differs(t) for t in outputs]
+            varied = _any(_differs(self._sample(t)) for t in inputs)
+            read = [(_differs(sample), _at_bound(sample)) for sample in map(self._sample, outputs)]
             live = _any(differs for differs, _ in read)
-            constant = _any(~differs & ~at_bound for differs, at_bound in read)  # equal rows, off any bound
+            constant = _any(~differs & ~bound for differs, bound in read)  # equal rows, off any bound
             streak = self._streak if self._streak is not None else torch.zeros((), dtype=torch.int64,
                                                                                device=varied.device)
             evidence = _on(varied & (live | _on(constant, varied.device)), streak.device)
@@ -107,23 +107,18 @@ class InputBlind:
             self.off = True
             return 0
 
-    def blind(self, passes: int = 0) -> str | None:
-        """Why the run's network is input-blind (its last ``passes`` passes at least, and ``STREAK`` read), else
-        None."""
+    def blind(self) -> str | None:
+        """Why the run's network is input-blind (its last ``STREAK`` passes read were), else None."""
         streak = self.streak()
-        if streak < STREAK or streak * EVERY < passes:
+        if streak < STREAK:
             return None
         return (f"its network's output was the same for every input in the last {streak} of its forward passes "
                 f"in training read (one in {EVERY}, over its last {streak * EVERY}: a dead or collapsed network, "
                 f"each output's rows equal while its input's differed), so its loss fell no further than a "
                 f"constant prediction's")
 
-    def _differs(self, tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Whether any sampled row of ``tensor`` differs from its first, and whether every sampled value lies
-        at a bound of an output activation (0, 1 or -1, to a few units of the last place), as booleans on its
-        device. Output rows equal at such a bound are no evidence either way: a ReLU output at its floor for
-        targets of 0, a sigmoid a confident classifier saturated to exactly 1.0 for eight positive rows, are
-        a live network's as often as a dead one's."""
+    def _sample(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Up to ``SAMPLE`` values spread over each of up to ``ROWS`` rows of ``tensor``, one row of the result each."""
         n = tensor.shape[0]
         width = tensor.numel() // n
         key = (n, width, tensor.device)
@@ -137,12 +132,21 @@ class InputBlind:
             if len(self._indices) >= INDICES:  # inputs whose width changes every batch: keep a few
                 self._indices.clear()
             self._indices[key] = index
-        sample = torch.take(tensor.detach(), index)
-        differs = (sample != sample[:1]).any()
-        if not sample.is_floating_point():
-            return differs, torch.zeros_like(differs)
-        ulps = 4 * torch.finfo(sample.dtype).eps
-        return differs, ((sample == 0) | ((sample.abs() - 1).abs() <= ulps)).all()
+        return torch.take(tensor.detach(), index)
+
+
+def _differs(sample: torch.Tensor) -> torch.Tensor:
+    """Whether any sampled row differs from the first, as a boolean on the sample's device."""
+    return (sample != sample[:1]).any()
+
+
+def _at_bound(sample: torch.Tensor) -> torch.Tensor:
+    """Whether every sampled value of an output lies at a bound of an output activation (0, 1 or -1, to a few
+    units of the last place). Output rows equal at such a bound are no evidence either way: a ReLU output at
+    its floor for targets of 0, a sigmoid a confident classifier saturated to exactly 1.0 for eight positive
+    rows, are a live network's as often as a dead one's."""
+    ulps = 4 * torch.finfo(sample.dtype).eps
+    return ((sample == 0) | ((sample.abs() - 1).abs() <= ulps)).all()
 
 
 def _any(flags: Iterator[torch.Tensor]) -> torch.Tensor:

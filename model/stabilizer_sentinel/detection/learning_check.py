@@ -320,7 +320,7 @@ class LearningCheck(FallTests):
         self._centre = statistics.median(self._around) if self._around else None  # robust to a burst of spikes
         self._window_noise = self.noise
         self._close_window(step, mean)
-        return self._blind_finding(step, mean) or self._judge(step, at_end=False)
+        return self._blind_finding(step, at_end=False) or self._judge(step, at_end=False)
 
     def at_end(self, step: int) -> RuleFinding | None:
         """The verdict on a run that completed: it must have learned (needs two windows).
@@ -330,8 +330,8 @@ class LearningCheck(FallTests):
         """
         if self._fired or not self._judged() or not self.judgeable:
             return None
-        if (blind := self._blind_words(at_end=True)) is not None:
-            return self._fire(NOT_LEARNING, step, blind, self._last[1] if self._last is not None else math.nan)
+        if (blind := self._blind_finding(step, at_end=True)) is not None:
+            return blind
         # A run that ended before the chance level's own span (``patience_windows`` windows) is judged
         # against its start, as the chance level's tail test cannot judge it yet; not one whose last steps
         # ended well above that level, which learned nothing beyond an input-blind guess whatever its fall.
@@ -472,29 +472,20 @@ class LearningCheck(FallTests):
                    f"ignores the inputs)")
         return self._fire(DIVERGING, step, message, loss)
 
-    def _blind_finding(self, step: int, mean: float) -> RuleFinding | None:
-        """NotLearning at a window's close, once the patience is spent, where the network is input-blind."""
-        if self.main_steps < self.patience_steps() or not self._judged():
+    def _blind_finding(self, step: int, *, at_end: bool) -> RuleFinding | None:
+        """NotLearning where the network is input-blind (stabilizer_sentinel.detection.input_blind): a fall to a
+        constant prediction's loss is no learning, whatever the loss's chance level. At the end; before it, at a
+        window's close once the patience is spent."""
+        if not at_end and (self.main_steps < self.patience_steps() or not self._judged()):
             return None
-        blind = self._blind_words(at_end=False)
-        return None if blind is None else self._fire(NOT_LEARNING, step, blind, mean)
-
-    def _blind_words(self, *, at_end: bool) -> str | None:
-        """The verdict on a run whose network is input-blind (stabilizer_sentinel.detection.input_blind), else
-        None: a fall to a constant prediction's loss is no learning, whatever the loss's chance level. At the
-        end, its last ``input_blind.STREAK`` passes read; before, once the patience is spent, its last
-        ``patience_windows`` windows' worth of passes at least (a network blind for a while may revive:
-        weight decay shrinks the weights that saturated it)."""
-        passes = 0 if at_end else self.patience_windows * self.window
-        why = None if self.input_blind is None else self.input_blind.blind(passes)
-        if why is None:
+        why = None if self.input_blind is None else self.input_blind.blind()
+        if why is None or self._last is None:
             return None
         self._blind = True
-        start, last = self.learning_start, self._last
+        start, (last_step, last) = self.learning_start, self._last
         when = "by its end" if at_end else f"in {self.main_steps} steps after warm-up"
-        fall = (f": {start:.4g} at the start, {last[1]:.4g} over the steps to {last[0]}"
-                if start is not None and last is not None else "")
-        return f"the run did not learn {when}{fall}; {why}"
+        fall = f": {start:.4g} at the start, {last:.4g} over the steps to {last_step}" if start is not None else ""
+        return self._fire(NOT_LEARNING, step, f"the run did not learn {when}{fall}; {why}", last)
 
     def _judged(self) -> bool:
         """Whether the loss is judged: not once a backward pass was a surrogate's (``unjudged``), read here
