@@ -1,0 +1,216 @@
+"""The watcher on an accelerator: step time, synchronisations, and an in-job rollback (a benchmark, not a test).
+
+    python -m stabilizer.bench.device                         # CUDA where there is one, else the CPU
+    python -m stabilizer.bench.device --quick                 # a small GPT, few steps: that it runs
+
+The script is stabilizer/bench/gpt_loop.py (a GPT with AdamW, a hand-set rate, autocast, clipping),
+run unchanged as its own process, plain and under the launcher (``python -m stabilizer_sentinel.launch``)
+with the default recovery (relaunch) and with ``in_job``. Each measurement is side by side in one run:
+
+1. **Step time.** The configurations take turns, ``--rounds`` times each, so drift in the machine falls
+   on all alike; each run's milliseconds per step over its steps after the warm-up (the device drained
+   before and after), the median per configuration and its ratio to plain. The losses each run logged
+   are compared with plain's (on a GPU, plain against plain too: some kernels are not deterministic).
+2. **Synchronisations per step** (CUDA only): ``torch.cuda.set_sync_debug_mode("warn")`` makes every
+   synchronising call warn; each is counted for the watcher when its code is on the stack, else for
+   the script (its loss logs), per step and per source line of the watcher.
+3. **An in-job rollback.** The same script at a rate that breaks it, watched with ``in_job``: the
+   rollback's seconds from the finding to training again (its probes included), steps lost and probe
+   steps, as findings.json records them; its last loss beside a healthy run's.
+
+Logs and findings go to ``--out`` (``$OUT`` where set). This module measures and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import stabilizer_sentinel
+
+SCRIPT = Path(__file__).with_name("gpt_loop.py")
+MODEL = Path(stabilizer_sentinel.__file__).parent.parent
+CONFIGS = {"plain": None, "launcher, relaunch": "relaunch", "launcher, in_job": "in_job"}
+QUICK = ["--width", "64", "--depth", "2", "--heads", "2", "--context", "32", "--vocab", "256", "--batch", "8"]
+
+
+def run(name: str, recovery: str | None, script_args: list[str], work: Path, extra_env: dict[str, str] | None = None,
+        ) -> dict:
+    """One run of the script: its result line, exit status, and findings (watched runs)."""
+    work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(MODEL), os.environ.get("PYTHONPATH", "")]),
+           **(extra_env or {})}
+    command = [sys.executable, str(SCRIPT), *script_args]
+    if recovery is not None:
+        env.update({"STABILIZER_CONFIG": json.dumps({"recovery": recovery}),
+                    "STABILIZER_CHECKPOINT_DIR": str(work / "checkpoints"),
+                    "STABILIZER_FAILURE_FILE": str(work / "failure")})
+        command = [sys.executable, "-m", "stabilizer_sentinel.launch", str(SCRIPT), *script_args]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    (work / "stdout").write_text(done.stdout)
+    (work / "stderr").write_text(done.stderr)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    result = json.loads(lines[-1]) if lines else {}
+    findings = work / "checkpoints" / "findings.json"
+    result.update(name=name, status=done.returncode,
+                  findings=json.loads(findings.read_text()) if findings.exists() else None)
+    if done.returncode not in (0, 86):
+        print(f"  {name}: exit {done.returncode}; stderr ends: {done.stderr[-600:]}", flush=True)
+    return result
+
+
+def step_time(args: argparse.Namespace, script_args: list[str], out: Path) -> None:
+    runs: dict[str, list[dict]] = {name: [] for name in CONFIGS}
+    for round_index in range(args.rounds):
+        for name, recovery in CONFIGS.items():
+            result = run(name, recovery, script_args, out / f"time-{round_index}-{name.replace(', ', '-')}")
+            runs[name].append(result)
+            print(f"  round {round_index + 1} {name:20s} {_ms(result.get('ms_per_step'))} ms/step, exit "
+                  f"{result['status']}", flush=True)
+    plain = statistics.median(r["ms_per_step"] for r in runs["plain"] if r.get("ms_per_step"))
+    reference = runs["plain"][0].get("losses")
+    print(f"\n{'configuration':22s} {'ms/step':>8s} {'ratio':>7s}  losses logged, against plain's first run")
+    for name, results in runs.items():
+        times = [r["ms_per_step"] for r in results if r.get("ms_per_step")]
+        median = statistics.median(times) if times else float("nan")
+        same = ["same" if r.get("losses") == reference else _largest_difference(r.get("losses"), reference)
+                for r in results]
+        print(f"{name:22s} {median:8.2f} {plain / median:6.3f}x  {', '.join(same)}")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _largest_difference(losses: dict | None, reference: dict | None) -> str:
+    if not losses or not reference:
+        return "no losses"
+    gaps = [abs(losses[key] - reference[key]) / max(abs(reference[key]), 1e-12) for key in reference if key in losses]
+    return f"differ (largest {max(gaps):.2e} relative)" if gaps else "none in common"
+
+
+def synchronisations(script_args: list[str], out: Path) -> None:
+    for amp in ("bf16", "fp16"):
+        counts = out / f"syncs-{amp}.json"
+        result = run(f"syncs {amp}", "in_job", [*script_args, "--amp", amp], out / f"syncs-{amp}",
+                     {"STABILIZER_BENCH_SYNCS": str(counts)})
+        if not counts.exists():
+            print(f"  {amp}: no count (exit {result['status']}; CUDA only)")
+            continue
+        report = json.loads(counts.read_text())
+        print(f"\nsynchronisations, launcher with in_job, {amp}: {report['steps']} steps; the watcher's "
+              f"{report['watcher']} ({report['watcher'] / report['steps']:.2f} a step, none on "
+              f"{report['watcher_steps_with_none']} steps, at most {report['watcher_most_at_a_step']} at one); "
+              f"the script's {report['script']} (its loss logs)")
+        for line, count in report["watcher_lines"].items():
+            print(f"  {count:5d}  {line}")
+
+
+def rollback(args: argparse.Namespace, script_args: list[str], out: Path) -> None:
+    healthy = run("healthy", "in_job", script_args, out / "rollback-healthy")
+    broken = run("broken", "in_job", [*script_args, "--lr", str(args.broken_lr), "--clip", "0"],
+                 out / "rollback-broken")
+    print(f"\nin-job rollback at rate {args.broken_lr} (healthy {_rate(script_args)}), exit {broken['status']}")
+    for decision in (broken.get("findings") or {}).get("rollbacks", []):
+        print(f"  {decision.get('rule')} at step {decision.get('step')}: {decision.get('outcome')}, "
+              f"{decision.get('seconds')} s to training again, {decision.get('steps_lost')} steps lost, "
+              f"{decision.get('probe_steps')} probe steps, rate {decision.get('learning_rate_before')} -> "
+              f"{decision.get('learning_rate_after')}")
+    print(f"  last loss {_last(broken)} (healthy run: {_last(healthy)}); ms/step {_ms(broken.get('ms_per_step'))} "
+          f"(healthy {_ms(healthy.get('ms_per_step'))})")
+
+
+def _rate(script_args: list[str]) -> str:
+    return script_args[script_args.index("--lr") + 1] if "--lr" in script_args else "3e-4"
+
+
+def _last(result: dict) -> str:
+    losses = result.get("losses") or {}
+    return f"{losses[max(losses, key=int)]:.4f}" if losses else "-"
+
+
+def copies(script_args: list[str]) -> None:
+    """The rewind's copy of the state (weights and AdamW's), as it is and two other ways, on the script's GPT."""
+    import time
+
+    import torch
+
+    from stabilizer.bench import gpt_loop
+    from stabilizer_sentinel.recovery.rewind import state_on_host
+
+    args = gpt_loop.parser().parse_args(script_args)
+    device = torch.device(args.device)
+    model = gpt_loop.GPT(args.vocab, args.width, args.depth, args.heads, args.context).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    tokens = gpt_loop.batches(args, device)[0]
+    for _ in range(2):
+        torch.nn.functional.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()).backward()
+        optimizer.step()
+    tensors = [*model.state_dict().values(),
+               *(value for state in optimizer.state.values() for value in state.values() if value.dim())]
+    size = sum(t.numel() * t.element_size() for t in tensors)
+    pinned = [torch.empty(t.shape, dtype=t.dtype, pin_memory=device.type == "cuda") for t in tensors]
+
+    def drain() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def as_is() -> None:
+        state_on_host(model.state_dict())
+        state_on_host(optimizer.state_dict())
+
+    def on_device() -> None:
+        [t.clone() for t in tensors]
+
+    def into_pinned() -> None:
+        for target, source in zip(pinned, tensors, strict=True):
+            target.copy_(source, non_blocking=True)
+
+    print(f"\nthe rewind's copy: {size / 2**20:.0f} MiB (weights and AdamW's state), median of 5 after one")
+    for name, way in (("as it is (state_on_host)", as_is), ("cloned on the device", on_device),
+                      ("into pinned host memory, non-blocking", into_pinned)):
+        times = []
+        for _ in range(6):
+            drain()
+            started = time.perf_counter()
+            way()
+            drain()
+            times.append((time.perf_counter() - started) * 1000)
+        print(f"  {name:40s} {statistics.median(times[1:]):8.2f} ms")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stabilizer.bench.device", description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=None, help="steps a run trains (300; 40 with --quick)")
+    parser.add_argument("--broken-lr", type=float, default=3.0)
+    parser.add_argument("--quick", action="store_true", help="a small GPT, few steps")
+    parser.add_argument("--only", choices=["time", "syncs", "rollback", "copies"], action="append")
+    parser.add_argument("--out", default=os.environ.get("OUT") or "")
+    args, script_args = parser.parse_known_args(argv)
+    steps = args.steps or (40 if args.quick else 300)
+    script_args = [*(QUICK if args.quick else []), "--steps", str(steps), *script_args]
+    if args.quick:
+        script_args += ["--warmup", "10", "--log-every", "10"]
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-device-"))
+    chosen = args.only or ["copies", "time", "syncs", "rollback"]
+    print(f"gpt_loop {' '.join(script_args)}; logs in {out}", flush=True)
+    if "copies" in chosen:
+        copies(script_args)
+    if "time" in chosen:
+        step_time(args, script_args, out)
+    if "syncs" in chosen:
+        synchronisations(script_args if args.quick else [*script_args, "--steps", "60"], out)
+    if "rollback" in chosen:
+        rollback(args, script_args, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
