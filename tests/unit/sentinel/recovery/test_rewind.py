@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from stabilizer_contract.checkpoints import checkpoint_name, checkpoints_in
@@ -137,3 +138,38 @@ def test_an_inner_optimizers_state_goes_back_with_the_copy_and_the_scripts_group
     assert all(torch.equal(now, then) for now, then in zip(restored, momentum, strict=True))
     # load_state_dict alone puts new group dicts in place: the script's and the base's would part.
     assert optimizer.param_groups[0] is held and optimizer.base.param_groups[0] is held
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="copies from CUDA memory need a GPU")
+
+
+@needs_cuda
+def test_a_copy_from_cuda_memory_is_queued_without_waiting_and_holds_the_state_of_its_step(tmp_path):
+    """The copy goes into pinned memory in the stream's order: updates queued after it do not reach it,
+    and loading it back (or writing it) waits for it first."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    rewind = Rewind(model, optimizer, checkpoint_dir=tmp_path, every=1)
+
+    def step() -> None:
+        optimizer.zero_grad()
+        model(torch.randn(256, 512, device="cuda")).square().mean().backward()
+        optimizer.step()
+
+    step()
+    torch.cuda.synchronize()
+    expected = {name: value.detach().cpu() for name, value in model.state_dict().items()}
+    torch.cuda._sleep(200_000_000)  # the queue is busy for a while: the copy cannot be done when it returns
+    snapshot = rewind.take_now(1)
+    assert snapshot.copied and not all(event.query() for event in snapshot.copied)
+    assert all(value.is_pinned() for value in snapshot.model.values())
+    for _ in range(3):
+        step()  # queued after the copy, in the same stream
+    assert rewind.persist_point(snapshot) is not None  # written once the copy is done
+    rewind.load(snapshot)
+    for name, value in model.state_dict().items():
+        assert torch.equal(value.cpu(), expected[name])
+        assert torch.equal(snapshot.model[name], expected[name])
+    saved = torch.load(rewind.persisted, weights_only=True)
+    assert all(torch.equal(saved["model"][name], expected[name]) for name in expected)
