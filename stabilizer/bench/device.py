@@ -136,13 +136,14 @@ def _last(result: dict) -> str:
 
 
 def copies(script_args: list[str]) -> None:
-    """The rewind's copy of the state (weights and AdamW's), as it is and two other ways, on the script's GPT."""
+    """The rewind's copy of the state (weights and AdamW's) on the script's GPT: waiting for each tensor (as
+    ``state_on_host`` does without ``DeviceCopies``) against the rewind's own, timed to three points."""
     import time
 
     import torch
 
     from stabilizer.bench import gpt_loop
-    from stabilizer_sentinel.recovery.rewind import state_on_host
+    from stabilizer_sentinel.recovery.rewind import Rewind, state_on_host
 
     args = gpt_loop.parser().parse_args(script_args)
     device = torch.device(args.device)
@@ -152,37 +153,33 @@ def copies(script_args: list[str]) -> None:
     for _ in range(2):
         torch.nn.functional.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()).backward()
         optimizer.step()
-    tensors = [*model.state_dict().values(),
-               *(value for state in optimizer.state.values() for value in state.values() if value.dim())]
-    size = sum(t.numel() * t.element_size() for t in tensors)
-    pinned = [torch.empty(t.shape, dtype=t.dtype, pin_memory=device.type == "cuda") for t in tensors]
+    rewind = Rewind(model, optimizer, checkpoint_dir=tempfile.mkdtemp(prefix="bench-device-copies-"))
 
     def drain() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    def as_is() -> None:
+    waiting, queued, stream_free, done = [], [], [], []
+    for _ in range(6):
+        drain()
+        started = time.perf_counter()
         state_on_host(model.state_dict())
         state_on_host(optimizer.state_dict())
-
-    def on_device() -> None:
-        [t.clone() for t in tensors]
-
-    def into_pinned() -> None:
-        for target, source in zip(pinned, tensors, strict=True):
-            target.copy_(source, non_blocking=True)
-
-    print(f"\nthe rewind's copy: {size / 2**20:.0f} MiB (weights and AdamW's state), median of 5 after one")
-    for name, way in (("as it is (state_on_host)", as_is), ("cloned on the device", on_device),
-                      ("into pinned host memory, non-blocking", into_pinned)):
-        times = []
-        for _ in range(6):
-            drain()
-            started = time.perf_counter()
-            way()
-            drain()
-            times.append((time.perf_counter() - started) * 1000)
-        print(f"  {name:40s} {statistics.median(times[1:]):8.2f} ms")
+        waiting.append(time.perf_counter() - started)
+        drain()
+        started = time.perf_counter()
+        snapshot = rewind.take_now(0)
+        queued.append(time.perf_counter() - started)
+        if device.type == "cuda":
+            torch.cuda.current_stream().synchronize()
+        stream_free.append(time.perf_counter() - started)
+        snapshot.settle()
+        done.append(time.perf_counter() - started)
+    size = snapshot.nbytes
+    print(f"\nthe rewind's copy: {size / 2**20:.0f} MiB (weights and AdamW's state), ms, median of 5 after one")
+    for name, times in (("waiting for each tensor", waiting), ("the rewind's: queued (the host goes on)", queued),
+                        ("  the training stream free again", stream_free), ("  the copy in host memory", done)):
+        print(f"  {name:42s} {statistics.median(times[1:]) * 1000:8.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
