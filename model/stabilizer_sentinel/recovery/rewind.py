@@ -58,67 +58,34 @@ from stabilizer_sentinel.loops.optimizer_hooks import LEARNING_KEY, STATE_KEY
 GUARD_KEYS = (STATE_KEY, LEARNING_KEY)
 
 
-def state_on_host(value: Any, copies: DeviceCopies | None = None) -> Any:
+def state_on_host(value: Any, devices: set[torch.device] | None = None) -> Any:
     """A deep copy of a (nested) state dict with every tensor copied to CPU memory.
 
-    With ``copies``, a CUDA tensor is not copied to the host here: it is cloned on the device, off the
-    training stream (``DeviceCopies.stage``), and ``DeviceCopies.to_host`` then copies the clones."""
+    With ``devices``, a CUDA tensor is copied without waiting for it: into pinned memory, in its stream's
+    order (the optimizer's next update of it comes after), its device added to ``devices``; the copies may
+    be read once that stream has done them (``copied_on``, ``Snapshot.settle``). Waiting for each tensor
+    drains the device's queue once per tensor: on a GPT of 23 M parameters, 203 ms a copy where this takes
+    6 (``python -m stabilizer.bench.device``)."""
     if isinstance(value, torch.Tensor):
-        if copies is not None and value.is_cuda:
-            return copies.stage(value)
+        if devices is not None and value.is_cuda:
+            devices.add(value.device)
+            return value.detach().to("cpu", non_blocking=True)
         return value.detach().to("cpu", copy=True)
     if isinstance(value, dict):
-        return {key: state_on_host(item, copies) for key, item in value.items()}
+        return {key: state_on_host(item, devices) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return type(value)(state_on_host(item, copies) for item in value)
+        return type(value)(state_on_host(item, devices) for item in value)
     return value
 
 
-class DeviceCopies:
-    """One copy of CUDA tensors to host memory that neither the host nor the training stream waits out.
-
-    Copying each tensor to the host with ``to("cpu")`` waits for the device's whole queue, once per tensor:
-    on a GPT of 23 M parameters trained with AdamW (266 MiB of state) that took 203 ms a copy on an H200,
-    where the step took 12 (``python -m stabilizer.bench.device``). Here each tensor is first cloned on the
-    device, on a stream of the copies' own (``sides``, one per device, kept by the rewind) that begins where
-    the training stream is (``stage``); the training stream waits for the clones alone, a pass at the
-    device memory's speed, before it can change what they read; the clones then go to pinned host memory
-    on that stream (``to_host``), over the host link while training goes on. ``to_host`` returns the
-    events that mark the end: the host copies are read after those (``Snapshot.settle``). The clones are
-    held on the device until their copy is done: one copy's worth of device memory, for that long.
-    """
-
-    def __init__(self, sides: dict[torch.device, Any]) -> None:
-        self.sides = sides
-        self._begun: set[torch.device] = set()
-
-    def stage(self, value: torch.Tensor) -> torch.Tensor:
-        device = value.device
-        side = self.sides.get(device)
-        if side is None:
-            side = self.sides[device] = torch.cuda.Stream(device)
-        if device not in self._begun:
-            self._begun.add(device)
-            side.wait_stream(torch.cuda.current_stream(device))  # the state as the training stream left it
-        with torch.cuda.stream(side):
-            return value.detach().clone()
-
-    def to_host(self, staged: Any) -> tuple[Any, tuple[Any, ...]]:
-        """``staged`` with its clones copied to pinned host memory, queued; the events that mark the end."""
-        for device in self._begun:
-            torch.cuda.current_stream(device).wait_stream(self.sides[device])  # for the clones, not the copies
-        host = self._queued(staged)
-        return host, tuple(self.sides[device].record_event() for device in self._begun)
-
-    def _queued(self, value: Any) -> Any:
-        if isinstance(value, torch.Tensor) and value.is_cuda:
-            with torch.cuda.stream(self.sides[value.device]):
-                return value.to("cpu", non_blocking=True)  # pinned, as a copy without waiting from CUDA is
-        if isinstance(value, dict):
-            return {key: self._queued(item) for key, item in value.items()}
-        if isinstance(value, list | tuple):
-            return type(value)(self._queued(item) for item in value)
-        return value
+def copied_on(devices: set[torch.device]) -> tuple[Any, ...]:
+    """Events marking, on each device's current stream, the end of the copies ``state_on_host`` queued there."""
+    events = []
+    for device in devices:
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(device))
+        events.append(event)
+    return tuple(events)
 
 
 def _nbytes(value: Any) -> int:
@@ -147,9 +114,9 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]
 
 
 def _other_state(network: nn.Module | None, optimizer: torch.optim.Optimizer,
-                 copies: DeviceCopies | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    return (({} if network is None else state_on_host(network.state_dict(), copies)),
-            state_on_host(optimizer.state_dict(), copies))
+                 devices: set[torch.device] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    return (({} if network is None else state_on_host(network.state_dict(), devices)),
+            state_on_host(optimizer.state_dict(), devices))
 
 
 def entries_of(model: nn.Module, optimizer: torch.optim.Optimizer) -> set[str]:
@@ -194,7 +161,7 @@ class Snapshot:
     # The optimizers the first one steps inside its own step (``Rewind.inner``: SAM's, Lookahead's base),
     # their state in that order; put back with the first one's. Not written into checkpoints.
     inner: list[dict[str, Any]] = field(default_factory=list)
-    # Events that mark the end of its copies from CUDA memory, queued without waiting (``DeviceCopies``):
+    # Events that mark the end of its copies from CUDA memory, queued without waiting (``state_on_host``):
     # its tensors are read only after ``settle()``.
     copied: tuple[Any, ...] = field(default=(), compare=False, repr=False)
 
@@ -256,7 +223,6 @@ class Rewind:
         # overflows of a run-up (and of a probe thrown up) halve the scale, which would otherwise stay low
         # for the rest of the run (a GradScaler grows it back only after 2,000 steps without one).
         self.scaling: Any = None
-        self._sides: dict[torch.device, Any] = {}  # DeviceCopies' streams, one per CUDA device
 
     def add_other(self, network: nn.Module | None, optimizer: torch.optim.Optimizer) -> None:
         """Copy and put back ``optimizer`` (and ``network``) too, from now on and in the copies held.
@@ -370,21 +336,22 @@ class Rewind:
         started = time.perf_counter()
         checks, level = (self.companion.checks_state(), self.companion.loss_level()) if self.companion else (None, None)
         try:
-            snapshot = self._copy(next_step, checks, level, DeviceCopies(self._sides))
-        except RuntimeError:  # no device or pinned memory to be had for it: copied waiting, as without CUDA
+            devices: set[torch.device] = set()
+            snapshot = self._copy(next_step, checks, level, devices)
+        except RuntimeError:  # no pinned memory to be had: copied waiting, as without CUDA
             snapshot = self._copy(next_step, checks, level, None)
         self.seconds += time.perf_counter() - started
         self.copies += 1
         return snapshot
 
-    def _copy(self, next_step: int, checks: Any, level: float | None, copies: DeviceCopies | None) -> Snapshot:
-        staged = (state_on_host(self.model.state_dict(), copies), state_on_host(self.optimizer.state_dict(), copies),
-                  [self._due.get(index) or _other_state(network, other, copies)
-                   for index, (network, other) in enumerate(self.others)],
-                  [state_on_host(inner.state_dict(), copies) for inner in self.inner])
-        (model, optimizer, others, inner), copied = copies.to_host(staged) if copies is not None else (staged, ())
+    def _copy(self, next_step: int, checks: Any, level: float | None, devices: set[torch.device] | None) -> Snapshot:
+        model = state_on_host(self.model.state_dict(), devices)
+        optimizer = state_on_host(self.optimizer.state_dict(), devices)
+        others = [self._due.get(index) or _other_state(network, other, devices)
+                  for index, (network, other) in enumerate(self.others)]
+        inner = [state_on_host(inner.state_dict(), devices) for inner in self.inner]
         return Snapshot(next_step, model, optimizer, checks, level, others, self._scaler_state(), inner=inner,
-                        copied=copied)
+                        copied=copied_on(devices) if devices else ())
 
     def load(self, snapshot: Snapshot) -> None:
         """Put ``snapshot`` back into the model, the optimizer's state and the companion; the copy stays intact.
