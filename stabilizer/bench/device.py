@@ -137,7 +137,7 @@ def _last(result: dict) -> str:
 
 def copies(script_args: list[str]) -> None:
     """The rewind's copy of the state (weights and AdamW's) on the script's GPT: waiting for each tensor (as
-    ``state_on_host`` does without ``DeviceCopies``) against the rewind's own, timed to three points."""
+    ``state_on_host`` does without ``devices``) against the rewind's own, timed to three points."""
     import time
 
     import torch

@@ -1,0 +1,23 @@
+"""The device benchmark (stabilizer/bench/device.py), run small on the CPU: the GPT script it watches runs
+unchanged under the launcher with the same losses, and its too-high rate is rolled back in the job."""
+
+from __future__ import annotations
+
+import pytest
+
+from stabilizer.bench import device
+
+pytestmark = pytest.mark.slow  # starts the script's processes
+
+
+def test_the_watched_gpt_logs_the_losses_it_logs_plain(tmp_path, capsys):
+    assert device.main(["--quick", "--rounds", "1", "--only", "time", "--out", str(tmp_path)]) == 0
+    table = capsys.readouterr().out.split("ms/step   ratio", 1)[1].splitlines()[1:]
+    assert [row.split()[0] for row in table] == ["plain", "launcher,", "launcher,"]
+    assert all(row.endswith("x  same") for row in table), table
+
+
+def test_the_gpt_at_a_rate_ten_thousand_times_its_own_is_rolled_back_and_goes_on(tmp_path, capsys):
+    assert device.main(["--quick", "--steps", "150", "--only", "rollback", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Diverging at step" in out and ": recovered," in out, out
