@@ -134,6 +134,7 @@ class LearningCheck(FallTests):
         self._scale = 0.0
         self._level_read: float | None = None  # ``_ceiling()`` as the bound was last refreshed (``_chance_cap``)
         self._above = 0
+        self._held: deque[float] = deque(maxlen=self.persistence * self.window)  # the last steps' (_held_above)
         self._fired = False
         self._refresh_bound()
 
@@ -279,26 +280,9 @@ class LearningCheck(FallTests):
             if early is not None:
                 return early
         if self._bound is not None and not self._unjudged:  # a surrogate's loss is counted, never judged
-            cap = self._chance_cap(loss)
-            bound = self._bound if cap is None else min(self._bound, cap[0])  # a first window that climbed
-            self._above = self._above + 1 if loss > bound else 0
-            if self._above and self._spike is None:
-                self._spike, self._spike_rate = (step, loss), learning_rate
-            base = self._bound - self.spreads * self._scale
-            if loss > base + self.jump_spreads * self._scale:  # no batch is that far off; an explosion is
-                message = (f"the loss {loss:.4g} jumped above {base + self.jump_spreads * self._scale:.4g} "
-                           f"({self._bound_reason(self.jump_spreads)})")
-                return self._fire(DIVERGING, step, message, loss)
-            if self._above >= self.persistence:
-                level = (f", the loss {cap[3]:.4g} of a prediction that ignores the inputs" if cap is not None
-                         and self._level_read is not None else "")
-                reason = self._bound_reason() if cap is None or bound == self._bound else (
-                    f"its first step {cap[1]:.4g} + {self.spreads:g} x the loss's scale {cap[2]:.4g}, the largest of "
-                    f"that step's magnitude{level} and {self.noise_spreads:g} per-step noise deviations; the first "
-                    f"window's mean {base:.4g} is no baseline above that bound")
-                message = (f"the loss {loss:.4g} has been above the divergence bound {bound:.4g} for "
-                           f"{self._above} steps ({reason})")
-                return self._fire(DIVERGING, step, message, loss)
+            bounded = self._bound_finding(step, loss, learning_rate)
+            if bounded is not None:
+                return bounded
         self._noise.add(loss)
         if self._exploded is not None and loss > self._exploded:
             # The recovery from an explosion at the start is not learning: the line, and the median it
@@ -321,6 +305,32 @@ class LearningCheck(FallTests):
         self._window_noise = self.noise
         self._close_window(step, mean)
         return self._blind_finding(step, at_end=False) or self._judge(step, at_end=False)
+
+    def _bound_finding(self, step: int, loss: float, learning_rate: float | None) -> RuleFinding | None:
+        """Diverging, where the loss jumped far above the divergence bound, stayed above it ``persistence``
+        steps, or its median held above the first step's chance bound (``_held_above``); else None."""
+        cap = self._chance_cap(loss)
+        bound = self._bound if cap is None else min(self._bound, cap[0])  # a first window that climbed
+        self._above = self._above + 1 if loss > bound else 0
+        if self._above and self._spike is None:
+            self._spike, self._spike_rate = (step, loss), learning_rate
+        base = self._bound - self.spreads * self._scale
+        if loss > base + self.jump_spreads * self._scale:  # no batch is that far off; an explosion is
+            message = (f"the loss {loss:.4g} jumped above {base + self.jump_spreads * self._scale:.4g} "
+                       f"({self._bound_reason(self.jump_spreads)})")
+            return self._fire(DIVERGING, step, message, loss)
+        if self._above >= self.persistence:
+            level = (f", the loss {cap[3]:.4g} of a prediction that ignores the inputs" if cap is not None
+                     and self._level_read is not None else "")
+            reason = self._bound_reason() if cap is None or bound == self._bound else (
+                f"its first step {cap[1]:.4g} + {self.spreads:g} x the loss's scale {cap[2]:.4g}, the largest of "
+                f"that step's magnitude{level} and {self.noise_spreads:g} per-step noise deviations; the first "
+                f"window's mean {base:.4g} is no baseline above that bound")
+            message = (f"the loss {loss:.4g} has been above the divergence bound {bound:.4g} for "
+                       f"{self._above} steps ({reason})")
+            return self._fire(DIVERGING, step, message, loss)
+        held = self._held_above(loss)
+        return None if held is None else self._fire(DIVERGING, step, held, loss)
 
     def at_end(self, step: int) -> RuleFinding | None:
         """The verdict on a run that completed: it must have learned (needs two windows).
@@ -432,6 +442,34 @@ class LearningCheck(FallTests):
             return None  # the first window did not climb: its mean is the start, as always
         scale = max(scale, noise)
         return first + self.spreads * scale, first, scale, chance
+
+    def _held_above(self, loss: float) -> str | None:
+        """Why the loss is diverging, where the median of its last ``persistence`` windows of steps is above
+        its first step + ``spreads`` x the larger of that step's magnitude and its chance level; else None.
+
+        The bound of ``_chance_cap`` without the noise: a median of fifteen steps is no single batch, and
+        an untrained network scores about chance. The divergence bound widens with the per-step noise,
+        and a loss thrown up by a rate far too high swings as widely as it stands high: a GPT at a rate ten
+        thousand times its own went 5.8, 6.3, 12, 17, 17 in its first window, then between 23 and 128 for
+        sixty steps, never three steps in a row above a bound its swings had carried to 160-380 (its
+        noise, read at the start's level, 5 to 18 there), and was found at its end alone
+        (stabilizer/bench/gpt_loop.py, ``--lr 3 --clip 0``, the device benchmark's small model, 120 steps).
+        Only where the chance level is known and this process closed the lineage's first window, as
+        ``_chance_cap``."""
+        self._held.append(loss)
+        if (len(self._held) < self._held.maxlen or self._level_read is None or not self._first_here
+                or self.baseline is not None or self.scale is not None):
+            return None
+        known = self._chance_bound(self._level_read)
+        if known is None:
+            return None
+        bound, first, scale, chance = known
+        median = statistics.median(self._held)
+        if median <= bound:
+            return None
+        return (f"the median {median:.4g} of the loss's last {len(self._held)} steps is above {bound:.4g} (its first "
+                f"step {first:.4g} + {self.spreads:g} x the larger of that step's magnitude and the loss {chance:.4g} "
+                f"of a prediction that ignores the inputs, {scale:.4g})")
 
     def rise_reference(self) -> tuple[float | None, float | None]:
         """(start, scale) a rise of the loss is measured from (stabilizer_sentinel.detection.health.run_up):

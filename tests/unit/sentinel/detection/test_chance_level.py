@@ -163,6 +163,25 @@ def test_a_loss_that_climbed_within_its_first_window_is_bounded_from_its_first_s
     assert verdict(healthy, math.log(10)) is None
 
 
+def test_a_loss_that_swings_high_above_its_chance_bound_is_diverging_once_its_median_holds_there():
+    # A GPT at ten thousand times its rate (stabilizer/bench/gpt_loop.py --lr 3 --clip 0, the device
+    # benchmark's small model, 120 steps; 256 tokens): 5.76 to 17 in its first window, then between 23 and
+    # 128 for sixty steps. Its swings carried the noise-widened bounds to 160-380, and no three steps in a row
+    # were above them: found at its end alone. The median of fifteen steps is no single batch: above ten
+    # times its first step (57.6) it is a divergence, at the fifteenth step after the first window.
+    swings = [5.761, 6.3, 12.0, 17.2, 16.8, 27, 31, 50, 23, 68, 28, 82, 56, 64, 92, 82, 128, 65, 81, 98, 85, 108,
+              89, 26, 71, 61, 124, 98, 121, 80, 45, 62, 75, 72, 45, 64, 56, 36, 68, 76, 94, 76, 50, 59, 65, 78]
+    losses = swings + noisy([5.4] * 74, 0.05)
+    finding = verdict(losses, math.log(256))
+    assert finding is not None and finding.rule == "Diverging" and finding.step == 19, finding
+    assert "median 65 of the loss's last 15 steps is above 57.61" in finding.message, finding.message
+    # Without a chance level nothing says where an untrained network scores: not found while it swings.
+    assert (late := verdict(losses, None)) is None or late.step > len(swings), late
+    # A healthy run one batch in three of which scores eight times the rest: its median is the others'.
+    rough = [(2.3 * math.exp(-step / 30) + 0.1) * (8.0 if step % 3 == 0 and step else 1.0) for step in range(90)]
+    assert verdict(rough, math.log(10)) is None
+
+
 def test_the_level_is_read_once_a_window_after_the_first_not_each_step():
     # Reading the level is a synchronisation on an accelerator (its counts stay on the device): the bound
     # after the first window reads it as the window closes, not at every step of a climbed run.
