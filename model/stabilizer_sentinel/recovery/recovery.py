@@ -108,6 +108,10 @@ SKIPS = 2
 RISE_WINDOWS = 3
 RISE_ERRORS = 2.0
 NOTCH = 1 / 3
+# A rollback to the run's first copy (a rate too high from the start) whose run, in the learning check's patience
+# since, never had a window below that copy's level (or the chance level, where lower) by the learning check's least
+# fall (``LEARNED`` of it) and ``RISE_ERRORS`` standard errors goes back to it and on at ``NOTCH`` of the rate
+# (``Recovery._stalled``): the rate it went on at learns nothing.
 # A run whose copies before a finding are of its first this many windows, none better than its first step,
 # rolls back to the state before that step (``restore_point``).
 EARLY = 4
@@ -403,12 +407,17 @@ class Recovery(RateFactor):
             return
         mean = sum(since["window"]) / len(since["window"])
         since["window"] = []
+        since["windows"] += 1
+        since["lowest"] = mean if since["lowest"] is None else min(since["lowest"], mean)
+        noise = self.guard.sentinel.learning.noise or 0.0
+        if self._stalled(since, noise):
+            since["mean"], self._back = mean, since["restored"]
+            return
         best = rewind.anchor
         if best is None or best.level is None or best.next_step < since["from"]:
             return
         if best is not since["best"]:
             since["best"], since["risen"] = best, 0
-        noise = self.guard.sentinel.learning.noise or 0.0
         if mean - best.level <= RISE_ERRORS * noise * math.sqrt(2 / rewind.every):
             return
         since["risen"] += 1
@@ -416,16 +425,52 @@ class Recovery(RateFactor):
             since["mean"] = mean
             self._back = best
 
+    def _watch_since(self, restored: Any) -> dict[str, Any]:
+        """What ``_risen`` and ``_stalled`` follow of the run that went on from ``restored`` at this step."""
+        return {"from": self.guard.step_number, "window": [], "best": None, "risen": 0, "restored": restored,
+                "windows": 0, "lowest": None, "stalled": None}
+
+    def _stalled(self, since: dict[str, Any], noise: float) -> bool:
+        """Whether the run that went on from the first copy (the rollback went back to where the run began:
+        its rate was too high from the start) has had the learning check's patience since and no window
+        of it below that copy's level, or the chance level where lower, by ``LEARNED`` of it and
+        ``RISE_ERRORS`` standard errors of a window's difference: the rate it went on at learns nothing.
+
+        A GPT at ten thousand times its rate, rolled back to its first step and on at a hundredth of the
+        failing rate, the edge its five-step probes could see, sat at the labels' prior for the rest of the
+        run: 8.51 at its first step, 8.55 fifty steps on, 7.78 at its end (prior 8.08), where a third of that
+        rate learns to 0.04 (stabilizer/bench/gpt_loop.py --lr 3 --clip 0, width 256, vocabulary 4,096).
+        Not for a rollback to a later copy: a state that learned may have little left to learn quickly."""
+        rewind, learning = self.guard.rewind, self.guard.sentinel.learning
+        restored, first = since["restored"], rewind.first
+        if (restored is None or first is None or restored.next_step != first.next_step or first.level is None
+                or since["windows"] * rewind.every < learning.patience_steps()):
+            return False
+        chance = learning.chance.level() if learning.chance is not None else None  # read once a window
+        reference = first.level if chance is None else min(first.level, chance)
+        margin = max(LEARNED * abs(reference), RISE_ERRORS * noise * math.sqrt(2 / rewind.every))
+        if since["lowest"] < reference - margin or not self._can_roll_back([{"rule": DIVERGING}]):
+            return False
+        since["stalled"] = reference
+        return True
+
     def _back_to_best(self) -> None:
-        """The rise ``_risen`` found: back to the best copy since the last rollback, on at a notch lower."""
+        """What ``_risen`` or ``_stalled`` found: back to the best copy since the last rollback, or to the
+        first, on at a notch lower."""
         guard, best, since = self.guard, self._back, self._since
         assert best is not None and since is not None
         started, step = time.perf_counter(), guard.step_number - 1  # the step just taken
         rate_before, factor_before = guard.learning_rate, self.factor
-        message = (f"the loss rose above the best state since the rollback ({best.level:.4g}, the mean of the "
-                   f"window before step {best.next_step}) by more than its noise in {since['risen']} windows of "
-                   f"{guard.rewind.every} steps since, the last {since['mean']:.4g}: the rate it went on at is too "
-                   f"high for the run")
+        if since["stalled"] is not None:
+            message = (f"the loss had no window below {since['stalled']:.4g} (where the run began, or its chance "
+                       f"level where lower) by more than its noise and {LEARNED:.0%} of it in the "
+                       f"{since['windows'] * guard.rewind.every} steps since the rollback, the lowest "
+                       f"{since['lowest']:.4g}: the rate it went on at learns nothing")
+        else:
+            message = (f"the loss rose above the best state since the rollback ({best.level:.4g}, the mean of the "
+                       f"window before step {best.next_step}) by more than its noise in {since['risen']} windows "
+                       f"of {guard.rewind.every} steps since, the last {since['mean']:.4g}: the rate it went on at "
+                       f"is too high for the run")
         self._back, self._since = None, None
         self._load(best)
         guard.rewind.forget_after(best.next_step)
@@ -439,7 +484,7 @@ class Recovery(RateFactor):
         decision = self._decision({"finding": finding, "started": started, "rate_before": rate_before,
                                    "factor_before": factor_before}, [], self.factor)
         self.decisions.append(decision)
-        self._since = {"from": guard.step_number, "window": [], "best": None, "risen": 0}
+        self._since = self._watch_since(best)
         print(f"sentinel: {message}; rolled back {decision['steps_lost']} steps to step {best.next_step}, going on "
               f"at {decision['learning_rate_after']:.3g} ({self.factor:.3g} x the script's rate)",
               file=sys.stderr, flush=True)
@@ -666,7 +711,7 @@ class Recovery(RateFactor):
         self.live_from = guard.step_number
         guard.undone_before(guard.step_number)
         self.factor = factor = chosen.factor
-        self._since = {"from": guard.step_number, "window": [], "best": None, "risen": 0}
+        self._since = self._watch_since(self._snapshot)
         self.ceiling = chosen.top  # no rate higher than the kept probe trained at: a rising schedule is not
         decision = self._decision(trigger, probed, factor)  # multiplied past what was measured
         self.decisions.append(decision)

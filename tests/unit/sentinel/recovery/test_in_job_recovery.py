@@ -12,10 +12,12 @@ import json
 import math
 import runpy
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
+import stabilizer.bench
 from stabilizer_sentinel.job_config import StabilizerConfigError, parse_config
 from stabilizer_sentinel.recovery.recovery import restore_point
 from stabilizer_sentinel.recovery.rewind import Rewind, Snapshot
@@ -533,3 +535,67 @@ def test_a_network_a_rate_too_high_killed_is_rolled_back_to_its_start_at_a_lower
     document = json.loads((tmp_path / "offset" / "checkpoints" / "findings.json").read_text())
     assert (status, [f["rule"] for f in document["findings"]]) == (86, ["NotLearning"])
     assert document.get("rollbacks", []) == []
+
+
+@pytest.mark.slow  # trains a small GPT for 250 steps under the launcher
+def test_a_gpt_at_ten_thousand_times_its_rate_learns_in_its_one_job(tmp_path):
+    """Its probes' five steps can call a rate the edge's notch that learns nothing for the rest of the run
+    (on two threads here: a hundredth of the failing rate, where it sits at the labels' prior); the job then
+    goes back to the start at a third of it (``_stalled``). On one thread the probes' second round finds a
+    lower rate at once. Either way the one job learns."""
+    script = Path(stabilizer.bench.__file__).with_name("gpt_loop.py")
+    done = run(["-m", "stabilizer_sentinel.launch", str(script), "--width", "128", "--depth", "2", "--heads", "4",
+                "--context", "64", "--vocab", "4096", "--batch", "16", "--steps", "250", "--lr", "3", "--clip",
+                "0", "--log-every", "50"], tmp_path, job_env(tmp_path, {"recovery": "in_job"}, OMP_NUM_THREADS="2"),
+               timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rollbacks = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())["rollbacks"]
+    assert rollbacks[0]["probed"] and rollbacks[0]["restored_step"] == 0
+    for stalled in rollbacks[1:]:
+        assert stalled["probed"] == [] and "learns nothing" in stalled["message"] and stalled["restored_step"] == 0
+        assert stalled["factor"] == pytest.approx(rollbacks[0]["factor"] / 3)
+    losses = json.loads(done.stdout.splitlines()[-1])["losses"]
+    assert losses["249"] < 3.0, (losses, rollbacks)  # the labels' prior is 8.0 (ln 4,096 is 8.3)
+
+
+def test_a_run_that_went_on_from_its_first_copy_and_learned_nothing_in_its_patience_goes_back_there():
+    """``_stalled``, window by window: the learning check's patience since the rollback with no window below
+    where the run began (or the chance level, where lower) by 5 % of it and the noise."""
+    from types import SimpleNamespace
+
+    from stabilizer_sentinel.detection.learning_check import LearningCheck
+    from stabilizer_sentinel.recovery.recovery import Recovery
+
+    class Known:
+        def __init__(self, value: float) -> None:
+            self.value = value
+
+        def level(self) -> float:
+            return self.value
+
+    def follow(losses: list[float], *, restored_step: int = 0, chance: float | None = 8.08) -> tuple[Recovery, int]:
+        model = torch.nn.Linear(2, 1)
+        rewind = Rewind(model, torch.optim.SGD(model.parameters(), lr=0.1), checkpoint_dir="unused")
+        rewind.companion = object()
+        for next_step, level in [(0, 8.5), (5, 8.4), (10, 7.0)]:
+            rewind.keep(Snapshot(next_step, {}, {}, level=level))
+        learning = LearningCheck()
+        learning.chance = Known(chance) if chance is not None else None
+        guard = SimpleNamespace(rewind=rewind, sentinel=SimpleNamespace(learning=learning), world_size=1,
+                                step_number=20)
+        recovery = Recovery(guard)
+        recovery._since = recovery._watch_since(next(s for s in rewind.kept() if s.next_step == restored_step))
+        for step, loss in enumerate(losses):
+            recovery.observed(loss)
+            if recovery._back is not None:
+                return recovery, step
+        return recovery, -1
+
+    prior = [8.5 - 0.4 * (1 - math.exp(-step / 20)) + 0.05 * math.sin(step) for step in range(150)]
+    recovery, step = follow(prior)  # at the labels' prior: 8.08 is no fall from it
+    assert recovery._back.next_step == 0 and step == 99  # the patience (100 steps) spent, at its last window
+    assert recovery._since["stalled"] == pytest.approx(8.08) and recovery._since["lowest"] > 8.08 * 0.95
+    assert follow(prior, chance=None)[1] == 99  # 8.5 at its first step: 8.1 is 5 % below it by a hair
+    learning = [8.5 * math.exp(-step / 80) for step in range(150)]
+    assert follow(learning)[1] == -1  # below the prior by more than 5 % within its patience: it learns
+    assert follow(prior, restored_step=10)[1] == -1  # a rollback to a later copy: no such judgement
