@@ -14,7 +14,9 @@ with the default recovery (relaunch) and with ``in_job``. Each measurement is si
 2. **Synchronisations per step** (CUDA only): ``torch.cuda.set_sync_debug_mode("warn")`` makes every
    synchronising call warn; each is counted for the watcher when its code is on the stack, else for
    the script (its loss logs), per step and per source line of the watcher.
-3. **An in-job rollback.** The same script at a rate that breaks it, watched with ``in_job``: the
+3. **The rewind's copy** of the GPT's state (weights and AdamW's), in this process: waiting for each tensor
+   against the rewind's own, to the host going on, the training stream free and the copy in host memory.
+4. **An in-job rollback.** The same script at a rate that breaks it, watched with ``in_job``: the
    rollback's seconds from the finding to training again (its probes included), steps lost and probe
    steps, as findings.json records them; its last loss beside a healthy run's.
 
@@ -185,7 +187,8 @@ def copies(script_args: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stabilizer.bench.device", description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=None, help="steps a run trains (300; 40 with --quick)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="steps a run trains (300; with --quick 40, the rollback 150)")
     parser.add_argument("--broken-lr", type=float, default=3.0)
     parser.add_argument("--quick", action="store_true", help="a small GPT, few steps")
     parser.add_argument("--only", choices=["time", "syncs", "rollback", "copies"], action="append")
@@ -205,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     if "syncs" in chosen:
         synchronisations(script_args if args.quick else [*script_args, "--steps", "60"], out)
     if "rollback" in chosen:
-        rollback(args, script_args, out)
+        rollback(args, [*script_args, "--steps", "150"] if args.quick and not args.steps else script_args, out)
     return 0
 
 

@@ -110,8 +110,8 @@ RISE_ERRORS = 2.0
 NOTCH = 1 / 3
 # A rollback to the run's first copy (a rate too high from the start) whose run, in the learning check's patience
 # since, never had a window below that copy's level (or the chance level, where lower) by the learning check's least
-# fall (``LEARNED`` of it) and ``RISE_ERRORS`` standard errors goes back to it and on at ``NOTCH`` of the rate
-# (``Recovery._stalled``): the rate it went on at learns nothing.
+# fall (``LEARNED`` of it) goes back to it and on at ``NOTCH`` of the rate (``Recovery._stalled``): the rate it went
+# on at learns nothing.
 # A run whose copies before a finding are of its first this many windows, none better than its first step,
 # rolls back to the state before that step (``restore_point``).
 EARLY = 4
@@ -410,7 +410,7 @@ class Recovery(RateFactor):
         since["windows"] += 1
         since["lowest"] = mean if since["lowest"] is None else min(since["lowest"], mean)
         noise = self.guard.sentinel.learning.noise or 0.0
-        if self._stalled(since, noise):
+        if self._stalled(since):
             since["mean"], self._back = mean, since["restored"]
             return
         best = rewind.anchor
@@ -430,11 +430,13 @@ class Recovery(RateFactor):
         return {"from": self.guard.step_number, "window": [], "best": None, "risen": 0, "restored": restored,
                 "windows": 0, "lowest": None, "stalled": None}
 
-    def _stalled(self, since: dict[str, Any], noise: float) -> bool:
+    def _stalled(self, since: dict[str, Any]) -> bool:
         """Whether the run that went on from the first copy (the rollback went back to where the run began:
         its rate was too high from the start) has had the learning check's patience since and no window
-        of it below that copy's level, or the chance level where lower, by ``LEARNED`` of it and
-        ``RISE_ERRORS`` standard errors of a window's difference: the rate it went on at learns nothing.
+        of it below that copy's level, or the chance level where lower, by ``LEARNED`` of it: the rate it
+        went on at learns nothing. The lowest window of a noisy loss lies below its level by the noise
+        alone: no margin for the noise is added (the run's per-step noise, which the probes' and the
+        run-up's losses can swell, would only widen what counts as learning nothing).
 
         A GPT at ten thousand times its rate, rolled back to its first step and on at a hundredth of the
         failing rate, the edge its five-step probes could see, sat at the labels' prior for the rest of the
@@ -448,8 +450,7 @@ class Recovery(RateFactor):
             return False
         chance = learning.chance.level() if learning.chance is not None else None  # read once a window
         reference = first.level if chance is None else min(first.level, chance)
-        margin = max(LEARNED * abs(reference), RISE_ERRORS * noise * math.sqrt(2 / rewind.every))
-        if since["lowest"] < reference - margin or not self._can_roll_back([{"rule": DIVERGING}]):
+        if since["lowest"] < reference - LEARNED * abs(reference) or not self._can_roll_back([{"rule": DIVERGING}]):
             return False
         since["stalled"] = reference
         return True
@@ -463,7 +464,7 @@ class Recovery(RateFactor):
         rate_before, factor_before = guard.learning_rate, self.factor
         if since["stalled"] is not None:
             message = (f"the loss had no window below {since['stalled']:.4g} (where the run began, or its chance "
-                       f"level where lower) by more than its noise and {LEARNED:.0%} of it in the "
+                       f"level where lower) by {LEARNED:.0%} of it in the "
                        f"{since['windows'] * guard.rewind.every} steps since the rollback, the lowest "
                        f"{since['lowest']:.4g}: the rate it went on at learns nothing")
         else:

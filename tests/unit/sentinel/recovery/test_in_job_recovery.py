@@ -560,7 +560,7 @@ def test_a_gpt_at_ten_thousand_times_its_rate_learns_in_its_one_job(tmp_path):
 
 def test_a_run_that_went_on_from_its_first_copy_and_learned_nothing_in_its_patience_goes_back_there():
     """``_stalled``, window by window: the learning check's patience since the rollback with no window below
-    where the run began (or the chance level, where lower) by 5 % of it and the noise."""
+    where the run began (or the chance level, where lower) by 5 % of it."""
     from types import SimpleNamespace
 
     from stabilizer_sentinel.detection.learning_check import LearningCheck
