@@ -157,6 +157,12 @@ class LearningCheck(FallTests):
         return self._learned_at is not None and not self._unjudged and not self._blind
 
     @property
+    def began_here(self) -> bool:
+        """Whether this process closed the lineage's first window: it trained from the lineage's start, not
+        from a state a relaunch resumed."""
+        return self._first_here
+
+    @property
     def judgeable(self) -> bool:
         """Whether a window of losses closed after the first: a verdict needs two (``at_end``). Steps whose loss
         the check never took (a script logging it every tenth step, the log the only channel) do not count."""

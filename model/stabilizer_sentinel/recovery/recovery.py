@@ -442,11 +442,12 @@ class Recovery(RateFactor):
         failing rate, the edge its five-step probes could see, sat at the labels' prior for the rest of the
         run: 8.51 at its first step, 8.55 fifty steps on, 7.78 at its end (prior 8.08), where a third of that
         rate learns to 0.04 (stabilizer/bench/gpt_loop.py --lr 3 --clip 0, width 256, vocabulary 4,096).
-        Not for a rollback to a later copy: a state that learned may have little left to learn quickly."""
+        Not for a rollback to a later copy, nor in a run a relaunch resumed (its first copy is the state it
+        resumed): a state that learned may have little left to learn quickly."""
         rewind, learning = self.guard.rewind, self.guard.sentinel.learning
         restored, first = since["restored"], rewind.first
         if (restored is None or first is None or restored.next_step != first.next_step or first.level is None
-                or since["windows"] * rewind.every < learning.patience_steps()):
+                or not learning.began_here or since["windows"] * rewind.every < learning.patience_steps()):
             return False
         chance = learning.chance.level() if learning.chance is not None else None  # read once a window
         reference = first.level if chance is None else min(first.level, chance)

@@ -573,13 +573,18 @@ def test_a_run_that_went_on_from_its_first_copy_and_learned_nothing_in_its_patie
         def level(self) -> float:
             return self.value
 
-    def follow(losses: list[float], *, restored_step: int = 0, chance: float | None = 8.08) -> tuple[Recovery, int]:
+    def follow(losses: list[float], *, restored_step: int = 0, chance: float | None = 8.08,
+               resumed: bool = False) -> tuple[Recovery, int]:
         model = torch.nn.Linear(2, 1)
         rewind = Rewind(model, torch.optim.SGD(model.parameters(), lr=0.1), checkpoint_dir="unused")
         rewind.companion = object()
         for next_step, level in [(0, 8.5), (5, 8.4), (10, 7.0)]:
             rewind.keep(Snapshot(next_step, {}, {}, level=level))
         learning = LearningCheck()
+        for step in range(learning.window):  # the lineage's first window, closed in this process
+            learning.observe(step, 8.5, None, 0.1)
+        if resumed:
+            learning.load_state_dict(learning.state_dict())  # as a relaunch resumes it
         learning.chance = Known(chance) if chance is not None else None
         guard = SimpleNamespace(rewind=rewind, sentinel=SimpleNamespace(learning=learning), world_size=1,
                                 step_number=20)
@@ -599,3 +604,4 @@ def test_a_run_that_went_on_from_its_first_copy_and_learned_nothing_in_its_patie
     learning = [8.5 * math.exp(-step / 80) for step in range(150)]
     assert follow(learning)[1] == -1  # below the prior by more than 5 % within its patience: it learns
     assert follow(prior, restored_step=10)[1] == -1  # a rollback to a later copy: no such judgement
+    assert follow(prior, resumed=True)[1] == -1  # nor in a run a relaunch resumed: its first copy had learned
