@@ -447,7 +447,8 @@ class Recovery(RateFactor):
         rewind, learning = self.guard.rewind, self.guard.sentinel.learning
         restored, first = since["restored"], rewind.first
         if (restored is None or first is None or restored.next_step != first.next_step or first.level is None
-                or not learning.began_here or since["windows"] * rewind.every < learning.patience_steps()):
+                or not learning.began_here or learning.learned
+                or since["windows"] * rewind.every < learning.patience_steps()):
             return False
         chance = learning.chance.level() if learning.chance is not None else None  # read once a window
         reference = first.level if chance is None else min(first.level, chance)
@@ -515,7 +516,7 @@ class Recovery(RateFactor):
                 self._go_on_unchanged()
                 return
             else:
-                self._ends[id(probe)] = self.guard.rewind.take_now(self.guard.step_number)
+                self._ends[id(probe)] = self.guard.rewind.take_now(self.guard.step_number, waiting=True)
             self._restore_due = True
         if not self._restore_due:
             return

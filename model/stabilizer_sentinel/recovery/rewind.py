@@ -332,12 +332,16 @@ class Rewind:
             known = [s for s in kept if s is not self.first and s.level is not None]
             self.anchor = min(known, key=lambda s: s.level) if known else None
 
-    def take_now(self, next_step: int) -> Snapshot:
-        """A copy of the state now, from which training goes on at ``next_step`` (not kept here)."""
+    def take_now(self, next_step: int, *, waiting: bool = False) -> Snapshot:
+        """A copy of the state now, from which training goes on at ``next_step`` (not kept here).
+
+        From CUDA memory it is queued without waiting, into pinned memory (``state_on_host``), unless
+        ``waiting``: pinned memory is locked, and PyTorch keeps what it freed for reuse rather than give it
+        back, so a copy read at once and dropped (a probe's end state) is better made the plain way."""
         started = time.perf_counter()
         checks, level = (self.companion.checks_state(), self.companion.loss_level()) if self.companion else (None, None)
         try:
-            devices: set[torch.device] = set()
+            devices: set[torch.device] | None = None if waiting else set()
             snapshot = self._copy(next_step, checks, level, devices)
         except RuntimeError:  # no pinned memory to be had: copied waiting, as without CUDA
             snapshot = self._copy(next_step, checks, level, None)

@@ -145,8 +145,9 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="copies fr
 
 @needs_cuda
 def test_a_copy_from_cuda_memory_is_queued_without_waiting_and_holds_the_state_of_its_step(tmp_path):
-    """The copy goes into pinned memory in the stream's order: updates queued after it do not reach it,
-    and loading it back (or writing it) waits for it first."""
+    """The copy goes into pinned memory in the stream's order: updates queued after it do not reach it, and
+    loading it back, or writing it, waits for it first (each is checked on a copy of its own, taken while
+    the stream is busy, so that each waits itself)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -157,19 +158,25 @@ def test_a_copy_from_cuda_memory_is_queued_without_waiting_and_holds_the_state_o
         model(torch.randn(256, 512, device="cuda")).square().mean().backward()
         optimizer.step()
 
+    def busy_copy(next_step: int) -> tuple[dict[str, torch.Tensor], object]:
+        """The state now, read waiting; then a copy of it queued behind a busy stream, and steps after it."""
+        torch.cuda.synchronize()
+        expected = {name: value.detach().cpu() for name, value in model.state_dict().items()}
+        torch.cuda._sleep(200_000_000)  # the queue is busy for a while: the copy cannot be done when it returns
+        snapshot = rewind.take_now(next_step)
+        assert snapshot.copied and not all(event.query() for event in snapshot.copied)
+        assert all(value.is_pinned() for value in snapshot.model.values())
+        for _ in range(3):
+            step()  # queued after the copy, in the same stream
+        return expected, snapshot
+
     step()
-    torch.cuda.synchronize()
-    expected = {name: value.detach().cpu() for name, value in model.state_dict().items()}
-    torch.cuda._sleep(200_000_000)  # the queue is busy for a while: the copy cannot be done when it returns
-    snapshot = rewind.take_now(1)
-    assert snapshot.copied and not all(event.query() for event in snapshot.copied)
-    assert all(value.is_pinned() for value in snapshot.model.values())
-    for _ in range(3):
-        step()  # queued after the copy, in the same stream
-    assert rewind.persist_point(snapshot) is not None  # written once the copy is done
-    rewind.load(snapshot)
+    expected, loaded = busy_copy(1)
+    rewind.load(loaded)  # waits for the copy itself
     for name, value in model.state_dict().items():
-        assert torch.equal(value.cpu(), expected[name])
-        assert torch.equal(snapshot.model[name], expected[name])
+        assert torch.equal(value.cpu(), expected[name]) and torch.equal(loaded.model[name], expected[name])
+    expected, written = busy_copy(5)
+    assert rewind.persist_point(written) is not None  # waits for the copy itself
     saved = torch.load(rewind.persisted, weights_only=True)
     assert all(torch.equal(saved["model"][name], expected[name]) for name in expected)
+    assert not torch.equal(model.state_dict()["0.weight"].cpu(), expected["0.weight"])  # the model went on
