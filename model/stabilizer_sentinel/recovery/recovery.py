@@ -35,7 +35,10 @@ configuration, ``in_job``), the guard does not stop. Instead:
    A rate the probes measured over five steps can be too high for the rest of the run: after a rollback
    went on, windows that rose above the best copy taken since, beyond the noise, several times
    (``RISE_WINDOWS``) take the job back to that copy and on at a notch lower (``NOTCH``), without
-   probing: a rollback as the others (``probed`` empty), within ``max_rollbacks``.
+   probing: a rollback as the others (``probed`` empty), within ``max_rollbacks``. A run rolled back to
+   its first copy (a rate too high from the start) whose windows, in the learning check's patience since,
+   never fell below that copy's level (or the chance level, where lower) by ``LEARNED`` of it goes back
+   to that copy the same way: the rate it went on at learns nothing (``Recovery._stalled``).
 3. **Record.** Each rollback is a decision in findings.json's ``rollbacks`` (docs/contracts.md,
    section 2): the finding, the step restored, the rate before and after, what was probed, steps
    lost and the seconds from the finding to training again. The workflow records it in the attempt's
@@ -108,10 +111,6 @@ SKIPS = 2
 RISE_WINDOWS = 3
 RISE_ERRORS = 2.0
 NOTCH = 1 / 3
-# A rollback to the run's first copy (a rate too high from the start) whose run, in the learning check's patience
-# since, never had a window below that copy's level (or the chance level, where lower) by the learning check's least
-# fall (``LEARNED`` of it) goes back to it and on at ``NOTCH`` of the rate (``Recovery._stalled``): the rate it went
-# on at learns nothing.
 # A run whose copies before a finding are of its first this many windows, none better than its first step,
 # rolls back to the state before that step (``restore_point``).
 EARLY = 4
