@@ -134,7 +134,8 @@ class LearningCheck(FallTests):
         self._scale = 0.0
         self._level_read: float | None = None  # ``_ceiling()`` as the bound was last refreshed (``_chance_cap``)
         self._above = 0
-        self._held: deque[float] = deque(maxlen=self.persistence * self.window)  # the last steps' (_held_above)
+        # The last steps' (step, loss, rate), for ``_held_above``.
+        self._held: deque[tuple[int, float, float | None]] = deque(maxlen=self.persistence * self.window)
         self._fired = False
         self._refresh_bound()
 
@@ -335,7 +336,7 @@ class LearningCheck(FallTests):
             message = (f"the loss {loss:.4g} has been above the divergence bound {bound:.4g} for "
                        f"{self._above} steps ({reason})")
             return self._fire(DIVERGING, step, message, loss)
-        held = self._held_above(loss)
+        held = self._held_above(step, loss, learning_rate)
         return None if held is None else self._fire(DIVERGING, step, held, loss)
 
     def at_end(self, step: int) -> RuleFinding | None:
@@ -449,7 +450,7 @@ class LearningCheck(FallTests):
         scale = max(scale, noise)
         return first + self.spreads * scale, first, scale, chance
 
-    def _held_above(self, loss: float) -> str | None:
+    def _held_above(self, step: int, loss: float, learning_rate: float | None) -> str | None:
         """Why the loss is diverging, where the median of its last ``persistence`` windows of steps is above
         its first step + ``spreads`` x the larger of that step's magnitude and its chance level; else None.
 
@@ -461,8 +462,9 @@ class LearningCheck(FallTests):
         noise, read at the start's level, 5 to 18 there), and was found at its end alone
         (stabilizer/bench/gpt_loop.py, ``--lr 3 --clip 0``, the device benchmark's small model, 120 steps).
         Only where the chance level is known and this process closed the lineage's first window, as
-        ``_chance_cap``."""
-        self._held.append(loss)
+        ``_chance_cap``. The first of those steps above the bound is the spike, where no step passed the
+        divergence bound before (the run-up and the rate at fault are measured from it)."""
+        self._held.append((step, loss, learning_rate))
         if (len(self._held) < self._held.maxlen or self._level_read is None or not self._first_here
                 or self.baseline is not None or self.scale is not None):
             return None
@@ -470,9 +472,12 @@ class LearningCheck(FallTests):
         if known is None:
             return None
         bound, first, scale, chance = known
-        median = statistics.median(self._held)
+        median = statistics.median(held_loss for _, held_loss, _ in self._held)
         if median <= bound:
             return None
+        if self._spike is None:
+            spike_step, spike_loss, rate = next(held for held in self._held if held[1] > bound)
+            self._spike, self._spike_rate = (spike_step, spike_loss), rate
         return (f"the median {median:.4g} of the loss's last {len(self._held)} steps is above {bound:.4g} (its first "
                 f"step {first:.4g} + {self.spreads:g} x the larger of that step's magnitude and the loss {chance:.4g} "
                 f"of a prediction that ignores the inputs, {scale:.4g})")

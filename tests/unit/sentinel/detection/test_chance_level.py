@@ -175,6 +175,13 @@ def test_a_loss_that_swings_high_above_its_chance_bound_is_diverging_once_its_me
     finding = verdict(losses, math.log(256))
     assert finding is not None and finding.rule == "Diverging" and finding.step == 19, finding
     assert "median 65 of the loss's last 15 steps is above 57.61" in finding.message, finding.message
+    # No step passed the widened bound: the first held step above this one is the spike, where the run-up
+    # and the rate at fault are measured from (step 9, 68, at its rate then).
+    check = LearningCheck(run_steps=len(losses))
+    check.chance = Known(math.log(256))
+    for step, loss in enumerate(losses[:20]):
+        check.observe(step, loss, None, 0.01 * (step + 1))
+    assert check.wrecked_at == 9 and check.wrecked_rate == pytest.approx(0.1)
     # Without a chance level nothing says where an untrained network scores: not found while it swings.
     assert (late := verdict(losses, None)) is None or late.step > len(swings), late
     # A healthy run one batch in three of which scores eight times the rest: its median is the others'.
