@@ -14,9 +14,12 @@ with the default recovery (relaunch) and with ``in_job``. Each measurement is si
 2. **Synchronisations per step** (CUDA only): ``torch.cuda.set_sync_debug_mode("warn")`` makes every
    synchronising call warn; each is counted for the watcher when its code is on the stack, else for
    the script (its loss logs), per step and per source line of the watcher.
-3. **The rewind's copy** of the GPT's state (weights and AdamW's), in this process: waiting for each tensor
+3. **Host time inside the watcher** (stabilizer.bench.hook_time): the script run in-process under the
+   launcher's hooks, each of the watcher's entry points timed, milliseconds per step by part, and the
+   garbage collector's beside the script's unwatched.
+4. **The rewind's copy** of the GPT's state (weights and AdamW's), in this process: waiting for each tensor
    against the rewind's own, to the host going on, the training stream free and the copy in host memory.
-4. **An in-job rollback.** The same script at a rate that breaks it, watched with ``in_job``: the
+5. **An in-job rollback.** The same script at a rate that breaks it, watched with ``in_job``: the
    rollback's seconds from the finding to training again (its probes included), steps lost and probe
    steps, as findings.json records them; its last loss beside a healthy run's.
 
@@ -86,8 +89,8 @@ def step_time(args: argparse.Namespace, script_args: list[str], out: Path) -> No
         print(f"{name:22s} {median:8.2f} {plain / median:6.3f}x  {', '.join(same)}")
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def _ms(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def _largest_difference(losses: dict | None, reference: dict | None) -> str:
@@ -95,6 +98,44 @@ def _largest_difference(losses: dict | None, reference: dict | None) -> str:
         return "no losses"
     gaps = [abs(losses[key] - reference[key]) / max(abs(reference[key]), 1e-12) for key in reference if key in losses]
     return f"differ (largest {max(gaps):.2e} relative)" if gaps else "none in common"
+
+
+def hook_time(script_args: list[str], out: Path) -> None:
+    """Host milliseconds per step inside each part of the watcher (stabilizer.bench.hook_time), and the
+    garbage collector's, the script unwatched beside it."""
+    reports = {}
+    for name, recovery in CONFIGS.items():
+        work = out / f"hooks-{name.replace(', ', '-')}"
+        work.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(MODEL), os.environ.get("PYTHONPATH", "")])}
+        if recovery is not None:
+            env.update({"STABILIZER_CONFIG": json.dumps({"recovery": recovery, "integration": "launcher"}),
+                        "STABILIZER_CHECKPOINT_DIR": str(work / "checkpoints"),
+                        "STABILIZER_FAILURE_FILE": str(work / "failure")})
+        command = [sys.executable, "-m", "stabilizer.bench.hook_time", "plain" if recovery is None else "watched",
+                   *script_args]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        (work / "stdout").write_text(done.stdout)
+        (work / "stderr").write_text(done.stderr)
+        lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        found = [line for line in lines if "hook_ms_per_step" in line]
+        if done.returncode or not found:
+            print(f"  {name}: exit {done.returncode}; stderr ends: {done.stderr[-600:]}", flush=True)
+            continue
+        reports[name] = {**found[-1], "ms_per_step": next((line["ms_per_step"] for line in lines
+                                                            if "ms_per_step" in line), None)}
+    from stabilizer.bench.hook_time import ORDER
+
+    parts = [part for part in ORDER if any(part in report["hook_ms_per_step"] for report in reports.values())]
+    print("\nhost ms per step inside the watcher, by part (nested parts inside their parent), one run each")
+    print(f"{'part':46s}" + "".join(f"{name:>20s}" for name in reports))
+    for part in parts:
+        print(f"{part:46s}" + "".join(f"{_ms(report['hook_ms_per_step'].get(part), 3):>20s}"
+                                      for report in reports.values()))
+    print(f"{'collections a step':46s}" + "".join(f"{report['collections_per_step']:20.2f}"
+                                                 for report in reports.values()))
+    print(f"{'ms a step (the script timing itself, timers in)':46s}"
+          + "".join(f"{_ms(report['ms_per_step']):>20s}" for report in reports.values()))
 
 
 def synchronisations(script_args: list[str], out: Path) -> None:
@@ -191,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="steps a run trains (300; with --quick 40, the rollback 150)")
     parser.add_argument("--broken-lr", type=float, default=3.0)
     parser.add_argument("--quick", action="store_true", help="a small GPT, few steps")
-    parser.add_argument("--only", choices=["time", "syncs", "rollback", "copies"], action="append")
+    parser.add_argument("--only", choices=["time", "hooks", "syncs", "rollback", "copies"], action="append")
     parser.add_argument("--out", default=os.environ.get("OUT") or "")
     args, script_args = parser.parse_known_args(argv)
     steps = args.steps or (40 if args.quick else 300)
@@ -199,12 +240,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         script_args += ["--warmup", "10", "--log-every", "10"]
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-device-"))
-    chosen = args.only or ["copies", "time", "syncs", "rollback"]
+    chosen = args.only or ["copies", "time", "hooks", "syncs", "rollback"]
     print(f"gpt_loop {' '.join(script_args)}; logs in {out}", flush=True)
     if "copies" in chosen:
         copies(script_args)
     if "time" in chosen:
         step_time(args, script_args, out)
+    if "hooks" in chosen:
+        hook_time(script_args, out)
     if "syncs" in chosen:
         synchronisations(script_args if args.quick else [*script_args, "--steps", "60"], out)
     if "rollback" in chosen:

@@ -167,22 +167,19 @@ class Trial:
         step: int | None = None,
     ) -> list[str]:
         """Names of tensors saved at least once, filtered by regex, collection (any of each), mode, step."""
+        modes = _modes(mode)
+        names = [name for name, per_mode in self._by_tensor.items() if any(each in per_mode for each in modes)
+                 and (step is None or any(step in per_mode.get(each, ()) for each in modes))]
+        # First-saved order, which is network order for parameters and gradients.
+        return self._selected(names, regex, collection)
+
+    def _selected(self, names: Iterable[str], regex: str | Iterable[str] | None,
+                  collection: str | Iterable[str] | None) -> list[str]:
+        """Those of ``names`` that match ``regex`` (any of them) and belong to ``collection`` (any of them)."""
         patterns = _as_patterns(regex)
         wanted = {collection} if isinstance(collection, str) else set(collection or ())
-        modes = _modes(mode)
-        names = []
-        for name, per_mode in self._by_tensor.items():
-            if not any(each in per_mode for each in modes):
-                continue
-            if step is not None and not any(step in per_mode.get(each, ()) for each in modes):
-                continue
-            if patterns and not matches(name, patterns, self._aliases.get(name)):
-                continue
-            if wanted and not wanted.intersection(self._collections_of.get(name, ())):
-                continue
-            names.append(name)
-        # First-saved order, which is network order for parameters and gradients.
-        return names
+        return [name for name in names if (not patterns or matches(name, patterns, self._aliases.get(name)))
+                and (not wanted or wanted.intersection(self._collections_of.get(name, ())))]
 
     def system_samples(self) -> list[dict[str, Any]]:
         """System-metric samples of the profiler (stabilizer_sentinel/capture/profiler.py), oldest first."""
@@ -306,6 +303,12 @@ class MemoryTrial(Trial):
         self.scalar_history = scalar_history
         self._values: dict[tuple[str, str], OrderedDict[int, np.ndarray]] = {}
         self._steps: dict[str, dict[int, None]] = {}
+        # Mode -> step -> the names whose value at that step is held: a rule asks for one step's tensors every
+        # step, and walking every name ever saved (each parameter's gradient, once saved) would cost each step
+        # that many lookups. The tuples are shared (``_shared``): most steps hold the same few names.
+        self._held_at: dict[str, dict[int, tuple[str, ...]]] = {}
+        self._shared: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._rank: dict[str, int] = {}  # position in first-saved order
 
     def add(self, step: int, mode: str, tensors: Mapping[str, tuple[Iterable[str], np.ndarray]],
             aliases: Mapping[str, str] | None = None) -> None:
@@ -316,15 +319,31 @@ class MemoryTrial(Trial):
             history[step] = array
             limit = self.scalar_history if array.size <= 1 else self.tensor_history
             while len(history) > limit:
-                history.popitem(last=False)
+                self._let_go(mode, history.popitem(last=False)[0], name)
             if name not in self._collections_of or mode not in self._by_tensor[name]:
                 self._by_tensor[name][mode] = []  # existence only: steps come from what is retained
                 merged = dict.fromkeys((*self._collections_of.get(name, ()), *colls))
                 self._collections_of[name] = tuple(merged)
         self._steps.setdefault(mode, {})[step] = None
+        held = self._held_at.setdefault(mode, {})
+        held[step] = self._share(tuple(dict.fromkeys((*held.get(step, ()), *tensors))))
         steps = self._steps[mode]
         while len(steps) > self.scalar_history:
             steps.pop(next(iter(steps)))
+
+    def _let_go(self, mode: str, step: int, name: str) -> None:
+        """``name``'s value at ``step`` is no longer held."""
+        held = self._held_at[mode]
+        left = tuple(each for each in held.get(step, ()) if each != name)
+        if left:
+            held[step] = self._share(left)
+        else:
+            held.pop(step, None)
+
+    def _share(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        if len(self._shared) > 4096:  # names that change from step to step: sharing saves nothing
+            self._shared.clear()
+        return self._shared.setdefault(names, names)
 
     def steps(self, mode: str | ModeKeys | None = None) -> list[int]:
         return sorted({step for each in _modes(mode) for step in self._steps.get(each, {})})
@@ -336,15 +355,15 @@ class MemoryTrial(Trial):
         mode: str | ModeKeys | None = None,
         step: int | None = None,
     ) -> list[str]:
-        names = super().tensor_names(regex=regex, collection=collection)
         modes = _modes(mode)
-        return [
-            name
-            for name in names
-            if any(
-                (name, each) in self._values and (step is None or step in self._values[(name, each)]) for each in modes
-            )
-        ]
+        if step is None:
+            names = super().tensor_names(regex=regex, collection=collection)
+            return [name for name in names if any((name, each) in self._values for each in modes)]
+        saved = dict.fromkeys(name for each in modes for name in self._held_at.get(each, {}).get(step, ()))
+        held = self._selected(saved, regex, collection)
+        if any(name not in self._rank for name in held):
+            self._rank = {name: index for index, name in enumerate(self._by_tensor)}
+        return sorted(held, key=self._rank.__getitem__)
 
     def _tensor_steps(self, name: str, modes: tuple[str, ...]) -> list[int]:
         return sorted({step for each in modes for step in self._values.get((name, each), {})})

@@ -21,3 +21,14 @@ def test_the_gpt_at_a_rate_ten_thousand_times_its_own_is_rolled_back_and_goes_on
     assert device.main(["--quick", "--steps", "150", "--only", "rollback", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "Diverging at step" in out and ": recovered," in out, out
+
+
+def test_the_host_time_inside_the_watcher_is_told_by_part(tmp_path, capsys):
+    assert device.main(["--quick", "--steps", "30", "--only", "hooks", "--out", str(tmp_path)]) == 0
+    table = capsys.readouterr().out.split("by part", 1)[1].splitlines()
+    rows = {line[:46].strip(): line[46:].split() for line in table[2:]}
+    assert rows["check before the update"][0] == "-"  # the script unwatched has no watcher's parts
+    for watched in (1, 2):  # relaunch, in_job: the check ran each step and took time
+        assert float(rows["check before the update"][watched]) > 0
+        assert float(rows["gradient norm, the finite check's read"][watched]) > 0
+    assert rows["rewind's copies"][1] == "-" and float(rows["rewind's copies"][2]) > 0  # copies with in_job only

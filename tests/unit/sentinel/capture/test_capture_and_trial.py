@@ -187,3 +187,33 @@ def test_a_resumed_job_writing_to_the_same_store_clears_the_old_end_marker(tmp_p
     resumed.close()
     trial.refresh()
     assert trial.loaded_all_steps and trial.end_status == "completed"
+
+
+def test_a_memory_trial_names_one_steps_tensors_as_a_walk_of_every_name_does():
+    """A step's names come from an index of what is held at that step, not a walk of every name ever saved:
+    the same names in the same (first-saved) order, whatever the histories let go of."""
+    import random
+
+    from stabilizer_sentinel.capture.trial import MemoryTrial
+
+    rng = random.Random(0)
+    trial = MemoryTrial(tensor_history=2, scalar_history=6)
+    names = [("losses/loss", "losses", 1), ("gradients/b", "gradients", 3), ("weights/a", "weights", 3),
+             ("gradients/a", "gradients", 3), ("scalars/lr", "scalars", 1)]
+    for step in range(40):
+        for mode in ("TRAIN", "EVAL"):
+            saved = {name: ((coll,), np.full(size, float(step))) for name, coll, size in names if rng.random() < 0.6}
+            if saved:
+                trial.add(step, mode, saved)
+            if rng.random() < 0.3:  # the same step saved again, other names
+                trial.add(step, mode, {"scalars/lr": (("scalars",), np.float32(step))})
+    asked = 0
+    for step in range(-1, 41):
+        for mode in (None, "TRAIN", "EVAL"):
+            for regex, collection in ((None, None), ("grad", None), (None, "gradients"), (["loss", "a$"], None),
+                                      (None, ["weights", "losses"])):
+                walked = [name for name in trial.tensor_names(regex=regex, collection=collection, mode=mode)
+                          if step in trial.tensor(name).steps(mode)]
+                assert trial.tensor_names(regex=regex, collection=collection, mode=mode, step=step) == walked
+                asked += bool(walked)
+    assert asked > 100  # most questions had an answer to compare
