@@ -314,29 +314,31 @@ class MemoryTrial(Trial):
             aliases: Mapping[str, str] | None = None) -> None:
         (mode,) = _modes(mode)
         self._add_aliases(aliases or {})
+        gone: dict[int, set[str]] = {}  # step -> the names whose value at it a history let go just now
         for name, (colls, array) in tensors.items():
             history = self._values.setdefault((name, mode), OrderedDict())
             history[step] = array
             limit = self.scalar_history if array.size <= 1 else self.tensor_history
             while len(history) > limit:
-                self._let_go(mode, history.popitem(last=False)[0], name)
+                gone.setdefault(history.popitem(last=False)[0], set()).add(name)
             if name not in self._collections_of or mode not in self._by_tensor[name]:
                 self._by_tensor[name][mode] = []  # existence only: steps come from what is retained
                 merged = dict.fromkeys((*self._collections_of.get(name, ()), *colls))
                 self._collections_of[name] = tuple(merged)
         self._steps.setdefault(mode, {})[step] = None
         held = self._held_at.setdefault(mode, {})
-        held[step] = self._share(tuple(dict.fromkeys((*held.get(step, ()), *tensors))))
+        for old, names in gone.items():
+            self._hold(held, old, [each for each in held.get(old, ()) if each not in names])
+        # A name whose own history let this very step go (it is larger now, and keeps fewer) is not held at it.
+        self._hold(held, step, [*held.get(step, ()), *(name for name in tensors if step in self._values[(name, mode)])])
         steps = self._steps[mode]
         while len(steps) > self.scalar_history:
             steps.pop(next(iter(steps)))
 
-    def _let_go(self, mode: str, step: int, name: str) -> None:
-        """``name``'s value at ``step`` is no longer held."""
-        held = self._held_at[mode]
-        left = tuple(each for each in held.get(step, ()) if each != name)
-        if left:
-            held[step] = self._share(left)
+    def _hold(self, held: dict[int, tuple[str, ...]], step: int, names: list[str]) -> None:
+        """``names`` are the names held at ``step``."""
+        if names:
+            held[step] = self._share(tuple(dict.fromkeys(names)))
         else:
             held.pop(step, None)
 

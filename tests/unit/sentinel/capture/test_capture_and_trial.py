@@ -189,31 +189,32 @@ def test_a_resumed_job_writing_to_the_same_store_clears_the_old_end_marker(tmp_p
     assert trial.loaded_all_steps and trial.end_status == "completed"
 
 
-def test_a_memory_trial_names_one_steps_tensors_as_a_walk_of_every_name_does():
+@pytest.mark.parametrize("tensor_history, scalar_history", [(2, 6), (1, 3), (0, 0)])
+def test_a_memory_trial_names_one_steps_tensors_as_a_walk_of_every_name_does(tensor_history, scalar_history):
     """A step's names come from an index of what is held at that step, not a walk of every name ever saved:
-    the same names in the same (first-saved) order, whatever the histories let go of."""
+    the same names in the same (first-saved) order, whatever the histories let go of, a step saved again (a
+    rollback's replay), or a name whose size changes (a last batch of one) and is kept the shorter time."""
     import random
 
     from stabilizer_sentinel.capture.trial import MemoryTrial
 
-    rng = random.Random(0)
-    trial = MemoryTrial(tensor_history=2, scalar_history=6)
-    names = [("losses/loss", "losses", 1), ("gradients/b", "gradients", 3), ("weights/a", "weights", 3),
-             ("gradients/a", "gradients", 3), ("scalars/lr", "scalars", 1)]
-    for step in range(40):
+    rng = random.Random(tensor_history)
+    trial = MemoryTrial(tensor_history=tensor_history, scalar_history=scalar_history)
+    names = [("losses/loss", "losses"), ("gradients/b", "gradients"), ("weights/a", "weights"),
+             ("gradients/a", "gradients"), ("labels/labels", "labels")]
+    for _ in range(120):
+        step = rng.randrange(-2, 40)
         for mode in ("TRAIN", "EVAL"):
-            saved = {name: ((coll,), np.full(size, float(step))) for name, coll, size in names if rng.random() < 0.6}
-            if saved:
-                trial.add(step, mode, saved)
-            if rng.random() < 0.3:  # the same step saved again, other names
-                trial.add(step, mode, {"scalars/lr": (("scalars",), np.float32(step))})
+            saved = {name: ((coll,), np.full(rng.choice((1, 3)), float(step)))
+                     for name, coll in names if rng.random() < 0.6}
+            trial.add(step, mode, saved)
     asked = 0
-    for step in range(-1, 41):
+    for step in range(-3, 41):
         for mode in (None, "TRAIN", "EVAL"):
             for regex, collection in ((None, None), ("grad", None), (None, "gradients"), (["loss", "a$"], None),
-                                      (None, ["weights", "losses"])):
+                                      (None, ["weights", "labels"])):
                 walked = [name for name in trial.tensor_names(regex=regex, collection=collection, mode=mode)
                           if step in trial.tensor(name).steps(mode)]
                 assert trial.tensor_names(regex=regex, collection=collection, mode=mode, step=step) == walked
                 asked += bool(walked)
-    assert asked > 100  # most questions had an answer to compare
+    assert asked > 20 or not scalar_history  # questions with an answer to compare; none is held at 0
