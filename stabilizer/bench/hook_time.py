@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m stabilizer.bench.hook_time watched|plain [gpt_loop args]", file=sys.stderr)
         return 2
     mode, script_args = argv[0], argv[1:]
-    spent: dict[str, float] = {}
+    spent: dict[str, float] = {"garbage collection": 0.0}
     steps, collections = [0], [0]
     started_at: list[float] = []
 
