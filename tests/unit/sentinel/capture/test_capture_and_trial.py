@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import shutil
 
 import numpy as np
@@ -11,7 +12,7 @@ import torch
 
 from stabilizer_sentinel import create_trial
 from stabilizer_sentinel.capture.capture import Capture, CaptureConfigError, parse_capture
-from stabilizer_sentinel.capture.trial import TensorUnavailableForStep
+from stabilizer_sentinel.capture.trial import MemoryTrial, TensorUnavailableForStep
 from tests.unit.sentinel.tinynet import batch, tiny_net
 
 
@@ -194,10 +195,6 @@ def test_a_memory_trial_names_one_steps_tensors_as_a_walk_of_every_name_does(ten
     """A step's names come from an index of what is held at that step, not a walk of every name ever saved:
     the same names in the same (first-saved) order, whatever the histories let go of, a step saved again (a
     rollback's replay), or a name whose size changes (a last batch of one) and is kept the shorter time."""
-    import random
-
-    from stabilizer_sentinel.capture.trial import MemoryTrial
-
     rng = random.Random(tensor_history)
     trial = MemoryTrial(tensor_history=tensor_history, scalar_history=scalar_history)
     names = [("losses/loss", "losses"), ("gradients/b", "gradients"), ("weights/a", "weights"),
