@@ -6,6 +6,7 @@ through local mode with both policies, judged against the outcome written beside
     python -m stabilizer.bench --corpus --runs gan-healthy-lr0.002 --policy default
     python -m stabilizer.bench --corpus --policy default --recovery both   # in the job and relaunched, side by side
     python -m stabilizer.bench --corpus --policy default --healthy-seeds 3  # healthy runs at 3 seeds each
+    python -m stabilizer.bench --corpus --policy default --healthy-seeds 3 --length 4  # every run 4 times as long
 
 Each (run, policy) is one execution through the real local workflow: the project's ASL in moto's
 interpreter, the Lambdas in process, the user's script as a real local training job. Per policy it
@@ -27,7 +28,12 @@ prints for it on a fixed set after training, the manifest's `final_regex`; the l
 and the last step's loss beside it) over where a healthy run of the same script and setting ended.
 With `--healthy-seeds N` each healthy run also runs at N-1 other seeds (`<run>@seed<k>`, judged as
 healthy runs too): the reference is then the median of its seeds, and the count within the range
-they ended in follows, for a target finer than a healthy run's own spread cannot be met. Figures are
+they ended in follows, for a target finer than a healthy run's own spread cannot be met. With
+`--length K` every run trains K times as long (the hyperparameter its manifest names as `length`, healthy
+and failing runs alike, so each is still read against a healthy run of its own length): a rollback's lost
+and probed steps are a fixed cost, a large part of these short runs and a small one of a long run, and
+the recovered quality at K > 1 tells that cost apart from the rate the job went on at. The manifests'
+expected outcomes were written for their own length. Figures are
 measured; `tests/e2e/test_corpus_slice.py` runs a few runs through this code and asserts each against
 its manifest.
 """
@@ -238,10 +244,30 @@ def with_seeds(runs: list[Run], count: int) -> list[Run]:
     return [*runs, *more]
 
 
-def by_name(runs: list[Run], name: str) -> Run:
-    """The run of ``runs`` named ``name``, or of its base run at the seed it names (``with_seeds``)."""
+def stretched(runs: list[Run], factor: int) -> list[Run]:
+    """``runs``, each trained ``factor`` times as long (its manifest's ``length`` hyperparameter times
+    ``factor``); ValueError, before anything runs, where ``factor`` is not a whole number >= 1 or a run's
+    kind names no ``length``."""
+    if not isinstance(factor, int) or factor < 1:
+        raise ValueError(f"--length: expected a whole number >= 1, got {factor}")
+    if factor == 1:
+        return runs
+    if unnamed := sorted({run.kind for run in runs if not run.length}):
+        raise ValueError(f"--length: the manifest of {', '.join(unnamed)} names no length (the hyperparameter "
+                         f"that sets how long a run trains)")
+    out = []
+    for run in runs:
+        hyperparameters = run.job.get("hyperparameters", {})
+        longer = {**hyperparameters, run.length: int(hyperparameters[run.length]) * factor}
+        out.append(replace(run, job={**run.job, "hyperparameters": longer}))
+    return out
+
+
+def by_name(runs: list[Run], name: str, length: int = 1) -> Run:
+    """The run of ``runs`` named ``name``, or of its base run at the seed it names (``with_seeds``), trained
+    ``length`` times as long (``stretched``)."""
     base, _, seed = name.partition(SEEDED)
-    [run] = select(runs, names=[base])
+    [run] = stretched(select(runs, names=[base]), length)
     return reseeded(run, int(seed)) if seed else run
 
 
@@ -406,8 +432,8 @@ def worker_init(log_file: str) -> None:
     logging.basicConfig(filename=log_file, level=logging.WARNING, force=True)
 
 
-def _execute_by_name(name: str, policy: str, data_dir: str, run_root: str) -> Result:
-    run = by_name(load(), name)
+def _execute_by_name(name: str, policy: str, data_dir: str, run_root: str, length: int = 1) -> Result:
+    run = by_name(load(), name, length)
     try:
         return execute(run, policy, Path(data_dir), Path(run_root))
     except Exception as error:  # one broken execution is a row of the table, not the end of the benchmark
@@ -532,6 +558,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--healthy-seeds", type=int, default=1, metavar="N",
                         help="corpus: each healthy run at N seeds (its own and the next N-1), for the spread of "
                         "where a healthy run ends that the recovered quality is read against")
+    parser.add_argument("--length", type=int, default=1, metavar="K",
+                        help="corpus: every run trains K times as long (the hyperparameter its manifest names as "
+                        "length), for the recovered quality where a rollback's lost steps are a small part of the run")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -548,6 +577,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         kinds = args.kinds.split(",") if args.kinds else None
         runs = with_seeds(select(load(), kinds, args.runs.split(",") if args.runs else None), args.healthy_seeds)
+        stretched(runs, args.length)  # a kind that names no length is an error before anything runs
         if args.jobs < 1:
             raise ValueError(f"--jobs: expected a whole number >= 1, got {args.jobs}")
         digits = prepare_data(argparse.Namespace(data_dir=args.data_dir, run_dir=Path("runs")),
@@ -561,12 +591,14 @@ def main(args: argparse.Namespace) -> int:
     tasks = [(run, policy) for run in runs for policy in policies]
     print(f"cpus: {os.cpu_count()}  load average before: {os.getloadavg()[0]:.2f}  {len(runs)} runs "
           f"({sum(r.healthy for r in runs)} healthy, {sum(not r.healthy for r in runs)} failing) x "
-          f"{len(policies)} policies, {args.jobs} in parallel", flush=True)
+          f"{len(policies)} policies, {args.jobs} in parallel"
+          + (f", each {args.length} times as long" if args.length > 1 else ""), flush=True)
     started = time.monotonic()
     results: list[Result] = []
     with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn"), initializer=worker_init,
                              initargs=(str(run_root / "engine.log"),)) as pool:
-        futures = [pool.submit(_execute_by_name, run.name, policy, str(digits), str(run_root)) for run, policy in tasks]
+        futures = [pool.submit(_execute_by_name, run.name, policy, str(digits), str(run_root), args.length)
+                   for run, policy in tasks]
         for future in as_completed(futures):
             result = future.result()
             results.append(result)

@@ -77,6 +77,9 @@ class Run:
     # One group around the loss the script prints for its final model on a fixed set, after training
     # (the recovered-quality measure that no batch's noise moves); "": it prints none.
     final_regex: str = ""
+    # The hyperparameter (a whole number) that sets how long the run trains: steps, updates, epochs; "": none
+    # named (``stretched`` cannot lengthen it).
+    length: str = ""
 
     def execution_input(self, policy: str) -> dict[str, Any]:
         data: dict[str, Any] = {"policy": policy, "wait_seconds": 1, "limits": dict(LIMITS), "job": self.job}
@@ -157,6 +160,10 @@ def load_kind(directory: Path, *, files_in_place: bool = True) -> list[Run]:
                             f"final model's loss, got {final_regex!r}")
     if watch not in ("library", "none"):
         raise ManifestError(f"{source}: watch: expected library (the script calls watch()) or none, got {watch!r}")
+    length = data.get("length", "")
+    if length and not isinstance(job.get("hyperparameters", {}).get(length), int):
+        raise ManifestError(f"{source}: length: expected the name of a whole-number hyperparameter of "
+                            f"job.hyperparameters that sets how long a run trains, got {length!r}")
     entry = directory / str(job.get("entry_point", ""))
     if files_in_place and not entry.is_file():
         raise ManifestError(f"{source}: job.entry_point: {entry.name!r} is not a file in {directory}")
@@ -174,7 +181,7 @@ def load_kind(directory: Path, *, files_in_place: bool = True) -> list[Run]:
             kind=directory.name, name=name, healthy=healthy, description=item.get("description", ""),
             job={**job, "hyperparameters": hyperparameters, **({"knobs": item["knobs"]} if "knobs" in item else {})},
             expect=expect, step_regex=step_regex, watch=watch, monitoring=item.get("monitoring"),
-            final_regex=final_regex,
+            final_regex=final_regex, length=length,
         ))
     return runs
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -312,6 +313,36 @@ def test_healthy_runs_are_run_again_at_the_next_seeds_and_found_by_name():
     assert bench_corpus.with_seeds(runs, 1) == runs
     with pytest.raises(ValueError, match="--healthy-seeds: expected a whole number >= 1, got 0"):
         bench_corpus.with_seeds(runs, 0)
+
+
+def test_every_kind_names_the_hyperparameter_that_sets_its_length_and_runs_stretch_by_it():
+    assert all(run.length and isinstance(run.job["hyperparameters"][run.length], int) for run in RUNS)
+    runs = select(RUNS, names=["plateau-lr3e-3", "plateau-lr1e-3-seed1", "finetune-lr1"])
+    longer = {run.name: run for run in bench_corpus.stretched(runs, 4)}
+    assert [longer[name].job["hyperparameters"][key] for name, key in
+            (("plateau-lr3e-3", "steps"), ("plateau-lr1e-3-seed1", "steps"), ("finetune-lr1", "ft_steps"))] \
+        == [1000, 1200, 480]  # the run's own length where it sets one (300), else its kind's
+    assert longer["finetune-lr1"].job["hyperparameters"]["pretrain_steps"] == 60  # the length alone
+    # Stretched runs are read against healthy runs of their own length, not of the manifest's.
+    assert bench_corpus.setting(longer["plateau-lr3e-3"].job) != bench_corpus.setting(_run("plateau-lr3e-3").job)
+    again = bench_corpus.by_name(RUNS, "rnn-lr0.5-clip1@seed2", 3)
+    assert (again.job["hyperparameters"]["steps"], again.job["hyperparameters"]["seed"]) == (450, 2)
+    assert bench_corpus.stretched(runs, 1) == runs
+    with pytest.raises(ValueError, match="--length: expected a whole number >= 1, got 0"):
+        bench_corpus.stretched(runs, 0)
+    unnamed = [dataclasses.replace(runs[0], length="")]
+    with pytest.raises(ValueError, match="--length: the manifest of finetune_checkpoint names no length"):
+        bench_corpus.stretched(unnamed, 2)
+
+
+def test_a_manifest_length_names_a_whole_number_hyperparameter(tmp_path: Path):
+    kind = tmp_path / "kind"
+    shutil.copytree(CORPUS_DIR / "rnn_lm", kind)
+    manifest = json.loads((kind / "manifest.json").read_text())
+    for bad in ("lr", "epochs", 3):
+        (kind / "manifest.json").write_text(json.dumps({**manifest, "length": bad}))
+        with pytest.raises(ManifestError, match="length: expected the name of a whole-number hyperparameter"):
+            load_kind(kind)
 
 
 def test_the_recovered_quality_by_final_evaluation_is_read_against_the_median_of_the_healthy_seeds():
