@@ -156,7 +156,8 @@ class Probed(BaseModel):
 
 class SentinelBatch(BaseModel):
     """A rollback's bad batch (stabilizer_sentinel.recovery.batches.describe): where the first of the
-    step's batches stood in the training data, how many the step took, each one's fingerprint."""
+    step's batches stood in the training data, how many the step took, each one's fingerprint, and whether
+    it held a corrupt record's non-finite values (the job then passes over every later batch that does)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -164,6 +165,7 @@ class SentinelBatch(BaseModel):
     index: int
     batches: int = 1
     fingerprints: list[str] = Field(default_factory=list)
+    nonfinite: bool = False  # it held non-finite values the batches after it lacked: a corrupt record
 
 
 class SentinelRollback(BaseModel):

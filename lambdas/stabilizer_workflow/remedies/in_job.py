@@ -81,8 +81,11 @@ def describe(rollback: SentinelRollback) -> str:
         where = f" (batch {rollback.batch.index} of pass {rollback.batch.epoch})" if rollback.batch else ""
         later = ("a relaunch skips it too" if rollback.batch and rollback.batch.fingerprints
                  else "no fingerprint: not passed over again")
-        return (f"{head}; that step's batch{where} failed again and the next steps trained: a bad batch, skipped "
-                f"({later}), on unchanged at rate {_rate(after)}")
+        # A corrupt record: its non-finite values, which the next batches lacked, are passed over in any batch.
+        what = ("a corrupt record (non-finite), skipped in any batch;" if rollback.batch and rollback.batch.nonfinite
+                else f"a bad batch, skipped ({later}),")
+        return (f"{head}; that step's batch{where} failed again and the next steps trained: {what} on unchanged at "
+                f"rate {_rate(after)}")
     if not rollback.probed:  # the loss rose after a rollback went on (model/.../recovery.py, RISE_WINDOWS)
         return (f"{head}, on at rate {_rate(after)} from {_rate(before)}: the rate the last rollback kept, a notch "
                 f"lower, with no probe{seconds}")

@@ -37,6 +37,13 @@ strided sample of their values) is compared, and a match is passed over for the 
 That finds the batch where the relaunch makes the same batches (a seeded order); a shuffle with another
 seed puts the bad record in another batch, which is not found.
 
+A bad batch that holds non-finite values where the batches trained after it hold none (a corrupt record:
+NaN features) turns on ``skip_nonfinite``: from then on every training batch with a non-finite value in
+a floating tensor in host memory is passed over too, wherever a shuffle put the record (one read of the
+batch's values on the host, no device synchronisation; a tensor the loader already put on an
+accelerator is not read). Data whose batches hold non-finite values by design (missing values the
+network masks) never turns it on: the batches after the bad one hold them too.
+
 This module must not change a batch, or the order of the batches the loop takes, unless asked to
 replay or skip one.
 """
@@ -84,7 +91,8 @@ class Batches:
 
     def __init__(self, skip: Iterable[str] = ()) -> None:
         self.skip = set(skip)
-        self.skipped: list[Fetch] = []
+        self.skip_nonfinite = False  # pass over batches with non-finite values (``nonfinite``): a corrupt record
+        self.skipped = 0  # batches passed over
         self._since: list[Fetch] = []  # fetched since the last check (the newest ``MOST``)
         self._more = False  # ... and more than that
         self._held: dict[int, list[Fetch]] = {}
@@ -134,9 +142,14 @@ class Batches:
             fetch = Fetch(dataset, batch, self._passes.get(dataset, 1), index, thread=thread,
                           versions=_versions(batch), source=self._source(iterator))
             if self.skip and fingerprint(batch) in self.skip:
-                self.skipped.append(fetch)
+                self.skipped += 1
                 print(f"sentinel: skipped batch {fetch.index} of pass {fetch.epoch} over the training data: the same "
                       f"batch was found bad before", file=sys.stderr, flush=True)
+                continue
+            if self.skip_nonfinite and nonfinite(batch):
+                self.skipped += 1
+                print(f"sentinel: skipped batch {fetch.index} of pass {fetch.epoch} over the training data: it holds "
+                      f"non-finite values, as the bad batch found before did", file=sys.stderr, flush=True)
                 continue
             if not ours or self.per_step == 0:
                 return batch
@@ -214,6 +227,10 @@ class Batches:
         self.lead = 1 if ahead else 0
         self._delay = (self.per_step or 0) - ahead if ahead else 0
 
+    def trained_after(self, step: int) -> list[Fetch]:
+        """The batches held of the steps after ``step`` (the newest ``KEEP`` steps' at most)."""
+        return [f for held, fetches in sorted(self._held.items()) if held > step for f in fetches]
+
     def replayed(self) -> bool:
         """Whether the last replay was handed out whole; a replay the loop did not take is dropped."""
         done = not self._queue
@@ -228,6 +245,21 @@ def describe(fetches: list[Fetch]) -> dict[str, Any]:
     prints = [fingerprint(f.batch) for f in fetches]
     return {"epoch": first.epoch, "index": first.index, "batches": len(fetches),
             "fingerprints": [p for p in prints if p is not None]}
+
+
+def nonfinite(batch: Any) -> bool:
+    """Whether a floating tensor of ``batch`` in host memory holds a NaN or an infinity (a tensor on an
+    accelerator is not read: that would wait for the device)."""
+    return any(isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu" and not leaf.is_sparse
+               and (leaf.is_floating_point() or leaf.is_complex()) and not bool(torch.isfinite(leaf.detach()).all())
+               for leaf in _leaves(batch))
+
+
+def corrupt_records(bad: list[Fetch], after: list[Fetch]) -> bool:
+    """Whether the bad batches ``bad`` hold non-finite values and the batches trained after them, ``after``
+    (at least one), hold none: the data's non-finite values are the bad batch's alone (corrupt records), not
+    what every batch carries (missing values a network masks)."""
+    return bool(after) and any(nonfinite(f.batch) for f in bad) and not any(nonfinite(f.batch) for f in after)
 
 
 def fingerprint(batch: Any) -> str | None:

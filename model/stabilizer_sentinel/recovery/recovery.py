@@ -75,7 +75,7 @@ import torch
 
 from stabilizer_contract.catalogue import DIVERGING
 from stabilizer_contract.job import PAST_OUTCOMES as PAST  # an explosion the same rate trained past
-from stabilizer_sentinel.recovery.batches import describe
+from stabilizer_sentinel.recovery.batches import corrupt_records, describe
 
 EXPLODING = "ExplodingTensor"
 RECOVERABLE = (EXPLODING, DIVERGING)  # a rate too high: the job can lower it itself
@@ -293,6 +293,7 @@ class Recovery(RateFactor):
         self._with_batch: Probe | None = None  # the replay that took them
         self._reproduced = False  # the failing step's batches failed again from the restored state
         self._bad: dict[str, Any] | None = None  # what the decision says of them
+        self._bad_fetches: list[Any] = []  # ... and the batches themselves, until the decision
         self._ends: dict[int, Any] = {}  # the state each probe that did not fail reached, by id
         self._restore_due = False
         self.live_from = -1  # findings of steps before this one are about steps a rollback undid
@@ -354,6 +355,7 @@ class Recovery(RateFactor):
         self._restore_due = True
         self._replay = self._with_batch = None
         self._bad = describe(self._batches_held) if self._batches_held else None
+        self._bad_fetches = self._batches_held or []
         self._reproduced = False
         self.guard.rewind.frozen = True  # no copies of probing states
         then = ("replaying the same rate" + (" with the step's own batches" if self._batches_held else "")
@@ -594,6 +596,7 @@ class Recovery(RateFactor):
             decision["batch"] = self._bad  # failed again from the restored state; the next batches were training
         self.decisions.append(decision)
         self._trigger = self._probe = None
+        self._bad_fetches = []
         self.guard.sentinel.rollbacks.append(decision)  # written with the summary, as the job closes
         self.guard.rewind.persist_point(self._snapshot)  # where the relaunch resumes
         finding = dict(trigger["finding"])
@@ -663,17 +666,29 @@ class Recovery(RateFactor):
         self.factor, self.ceiling = trigger["in_force_before"]  # the rate was not at fault: as it was
         decision = self._decision(trigger, probed, probe.factor)
         decision["outcome"] = "bad_batch" if self._reproduced else "transient"
+        records = False
         if self._reproduced and self._bad is not None:
             decision["batch"] = self._bad
             self.batches.skip.update(self._bad["fingerprints"])  # met again at a later pass: passed over
+            # Its non-finite values, where the batches trained since hold none, are corrupt records: wherever a
+            # shuffle puts them at a later pass, the batch that holds them is passed over too.
+            after = [f for f in self.batches.trained_after(trigger["finding"]["step"])
+                     if all(f.batch is not bad.batch for bad in self._bad_fetches)]
+            records = corrupt_records(self._bad_fetches, after)
+            if records:
+                self.batches.skip_nonfinite = True
+                decision["batch"] = {**self._bad, "nonfinite": True}
+        self._bad_fetches = []
         self.decisions.append(decision)
         head = (f"sentinel: rolled back {decision['steps_lost']} steps to step {decision['restored_step']}; "
                 f"{decision['rule']} at step {decision['step']}")
         if self._reproduced:
             where = (f" (batch {self._bad['index']} of pass {self._bad['epoch']} over the training data)"
                      if self._bad else "")
+            also = ("; it holds non-finite values the batches trained after it do not: any later batch that holds "
+                    "them is passed over too" if records else "")
             print(f"{head} came again with that step's batches{where} and not with the next {probe.steps}: a bad "
-                  f"batch, skipped; going on unchanged", file=sys.stderr, flush=True)
+                  f"batch, skipped{also}; going on unchanged", file=sys.stderr, flush=True)
         else:
             tried = "with that step's batches, then " if self._with_batch is not None else ""
             print(f"{head}: the same rate trained from there {tried}for {probe.steps} steps: "
@@ -692,6 +707,7 @@ class Recovery(RateFactor):
         finding = trigger["finding"]
         probed = self._probed(trigger)
         self._trigger = None
+        self._bad_fetches = []
         guard.rewind.frozen = False
         chosen = choose([p for p in self._probes if id(p) in self._ends])
         if chosen is None:  # nothing lower trained: the finding stands, the job stops as it would have

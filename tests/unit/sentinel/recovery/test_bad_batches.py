@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset, dataloader
 
-from stabilizer_sentinel.recovery.batches import Batches, fingerprint
+from stabilizer_sentinel.recovery.batches import Batches, Fetch, corrupt_records, fingerprint, nonfinite
 from tests.unit.sentinel.support import FIXTURES, job_env, run
 
 SCRIPT = FIXTURES / "recovery" / "too_fast.py"
@@ -75,6 +75,43 @@ def test_a_corrupt_record_is_found_bad_skipped_at_every_pass_and_by_a_relaunch(t
     assert relaunched["findings"] == [] and "rollbacks" not in relaunched
     assert relaunched["summary"]["ended"] == "completed"
     assert "skipped batch 61 of pass 1" in err and "skipped batch 61 of pass 2" in err
+
+
+@pytest.mark.slow  # trains the regression twice
+def test_a_corrupt_record_a_shuffle_moves_is_passed_over_wherever_it_lands(tmp_path, monkeypatch):
+    """A shuffled loader puts the NaN record in another batch each pass: the first is found bad as before;
+    its non-finite values, which the batches trained after it lack, mark the data's corrupt records, and
+    every later batch that holds them is passed over. Before, each pass's batch was a new bad batch: a
+    rollback a pass, and once the job's five were spent, the rate was lowered for a fault of the data."""
+    lines, err, document = train(tmp_path, monkeypatch, "--bad_record", BAD_RECORD, "--shuffle", "1",
+                                 "--steps", "300")
+    assert document["findings"] == [] and document["summary"]["ended"] == "completed"
+    (decision,) = document["rollbacks"]  # one rollback in four passes
+    assert (decision["outcome"], decision["batch"]["nonfinite"]) == ("bad_batch", True)
+    assert "any later batch that holds them is passed over too" in err
+    skips = [line for line in err.splitlines() if "it holds non-finite values, as the bad batch" in line]
+    assert [line.split(" of pass ")[1].split()[0] for line in skips] == ["2", "3", "4"]
+    assert {line.rsplit("lr=", 1)[1] for line in lines if line.startswith("step=")} == {"0.01"}
+    clean, _, _ = train(tmp_path / "clean", monkeypatch, "--shuffle", "1", "--steps", "300", watch=False)
+    assert final(lines) < 1.5 * final(clean)
+
+
+def test_non_finite_values_mark_corrupt_records_only_where_the_batches_after_lack_them():
+    def fetched(*tensors):
+        return Fetch(dataset=0, batch=tensors, epoch=1, index=1)
+
+    clean, spoiled = torch.randn(4, 3), torch.randn(4, 3)
+    spoiled[2] = float("nan")
+    infinite = torch.randn(4, 3)
+    infinite[0, 1] = float("inf")
+    assert nonfinite((spoiled, torch.arange(4))) and nonfinite({"x": [infinite]}) and not nonfinite((clean,))
+    assert not nonfinite((torch.arange(4), "text", None))  # whole numbers cannot hold a NaN
+    assert not nonfinite(torch.full((2,), float("nan"), device="meta"))  # not read off the host: no device wait
+    assert corrupt_records([fetched(spoiled)], [fetched(clean), fetched(clean)])
+    # Missing values the network masks: every batch holds NaN; the bad batch's are not corrupt records.
+    assert not corrupt_records([fetched(spoiled)], [fetched(clean), fetched(spoiled.clone())])
+    assert not corrupt_records([fetched(clean)], [fetched(clean)])  # a bad batch of finite values
+    assert not corrupt_records([fetched(spoiled)], [])  # nothing trained after it to tell by
 
 
 @pytest.mark.slow  # the job's own process

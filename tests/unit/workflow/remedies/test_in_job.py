@@ -243,6 +243,24 @@ def test_a_bad_batch_is_named_when_told_and_the_relaunch_is_told_to_skip_it(sett
     assert "1 bad batch skipped" in monitor.check(told.state, ended, T0 + timedelta(minutes=10)).state.reason
 
 
+def test_a_bad_batch_holding_a_corrupt_record_is_told_as_one_the_job_passes_over_wherever_it_lands(settings):
+    state = launched(settings)
+    bad = {**rollback(60, after=0.1, factor=1.0, outcome="bad_batch"),
+           "batch": {"epoch": 1, "index": 61, "batches": 1, "fingerprints": ["ae34d7886d4ea499"], "nonfinite": True}}
+    told = monitor.check(state, observe(describe(state, "InProgress"), findings=document([bad])),
+                         T0 + timedelta(minutes=5))
+    line = ("ExplodingTensor at step 60: back to step 0 (61 steps lost); that step's batch (batch 61 of pass 1) "
+            "failed again and the next steps trained: a corrupt record (non-finite), skipped in any batch; on "
+            "unchanged at rate 0.1")  # whole: within the state's bound on a reason (TEXT_MAX_BYTES)
+    assert line in told.effects.notification.body
+    config = json.loads(hyperparameters(told.state, settings)[CONFIG_HYPERPARAMETER])
+    assert config["skip_batches"] == ["ae34d7886d4ea499"]  # a relaunch is told the batch, as before
+    plain = {**bad, "batch": {**bad["batch"], "nonfinite": False}}
+    told = monitor.check(state, observe(describe(state, "InProgress"), findings=document([plain])),
+                         T0 + timedelta(minutes=5))
+    assert "corrupt record" not in told.effects.notification.body
+
+
 def test_an_execution_without_a_bad_batch_sends_no_skip_list_and_a_malformed_fingerprint_is_not_kept(settings):
     state = launched(settings)
     assert "skip_batches" not in json.loads(hyperparameters(state, settings)[CONFIG_HYPERPARAMETER])
