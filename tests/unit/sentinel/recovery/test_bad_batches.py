@@ -106,6 +106,13 @@ def test_non_finite_values_mark_corrupt_records_only_where_the_batches_after_lac
     infinite[0, 1] = float("inf")
     assert nonfinite((spoiled, torch.arange(4))) and nonfinite({"x": [infinite]}) and not nonfinite((clean,))
     assert not nonfinite((torch.arange(4), "text", None))  # whole numbers cannot hold a NaN
+    for kind in (torch.float16, torch.bfloat16, torch.float64):
+        assert nonfinite(spoiled.to(kind)) and nonfinite(infinite.to(kind)) and not nonfinite(clean.to(kind))
+    negative = clean.clone()
+    negative[3, 0] = float("-inf")
+    assert nonfinite(negative) and nonfinite(spoiled.t())  # either end; any layout
+    complex_ = torch.randn(4, dtype=torch.complex64)
+    assert not nonfinite(complex_) and nonfinite(complex_ * float("inf")) and not nonfinite(torch.empty(0, 3))
     assert not nonfinite(torch.full((2,), float("nan"), device="meta"))  # not read off the host: no device wait
     assert corrupt_records([fetched(spoiled)], [fetched(clean), fetched(clean)])
     # Missing values the network masks: every batch holds NaN; the bad batch's are not corrupt records.
