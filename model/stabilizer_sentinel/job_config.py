@@ -41,7 +41,8 @@ INTEGRATIONS = ("auto", "library", "launcher")
 DEFAULT_LOSS_REGEX = r"(?:^|[\s,;|(\[{])loss\s*[=:]?\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf|NaN|Inf))"
 DEFAULT_RULES: tuple[dict[str, Any], ...] = ({"name": "ExplodingTensor"},)
 RECOVERIES = ("in_job", "relaunch")
-_KEYS = {"rules", "capture", "action", "integration", "loss_regex", "knobs", "recovery", "skip_batches"}
+_KEYS = {"rules", "capture", "action", "integration", "loss_regex", "knobs", "recovery", "skip_batches",
+         "skip_nonfinite_batches"}
 FINGERPRINT = re.compile(FINGERPRINT_PATTERN)
 
 
@@ -64,6 +65,9 @@ class StabilizerConfig:
     recovery: str | None = None
     # Fingerprints of batches an earlier attempt found bad (a rollback's ``bad_batch``): passed over.
     skip_batches: tuple[str, ...] = ()
+    # An earlier attempt's bad batch held corrupt records (non-finite values the batches after it lacked):
+    # every batch with non-finite values is passed over (stabilizer_sentinel.recovery.batches.nonfinite).
+    skip_nonfinite_batches: bool = False
 
     def with_defaults(self, **defaults: Any) -> StabilizerConfig:
         """Fill the fields the job left unset from ``defaults`` (the script's own arguments)."""
@@ -145,9 +149,14 @@ def _validated(value: Mapping[str, Any]) -> StabilizerConfig:
     if not isinstance(skip, list) or not all(isinstance(f, str) and FINGERPRINT.fullmatch(f) for f in skip):
         raise StabilizerConfigError(
             f"{HYPERPARAMETER}.skip_batches: expected a JSON list of 16-digit hexadecimal fingerprints, got {skip!r}")
+    skip_nonfinite = value.get("skip_nonfinite_batches", False)
+    if not isinstance(skip_nonfinite, bool):
+        raise StabilizerConfigError(
+            f"{HYPERPARAMETER}.skip_nonfinite_batches: expected true or false, got {skip_nonfinite!r}")
     knobs = value.get("knobs") or {}
     return StabilizerConfig(
         skip_batches=tuple(skip),
+        skip_nonfinite_batches=skip_nonfinite,
         recovery=recovery,
         rules=rules,
         capture=dict(capture) if capture is not None else None,

@@ -209,6 +209,9 @@ class Rollback(BaseModel):
     # stabilizer_sentinel.recovery.batches.fingerprint; none for a batch with no tensor values to read).
     bad_batch: bool = False
     bad_batches: list[Fingerprint] = Field(default_factory=list, max_length=MAX_BAD_BATCHES)
+    # ... holding corrupt records (non-finite values the batches after it lacked): every later job passes
+    # over each batch with non-finite values, wherever its shuffle puts them (``skip_nonfinite_batches``).
+    corrupt_records: bool = False
     probed: list[float | None] = Field(default_factory=list, max_length=MAX_PROBED)  # the rates tried
     failed_probes: int = 0
     seconds: float | None = None  # from the finding to training again

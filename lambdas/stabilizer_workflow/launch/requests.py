@@ -26,7 +26,7 @@ from stabilizer_workflow.execution.service_limits import (
     hyperparameter_value_problem,
 )
 from stabilizer_workflow.execution.state import WorkflowState
-from stabilizer_workflow.remedies.in_job import batches_to_skip, recovery_for
+from stabilizer_workflow.remedies.in_job import batches_to_skip, corrupt_records_found, recovery_for
 from stabilizer_workflow.settings import TrainSettings
 
 JOB_NAME_MAX = 63
@@ -89,15 +89,16 @@ def _capture_json(monitoring: Monitoring) -> dict[str, Any]:
 
 
 def sentinel_configuration(job: Job, monitoring: Monitoring, recovery: str = "relaunch",
-                           skip_batches: list[str] | None = None) -> str:
+                           skip_batches: list[str] | None = None, skip_nonfinite: bool = False) -> str:
     """The `sagemaker_stabilizer` value: the in-job library's whole configuration as JSON text.
 
     Shape (docs/contracts.md, section 8): rules, capture, action, integration, loss_regex (the
     launcher reads the loss from the log lines it matches; null when the job names no loss
     metric), knobs (role -> the job's hyperparameter name) and recovery (in_job or relaunch:
     stabilizer_workflow.remedies.in_job.recovery_for); skip_batches (only when an earlier attempt found a
-    bad batch: their fingerprints, stabilizer_workflow.remedies.in_job.batches_to_skip). The library
-    rejects other keys.
+    bad batch: their fingerprints, stabilizer_workflow.remedies.in_job.batches_to_skip);
+    skip_nonfinite_batches (true only when an earlier attempt's bad batch held corrupt records:
+    stabilizer_workflow.remedies.in_job.corrupt_records_found). The library rejects other keys.
     """
     config = {
         "rules": _rules_json(_engine_rules(monitoring)),
@@ -110,6 +111,8 @@ def sentinel_configuration(job: Job, monitoring: Monitoring, recovery: str = "re
     }
     if skip_batches:
         config["skip_batches"] = skip_batches
+    if skip_nonfinite:
+        config["skip_nonfinite_batches"] = True
     return json.dumps(config, separators=(",", ":"))
 
 
@@ -145,11 +148,12 @@ def hyperparameters(state: WorkflowState, settings: TrainSettings) -> dict[str, 
     )
     encoded = {key: json.dumps(value) for key, value in plain.items()}
     encoded.update(distribution_hyperparameters(job.distribution, job.instance_type or ""))
-    skip, recovery = batches_to_skip(state), recovery_for(state)
-    config = sentinel_configuration(job, state.monitoring, recovery, skip)
-    while skip and hyperparameter_value_problem("monitoring", CONFIG_HYPERPARAMETER, config):
-        skip = skip[1:]  # the input check left room for the configuration itself; the oldest bad batches give way
-        config = sentinel_configuration(job, state.monitoring, recovery, skip)
+    skip, recovery, nonfinite = batches_to_skip(state), recovery_for(state), corrupt_records_found(state)
+    config = sentinel_configuration(job, state.monitoring, recovery, skip, nonfinite)
+    # The input check left room for the configuration itself: the oldest bad batches give way, then the flag.
+    while (skip or nonfinite) and hyperparameter_value_problem("monitoring", CONFIG_HYPERPARAMETER, config):
+        skip, nonfinite = (skip[1:], nonfinite) if skip else (skip, False)
+        config = sentinel_configuration(job, state.monitoring, recovery, skip, nonfinite)
     encoded[CONFIG_HYPERPARAMETER] = config
     return encoded
 

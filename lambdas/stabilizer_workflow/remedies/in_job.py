@@ -116,6 +116,7 @@ def _recorded(entry: SentinelRollback) -> Rollback:
         transient=entry.outcome in PAST_OUTCOMES,
         bad_batch=entry.outcome == "bad_batch",
         bad_batches=_fingerprints(entry),
+        corrupt_records=entry.outcome == "bad_batch" and entry.batch is not None and entry.batch.nonfinite,
         probed=[finite(probe.learning_rate) for probe in entry.probed][:MAX_PROBED],
         failed_probes=sum(1 for probe in entry.probed if probe.failed),
         seconds=entry.seconds,
@@ -134,6 +135,13 @@ def batches_to_skip(state: WorkflowState) -> list[str]:
     passes over them (the configuration's ``skip_batches``)."""
     found = [f for attempt in state.attempts for rollback in attempt.rollbacks for f in rollback.bad_batches]
     return list(dict.fromkeys(found))[-MAX_SKIPPED:]
+
+
+def corrupt_records_found(state: WorkflowState) -> bool:
+    """Whether a job of the execution found a bad batch that held corrupt records (non-finite values the
+    batches after it lacked): the next job passes over every batch with non-finite values (the
+    configuration's ``skip_nonfinite_batches``), wherever its shuffle puts them."""
+    return any(rollback.corrupt_records for attempt in state.attempts for rollback in attempt.rollbacks)
 
 
 def factor_in_force(attempt: Attempt) -> float:

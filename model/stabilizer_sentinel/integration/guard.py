@@ -231,11 +231,12 @@ class Guard(OptimizerHooks):
         were fetched); Lightning's callback makes the guard as training starts, before any."""
         replays = isinstance(self.recovery, Recovery) and self.world_size == 1
         skip = self.config.skip_batches if stores and self.world_size == 1 else ()
-        if not (replays or skip):
+        nonfinite = self.config.skip_nonfinite_batches and stores and self.world_size == 1
+        if not (replays or skip or nonfinite):
             if early is not None:
                 early.deactivate()
             return None
-        batches = early if early is not None else Batches(skip)
+        batches = early if early is not None else Batches(skip, skip_nonfinite=nonfinite)
         batches.activate()
         if replays:
             self.recovery.batches = batches

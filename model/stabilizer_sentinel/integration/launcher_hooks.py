@@ -262,8 +262,8 @@ class LauncherHooks:
         # One process only (torchrun's ranks say so now; a rank started otherwise, once the guard sees it).
         self.batches: Batches | None = None
         alone = distributed.rank_and_size()[1] == 1 and not worker_processes.is_worker()
-        if alone and (config.effective_recovery == "in_job" or config.skip_batches):
-            self.batches = Batches(config.skip_batches)
+        if alone and (config.effective_recovery == "in_job" or config.skip_batches or config.skip_nonfinite_batches):
+            self.batches = Batches(config.skip_batches, skip_nonfinite=config.skip_nonfinite_batches)
             self.batches.activate()
         watch_exit()
         exit_status.install()  # sys.exit(n) and a bare raise SystemExit(n): how the script ended

@@ -63,8 +63,8 @@ class SentinelCallback(lightning.Callback):
         # Lightning fetched ahead); the guard drops them if it keeps none. One process only.
         config = self.config
         if stage == "fit" and distributed.rank_and_size()[1] == 1 and trainer.world_size == 1 and (
-                config.effective_recovery == "in_job" or config.skip_batches):
-            self.batches = Batches(config.skip_batches)
+                config.effective_recovery == "in_job" or config.skip_batches or config.skip_nonfinite_batches):
+            self.batches = Batches(config.skip_batches, skip_nonfinite=config.skip_nonfinite_batches)
             self.batches.activate()
 
     def teardown(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule, stage: str) -> None:

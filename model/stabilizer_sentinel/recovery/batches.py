@@ -35,7 +35,8 @@ A relaunch skips the batches an earlier attempt found bad (``skip``, the configu
 ``skip_batches``): each training batch's ``fingerprint`` (its tensors' shapes, types and an evenly
 strided sample of their values) is compared, and a match is passed over for the loader's next batch.
 That finds the batch where the relaunch makes the same batches (a seeded order); a shuffle with another
-seed puts the bad record in another batch, which is not found.
+seed puts the bad record in another batch, which is not found by its fingerprint (by its values, below,
+where an earlier attempt found it a corrupt record: ``skip_nonfinite_batches``).
 
 A bad batch that holds non-finite values where the batches trained after it hold none (a corrupt record:
 NaN features) turns on ``skip_nonfinite``: from then on every training batch with a non-finite value in
@@ -89,9 +90,9 @@ class Batches:
     """The training batches of the newest steps (``held``), a replay of some (``replay``), and the
     batches to pass over (``skip``: fingerprints)."""
 
-    def __init__(self, skip: Iterable[str] = ()) -> None:
+    def __init__(self, skip: Iterable[str] = (), *, skip_nonfinite: bool = False) -> None:
         self.skip = set(skip)
-        self.skip_nonfinite = False  # pass over batches with non-finite values (``nonfinite``): a corrupt record
+        self.skip_nonfinite = skip_nonfinite  # pass over batches with non-finite values (``nonfinite``)
         self.skipped = 0  # batches passed over
         self._since: list[Fetch] = []  # fetched since the last check (the newest ``MOST``)
         self._more = False  # ... and more than that
@@ -187,7 +188,7 @@ class Batches:
             self.per_step = len(training) if training and 0 <= lag <= len(training) and not more else 0
             if not self.per_step:
                 self._pending = []
-                if not self.skip:
+                if not self.skip and not self.skip_nonfinite:
                     self.deactivate()  # nothing to hold, nothing to pass over: the loaders as torch has them
             else:
                 self.lag = lag

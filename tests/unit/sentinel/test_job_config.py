@@ -58,6 +58,8 @@ def test_the_default_loss_regex_reads_loss_but_not_validation_losses():
     ('{"skip_batches": "ae34d7886d4ea499"}', "sagemaker_stabilizer.skip_batches"),
     ('{"skip_batches": ["batch 61"]}', "sagemaker_stabilizer.skip_batches"),
     ('{"skip_batches": ["ae34d7886d4ea499\\n"]}', "sagemaker_stabilizer.skip_batches"),
+    ('{"skip_nonfinite_batches": "yes"}', "sagemaker_stabilizer.skip_nonfinite_batches"),
+    ('{"skip_nonfinite_batches": 1}', "sagemaker_stabilizer.skip_nonfinite_batches"),
     ('{"rule": []}', "unknown keys ['rule']"),
     ("[1, 2]", "expected a JSON object"),
 ])

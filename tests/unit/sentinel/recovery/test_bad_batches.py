@@ -77,7 +77,7 @@ def test_a_corrupt_record_is_found_bad_skipped_at_every_pass_and_by_a_relaunch(t
     assert "skipped batch 61 of pass 1" in err and "skipped batch 61 of pass 2" in err
 
 
-@pytest.mark.slow  # trains the regression twice
+@pytest.mark.slow  # trains the regression three times
 def test_a_corrupt_record_a_shuffle_moves_is_passed_over_wherever_it_lands(tmp_path, monkeypatch):
     """A shuffled loader puts the NaN record in another batch each pass: the first is found bad as before;
     its non-finite values, which the batches trained after it lack, mark the data's corrupt records, and
@@ -94,6 +94,14 @@ def test_a_corrupt_record_a_shuffle_moves_is_passed_over_wherever_it_lands(tmp_p
     assert {line.rsplit("lr=", 1)[1] for line in lines if line.startswith("step=")} == {"0.01"}
     clean, _, _ = train(tmp_path / "clean", monkeypatch, "--shuffle", "1", "--steps", "300", watch=False)
     assert final(lines) < 1.5 * final(clean)
+
+    # A relaunch told so (recovering by relaunch, even) passes over it from its first pass: no finding.
+    told = {"recovery": "relaunch", "skip_nonfinite_batches": True}
+    _, err, relaunched = train(tmp_path / "relaunch", monkeypatch, "--bad_record", BAD_RECORD, "--shuffle", "1",
+                               "--steps", "300", config=told)
+    assert relaunched["findings"] == [] and "rollbacks" not in relaunched
+    skips = [line for line in err.splitlines() if "it holds non-finite values" in line]
+    assert [line.split(" of pass ")[1].split()[0] for line in skips] == ["1", "2", "3", "4"]
 
 
 def test_non_finite_values_mark_corrupt_records_only_where_the_batches_after_lack_them():

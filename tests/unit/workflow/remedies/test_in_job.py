@@ -253,12 +253,15 @@ def test_a_bad_batch_holding_a_corrupt_record_is_told_as_one_the_job_passes_over
             "failed again and the next steps trained: a corrupt record (non-finite), skipped in any batch; on "
             "unchanged at rate 0.1")  # whole: within the state's bound on a reason (TEXT_MAX_BYTES)
     assert line in told.effects.notification.body
+    # A relaunch is told the batch, as before, and to pass over any batch with non-finite values.
     config = json.loads(hyperparameters(told.state, settings)[CONFIG_HYPERPARAMETER])
-    assert config["skip_batches"] == ["ae34d7886d4ea499"]  # a relaunch is told the batch, as before
+    assert (config["skip_batches"], config["skip_nonfinite_batches"]) == (["ae34d7886d4ea499"], True)
+    assert told.state.attempts[-1].rollbacks[0].corrupt_records
     plain = {**bad, "batch": {**bad["batch"], "nonfinite": False}}
-    told = monitor.check(state, observe(describe(state, "InProgress"), findings=document([plain])),
+    told = monitor.check(launched(settings), observe(describe(state, "InProgress"), findings=document([plain])),
                          T0 + timedelta(minutes=5))
     assert "corrupt record" not in told.effects.notification.body
+    assert "skip_nonfinite_batches" not in json.loads(hyperparameters(told.state, settings)[CONFIG_HYPERPARAMETER])
 
 
 def test_an_execution_without_a_bad_batch_sends_no_skip_list_and_a_malformed_fingerprint_is_not_kept(settings):
