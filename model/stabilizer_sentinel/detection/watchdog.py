@@ -75,7 +75,10 @@ STRAGGLER_MIN_EXCESS = 0.005  # seconds: below this a "slower" rank is timer noi
 REPORT_WAIT_SECONDS = 10.0  # how long other ranks give rank 0 to record the finding before leaving
 _PREFIX = "stabilizer/watchdog"
 # Of a tick's wall time, the share of CPU time the training thread must use for the tick to count as work.
-ACTIVE_SHARE = 0.5
+# A quarter: a thread that computes on cores it shares with other busy processes gets less than half of
+# them (an evaluation with five busy processes on two cores read as a hang at 0.5 in three runs of three,
+# and as work at 0.25 in three of three); a thread that waits uses next to none.
+ACTIVE_SHARE = 0.25
 
 
 class Activity:
