@@ -311,10 +311,15 @@ def input_summary(execution_input: dict[str, Any], state_module: Any) -> tuple[s
         ]
         what = "the reference ResNet" + (f" with {' '.join(changed)}" if changed else ", every default")
         monitoring = given.monitoring or spec.monitoring()
-    rules = ", ".join(rule.name for rule in monitoring.rules) or "no rules"
+    # Whatever the list, the sentinel checks that the loss and gradients are finite, that the loss learns
+    # and that it does not run away (docs/rules.md, "The sentinel's own checks"); a list's entry under the
+    # last two names sets their thresholds.
+    named = [rule.name for rule in monitoring.rules if rule.name not in ("Diverging", "NotLearning")]
+    own = ("" if "ExplodingTensor" in named else "finite check, ") + "Diverging and NotLearning"
+    rules = f"rules {', '.join(named)} and the sentinel's own {own}" if named else f"the sentinel's own {own}"
     limits = given.limits
     watching = (
-        f"rules {rules} ({monitoring.sentinel_action} when one fires); at most {limits.max_num_retraining} "
+        f"{rules} ({monitoring.sentinel_action} when one fires); at most {limits.max_num_retraining} "
         f"relaunches, {limits.max_monitor_transitions} checks {given.wait_seconds} s apart, "
         f"{limits.max_total_training_seconds / 3600:g} h of training"
     )

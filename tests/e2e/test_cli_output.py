@@ -32,7 +32,8 @@ def check_plain_output(out: str, run_dir: Path) -> None:
     assert attempts >= 2 or in_job, "the quickstart's job diverges and is recovered in it or relaunched"
 
     assert lines[0] == f"execution {run_dir.name}: job fit.py from examples/quickstart/src; policy default", out
-    assert lines[1].startswith("rules ExplodingTensor, VanishingGradient (stop when one fires); at most ")
+    assert lines[1].startswith("rules ExplodingTensor, VanishingGradient and the sentinel's own Diverging and "
+                               "NotLearning (stop when one fires); at most ")
     assert lines[2] == f"run directory: {run_dir}"
     assert lines[3].startswith("source: examples/quickstart/src -> sourcedir.tar.gz, 1 file")
     assert [line.split("] ", 1)[1] for line in lines[4 : 4 + len(subjects)]] == subjects

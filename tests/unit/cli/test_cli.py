@@ -183,10 +183,22 @@ def test_the_header_says_what_runs_what_watches_it_and_the_limits_in_two_lines(s
     _, text = run_header(state_module, pairs=["num_epochs=1", "max_steps=20", "max_num_retraining=3"])
     assert text.splitlines() == [
         "execution run-1: the reference ResNet with num_epochs=1 max_steps=20; policy default",
-        "rules ExplodingTensor, VanishingGradient (stop when one fires); at most 3 relaunches, "
-        "1500 checks 2 s apart, 4 h of training",
+        "rules ExplodingTensor, VanishingGradient and the sentinel's own Diverging and NotLearning (stop when one "
+        "fires); at most 3 relaunches, 1500 checks 2 s apart, 4 h of training",
         "run directory: runs/run-1",
     ]
+
+
+def test_the_header_names_the_sentinels_own_checks_whatever_the_rule_list(state_module):
+    """The finite check, Diverging and NotLearning run whatever the list says (docs/rules.md); an entry
+    under the last two names sets their thresholds and adds no rule."""
+    rules = '[{"name":"VanishingGradient"},{"name":"NotLearning","parameters":{"patience":"500"}}]'
+    _, text = run_header(state_module, pairs=[f"rules={rules}"])
+    assert text.splitlines()[1].startswith(
+        "rules VanishingGradient and the sentinel's own finite check, Diverging and NotLearning (stop when one fires)")
+    _, text = run_header(state_module, pairs=["rules=[]"])
+    assert text.splitlines()[1].startswith(
+        "the sentinel's own finite check, Diverging and NotLearning (stop when one fires)")
 
 
 def test_the_header_names_a_jobs_entry_point_and_source_not_its_whole_input(state_module):
@@ -196,7 +208,8 @@ def test_the_header_names_a_jobs_entry_point_and_source_not_its_whole_input(stat
     source = example.parent.resolve()
     shown = source.relative_to(Path.cwd()) if source.is_relative_to(Path.cwd()) else source
     assert first == f"execution run-1: job train.py from {shown} through the launcher; policy default"
-    assert second.startswith("rules ExplodingTensor, VanishingGradient (stop when one fires); at most 10 relaunches")
+    assert second.startswith("rules ExplodingTensor, VanishingGradient and the sentinel's own Diverging and "
+                             "NotLearning (stop when one fires); at most 10 relaunches")
     assert "step_size" not in text and "metric_definitions" not in text
 
 
