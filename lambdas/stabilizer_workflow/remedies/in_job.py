@@ -116,7 +116,7 @@ def _recorded(entry: SentinelRollback) -> Rollback:
         transient=entry.outcome in PAST_OUTCOMES,
         bad_batch=entry.outcome == "bad_batch",
         bad_batches=_fingerprints(entry),
-        corrupt_records=entry.outcome == "bad_batch" and entry.batch is not None and entry.batch.nonfinite,
+        corrupt_records=entry.outcome in ("bad_batch", "ended") and entry.batch is not None and entry.batch.nonfinite,
         probed=[finite(probe.learning_rate) for probe in entry.probed][:MAX_PROBED],
         failed_probes=sum(1 for probe in entry.probed if probe.failed),
         seconds=entry.seconds,

@@ -38,12 +38,17 @@ That finds the batch where the relaunch makes the same batches (a seeded order);
 seed puts the bad record in another batch, which is not found by its fingerprint (by its values, below,
 where an earlier attempt found it a corrupt record: ``skip_nonfinite_batches``).
 
-A bad batch that holds non-finite values where the batches trained after it hold none (a corrupt record:
-NaN features) turns on ``skip_nonfinite``: from then on every training batch with a non-finite value in
-a floating tensor in host memory is passed over too, wherever a shuffle put the record (one read of the
-batch's values on the host, no device synchronisation; a tensor the loader already put on an
-accelerator is not read). Data whose batches hold non-finite values by design (missing values the
-network masks) never turns it on: the batches after the bad one hold them too.
+A bad batch whose non-finite values sit in a few of its records (at most half the rows of each tensor
+that holds them), where the batches trained after it hold none (a corrupt record: NaN features), turns
+on ``skip_nonfinite`` for its data: from then on each batch of that data with a non-finite value in a
+floating tensor in host memory is passed over too, wherever a shuffle put the record (the tensors a
+batch's tuples, lists and dicts hold, read through their smallest and largest values on the host, no
+device synchronisation; a tensor the loader already put on an accelerator, or one of a layout that
+cannot be read so, is not read). Data whose batches carry non-finite values by design (missing values
+the network masks, a padding mask of -inf) is told apart by the rows that hold them and by the batches
+after the bad one; where it passes for a corrupt record all the same, the skipping turns itself off
+once it would pass over more than ``NONFINITE_SHARE`` of the batches fetched since (more than
+``NONFINITE_LEAST`` of them): a corrupt record is in one batch of a pass.
 
 This module must not change a batch, or the order of the batches the loop takes, unless asked to
 replay or skip one.
@@ -68,6 +73,7 @@ KEEP = 3  # the newest steps whose batches are held
 # before it trains (a pass to measure its mean, say) holds no more than this many until its first step.
 MOST = 16
 SAMPLE = 1024  # values of each tensor a fingerprint reads, evenly strided
+NONFINITE_SHARE, NONFINITE_LEAST = 0.25, 3  # batches passed over for non-finite values before that stops
 _ITERATOR = dataloader._BaseDataLoaderIter
 _ORIGINAL = _ITERATOR.__next__
 _ACTIVE: list[weakref.ref[Batches]] = []  # the one Batches the wrapped method serves, while any is
@@ -93,6 +99,8 @@ class Batches:
     def __init__(self, skip: Iterable[str] = (), *, skip_nonfinite: bool = False) -> None:
         self.skip = set(skip)
         self.skip_nonfinite = skip_nonfinite  # pass over batches with non-finite values (``nonfinite``)
+        self.nonfinite_data: set[int] | None = None  # ... of these data alone (None: all)
+        self._nonfinite_seen = self._nonfinite_skipped = 0  # batches looked at and passed over since
         self.skipped = 0  # batches passed over
         self._since: list[Fetch] = []  # fetched since the last check (the newest ``MOST``)
         self._more = False  # ... and more than that
@@ -147,10 +155,7 @@ class Batches:
                 print(f"sentinel: skipped batch {fetch.index} of pass {fetch.epoch} over the training data: the same "
                       f"batch was found bad before", file=sys.stderr, flush=True)
                 continue
-            if self.skip_nonfinite and nonfinite(batch):
-                self.skipped += 1
-                print(f"sentinel: skipped batch {fetch.index} of pass {fetch.epoch} over the training data: it holds "
-                      f"non-finite values, as the bad batch found before did", file=sys.stderr, flush=True)
+            if self._passed_over_nonfinite(fetch):
                 continue
             if not ours or self.per_step == 0:
                 return batch
@@ -159,6 +164,31 @@ class Batches:
                 del self._since[0]
                 self._more = True
             return batch
+
+    def corrupt_records_in(self, data: Iterable[int]) -> None:
+        """Pass over the batches of ``data`` (``Fetch.dataset``) that hold non-finite values from now on."""
+        self.skip_nonfinite, self.nonfinite_data = True, set(data)
+        self._nonfinite_seen = self._nonfinite_skipped = 0
+
+    def _passed_over_nonfinite(self, fetch: Fetch) -> bool:
+        """Whether ``fetch`` is passed over for its non-finite values; the skipping stops where it would pass
+        over more than ``NONFINITE_SHARE`` of the batches (the data carries them by design)."""
+        if not self.skip_nonfinite or (self.nonfinite_data is not None and fetch.dataset not in self.nonfinite_data):
+            return False
+        self._nonfinite_seen += 1
+        if not nonfinite(fetch.batch):
+            return False
+        self._nonfinite_skipped += 1
+        if self._nonfinite_skipped > max(NONFINITE_LEAST, NONFINITE_SHARE * self._nonfinite_seen):
+            self.skip_nonfinite = False
+            print(f"sentinel: {self._nonfinite_skipped} of the {self._nonfinite_seen} batches since hold non-finite "
+                  f"values: the data carries them, not one corrupt record; no longer passed over",
+                  file=sys.stderr, flush=True)
+            return False
+        self.skipped += 1
+        print(f"sentinel: skipped batch {fetch.index} of pass {fetch.epoch} over the training data: it holds "
+              f"non-finite values, as the bad batch found before did", file=sys.stderr, flush=True)
+        return True
 
     def _source(self, iterator: Any) -> int:
         """A number for ``iterator``, its own while it lives (an id may be a dead iterator's again)."""
@@ -251,27 +281,51 @@ def describe(fetches: list[Fetch]) -> dict[str, Any]:
 def nonfinite(batch: Any) -> bool:
     """Whether a floating tensor of ``batch`` in host memory holds a NaN or an infinity (a tensor on an
     accelerator is not read: that would wait for the device)."""
-    return any(isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu" and not leaf.is_sparse
-               and (leaf.is_floating_point() or leaf.is_complex()) and not _finite(leaf.detach())
-               for leaf in _leaves(batch))
+    return any(not _finite(leaf) for leaf in _readable(batch))
+
+
+def _readable(batch: Any) -> Iterable[torch.Tensor]:
+    """The floating tensors of ``batch`` whose values can be read here: dense, in host memory."""
+    for leaf in _leaves(batch):
+        if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu" and leaf.layout == torch.strided \
+                and not leaf.is_nested and (leaf.is_floating_point() or leaf.is_complex()):
+            yield leaf.detach()
 
 
 def _finite(tensor: torch.Tensor) -> bool:
     """Whether every value is finite, read through the smallest and largest (a NaN carries into both, an
     infinity is one of them): one pass, nothing allocated; ``isfinite(...).all()`` builds a mask as large as
-    the batch (4.3 ms against 106 ms for a float batch of 256 x 3 x 224 x 224 on this machine's 2 cores)."""
-    values = torch.view_as_real(tensor) if tensor.is_complex() else tensor
-    if values.numel() == 0:
+    the batch (4.3 ms against 106 ms for a float batch of 256 x 3 x 224 x 224 on this machine's 2 cores). A
+    tensor that cannot be read so (a float8 type, a conjugate view) counts as finite: it is not passed over."""
+    try:
+        values = torch.view_as_real(tensor.resolve_conj()) if tensor.is_complex() else tensor
+        if values.numel() == 0:
+            return True
+        low, high = torch.aminmax(values)
+        return bool(torch.isfinite(low) & torch.isfinite(high))
+    except (RuntimeError, NotImplementedError, TypeError):
         return True
-    low, high = torch.aminmax(values)
-    return bool(torch.isfinite(low) & torch.isfinite(high))
 
 
 def corrupt_records(bad: list[Fetch], after: list[Fetch]) -> bool:
-    """Whether the bad batches ``bad`` hold non-finite values and the batches trained after them, ``after``
-    (at least one), hold none: the data's non-finite values are the bad batch's alone (corrupt records), not
-    what every batch carries (missing values a network masks)."""
-    return bool(after) and any(nonfinite(f.batch) for f in bad) and not any(nonfinite(f.batch) for f in after)
+    """Whether the bad batches ``bad`` hold non-finite values in a few records and the batches trained after
+    them, ``after`` (at least one), hold none: corrupt records, not what the data carries by design (missing
+    values a network masks, a padding mask of -inf, which fill many rows or recur in other batches). A few:
+    in each tensor that holds them, at most half its rows (along its first dimension)."""
+    if not after or any(nonfinite(f.batch) for f in after):
+        return False
+    rows = [_nonfinite_rows(tensor) for f in bad for tensor in _readable(f.batch)]
+    rows = [(spoiled, total) for spoiled, total in rows if spoiled]
+    return bool(rows) and all(2 * spoiled <= total for spoiled, total in rows)
+
+
+def _nonfinite_rows(tensor: torch.Tensor) -> tuple[int, int]:
+    """(rows holding a non-finite value, rows) of ``tensor`` along its first dimension; a scalar is one row."""
+    if _finite(tensor):
+        return 0, max(tensor.shape[0] if tensor.dim() else 1, 1)
+    flat = torch.view_as_real(tensor.resolve_conj()) if tensor.is_complex() else tensor
+    flat = flat.reshape(flat.shape[0], -1) if flat.dim() else flat.reshape(1, 1)
+    return int((~torch.isfinite(flat)).any(dim=1).sum()), flat.shape[0]
 
 
 def fingerprint(batch: Any) -> str | None:

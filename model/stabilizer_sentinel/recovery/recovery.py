@@ -593,7 +593,8 @@ class Recovery(RateFactor):
         decision["probe_steps"] = sum(p["steps"] for p in probed)
         if probe is not None and probe is self._replay and probe is not self._with_batch and self._reproduced \
                 and self._bad is not None and probe.steps and probe.failed is None:
-            decision["batch"] = self._bad  # failed again from the restored state; the next batches were training
+            # Failed again from the restored state; the next batches were training.
+            decision["batch"] = {**self._bad, "nonfinite": True} if self._corrupt_records(trigger) else self._bad
         self.decisions.append(decision)
         self._trigger = self._probe = None
         self._bad_fetches = []
@@ -649,6 +650,8 @@ class Recovery(RateFactor):
                 self._replays = 0
         elif probe.failed is not None:
             self._reproduced = True
+        if not self._reproduced:
+            self._bad_fetches = []  # not the batch's doing: nothing to read in it
 
     def _go_on_unchanged(self) -> None:
         """The same rate trained from the restored state: the explosion was the batch's (the script's
@@ -668,16 +671,13 @@ class Recovery(RateFactor):
         decision["outcome"] = "bad_batch" if self._reproduced else "transient"
         records = False
         if self._reproduced and self._bad is not None:
-            decision["batch"] = self._bad
             self.batches.skip.update(self._bad["fingerprints"])  # met again at a later pass: passed over
-            # Its non-finite values, where the batches trained since hold none, are corrupt records: wherever a
-            # shuffle puts them at a later pass, the batch that holds them is passed over too.
-            after = [f for f in self.batches.trained_after(trigger["finding"]["step"])
-                     if all(f.batch is not bad.batch for bad in self._bad_fetches)]
-            records = corrupt_records(self._bad_fetches, after)
+            # Its non-finite values, in a few records where the batches trained since hold none, are corrupt
+            # records: wherever a shuffle puts them at a later pass, the batch that holds them is passed over too.
+            records = self._corrupt_records(trigger)
+            decision["batch"] = {**self._bad, "nonfinite": True} if records else self._bad
             if records:
-                self.batches.skip_nonfinite = True
-                decision["batch"] = {**self._bad, "nonfinite": True}
+                self.batches.corrupt_records_in(f.dataset for f in self._bad_fetches)
         self._bad_fetches = []
         self.decisions.append(decision)
         head = (f"sentinel: rolled back {decision['steps_lost']} steps to step {decision['restored_step']}; "
@@ -695,6 +695,13 @@ class Recovery(RateFactor):
                   f"{'a one-off' if self._with_batch is not None else 'the batch or a one-off'}, going on unchanged",
                   file=sys.stderr, flush=True)
         guard.sentinel.rolled_back(decision)
+
+    def _corrupt_records(self, trigger: dict[str, Any]) -> bool:
+        """Whether the bad batch's non-finite values are corrupt records (``batches.corrupt_records``), read
+        against the batches held of the steps after the failing one (the replay's, on the next batches)."""
+        after = [f for f in self.batches.trained_after(trigger["finding"]["step"])
+                 if all(f.batch is not bad.batch for bad in self._bad_fetches)]
+        return corrupt_records(self._bad_fetches, after)
 
     def _probed(self, trigger: dict[str, Any]) -> list[dict[str, Any]]:
         before, factor_before = trigger["rate_before"], trigger["factor_before"]

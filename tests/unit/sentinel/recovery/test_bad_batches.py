@@ -127,6 +127,44 @@ def test_non_finite_values_mark_corrupt_records_only_where_the_batches_after_lac
     assert not corrupt_records([fetched(spoiled)], [fetched(clean), fetched(spoiled.clone())])
     assert not corrupt_records([fetched(clean)], [fetched(clean)])  # a bad batch of finite values
     assert not corrupt_records([fetched(spoiled)], [])  # nothing trained after it to tell by
+    # A padding mask of -inf fills most rows of every batch that has padding: not a record's.
+    mask = torch.zeros(4, 1, 6)
+    mask[:3, :, 4:] = float("-inf")
+    assert not corrupt_records([fetched(clean, mask)], [fetched(clean, torch.zeros(4, 1, 6))])
+    half = torch.randn(4, 3)
+    half[:2] = float("nan")
+    assert corrupt_records([fetched(half)], [fetched(clean)])  # two records of four
+
+
+def test_a_tensor_that_cannot_be_read_so_is_not_passed_over_and_does_not_stop_the_run():
+    """A nested tensor, a sparse CSR one, a float8 one (NaN in each): counted finite, never raising into
+    the script's step. A conjugate view is read as it resolves."""
+    nan = float("nan")
+    odd = [torch.nested.nested_tensor([torch.ones(2), torch.full((3,), nan)]),
+           torch.sparse_csr_tensor(torch.tensor([0, 1, 1]), torch.tensor([0]), torch.tensor([nan]), (2, 2)),
+           torch.full((2,), nan).to(torch.float8_e4m3fn)]
+    for tensor in odd:
+        assert not nonfinite((tensor, torch.randn(2, 2)))
+    conjugate = torch.tensor([1 + 1j, complex(nan, 0.0)], dtype=torch.complex64).conj()
+    assert conjugate.is_conj() and nonfinite(conjugate) and not nonfinite(torch.ones(2, dtype=torch.complex64).conj())
+    assert not corrupt_records(
+        [Fetch(dataset=0, batch=(odd[0],), epoch=1, index=1)], [Fetch(dataset=0, batch=(torch.ones(2),), epoch=1,
+                                                                     index=2)])
+
+
+def test_passing_over_non_finite_batches_stops_where_the_data_carries_them_and_keeps_to_its_data():
+    """A corrupt record is in one batch of a pass; data whose batches carry non-finite values by design
+    would lose many: past a quarter of the batches fetched since (and more than three), the skipping stops.
+    Only the data the bad batch came from is read."""
+    batches = Batches()
+    batches.corrupt_records_in([7])
+    clean, spoiled = (torch.ones(2),), (torch.full((2,), float("nan")),)
+    seen = [batches._passed_over_nonfinite(Fetch(dataset=7, batch=spoiled if i % 10 == 0 else clean, epoch=1,
+                                                 index=i + 1)) for i in range(40)]
+    assert sum(seen) == 4 and batches.skip_nonfinite  # one in ten: a record, passed over each time
+    assert not batches._passed_over_nonfinite(Fetch(dataset=8, batch=spoiled, epoch=1, index=1))  # other data
+    often = [batches._passed_over_nonfinite(Fetch(dataset=7, batch=spoiled, epoch=2, index=i + 1)) for i in range(12)]
+    assert not batches.skip_nonfinite and not often[-1]  # half and more: the data's own, no longer passed over
 
 
 @pytest.mark.slow  # the job's own process
@@ -196,6 +234,7 @@ def test_a_run_that_ends_during_the_replay_after_its_batch_failed_again_names_th
     assert (decision["step"], decision["outcome"]) == (60, "ended")
     batch = decision["batch"]
     assert batch["index"] == 61 and len(batch["fingerprints"]) == 1 and len(batch["fingerprints"][0]) == 16
+    assert batch["nonfinite"] is True  # its NaN record, which the two batches trained after it lack
     assert [(p["steps"], p["failed"] is None) for p in decision["probed"]] == [(1, False), (2, True)]
     (finding,) = document["findings"]
     assert finding["step"] == 60 and "the finding stands" in err

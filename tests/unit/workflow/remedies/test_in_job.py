@@ -262,6 +262,12 @@ def test_a_bad_batch_holding_a_corrupt_record_is_told_as_one_the_job_passes_over
                          T0 + timedelta(minutes=5))
     assert "corrupt record" not in told.effects.notification.body
     assert "skip_nonfinite_batches" not in json.loads(hyperparameters(told.state, settings)[CONFIG_HYPERPARAMETER])
+    # The loop ended during the replay after the batch failed again: the relaunch is told as well.
+    ended = {**bad, "outcome": "ended", "factor": None}
+    told = monitor.check(launched(settings), observe(describe(state, "InProgress"), findings=document([ended])),
+                         T0 + timedelta(minutes=5))
+    config = json.loads(hyperparameters(told.state, settings)[CONFIG_HYPERPARAMETER])
+    assert config.get("skip_nonfinite_batches") is True
 
 
 def test_an_execution_without_a_bad_batch_sends_no_skip_list_and_a_malformed_fingerprint_is_not_kept(settings):
