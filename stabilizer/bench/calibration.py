@@ -32,7 +32,9 @@ they ended in follows, for a target finer than a healthy run's own spread cannot
 `--length K` every run trains K times as long (the hyperparameter its manifest names as `length`, healthy
 and failing runs alike, so each is still read against a healthy run of its own length): a rollback's lost
 and probed steps are a fixed cost, a large part of these short runs and a small one of a long run, and
-the recovered quality at K > 1 tells that cost apart from the rate the job went on at. The manifests'
+the recovered quality at K > 1 tells that cost apart from the rate the job went on at. Only that
+hyperparameter grows: a warm-up's steps do not (`late_divergence` warms up for 200 of 240 steps, and of
+960 at K = 4, so its divergence comes at the same step, early in the longer run). The manifests'
 expected outcomes were written for their own length. Figures are
 measured; `tests/e2e/test_corpus_slice.py` runs a few runs through this code and asserts each against
 its manifest.
