@@ -873,4 +873,7 @@ def _number(value: float | None) -> float | None:
 
 
 def _times(rate: float | None, factor: float) -> float | None:
-    return None if rate is None else _number(rate * factor)
+    """``rate`` times ``factor`` as the decision reports it: to 12 significant digits, so that 1.6 x 0.1 reads
+    0.16, not 0.16000000000000003 (the rate the optimizer runs at is the product itself)."""
+    product = None if rate is None else _number(rate * factor)
+    return None if product is None else float(f"{product:.12g}")

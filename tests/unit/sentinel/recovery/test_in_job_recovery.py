@@ -67,6 +67,8 @@ def test_an_explosion_is_rolled_back_and_trained_on_at_a_probed_rate_inside_the_
     probed = first["probed"]
     assert len(probed) >= 4 and max(p["learning_rate"] for p in probed) / min(p["learning_rate"] for p in probed) >= 10
     assert first["learning_rate_after"] in [p["learning_rate"] for p in probed if p["failed"] is None]
+    # The rates as a person reads them (0.5 x 1/3 is 0.166666666667, not 0.16666666666666666).
+    assert all(p["learning_rate"] == float(f"{p['learning_rate']:.12g}") for p in probed)
     summary = document["summary"]
     assert summary["ended"] == "completed" and summary["learned"] is True
 
