@@ -155,7 +155,7 @@ class Batches:
                 print(f"sentinel: skipped batch {fetch.index} of pass {fetch.epoch} over the training data: the same "
                       f"batch was found bad before", file=sys.stderr, flush=True)
                 continue
-            if self._passed_over_nonfinite(fetch):
+            if self.skip_nonfinite and self._passed_over_nonfinite(fetch):
                 continue
             if not ours or self.per_step == 0:
                 return batch
@@ -299,7 +299,7 @@ def _finite(tensor: torch.Tensor) -> bool:
     conjugate view is read as it resolves; a tensor that cannot be read so (a float8 type) counts as finite:
     it is not passed over."""
     try:
-        values = torch.view_as_real(tensor.resolve_conj()) if tensor.is_complex() else tensor
+        values = _real(tensor)
         if values.numel() == 0:
             return True
         low, high = torch.aminmax(values)
@@ -324,9 +324,14 @@ def _nonfinite_rows(tensor: torch.Tensor) -> tuple[int, int]:
     """(rows holding a non-finite value, rows) of ``tensor`` along its first dimension; a scalar is one row."""
     if _finite(tensor):
         return 0, max(tensor.shape[0] if tensor.dim() else 1, 1)
-    flat = torch.view_as_real(tensor.resolve_conj()) if tensor.is_complex() else tensor
+    flat = _real(tensor)
     flat = flat.reshape(flat.shape[0], -1) if flat.dim() else flat.reshape(1, 1)
     return int((~torch.isfinite(flat)).any(dim=1).sum()), flat.shape[0]
+
+
+def _real(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s values as real numbers: a complex one's parts side by side (a conjugate view resolved)."""
+    return torch.view_as_real(tensor.resolve_conj()) if tensor.is_complex() else tensor
 
 
 def fingerprint(batch: Any) -> str | None:

@@ -288,13 +288,19 @@ def test_the_final_evaluation_is_the_last_loss_the_script_printed_for_its_final_
     assert bench_corpus.final_evaluation("final_eval 1\n", "") is None
 
 
-def test_a_manifest_final_regex_needs_one_group(tmp_path: Path):
+@pytest.mark.parametrize("key,bads,refusal", [
+    ("final_regex", ("final_eval \\S+", "final_eval (\\S+", 3),
+     "final_regex: expected a regular expression with one group"),
+    ("length", ("lr", "epochs", 3), "length: expected the name of a whole-number hyperparameter"),
+])
+def test_a_manifest_final_regex_needs_one_group_and_its_length_a_whole_number_hyperparameter(tmp_path: Path, key,
+                                                                                              bads, refusal):
     kind = tmp_path / "kind"
     shutil.copytree(CORPUS_DIR / "rnn_lm", kind)
     manifest = json.loads((kind / "manifest.json").read_text())
-    for bad in ("final_eval \\S+", "final_eval (\\S+", 3):
-        (kind / "manifest.json").write_text(json.dumps({**manifest, "final_regex": bad}))
-        with pytest.raises(ManifestError, match="final_regex: expected a regular expression with one group"):
+    for bad in bads:
+        (kind / "manifest.json").write_text(json.dumps({**manifest, key: bad}))
+        with pytest.raises(ManifestError, match=refusal):
             load_kind(kind)
 
 
@@ -333,16 +339,6 @@ def test_every_kind_names_the_hyperparameter_that_sets_its_length_and_runs_stret
     unnamed = [dataclasses.replace(runs[0], length="")]
     with pytest.raises(ValueError, match="--length: the manifest of finetune_checkpoint names no length"):
         bench_corpus.stretched(unnamed, 2)
-
-
-def test_a_manifest_length_names_a_whole_number_hyperparameter(tmp_path: Path):
-    kind = tmp_path / "kind"
-    shutil.copytree(CORPUS_DIR / "rnn_lm", kind)
-    manifest = json.loads((kind / "manifest.json").read_text())
-    for bad in ("lr", "epochs", 3):
-        (kind / "manifest.json").write_text(json.dumps({**manifest, "length": bad}))
-        with pytest.raises(ManifestError, match="length: expected the name of a whole-number hyperparameter"):
-            load_kind(kind)
 
 
 def test_the_recovered_quality_by_final_evaluation_is_read_against_the_median_of_the_healthy_seeds():
