@@ -109,6 +109,10 @@ def pytest_configure(config: pytest.Config) -> None:
         import torch
 
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    # matplotlib lists the system's fonts the first time a process loads its font manager, with `fc-list`
+    # where it finds none cached (~/.cache/matplotlib): a process, refused inside a test that is not `slow`.
+    # Loaded here, before any test, a fresh machine's first report plot does not depend on the test order.
+    import matplotlib.font_manager  # noqa: F401
 
 
 _parse_model_file = functools.cache(loaders.JSONFileLoader().load_file)

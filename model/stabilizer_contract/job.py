@@ -39,3 +39,7 @@ FINGERPRINT_PATTERN = r"^[0-9a-f]{16}$"
 # A rollback's outcomes in findings.json (docs/contracts.md, section 2) where the same rate trained past a
 # sudden explosion (a one-off, or a bad batch skipped): the rate was not at fault.
 PAST_OUTCOMES = ("transient", "bad_batch")
+
+# The in-job decisions one job makes at most (stabilizer_sentinel.recovery.recovery): rollbacks that change
+# the rate (a stop when no lower rate trained among them), and explosions the same rate trained past.
+IN_JOB_ROLLBACKS, IN_JOB_TRANSIENTS = 3, 5

@@ -69,14 +69,21 @@ def _finding(recorded: dict[str, Any] | None, observed: AttemptRecord | None) ->
 def _in_job(recorded: dict[str, Any], observed: AttemptRecord | None) -> str:
     """``2 rollbacks, on at LR 0.0167`` (``1 rollback (1 bad batch skipped), on at LR 0.01``): what the job
     decided itself, as the state or its findings.json say."""
-    rollbacks = recorded.get("rollbacks")
-    if not rollbacks and observed is not None:
-        written = (observed.findings or {}).get("rollbacks", [])
+    rollbacks = recorded.get("rollbacks") or []
+    let_go = recorded.get("rollbacks_let_go") or 0  # the oldest, let go to keep the state small
+    written = (observed.findings or {}).get("rollbacks", []) if observed is not None else []
+    if written and (not rollbacks or let_go):  # the job's own list has every one
         rollbacks = [{"rate_after": r.get("learning_rate_after"), "bad_batch": r.get("outcome") == "bad_batch"}
                      for r in written]
-    if not rollbacks:
+        let_go = 0
+    if not rollbacks and not let_go:
         return "-"
-    count = f"{len(rollbacks)} rollback{'s' if len(rollbacks) > 1 else ''}"
+    total = len(rollbacks) + let_go
+    count = f"{total} rollback{'s' if total > 1 else ''}"
+    if let_go:
+        count += f" ({let_go} no longer in the state)"
+    if not rollbacks:
+        return count
     bad = sum(1 for r in rollbacks  # a state recorded before Rollback.bad_batch: its fingerprints
               if (r["bad_batch"] if "bad_batch" in r else bool(r.get("bad_batches"))))
     if bad:

@@ -25,11 +25,17 @@ from stabilizer_workflow.execution.service_limits import (
     LAUNCH_SECONDS,
 )
 from stabilizer_workflow.execution.state import (
+    MAX_BAD_BATCHES,
     MAX_NOTIFY,
+    MAX_PROBED,
+    MAX_ROLLBACKS,
+    MAX_SKIPPED,
     MAX_STRAGGLERS,
     Attempt,
     Decision,
     Finding,
+    InJob,
+    Rollback,
     Straggler,
     Watched,
     WorkflowState,
@@ -111,8 +117,9 @@ def most_attempts(state: WorkflowState) -> int:
 def largest_state(state: WorkflowState) -> WorkflowState:
     """`state` as it could be at its end: the most attempts its limits allow, each with this run's
     recipe and every field that comes from outside as long as the state keeps it (the finding with
-    its endpoints, the summary the job left, the stragglers it reported). Test: an attempt the
-    monitor records from the longest outside text is no larger (tests/unit/workflow/execution/test_state_size.py)."""
+    its endpoints, the summary the job left, the stragglers it reported, the newest in-job decisions the
+    execution keeps). Test: an attempt the monitor records from the longest outside text is no larger
+    (tests/unit/workflow/execution/test_state_size.py)."""
     long = "x" * STATE_PAYLOAD_LIMIT_BYTES  # cut to each field's bound as it enters
     big, tiny = 2**31, 1e-300
     spec = dict(state.run_spec)
@@ -127,19 +134,28 @@ def largest_state(state: WorkflowState) -> WorkflowState:
                       first_loss=tiny, last_loss=long, best_loss=tiny, learned=False, best_evaluation=(big, tiny),
                       started_from=long, restores=False, exception=long)
     stragglers = [Straggler(rank=big, host=long, step=big, factor=tiny)] * MAX_STRAGGLERS
+    # The execution keeps its newest MAX_ROLLBACKS in-job decisions, at most one job's: on the last attempt here.
+    wide = -2.2250738585072014e-308  # a float as long as JSON writes one
+    rollback = Rollback(rule=long, step=big, restored_step=big, steps_lost=big, probe_steps=big, rate_before=wide,
+                        rate_after=wide, factor=wide, transient=True, bad_batch=True,
+                        bad_batches=["f" * 16] * MAX_BAD_BATCHES, corrupt_records=True, probed=[wide] * MAX_PROBED,
+                        failed_probes=big, seconds=wide, reason=long)
+    last = most_attempts(state)
     attempts = [
         Attempt(number=n, job_name=f"{'p' * 31}-{state.execution.short_id}-{n}", run_spec=spec,
                 checkpoint_s3_uri=f"s3://{'b' * 63}/executions/{state.execution.name}/attempt-{n}/checkpoints",
                 resumed_from=decision.resume_from, started_at=now, ended_at=now, status="Stopped",
                 secondary_status=long, failure_reason=long, finding=finding, steps=big, seconds=big,
-                billable_seconds=big, interruptions=big, watched=watched, decision=decision, stragglers=stragglers)
-        for n in range(1, most_attempts(state) + 1)
+                billable_seconds=big, interruptions=big, watched=watched, decision=decision, stragglers=stragglers,
+                rollbacks=[rollback] * MAX_ROLLBACKS if n == last else [], rollbacks_let_go=big)
+        for n in range(1, last + 1)
     ]
     history = state.history.model_copy(update={"latest_job_name": attempts[-1].job_name})
+    in_job = InJob(skip_batches=[f"{n:016x}" for n in range(MAX_SKIPPED)], corrupt_records=True, exploded=True)
     return WorkflowState.model_validate({
         **state.model_dump(), "attempts": [a.model_dump() for a in attempts], "reason": long, "rule_status": long,
         "resume_from": decision.resume_from, "outcome": "failed", "next_action": "end",
-        "history": history.model_dump(),
+        "history": history.model_dump(), "in_job": in_job.model_dump(),
     })
 
 

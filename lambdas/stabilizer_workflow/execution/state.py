@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from stabilizer_contract.job import FINGERPRINT_PATTERN
+from stabilizer_contract.job import FINGERPRINT_PATTERN, IN_JOB_ROLLBACKS, IN_JOB_TRANSIENTS
 from stabilizer_workflow.errors import StateCorrupted
 from stabilizer_workflow.execution.execution_input import Limits, Monitoring, PolicyName, format_validation_error
 from stabilizer_workflow.execution.job import HyperparameterValue, Job
@@ -63,9 +63,18 @@ NAME_MAX_BYTES, VALUE_MAX_BYTES, TEXT_MAX_BYTES = 128, 40, 240
 # The stragglers one attempt records (the state stays small; the job's stragglers.json has them all),
 # and the Debugger endpoints one finding names.
 MAX_STRAGGLERS, MAX_NOTIFY = 16, 5
-MAX_ROLLBACKS, MAX_PROBED = 16, 12
+# The in-job decisions one job writes at most, so the most an attempt records. The execution keeps the newest
+# this many in all (Attempt.rollbacks): the oldest of earlier attempts are let go first (Attempt.rollbacks_let_go
+# counts them; findings.json has them all), and what later jobs and the policy read of them is kept in InJob.
+# Each attempt keeping its own would grow the state by up to 9 KiB an attempt: past Step Functions' 256 KiB with
+# the default limits (stabilizer_workflow.execution.execution_bounds.largest_state).
+MAX_ROLLBACKS = IN_JOB_ROLLBACKS + IN_JOB_TRANSIENTS
+MAX_PROBED = 12  # the rates one rollback probed: two replays and two rounds of four
 # A bad batch's fingerprints one rollback records (a step with accumulation takes several batches).
 MAX_BAD_BATCHES = 4
+# The bad batches a relaunch is told to skip, newest last: a few hundred characters of the configuration
+# hyperparameter's 2,500 (stabilizer_workflow.launch.requests.sentinel_configuration).
+MAX_SKIPPED = 16
 Fingerprint = Annotated[str, Field(pattern=FINGERPRINT_PATTERN)]  # stabilizer_sentinel.recovery.batches.fingerprint
 ExternalName = Annotated[str, _clipped(NAME_MAX_BYTES)]  # a rule, tensor or status name
 ExternalValue = Annotated[str, _clipped(VALUE_MAX_BYTES)]  # a tensor's value as text
@@ -218,6 +227,21 @@ class Rollback(BaseModel):
     reason: ExternalText
 
 
+class InJob(BaseModel):
+    """What the execution's in-job decisions leave for its later jobs and the policy, from every rollback
+    recorded, kept when the rollbacks' own records are let go (MAX_ROLLBACKS)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # The bad batches found (each once, oldest first): the next job passes over them (``skip_batches``).
+    skip_batches: list[Fingerprint] = Field(default_factory=list, max_length=MAX_SKIPPED)
+    # A bad batch held corrupt records: the next job passes over any batch with non-finite values.
+    corrupt_records: bool = False
+    # A job answered an explosion of its rate (not a batch's or a one-off): a later sign of too small a step
+    # is not answered by raising the rate again.
+    exploded: bool = False
+
+
 class Attempt(BaseModel):
     """One training job of the execution."""
 
@@ -246,8 +270,10 @@ class Attempt(BaseModel):
     decision: Decision | None = None
     # Ranks reported slower than the others during this attempt, each once (at most MAX_STRAGGLERS).
     stragglers: list[Straggler] = Field(default_factory=list, max_length=MAX_STRAGGLERS)
-    # In-job rollbacks of this attempt, in order (at most MAX_ROLLBACKS; findings.json has them all).
+    # In-job rollbacks of this attempt, in order (at most MAX_ROLLBACKS in the execution; findings.json has
+    # them all), and how many of its oldest were let go to keep the state small.
     rollbacks: list[Rollback] = Field(default_factory=list, max_length=MAX_ROLLBACKS)
+    rollbacks_let_go: int = Field(0, ge=0)
 
 
 class WorkflowState(BaseModel):
@@ -272,6 +298,7 @@ class WorkflowState(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     history: History = Field(default_factory=History)
     attempts: list[Attempt] = Field(default_factory=list)
+    in_job: InJob = Field(default_factory=InJob)
     outcome: Outcome | None = None
     reason: ExecutionReason | None = None
 

@@ -287,7 +287,7 @@ def check(state: WorkflowState, obs: Observation, now: datetime) -> CheckResult:
     s.history.num_monitor_transitions += 1
     _record(attempt, obs, now)
     stragglers = hangs.new_stragglers(attempt, obs)
-    rollbacks = in_job.new_rollbacks(attempt, obs)  # the job's own decisions since the last look
+    rollbacks = in_job.new_rollbacks(s, obs)  # the job's own decisions since the last look
     result = _decide(s, attempt, obs, now)
     if not stragglers and not rollbacks:
         return result

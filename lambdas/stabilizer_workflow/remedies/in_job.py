@@ -22,6 +22,7 @@ from stabilizer_workflow.execution.state import (
     MAX_BAD_BATCHES,
     MAX_PROBED,
     MAX_ROLLBACKS,
+    MAX_SKIPPED,
     Attempt,
     Rollback,
     WorkflowState,
@@ -29,9 +30,6 @@ from stabilizer_workflow.execution.state import (
 from stabilizer_workflow.remedies.ladders import ARCHITECTURE_ROLES, EXPLOSIONS, remedies
 
 PHASES = ("warmup", "main", None)
-# The bad batches a relaunch is told to skip, newest first: a few hundred characters of the configuration
-# hyperparameter's 2,500 (stabilizer_workflow.launch.requests.sentinel_configuration).
-MAX_SKIPPED = 16
 _FINGERPRINT = re.compile(FINGERPRINT_PATTERN)
 
 
@@ -92,15 +90,38 @@ def describe(rollback: SentinelRollback) -> str:
     return f"{head}, on at rate {_rate(after)} from {_rate(before)}, chosen from {probes}{seconds}"
 
 
-def new_rollbacks(attempt: Attempt, obs: Observation) -> list[Rollback]:
-    """The rollbacks findings.json lists that the attempt has not recorded yet; recorded now."""
-    if obs.findings is None:
+def new_rollbacks(state: WorkflowState, obs: Observation) -> list[Rollback]:
+    """The rollbacks findings.json lists that the current attempt has not recorded yet; recorded now (at most
+    ``MAX_ROLLBACKS``, what one job writes), what later jobs and the policy read of them kept in ``state.in_job``,
+    and the oldest records of earlier attempts let go where the execution would hold more than ``MAX_ROLLBACKS``."""
+    attempt = state.current
+    if obs.findings is None or attempt is None:
         return []
     written = obs.findings.rollbacks
-    known = len(attempt.rollbacks)
+    known = len(attempt.rollbacks) + attempt.rollbacks_let_go
     new = [_recorded(entry) for entry in written[known:MAX_ROLLBACKS]]
     attempt.rollbacks.extend(new)
+    ledger = state.in_job
+    for rollback in new:
+        skip = [f for f in ledger.skip_batches if f not in rollback.bad_batches] + rollback.bad_batches
+        ledger.skip_batches = skip[-MAX_SKIPPED:]
+        ledger.corrupt_records = ledger.corrupt_records or rollback.corrupt_records
+        ledger.exploded = ledger.exploded or (rollback.rule in EXPLOSIONS and not rollback.transient)
+    _let_go(state)
     return new
+
+
+def _let_go(state: WorkflowState) -> None:
+    """The oldest rollback records of earlier attempts go, counted on each, until the execution holds
+    ``MAX_ROLLBACKS``: the current attempt's are all kept (one job writes no more)."""
+    excess = sum(len(attempt.rollbacks) for attempt in state.attempts) - MAX_ROLLBACKS
+    for attempt in state.attempts[:-1]:
+        if excess <= 0:
+            return
+        gone = min(excess, len(attempt.rollbacks))
+        attempt.rollbacks = attempt.rollbacks[gone:]
+        attempt.rollbacks_let_go += gone
+        excess -= gone
 
 
 def _recorded(entry: SentinelRollback) -> Rollback:
@@ -133,7 +154,8 @@ def _fingerprints(entry: SentinelRollback) -> list[str]:
 def batches_to_skip(state: WorkflowState) -> list[str]:
     """The bad batches the execution's jobs found (each once, the newest ``MAX_SKIPPED``): the next job
     passes over them (the configuration's ``skip_batches``)."""
-    found = [f for attempt in state.attempts for rollback in attempt.rollbacks for f in rollback.bad_batches]
+    found = [*state.in_job.skip_batches,  # and the records of a state kept before InJob
+             *(f for attempt in state.attempts for rollback in attempt.rollbacks for f in rollback.bad_batches)]
     return list(dict.fromkeys(found))[-MAX_SKIPPED:]
 
 
@@ -141,7 +163,8 @@ def corrupt_records_found(state: WorkflowState) -> bool:
     """Whether a job of the execution found a bad batch that held corrupt records (non-finite values the
     batches after it lacked): the next job passes over every batch with non-finite values (the
     configuration's ``skip_nonfinite_batches``), wherever its shuffle puts them."""
-    return any(rollback.corrupt_records for attempt in state.attempts for rollback in attempt.rollbacks)
+    return state.in_job.corrupt_records or any(rollback.corrupt_records for attempt in state.attempts
+                                               for rollback in attempt.rollbacks)
 
 
 def factor_in_force(attempt: Attempt) -> float:
@@ -169,7 +192,7 @@ def recipe_in_force(state: WorkflowState, attempt: Attempt) -> dict[str, Any]:
 
 def summary_line(attempt: Attempt) -> str | None:
     """What the attempt's in-job recovery did, for the end's reason; None without any rollback."""
-    if not attempt.rollbacks:
+    if not attempt.rollbacks and not attempt.rollbacks_let_go:
         return None
     recovered = [r for r in attempt.rollbacks if r.factor is not None and not r.transient]
     passed = sum(1 for r in attempt.rollbacks if r.transient and not r.bad_batch)
@@ -182,4 +205,7 @@ def summary_line(attempt: Attempt) -> str | None:
         said += f"; {passed} sudden explosion{'s' if passed != 1 else ''} the same rate trained past"
     if bad:
         said += f"; {bad} bad batch{'es' if bad != 1 else ''} skipped"
-    return f"{said}; {lost} steps rolled back or probed"
+    gone = attempt.rollbacks_let_go
+    let_go = (f" ({gone} earlier decision{'s' if gone != 1 else ''} of this job no longer kept in the state, "
+              "which keeps the execution's newest: its findings.json has them)" if gone else "")
+    return f"{said}; {lost} steps rolled back or probed{let_go}"

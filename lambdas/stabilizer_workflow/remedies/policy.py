@@ -248,8 +248,8 @@ def plan_default(state: WorkflowState, finding: Finding, checkpoints: Mapping[in
     # a step (tiny gradients under Adam, dead units after the explosion) is not answered by going back up.
     exploded_before = any(
         a.finding is not None and a.finding.rule in EXPLOSIONS for a in state.attempts if a is not attempt
-    ) or any(rollback.rule in EXPLOSIONS and not rollback.transient  # answered in a job (a corrupt batch: not the rate)
-             for a in state.attempts for rollback in a.rollbacks)
+    ) or state.in_job.exploded or any(  # answered in a job (a corrupt batch: not the rate)
+        rollback.rule in EXPLOSIONS and not rollback.transient for a in state.attempts for rollback in a.rollbacks)
     # The table's row for this finding and phase (its after-explosion row where there is one).
     ladder = remedies(finding.rule, finding.phase, exploded_before=exploded_before)
     if ladder is None:

@@ -74,6 +74,7 @@ from typing import Any
 import torch
 
 from stabilizer_contract.catalogue import DIVERGING
+from stabilizer_contract.job import IN_JOB_ROLLBACKS, IN_JOB_TRANSIENTS
 from stabilizer_contract.job import PAST_OUTCOMES as PAST  # an explosion the same rate trained past
 from stabilizer_sentinel.recovery.batches import corrupt_records, describe
 
@@ -83,8 +84,8 @@ FACTORS = (1 / 3, 1 / 10, 1 / 30, 1 / 100)  # one round of candidates, relative 
 ROUND_STEP = 1 / 100  # each further round is this much lower again
 ROUNDS = 2
 PROBE_STEPS = 5
-MAX_ROLLBACKS = 3
-MAX_TRANSIENTS = 5  # explosions the same rate trained past (corrupt batches, one-offs), per job
+MAX_ROLLBACKS = IN_JOB_ROLLBACKS  # per job: the workflow's state has room for these and the transients
+MAX_TRANSIENTS = IN_JOB_TRANSIENTS  # explosions the same rate trained past (corrupt batches, one-offs), per job
 # An explosion this many steps or fewer after one the same rate trained past is the rate's: no replay.
 TRANSIENT_REACH = 20
 NOISE_ERRORS = 2.0  # scores closer than this many standard errors are the same to the probe

@@ -5,12 +5,23 @@ quota is refused at ValidateInput, naming the field."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 
 from stabilizer_workflow.errors import InvalidInput
+from stabilizer_workflow.evidence.sentinel_files import FindingsDocument
 from stabilizer_workflow.execution import execution_bounds
-from stabilizer_workflow.execution.state import Attempt, Decision, Finding, WorkflowState, dump_state, load_state
+from stabilizer_workflow.execution.state import (
+    MAX_PROBED,
+    MAX_ROLLBACKS,
+    Attempt,
+    Decision,
+    Finding,
+    WorkflowState,
+    dump_state,
+    load_state,
+)
 from tests.unit.workflow.conftest import T0, new_state
 
 QUOTA = 256 * 1024
@@ -60,10 +71,25 @@ def test_an_input_whose_state_could_outgrow_the_quota_is_refused_naming_the_fiel
         new_state(settings, {"limits": {"max_num_retraining": 100, "max_infrastructure_retries": 10}})
 
 
+def _worst_rollbacks(count: int) -> list:
+    """findings.json's rollbacks at their longest: every text far over its bound, every rate as long as a
+    float's text, more probes than one records, bad batches with more fingerprints than one keeps."""
+    from stabilizer_workflow.evidence.sentinel_files import SentinelRollback
+
+    wide = -2.2250738585072014e-308
+    return [SentinelRollback.model_validate({
+        "rule": HUGE, "step": 2**31, "message": HUGE, "restored_step": 2**31, "steps_lost": 2**31,
+        "probe_steps": 2**31, "learning_rate_before": wide, "learning_rate_after": wide, "factor": wide,
+        "probed": [{"factor": wide, "learning_rate": wide, "steps": 2**31, "score": wide, "failed": HUGE}] * 40,
+        "outcome": "bad_batch", "seconds": wide, "resumed_at_step": 2**31,
+        "batch": {"epoch": 2**31, "index": 2**31, "batches": 2**31, "fingerprints": [f"{i:016x}" for i in range(40)],
+                  "nonfinite": True}}) for _ in range(count)]
+
+
 def _worst_recorded_attempt(settings):
     """The attempt the monitor itself records when everything from outside is at its longest: a
-    failure reason, statuses, a finding with five endpoints, a summary (`watched`) and more stragglers
-    than an attempt keeps, every text far over its bound."""
+    failure reason, statuses, a finding with five endpoints, a summary (`watched`), more stragglers
+    and in-job rollbacks than an attempt keeps, every text far over its bound."""
     from stabilizer_workflow.evidence.observation import observe
     from stabilizer_workflow.evidence.sentinel_files import StragglerReport, Summary
     from stabilizer_workflow.monitoring import monitor
@@ -78,6 +104,7 @@ def _worst_recorded_attempt(settings):
                                steps_observed=2**31, steps_skipped=2**31, first_loss=1e300, last_loss=HUGE,
                                best_loss=1e300, learned=False, started_from=HUGE, restores=True,
                                evaluations=[(2**31, 1e-300)])
+    findings.rollbacks = _worst_rollbacks(40)
     stragglers = [StragglerReport(rank=2**31 - i, host=f"{i}{HUGE}", step=2**31, factor=1e300) for i in range(40)]
     description = describe(state, "Failed", failure_reason=HUGE, secondary=HUGE)
     result = monitor.check(state, observe(description, findings=findings, stragglers=stragglers), T0)
@@ -89,10 +116,53 @@ def test_the_largest_state_counts_every_field_an_attempt_records(settings):
     longest outside text is larger than an attempt of `largest_state`."""
     recorded = _worst_recorded_attempt(settings)
     assert recorded.watched is not None and len(recorded.stragglers) == 16 and len(recorded.finding.notify) == 5
+    assert len(recorded.rollbacks) == MAX_ROLLBACKS and len(recorded.rollbacks[0].probed) == MAX_PROBED
     largest = execution_bounds.largest_state(new_state(settings))
-    size = len(json.dumps(recorded.model_dump(mode="json"), ensure_ascii=False).encode())
-    assert size <= min(len(json.dumps(a.model_dump(mode="json"), ensure_ascii=False).encode())
-                       for a in largest.attempts)
+    *earlier, last = largest.attempts
+    assert len(last.rollbacks) == MAX_ROLLBACKS and not any(a.rollbacks for a in earlier)
+
+    def size(model) -> int:
+        return len(json.dumps(model.model_dump(mode="json"), ensure_ascii=False).encode())
+
+    # An attempt as recorded, with the execution's rollbacks; and as it is once a later one let them go.
+    assert size(recorded) <= size(last)
+    let_go = recorded.model_copy(update={"rollbacks": [], "rollbacks_let_go": len(recorded.rollbacks)})
+    assert size(let_go) <= min(size(a) for a in earlier)
+    assert all(size(r) <= size(last.rollbacks[0]) for r in recorded.rollbacks)
+
+
+def test_an_execution_keeps_its_newest_rollbacks_and_what_later_jobs_need_of_every_one(settings):
+    """Jobs that each roll back as often as one job can: the state records the newest ``MAX_ROLLBACKS``
+    (every one of the current attempt), counts the ones let go on their attempts, and keeps every bad batch,
+    the corrupt record and the explosion for the next job and the policy; its size stays within the bound
+    ValidateInput checked."""
+    from stabilizer_workflow.evidence.observation import observe
+    from stabilizer_workflow.launch import attempts as launching
+    from stabilizer_workflow.monitoring import monitor
+    from stabilizer_workflow.remedies import in_job
+    from tests.unit.workflow.conftest import describe, launched
+
+    state = launched(settings)
+    fingerprints = []
+    for job in range(3):
+        rollbacks = _worst_rollbacks(MAX_ROLLBACKS + 2)
+        for n, rollback in enumerate(rollbacks):
+            rollback.step, rollback.rule = n, "ExplodingTensor"
+            rollback.batch.fingerprints = [f"{job:08x}{n:08x}"]
+            rollback.batch.nonfinite = job == 0 and n == 0
+            rollback.outcome = "bad_batch" if n < 4 else "recovered"
+        fingerprints += [f"{job:08x}{n:08x}" for n in range(4)]
+        running = monitor.check(state, observe(describe(state, "InProgress"),
+                                               findings=FindingsDocument(version=2, rollbacks=rollbacks)), T0)
+        state = running.state
+        assert [r.step for r in state.current.rollbacks] == list(range(MAX_ROLLBACKS))
+        assert sum(len(a.rollbacks) for a in state.attempts) == MAX_ROLLBACKS
+        assert [a.rollbacks_let_go for a in state.attempts] == [MAX_ROLLBACKS] * job + [0]
+        assert in_job.batches_to_skip(state) == fingerprints and in_job.corrupt_records_found(state)
+        assert state.in_job.exploded
+        assert _bytes(state) <= execution_bounds.STATE_BUDGET_BYTES
+        state = launching.launch(state.model_copy(update={"next_action": "launch_new"}), settings,
+                                 T0 + timedelta(minutes=job + 1)).state
 
 
 def test_the_failure_notification_of_the_largest_accepted_state_fits_sns(settings):
