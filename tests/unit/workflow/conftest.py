@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from stabilizer_workflow.evidence.observation import Observation, observe
-from stabilizer_workflow.evidence.sentinel_files import FindingsDocument
+from stabilizer_workflow.evidence.sentinel_files import FindingsDocument, Probed, SentinelRollback
 from stabilizer_workflow.execution.state import WorkflowState
 from stabilizer_workflow.launch import attempts as launching
 from stabilizer_workflow.monitoring import monitor
@@ -176,8 +176,10 @@ def watched_findings(
     )
 
 
-def state_with_exploded_attempts(settings: TrainSettings, count: int) -> WorkflowState:
-    """A state whose every attempt exploded, so each records a finding and a decision.
+def state_with_exploded_attempts(settings: TrainSettings, count: int, rollbacks: int = 0) -> WorkflowState:
+    """A state whose every attempt exploded, so each records a finding and a decision (and, with
+    `rollbacks`, that many in-job rollbacks before it, each as the sentinel writes one after probing
+    four rates).
 
     Once the ladder is used up the execution is reopened with a fresh seed: what is under test is
     the payload's size, not the policy.
@@ -195,7 +197,13 @@ def state_with_exploded_attempts(settings: TrainSettings, count: int) -> Workflo
         now += timedelta(minutes=5)
         seen = observe(
             describe(state, "Failed", failure_reason="AlgorithmError: RuleStop: ExplodingTensor"),
-            findings=sentinel_findings(step=number + 2),
+            findings=sentinel_findings(step=number + 2).model_copy(update={"rollbacks": [
+                SentinelRollback(rule="ExplodingTensor", step=n * 40 + 4, message="gradient norm is non-finite",
+                                 restored_step=n * 40, steps_lost=5, probe_steps=15, learning_rate_before=0.1 / 3**n,
+                                 learning_rate_after=0.01 / 3**n, factor=0.1 / 3**n, seconds=0.8,
+                                 probed=[Probed(learning_rate=0.1 * f / 3**n, steps=5)
+                                         for f in (1 / 3, 1 / 10, 1 / 30, 1 / 100)])
+                for n in range(rollbacks)]}),
         )
         state = monitor.check(state, seen, now).state
     return state

@@ -3,7 +3,8 @@
     python -m tests.unit.workflow.measure            # from the repository root
 
 1. Serialised size of a state payload holding 30 fully recorded attempts (each with a finding and
-   a decision), against the 64 KiB budget and the 256 KiB Step Functions limit.
+   a decision; then each with three in-job rollbacks too, of which the state keeps the newest 8),
+   against the 64 KiB budget and the 256 KiB Step Functions limit.
 2. Cold import time of each handler: the wall and CPU time of `import <handler>` in a fresh
    interpreter (median of several runs), and Python's own `-X importtime` cumulative figure.
    Outside Lambda tracing is off, so the X-Ray SDK is not imported (workflow/telemetry.py);
@@ -32,12 +33,15 @@ RUNS = 7
 
 
 def payload_size() -> None:
-    state = state_with_exploded_attempts(TrainSettings.from_env(ENV), 30)
-    size = len(json.dumps(dump_state(state)).encode())
-    print(
-        f"state payload, {len(state.attempts)} attempts: {size} bytes ({size / 1024:.1f} KiB); "
-        f"{size / 65536:.2f} of 64 KiB, {size / 262144:.2f} of the 256 KiB Step Functions limit"
-    )
+    for rollbacks in (0, 3):
+        state = state_with_exploded_attempts(TrainSettings.from_env(ENV), 30, rollbacks)
+        size = len(json.dumps(dump_state(state)).encode())
+        kept = sum(len(attempt.rollbacks) for attempt in state.attempts)
+        print(
+            f"state payload, {len(state.attempts)} attempts, {rollbacks} in-job rollbacks each ({kept} kept): "
+            f"{size} bytes ({size / 1024:.1f} KiB); "
+            f"{size / 65536:.2f} of 64 KiB, {size / 262144:.2f} of the 256 KiB Step Functions limit"
+        )
 
 
 def cold_imports(tracing: bool = False) -> None:
