@@ -57,8 +57,11 @@ HEADLINES = {
 
 # SNS: subjects are under 100 characters, ASCII, with no line breaks.
 SUBJECT_MAX = 99
-# SNS messages may be 256 KB; evidence histories are cut well before that.
+# SNS messages may be 256 KB; evidence histories are cut well before that: the last points of each, and the
+# first entries of the finding's evidence, each line at most so many bytes (findings.json is the job's: any size).
 EVIDENCE_POINTS = 20
+EVIDENCE_ENTRIES = 16
+EVIDENCE_LINE_BYTES = 2_048
 
 
 @dataclass(frozen=True)
@@ -83,18 +86,26 @@ class Notification:
 
 
 def clean_subject(text: str) -> str:
+    """SNS: "Subjects must be UTF-8 text with no line breaks or control characters, and less than 100
+    characters long" (botocore's model, Publish Subject): ASCII here, control characters as spaces."""
     ascii_text = text.encode("ascii", "replace").decode("ascii")
-    flat = " ".join(ascii_text.split())
+    printable = "".join(c if " " <= c < "\x7f" else " " for c in ascii_text)
+    flat = " ".join(printable.split())
     if len(flat) <= SUBJECT_MAX:
         return flat
     return flat[: SUBJECT_MAX - 3].rstrip() + "..."
 
 
-def _trim_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
-    trimmed: dict[str, Any] = {}
-    for key, value in evidence.items():
-        trimmed[key] = value[-EVIDENCE_POINTS:] if isinstance(value, list) else value
-    return trimmed
+def _evidence_lines(evidence: dict[str, Any]) -> list[str]:
+    lines = []
+    for key, value in list(evidence.items())[:EVIDENCE_ENTRIES]:
+        line = f"  {key}: {format_value(value[-EVIDENCE_POINTS:] if isinstance(value, list) else value)}"
+        if len(line.encode()) > EVIDENCE_LINE_BYTES:
+            line = line.encode()[: EVIDENCE_LINE_BYTES - 3].decode(errors="ignore") + "..."
+        lines.append(line)
+    if len(evidence) > EVIDENCE_ENTRIES:
+        lines.append(f"  ({len(evidence) - EVIDENCE_ENTRIES} more in the job's findings.json)")
+    return lines
 
 
 def _finding_lines(finding: Finding | None, evidence: dict[str, Any]) -> list[str]:
@@ -114,9 +125,7 @@ def _finding_lines(finding: Finding | None, evidence: dict[str, Any]) -> list[st
     if finding.message:
         lines.append(f"  message: {finding.message}")
     if evidence:
-        lines.append("Evidence:")
-        for key, value in _trim_evidence(evidence).items():
-            lines.append(f"  {key}: {format_value(value)}")
+        lines += ["Evidence:", *_evidence_lines(evidence)]
     return lines
 
 

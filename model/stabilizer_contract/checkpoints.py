@@ -16,7 +16,10 @@ import re
 from pathlib import Path
 
 PATTERN = "checkpoint-*.pt"
-_NAME = re.compile(r"^checkpoint-(\d+)\.pt$")
+# At most an int64's digits: a name with more is not a checkpoint (the workflow keeps the key it resumes
+# from in its state, whose size it bounds).
+STEP_DIGITS = 19
+_NAME = re.compile(rf"^checkpoint-(\d{{1,{STEP_DIGITS}}})\.pt$")
 
 
 def checkpoint_name(next_step: int) -> str:

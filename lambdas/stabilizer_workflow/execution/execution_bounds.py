@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import Any
 
+from stabilizer_contract.checkpoints import STEP_DIGITS as CHECKPOINT_STEP_DIGITS
 from stabilizer_workflow.execution.service_limits import (
     CHECK_SECONDS_BEYOND_WAIT,
     EVENTS_PER_CHECK,
@@ -25,6 +27,7 @@ from stabilizer_workflow.execution.service_limits import (
     LAUNCH_SECONDS,
 )
 from stabilizer_workflow.execution.state import (
+    INT_BOUND,
     MAX_BAD_BATCHES,
     MAX_NOTIFY,
     MAX_PROBED,
@@ -121,22 +124,24 @@ def largest_state(state: WorkflowState) -> WorkflowState:
     execution keeps). Test: an attempt the monitor records from the longest outside text is no larger
     (tests/unit/workflow/execution/test_state_size.py)."""
     long = "x" * STATE_PAYLOAD_LIMIT_BYTES  # cut to each field's bound as it enters
-    big, tiny = 2**31, 1e-300
-    spec = dict(state.run_spec)
+    big, tiny = -INT_BOUND, -2.2250738585072014e-308  # clamped as they enter; a float as long as JSON writes one
+    wide = tiny
+    spec = _widest_spec(state)
     now = datetime(2026, 1, 1, tzinfo=UTC)
     finding = Finding(rule=long, step=big, epoch=big, phase="warmup", learning_rate=tiny, tensor=long,
                       value=long, message=long, source="failure_reason", onset_step=big,
                       stable_learning_rate=tiny, action="notify", notify=[long] * MAX_NOTIFY)
     decision = Decision(action="relaunch", outcome="failed", remedy=long, changes={k: [v, v] for k, v in spec.items()},
                         resume_from=f"s3://{'b' * 63}/executions/{state.execution.name}/attempt-1/checkpoints/"
-                                    "checkpoint-99999999.pt", instance_count=big, reason=long)
+                                    f"checkpoint-{'9' * CHECKPOINT_STEP_DIGITS}.pt",
+                        instance_count=INT_BOUND, reason=long)
     watched = Watched(integration=long, ended=long, steps_taken=big, steps_observed=big, steps_skipped=big,
                       first_loss=tiny, last_loss=long, best_loss=tiny, learned=False, best_evaluation=(big, tiny),
                       started_from=long, restores=False, exception=long)
-    stragglers = [Straggler(rank=big, host=long, step=big, factor=tiny)] * MAX_STRAGGLERS
+    stragglers = [Straggler(rank=INT_BOUND, host=long, step=big, factor=tiny)] * MAX_STRAGGLERS
     # The execution keeps its newest MAX_ROLLBACKS in-job decisions, at most one job's: on the last attempt here.
-    wide = -2.2250738585072014e-308  # a float as long as JSON writes one
-    rollback = Rollback(rule=long, step=big, restored_step=big, steps_lost=big, probe_steps=big, rate_before=wide,
+    rollback = Rollback(rule=long, step=big, restored_step=big, steps_lost=INT_BOUND, probe_steps=INT_BOUND,
+                        rate_before=wide,
                         rate_after=wide, factor=wide, transient=True, bad_batch=True,
                         bad_batches=["f" * 16] * MAX_BAD_BATCHES, corrupt_records=True, probed=[wide] * MAX_PROBED,
                         failed_probes=big, seconds=wide, reason=long)
@@ -147,7 +152,7 @@ def largest_state(state: WorkflowState) -> WorkflowState:
                 resumed_from=decision.resume_from, started_at=now, ended_at=now, status="Stopped",
                 secondary_status=long, failure_reason=long, finding=finding, steps=big, seconds=big,
                 billable_seconds=big, interruptions=big, watched=watched, decision=decision, stragglers=stragglers,
-                rollbacks=[rollback] * MAX_ROLLBACKS if n == last else [], rollbacks_let_go=big)
+                rollbacks=[rollback] * MAX_ROLLBACKS if n == last else [], rollbacks_let_go=INT_BOUND)
         for n in range(1, last + 1)
     ]
     history = state.history.model_copy(update={"latest_job_name": attempts[-1].job_name})
@@ -157,6 +162,23 @@ def largest_state(state: WorkflowState) -> WorkflowState:
         "resume_from": decision.resume_from, "outcome": "failed", "next_action": "end",
         "history": history.model_dump(), "in_job": in_job.model_dump(),
     })
+
+
+def _widest_spec(state: WorkflowState) -> dict[str, Any]:
+    """The run's hyperparameters with every declared knob at the longest value a remedy can set it to."""
+    spec = dict(state.run_spec)
+    for knob in state.job.knobs.declared().values():
+        if knob.type == "float":
+            spec[knob.hyperparameter] = -2.2250738585072014e-308
+        elif knob.type == "int":
+            assert knob.min is not None and knob.max is not None
+            spec[knob.hyperparameter] = max(int(knob.min), int(knob.max), key=lambda v: len(str(v)))
+        elif knob.type == "choice":
+            assert knob.values is not None
+            spec[knob.hyperparameter] = max(knob.values, key=lambda v: len(json.dumps(v, ensure_ascii=False)))
+        else:
+            spec[knob.hyperparameter] = False
+    return spec
 
 
 def state_bytes(state: WorkflowState) -> int:

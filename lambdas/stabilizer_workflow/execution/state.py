@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -57,6 +58,37 @@ def _clipped(max_bytes: int) -> BeforeValidator:
         return value
 
     return BeforeValidator(clip)
+
+
+# Numbers from outside enter bounded too: an integer past int64's range (Python reads JSON's integers of any
+# length: a 4,000-digit step in findings.json would be 4,000 bytes) is clamped to it, and a non-finite float
+# (which JSON cannot carry: json.dumps would write `Infinity`) is None, or its text where the field keeps one.
+INT_BOUND = 2**63 - 1
+
+
+def _bounded_int(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return max(-INT_BOUND, min(INT_BOUND, value))
+    return value
+
+
+def _finite_or_none(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _finite_or_text(value: Any) -> Any:
+    return str(value) if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _finite_evaluation(value: Any) -> Any:
+    if isinstance(value, list | tuple) and len(value) == 2 and isinstance(value[1], float) \
+            and not math.isfinite(value[1]):
+        return None
+    return value
+
+
+ExternalInt = Annotated[int, BeforeValidator(_bounded_int)]
+ExternalFloat = Annotated[float | None, BeforeValidator(_finite_or_none)]
 
 
 NAME_MAX_BYTES, VALUE_MAX_BYTES, TEXT_MAX_BYTES = 128, 40, 240
@@ -124,10 +156,10 @@ class Finding(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     rule: ExternalName
-    step: int | None = None
-    epoch: int | None = None
+    step: ExternalInt | None = None
+    epoch: ExternalInt | None = None
     phase: Phase | None = None
-    learning_rate: float | None = None
+    learning_rate: ExternalFloat = None
     tensor: ExternalName | None = None
     value: ExternalValue | None = None
     message: ExternalText = ""
@@ -137,8 +169,8 @@ class Finding(BaseModel):
     # The sentinel's reading of the run-up (stabilizer_sentinel.detection.health.run_up): checkpoints whose next step
     # is at most onset_step are from before it; stable_learning_rate is the highest rate the run
     # took healthy steps at. The default policy sizes and places its remedies with them.
-    onset_step: int | None = None
-    stable_learning_rate: float | None = None
+    onset_step: ExternalInt | None = None
+    stable_learning_rate: ExternalFloat = None
     # The rule's Debugger actions (docs/rules.md): "notify" (Email/SMS only) does not stop the job;
     # notify lists their "email:<address>" / "sms:<number>".
     action: Literal["stop", "notify"] | None = None
@@ -171,15 +203,15 @@ class Watched(BaseModel):
 
     integration: ExternalName | None = None
     ended: ExternalName | None = None
-    steps_taken: int | None = None
-    steps_observed: int | None = None
-    steps_skipped: int | None = None
-    first_loss: float | None = None
-    last_loss: float | ExternalValue | None = None
-    best_loss: float | None = None
+    steps_taken: ExternalInt | None = None
+    steps_observed: ExternalInt | None = None
+    steps_skipped: ExternalInt | None = None
+    first_loss: ExternalFloat = None
+    last_loss: Annotated[float | ExternalValue | None, BeforeValidator(_finite_or_text)] = None
+    best_loss: ExternalFloat = None
     learned: bool | None = None
     # [step, value] of the lowest validation value the job reported (summary `evaluations`).
-    best_evaluation: tuple[int, float] | None = None
+    best_evaluation: Annotated[tuple[ExternalInt, float] | None, BeforeValidator(_finite_evaluation)] = None
     started_from: ExternalName | None = None
     restores: bool | None = None
     exception: ExternalText | None = None
@@ -190,10 +222,10 @@ class Straggler(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    rank: int = Field(ge=0)
+    rank: ExternalInt = Field(ge=0)
     host: ExternalName | None = None
-    step: int | None = None
-    factor: float | None = None  # its busy time over the median of the other ranks'
+    step: ExternalInt | None = None
+    factor: ExternalFloat = None  # its busy time over the median of the other ranks'
 
 
 class Rollback(BaseModel):
@@ -203,13 +235,13 @@ class Rollback(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     rule: ExternalName
-    step: int
-    restored_step: int
-    steps_lost: int = Field(ge=0)
-    probe_steps: int = Field(0, ge=0)
-    rate_before: float | None = None
-    rate_after: float | None = None
-    factor: float | None = None  # the script's rates times this from then on (None: it stopped)
+    step: ExternalInt
+    restored_step: ExternalInt
+    steps_lost: ExternalInt = Field(ge=0)
+    probe_steps: ExternalInt = Field(0, ge=0)
+    rate_before: ExternalFloat = None
+    rate_after: ExternalFloat = None
+    factor: ExternalFloat = None  # the script's rates times this from then on (None: it stopped)
     # The same rate trained past a sudden explosion from the restored state: the batch's or a one-off,
     # not the rate's (factor: the one in force, unchanged).
     transient: bool = False
@@ -221,9 +253,9 @@ class Rollback(BaseModel):
     # ... holding corrupt records (non-finite values the batches after it lacked): every later job passes
     # over each batch with non-finite values, wherever its shuffle puts them (``skip_nonfinite_batches``).
     corrupt_records: bool = False
-    probed: list[float | None] = Field(default_factory=list, max_length=MAX_PROBED)  # the rates tried
-    failed_probes: int = 0
-    seconds: float | None = None  # from the finding to training again
+    probed: list[ExternalFloat] = Field(default_factory=list, max_length=MAX_PROBED)  # the rates tried
+    failed_probes: ExternalInt = 0
+    seconds: ExternalFloat = None  # from the finding to training again
     reason: ExternalText
 
 
@@ -259,7 +291,7 @@ class Attempt(BaseModel):
     secondary_status: ExternalName | None = None
     failure_reason: ExternalText | None = None
     finding: Finding | None = None
-    steps: int | None = None
+    steps: ExternalInt | None = None
     seconds: int | None = None
     # What SageMaker bills (BillableTimeInSeconds; under `seconds` with spot) and how often spot
     # capacity was taken away meanwhile (SecondaryStatus Interrupted).

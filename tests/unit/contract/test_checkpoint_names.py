@@ -30,3 +30,16 @@ def test_the_monitor_keeps_the_names_the_job_wrote():
     obs = observe({"TrainingJobName": "j", "TrainingJobStatus": "Completed"}, checkpoint_keys=keys)
     assert obs.checkpoint_steps == [4, 12]
     assert obs.checkpoint_files == {4: checkpoint_name(4), 12: checkpoint_name(12)}
+
+
+def test_a_step_longer_than_an_int64_is_not_a_checkpoint_so_the_key_kept_in_the_state_is_bounded():
+    """The workflow keeps the key it resumes from in its state, whose largest size it bounds with
+    ``STEP_DIGITS`` digits (stabilizer_workflow.execution.execution_bounds.largest_state)."""
+    from stabilizer_contract.checkpoints import STEP_DIGITS
+
+    assert checkpoint_step(f"checkpoint-{'9' * STEP_DIGITS}.pt") == int("9" * STEP_DIGITS)
+    assert checkpoint_step(f"checkpoint-{'0' * (STEP_DIGITS - 1)}7.pt") == 7
+    assert checkpoint_step(f"checkpoint-{'9' * (STEP_DIGITS + 1)}.pt") is None
+    keys = [f"p/checkpoint-{'1' * 255}.pt", f"p/{checkpoint_name(3)}"]
+    obs = observe({"TrainingJobName": "j", "TrainingJobStatus": "Completed"}, checkpoint_keys=keys)
+    assert obs.checkpoint_steps == [3]

@@ -68,13 +68,29 @@ def test_completed_message_lists_every_attempt(settings):
 
 @pytest.mark.parametrize(
     "text",
-    ["x" * 300, "ExplodingTensor -> naïve café\nsecond line", "  spaced   out  "],
+    ["x" * 300, "ExplodingTensor -> naïve café\nsecond line", "  spaced   out  ",
+     "\x1b[31mExplodingTensor\x1b[0m at\x01step\x7f 7"],
 )
 def test_subjects_are_short_ascii_single_lines(text):
+    """botocore's model, SNS Publish Subject: "UTF-8 text with no line breaks or control characters, and
+    less than 100 characters long"."""
     subject = clean_subject(text)
     assert len(subject) <= SUBJECT_MAX
-    assert subject.isascii()
+    assert subject.isascii() and subject.isprintable()
     assert "\n" not in subject and "  " not in subject
+
+
+def test_evidence_of_any_size_from_the_job_keeps_the_message_small(settings):
+    """findings.json is the job's to write: its evidence is cut (the last points of a history, the first
+    entries, each line), so the message stays far under SNS's 262,144 bytes whatever it holds."""
+    findings = sentinel_findings()
+    findings.findings[0].evidence = {f"history_{n}": ["y" * 20_000] * 40 for n in range(40)}
+    findings.findings[0].evidence["note"] = "é" * 300_000
+    state = launched(settings)
+    note = monitor.check(state, observation(state, "Failed", failure_reason=RULE_STOP, findings=findings),
+                         T0).effects.notification
+    assert len(note.body.encode()) < 64 * 1024
+    assert '  history_0: ["yyyy' in note.body and "(25 more in the job's findings.json)" in note.body
 
 
 def test_every_event_type_has_a_subject_under_the_sns_limit(settings):

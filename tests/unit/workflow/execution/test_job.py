@@ -137,6 +137,12 @@ def test_image_and_instance_default_to_the_deployment(job_settings):
             "job.knobs.activation: hyperparameters.seed 0 is not one of the knob's values ['relu', 'elu']",
         ),
         (
+            {"job": job(hyperparameters={"act": "relu", "lr": 1.6}, knobs={
+                "activation": {"hyperparameter": "act", "type": "choice", "values": ["g" * 255, "relu"]}})},
+            "job.knobs.activation: each value is at most 256 characters as JSON (a remedy sends it as the "
+            "hyperparameter, and the state keeps it for every attempt); 257 given",
+        ),
+        (
             {"job": job(hyperparameters={"sagemaker_program": "x.py"}, knobs={})},
             "job.hyperparameters.sagemaker_program",
         ),

@@ -5,6 +5,7 @@ quota is refused at ValidateInput, naming the field."""
 from __future__ import annotations
 
 import json
+import math
 from datetime import timedelta
 
 import pytest
@@ -22,10 +23,12 @@ from stabilizer_workflow.execution.state import (
     dump_state,
     load_state,
 )
+from stabilizer_workflow.settings import TrainSettings
 from tests.unit.workflow.conftest import T0, new_state
 
 QUOTA = 256 * 1024
 HUGE = "Traceback (most recent call last): é€𝄞 " * 20_000  # multi-byte text, far over any bound
+HUGE_INT = 10**4000  # Python reads JSON integers of any length (up to 4,300 digits from text)
 
 
 def _bytes(state: WorkflowState) -> int:
@@ -49,11 +52,11 @@ def test_a_huge_failure_reason_finding_and_reason_are_cut_as_they_enter_the_stat
 
 
 def test_the_largest_state_an_accepted_input_allows_stays_under_256_kb(settings):
-    # The most relaunches the reference job's input may ask for, with every retry, every
-    # outside field at its longest and the longest names and URIs.
+    # The most relaunches the reference job's input may ask for, with the default retries, every
+    # outside field at its longest and the longest names and URIs: at least the default limits.
     fits = None
     for relaunches in range(100, -1, -1):
-        limits = {"max_num_retraining": relaunches, "max_infrastructure_retries": 10}
+        limits = {"max_num_retraining": relaunches, "max_infrastructure_retries": 2}
         try:
             state = new_state(settings, {"limits": limits})
         except InvalidInput:
@@ -62,7 +65,7 @@ def test_the_largest_state_an_accepted_input_allows_stays_under_256_kb(settings)
         break
     assert fits is not None and fits >= 10
     largest = execution_bounds.largest_state(state)
-    assert len(largest.attempts) == fits + 10 + 1
+    assert len(largest.attempts) == fits + 2 + 1
     assert _bytes(largest) <= execution_bounds.STATE_BUDGET_BYTES < QUOTA
 
 
@@ -78,12 +81,12 @@ def _worst_rollbacks(count: int) -> list:
 
     wide = -2.2250738585072014e-308
     return [SentinelRollback.model_validate({
-        "rule": HUGE, "step": 2**31, "message": HUGE, "restored_step": 2**31, "steps_lost": 2**31,
-        "probe_steps": 2**31, "learning_rate_before": wide, "learning_rate_after": wide, "factor": wide,
-        "probed": [{"factor": wide, "learning_rate": wide, "steps": 2**31, "score": wide, "failed": HUGE}] * 40,
-        "outcome": "bad_batch", "seconds": wide, "resumed_at_step": 2**31,
-        "batch": {"epoch": 2**31, "index": 2**31, "batches": 2**31, "fingerprints": [f"{i:016x}" for i in range(40)],
-                  "nonfinite": True}}) for _ in range(count)]
+        "rule": HUGE, "step": -HUGE_INT, "message": HUGE, "restored_step": -HUGE_INT, "steps_lost": HUGE_INT,
+        "probe_steps": HUGE_INT, "learning_rate_before": wide, "learning_rate_after": wide, "factor": math.inf,
+        "probed": [{"factor": wide, "learning_rate": wide, "steps": HUGE_INT, "score": wide, "failed": HUGE}] * 40,
+        "outcome": "bad_batch", "seconds": math.inf, "resumed_at_step": HUGE_INT,
+        "batch": {"epoch": HUGE_INT, "index": HUGE_INT, "batches": HUGE_INT,
+                  "fingerprints": [f"{i:016x}" for i in range(40)], "nonfinite": True}}) for _ in range(count)]
 
 
 def _worst_recorded_attempt(settings):
@@ -96,18 +99,23 @@ def _worst_recorded_attempt(settings):
     from tests.unit.workflow.conftest import describe, launched, sentinel_findings
 
     state = launched(settings)
-    findings = sentinel_findings(step=2**31)
+    findings = sentinel_findings(step=-HUGE_INT)
     item = findings.findings[0]
     item.tensor, item.value, item.message = HUGE, HUGE, HUGE
+    item.epoch, item.onset_step, item.learning_rate, item.stable_learning_rate = HUGE_INT, -HUGE_INT, math.inf, math.nan
     item.notify = [f"email:{i}{HUGE}" for i in range(8)]
-    findings.summary = Summary(integration=HUGE, ended=HUGE, exception=HUGE, steps_taken=2**31,
-                               steps_observed=2**31, steps_skipped=2**31, first_loss=1e300, last_loss=HUGE,
-                               best_loss=1e300, learned=False, started_from=HUGE, restores=True,
-                               evaluations=[(2**31, 1e-300)])
+    findings.summary = Summary(integration=HUGE, ended=HUGE, exception=HUGE, steps_taken=HUGE_INT,
+                               steps_observed=-HUGE_INT, steps_skipped=HUGE_INT, first_loss=math.inf, last_loss=HUGE,
+                               best_loss=-math.inf, learned=False, started_from=HUGE, restores=True,
+                               evaluations=[(-HUGE_INT, -2.2250738585072014e-308)])
     findings.rollbacks = _worst_rollbacks(40)
-    stragglers = [StragglerReport(rank=2**31 - i, host=f"{i}{HUGE}", step=2**31, factor=1e300) for i in range(40)]
+    stragglers = [StragglerReport(rank=HUGE_INT - i, host=f"{i}{HUGE}", step=-HUGE_INT, factor=math.inf)
+                  for i in range(40)]
     description = describe(state, "Failed", failure_reason=HUGE, secondary=HUGE)
-    result = monitor.check(state, observe(description, findings=findings, stragglers=stragglers), T0)
+    keys = [f"executions/x/checkpoints/checkpoint-{'9' * digits}.pt" for digits in (8, 19, 20, 255)]
+    result = monitor.check(state, observe(description, findings=findings, stragglers=stragglers,
+                                          checkpoint_keys=keys), T0)
+    json.dumps(dump_state(result.state), allow_nan=False)  # JSON, as Step Functions reads it: no Infinity, no NaN
     return result.state.attempts[-1]
 
 
@@ -196,3 +204,22 @@ def _accepted(settings, relaunches: int) -> bool:
     except InvalidInput:
         return False
     return True
+
+
+def test_the_largest_state_holds_every_knob_at_the_longest_value_a_remedy_can_set():
+    """A remedy sets a knob to any float in its bounds (up to 24 characters as JSON), or to any of a choice
+    knob's values: every attempt's recipe, and the decision's changes, are counted at those."""
+    from tests.unit.workflow.conftest import ENV
+    from tests.unit.workflow.execution.test_job import job
+
+    own = TrainSettings.from_env({**ENV, "LIBRARY_S3_URI": "s3://stabilizer-bucket/library/",
+                                  "DATA_BUCKETS": "user-bucket"})
+    act = "g" * 254  # 256 characters as JSON, the most a choice value may take
+    raw = {"job": job(hyperparameters={"act": "relu", "lr": 1.6, "depth": 4}, knobs={
+        "activation": {"hyperparameter": "act", "type": "choice", "values": [act, "relu"]},
+        "learning_rate": {"hyperparameter": "lr", "type": "float", "min": 1e-4, "max": 10},
+        "batch_size": {"hyperparameter": "depth", "type": "int", "min": 1, "max": 100000}})}
+    largest = execution_bounds.largest_state(new_state(own, raw))
+    for attempt in largest.attempts:
+        assert attempt.run_spec == {"act": act, "lr": -2.2250738585072014e-308, "depth": 100000}
+        assert attempt.decision.changes["act"] == [act, act]
