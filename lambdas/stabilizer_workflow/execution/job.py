@@ -55,6 +55,7 @@ RESERVED_PREFIX = "sagemaker_"
 # Channels the workflow adds to every job: the library and, when resuming, the checkpoint.
 RESERVED_CHANNELS = ("stabilizer", "resume")
 MAX_CHANNELS = 18  # InputDataConfig holds at most 20 channels
+MAX_URI_CHARS = 1024  # a channel's S3Uri (botocore's model, sagemaker S3Uri max)
 _CHANNEL_NAME = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
 _INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
 # A relative path inside the source archive: no absolute path, no `..`.
@@ -296,6 +297,9 @@ class Job(Strict):
                 raise ValueError(f"{name}: the workflow adds this channel itself; choose another name")
             if not uri:
                 raise ValueError(f"{name}: empty location")
+            if len(uri) > MAX_URI_CHARS:
+                raise ValueError(f"{name}: a location of {len(uri):,} characters; SageMaker takes an S3 URI of at "
+                                 f"most {MAX_URI_CHARS:,} (S3DataSource.S3Uri)")
         return value
 
     @model_validator(mode="after")

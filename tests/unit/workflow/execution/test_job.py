@@ -148,6 +148,10 @@ def test_image_and_instance_default_to_the_deployment(job_settings):
         ),
         ({"job": job(channels={"stabilizer": "s3://b/k/"})}, "job.channels.stabilizer: the workflow adds this channel"),
         (
+            {"job": job(channels={"points": "s3://user-bucket/" + "k" * 1008})},
+            "job.channels.points: a location of 1,025 characters; SageMaker takes an S3 URI of at most 1,024",
+        ),
+        (
             {"job": job(loss_metric="loss")},
             "job.loss_metric: 'loss' is not the Name of any metric_definitions entry (train:loss)",
         ),
@@ -177,6 +181,15 @@ def test_image_and_instance_default_to_the_deployment(job_settings):
 )
 def test_bad_job_input_is_rejected_naming_the_field(job_settings, raw, expected):
     assert expected in problem(job_settings, raw)
+
+
+def test_the_channel_bound_is_sagemakers():
+    import botocore.session
+
+    from stabilizer_workflow.execution.job import MAX_URI_CHARS
+
+    assert botocore.session.get_session().get_service_model("sagemaker").shape_for("S3Uri").metadata["max"] == \
+        MAX_URI_CHARS
 
 
 def test_the_older_form_names_its_own_instance_field(settings):
