@@ -717,7 +717,8 @@ class Recovery(RateFactor):
         self._trigger = None
         self._bad_fetches = []
         guard.rewind.frozen = False
-        chosen = choose([p for p in self._probes if id(p) in self._ends])
+        stable = [p for p in self._probes if id(p) in self._ends]
+        chosen = choose(stable, at_minimum=self._edge_may_be_kept(stable))
         if chosen is None:  # nothing lower trained: the finding stands, the job stops as it would have
             self._load(self._snapshot)
             self.live_from = guard.step_number
@@ -746,6 +747,20 @@ class Recovery(RateFactor):
               f"{len(probed)} probes in {decision['seconds']:.2f} s", file=sys.stderr, flush=True)
         guard.sentinel.rolled_back(decision)
 
+    def _edge_may_be_kept(self, stable: list[Probe]) -> bool:
+        """Whether a probe's five steps may stand for the rest of the run (``choose``'s ``at_minimum``). Not
+        with several optimizers (a GAN's: the first one's loss falling faster is not the game going better),
+        nor where the script's rate rose since the copy rolled back to (a warm-up's or a one-cycle's climb,
+        which the rollback does not replay: that copy's weights took the rates the probes ran at for five
+        steps only, without the climb that readies a network for them)."""
+        if self.guard.rewind.others:
+            return False
+        groups = self._snapshot.optimizer.get("param_groups") or [{}]
+        then = groups[0].get("lr")
+        then = float(then) if isinstance(then, int | float | torch.Tensor) else None
+        during = [p.top / p.factor for p in stable if p.top is not None and p.factor > 0]
+        return then is not None and bool(during) and max(during) <= then * (1 + 1e-9)
+
     def _decision(self, trigger: dict[str, Any], probed: list[dict[str, Any]], factor: float | None) -> dict[str, Any]:
         finding = trigger["finding"]
         restored = self._snapshot.next_step
@@ -770,9 +785,11 @@ class Recovery(RateFactor):
         }
 
 
-def choose(stable: list[Probe]) -> Probe | None:
+def choose(stable: list[Probe], *, at_minimum: bool = False) -> Probe | None:
     """The probe to go on with: a notch below the highest rate whose loss fell as low as the lowest
-    within the noise.
+    within the noise; with ``at_minimum``, the edge itself where the rate a notch below learned slower
+    beyond the noise (the edge is then the loss's minimum over the rates, not the cliff's brink:
+    ``Recovery._edge_may_be_kept`` says where that reading holds).
 
     Each probe trains on the script's next batches, not the same ones, so two scores differ by the
     batches as much as by the rates; where they cannot be told apart, the higher rate learns faster.
@@ -785,7 +802,13 @@ def choose(stable: list[Probe]) -> Probe | None:
     if top is None:
         return None
     lower = [p for p in stable if p.factor < top.factor]
-    return max(lower, key=lambda p: p.factor) if lower else top
+    if not lower:
+        return top
+    below = max(lower, key=lambda p: p.factor)
+    if at_minimum and (below.score > top.score + NOISE_ERRORS * math.hypot(below.error, top.error)
+                       or below.above(top)):
+        return top
+    return below
 
 
 def edge(stable: list[Probe]) -> Probe | None:

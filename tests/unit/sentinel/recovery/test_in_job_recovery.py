@@ -352,6 +352,23 @@ def test_the_job_goes_on_a_notch_below_the_highest_rate_as_good_as_the_best():
     assert choose([noisy_high]) is noisy_high
 
 
+def test_where_the_rate_a_notch_below_the_edge_learned_slower_the_job_may_go_on_at_the_edge():
+    """The edge is the highest rate as good as the best; a notch below it is a safety margin where the
+    lower rate learned as fast (a cliff's brink). Where the lower rate learned slower beyond the noise, the
+    edge is the loss's minimum over the rates: with ``at_minimum`` the job goes on there."""
+    from stabilizer_sentinel.recovery.recovery import NOISE_ERRORS, Probe, choose
+
+    above = Probe(1 / 300, losses=[2.3, 2.2, 2.15, 2.1, 2.05])  # trained, slower than the edge
+    top = Probe(1 / 1000, losses=[2.3, 1.9, 1.7, 1.55, 1.4])
+    below = Probe(1 / 3000, losses=[2.3, 2.2, 2.1, 2.05, 2.0])
+    assert below.score - top.score > NOISE_ERRORS * math.hypot(below.error, top.error)
+    assert choose([above, top, below]) is below  # the margin, unless the reading holds
+    assert choose([above, top, below], at_minimum=True) is top
+    # A rate below as good as the edge within the noise: the notch below, either way.
+    tied = Probe(1 / 3000, losses=[2.3, 1.95, 1.65, 1.6, 1.38])
+    assert choose([above, top, tied], at_minimum=True) is tied
+
+
 def test_a_probe_whose_every_loss_is_above_every_one_of_the_best_is_never_its_equal():
     """Thrown far up at its first step and falling back fast, a probe's spread about any line is huge, so
     its standard error would tie it with anything; a rank order no noise explains tells them apart."""
