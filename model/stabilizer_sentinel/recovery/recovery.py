@@ -15,7 +15,9 @@ configuration, ``in_job``), the guard does not stop. Instead:
    within its steps, or steps its loss scaler skips after one it applied (``SKIPS``: the scale, put
    back with the state, had fitted its gradients); among those that did not, the highest rate whose
    loss fell as low as the lowest (within the batches' noise) is the edge of what the network takes,
-   and training goes on from the state the next lower candidate that trained reached (``choose``). When
+   and training goes on from the state the next lower candidate that trained reached (``choose``); from
+   the edge's own where that lower one learned slower beyond the noise, with one optimizer and the script's
+   rate no higher than at the copy (``Recovery._edge_may_be_kept``). When
    every candidate of a round failed, or the edge is the lowest rate probed (the lower the rate, the
    faster the loss fell: no rate a notch below the edge was tried), the next round probes a hundred
    times lower again, one candidate at a time until one is below the edge; after ``rounds`` rounds with
