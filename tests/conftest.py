@@ -15,6 +15,7 @@ per test process and the parse is shared, as the clients of one session already 
 from __future__ import annotations
 
 import _posixsubprocess
+import contextlib
 import functools
 import os
 import subprocess
@@ -112,7 +113,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # matplotlib lists the system's fonts the first time a process loads its font manager, with `fc-list`
     # where it finds none cached (~/.cache/matplotlib): a process, refused inside a test that is not `slow`.
     # Loaded here, before any test, a fresh machine's first report plot does not depend on the test order.
-    import matplotlib.font_manager  # noqa: F401
+    with contextlib.suppress(ImportError):  # the plots' extra not installed: the tests that need it skip
+        import matplotlib.font_manager  # noqa: F401
 
 
 _parse_model_file = functools.cache(loaders.JSONFileLoader().load_file)

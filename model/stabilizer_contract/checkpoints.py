@@ -19,7 +19,7 @@ PATTERN = "checkpoint-*.pt"
 # At most an int64's digits: a name with more is not a checkpoint (the workflow keeps the key it resumes
 # from in its state, whose size it bounds).
 STEP_DIGITS = 19
-_NAME = re.compile(rf"^checkpoint-(\d{{1,{STEP_DIGITS}}})\.pt$")
+_NAME = re.compile(rf"^checkpoint-([0-9]{{1,{STEP_DIGITS}}})\.pt$")  # ASCII digits: one byte each
 
 
 def checkpoint_name(next_step: int) -> str:

@@ -388,7 +388,8 @@ def measure(run: Run, policy: str, state: dict[str, Any], status: str, logs: lis
         run=run.name, kind=run.kind, policy=policy, healthy=run.healthy, outcome=outcome, attempts=len(attempts),
         first_call=attempt_call(attempts[0]) if attempts else "none", steps_computed=computed,
         wasted_steps=max(0, computed - useful), wall_seconds=round(wall, 1), changes=changes_between(attempts),
-        detection_step=detected, reason=str(state.get("reason") or ""), rollbacks=len(rollbacks),
+        detection_step=detected, reason=str(state.get("reason") or ""),
+        rollbacks=len(rollbacks) + sum(a.get("rollbacks_let_go") or 0 for a in attempts),  # the state's oldest let go
         rate_rollbacks=sum(1 for r in rollbacks if not r.get("transient")),
         rolled_back_steps=sum(r.get("steps_lost", 0) + r.get("probe_steps", 0) for r in rollbacks),
         final_loss=_final_loss(attempts), setting=setting(run.job),

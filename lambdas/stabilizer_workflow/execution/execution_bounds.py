@@ -175,7 +175,7 @@ def _widest_spec(state: WorkflowState) -> dict[str, Any]:
             spec[knob.hyperparameter] = max(int(knob.min), int(knob.max), key=lambda v: len(str(v)))
         elif knob.type == "choice":
             assert knob.values is not None
-            spec[knob.hyperparameter] = max(knob.values, key=lambda v: len(json.dumps(v, ensure_ascii=False)))
+            spec[knob.hyperparameter] = max(knob.values, key=lambda v: len(json.dumps(v, ensure_ascii=False).encode()))
         else:
             spec[knob.hyperparameter] = False
     return spec

@@ -62,8 +62,9 @@ _INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
 _ENTRY_POINT = re.compile(r"^(?!/)(?!.*(^|/)\.\.(/|$))[^\s]+$")
 
 Scalar = bool | int | float | str
-# A choice knob's value (an activation's name, an optimizer's) as JSON text: a remedy sends it as the hyperparameter
-# (SageMaker takes 2,500 characters a value) and the state keeps it for every attempt (execution_bounds).
+# A choice knob's value (an activation's name, an optimizer's) as JSON text, as a remedy sends it (`json.dumps`,
+# non-ASCII escaped; SageMaker takes 2,500 characters a value); the state keeps it for every attempt, in no more
+# UTF-8 bytes than that (execution_bounds).
 MAX_CHOICE_CHARS = 256
 HyperparameterValue = bool | int | float | str | list[Any] | dict[str, Any]
 
@@ -107,10 +108,10 @@ class Knob(Strict):
                 raise ValueError("a choice knob needs values: at least two, best first")
             if len({json.dumps(v) for v in self.values}) != len(self.values):
                 raise ValueError("values must be distinct")
-            if long := [v for v in self.values if len(json.dumps(v, ensure_ascii=False)) > MAX_CHOICE_CHARS]:
+            if long := [v for v in self.values if len(json.dumps(v)) > MAX_CHOICE_CHARS]:
                 raise ValueError(f"each value is at most {MAX_CHOICE_CHARS} characters as JSON (a remedy sends it "
                                  f"as the hyperparameter, and the state keeps it for every attempt); "
-                                 f"{len(json.dumps(long[0], ensure_ascii=False)):,} given")
+                                 f"{len(json.dumps(long[0])):,} given")
             if self.min is not None or self.max is not None:
                 raise ValueError("min and max belong to float and int knobs, not choice")
         elif self.min is not None or self.max is not None or self.values is not None:

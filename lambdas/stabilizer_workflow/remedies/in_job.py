@@ -105,20 +105,32 @@ def new_rollbacks(state: WorkflowState, obs: Observation) -> list[Rollback]:
     for rollback in new:
         skip = [f for f in ledger.skip_batches if f not in rollback.bad_batches] + rollback.bad_batches
         ledger.skip_batches = skip[-MAX_SKIPPED:]
-        ledger.corrupt_records = ledger.corrupt_records or rollback.corrupt_records
-        ledger.exploded = ledger.exploded or (rollback.rule in EXPLOSIONS and not rollback.transient)
+        _flag(state, rollback)
     _let_go(state)
     return new
 
 
+def _flag(state: WorkflowState, rollback: Rollback) -> None:
+    ledger = state.in_job
+    ledger.corrupt_records = ledger.corrupt_records or rollback.corrupt_records
+    ledger.exploded = ledger.exploded or (rollback.rule in EXPLOSIONS and not rollback.transient)
+
+
 def _let_go(state: WorkflowState) -> None:
     """The oldest rollback records of earlier attempts go, counted on each, until the execution holds
-    ``MAX_ROLLBACKS``: the current attempt's are all kept (one job writes no more)."""
+    ``MAX_ROLLBACKS``: the current attempt's are all kept (one job writes no more). What the ledger
+    needs of them is folded in first (a state kept before ``InJob`` has them in its records alone): their
+    fingerprints as older than any it holds."""
     excess = sum(len(attempt.rollbacks) for attempt in state.attempts) - MAX_ROLLBACKS
     for attempt in state.attempts[:-1]:
         if excess <= 0:
             return
         gone = min(excess, len(attempt.rollbacks))
+        older = [f for rollback in attempt.rollbacks[:gone] for f in rollback.bad_batches]
+        for rollback in attempt.rollbacks[:gone]:
+            _flag(state, rollback)
+        skip = [*(f for f in dict.fromkeys(older) if f not in state.in_job.skip_batches), *state.in_job.skip_batches]
+        state.in_job.skip_batches = skip[-MAX_SKIPPED:]
         attempt.rollbacks = attempt.rollbacks[gone:]
         attempt.rollbacks_let_go += gone
         excess -= gone
@@ -154,9 +166,11 @@ def _fingerprints(entry: SentinelRollback) -> list[str]:
 def batches_to_skip(state: WorkflowState) -> list[str]:
     """The bad batches the execution's jobs found (each once, the newest ``MAX_SKIPPED``): the next job
     passes over them (the configuration's ``skip_batches``)."""
-    found = [*state.in_job.skip_batches,  # and the records of a state kept before InJob
-             *(f for attempt in state.attempts for rollback in attempt.rollbacks for f in rollback.bad_batches)]
-    return list(dict.fromkeys(found))[-MAX_SKIPPED:]
+    # The records' (a state kept before InJob has them there alone), then the ledger's, which holds the newest
+    # in order: each fingerprint where it comes last.
+    found = [*(f for attempt in state.attempts for rollback in attempt.rollbacks for f in rollback.bad_batches),
+             *state.in_job.skip_batches]
+    return list(reversed(dict.fromkeys(reversed(found))))[-MAX_SKIPPED:]
 
 
 def corrupt_records_found(state: WorkflowState) -> bool:
@@ -192,7 +206,7 @@ def recipe_in_force(state: WorkflowState, attempt: Attempt) -> dict[str, Any]:
 
 def summary_line(attempt: Attempt) -> str | None:
     """What the attempt's in-job recovery did, for the end's reason; None without any rollback."""
-    if not attempt.rollbacks and not attempt.rollbacks_let_go:
+    if not attempt.rollbacks:  # the current attempt's: never let go
         return None
     recovered = [r for r in attempt.rollbacks if r.factor is not None and not r.transient]
     passed = sum(1 for r in attempt.rollbacks if r.transient and not r.bad_batch)
@@ -205,7 +219,4 @@ def summary_line(attempt: Attempt) -> str | None:
         said += f"; {passed} sudden explosion{'s' if passed != 1 else ''} the same rate trained past"
     if bad:
         said += f"; {bad} bad batch{'es' if bad != 1 else ''} skipped"
-    gone = attempt.rollbacks_let_go
-    let_go = (f" ({gone} earlier decision{'s' if gone != 1 else ''} of this job no longer kept in the state, "
-              "which keeps the execution's newest: its findings.json has them)" if gone else "")
-    return f"{said}; {lost} steps rolled back or probed{let_go}"
+    return f"{said}; {lost} steps rolled back or probed"

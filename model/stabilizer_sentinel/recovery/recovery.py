@@ -105,12 +105,12 @@ CLIMB_ERRORS = 3.0
 # still calibrated from its first scale): they do not count toward its ``probe_steps``, unless that many
 # came before any applied step (then it failed).
 SKIPS = 2
-# After a rollback the job goes on a notch below the edge its probes measured over five steps: a rate that can
-# still be too high for the rest of the run (the loss swings, or creeps up, below any finding's bound). A run
-# whose windows of ``Rewind.every`` steps since the rollback rose above the best copy taken since (the rewind's
-# lowest level) by more than ``RISE_ERRORS`` standard errors of a window's difference, ``RISE_WINDOWS`` times
-# since that copy, goes back to it and on at ``NOTCH`` of the rate (``Recovery._risen``): the next lower
-# candidate of the probes' spacing.
+# After a rollback the job goes on a notch below the edge its probes measured over five steps (or at it:
+# ``choose``): a rate that can still be too high for the rest of the run (the loss swings, or creeps up, below any
+# finding's bound). A run whose windows of ``Rewind.every`` steps since the rollback rose above the best copy taken
+# since (the rewind's lowest level) by more than ``RISE_ERRORS`` standard errors of a window's difference,
+# ``RISE_WINDOWS`` times since that copy, goes back to it and on at ``NOTCH`` of the rate (``Recovery._risen``): the
+# next lower candidate of the probes' spacing.
 RISE_WINDOWS = 3
 RISE_ERRORS = 2.0
 NOTCH = 1 / 3
@@ -798,7 +798,8 @@ def choose(stable: list[Probe], *, at_minimum: bool = False) -> Probe | None:
     That rate is the edge of what the network took for a few steps from this state, not what it takes
     for the rest of the run (a rate at the edge oscillates or climbs again tens of steps later), so the
     job goes on at the next lower candidate that trained, as a learning-rate range test does (a step
-    below where the loss fell fastest); at the edge itself only when no lower one trained.
+    below where the loss fell fastest); at the edge itself when no lower one trained, or, with ``at_minimum``,
+    when the lower one learned slower.
     """
     top = edge(stable)
     if top is None:

@@ -369,6 +369,27 @@ def test_where_the_rate_a_notch_below_the_edge_learned_slower_the_job_may_go_on_
     assert choose([above, top, tied], at_minimum=True) is tied
 
 
+def test_the_edge_is_kept_only_with_one_optimizer_and_no_climb_of_the_rate_since_the_copy():
+    """``Recovery._edge_may_be_kept``: the copy's own rate (the script's, as its optimizer held it) against
+    the script's rate while the probes ran (each probe's highest rate over its factor)."""
+    from types import SimpleNamespace
+
+    from stabilizer_sentinel.recovery.recovery import Probe, Recovery
+
+    def recovery(copy_rate, others=()):
+        guard = SimpleNamespace(rewind=SimpleNamespace(others=list(others)))
+        kept = Recovery(guard)
+        kept._snapshot = SimpleNamespace(optimizer={"param_groups": [{"lr": copy_rate}]})
+        return kept
+
+    probes = [Probe(1 / 3, top=1.6 / 3), Probe(1 / 10, top=0.16)]  # the script at 1.6 while they ran
+    assert recovery(1.6)._edge_may_be_kept(probes)  # a constant rate
+    assert recovery(torch.tensor(2.0))._edge_may_be_kept(probes)  # a decaying one (a tensor rate read too)
+    assert not recovery(0.16)._edge_may_be_kept(probes)  # a warm-up's climb since the copy
+    assert not recovery(1.6, others=[(None, object())])._edge_may_be_kept(probes)  # a GAN's second optimizer
+    assert not recovery(None)._edge_may_be_kept(probes)  # no rate known at the copy
+
+
 def test_a_probe_whose_every_loss_is_above_every_one_of_the_best_is_never_its_equal():
     """Thrown far up at its first step and falling back fast, a probe's spread about any line is huge, so
     its standard error would tie it with anything; a rank order no noise explains tells them apart."""

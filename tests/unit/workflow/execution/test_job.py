@@ -142,6 +142,11 @@ def test_image_and_instance_default_to_the_deployment(job_settings):
             "job.knobs.activation: each value is at most 256 characters as JSON (a remedy sends it as the "
             "hyperparameter, and the state keeps it for every attempt); 257 given",
         ),
+        (  # counted as sent: json.dumps escapes each character outside ASCII (this one in 12 characters)
+            {"job": job(hyperparameters={"act": "relu", "lr": 1.6}, knobs={
+                "activation": {"hyperparameter": "act", "type": "choice", "values": ["\U0001d11e" * 22, "relu"]}})},
+            "job.knobs.activation: each value is at most 256 characters as JSON",
+        ),
         (
             {"job": job(hyperparameters={"sagemaker_program": "x.py"}, knobs={})},
             "job.hyperparameters.sagemaker_program",

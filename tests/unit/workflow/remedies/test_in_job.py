@@ -327,3 +327,42 @@ def test_where_the_configuration_has_no_room_for_every_bad_batch_the_oldest_give
     monkeypatch.setattr(service_limits, "HYPERPARAMETER_VALUE_MAX", len(full) - 19)  # one fingerprint too many
     trimmed = hyperparameters(told.state, settings)[CONFIG_HYPERPARAMETER]
     assert json.loads(trimmed)["skip_batches"] == found[1:] and len(trimmed) <= len(full) - 19
+
+
+def test_the_next_job_is_told_the_newest_bad_batches_in_the_order_they_were_found(settings):
+    """Five bad batches of four micro-batches each in one job: 20 fingerprints, of which the next job is told
+    the newest 16, oldest first (the configuration drops from the front where it has no room)."""
+    from stabilizer_workflow.remedies.in_job import batches_to_skip
+
+    state = launched(settings)
+    fingerprints = [f"{n:016x}" for n in range(1, 21)]
+    bad = [{**rollback(10 * n, after=0.1, factor=1.0, outcome="bad_batch"),
+            "batch": {"epoch": 1, "index": n, "batches": 4, "fingerprints": fingerprints[4 * n:4 * n + 4]}}
+           for n in range(5)]
+    told = monitor.check(state, observe(describe(state, "InProgress"), findings=document(bad)), T0)
+    assert batches_to_skip(told.state) == fingerprints[4:]
+
+
+def test_a_state_kept_before_the_ledger_keeps_what_it_needs_when_its_rollbacks_are_let_go(settings):
+    """A state saved by a version without ``in_job`` has its bad batches, corrupt records and explosions
+    in the attempts' records alone: letting those go folds them into the ledger first, the fingerprints
+    as older than any it holds."""
+    from stabilizer_workflow.execution.state import MAX_ROLLBACKS, load_state
+    from stabilizer_workflow.remedies.in_job import batches_to_skip, corrupt_records_found
+
+    state = launched(settings)
+    corrupt = {**rollback(60, after=0.1, factor=1.0, outcome="bad_batch"),
+               "batch": {"epoch": 1, "index": 61, "batches": 1, "fingerprints": ["00000000000000aa"],
+                         "nonfinite": True}}
+    first = monitor.check(state, observe(describe(state, "InProgress"), findings=document([corrupt, rollback(90)])),
+                          T0).state
+    saved = first.model_dump(mode="json")
+    del saved["in_job"]  # as the version before it wrote it
+    old = load_state(saved)
+    assert old.in_job.skip_batches == [] and not old.in_job.exploded
+    second = launching.launch(old.model_copy(update={"next_action": "launch_new"}), settings, T0).state
+    later = [{**rollback(10 + n, after=0.1, factor=1.0, outcome="transient")} for n in range(MAX_ROLLBACKS)]
+    after = monitor.check(second, observe(describe(second, "InProgress"), findings=document(later)), T0).state
+    assert [a.rollbacks_let_go for a in after.attempts] == [2, 0]
+    assert batches_to_skip(after) == ["00000000000000aa"] and corrupt_records_found(after)
+    assert after.in_job.exploded
