@@ -402,7 +402,9 @@ class Recovery(RateFactor):
         """A loss of the run since a rollback went on: at the end of each window of ``Rewind.every`` losses,
         whether its mean rose above the level of the best copy taken since (the rewind's ``anchor``) by more
         than ``RISE_ERRORS`` standard errors of the difference of two windows' means (the run's per-step
-        noise); at the ``RISE_WINDOWS``-th such window since that copy, back to it at this step's end
+        noise) and than ``LEARNED`` of that level (the quickstart's regression, its loss the same each step at
+        its floor, 0.01027, went back 44 steps for a rise of rounding and was then stopped as a network that
+        did not learn); at the ``RISE_WINDOWS``-th such window since that copy, back to it at this step's end
         (``_back_to_best``). A best copy from before the rollback (of the lineage it undid, or at the rate it
         failed at) is no such state, nor is one with no level."""
         since, rewind = self._since, self.guard.rewind
@@ -422,7 +424,9 @@ class Recovery(RateFactor):
             return
         if best is not since["best"]:
             since["best"], since["risen"] = best, 0
-        if mean - best.level <= RISE_ERRORS * noise * math.sqrt(2 / rewind.every):
+        # Beyond the noise, and by the learning check's least fall (``LEARNED`` of the level): a loss with no
+        # noise (a full batch, the same each step) sits at its floor with windows apart by rounding alone.
+        if mean - best.level <= max(RISE_ERRORS * noise * math.sqrt(2 / rewind.every), LEARNED * abs(best.level)):
             return
         since["risen"] += 1
         if since["risen"] >= RISE_WINDOWS and self._can_roll_back([{"rule": DIVERGING}]):

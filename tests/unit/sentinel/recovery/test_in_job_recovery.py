@@ -646,3 +646,22 @@ def test_a_run_that_went_on_from_its_first_copy_and_learned_nothing_in_its_patie
     assert follow(learning)[1] == -1  # below the prior by more than 5 % within its patience: it learns
     assert follow(prior, restored_step=10)[1] == -1  # a rollback to a later copy: no such judgement
     assert follow(prior, resumed=True)[1] == -1  # nor in a run a relaunch resumed: its first copy had learned
+
+
+@pytest.mark.slow
+def test_a_loss_with_no_noise_at_its_floor_is_no_rise(tmp_path):
+    """The quickstart's regression (full batch: the same loss each step) at 1.6, for 120 steps under the
+    launcher: one rollback, then its loss sits at its floor, 0.01027, its windows apart by rounding alone. With
+    no noise every such difference passed for a rise: it went back 44 steps at step 79, then stopped on
+    VanishingGradient at step 100 as a run that did not learn, and was relaunched. A rise counts past the
+    learning check's least fall too."""
+    from tests.unit.sentinel.support import job_env, run, summary
+
+    quickstart = Path(__file__).resolve().parents[4] / "examples" / "quickstart"
+    env = job_env(tmp_path, {"recovery": "in_job"}, SM_CHANNEL_POINTS=str(quickstart / "data" / "points"))
+    result = run(["-m", "stabilizer_sentinel.launch", str(quickstart / "src" / "fit.py"), "--lr", "1.6", "--steps",
+                  "120"], tmp_path, env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert [r["rule"] for r in document["rollbacks"]] == ["Diverging"], result.stderr[-2000:]
+    assert summary(tmp_path)["learned"] is True and summary(tmp_path)["last_loss"] < 0.0103
