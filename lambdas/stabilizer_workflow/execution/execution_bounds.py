@@ -117,6 +117,9 @@ def most_attempts(state: WorkflowState) -> int:
     return limits.max_num_retraining + limits.max_infrastructure_retries + 1
 
 
+WIDEST_FLOAT = -2.2250738585072014e-308  # a float as long as JSON writes one (24 characters)
+
+
 def largest_state(state: WorkflowState) -> WorkflowState:
     """`state` as it could be at its end: the most attempts its limits allow, each with this run's
     recipe and every field that comes from outside as long as the state keeps it (the finding with
@@ -124,21 +127,20 @@ def largest_state(state: WorkflowState) -> WorkflowState:
     execution keeps). Test: an attempt the monitor records from the longest outside text is no larger
     (tests/unit/workflow/execution/test_state_size.py)."""
     long = "x" * STATE_PAYLOAD_LIMIT_BYTES  # cut to each field's bound as it enters
-    big, tiny = -INT_BOUND, -2.2250738585072014e-308  # clamped as they enter; a float as long as JSON writes one
-    wide = tiny
+    big, wide = -INT_BOUND, WIDEST_FLOAT  # integers clamped as they enter
     spec = _widest_spec(state)
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    finding = Finding(rule=long, step=big, epoch=big, phase="warmup", learning_rate=tiny, tensor=long,
+    finding = Finding(rule=long, step=big, epoch=big, phase="warmup", learning_rate=wide, tensor=long,
                       value=long, message=long, source="failure_reason", onset_step=big,
-                      stable_learning_rate=tiny, action="notify", notify=[long] * MAX_NOTIFY)
+                      stable_learning_rate=wide, action="notify", notify=[long] * MAX_NOTIFY)
     decision = Decision(action="relaunch", outcome="failed", remedy=long, changes={k: [v, v] for k, v in spec.items()},
                         resume_from=f"s3://{'b' * 63}/executions/{state.execution.name}/attempt-1/checkpoints/"
                                     f"checkpoint-{'9' * CHECKPOINT_STEP_DIGITS}.pt",
                         instance_count=INT_BOUND, reason=long)
     watched = Watched(integration=long, ended=long, steps_taken=big, steps_observed=big, steps_skipped=big,
-                      first_loss=tiny, last_loss=long, best_loss=tiny, learned=False, best_evaluation=(big, tiny),
+                      first_loss=wide, last_loss=long, best_loss=wide, learned=False, best_evaluation=(big, wide),
                       started_from=long, restores=False, exception=long)
-    stragglers = [Straggler(rank=INT_BOUND, host=long, step=big, factor=tiny)] * MAX_STRAGGLERS
+    stragglers = [Straggler(rank=INT_BOUND, host=long, step=big, factor=wide)] * MAX_STRAGGLERS
     # The execution keeps its newest MAX_ROLLBACKS in-job decisions, at most one job's: on the last attempt here.
     rollback = Rollback(rule=long, step=big, restored_step=big, steps_lost=INT_BOUND, probe_steps=INT_BOUND,
                         rate_before=wide,
@@ -169,7 +171,7 @@ def _widest_spec(state: WorkflowState) -> dict[str, Any]:
     spec = dict(state.run_spec)
     for knob in state.job.knobs.declared().values():
         if knob.type == "float":
-            spec[knob.hyperparameter] = -2.2250738585072014e-308
+            spec[knob.hyperparameter] = WIDEST_FLOAT
         elif knob.type == "int":
             assert knob.min is not None and knob.max is not None
             spec[knob.hyperparameter] = max(int(knob.min), int(knob.max), key=lambda v: len(str(v)))

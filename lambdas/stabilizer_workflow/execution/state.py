@@ -98,8 +98,9 @@ MAX_STRAGGLERS, MAX_NOTIFY = 16, 5
 # The in-job decisions one job writes at most, so the most an attempt records. The execution keeps the newest
 # this many in all (Attempt.rollbacks): the oldest of earlier attempts are let go first (Attempt.rollbacks_let_go
 # counts them; findings.json has them all), and what later jobs and the policy read of them is kept in InJob.
-# Each attempt keeping its own would grow the state by up to 9 KiB an attempt: past Step Functions' 256 KiB with
-# the default limits (stabilizer_workflow.execution.execution_bounds.largest_state).
+# Each attempt keeping its own (1.2 KiB a record at the longest) would bring the largest state of the default limits
+# to 250 KiB with 8 an attempt, past the budget that leaves room for an error and the failure notification, and to
+# 373 KiB with the 16 an attempt kept before, past Step Functions' 256 KiB (execution_bounds.largest_state).
 MAX_ROLLBACKS = IN_JOB_ROLLBACKS + IN_JOB_TRANSIENTS
 MAX_PROBED = 12  # the rates one rollback probed: two replays and two rounds of four
 # A bad batch's fingerprints one rollback records (a step with accumulation takes several batches).

@@ -101,19 +101,22 @@ def new_rollbacks(state: WorkflowState, obs: Observation) -> list[Rollback]:
     known = len(attempt.rollbacks) + attempt.rollbacks_let_go
     new = [_recorded(entry) for entry in written[known:MAX_ROLLBACKS]]
     attempt.rollbacks.extend(new)
-    ledger = state.in_job
-    for rollback in new:
-        skip = [f for f in ledger.skip_batches if f not in rollback.bad_batches] + rollback.bad_batches
-        ledger.skip_batches = skip[-MAX_SKIPPED:]
-        _flag(state, rollback)
+    _ledger(state, new)
     _let_go(state)
     return new
 
 
-def _flag(state: WorkflowState, rollback: Rollback) -> None:
+def _ledger(state: WorkflowState, rollbacks: list[Rollback], *, older: bool = False) -> None:
+    """What ``state.in_job`` keeps of ``rollbacks``: their fingerprints as the newest (``older``: as older than
+    any it holds, those it lacks), the newest ``MAX_SKIPPED`` kept; a corrupt record; an explosion of the rate."""
     ledger = state.in_job
-    ledger.corrupt_records = ledger.corrupt_records or rollback.corrupt_records
-    ledger.exploded = ledger.exploded or (rollback.rule in EXPLOSIONS and not rollback.transient)
+    found = list(dict.fromkeys(f for rollback in rollbacks for f in rollback.bad_batches))
+    held = ledger.skip_batches
+    skip = ([f for f in found if f not in held] + held) if older else ([f for f in held if f not in found] + found)
+    ledger.skip_batches = skip[-MAX_SKIPPED:]
+    for rollback in rollbacks:
+        ledger.corrupt_records = ledger.corrupt_records or rollback.corrupt_records
+        ledger.exploded = ledger.exploded or (rollback.rule in EXPLOSIONS and not rollback.transient)
 
 
 def _let_go(state: WorkflowState) -> None:
@@ -126,11 +129,7 @@ def _let_go(state: WorkflowState) -> None:
         if excess <= 0:
             return
         gone = min(excess, len(attempt.rollbacks))
-        older = [f for rollback in attempt.rollbacks[:gone] for f in rollback.bad_batches]
-        for rollback in attempt.rollbacks[:gone]:
-            _flag(state, rollback)
-        skip = [*(f for f in dict.fromkeys(older) if f not in state.in_job.skip_batches), *state.in_job.skip_batches]
-        state.in_job.skip_batches = skip[-MAX_SKIPPED:]
+        _ledger(state, attempt.rollbacks[:gone], older=True)
         attempt.rollbacks = attempt.rollbacks[gone:]
         attempt.rollbacks_let_go += gone
         excess -= gone
