@@ -19,6 +19,7 @@ the warm-up.
 """
 
 import argparse
+import gc
 import os
 
 import torch
@@ -69,6 +70,7 @@ def main() -> None:
             print(f"step={step} loss={loss.item():.4f}", flush=True)
     print(f"rank={rank} host={host} done", flush=True)
     dist.barrier()  # leave together (a gloo rank that tears down early can abort the others at exit)
+    gc.collect()  # free the run's collectives now, not at the interpreter's exit (see docs/library.md, DDP)
     dist.destroy_process_group()
 
 
