@@ -637,7 +637,7 @@ def _close_at_exit(guard_ref: weakref.ref, distributed: bool) -> None:
     interpreter is whole. gloo on torch 2.13.0 aborts a rank now and then when the run's collectives are freed by
     the interpreter's own teardown instead ("terminate called without an active exception", after the script's
     last line; torchrun then fails the job): 7 of 80 runs of a DDP loop under load, with or without the
-    sentinel, and 0 of 50 with a collection after ``destroy_process_group()`` (docs/library.md, "DDP")."""
+    sentinel; 0 of 50 with this collection, the script collecting nothing itself (docs/library.md, "DDP")."""
     guard = guard_ref()
     if guard is not None:
         guard.close()
