@@ -6,6 +6,7 @@ through local mode with both policies, judged against the outcome written beside
     python -m stabilizer.bench --corpus --runs gan-healthy-lr0.002 --policy default
     python -m stabilizer.bench --corpus --policy default --recovery both   # in the job and relaunched, side by side
     python -m stabilizer.bench --corpus --policy default --healthy-seeds 3  # healthy runs at 3 seeds each
+    python -m stabilizer.bench --corpus --policy default --healthy-seeds 3 --failing-seeds 3  # and failing runs
     python -m stabilizer.bench --corpus --policy default --healthy-seeds 3 --length 4  # every run 4 times as long
 
 Each (run, policy) is one execution through the real local workflow: the project's ASL in moto's
@@ -29,6 +30,9 @@ and the last step's loss beside it) over where a healthy run of the same script 
 With `--healthy-seeds N` each healthy run also runs at N-1 other seeds (`<run>@seed<k>`, judged as
 healthy runs too): the reference is then the median of its seeds, and the count within the range
 they ended in follows, for a target finer than a healthy run's own spread cannot be met. With
+`--failing-seeds N` each failing run also runs at N-1 other seeds (judged as failing runs, against its
+manifest's expectations): the count of failing runs within 10 % by the median of their seeds follows,
+for one draw of a recovered run is as noisy as one of a healthy run. With
 `--length K` every run trains K times as long (the hyperparameter its manifest names as `length`, healthy
 and failing runs alike, so each is still read against a healthy run of its own length): a rollback's lost
 and probed steps are a fixed cost, a large part of these short runs and a small one of a long run, and
@@ -236,13 +240,15 @@ def reseeded(run: Run, seed: int) -> Run:
     return replace(run, name=f"{run.name}{SEEDED}{seed}", job={**run.job, "hyperparameters": hyperparameters})
 
 
-def with_seeds(runs: list[Run], count: int) -> list[Run]:
+def with_seeds(runs: list[Run], count: int, failing: int = 1) -> list[Run]:
     """``runs``, then each healthy one that takes a ``seed`` hyperparameter again at its next ``count - 1``
-    seeds."""
-    if count < 1:
-        raise ValueError(f"--healthy-seeds: expected a whole number >= 1, got {count}")
+    seeds, and each failing one at its next ``failing - 1``."""
+    for option, value in (("--healthy-seeds", count), ("--failing-seeds", failing)):
+        if value < 1:
+            raise ValueError(f"{option}: expected a whole number >= 1, got {value}")
     more = [reseeded(run, int(run.job["hyperparameters"]["seed"]) + k) for run in runs
-            if run.healthy and isinstance(run.job.get("hyperparameters", {}).get("seed"), int) for k in range(1, count)]
+            if isinstance(run.job.get("hyperparameters", {}).get("seed"), int)
+            for k in range(1, count if run.healthy else failing)]
     return [*runs, *more]
 
 
@@ -294,14 +300,16 @@ def quality_lines(results: list[Result]) -> list[str]:
     takes), and how many are within 10 %: by the final model's loss on a fixed set where the script
     prints one (``final_eval``), by the last window's mean loss (``final_window``), and by the last
     step's loss. A healthy run run at several seeds (``--healthy-seeds``) is where its seeds' median ends,
-    and the count within the range its seeds ended in follows. A run no healthy run shares a setting with
-    is measured against its kind's (said on its line); so is every run of results kept before the setting
-    was (all read as one). The count against the best healthy run of any setting of the kind follows, for
-    comparison with those."""
+    and the count within the range its seeds ended in follows; a failing run run at several seeds
+    (``--failing-seeds``) is one line each, and the count by the median of each run's seeds follows. A run
+    no healthy run shares a setting with is measured against its kind's (said on its line); so is every run
+    of results kept before the setting was (all read as one). The count against the best healthy run of any
+    setting of the kind follows, for comparison with those."""
     lines: list[str] = []
     ratios: dict[str, dict[str, list[float]]] = {}
     spread: dict[str, dict[str, list[bool]]] = {}
     of_kind: dict[str, dict[str, list[float]]] = {}
+    seeds: dict[str, dict[str, dict[str, list[float]]]] = {}  # policy, measure, failing run: its seeds' ratios
     for r in results:
         if r.healthy or r.outcome != "succeeded" or r.final_loss is None:
             continue
@@ -319,6 +327,8 @@ def quality_lines(results: list[Result]) -> list[str]:
                 continue
             ratio = mine / reference
             ratios.setdefault(r.policy, {}).setdefault(label, []).append(ratio)
+            seeds.setdefault(r.policy, {}).setdefault(label, {}).setdefault(r.run.partition(SEEDED)[0], []).append(
+                ratio)
             drawn = ""
             if len(theirs) > 1:
                 spread.setdefault(r.policy, {}).setdefault(label, []).append(mine <= max(theirs))
@@ -338,9 +348,16 @@ def quality_lines(results: list[Result]) -> list[str]:
     for policy, by in ratios.items():
         for label, mine in sorted(by.items(), key=lambda item: order.index(item[0])):
             within = spread.get(policy, {}).get(label, [])
-            seeds = f"; {sum(within)} of {len(within)} within the range of the healthy seeds" if within else ""
+            drawn = f"; {sum(within)} of {len(within)} within the range of the healthy seeds" if within else ""
             head.append(f"  {policy} by {label}: {sum(x <= QUALITY_WITHIN for x in mine)} of {len(mine)} within "
-                        f"{QUALITY_WITHIN - 1:.0%}, median ratio {statistics.median(mine):.2f}{seeds}")
+                        f"{QUALITY_WITHIN - 1:.0%}, median ratio {statistics.median(mine):.2f}{drawn}")
+            runs = seeds[policy][label]
+            if any(len(draws) > 1 for draws in runs.values()):  # failing runs at several seeds (--failing-seeds)
+                medians = [statistics.median(draws) for draws in runs.values()]
+                head.append(f"  {policy} by {label}, each failing run the median of its seeds (1-"
+                            f"{max(map(len, runs.values()))} that ended succeeded): "
+                            f"{sum(x <= QUALITY_WITHIN for x in medians)} of {len(medians)} within "
+                            f"{QUALITY_WITHIN - 1:.0%}, median ratio {statistics.median(medians):.2f}")
     head += [f"  {policy} by {label} against the lowest healthy run of any setting of the kind: "
              f"{sum(x <= QUALITY_WITHIN for x in mine)} of {len(mine)} within {QUALITY_WITHIN - 1:.0%}, "
              f"median ratio {statistics.median(mine):.2f}"
@@ -561,6 +578,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--healthy-seeds", type=int, default=1, metavar="N",
                         help="corpus: each healthy run at N seeds (its own and the next N-1), for the spread of "
                         "where a healthy run ends that the recovered quality is read against")
+    parser.add_argument("--failing-seeds", type=int, default=1, metavar="N",
+                        help="corpus: each failing run at N seeds (its own and the next N-1): more draws of each "
+                        "failure for the detection counts, and the recovered quality of each failing run as the "
+                        "median of its seeds")
     parser.add_argument("--length", type=int, default=1, metavar="K",
                         help="corpus: every run trains K times as long (the hyperparameter its manifest names as "
                         "length), for the recovered quality where a rollback's lost steps are a small part of the run")
@@ -579,7 +600,8 @@ def main(args: argparse.Namespace) -> int:
         return 0
     try:
         kinds = args.kinds.split(",") if args.kinds else None
-        runs = with_seeds(select(load(), kinds, args.runs.split(",") if args.runs else None), args.healthy_seeds)
+        runs = with_seeds(select(load(), kinds, args.runs.split(",") if args.runs else None), args.healthy_seeds,
+                          args.failing_seeds)
         stretched(runs, args.length)  # a kind that names no length is an error before anything runs
         if args.jobs < 1:
             raise ValueError(f"--jobs: expected a whole number >= 1, got {args.jobs}")

@@ -319,6 +319,14 @@ def test_healthy_runs_are_run_again_at_the_next_seeds_and_found_by_name():
     assert bench_corpus.with_seeds(runs, 1) == runs
     with pytest.raises(ValueError, match="--healthy-seeds: expected a whole number >= 1, got 0"):
         bench_corpus.with_seeds(runs, 0)
+    # Failing runs at their next seeds too (--failing-seeds), still failing runs with their expectations.
+    both = bench_corpus.with_seeds(runs, 3, failing=2)
+    failing = [r for r in runs if not r.healthy]
+    assert len(both) == len(runs) + 2 * len(healthy) + len(failing)
+    again = bench_corpus.by_name(RUNS, "rnn-lr3.5-noclip@seed1")
+    assert again in both and not again.healthy and again.expect == _run("rnn-lr3.5-noclip").expect
+    with pytest.raises(ValueError, match="--failing-seeds: expected a whole number >= 1, got 0"):
+        bench_corpus.with_seeds(runs, 1, failing=0)
 
 
 def test_every_kind_names_the_hyperparameter_that_sets_its_length_and_runs_stretch_by_it():
@@ -359,9 +367,18 @@ def test_the_recovered_quality_by_final_evaluation_is_read_against_the_median_of
         in "\n".join(lines)
     assert "rnn-lr6-noclip (default): final evaluation 0.4 / healthy 0.33 = 1.21 (healthy at 3 seeds 0.3-0.36)" \
         in "\n".join(lines)
+    assert not any("each failing run the median" in line for line in lines)  # each failing run at one seed
     # Without the seeds, the one healthy run is the reference and no range is counted.
     lines = bench_corpus.quality_lines([healthy[0], *recovered])
     assert lines[1] == "  default by final evaluation: 0 of 2 within 10%, median ratio 1.25"
+    # A failing run at several seeds (--failing-seeds): a line each, then the count by each run's median.
+    more = [ended("rnn-lr6-noclip@seed1", 0.34, False), ended("rnn-lr6-noclip@seed2", 0.35, False)]
+    lines = bench_corpus.quality_lines([*healthy, *recovered, *more])
+    assert lines[1] == ("  default by final evaluation: 3 of 4 within 10%, median ratio 1.06; 3 of 4 within the "
+                        "range of the healthy seeds")
+    assert lines[2] == ("  default by final evaluation, each failing run the median of its seeds (1-3 that ended "
+                        "succeeded): 2 of 2 within 10%, median ratio 1.06")  # 1.06 and 0.35 / 0.33
+    assert "rnn-lr6-noclip@seed2 (default): final evaluation 0.35 / healthy 0.33 = 1.06" in "\n".join(lines)
 
 
 def test_the_quality_counts_come_in_the_order_of_the_measures_whichever_run_comes_first():
