@@ -58,10 +58,17 @@ def _hyperparameters(attempt: AttemptRecord) -> dict[str, Any]:
     return values
 
 
-def _finding(recorded: dict[str, Any] | None, observed: AttemptRecord | None) -> str:
+def _finding(recorded: dict[str, Any] | None, observed: AttemptRecord | None,
+             rollbacks: Sequence[dict[str, Any]] = ()) -> str:
+    """The finding that ended the attempt; else the first the job rolled back from itself (``Diverging at step 4
+    (rolled back)``), so that a job that recovered in place does not read as one where nothing fired."""
     if recorded:
         phase = f" ({recorded['phase']})" if recorded.get("phase") else ""
         return f"{recorded.get('rule')} at step {recorded.get('step')}{phase}"
+    if not rollbacks and observed is not None:  # the job's own list, where the state holds none
+        rollbacks = (observed.findings or {}).get("rollbacks", [])
+    if rollbacks and rollbacks[0].get("rule"):
+        return f"{rollbacks[0]['rule']} at step {rollbacks[0].get('step')} (rolled back)"
     explosion = observed.explosion() if observed else None
     return f"{explosion[1]} at step {explosion[0]}" if explosion else "-"
 
@@ -110,7 +117,7 @@ def _row(
         status=str(observed.status if observed else recorded.get("status", "")),
         steps="-" if steps is None else str(steps),
         seconds="-" if seconds is None else str(seconds),
-        finding=_finding(recorded.get("finding"), observed),
+        finding=_finding(recorded.get("finding"), observed, recorded.get("rollbacks") or ()),
         in_job=_in_job(recorded, observed),
         decision=str(decision.get("remedy") or decision.get("action") or "-"),
         reason=str(decision.get("reason") or "-"),

@@ -96,7 +96,9 @@ def evidence_lines(state: dict) -> list[str]:
         learned = seen.get("learned")
         parts.append({True: "learned", False: "did not learn"}.get(learned, "learning not judged (too few steps)"))
         parts.append(f"started from {seen.get('started_from') or 'scratch'}")
-        parts.append("a relaunch restores its checkpoint" if seen.get("restores") else "a relaunch starts fresh")
+        # What the script can do; the decision says what a relaunch did (a network change starts fresh).
+        parts.append("its script can resume from a checkpoint" if seen.get("restores")
+                     else "its script cannot resume from a checkpoint")
         lines.append(f"- attempt {attempt.get('number')}: " + "; ".join(parts))
     return lines
 

@@ -63,9 +63,10 @@ def test_the_report_shows_the_evidence_each_verdict_rests_on(tmp_path):
     text = markdown(record, [], tmp_path)
     assert "- outcome: **unverified**" in text
     assert ("- attempt 1: watched by the launcher; 20 steps checked, 36 optimizer steps taken; loss 2.3 -> 0.4; "
-            "learned; started from scratch; a relaunch restores its checkpoint") in text
+            "learned; started from scratch; its script can resume from a checkpoint") in text
     assert "- attempt 2: no summary" in text
     # A rule stop checks the loss of a step it never takes; what was not seen is said, never "None".
     assert ("- attempt 3: watched by the library; 4 steps checked, 3 optimizer steps taken; no loss seen; "
-            "learning not judged (too few steps); started from scratch; a relaunch starts fresh") in text
+            "learning not judged (too few steps); started from scratch; its script cannot resume from a "
+            "checkpoint") in text
     assert "None" not in text.split("## Evidence")[1].split("##")[0]

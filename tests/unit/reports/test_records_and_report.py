@@ -141,3 +141,16 @@ def test_the_attempts_table_says_how_many_bad_batches_the_job_skipped():
         {"learning_rate_after": 0.01, "outcome": "bad_batch", "batch": {"fingerprints": []}},
         {"learning_rate_after": 0.01, "outcome": "transient"}]})
     assert _in_job({}, observed) == "2 rollbacks (1 bad batch skipped), on at LR 0.01"
+
+
+def test_the_attempts_table_names_the_finding_a_job_rolled_back_from_where_none_ended_it():
+    from stabilizer.reports.attempts import _finding
+
+    rolled = [{"rule": "Diverging", "step": 4, "rate_after": 0.53}, {"rule": "ExplodingTensor", "step": 30}]
+    assert _finding(None, None, rolled) == "Diverging at step 4 (rolled back)"
+    observed = AttemptRecord(number=1, job_name="job-1", findings={"rollbacks": [
+        {"rule": "ExplodingTensor", "step": 7, "learning_rate_after": 0.01, "outcome": "recovered"}]})
+    assert _finding(None, observed) == "ExplodingTensor at step 7 (rolled back)"  # the job's own list
+    # The finding that ended the attempt comes first; nothing fired, nothing is named.
+    assert _finding({"rule": "NotLearning", "step": 90}, observed, rolled) == "NotLearning at step 90"
+    assert _finding(None, AttemptRecord(number=1, job_name="job-1", findings={})) == "-"
