@@ -110,7 +110,7 @@ LOWER_WARMUP_LR = Rung("lower_warmup_lr", "size", "warmup_learning_rate", floor_
 LENGTHEN_WARMUP = Rung("lengthen_warmup", "scale", "warmup_length", 2, ceiling_ratio=8,
                        why="it exploded during warm-up, so a warm-up twice as long (a gentler ramp)")
 LOWER_LR = Rung("lower_lr", "size", "learning_rate", floor_ratio=EXPLOSION_RATE_FLOOR,
-                why="it exploded after warm-up (or the job has none)")
+                why="it exploded at its main rate, past any warm-up")
 LOWER_LR_WITHOUT_WARMUP_KNOB = Rung(
     "lower_lr", "size", "learning_rate", floor_ratio=EXPLOSION_RATE_FLOOR, unless="warmup_learning_rate",
     why="it exploded during warm-up and no warm-up learning rate is declared")
