@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from stabilizer_sentinel.recovery import averages
 from stabilizer_sentinel.recovery.recovery import RECOVERABLE, RateFactor
 from stabilizer_sentinel.recovery.rewind import entries_of, load_optimizer_state, load_other, state_on_host
 
@@ -91,7 +92,10 @@ class Ranks:
             guard.scaler_watch.put_back(scaler)  # at its update(), as rank 0 does
             guard.sentinel.load_shared_checks_state(checks)
             guard.undone_before(recovery.live_from)
-        elif kind == STOPPED:
+        if kind != STOPPED and not self.due:  # the rollback went on: this rank's averaged copies restart too
+            averages.restart([guard.model, *(network for network, _ in recovery.others)],
+                             [guard.optimizer, *(optimizer for _, optimizer in recovery.others), *recovery.inner])
+        if kind == STOPPED:
             finding: list[Any] = [None]
             dist.broadcast_object_list(finding, 0)
             guard.give_up_rollback(finding[0], together=True)

@@ -8,7 +8,9 @@ configuration, ``in_job``), the guard does not stop. Instead:
 1. **Roll back.** The step that failed is let through and undone: after it, the model and optimizer
    are loaded from the newest copy the rewind took before the run-up began (the finding's
    ``onset_step``; stabilizer_sentinel.recovery.rewind keeps the copies, with the learning check's state
-   beside them, so the run is judged from that state's lineage again).
+   beside them, so the run is judged from that state's lineage again). When training goes on, the
+   script's moving averages of the rolled-back networks (``AveragedModel``) restart from the weights it
+   goes on from (stabilizer_sentinel.recovery.averages): they averaged in the steps the rollback undid.
 2. **Probe.** From that state, each candidate rate (a third, a tenth, a thirtieth, a hundredth of the
    failing one: two orders of magnitude in one round) trains ``probe_steps`` steps of the script's own
    batches. A candidate fails at a finding of the sentinel's, a non-finite loss, a loss that climbs
@@ -78,6 +80,7 @@ import torch
 from stabilizer_contract.catalogue import DIVERGING
 from stabilizer_contract.job import IN_JOB_ROLLBACKS, IN_JOB_TRANSIENTS
 from stabilizer_contract.job import PAST_OUTCOMES as PAST  # an explosion the same rate trained past
+from stabilizer_sentinel.recovery import averages
 from stabilizer_sentinel.recovery.batches import corrupt_records, describe
 
 EXPLODING = "ExplodingTensor"
@@ -497,8 +500,8 @@ class Recovery(RateFactor):
         self.decisions.append(decision)
         self._since = self._watch_since(best)
         print(f"sentinel: {message}; rolled back {decision['steps_lost']} steps to step {best.next_step}, going on "
-              f"at {decision['learning_rate_after']:.3g} ({self.factor:.3g} x the script's rate)",
-              file=sys.stderr, flush=True)
+              f"at {decision['learning_rate_after']:.3g} ({self.factor:.3g} x the script's rate)"
+              f"{self._restart_averages(decision)}", file=sys.stderr, flush=True)
         guard.sentinel.rolled_back(decision)
 
     def after_step(self) -> None:
@@ -687,6 +690,7 @@ class Recovery(RateFactor):
                 self.batches.corrupt_records_in(f.dataset for f in self._bad_fetches)
         self._bad_fetches = []
         self.decisions.append(decision)
+        averaged = self._restart_averages(decision)
         head = (f"sentinel: rolled back {decision['steps_lost']} steps to step {decision['restored_step']}; "
                 f"{decision['rule']} at step {decision['step']}")
         if self._reproduced:
@@ -695,12 +699,12 @@ class Recovery(RateFactor):
             also = ("; it holds non-finite values the batches trained after it do not: any later batch that holds "
                     "them is passed over too" if records else "")
             print(f"{head} came again with that step's batches{where} and not with the next {probe.steps}: a bad "
-                  f"batch, skipped{also}; going on unchanged", file=sys.stderr, flush=True)
+                  f"batch, skipped{also}; going on unchanged{averaged}", file=sys.stderr, flush=True)
         else:
             tried = "with that step's batches, then " if self._with_batch is not None else ""
             print(f"{head}: the same rate trained from there {tried}for {probe.steps} steps: "
-                  f"{'a one-off' if self._with_batch is not None else 'the batch or a one-off'}, going on unchanged",
-                  file=sys.stderr, flush=True)
+                  f"{'a one-off' if self._with_batch is not None else 'the batch or a one-off'}, going on unchanged"
+                  f"{averaged}", file=sys.stderr, flush=True)
         guard.sentinel.rolled_back(decision)
 
     def _corrupt_records(self, trigger: dict[str, Any]) -> bool:
@@ -750,8 +754,22 @@ class Recovery(RateFactor):
         self.decisions.append(decision)
         print(f"sentinel: rolled back {decision['steps_lost']} steps to step {decision['restored_step']}; going on "
               f"at {decision['learning_rate_after']:.3g} ({decision['factor']:.3g} x the script's rate), chosen from "
-              f"{len(probed)} probes in {decision['seconds']:.2f} s", file=sys.stderr, flush=True)
+              f"{len(probed)} probes in {decision['seconds']:.2f} s{self._restart_averages(decision)}",
+              file=sys.stderr, flush=True)
         guard.sentinel.rolled_back(decision)
+
+    def _restart_averages(self, decision: dict[str, Any]) -> str:
+        """The job goes on: the script's averaged copies of the rolled-back networks (``AveragedModel``: an
+        EMA, SWA) restart from the weights it goes on from (``averages``); their count in ``decision``
+        (``averages_restarted``), and words for the line that tells it."""
+        rewind = self.guard.rewind
+        restarted = averages.restart([rewind.model, *(network for network, _ in rewind.others)],
+                                     [rewind.optimizer, *(optimizer for _, optimizer in rewind.others), *rewind.inner])
+        if not restarted:
+            return ""
+        decision["averages_restarted"] = restarted
+        return (f"; {restarted} averaged cop{'ies' if restarted > 1 else 'y'} of the network (AveragedModel) "
+                f"restart{'' if restarted > 1 else 's'} from its weights at the script's next update")
 
     def _edge_may_be_kept(self, stable: list[Probe]) -> bool:
         """Whether a probe's five steps may stand for the rest of the run (``choose``'s ``at_minimum``). Not

@@ -117,6 +117,21 @@ def test_a_fault_no_rate_fixes_stops_the_job_as_before_with_what_was_probed(tmp_
     assert document["summary"]["ended"] == "rule_stop"
 
 
+@pytest.mark.slow  # trains the regression for 300 steps, twice
+def test_the_scripts_moving_average_of_the_weights_restarts_from_where_the_rollback_goes_on(tmp_path, monkeypatch):
+    # The script updates its EMA after each step: by the rollback's end it has averaged in the exploded steps
+    # and every probe's (1e18 and more). It restarts from the weights the job goes on from.
+    status, lines, document = train(tmp_path, monkeypatch, "--lr", "0.5", "--ema", "0.99")
+    assert status == 0, lines[-3:]
+    first = document["rollbacks"][0]
+    assert first["outcome"] == "recovered" and first["averages_restarted"] == 1
+    averaged = float(next(line for line in lines if line.startswith("ema_final=")).removeprefix("ema_final="))
+    _, healthy, _ = train(tmp_path / "healthy", monkeypatch, "--lr", "0.01", "--ema", "0.99", recovery=None,
+                          watch=False)
+    reference = float(next(line for line in healthy if line.startswith("ema_final=")).removeprefix("ema_final="))
+    assert math.isfinite(averaged) and averaged < 3 * reference, (averaged, reference)
+
+
 def test_relaunch_stops_at_the_finding_as_it_always_did(tmp_path, monkeypatch):
     status, _, document = train(tmp_path, monkeypatch, "--lr", "0.5", recovery="relaunch")
     assert status == 86
