@@ -72,7 +72,7 @@ def test_the_readme_job_example_relaunched_is_stopped_and_relaunched_lower(tmp_p
     assert rest[-1]["run_spec"]["lr"] < first["run_spec"]["lr"] == 1.6
 
 
-def test_the_readme_sdk_snippet_runs_locally_as_written(tmp_path, monkeypatch):
+def test_the_readme_sdk_snippet_runs_locally_as_written(tmp_path, monkeypatch, capsys):
     pytest.importorskip("sagemaker")
     snippet = block("### From the SageMaker Python SDK", "python")
     shutil.copytree(ROOT / "examples" / "quickstart", tmp_path / "examples" / "quickstart")
@@ -88,3 +88,6 @@ def test_the_readme_sdk_snippet_runs_locally_as_written(tmp_path, monkeypatch):
     assert state["outcome"] == "succeeded"
     [only] = view.attempts  # recovered inside the one job
     assert only["run_spec"]["lr"] == 1.6 and only["rollbacks"][-1]["rate_after"] < 1.6
+    # What the README says the snippet prints (the comment under its print).
+    said = re.search(r"^# (succeeded \[.*\]):", snippet, flags=re.M)
+    assert said is not None and said.group(1) in capsys.readouterr().out
