@@ -94,6 +94,7 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from stabilizer_sentinel.capture import module_hooks
 from stabilizer_sentinel.integration import exit_status, log_channel, script_watch
 from stabilizer_sentinel.integration.guard import Guard
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_config
@@ -104,17 +105,7 @@ from stabilizer_sentinel.recovery import resume
 from stabilizer_sentinel.recovery.batches import Batches
 from stabilizer_sentinel.summary import watch_exit
 
-
-def _compiling_check() -> Any:
-    """``torch.compiler.is_compiling`` (torch 2.3 on), ``torch._dynamo.is_compiling`` before it (the library
-    takes torch 2.1 on): True while Dynamo traces, which reads it as a constant."""
-    found = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-    if found is None:
-        found = getattr(getattr(torch, "_dynamo", None), "is_compiling", None)
-    return found if found is not None else (lambda: False)
-
-
-_is_compiling = _compiling_check()
+_is_compiling = module_hooks.is_compiling
 
 
 # Steps another optimizer takes in a row, the first not stepping, before its training is the run's (``_next_phase``).

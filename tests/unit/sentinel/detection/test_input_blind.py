@@ -229,3 +229,24 @@ def test_a_pass_under_vmap_is_not_read(recwarn):
     handle.remove()
     assert outs[0].shape == (4, 32, 1) and check.streak() == 0 and not check.off
     assert not [w for w in recwarn if "batching rule" in str(w.message)]
+
+
+def test_a_compiled_network_is_compiled_once_watched_as_unwatched():
+    # torch.compile(model) traces the global forward hook into the compiled frame: a host count the hook
+    # kept there (one pass in EVERY is read) became a guard, and every pass recompiled until Dynamo's limit.
+    import torch._dynamo
+
+    def graphs(watched: bool) -> int:
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+        handle = listen(model)[1] if watched else None
+        compiled = torch.compile(model, backend="eager")
+        for _ in range(3 * EVERY):
+            compiled(torch.randn(4, 8)).sum().backward()
+        if handle is not None:
+            handle.remove()
+        return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+    assert graphs(watched=True) == graphs(watched=False) == 1
