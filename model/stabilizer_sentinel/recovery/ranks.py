@@ -78,6 +78,7 @@ class Ranks:
         dist.broadcast(header, 0)
         kind, factor, live_from, under_way, ceiling = header.tolist()
         recovery.factor, recovery.live_from, self.due = factor, int(live_from), bool(under_way)
+        recovery.covered = frozenset(id(optimizer) for _, optimizer in recovery.others)  # as rank 0's rollback holds
         recovery.ceiling = None if ceiling < 0 else ceiling
         if kind == LOADED:
             for name, tensor in guard.model.state_dict().items():  # detached views of the parameters: in place

@@ -56,8 +56,9 @@ rate rises past it (a warm-up, a one-cycle's climb), the factor in force is lowe
 (``in_force``), as no probe measured the network at the rates the climb would reach.
 
 Several optimizers (a GAN's two) roll back together: the copies hold every optimizer's state and
-the parameters of each, the factor applies to every optimizer's rate, and the first optimizer's
-steps are the ones counted, probed and judged; another optimizer's part of the state is put back at
+the parameters of each, the factor applies to the rate of every optimizer the rollback held
+(``covered``), and the first optimizer's steps are the ones counted, probed and judged; another
+optimizer's part of the state is put back at
 its own next step (its backward pass done), a step that changes nothing (its gradients predate it).
 Under Lightning's callback too: Lightning counts each optimizer's step and the callback checks the
 first one's. Not for a worker process: it stops as before and the relaunch handles it. At most
@@ -202,6 +203,10 @@ class RateFactor:
     _saved_other: tuple[Any, ...] = ()  # the other optimizer's rates, as the script set them, while it steps
     _held: tuple[tuple[torch.Tensor, torch.Tensor | None], ...] = ()  # its gradients, held aside while it skips
     _saved_inner: tuple[tuple[dict[str, Any], Any], ...] = ()  # (group, rate): an inner optimizer's own while it steps
+    # The other optimizers (by id) the last rollback held and probed with the first: the factor applies to those
+    # alone. One that first stepped after it (a sweep's next model, trained while the first is still held) was
+    # not rolled back and no probe measured it: its rates stay the script's.
+    covered: frozenset[int] = frozenset()
 
     def in_force(self, optimizer: torch.optim.Optimizer) -> float:
         """The factor for this step: ``factor``, lowered where the script's rate has risen so far that its
@@ -245,7 +250,8 @@ class RateFactor:
                 param.grad = None
             return False
         # The first optimizer's factor as its last step ran it (the ceiling is of its rate, not this one's).
-        self._saved_other = tuple(_scaled(optimizer, self._in_force if self.ceiling is not None else self.factor))
+        factor = (self._in_force if self.ceiling is not None else self.factor) if id(optimizer) in self.covered else 1.0
+        self._saved_other = tuple(_scaled(optimizer, factor))
         return True
 
     def unscale_other(self, optimizer: torch.optim.Optimizer) -> bool:
@@ -347,7 +353,9 @@ class Recovery(RateFactor):
         factor = self.factor if self.ceiling is None else self._in_force if self._saved else self.in_force(
             self.guard.optimizer)
         self._trigger = {"finding": entry, "started": time.perf_counter(), "rate_before": self.guard.learning_rate,
-                         "factor_before": factor, "in_force_before": (self.factor, self.ceiling)}
+                         "factor_before": factor, "in_force_before": (self.factor, self.ceiling),
+                         "covered_before": self.covered}
+        self.covered = frozenset(id(optimizer) for _, optimizer in self.guard.rewind.others)
         self.factor, self.ceiling = factor, None
         self._snapshot = snapshot
         self._since = self._back = None
@@ -677,6 +685,7 @@ class Recovery(RateFactor):
         guard.rewind.forget_after(self._snapshot.next_step)
         guard.undone_before(self.live_from)
         self.factor, self.ceiling = trigger["in_force_before"]  # the rate was not at fault: as it was
+        self.covered = trigger["covered_before"]
         decision = self._decision(trigger, probed, probe.factor)
         decision["outcome"] = "bad_batch" if self._reproduced else "transient"
         records = False
@@ -733,6 +742,7 @@ class Recovery(RateFactor):
             self._load(self._snapshot)
             self.live_from = guard.step_number
             self.factor, self.ceiling = trigger["in_force_before"]
+            self.covered = trigger["covered_before"]
             decision = self._decision(trigger, probed, None)
             self.decisions.append(decision)
             guard.sentinel.rollbacks.append(decision)  # written with the finding, as the job stops

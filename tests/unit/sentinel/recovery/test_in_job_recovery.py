@@ -680,3 +680,24 @@ def test_a_loss_with_no_noise_at_its_floor_is_no_rise(tmp_path):
     document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
     assert [r["rule"] for r in document["rollbacks"]] == ["Diverging"], result.stderr[-2000:]
     assert summary(tmp_path)["learned"] is True and summary(tmp_path)["last_loss"] < 0.0103
+
+
+def test_an_optimizer_no_rollback_held_keeps_its_own_rates():
+    # A sweep's next model, trained while the first is still held, steps as another optimizer until it is taken
+    # for the run's: the factor a rollback of the first chose was measured for the optimizers that rollback held.
+    from stabilizer_sentinel.recovery.recovery import RateFactor
+
+    class Factor(RateFactor):
+        def __init__(self) -> None:
+            self.factor, self._saved = 0.1, []
+
+    held, later = (torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=1.0) for _ in range(2))
+    factor = Factor()
+    factor.covered = frozenset({id(held)})
+    rates = []
+    for optimizer in (held, later):
+        assert factor.scale_other(optimizer)
+        rates.append(optimizer.param_groups[0]["lr"])
+        factor.unscale_other(optimizer)
+        assert optimizer.param_groups[0]["lr"] == 1.0  # the script's own, back after the step
+    assert rates == [0.1, 1.0]

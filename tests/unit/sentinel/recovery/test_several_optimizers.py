@@ -189,6 +189,7 @@ def test_another_optimizer_steps_at_the_factor_in_force_or_not_at_all_right_afte
     optimizer = torch.optim.SGD([weight], lr=0.5)
     weight.grad = torch.ones(3)
     factor = Factor(0.1, due)
+    factor.covered = frozenset({id(optimizer)})  # an optimizer the rollback held
     stepped = factor.scale_other(optimizer)
     seen = (optimizer.param_groups[0]["lr"], weight.grad)
     optimizer.step()
