@@ -443,9 +443,12 @@ class LauncherHooks:
 
     def _new_phase(self, optimizer: torch.optim.Optimizer) -> None:
         """Let the guard of the phase before go, without a summary (and with it the network and optimizer it
-        held), and attach one to ``optimizer``."""
+        held), and attach one to ``optimizer``. Its in-job decisions are the job's: findings.json keeps them,
+        before the new phase's (a sweep's first model rolled back lost its record, and the workflow, which had
+        read it, would have taken the next phase's first for it)."""
         assert self.guard is not None
         carried = self.guard.pass_loss()  # this step's backward passes, read by the guard of the phase before
+        decided = list(self.guard.sentinel.rollbacks)
         self.guard.discard()
         self.guard, self.batches = None, None
         self._others_in_a_row, self._first_steps_then, self._longest_others = 0, -1, 0
@@ -453,6 +456,8 @@ class LauncherHooks:
         if isinstance(model, BareTensors):  # its network was never called while the module hooks stood
             model = unwrap(_owner(optimizer) or model)
         self._attach(model, optimizer)
+        if self.guard is not None:
+            self.guard.sentinel.rollbacks[:0] = decided
         if carried is not None and self.guard is not None:
             self.guard.backward_pass(carried)
 

@@ -443,6 +443,20 @@ def test_a_sweeps_next_model_is_watched_from_its_first_step_once_the_script_let_
     assert (written["steps_observed"], written["first_loss"]) == (40, pytest.approx(sum(second[:5]) / 5, abs=1e-3))
 
 
+@pytest.mark.slow
+def test_a_sweeps_first_model_rolled_back_in_the_job_keeps_its_record_after_the_next_model_begins(tmp_path):
+    # From stop 62's second recovery hunt: the guard of the phase before was let go with its decisions, and
+    # findings.json (what the workflow reads) no longer held the first model's rollback.
+    args = [str(FIXTURES / "loops" / "sweep.py"), "--rates", "20,0.05", "--steps", "40"]
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert watched.returncode == 0, watched.stderr
+    [rollback] = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())["rollbacks"]
+    assert rollback["rule"] == "Diverging" and rollback["learning_rate_after"] < 20
+    second = [line for line in watched.stdout.splitlines() if line.startswith("run=1 ")]
+    assert second == [line for line in plain.stdout.splitlines() if line.startswith("run=1 ")]  # its own rate
+
+
 def heldout(stdout: str) -> float:
     return float(stdout.split("heldout=")[1].split(maxsplit=1)[0])
 
