@@ -470,6 +470,15 @@ class Guard(OptimizerHooks):
         if log is not None and log.nonfinite_step is not None and log.nonfinite_step < step:
             log.nonfinite_step = None
 
+    def in_job_decisions(self) -> list[dict[str, Any]]:
+        """This guard's in-job decisions so far (findings.json's ``rollbacks``), earlier phases' first."""
+        return list(self.sentinel.rollbacks)
+
+    def carry_decisions(self, decisions: list[dict[str, Any]]) -> None:
+        """The in-job decisions of the phase before this guard's (a sweep's first model, let go by the launcher):
+        findings.json keeps them, before this guard's own."""
+        self.sentinel.rollbacks[:0] = decisions
+
     def give_up_rollback(self, finding: dict[str, Any], *, together: bool = False) -> None:
         """In-job recovery found no lower rate that trains: the finding stands, the job stops (a relaunch
         follows); ``together``: every DDP rank stops here at once (rank 0 told them)."""

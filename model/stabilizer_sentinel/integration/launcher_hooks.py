@@ -448,7 +448,7 @@ class LauncherHooks:
         read it, would have taken the next phase's first for it)."""
         assert self.guard is not None
         carried = self.guard.pass_loss()  # this step's backward passes, read by the guard of the phase before
-        decided = list(self.guard.sentinel.rollbacks)
+        decided = self.guard.in_job_decisions()
         self.guard.discard()
         self.guard, self.batches = None, None
         self._others_in_a_row, self._first_steps_then, self._longest_others = 0, -1, 0
@@ -457,7 +457,7 @@ class LauncherHooks:
             model = unwrap(_owner(optimizer) or model)
         self._attach(model, optimizer)
         if self.guard is not None:
-            self.guard.sentinel.rollbacks[:0] = decided
+            self.guard.carry_decisions(decided)
         if carried is not None and self.guard is not None:
             self.guard.backward_pass(carried)
 
