@@ -9,7 +9,8 @@ hook (``register_module_forward_hook``: torch keeps it in a table of its own, no
 calls the hooks registered for the module that has just run, found by identity. The modules stay
 exactly as the script built them.
 
-Cost: one dictionary lookup per module call while any hook is registered; nothing once none is.
+Cost: one call of ``is_compiling`` and one dictionary lookup per module call while any hook is registered;
+nothing once none is.
 
 Inside a compiled region (``torch.compile(model)`` traces the process-wide hook into the model's compiled
 frame) no hook is called: the hooks keep host-side counts and state, which Dynamo would guard on and

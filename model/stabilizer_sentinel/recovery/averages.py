@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -32,9 +33,15 @@ def _shapes(tensors: Iterable[torch.Tensor]) -> tuple[tuple[int, ...], ...]:
         return ()
 
 
-def restart(networks: Iterable[nn.Module | None], optimizers: Iterable[torch.optim.Optimizer]) -> int:
-    """Restart every ``AveragedModel`` of ``networks`` (or of the parameters ``optimizers`` train): the
-    script's next update copies the weights. Returns how many were restarted."""
+def restart(model: nn.Module, optimizer: torch.optim.Optimizer, others: Iterable[tuple[Any, torch.optim.Optimizer]],
+            inner: Iterable[torch.optim.Optimizer] = ()) -> int:
+    """Restart every ``AveragedModel`` of what a rollback held (stabilizer_sentinel.recovery.rewind.Rewind's
+    ``model``, ``optimizer``, ``others`` as (network, optimizer) and ``inner``; a DDP follower's the same): of
+    one of those networks, or of the parameters one of those optimizers trains. The script's next update copies
+    the weights. Returns how many were restarted."""
+    others = list(others)
+    networks = [model, *(network for network, _ in others)]
+    optimizers = [optimizer, *(other for _, other in others), *inner]
     known = {_shapes(n.parameters()) for n in networks if isinstance(n, nn.Module)}
     known |= {_shapes(p for group in o.param_groups for p in group["params"]) for o in optimizers}
     known.discard(())

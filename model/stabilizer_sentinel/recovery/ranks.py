@@ -94,8 +94,7 @@ class Ranks:
             guard.sentinel.load_shared_checks_state(checks)
             guard.undone_before(recovery.live_from)
         if kind != STOPPED and not self.due:  # the rollback went on: this rank's averaged copies restart too
-            averages.restart([guard.model, *(network for network, _ in recovery.others)],
-                             [guard.optimizer, *(optimizer for _, optimizer in recovery.others), *recovery.inner])
+            averages.restart(guard.model, guard.optimizer, recovery.others, recovery.inner)
         if kind == STOPPED:
             finding: list[Any] = [None]
             dist.broadcast_object_list(finding, 0)

@@ -773,8 +773,7 @@ class Recovery(RateFactor):
         EMA, SWA) restart from the weights it goes on from (``averages``); their count in ``decision``
         (``averages_restarted``), and words for the line that tells it."""
         rewind = self.guard.rewind
-        restarted = averages.restart([rewind.model, *(network for network, _ in rewind.others)],
-                                     [rewind.optimizer, *(optimizer for _, optimizer in rewind.others), *rewind.inner])
+        restarted = averages.restart(rewind.model, rewind.optimizer, rewind.others, rewind.inner)
         if not restarted:
             return ""
         decision["averages_restarted"] = restarted

@@ -27,7 +27,7 @@ def test_an_average_of_the_rolled_back_network_restarts_and_takes_its_weights_at
         for p in network.parameters():
             p.div_(1e18)  # the rollback put the weights back
 
-    assert averages.restart([network], []) == 2
+    assert averages.restart(network, torch.optim.SGD(network.parameters(), lr=0.1), []) == 2
     assert (int(ema.n_averaged), int(swa.n_averaged), int(kept.n_averaged)) == (0, 0, 3)
     ema.update_parameters(network)
     assert all(torch.equal(a, p) for a, p in zip(ema.module.parameters(), network.parameters(), strict=True))
@@ -39,6 +39,8 @@ def test_an_average_is_known_by_the_parameters_an_optimizer_trains_and_nothing_e
     average = AveragedModel(generator)
     average.update_parameters(generator)
     lazy = nn.LazyLinear(3)  # no shapes before its first call: never matched, never an error
-    assert averages.restart([critic, lazy, None], [optimizer]) == 1
+    # The generator's optimizer held with a network that is not the generator (a lazy one): found by its parameters.
+    assert averages.restart(critic, torch.optim.SGD(critic.parameters(), lr=0.1), [(lazy, optimizer)]) == 1
     assert int(average.n_averaged) == 0
-    assert averages.restart([nn.Linear(7, 7)], []) == 0
+    seven = nn.Linear(7, 7)
+    assert averages.restart(seven, torch.optim.SGD(seven.parameters(), lr=0.1), []) == 0
