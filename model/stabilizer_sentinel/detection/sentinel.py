@@ -425,8 +425,9 @@ class Sentinel:
         }
 
     # -- ending the job
-    def exit_for_rule_stop(self, *, leave: Callable[[], None] | None = None) -> NoReturn:
-        """Close the tensor store, write the failure file, exit with status 86.
+    def exit_for_rule_stop(self, *, leave: Callable[[], None] | None = None, echo: bool = True) -> NoReturn:
+        """Close the tensor store, write the failure file, exit with status 86; ``echo``: print the failure
+        reason to stderr too (a caller that said why it stops itself passes False).
 
         ``leave``, when given, runs last before the exit: the DDP ranks that agreed to stop wait there for
         each other (a barrier), as torchrun stops a host's other ranks once one has exited, and a rank
@@ -445,7 +446,8 @@ class Sentinel:
                 partial = self.failure_file.with_name(f".{self.failure_file.name}.{os.getpid()}")
                 partial.write_text(reason + "\n")
                 partial.replace(self.failure_file)
-            print(reason, file=sys.stderr, flush=True)
+            if echo:
+                print(reason, file=sys.stderr, flush=True)
         finally:  # a rank whose writing failed still meets the others, which would wait for it
             if leave is not None:
                 # A rank already gone: gloo raises here (under NCCL its watchdog ends the wait, or torchrun does).

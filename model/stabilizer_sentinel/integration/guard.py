@@ -60,7 +60,7 @@ import torch
 from torch import nn
 
 from stabilizer_contract.catalogue import SENTINEL_CHECKS
-from stabilizer_contract.job import REWIND_EVERY
+from stabilizer_contract.job import EXIT_RULE_STOP, REWIND_EVERY
 from stabilizer_sentinel.capture import module_hooks
 from stabilizer_sentinel.detection import input_blind, watchdog
 from stabilizer_sentinel.detection.sentinel import Verdict, build_monitoring
@@ -633,12 +633,15 @@ class Guard(OptimizerHooks):
     def _stop(self, when: str, *, together: bool = False) -> None:
         """Stop the job; ``together``: every DDP rank stops at this step (they agreed), and each waits for
         the others before it exits (Sentinel.exit_for_rule_stop)."""
-        finding = self.sentinel.stop_finding or {"message": "another rank stopped"}
-        print(f"sentinel stopped the job {when}: {finding['message']}", file=sys.stderr, flush=True)
+        finding = self.sentinel.stop_finding
+        # The finding's own line (``sentinel: <rule> at step N: <why>``) was printed as it was found: this one
+        # says what became of it, without the reason a third time (the failure file holds it).
+        what = finding["rule"] if finding else "another rank stopped"
+        print(f"sentinel stopped the job {when}: {what} (exit status {EXIT_RULE_STOP})", file=sys.stderr, flush=True)
         self._closed = True
         self._remove_hooks()
         # exit status 86, failure file "RuleStop: ..."
-        self.sentinel.exit_for_rule_stop(leave=torch.distributed.barrier if together else None)
+        self.sentinel.exit_for_rule_stop(leave=torch.distributed.barrier if together else None, echo=False)
 
 
 def _close_at_exit(guard_ref: weakref.ref, distributed: bool) -> None:

@@ -41,6 +41,9 @@ def test_python_m_stabilizer_sentinel_launch_stops_an_unmodified_script(tmp_path
         assert [step for step, _ in history] == list(range(expected + 1))
     assert (job / "failure").read_text().startswith(f"RuleStop: ExplodingTensor at step {expected}")
     assert "done" not in result.stdout
+    # The reason once, as it was found; the stop says what became of it (a newcomer read it three times).
+    assert result.stderr.count(finding["message"]) == 1, result.stderr
+    assert f"sentinel stopped the job at step {expected}: ExplodingTensor (exit status 86)" in result.stderr
 
 
 def test_in_a_job_the_sitecustomize_activates_it_when_the_configuration_says_launcher(tmp_path):
