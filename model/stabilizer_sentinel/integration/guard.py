@@ -246,7 +246,8 @@ class Guard(OptimizerHooks):
     def add_optimizer(self, optimizer: torch.optim.Optimizer, network: nn.Module | None = None) -> bool:
         """Check another optimizer's steps too (stabilizer_sentinel.loops.optimizer_hooks), and keep its state
         with the copies, with its parameters: as ``network`` (the launcher's guess of the module they
-        belong to, whose buffers come too) where it holds them all, else as bare tensors; those the
+        belong to, whose buffers come too) where it holds them all and none of the first optimizer's, else as
+        bare tensors; those the
         model holds too are put back with them, at that optimizer's step (Rewind.apart). On another DDP
         rank, the same network receives what rank 0 sends of it."""
         added = super().add_optimizer(optimizer)
@@ -255,7 +256,12 @@ class Guard(OptimizerHooks):
         if not added or keeper is None:
             return added
         params = [p for group in optimizer.param_groups for p in group["params"]]
-        if network is not None and {id(p) for p in params} <= {id(p) for p in network.parameters()}:
+        held = {id(p) for p in network.parameters()} if network is not None else set()
+        first = {id(p) for group in self.optimizer.param_groups for p in group["params"]} if self.optimizer else set()
+        # Not a network that holds the first optimizer's parameters too (one network, its body under Adam and
+        # its head under SGD): its copy, taken at this optimizer's first step, after the first one's, would put
+        # the body back as that step left it at every rollback to the first copy (stop 63's recovery hunt).
+        if network is not None and {id(p) for p in params} <= held and not held & first:
             keeper.add_other(network, optimizer)
         else:
             keeper.add_other(BareTensors(params), optimizer)
@@ -437,6 +443,12 @@ class Guard(OptimizerHooks):
         if stop:
             self._stop(f"at step {step}", together=self.world_size > 1 and torch.distributed.is_initialized())
         return verdict
+
+    def step_begins(self) -> None:
+        """Before the step's check: where the script gave its optimizer a group since the last step, the copies
+        go and one is taken of the state this step starts from (``Rewind.before_step``)."""
+        if self.rewind is not None:
+            self.rewind.before_step(self.step_number)
 
     def advance(self) -> None:
         """Count the optimizer step just taken, copy the state when due and arm capture for the next forward pass."""

@@ -127,6 +127,7 @@ class OptimizerHooks:
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         self._in_step = True
+        self.step_begins()
         if _has_closure(args, kwargs):
             if self.recovery is not None:
                 self.recovery.scale(optimizer)
@@ -138,6 +139,9 @@ class OptimizerHooks:
         self.check()
         if self.recovery is not None:  # an in-job rollback's rate, for this step alone
             self.recovery.scale(optimizer)
+
+    def step_begins(self) -> None:
+        """The watched optimizer's step is about to run, before its check: nothing here (the guard's copies)."""
 
     def _after_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         self._in_step = False

@@ -348,6 +348,11 @@ class Recovery(RateFactor):
         snapshot = restore_point(self.guard.rewind, entry)
         if snapshot is None:
             return False
+        if not self.guard.rewind.fits(snapshot):
+            print(f"sentinel: {entry['rule']} at step {entry['step']}: no rollback in the job: the network or its "
+                  f"optimizer changed since the copy at step {snapshot.next_step} (pruned, a group added), which no "
+                  f"longer fits them", file=sys.stderr, flush=True)
+            return False
         # The factor the failing step runs at, the ceiling folded in: the probes are relative to it, uncapped.
         # Inside the step (a closure's check) its rates are scaled already; before it, they are the script's.
         factor = self.factor if self.ceiling is None else self._in_force if self._saved else self.in_force(

@@ -126,6 +126,21 @@ def entries_of(model: nn.Module, optimizer: torch.optim.Optimizer) -> set[str]:
     return {name for name, param in model.named_parameters() if id(param) in updated}
 
 
+def loose_of(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The tensors ``optimizer`` updates that ``model`` does not hold, in the optimizer's order: a head, an
+    encoder or a loss's own parameters kept as a module of their own beside the network, with one optimizer
+    over both (``SGD([*encoder.parameters(), *head.parameters()])``)."""
+    held = {id(param) for param in model.parameters()}
+    seen: set[int] = set()
+    loose = []
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if id(param) not in held and id(param) not in seen:
+                seen.add(id(param))
+                loose.append(param)
+    return loose
+
+
 def load_other(others: list[tuple[nn.Module | None, torch.optim.Optimizer]],
                due: dict[int, tuple[dict[str, Any], dict[str, Any]]], optimizer: torch.optim.Optimizer) -> bool:
     """Put ``due``'s part for ``optimizer`` (by its position in ``others``) back into it and its network,
@@ -165,10 +180,14 @@ class Snapshot:
     # Events that mark the end of its copies from CUDA memory, queued without waiting (``state_on_host``):
     # its tensors are read only after ``settle()``.
     copied: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+    # The values of the optimizer's tensors that the model does not hold (``Rewind.loose``), in that order.
+    # Not written into checkpoints: a checkpoint is the network's.
+    loose: list[torch.Tensor] = field(default_factory=list)
 
     @property
     def nbytes(self) -> int:
-        return _nbytes(self.model) + _nbytes(self.optimizer) + _nbytes(self.others) + _nbytes(self.inner)
+        return (_nbytes(self.model) + _nbytes(self.optimizer) + _nbytes(self.others) + _nbytes(self.inner)
+                + _nbytes(self.loose))
 
     def settle(self) -> Snapshot:
         """Wait until its copies from CUDA memory are done (at once where none is pending); returns itself."""
@@ -219,6 +238,12 @@ class Rewind:
         # The model's entries that are another optimizer's parameters (a GAN's two networks in one
         # module): put back with that optimizer's part, at its step, never with the model's.
         self.apart: set[str] = set()
+        # The optimizer's tensors the model does not hold (``loose_of``: a head beside an encoder, with one
+        # optimizer), copied and put back with it: a rollback that restored the encoder alone left the head
+        # with the run-up's weights, and no lower rate trained from there (stop 63). With the number of the
+        # optimizer's groups they were read at: a group added since (``add_param_group``) is read again.
+        self.loose = loose_of(model, optimizer)
+        self._groups = len(optimizer.param_groups)
         # The loss scaler stepping the optimizer, if any, as the guard's ScalerWatch sees it
         # (``state_after_update``, ``put_back``). Its state goes with each copy and back with it: the
         # overflows of a run-up (and of a probe thrown up) halve the scale, which would otherwise stay low
@@ -251,14 +276,49 @@ class Rewind:
         which does not load into it, so they are let go; the next copy is the first of the new one's."""
         self.optimizer = optimizer
         self.inner = []  # the replaced one's
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """The copies held no longer load into the optimizer: let them go (the next is the first)."""
+        self.loose = loose_of(self.model, self.optimizer)
+        self._groups = len(self.optimizer.param_groups)
         self.snapshots.clear()
         self.first = self.anchor = None
 
-    def after_step(self, next_step: int) -> None:
-        """Call after each optimizer step; copies the state every ``every`` steps."""
-        if self.frozen or next_step % self.every:
+    def before_step(self, step: int) -> None:
+        """Call before each optimizer step (before its check): when the optimizer has gained a group since the
+        last step (``add_param_group``: a second phase's parameters, a backbone unfrozen), the copies held
+        have fewer groups than it has and would not load into it (``load_state_dict`` refuses: a rollback
+        after one crashed the script, stop 63), so they go, and the state this step starts from is copied:
+        a rate that explodes the new group's first steps can be rolled back to it."""
+        if self.frozen or len(self.optimizer.param_groups) == self._groups:
             return
-        self.keep(self.take_now(next_step))
+        self._let_go()
+        self.keep(self.take_now(step))
+
+    def after_step(self, next_step: int) -> None:
+        """Call after each optimizer step; copies the state every ``every`` steps (``before_step`` at once,
+        where the optimizer gained a group)."""
+        if self.frozen:
+            return
+        changed = len(self.optimizer.param_groups) != self._groups  # a loop that calls no before_step
+        if changed:
+            self._let_go()
+        if not changed and next_step % self.every:
+            return
+        snapshot = self.take_now(next_step)
+        newest = self.snapshots[-1] if self.snapshots else None
+        if newest is not None and list(newest.model) != list(snapshot.model):
+            self._let_go()  # the network's entries changed (pruned: weight became weight_orig and weight_mask)
+        self.keep(snapshot)
+
+    def fits(self, snapshot: Snapshot) -> bool:
+        """Whether ``snapshot`` loads into the network and the optimizer as they are now: the same entries and
+        as many groups. Not where the script changed them since (pruned the network, added a group) and no
+        copy has been taken since to let it go (``after_step``): a rollback to it raised in the script."""
+        return (list(snapshot.model) == list(self.model.state_dict())
+                and len(snapshot.optimizer.get("param_groups", ())) == len(self.optimizer.param_groups)
+                and len(snapshot.loose) == len(self.loose))
 
     def keep(self, snapshot: Snapshot) -> None:
         self.snapshots.append(snapshot)
@@ -355,8 +415,9 @@ class Rewind:
         others = [self._due.get(index) or _other_state(network, other, devices)
                   for index, (network, other) in enumerate(self.others)]
         inner = [state_on_host(inner.state_dict(), devices) for inner in self.inner]
+        loose = [state_on_host(tensor, devices) for tensor in self.loose]
         return Snapshot(next_step, model, optimizer, checks, level, others, self._scaler_state(), inner=inner,
-                        copied=copied_on(devices) if devices else ())
+                        copied=copied_on(devices) if devices else (), loose=loose)
 
     def load(self, snapshot: Snapshot) -> None:
         """Put ``snapshot`` back into the model, the optimizer's state and the companion; the copy stays intact.
@@ -368,6 +429,9 @@ class Rewind:
         self.model.load_state_dict({key: value for key, value in snapshot.model.items() if key not in self.apart},
                                    strict=not self.apart)  # copied into the parameters
         load_optimizer_state(self.optimizer, state_on_host(snapshot.optimizer))  # a fresh copy: updated in place
+        with torch.no_grad():
+            for tensor, value in zip(self.loose, snapshot.loose, strict=True):
+                tensor.copy_(value)
         for inner, state in zip(self.inner, snapshot.inner, strict=False):
             load_optimizer_state(inner, state_on_host(state))
         self._due = dict(enumerate(snapshot.others))  # put back at each one's next step (load_other)

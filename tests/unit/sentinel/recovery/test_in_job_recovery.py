@@ -132,6 +132,18 @@ def test_the_scripts_moving_average_of_the_weights_restarts_from_where_the_rollb
     assert math.isfinite(averaged) and averaged < 3 * reference, (averaged, reference)
 
 
+@pytest.mark.slow  # trains the regression for 300 steps, twice
+def test_a_head_kept_apart_from_the_watched_network_goes_back_with_it(tmp_path, monkeypatch):
+    # One optimizer over the network and a head the guard does not hold (``watch(encoder, optimizer)``, or a
+    # launcher that found the encoder): the head's weights go back with the copy. Before, they kept the
+    # run-up's, and no rate trained from there: the job stopped at the finding.
+    status, lines, document = train(tmp_path, monkeypatch, "--lr", "0.5", "--apart", "1")
+    _, whole, reference = train(tmp_path / "whole", monkeypatch, "--lr", "0.5")
+    assert status == 0, lines[-3:]
+    assert [d["outcome"] for d in document["rollbacks"]] == [d["outcome"] for d in reference["rollbacks"]]
+    assert final(lines) == final(whole)  # the same weights, the same steps: the same run
+
+
 def test_relaunch_stops_at_the_finding_as_it_always_did(tmp_path, monkeypatch):
     status, _, document = train(tmp_path, monkeypatch, "--lr", "0.5", recovery="relaunch")
     assert status == 86

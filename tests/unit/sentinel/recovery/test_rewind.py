@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from torch.nn.utils import prune
 
 from stabilizer_contract.checkpoints import checkpoint_name, checkpoints_in
 from stabilizer_sentinel.detection.sentinel import build_monitoring
@@ -99,6 +100,77 @@ def test_a_copy_of_a_loops_bare_tensors_holds_them_and_puts_them_back_in_place(t
         weight.mul_(float("nan"))
     rewind.load(copy)
     assert torch.equal(weight, before) and network.tensors[0] is weight and weight.requires_grad
+
+
+def test_the_optimizers_tensors_beside_the_network_go_back_with_the_copy(tmp_path):
+    """One optimizer over an encoder and a head kept apart (the network the hooks find holds the encoder
+    alone): the head's weights are copied and put back with the encoder's, in place."""
+    encoder, head = torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD([*encoder.parameters(), *head.parameters()], lr=0.1, momentum=0.9)
+    rewind = Rewind(encoder, optimizer, checkpoint_dir=tmp_path, every=5, keep=2)
+    assert rewind.loose == [head.weight, head.bias]
+    copy = rewind.take_now(0)
+    before = {name: value.detach().clone() for name, value in head.state_dict().items()}
+    with torch.no_grad():
+        head.weight.mul_(float("nan"))
+        head.bias.add_(1.0)
+    rewind.load(copy)
+    assert all(torch.equal(head.state_dict()[name], value) for name, value in before.items())
+    assert set(copy.model) == {"weight", "bias"}  # the network's own entries: a checkpoint holds the encoder's
+
+
+def test_a_group_added_to_the_optimizer_lets_the_copies_before_it_go_and_copies_at_once(tmp_path):
+    """``add_param_group`` (a head joins at step 3): the copies before it hold one group, the optimizer two,
+    and ``load_state_dict`` refuses such a copy. They go; the copy taken at once holds the new group's
+    tensors, and a rollback to it puts them back."""
+    encoder, head = torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(encoder.parameters(), lr=0.1, momentum=0.9)
+    rewind = Rewind(encoder, optimizer, checkpoint_dir=tmp_path, every=2, keep=2)
+    for step in range(5):
+        if step == 3:
+            optimizer.add_param_group({"params": head.parameters()})
+        loss = head(encoder(torch.randn(8, 3))).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        rewind.after_step(step + 1)
+        if step == 3:
+            copied = head.weight.detach().clone()
+    assert [s.next_step for s in rewind.snapshots] == [4]  # 2 and 4 held one group: 2 went, 4 was copied at once
+    assert rewind.loose == [head.weight, head.bias] and rewind.first is None  # no companion: no first kept
+    with torch.no_grad():
+        head.weight.mul_(float("nan"))
+    rewind.load(rewind.snapshots[-1])
+    assert torch.equal(head.weight, copied) and len(optimizer.param_groups) == 2
+
+
+def test_a_copy_from_before_the_network_was_pruned_no_longer_fits_and_the_next_copy_lets_it_go(tmp_path):
+    """``torch.nn.utils.prune`` turns ``weight`` into ``weight_orig`` and ``weight_mask``: a copy from before
+    no longer loads (a rollback to one raised in the script, stop 63). It does not fit, and the next copy
+    lets the copies from before go."""
+    network = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(network.parameters(), lr=0.1)
+    rewind = Rewind(network, optimizer, checkpoint_dir=tmp_path, every=2, keep=2)
+    rewind.after_step(2)
+    before = rewind.snapshots[-1]
+    assert rewind.fits(before)
+    prune.l1_unstructured(network[0], "weight", amount=0.5)
+    assert not rewind.fits(before)
+    rewind.after_step(4)
+    assert [s.next_step for s in rewind.snapshots] == [4] and rewind.fits(rewind.snapshots[-1])
+
+
+def test_a_group_added_before_a_step_is_copied_from_the_state_that_step_starts_from(tmp_path):
+    """``before_step``: the state the new group's first step starts from is a copy to roll back to (the
+    first steps of a backbone unfrozen at ten times its rate explode)."""
+    encoder, head = torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(head.parameters(), lr=0.1)
+    rewind = Rewind(encoder, optimizer, checkpoint_dir=tmp_path, every=5, keep=2)
+    rewind.before_step(7)
+    assert not rewind.snapshots  # no group added: nothing copied
+    optimizer.add_param_group({"params": encoder.parameters()})
+    rewind.before_step(7)
+    assert [s.next_step for s in rewind.snapshots] == [7] and rewind.fits(rewind.snapshots[-1])
 
 
 class Sharing(torch.optim.Optimizer):
