@@ -81,7 +81,7 @@ class ChanceLevel:
                 self._squared_error(node)
             else:
                 self._give_up("the backward passes start from losses of different kinds")
-        except (AttributeError, RuntimeError, ValueError):  # a node saved differently
+        except (AttributeError, IndexError, RuntimeError, ValueError):  # a node saved differently
             self._give_up("its loss node could not be read")
 
     def _give_up(self, reason: str) -> None:
@@ -94,6 +94,11 @@ class ChanceLevel:
             return
         scores = node._saved_self
         classes = scores.shape[1] if scores.dim() > 1 else scores.shape[0]
+        if self._classes is not None and classes != self._classes:
+            # Another classifier (a sweep's next task, a head with more classes): its labels would index past
+            # the counts (an IndexError raised in the script's backward pass, stop 63), and no one prior is both's.
+            self._give_up("the cross-entropy's classes change between steps")
+            return
         ignore = int(node._saved_ignore_index)
         ignore = ignore - 2**64 if ignore >= 2**63 else ignore  # saved as an unsigned integer
         labels = node._saved_target.detach().reshape(-1)

@@ -104,6 +104,21 @@ def test_the_chance_level_of_a_squared_error_is_the_variance_of_the_targets_seen
     assert math.isclose(chance.level(), float(targets.var(0, unbiased=False).mean()), rel_tol=1e-6)
 
 
+def test_a_second_classifier_with_more_classes_leaves_the_level_unknown_and_its_backward_pass_alone():
+    # A script that trains a three-class classifier, then a ten-class one (a sweep over tasks): the counts
+    # of the first are no prior of the second's labels, and indexing them with its labels raised an
+    # IndexError in the script's own backward pass (stop 63).
+    torch.manual_seed(0)
+    owner = object.__new__(LearningCheck)
+    chance = listen(owner)
+    for classes in (3, 10):
+        model = nn.Linear(4, classes)
+        for _ in range(5):
+            nn.functional.cross_entropy(model(torch.randn(8, 4)), torch.randint(0, classes, (8,))).backward()
+    assert chance.off and chance.level() is None and "classes change" in chance.reason
+    del owner
+
+
 def test_the_chance_level_is_unknown_for_a_loss_scaled_or_mixed_before_its_backward_pass():
     labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
     halved = _train(lambda model, x: nn.functional.cross_entropy(model(x), labels) / 2)  # accumulation
