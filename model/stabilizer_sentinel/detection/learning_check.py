@@ -62,6 +62,9 @@ from stabilizer_sentinel.detection.loss_statistics import NoiseEstimate, PhaseTr
 from stabilizer_sentinel.rules import RuleFinding
 
 PLATEAU = "LossNotDecreasing"
+# A window is back at the chance level when it is within this fraction of how far below that level the run had
+# learned (``LearningCheck._relapsing``): nine tenths of it lost.
+RELAPSE = 0.1
 VANISHING = "VanishingGradient"
 
 
@@ -113,6 +116,7 @@ class LearningCheck(FallTests):
         self._last: tuple[int, float] | None = None
         self._learned_at: int | None = None
         self._below = 0  # consecutive windows below the start by the margin
+        self._relapsed: list[tuple[int, float]] = []  # consecutive windows back at the chance level (``_relapse``)
         self._phase = PhaseTracker(infer=self.infer_phase, rise=self.lr_rise)
         self._noise = NoiseEstimate()
         self._lineage_noise: float | None = None
@@ -206,9 +210,12 @@ class LearningCheck(FallTests):
     def wrecked_at(self) -> int | None:
         """The step of a spike above the divergence bound (or an explosion in the first window), or of
         the first step of a rise the loss fell back from (``_rose_and_fell``), that the run never
-        learned past: where its run-up began, whatever was found later; None without one."""
+        learned past: where its run-up began, whatever was found later; for a run that learned and lost
+        it (``_relapse``), the first step of its first window back at the chance level; None without one."""
         wreck = self._wreck()
-        return None if wreck is None else wreck[0]
+        if wreck is None:
+            return self._relapsed[0][0] - self.window + 1 if len(self._relapsed) >= self.patience_windows else None
+        return wreck[0]
 
     @property
     def wrecked_rate(self) -> float | None:
@@ -311,7 +318,7 @@ class LearningCheck(FallTests):
         self._centre = statistics.median(self._around) if self._around else None  # robust to a burst of spikes
         self._window_noise = self.noise
         self._close_window(step, mean)
-        return self._blind_finding(step, at_end=False) or self._judge(step, at_end=False)
+        return self._blind_finding(step, at_end=False) or self._relapse(step) or self._judge(step, at_end=False)
 
     def _bound_finding(self, step: int, loss: float, learning_rate: float | None) -> RuleFinding | None:
         """Diverging, where the loss jumped far above the divergence bound, stayed above it ``persistence``
@@ -562,9 +569,39 @@ class LearningCheck(FallTests):
             assert self._best is not None
             if self._learned_at is None and self._has_learned(mean):
                 self._learned_at = step
+            self._relapsed = [*self._relapsed, (step, mean)] if self._relapsing(mean) else []
             if mean <= self._best[1] - self.plateau_decrease * abs(self._best[1]):
                 self._best = (step, mean)
         self._refresh_bound()
+
+    def _relapsing(self, mean: float) -> bool:
+        """Whether a window of a run that learned is back at the chance level: the run learned from its inputs
+        (``learned``, and its lowest window below the chance level by more than the noise), and this window
+        lost at least ``1 - RELAPSE`` of how far below that level the run had got. Only where the chance
+        level is known (a cross-entropy, a squared error): no input-blind prediction scores below it, so a
+        run back there knows nothing of its inputs any more, whatever its loss once was. A GAN's, a
+        log-likelihood's or a sum of terms' loss has no known level and is never judged so."""
+        chance = self._chance() if self.learned and self._lowest is not None else None
+        if chance is None or not self._window_below(self._lowest, chance):
+            return False
+        return chance - mean <= RELAPSE * (chance - self._lowest)
+
+    def _relapse(self, step: int) -> RuleFinding | None:
+        """Diverging, where ``patience_windows`` windows in a row were back at the chance level after the run
+        learned (``_relapsing``): a rate that knocked a trained network back to a guess (a hunt's classifier
+        under ASGD at five times its rate learned to 0.13, was back at chance, 2.3, by about step 90, and was
+        found only as not learning at step 189, then sent back to its first step). The span is the one a
+        run that never learned is given at least: the noise of a few windows is no verdict."""
+        if len(self._relapsed) < self.patience_windows:
+            return None
+        chance, lowest = self._chance(), self._lowest
+        assert chance is not None and lowest is not None
+        means = ", ".join(f"{mean:.4g}" for _, mean in self._relapsed)
+        message = (f"the loss went back to the loss {chance:.4g} of a prediction that ignores the inputs after it "
+                   f"had learned to a window mean of {lowest:.4g}: {len(self._relapsed)} windows of "
+                   f"{self.window} steps in a row lost at least {1 - RELAPSE:.0%} of what it had learned below "
+                   f"that level (means {means}, the last to step {step})")
+        return self._fire(DIVERGING, step, message, self._relapsed[-1][1])
 
     def _start_words(self, first_step: int) -> str:
         start = self.learning_start

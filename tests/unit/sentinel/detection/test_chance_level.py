@@ -104,6 +104,24 @@ def test_the_chance_level_of_a_squared_error_is_the_variance_of_the_targets_seen
     assert math.isclose(chance.level(), float(targets.var(0, unbiased=False).mean()), rel_tol=1e-6)
 
 
+def test_a_classifier_knocked_back_to_its_chance_level_after_it_learned_is_diverging_within_six_windows():
+    # Learned from 2.3 to about 0.2 in 80 steps, then a rate knocked it back to a guess (2.3) at step 100.
+    levels = [2.3 * math.exp(-step / 25) + 0.15 for step in range(100)] + [2.3] * 100
+    losses = noisy(levels, 0.05)
+    finding = verdict(losses, 2.302)
+    assert finding is not None and finding.rule == "Diverging" and "went back to the loss 2.302" in finding.message
+    assert 125 <= finding.step <= 135  # six windows of five steps back at the level, not the run's patience
+    assert verdict(losses, None) is None  # no level known (a GAN's, a sum of terms): never judged so
+
+
+def test_a_classifier_that_learned_a_little_and_wanders_near_its_chance_level_is_left_alone():
+    # A hard task: from 0.69 to about 0.64 (chance ln 2), then noisy windows about there for 400 steps.
+    levels = [0.69 - 0.05 * min(step, 60) / 60 for step in range(460)]
+    for seed in range(5):
+        finding = verdict(noisy(levels, 0.08, seed=seed), math.log(2))
+        assert finding is None or finding.rule != "Diverging", (seed, finding)
+
+
 def test_a_second_classifier_with_more_classes_leaves_the_level_unknown_and_its_backward_pass_alone():
     # A script that trains a three-class classifier, then a ten-class one (a sweep over tasks): the counts
     # of the first are no prior of the second's labels, and indexing them with its labels raised an
