@@ -339,8 +339,12 @@ class LauncherHooks:
 
     def _updated_by_hand(self, module: nn.Module) -> None:
         """A training forward pass of a network whose weights changed with no optimizer step: a hand-written update."""
-        params = [p for p in module.parameters() if p.requires_grad]
-        if not params or self.guard is not None:
+        # Not a lazy module's parameters before its first pass sizes them (their numel raises), nor inside a trace
+        # (``torch.jit.trace`` compares the graphs of two calls, and a copy taken in one of them differs: it
+        # raised TracingCheckError in the script; stop 63's hunt).
+        params = [p for p in module.parameters()
+                  if p.requires_grad and not isinstance(p, nn.parameter.UninitializedParameter)]
+        if not params or self.guard is not None or torch.jit.is_tracing():
             return
         known = self._fingerprints.get(id(module))
         if known is None:  # the smallest parameter: a cheap copy, compared until the first step

@@ -106,3 +106,15 @@ def test_what_the_watcher_still_replaces_looks_and_ends_as_before(tmp_path, end)
     assert (written["ended"], written["exception"]) == {
         "return": ("completed", None), "exit3": ("exception", "SystemExit: 3"),
         "raise": ("exception", "ValueError: the script's own error"), "hard3": ("exception", "os._exit(3)")}[end]
+
+
+def test_a_lazy_module_sized_by_a_dry_run_and_a_traced_module_train_as_unwatched(tmp_path):
+    # Both raised in the watched script before stop 63: a lazy parameter's size read before the dry run set it
+    # (ValueError), and a copy taken inside ``torch.jit.trace``'s two calls (TracingCheckError).
+    script = FIXTURES / "loops" / "built_before_training.py"
+    free = run([str(script)], script.parent, job_env(tmp_path / "free"))
+    watched = run(["-m", "stabilizer_sentinel.launch", str(script)], script.parent,
+                  job_env(tmp_path / "watched", {"integration": "auto", "recovery": "in_job"}))
+    assert free.returncode == 0 and "step=11" in free.stdout, free.stderr
+    assert (watched.returncode, watched.stdout) == (0, free.stdout), watched.stderr
+    assert summary(tmp_path / "watched")["steps_observed"] == 12
