@@ -36,11 +36,18 @@ def _runs_the_entry_point(argv: list[str] | None = None) -> bool:
         return False
     argv = argv if argv is not None else list(getattr(sys, "orig_argv", []))[1:] or list(sys.argv)
     module = entry[:-3] if entry.endswith(".py") else entry
+    valued = False  # the argument before was an interpreter option that takes the next one as its value
     for index, arg in enumerate(argv):
+        if valued:
+            valued = False
+            continue
         if arg == "-m" and index + 1 < len(argv):
             return argv[index + 1] == module
         if arg == "-c":
             return False
+        if arg in ("-W", "-X", "--check-hash-based-pycs"):  # ``python -W error train.py``: "error" is no script
+            valued = True
+            continue
         if not arg.startswith("-"):
             return os.path.basename(arg) == os.path.basename(entry)
     return False
