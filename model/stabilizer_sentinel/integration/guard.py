@@ -417,10 +417,13 @@ class Guard(OptimizerHooks):
         step = self.step_number
         if self.batches is not None:
             self.batches.checked(step)
-        if self.recovery is not None and self.rewind is not None and self.rewind.first is None:
+        rewind = self.rewind
+        if self.recovery is not None and rewind is not None and rewind.first is None and not rewind.frozen:
             # The state the script starts training from (after any checkpoint it loaded): an explosion in
             # the first steps rolls back to it.
-            self.rewind.keep(self.rewind.take_now(step))
+            first = rewind.try_take(step)
+            if first is not None:
+                rewind.keep(first)
         verdict = self.sentinel.after_backward(
             step, epoch=self.epoch, phase=self.phase, learning_rate=self.learning_rate, loss=self._objective(),
             inputs=self._inputs, labels=self._labels, outputs=self._outputs,

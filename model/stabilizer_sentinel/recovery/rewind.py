@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -294,7 +295,9 @@ class Rewind:
         if self.frozen or len(self.optimizer.param_groups) == self._groups:
             return
         self._let_go()
-        self.keep(self.take_now(step))
+        snapshot = self.try_take(step)
+        if snapshot is not None:
+            self.keep(snapshot)
 
     def after_step(self, next_step: int) -> None:
         """Call after each optimizer step; copies the state every ``every`` steps (``before_step`` at once,
@@ -306,11 +309,28 @@ class Rewind:
             self._let_go()
         if not changed and next_step % self.every:
             return
-        snapshot = self.take_now(next_step)
+        snapshot = self.try_take(next_step)
+        if snapshot is None:
+            return
         newest = self.snapshots[-1] if self.snapshots else None
         if newest is not None and list(newest.model) != list(snapshot.model):
             self._let_go()  # the network's entries changed (pruned: weight became weight_orig and weight_mask)
         self.keep(snapshot)
+
+    def try_take(self, next_step: int) -> Snapshot | None:
+        """``take_now``, or None where the optimizer's state cannot be read now: ``ZeroRedundancyOptimizer``
+        refuses ``state_dict()`` until its shards are consolidated, and the copy raised in the script (stop 63).
+        Then no copy is taken again: a finding stops the job as it would without in-job recovery."""
+        try:
+            return self.take_now(next_step)
+        except RuntimeError as error:
+            self.frozen = True
+            self.snapshots.clear()
+            self.first = self.anchor = None
+            print(f"sentinel: no copies of the training state for a rollback in the job: the optimizer's state "
+                  f"cannot be read ({' '.join(str(error).split())[:200]}); a finding stops the job",
+                  file=sys.stderr, flush=True)
+            return None
 
     def fits(self, snapshot: Snapshot) -> bool:
         """Whether ``snapshot`` loads into the network and the optimizer as they are now: the same entries and

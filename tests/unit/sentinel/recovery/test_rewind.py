@@ -173,6 +173,24 @@ def test_a_group_added_before_a_step_is_copied_from_the_state_that_step_starts_f
     assert [s.next_step for s in rewind.snapshots] == [7] and rewind.fits(rewind.snapshots[-1])
 
 
+class Sharded(torch.optim.SGD):
+    """An optimizer whose state cannot be read at every step, as ``ZeroRedundancyOptimizer``'s until its shards
+    are consolidated."""
+
+    def state_dict(self):
+        raise RuntimeError("Optimizer state has not been consolidated on this rank.")
+
+
+def test_an_optimizer_whose_state_cannot_be_read_gets_no_copies_and_its_run_goes_on(tmp_path, capsys):
+    # The copy raised in the script at its first step (stop 63's hunt, ZeroRedundancyOptimizer in the job).
+    network = torch.nn.Linear(3, 2)
+    rewind = Rewind(network, Sharded(network.parameters(), lr=0.1), checkpoint_dir=tmp_path, every=1, keep=2)
+    assert rewind.try_take(0) is None
+    rewind.after_step(1)
+    assert rewind.frozen and not rewind.snapshots and rewind.first is None
+    assert "the optimizer's state cannot be read" in capsys.readouterr().err
+
+
 class Sharing(torch.optim.Optimizer):
     """An optimizer as SAM's is commonly written: its base optimizer is built over its own groups (the same
     dicts), keeps the momentum, and is stepped inside its step."""
