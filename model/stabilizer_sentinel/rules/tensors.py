@@ -65,7 +65,11 @@ class VanishingGradient(Rule):
     """Fires when the mean absolute value of a gradient tensor falls below ``threshold``.
 
     Gradients of biases are left out: a bias followed by batch norm has a gradient of exactly zero
-    by construction (the normalisation removes it), which is not a vanishing gradient.
+    by construction (the normalisation removes it), which is not a vanishing gradient. So is a gradient
+    of exactly zero the first time a tensor's is read: a partner initialised to zero (LoRA's ``B``, a
+    ReZero or zero-initialised residual gate) leaves it so at the first step by design, and the first
+    update ends it; the workflow's default rules stopped such healthy runs at step 0 (stop 63). It is
+    judged from the next saved step: a network dead from its start is found there.
     """
 
     required_collections: ClassVar[Mapping[str, int]] = {"gradients": 100}
@@ -73,6 +77,7 @@ class VanishingGradient(Rule):
     def __init__(self, base_trial: Trial, *, threshold: float = 1e-7) -> None:
         super().__init__(base_trial)
         self.threshold = threshold
+        self._seen: set[str] = set()  # the tensors whose gradient was read at a step before
 
     def invoke_at_step(self, step: int) -> bool:
         for name in self.base_trial.tensor_names(collection="gradients", step=step, mode=ModeKeys.TRAIN):
@@ -80,6 +85,10 @@ class VanishingGradient(Rule):
             if name.endswith("bias") or value is None or value.size == 0:
                 continue
             mean_abs = float(np.mean(np.abs(value)))
+            first = name not in self._seen
+            self._seen.add(name)
+            if first and mean_abs == 0.0:
+                continue
             if mean_abs < self.threshold:
                 return self.fire(
                     step,

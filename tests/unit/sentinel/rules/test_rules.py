@@ -104,6 +104,17 @@ def test_vanishing_gradient_fires_below_the_mean_absolute_threshold_and_ignores_
     assert run(build(trial, "VanishingGradient", threshold="1e-8"), [0, 1]) is None
 
 
+def test_vanishing_gradient_leaves_a_gradient_of_exactly_zero_at_its_first_step_to_the_next():
+    # LoRA's A under a B initialised to zero: exactly zero at the first step, by design; the first update ends
+    # it. A network dead from its start is found at the next saved step.
+    trial = MemoryTrial()
+    grads(trial, 0, **{"lora.A": np.zeros(4, np.float32), "dead.weight": np.zeros(4, np.float32)})
+    grads(trial, 10, **{"lora.A": np.full(4, 1e-3, np.float32), "dead.weight": np.zeros(4, np.float32)})
+    rule = build(trial, "VanishingGradient")
+    assert run(rule, [0]) is None
+    assert run(rule, [10]) == 10 and rule.finding.tensor == "gradients/dead.weight"
+
+
 def losses(trial: MemoryTrial, values: dict[int, float], mode: str = "TRAIN") -> None:
     for step, value in values.items():
         trial.add(step, mode, {"losses/loss": (("losses",), np.float32(value))})
