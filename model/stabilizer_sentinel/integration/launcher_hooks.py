@@ -504,8 +504,9 @@ class LauncherHooks:
     def _resume_optimizer(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         if self._checkpoint is None or self.guard is None:
             if self._candidate is not None:
-                print(f"sentinel: checkpoint {self._candidate[0]} fits no network of this script; starting fresh",
-                      file=sys.stderr, flush=True)
+                # Not "starting fresh": a script that keeps its own checkpoints there may have resumed itself.
+                print(f"sentinel: checkpoint {self._candidate[0]} fits no network of this script, so the launcher "
+                      f"loaded nothing from it", file=sys.stderr, flush=True)
             return
         source, state, network = self._checkpoint
         if network is not model:
