@@ -100,6 +100,7 @@ class Sentinel:
         # Under DDP only rank 0 writes findings.json; the other ranks hand theirs to it
         # (stabilizer_sentinel.integration.guard).
         self.write_findings = write_findings
+        self._unwritable = False  # findings.json could not be written once: said then, not again
         self._params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
         # The finite check runs always: with the list's ExplodingTensor, or with a default one.
         self._exploding = [rule for rule in self.rules if isinstance(rule, ExplodingTensor)] or [
@@ -357,7 +358,15 @@ class Sentinel:
             document["rollbacks"] = self.rollbacks
         if self.summary is not None:
             document["summary"] = self.summary(ended)
-        worker_processes.write_findings(self.findings_path, document)  # one file for several processes
+        try:
+            worker_processes.write_findings(self.findings_path, document)  # one file for several processes
+        except OSError as error:
+            # A folder that cannot be made (outside a job, /opt/ml/checkpoints for a user who may not create it)
+            # raised in the script's step, or printed a traceback at its exit (stop 63's hunt): said once.
+            if not self._unwritable:
+                self._unwritable = True
+                print(f"sentinel: findings.json could not be written ({error}); the run goes on unrecorded",
+                      file=sys.stderr, flush=True)
 
     def rolled_back(self, decision: dict[str, Any]) -> None:
         """An in-job rollback (stabilizer_sentinel.recovery.recovery) went on from an earlier state: into

@@ -152,3 +152,15 @@ def test_bad_action_is_rejected():
     with pytest.raises(RuleConfigError, match="sentinel_action: expected one of \\['stop', 'notify'\\]"):
         build_monitoring(tiny_net(), sentinel_rules=EXPLODING, sentinel_action="halt", capture={},
                          checkpoint_dir="/tmp/unused", tensor_dir=None)
+
+
+def test_a_findings_folder_that_cannot_be_made_is_said_once_and_the_run_goes_on(tmp_path, capsys):
+    # Outside a job the folder is /opt/ml/checkpoints: a user who may not create it got a traceback at the
+    # script's exit, and a finding's write raised inside its step (stop 63's hunt).
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    _, sentinel = build_monitoring(tiny_net(), sentinel_rules=EXPLODING, sentinel_action="stop", capture={},
+                                   checkpoint_dir=blocker / "checkpoints", tensor_dir=None)
+    sentinel.write(ended=None)
+    sentinel.write(ended="completed")
+    assert capsys.readouterr().err.count("findings.json could not be written") == 1
