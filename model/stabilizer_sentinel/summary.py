@@ -181,6 +181,7 @@ class RunRecord:
             "last_window_loss": jsonable(getattr(learning, "last_window_loss", None)),
             "learned": learned,
             "unjudged": unjudged,
+            "judged_afresh": [[step, why] for step, why in getattr(learning, "segments", [])],
             "started_from": self.started_from,
             "restores": self.restores,
             "evaluations": [[step, jsonable(value)] for step, value in self.evaluations],

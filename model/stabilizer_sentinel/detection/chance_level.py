@@ -40,6 +40,11 @@ import torch
 from stabilizer_sentinel.loops import backward_loss, bare_tensors
 from stabilizer_sentinel.loops.backward_loss import CROSS_ENTROPY, MEAN, SQUARED_ERROR, SUM
 
+# A squared error's targets have moved (another task's, a regression's next stage) when the best input-blind
+# prediction of the targets seen before scores more than this many times its level on the targets since
+# (``ChanceLevel.moved``), in this many checks in a row (a batch with a far outlier is one check).
+MOVED = 4.0
+MOVED_CHECKS = 2
 # Labels per class (or targets) seen before the level is used: the entropy of a prior estimated
 # from n labels is low by about (classes - 1) / (2 n); with ten per class that is under 5 % of ln 2.
 SAMPLES_PER_CLASS = 10
@@ -55,6 +60,9 @@ class ChanceLevel:
         self.reason: str | None = None  # why the level is unknown, once off
         self._counts: torch.Tensor | None = None  # cross-entropy: labels per class
         self._sums: torch.Tensor | None = None  # squared error: per column, count, sum and sum of squares
+        # (count, ``_sums``) of the targets since each of the last checks whose targets had moved, and since the last
+        # (``moved``)
+        self._since: list[tuple[int, torch.Tensor]] = []
         self._samples = 0
         self._needed = 0
         self._classes: int | None = None  # cross-entropy: the width of its scores
@@ -122,9 +130,42 @@ class ChanceLevel:
             self._give_up("the targets change shape between steps")
             return
         self._sums = sums if self._sums is None else self._sums + sums
+        count, block = self._since[-1] if self._since else (0, torch.zeros_like(sums))
+        self._since[-1:] = [(count + rows.shape[0], block + sums)]
         self.kind = "squared_error"
         self._samples += rows.shape[0]
         self._needed = SAMPLES_PER_CLASS * 3  # thirty targets: the variance to within about a quarter
+
+    def moved(self) -> bool:
+        """Whether a squared error's targets moved since the checks before (``MOVED``): the mean of the targets
+        seen before, the best input-blind prediction of them, scored ``MOVED`` times their variance on the
+        targets since each of the last ``MOVED_CHECKS`` calls (thirty targets at least each). Then the level is
+        measured afresh from those targets, and True. One host synchronisation per call, for a squared error
+        alone; the learning check calls it once a window."""
+        if self.off or self.kind != "squared_error" or not self._since or self._sums is None:
+            return False
+        count, since = self._since[-1]
+        moved = sum(samples for samples, _ in self._since)
+        if count < SAMPLES_PER_CLASS * 3:
+            return False  # too few targets since to tell: wait for more
+        if self._samples - moved < self._needed:
+            self._since = []  # too few before: what came since is the level's start
+            return False
+        n, total, squares = self._sums - sum(block for _, block in self._since)
+        mean = total / n
+        variance = (squares / n - mean * mean).clamp(min=0)
+        _, since_total, since_squares = since
+        scored = (since_squares - 2 * mean * since_total + count * mean * mean) / count  # the old mean's error
+        ratio = float(scored.mean() / variance.mean().clamp(min=torch.finfo(torch.float64).tiny))
+        if not ratio > MOVED:
+            self._since = []
+        elif len(self._since) < MOVED_CHECKS:
+            self._since.append((0, torch.zeros_like(since)))
+        else:
+            self._sums = sum(block for _, block in self._since)
+            self._samples, self._since = moved, []
+            return True
+        return False
 
     def level(self) -> float | None:
         """The loss of the best input-blind prediction of the targets seen so far; None while unknown.

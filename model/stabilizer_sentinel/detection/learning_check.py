@@ -56,7 +56,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from stabilizer_contract.catalogue import DIVERGING, NOT_LEARNING
-from stabilizer_sentinel.detection import chance_level, input_blind, surrogate
+from stabilizer_sentinel.detection import chance_level, input_blind, loss_makeup, surrogate
 from stabilizer_sentinel.detection.fall_tests import CENTRE_STEPS, FallTests
 from stabilizer_sentinel.detection.loss_statistics import NoiseEstimate, PhaseTracker, Trend, untrained_level
 from stabilizer_sentinel.rules import RuleFinding
@@ -66,6 +66,10 @@ PLATEAU = "LossNotDecreasing"
 # learned (``LearningCheck._relapsing``): nine tenths of it lost.
 RELAPSE = 0.1
 VANISHING = "VanishingGradient"
+# What a run judged afresh from a step keeps (``LearningCheck._begin_segment``): the listeners, the phase, whether
+# it learned and whether its loss is judged at all.
+SEGMENT_KEEPS = ("chance", "makeup", "surrogate", "input_blind", "_makeups", "_segments", "_lineage_here", "_phase",
+                 "_learned_at", "_unjudged", "_blind", "_fired")
 
 
 @dataclass
@@ -126,6 +130,10 @@ class LearningCheck(FallTests):
         self._spike_rate: float | None = None  # the learning rate at the spike's step
         self._tail: deque[float] = deque(maxlen=self.patience_windows * self.window)
         self.chance: chance_level.ChanceLevel | None = None  # the loss's chance level, where it can be read
+        self.makeup: loss_makeup.LossMakeup | None = None  # the terms the backward passes add up (``_begin_segment``)
+        self._makeups: frozenset[frozenset[str]] = frozenset()  # the makeups of the loss seen so far
+        self._segments: list[tuple[int, str]] = []  # (step, why) where the bound started afresh (``_begin_segment``)
+        self._lineage_here = False  # this process closed the lineage's first window (``began_here``)
         self.surrogate: surrogate.Surrogate | None = None  # whether the loss is a surrogate's (``unjudged``)
         self._unjudged = False  # the loss is a surrogate's, as read at a window's close: nothing is judged
         # Whether the network's output ignored its input, where the watcher reads its forward passes (the guard).
@@ -153,6 +161,7 @@ class LearningCheck(FallTests):
                 settings.update({k: v for k, v in rule.parameters.items() if k in names})
         check = cls(**settings)
         check.chance = chance_level.listen(check)
+        check.makeup = loss_makeup.listen(check)
         check.surrogate = surrogate.listen(check)
         return check
 
@@ -165,7 +174,7 @@ class LearningCheck(FallTests):
     def began_here(self) -> bool:
         """Whether this process closed the lineage's first window: it trained from the lineage's start, not
         from a state a relaunch resumed."""
-        return self._first_here
+        return self._lineage_here
 
     @property
     def judgeable(self) -> bool:
@@ -264,7 +273,7 @@ class LearningCheck(FallTests):
         a loss below where the lineage started."""
         first = state.get("first")
         self._first = self._best = None if first is None else (int(first[0]), float(first[1]))
-        self._first_here = False
+        self._first_here = self._lineage_here = False
         start, spike = state.get("start"), state.get("spike")
         self._start = float(start) if start is not None else None
         self._spike = None if spike is None else (int(spike[0]), float(spike[1]))
@@ -283,7 +292,10 @@ class LearningCheck(FallTests):
     ) -> RuleFinding | None:
         """Record one training step's loss; a finding when the run is found diverging or not learning."""
         self._phase.observe(phase, learning_rate)
-        if self._fired or not math.isfinite(loss):
+        if self._fired:
+            return None
+        self._new_makeup(step)
+        if not math.isfinite(loss):
             return None  # a non-finite loss is the finite check's business
         if self._first_step is None:
             self._first_step = loss
@@ -556,6 +568,7 @@ class LearningCheck(FallTests):
         if self._first is None:
             self._first = self._best = (step, mean)
             self._first_here = True
+            self._lineage_here = self._lineage_here or not self._segments
             self._first_spread = statistics.pstdev(self._recent)
             self._start = untrained_level(list(self._recent), self.spreads, self.jump_spreads)
             if self._start != mean:  # exploded within the first window: a spike, and no part of the trend
@@ -573,6 +586,37 @@ class LearningCheck(FallTests):
             if mean <= self._best[1] - self.plateau_decrease * abs(self._best[1]):
                 self._best = (step, mean)
         self._refresh_bound()
+        if getattr(self.chance, "moved", bool)():  # a squared error's targets moved: another task's
+            self._begin_segment(step + 1, "the targets of its squared error moved")
+
+    def _new_makeup(self, step: int) -> None:
+        """Start the bound afresh (``_begin_segment``) where this step's backward passes added up terms of a
+        makeup the loss had not had (stabilizer_sentinel.detection.loss_makeup): a term switched on, another
+        task's loss. The makeups of the first window's steps are the start's own (a loss that alternates
+        between two, a GAN's two passes)."""
+        taken = self.makeup.take() if self.makeup is not None else set()
+        new = taken - self._makeups
+        if not new:
+            return
+        before = self._makeups
+        self._makeups = self._makeups | new
+        if self._first is not None and before:
+            names = " + ".join(sorted(max(new, key=len)))
+            self._begin_segment(step, f"the loss became a sum of {names}")
+
+    def _begin_segment(self, step: int, why: str) -> None:
+        """Judge the loss from ``step`` on as a run of its own: a first window, a bound and a noise of its
+        own. Whether the run learned stands (a run that learned one loss and then takes another has learned),
+        and so do its phase, the makeups seen and what the listeners read."""
+        kept = {key: vars(self)[key] for key in SEGMENT_KEEPS}
+        self.__post_init__()
+        vars(self).update(kept)
+        self._segments = [*self._segments, (step, why)]
+
+    @property
+    def segments(self) -> list[tuple[int, str]]:
+        """(step, why) for each step where the loss was judged afresh from (``_begin_segment``)."""
+        return list(self._segments)
 
     def _relapsing(self, mean: float) -> bool:
         """Whether a window of a run that learned is back at the chance level: the run learned from its inputs

@@ -135,7 +135,7 @@ def _weighted(tensors: Sequence[torch.Tensor], gradients: Any) -> BackwardLoss |
     return BackwardLoss(total, None, False, ("weighted", node.name()), total, 1.0, node.name())
 
 
-def _scaling(node: Any) -> tuple[Any, torch.Tensor, bool] | None:
+def constant_scaling(node: Any) -> tuple[Any, torch.Tensor, bool] | None:
     """(the node below, the constant, whether it divides) when ``node`` scales its one graph input by a
     constant scalar."""
     name = node.name()
@@ -161,7 +161,7 @@ def _scaling(node: Any) -> tuple[Any, torch.Tensor, bool] | None:
 def _undo_scaling(node: Any, value: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor] | None:
     """(the node below, the value before it, what the scaling multiplied it by) when ``node`` scales its one
     graph input by a constant scalar."""
-    scaling = _scaling(node)
+    scaling = constant_scaling(node)
     if scaling is None:
         return None
     below, factor, divides = scaling
@@ -188,7 +188,7 @@ def signed_weights(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
     node = None if scalar is None else scalar.grad_fn
     try:
         for _ in range(MAX_SCALINGS):
-            scaling = None if node is None else _scaling(node)
+            scaling = None if node is None else constant_scaling(node)
             if scaling is None:
                 break
             node = scaling[0]
