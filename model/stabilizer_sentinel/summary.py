@@ -24,6 +24,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from stabilizer_sentinel import failsafe
+
 EVALUATIONS_KEPT = 100
 # A script's own words for how it ended, in the summary's: model/train.py closes with "stopped" on SIGTERM.
 ENDINGS = {"stopped": "interrupted"}
@@ -182,6 +184,7 @@ class RunRecord:
             "learned": learned,
             "unjudged": unjudged,
             "judged_afresh": [[step, why] for step, why in getattr(learning, "segments", [])],
+            "watching_failed": failsafe.failure(),
             "started_from": self.started_from,
             "restores": self.restores,
             "evaluations": [[step, jsonable(value)] for step, value in self.evaluations],

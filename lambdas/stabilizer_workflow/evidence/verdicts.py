@@ -201,6 +201,10 @@ def judge_completed(obs: Observation, attempt: Attempt) -> Verdict:
     of = f" of {taken} taken" if taken is not None else ""
     if observed <= 0:
         return Verdict("unverified", f"attempt {n} completed{by} but the sentinel checked no step{of}")
+    if summary.watching_failed:
+        # The watcher's own code failed and stood aside: the rest of the run went unwatched, whatever its loss did.
+        return Verdict("unverified", f"attempt {n} completed{by} but the watcher failed after {observed} steps "
+                                     f"checked{of} ({summary.watching_failed}) and the rest ran unwatched")
     if summary.ended == "interrupted":
         # A run cut short (a signal) is not a finished run, whatever its loss did so far.
         cut = f"({observed} steps checked{of})"

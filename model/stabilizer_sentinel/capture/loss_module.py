@@ -17,6 +17,7 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_hook
 
 from stabilizer_sentinel.capture import module_hooks
+from stabilizer_sentinel.failsafe import shielded
 
 # The store's tensors that take their smdebug names from the loss module
 # (stabilizer_sentinel.capture.trial.smdebug_name).
@@ -39,7 +40,7 @@ class LossModuleWatch:
         self._inputs = inputs  # its inputs are wanted (labels, predictions): else only its name
         self._args: tuple[torch.Tensor, torch.Tensor] | None = None
         self._forward_seen = False
-        self._hooks: list[Any] = [register_module_forward_hook(self._module_called)]
+        self._hooks: list[Any] = [register_module_forward_hook(shielded(self._module_called))]
 
     def _module_called(self, module: nn.Module, args: Any, output: Any) -> None:
         self._forward_seen = True

@@ -31,6 +31,8 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook
 
+from stabilizer_sentinel.failsafe import shielded
+
 Hook = Callable[[nn.Module, Any, Any], None]
 
 _BY_MODULE: dict[int, tuple[weakref.ref[nn.Module], dict[int, Hook]]] = {}
@@ -78,7 +80,7 @@ def forward_hook(module: nn.Module, hook: Hook) -> Handle:
     number = next(_NUMBERS)
     entry[1][number] = hook
     if not _GLOBAL:
-        _GLOBAL.append(register_module_forward_hook(_dispatch))
+        _GLOBAL.append(register_module_forward_hook(shielded(_dispatch)))
     return Handle(key, number)
 
 

@@ -41,6 +41,7 @@ from torch import nn
 
 from stabilizer_contract.catalogue import DIVERGING, NOT_LEARNING
 from stabilizer_contract.job import ENDED_RULE_STOP, EXIT_RULE_STOP, RULE_STOP_PREFIX
+from stabilizer_sentinel import failsafe
 from stabilizer_sentinel.capture import profiler as system_profiler
 from stabilizer_sentinel.capture.capture import Capture, parse_capture
 from stabilizer_sentinel.capture.trial import MemoryTrial
@@ -472,7 +473,8 @@ class Sentinel:
 
     def close(self, status: str = "completed") -> None:
         """End of the job; a completed run that never learned is reported (findings.json) here."""
-        if status == "completed" and self._last is not None:
+        # Not where the watcher stood aside (stabilizer_sentinel.failsafe): the rest of the run went unwatched.
+        if status == "completed" and self._last is not None and failsafe.failure() is None:
             step, context = self._last
             final = self.learning.at_end(step)
             if final is not None:

@@ -58,6 +58,7 @@ from datetime import timedelta
 from typing import Any
 
 from stabilizer_sentinel.detection.hang_bounds import HangBounds
+from stabilizer_sentinel.failsafe import shielded
 from stabilizer_sentinel.loops import bare_tensors
 
 HANG = "Hang"
@@ -224,7 +225,7 @@ class Watchdog:
         # Made in the training thread (the guard's): its work, between steps too, is no hang.
         self.activity = Activity(threading.get_native_id(), _device_of(guard))
         self.last_active = self.last_beat
-        self.thread = threading.Thread(target=self._run, name="stabilizer-watchdog", daemon=True)
+        self.thread = threading.Thread(target=shielded(self._run), name="stabilizer-watchdog", daemon=True)
 
     def follow(self, optimizer: Any, handles: list[Any]) -> None:
         """Beat at ``optimizer``'s steps (the guard's handles hold the hook); a second call moves the hook

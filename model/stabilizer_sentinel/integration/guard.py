@@ -61,9 +61,11 @@ from torch import nn
 
 from stabilizer_contract.catalogue import SENTINEL_CHECKS
 from stabilizer_contract.job import EXIT_RULE_STOP, REWIND_EVERY
+from stabilizer_sentinel import failsafe
 from stabilizer_sentinel.capture import module_hooks
 from stabilizer_sentinel.detection import input_blind, watchdog
 from stabilizer_sentinel.detection.sentinel import Verdict, build_monitoring
+from stabilizer_sentinel.failsafe import closing, shield
 from stabilizer_sentinel.integration import exit_status, log_channel
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig
 from stabilizer_sentinel.loops import distributed, worker_processes
@@ -173,7 +175,15 @@ class Guard(OptimizerHooks):
         self.watchdog = watchdog.start(self)  # a thread that notices a loop which stopped taking steps
         self_ref = weakref.ref(self)
         atexit.register(_close_at_exit, self_ref, self.world_size > 1)
+        failsafe.on_failure(self, Guard._stood_aside)
         exit_status.on_hard_exit(lambda: (guard := self_ref()) is not None and guard.close())  # os._exit: no atexit
+
+    def _stood_aside(self, what: str) -> None:
+        """The watcher's own code failed (stabilizer_sentinel.failsafe): no more checks, copies or hang watch;
+        the loaders as torch has them. What was seen is written at the close, with what failed."""
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        self._remove_hooks()
 
     def _hook_forward(self) -> None:
         """Read the network's forward passes: whether its output ignores its input (the learning check's
@@ -315,6 +325,7 @@ class Guard(OptimizerHooks):
                 and not worker_processes.is_worker())
 
     # -- what the loop calls
+    @shield
     def step(self, loss: torch.Tensor | float | None, *, labels: torch.Tensor | None = None,
              epoch: int | None = None, phase: str | None = None, logged: bool = False) -> None:
         """Report this step's loss (no host synchronisation); call it before ``optimizer.step()``.
@@ -399,6 +410,11 @@ class Guard(OptimizerHooks):
     def eval_loss(self, loss: float | torch.Tensor, *, labels: torch.Tensor | None = None,
                   outputs: torch.Tensor | None = None) -> Verdict:
         """Record an evaluation after the last optimizer step (the ``Overfit`` rule reads these)."""
+        return self._eval_loss(loss, labels=labels, outputs=outputs) or Verdict()  # once stood aside: nothing
+
+    @shield
+    def _eval_loss(self, loss: float | torch.Tensor, *, labels: torch.Tensor | None,
+                   outputs: torch.Tensor | None) -> Verdict:
         value = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
         self.record.evaluations.append((max(self.step_number - 1, 0), value))
         verdict = self.sentinel.after_eval(
@@ -533,6 +549,7 @@ class Guard(OptimizerHooks):
         if next_step is not None:
             self.begin_step(next_step)
 
+    @shield
     def begin_step(self, step: int) -> None:
         """The loop's own count says step ``step`` begins (Lightning's ``trainer.global_step``)."""
         self.step_number = step
@@ -545,6 +562,7 @@ class Guard(OptimizerHooks):
         self.record.steps_taken += 1
         return verdict
 
+    @closing
     def failed(self, exception: BaseException) -> None:
         """The loop raised ``exception``: close with how it ended (stabilizer_sentinel.summary.describe)."""
         ended, self.record.exception = describe(exception)
@@ -576,6 +594,7 @@ class Guard(OptimizerHooks):
         return self.record.summary(self.sentinel.learning, ended=ended,
                                    exception=line if ended in ("exception", "interrupted") else None)
 
+    @closing
     def close(self, status: str | None = None) -> None:
         """Remove the hooks, write the summary and finish the tensor store (``training_end.json``); idempotent.
 
@@ -659,6 +678,7 @@ class Guard(OptimizerHooks):
         self.sentinel.exit_for_rule_stop(leave=torch.distributed.barrier if together else None, echo=False)
 
 
+@closing
 def _close_at_exit(guard_ref: weakref.ref, distributed: bool) -> None:
     """Close the guard at the interpreter's exit; in a distributed run, then collect what is garbage while the
     interpreter is whole. gloo on torch 2.13.0 aborts a rank now and then when the run's collectives are freed by

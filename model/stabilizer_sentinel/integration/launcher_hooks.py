@@ -95,6 +95,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from stabilizer_sentinel.capture import module_hooks
+from stabilizer_sentinel.failsafe import closing, shield, shielded
 from stabilizer_sentinel.integration import exit_status, log_channel, script_watch
 from stabilizer_sentinel.integration.guard import Guard
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_config
@@ -238,15 +239,15 @@ class LauncherHooks:
         self._candidate: tuple[Any, dict[str, Any]] | None = None  # the newest checkpoint, read
         self._looked_for_checkpoint = False
         self._module_handles = [
-            nn.modules.module.register_module_forward_pre_hook(self._module_called),
-            nn.modules.module.register_module_forward_hook(self._module_returned, always_call=True),
+            nn.modules.module.register_module_forward_pre_hook(shielded(self._module_called)),
+            nn.modules.module.register_module_forward_hook(shielded(self._module_returned), always_call=True),
         ]
-        self._optimizer_handle = register_optimizer_step_pre_hook(self._optimizer_stepping)
-        self._scaler_handle = step_clock.stand_by(self._scaler_stepping)
+        self._optimizer_handle = register_optimizer_step_pre_hook(shielded(self._optimizer_stepping))
+        self._scaler_handle = step_clock.stand_by(shielded(self._scaler_stepping))
         self._hand_updates = bare_tensors.HandUpdates()
         self._backward_handle = bare_tensors.listen(self._backward, gradients=True)
         self.channel = log_channel.install(config.effective_loss_regex)
-        self.channel.listeners.append(self._logged_loss)
+        self.channel.listeners.append(self._logged_loss)  # shielded where the log channel calls it
         self._watch_handle = script_watch.offer(self._script_watches)
         # The loaders' batches from the script's start: the guard attaches at the first optimizer step,
         # after that step's batches (stabilizer_sentinel.recovery.batches); it drops them if it keeps none.
@@ -266,6 +267,7 @@ class LauncherHooks:
         os.register_at_fork(after_in_child=lambda: (hooks := self_ref()) is not None and hooks._forked())
         multiprocessing.util.register_after_fork(self, LauncherHooks._closed_by_multiprocessing)
 
+    @shield
     def _forked(self) -> None:
         """In a child forked from this process (stabilizer_sentinel.loops.worker_processes)."""
         if self._closed or self.stood_down:
@@ -286,6 +288,7 @@ class LauncherHooks:
             multiprocessing.util.Finalize(None, self.close, exitpriority=0)
 
     # -- standby: the script may watch() itself
+    @shield
     def _script_watches(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> Guard | None:
         if self.guard is not None:
             if optimizer is None or optimizer is self.guard.optimizer:
@@ -524,6 +527,7 @@ class LauncherHooks:
         else:
             self.guard.step(value, logged=True)
 
+    @closing
     def close(self) -> None:
         """Remove the hooks, close the guard and say how many steps it watched; idempotent."""
         if self._closed:

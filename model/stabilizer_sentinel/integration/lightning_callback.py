@@ -32,6 +32,7 @@ from typing import Any
 
 import lightning
 
+from stabilizer_sentinel.failsafe import closing, shield
 from stabilizer_sentinel.integration.guard import Guard
 from stabilizer_sentinel.integration.script_watch import claim
 from stabilizer_sentinel.job_config import JobPaths, load_config
@@ -67,6 +68,7 @@ class SentinelCallback(lightning.Callback):
             self.batches = Batches(config.skip_batches, skip_nonfinite=config.skip_nonfinite_batches)
             self.batches.activate()
 
+    @closing
     def teardown(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule, stage: str) -> None:
         self._release_batches()
 
@@ -78,6 +80,7 @@ class SentinelCallback(lightning.Callback):
             self.batches.deactivate()
         self.batches = None
 
+    @shield
     def on_train_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
         claim(pl_module, optimizer)  # under "auto" the launcher stands by: it stands down for the callback
@@ -92,25 +95,30 @@ class SentinelCallback(lightning.Callback):
         for other in trainer.optimizers[1:]:
             self.guard.add_optimizer(other)
 
+    @shield
     def on_train_batch_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
                              batch: Any, batch_idx: int) -> None:
         if self.guard is not None:
             self.guard.begin_step(trainer.global_step)
 
+    @shield
     def on_before_backward(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
                            loss: Any) -> None:
         if self.guard is not None:
             self.guard.step(loss, epoch=trainer.current_epoch)
 
+    @shield
     def on_before_optimizer_step(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
                                  optimizer: Any) -> None:
         if self.guard is not None and optimizer is self.guard.optimizer and not self.scaled:
             self.guard.check_counted(trainer.global_step)  # Lightning counts its steps itself
 
+    @closing
     def on_train_end(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
         if self.guard is not None:
             self.guard.close()
 
+    @closing
     def on_exception(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
                      exception: BaseException) -> None:
         if self.guard is not None and not isinstance(exception, SystemExit):  # SystemExit: a rule stop, recorded

@@ -32,6 +32,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from stabilizer_sentinel import failsafe
 from stabilizer_sentinel.summary import LogLoss
 
 
@@ -52,7 +53,7 @@ class _LossFromLog(io.TextIOBase):
             match = self._pattern.search(line)
             if match:
                 with contextlib.suppress(ValueError):
-                    self._sink(float(match.group(1)))
+                    failsafe.call_shielded(self._sink, float(match.group(1)))
         return written
 
     def flush(self) -> None:

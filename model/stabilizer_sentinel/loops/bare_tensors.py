@@ -44,6 +44,8 @@ from typing import Any
 import torch
 from torch.utils.hooks import RemovableHandle
 
+from stabilizer_sentinel import failsafe
+
 # Called with the tensors of every backward pass, before it runs (listen), by handle id; and with its
 # gradients (``grad_tensors``, None where the pass was given none) where the listener asked for them.
 _LISTENERS: OrderedDict[int, tuple[Callable[..., None], bool]] = OrderedDict()
@@ -90,9 +92,9 @@ def _backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         given = args[0] if args else kwargs.get("grad_tensors")
         for listener, with_gradients in list(_LISTENERS.values()):
             if with_gradients:
-                listener(seen, given)
+                failsafe.call_shielded(listener, seen, given)
             else:
-                listener(seen)
+                failsafe.call_shielded(listener, seen)
     return _ORIGINAL["backward"](tensors, *args, **kwargs)
 
 

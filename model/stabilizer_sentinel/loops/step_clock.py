@@ -49,6 +49,8 @@ from typing import Any
 import torch
 from torch.utils.hooks import RemovableHandle
 
+from stabilizer_sentinel.failsafe import shielded
+
 NONFINITE_LOSS_STEPS = 3
 MIN_LOSS_SCALE = 1.0
 
@@ -218,7 +220,7 @@ class BackwardClock:
         self.guard = guard
         self.wait_for_loss = wait_for_loss
         self.ready = False  # a backward pass ended and waits for guard.step(loss)
-        self._handle = torch.autograd.graph.register_multi_grad_hook(params, self._started, mode="any")
+        self._handle = torch.autograd.graph.register_multi_grad_hook(params, shielded(self._started), mode="any")
 
     def _started(self, grad: Any) -> None:
         if self.ready:  # the last backward pass got no guard.step(loss): the loop reports none, count without

@@ -69,6 +69,10 @@ def test_a_completed_job_that_left_no_summary_ends_unwatched_and_says_how_to_wat
         ({"learned": None, "unjudged": "its loss is a policy gradient's surrogate"},
          "loss 2.3 -> 0.41; its loss is a policy gradient's surrogate"),
         ({"ended": "interrupted"}, "its summary says it was interrupted (36 steps checked of 36 taken)"),
+        # A run that learned, whose watcher's own code failed and stood aside (stabilizer_sentinel/failsafe.py).
+        ({"watching_failed": "KeyError: 'x' at stabilizer_sentinel/detection/sentinel.py:180"},
+         "the watcher failed after 36 steps checked of 36 taken (KeyError: 'x' at "
+         "stabilizer_sentinel/detection/sentinel.py:180) and the rest ran unwatched"),
     ],
 )
 def test_a_run_watched_too_little_to_judge_is_unverified_and_says_what_is_missing(settings, changes, said):
