@@ -52,6 +52,7 @@ import atexit
 import gc
 import math
 import sys
+import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -183,7 +184,8 @@ class Guard(OptimizerHooks):
         the loaders as torch has them. What was seen is written at the close, with what failed."""
         if self.watchdog is not None:
             self.watchdog.stop()
-        self._remove_hooks()
+        if threading.current_thread() is threading.main_thread():  # not from the watchdog's thread, mid-step
+            self._remove_hooks()  # else left in place, each returning at once
 
     def _hook_forward(self) -> None:
         """Read the network's forward passes: whether its output ignores its input (the learning check's
