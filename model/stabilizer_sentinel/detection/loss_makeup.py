@@ -6,8 +6,9 @@ another's. The loss's level moves with it, ten times and more, while the network
 before; the divergence bound, measured from the first window of a loss made of other terms, would call
 it diverging (a hunt's multi-task classifier, a squared-error term of scale 9 added to its cross-entropy
 at step 30: Diverging at step 32, stop 64). ``makeup`` names the terms a scalar adds up: the nodes below
-its additions, subtractions, negations and constant scalings (``backward_loss``), by name, as a set (a
-loss summed over a varying number of micro-batches or time steps is of one makeup). The learning check
+its additions, subtractions, negations and constant scalings (``backward_loss``), by name (a reduction's with
+the node it reduces), as a set (a loss summed over a varying number of micro-batches or time steps is of one
+makeup). The learning check
 starts its bound afresh from a makeup it has not seen (``LearningCheck._begin_segment``).
 
 A term weighted by a number that turns from 0 (a KL term annealed in, an adversarial term off for its
@@ -59,10 +60,20 @@ def makeup(tensors: Sequence[torch.Tensor]) -> frozenset[str] | None:
             elif node.name() in SUMS:
                 queue.extend(below for below, _ in node.next_functions)
             else:
-                terms.add(node.name())
+                terms.add(_term(node))
     except (AttributeError, RuntimeError, TypeError):  # a node saved differently: what was read stands
         pass
     return frozenset(terms)
+
+
+def _term(node: Any) -> str:
+    """A term's name: its node's, and for a reduction (``(error ** 2).mean()``, ``F.l1_loss``, which autograd
+    records as a mean of ``abs``) the node it reduces too: two hand-written losses differ there alone."""
+    name = node.name()
+    if name in backward_loss.REDUCTIONS and node.next_functions:
+        below = node.next_functions[0][0]
+        name = f"{name}({below.name() if below is not None else ''})"
+    return name
 
 
 class LossMakeup:
