@@ -603,7 +603,7 @@ class LearningCheck(FallTests):
         self._makeups = self._makeups | new
         if self._first is not None and before:
             names = " + ".join(sorted(max(new, key=len)))
-            self._begin_segment(step, f"the loss became a sum of {names}")
+            self._begin_segment(step, f"the loss is now made of {names}")
 
     def _begin_segment(self, step: int, why: str) -> None:
         """Judge the loss from ``step`` on as a run of its own: a first window, a bound and a noise of its

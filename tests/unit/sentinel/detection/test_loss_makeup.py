@@ -65,7 +65,7 @@ def test_a_term_switched_on_mid_run_is_judged_from_where_it_was_switched_on():
     steps = [("ce" if step < 30 else "ce+mse", loss) for step, loss in enumerate(noisy(levels))]
     check, finding = run(steps)
     assert finding is None
-    assert check.segments == [(30, "the loss became a sum of MseLossBackward0 + NllLossBackward0")]
+    assert check.segments == [(30, "the loss is now made of MseLossBackward0 + NllLossBackward0")]
     assert check.start_loss is not None and check.start_loss > 8  # the new term's first window
     # Not listening to the makeup, the same losses are ten times the first window's: Diverging.
     _, unseen = run(steps, listening=False)
