@@ -34,7 +34,7 @@ import torch
 F = TypeVar("F", bound=Callable[..., Any])
 
 _failure: list[str] = []  # what failed, once: the watcher stands aside from then on
-_on_failure: list[Callable[[str], None]] = []  # told when it does (the guard: its watchdog, its summary)
+_on_failure: list[Callable[[str], None]] = []  # told when it does (the guard: its watchdog and hooks)
 PACKAGE = Path(__file__).resolve().parent
 
 
@@ -50,17 +50,7 @@ def shielded(function: F, *, after_failure: bool = False) -> F:
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if _failure and not after_failure:
-            return None
-        if torch.compiler.is_compiling():  # traced into a compiled region: the graph gets the call as it is
-            return function(*args, **kwargs)
-        try:
-            return function(*args, **kwargs)
-        except Exception as error:
-            if _several_ranks():
-                raise
-            stand_aside(error)
-            return None
+        return _call(function, after_failure, args, kwargs)
 
     return call  # type: ignore[return-value]
 
@@ -76,8 +66,23 @@ def closing(method: F) -> F:
 
 
 def call_shielded(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``function(*args, **kwargs)`` shielded (a listener of a backward pass, a log line's sink)."""
-    return shielded(function)(*args, **kwargs)
+    """``function(*args, **kwargs)`` shielded (a listener of a backward pass, a log line's sink), with no wrapper
+    made per call."""
+    return _call(function, False, args, kwargs)
+
+
+def _call(function: Callable[..., Any], after_failure: bool, args: tuple, kwargs: dict) -> Any:
+    if _failure and not after_failure:
+        return None
+    if torch.compiler.is_compiling():  # traced into a compiled region: the graph gets the call as it is
+        return function(*args, **kwargs)
+    try:
+        return function(*args, **kwargs)
+    except Exception as error:
+        if _several_ranks():
+            raise
+        stand_aside(error)
+        return None
 
 
 def stand_aside(error: BaseException) -> None:
