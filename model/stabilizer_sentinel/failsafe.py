@@ -55,11 +55,6 @@ def shielded(function: F, *, after_failure: bool = False) -> F:
     return call  # type: ignore[return-value]
 
 
-def shield(method: F) -> F:
-    """``shielded`` as a decorator."""
-    return shielded(method)
-
-
 def closing(method: F) -> F:
     """``shielded`` as a decorator, for what closes the watching: it still runs once the watcher stood aside."""
     return shielded(method, after_failure=True)

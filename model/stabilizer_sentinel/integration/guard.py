@@ -66,7 +66,7 @@ from stabilizer_sentinel import failsafe
 from stabilizer_sentinel.capture import module_hooks
 from stabilizer_sentinel.detection import input_blind, watchdog
 from stabilizer_sentinel.detection.sentinel import Verdict, build_monitoring
-from stabilizer_sentinel.failsafe import closing, shield
+from stabilizer_sentinel.failsafe import closing, shielded
 from stabilizer_sentinel.integration import exit_status, log_channel
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig
 from stabilizer_sentinel.loops import distributed, worker_processes
@@ -327,7 +327,7 @@ class Guard(OptimizerHooks):
                 and not worker_processes.is_worker())
 
     # -- what the loop calls
-    @shield
+    @shielded
     def step(self, loss: torch.Tensor | float | None, *, labels: torch.Tensor | None = None,
              epoch: int | None = None, phase: str | None = None, logged: bool = False) -> None:
         """Report this step's loss (no host synchronisation); call it before ``optimizer.step()``.
@@ -414,7 +414,7 @@ class Guard(OptimizerHooks):
         """Record an evaluation after the last optimizer step (the ``Overfit`` rule reads these)."""
         return self._eval_loss(loss, labels=labels, outputs=outputs) or Verdict()  # once stood aside: nothing
 
-    @shield
+    @shielded
     def _eval_loss(self, loss: float | torch.Tensor, *, labels: torch.Tensor | None,
                    outputs: torch.Tensor | None) -> Verdict:
         value = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
@@ -551,7 +551,7 @@ class Guard(OptimizerHooks):
         if next_step is not None:
             self.begin_step(next_step)
 
-    @shield
+    @shielded
     def begin_step(self, step: int) -> None:
         """The loop's own count says step ``step`` begins (Lightning's ``trainer.global_step``)."""
         self.step_number = step

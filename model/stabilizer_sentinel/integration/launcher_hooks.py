@@ -95,7 +95,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from stabilizer_sentinel.capture import module_hooks
-from stabilizer_sentinel.failsafe import closing, shield, shielded
+from stabilizer_sentinel.failsafe import closing, shielded
 from stabilizer_sentinel.integration import exit_status, log_channel, script_watch
 from stabilizer_sentinel.integration.guard import Guard
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig, load_config
@@ -267,7 +267,7 @@ class LauncherHooks:
         os.register_at_fork(after_in_child=lambda: (hooks := self_ref()) is not None and hooks._forked())
         multiprocessing.util.register_after_fork(self, LauncherHooks._closed_by_multiprocessing)
 
-    @shield
+    @shielded
     def _forked(self) -> None:
         """In a child forked from this process (stabilizer_sentinel.loops.worker_processes)."""
         if self._closed or self.stood_down:
@@ -288,7 +288,7 @@ class LauncherHooks:
             multiprocessing.util.Finalize(None, self.close, exitpriority=0)
 
     # -- standby: the script may watch() itself
-    @shield
+    @shielded
     def _script_watches(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> Guard | None:
         if self.guard is not None:
             if optimizer is None or optimizer is self.guard.optimizer:

@@ -32,7 +32,7 @@ from typing import Any
 
 import lightning
 
-from stabilizer_sentinel.failsafe import closing, shield
+from stabilizer_sentinel.failsafe import closing, shielded
 from stabilizer_sentinel.integration.guard import Guard
 from stabilizer_sentinel.integration.script_watch import claim
 from stabilizer_sentinel.job_config import JobPaths, load_config
@@ -80,7 +80,7 @@ class SentinelCallback(lightning.Callback):
             self.batches.deactivate()
         self.batches = None
 
-    @shield
+    @shielded
     def on_train_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
         claim(pl_module, optimizer)  # under "auto" the launcher stands by: it stands down for the callback
@@ -95,19 +95,19 @@ class SentinelCallback(lightning.Callback):
         for other in trainer.optimizers[1:]:
             self.guard.add_optimizer(other)
 
-    @shield
+    @shielded
     def on_train_batch_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
                              batch: Any, batch_idx: int) -> None:
         if self.guard is not None:
             self.guard.begin_step(trainer.global_step)
 
-    @shield
+    @shielded
     def on_before_backward(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
                            loss: Any) -> None:
         if self.guard is not None:
             self.guard.step(loss, epoch=trainer.current_epoch)
 
-    @shield
+    @shielded
     def on_before_optimizer_step(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
                                  optimizer: Any) -> None:
         if self.guard is not None and optimizer is self.guard.optimizer and not self.scaled:

@@ -81,12 +81,13 @@ def test_a_part_of_the_watcher_that_raises_leaves_the_run_as_unwatched(tmp_path,
     assert summary["ended"] == "completed" and summary["steps_observed"] < 30
 
 
-def test_a_stop_and_an_interrupt_are_not_caught():
-    def stop():
-        raise SystemExit(86)
+@pytest.mark.parametrize("ending", [SystemExit(86), KeyboardInterrupt()])
+def test_a_stop_and_an_interrupt_are_not_caught(ending):
+    def end():
+        raise ending
 
-    with pytest.raises(SystemExit):
-        failsafe.shielded(stop)()
+    with pytest.raises(type(ending)):
+        failsafe.shielded(end)()
     assert failsafe.failure() is None
 
 
