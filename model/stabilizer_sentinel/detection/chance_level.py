@@ -12,7 +12,12 @@ below it has not learned, whatever its fall. For a loss whose level is known:
   seen in training, ignored labels left out (a language model's level is the entropy of its tokens'
   frequencies);
 * **mean squared error** (mean reduction): the variance of each target column seen in training,
-  averaged over the columns.
+  averaged over the columns;
+* **binary cross-entropy** (``BCEWithLogitsLoss``, ``BCELoss``; no weights): the binary entropy of
+  each target column's mean seen in training (targets of 0 and 1, or soft ones: the loss is linear in
+  them), averaged over the columns. Not where most passes' targets are all alike: a GAN's
+  discriminator is given all-real then all-fake labels, and its generator all-real ones, each pass's
+  loss its own (``ALIKE``).
 
 The level is read from the loss node of the scalar every backward pass starts from
 (``torch.autograd.backward``, wrapped by stabilizer_sentinel.loops.bare_tensors; the node found through
@@ -23,7 +28,9 @@ pass: ``accept_scaled``); a loss the script reports itself after scaling it woul
 a level it is not on, so there the level stays unknown. Anything else, a sum of terms (a GAN's two
 losses, a regulariser), a sum reduction the script does not divide, leaves the level unknown for
 the rest of the run: the learning check then judges the fall from the start alone, and says so. So
-does one backward pass of another kind.
+does one backward pass of another kind. Where every pass is a sum of terms exactly one of which has a
+known level (a cross-entropy plus a penalty on the weights), that term is judged against its own level
+at the end of the run (``TermLevel``): a fall of the sum that is the other terms' alone is no learning.
 
 This module must not change gradients or weights: it reads the saved targets of the loss's node.
 Counts stay on the tensors' device; they are read (one synchronisation) when the check asks.
@@ -32,22 +39,36 @@ Counts stay on the tensors' device; they are read (one synchronisation) when the
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch.nn import functional
 
 from stabilizer_sentinel.loops import backward_loss, bare_tensors
-from stabilizer_sentinel.loops.backward_loss import CROSS_ENTROPY, MEAN, SQUARED_ERROR, SUM
+from stabilizer_sentinel.loops.backward_loss import (
+    BINARY_CROSS_ENTROPY,
+    CROSS_ENTROPY,
+    LOSS_NODES,
+    MEAN,
+    SQUARED_ERROR,
+    SUM,
+)
 
 # A squared error's targets have moved (another task's, a regression's next stage) when the best input-blind
 # prediction of the targets seen before scores more than this many times its level on the targets since
 # (``ChanceLevel.moved``), in this many checks in a row (a batch with a far outlier is one check).
 MOVED = 4.0
 MOVED_CHECKS = 2
+# Why a binary cross-entropy's level is unknown when most of its passes' targets were all alike.
+ALIKE = ("its targets were all alike within most passes (a GAN's real and fake labels, each pass's own): the "
+         "labels' prior is no level of a loss of such passes")
 # Labels per class (or targets) seen before the level is used: the entropy of a prior estimated
 # from n labels is low by about (classes - 1) / (2 n); with ten per class that is under 5 % of ln 2.
 SAMPLES_PER_CLASS = 10
+# Nodes walked per pass at most in search of a sum's known term (``known_term``): a sum of more is left unread.
+MAX_TERM_NODES = 64
 
 
 class ChanceLevel:
@@ -63,6 +84,8 @@ class ChanceLevel:
         # (count, ``_sums``) of the targets since each of the last checks whose targets had moved, and since the last
         # (``moved``)
         self._since: list[tuple[int, torch.Tensor]] = []
+        self._alike: torch.Tensor | None = None  # binary cross-entropy: passes whose targets were all alike
+        self._passes = 0  # binary cross-entropy: passes counted
         self._samples = 0
         self._needed = 0
         self._classes: int | None = None  # cross-entropy: the width of its scores
@@ -76,17 +99,24 @@ class ChanceLevel:
         if read is None or read.node is None:
             self._give_up("the loss is neither a cross-entropy nor a squared error (a sum of terms, another loss)")
             return
-        node = read.node
+        # Where the check judges the script's own loss, only an unscaled mean is on the node's level.
+        self.take(read.node, judged_here=self.accept_scaled or not read.scaled)
+
+    def take(self, node: Any, *, judged_here: bool = True) -> None:
+        """Count the targets of one pass's loss node (``judged_here``: the loss judged is that node's own)."""
+        if self.off:
+            return
         name = node.name()
         try:
-            # Where the check judges the script's own loss, only an unscaled mean is on the node's level.
-            judged_here = self.accept_scaled or (not read.scaled and int(node._saved_reduction) == MEAN)
-            if not judged_here or int(node._saved_reduction) not in (MEAN, SUM):
+            reduction = int(node._saved_reduction)
+            if reduction not in (MEAN, SUM) or not (judged_here and (self.accept_scaled or reduction == MEAN)):
                 self._give_up("the loss reported is scaled or summed, not the mean its level is of")
             elif name in CROSS_ENTROPY and self.kind in (None, "cross_entropy"):
                 self._cross_entropy(node)
             elif name == SQUARED_ERROR and self.kind in (None, "squared_error"):
                 self._squared_error(node)
+            elif name in BINARY_CROSS_ENTROPY and self.kind in (None, "binary_cross_entropy"):
+                self._binary(node)
             else:
                 self._give_up("the backward passes start from losses of different kinds")
         except (AttributeError, IndexError, RuntimeError, ValueError):  # a node saved differently
@@ -120,21 +150,45 @@ class ChanceLevel:
         self._needed = SAMPLES_PER_CLASS * classes
 
     def _squared_error(self, node: Any) -> None:
+        counted = self._count_rows(node)
+        if counted is None:
+            return
+        rows, sums = counted
+        count, block = self._since[-1] if self._since else (0, torch.zeros_like(sums))
+        self._since[-1:] = [(count + rows, block + sums)]
+        self.kind = "squared_error"
+        self._needed = SAMPLES_PER_CLASS * 3  # thirty targets: the variance to within about a quarter
+
+    def _binary(self, node: Any) -> None:
+        if node._saved_weight is not None or getattr(node, "_saved_pos_weight", None) is not None:
+            self._give_up("the binary cross-entropy weighs its targets")
+            return
+        if self._count_rows(node) is None:
+            return
+        target = node._saved_target.detach()
+        alike = (target == target.reshape(-1)[0]).all().double()  # on the device: read with the level
+        self._alike = alike if self._alike is None else self._alike + alike
+        self._passes += 1
+        self.kind = "binary_cross_entropy"
+        self._classes = 2
+        self._needed = SAMPLES_PER_CLASS * 3  # thirty targets per column, as a squared error's
+
+    def _count_rows(self, node: Any) -> tuple[int, torch.Tensor] | None:
+        """(rows, their per-column count, sum and sum of squares) of a pass's targets, a row per sample, added to
+        ``_sums``; None (and the level given up) for targets of another shape than the predictions, or than
+        before."""
         target = node._saved_target.detach()
         if target.shape != node._saved_self.shape or target.dim() == 0:
-            self._give_up("the squared error broadcasts its targets")
-            return
+            self._give_up("the loss broadcasts its targets")
+            return None
         rows = target.reshape(target.shape[0], -1).double()
         sums = torch.stack([torch.full_like(rows[0], rows.shape[0]), rows.sum(0), (rows * rows).sum(0)])
         if self._sums is not None and self._sums.shape != sums.shape:
             self._give_up("the targets change shape between steps")
-            return
+            return None
         self._sums = sums if self._sums is None else self._sums + sums
-        count, block = self._since[-1] if self._since else (0, torch.zeros_like(sums))
-        self._since[-1:] = [(count + rows.shape[0], block + sums)]
-        self.kind = "squared_error"
         self._samples += rows.shape[0]
-        self._needed = SAMPLES_PER_CLASS * 3  # thirty targets: the variance to within about a quarter
+        return rows.shape[0], sums
 
     def moved(self) -> bool:
         """Whether a squared error's targets moved since the checks before (``MOVED``): the mean of the targets
@@ -179,13 +233,21 @@ class ChanceLevel:
         return self._read[1]
 
     def _measure(self) -> float | None:
-        if self._counts is not None:
+        if self.kind == "cross_entropy":
+            assert self._counts is not None
             p = self._counts.double() / self._counts.sum()
             p = p[p > 0]
             return float(-(p * p.log()).sum())  # a host synchronisation on an accelerator
         assert self._sums is not None
         n, total, squares = self._sums
-        value = float((squares / n - (total / n) ** 2).clamp(min=0).mean())  # likewise
+        if self.kind == "binary_cross_entropy":
+            if self._alike is not None and 2 * float(self._alike) >= self._passes:  # likewise
+                self._give_up(ALIKE)
+                return None
+            p = (total / n).clamp(0, 1)
+            value = float((-torch.xlogy(p, p) - torch.xlogy(1 - p, 1 - p)).mean())  # likewise
+        else:
+            value = float((squares / n - (total / n) ** 2).clamp(min=0).mean())  # likewise
         return value if math.isfinite(value) else None
 
     def error(self) -> float:
@@ -194,7 +256,7 @@ class ChanceLevel:
         together, so no fewer); a cross-entropy's, the bias of an entropy estimated from n labels,
         (classes - 1) / (2 n)."""
         level = self.level()
-        if level is None or self._samples < 2:
+        if self.off or level is None or self._samples < 2:
             return 0.0
         if self.kind == "squared_error":
             return level * math.sqrt(2.0 / (self._samples - 1))
@@ -208,6 +270,138 @@ class ChanceLevel:
         if level is not None or self.off or self._classes is None:
             return level
         return math.log(self._classes)
+
+
+class TermLevel:
+    """The one term of known level a sum of terms adds up (``known_term``: a cross-entropy plus a hand-written
+    penalty, a distillation's cross-entropy beside its divergence): that term's chance level, and its values.
+
+    The loss such a script backwards has no chance level, and a fall of it can be the other terms' alone (a
+    penalty on the weights shrinking them while the cross-entropy learns only the labels' prior). Each pass's
+    term is recomputed from its node's saved tensors (the log-probabilities and labels of a cross-entropy,
+    the predictions and targets of the others: a few small kernels on the device, no synchronisation) and
+    counted per window (``close_window``, the learning check's); ``tail`` reads the last windows' (one
+    synchronisation, at the end of the run). Off for the rest of the run at a pass of another form: a loss
+    that is no sum, a sum of two losses of known level (a GAN's discriminator), a term subtracted or weighted
+    by a negative number (an adversarial term, which is meant to stay at its level)."""
+
+    def __init__(self, windows: int) -> None:
+        self.chance = ChanceLevel()
+        self.chance.accept_scaled = True  # the term's value is its node's own mean, however it was weighted
+        self.off = False
+        self.name: str | None = None  # the term's node
+        self._window: torch.Tensor | None = None  # (passes, sum, sum of squares) of the term since the last window
+        self._windows: deque[torch.Tensor] = deque(maxlen=windows)
+
+    def observe(self, tensors: Sequence[torch.Tensor]) -> None:
+        """One backward pass is about to run from ``tensors``."""
+        if self.off:
+            return
+        found = known_term(tensors)
+        if found is None or self.name not in (None, found[0].name()):
+            self.off = True
+            return
+        node, factor = found
+        self.name = node.name()
+        self.chance.take(node)
+        try:
+            with torch.no_grad():
+                value = _term_value(node)
+        except (AttributeError, IndexError, RuntimeError, ValueError):  # a node saved differently
+            self.chance.off = True
+        if self.chance.off:
+            self.off = True
+            return
+        counted = torch.isfinite(value)
+        if factor is not None:  # a term weighted by 0 is no part of the loss; by less than 0, of another aim
+            counted = counted & (factor.to(value.device) > 0)
+        value = torch.where(counted, value, 0.0)
+        sample = torch.stack([counted.double(), value, value * value])
+        self._window = sample if self._window is None else self._window + sample.to(self._window.device)
+
+    @property
+    def full(self) -> bool:
+        """Whether the term's values span the last ``windows`` windows of steps."""
+        return len(self._windows) == self._windows.maxlen
+
+    def close_window(self) -> None:
+        """The learning check closed a window of steps: the term's values since are one window of the tail."""
+        if self._window is not None:
+            self._windows.append(self._window)
+            self._window = None
+
+    def tail(self) -> tuple[int, float, float] | None:
+        """(passes, mean, standard error of the mean) of the term over the last windows of steps; None while off
+        or before any. One host synchronisation on an accelerator."""
+        blocks = [*self._windows, *([self._window] if self._window is not None else [])]
+        if self.off or not blocks:
+            return None
+        n, total, squares = (float(x) for x in torch.stack([b.to(blocks[0].device) for b in blocks]).sum(0))
+        if n < 2:
+            return None
+        mean = total / n
+        variance = max(squares / n - mean * mean, 0.0)
+        return int(n), mean, math.sqrt(variance / n)
+
+
+def known_term(tensors: Sequence[torch.Tensor]) -> tuple[Any, torch.Tensor | None] | None:
+    """(the loss node, the product of the constant factors above it, None for none) where the one scalar a
+    backward pass starts from adds up, through additions and constant scalings, exactly one loss node of
+    ``LOSS_NODES`` and at least one term of another kind; None otherwise (a term below a subtraction or a
+    negation is of another kind)."""
+    scalar = backward_loss.scalar_of(tensors)
+    if scalar is None or scalar.grad_fn is None:
+        return None
+    found: list[tuple[Any, torch.Tensor | None]] = []
+    others = 0
+    queue: deque[tuple[Any, torch.Tensor | None]] = deque([(scalar.grad_fn, None)])
+    walked = 0
+    try:
+        while queue:
+            node, factor = queue.popleft()
+            walked += 1
+            if node is None or walked > MAX_TERM_NODES:
+                return None
+            scaling = backward_loss.constant_scaling(node)
+            if scaling is not None:
+                below, by, divides = scaling
+                by = by.detach().reshape(()).double()
+                by = 1 / by if divides else by
+                queue.append((below, by if factor is None else factor * by.to(factor.device)))
+            elif node.name() in ("AddBackward0", "AddBackward1"):
+                queue.extend((below, factor) for below, _ in node.next_functions if below is not None)
+            elif node.name() in LOSS_NODES:
+                found.append((node, factor))
+            else:
+                others += 1
+    except (AttributeError, RuntimeError, TypeError):  # a node saved differently
+        return None
+    return found[0] if len(found) == 1 and others else None
+
+
+def _term_value(node: Any) -> torch.Tensor:
+    """The mean per element of a loss node's loss, from its saved tensors (a cross-entropy's labels not ignored)."""
+    name = node.name()
+    inputs, target = node._saved_self.detach(), node._saved_target.detach()
+    if name in CROSS_ENTROPY:
+        ignore = int(node._saved_ignore_index)
+        ignore = ignore - 2**64 if ignore >= 2**63 else ignore  # saved as an unsigned integer
+        kept = target != ignore
+        picked = inputs.gather(1, torch.where(kept, target, 0).unsqueeze(1)).squeeze(1)
+        return -(picked.double() * kept).sum() / kept.sum().clamp(min=1)
+    if name == SQUARED_ERROR:
+        return ((inputs.double() - target.double()) ** 2).mean()
+    if name == "BinaryCrossEntropyWithLogitsBackward0":
+        return functional.binary_cross_entropy_with_logits(inputs.float(), target.float()).double()
+    return functional.binary_cross_entropy(inputs.float(), target.float()).double()
+
+
+def listen_term(owner: object, windows: int) -> TermLevel:
+    """The known term of a sum (``TermLevel``) fed by every backward pass of this process while ``owner`` lives,
+    its values kept over ``windows`` of the learning check's windows."""
+    term = TermLevel(windows)
+    bare_tensors.listen_while(owner, term.observe)
+    return term
 
 
 def listen(owner: object) -> ChanceLevel:

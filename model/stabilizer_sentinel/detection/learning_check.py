@@ -68,8 +68,11 @@ RELAPSE = 0.1
 VANISHING = "VanishingGradient"
 # What a run judged afresh from a step keeps (``LearningCheck._begin_segment``): the listeners, the phase, whether
 # it learned and whether its loss is judged at all.
-SEGMENT_KEEPS = ("chance", "makeup", "surrogate", "input_blind", "_makeups", "_segments", "_lineage_here", "_phase",
-                 "_learned_at", "_unjudged", "_blind", "_fired")
+SEGMENT_KEEPS = ("chance", "term", "makeup", "surrogate", "input_blind", "_makeups", "_segments", "_lineage_here",
+                 "_phase", "_learned_at", "_unjudged", "_blind", "_term_at_chance", "_fired")
+# How a finding names the term of known level a sum adds up (``LearningCheck._term_finding``), by its kind.
+TERM_WORDS = {"cross_entropy": "cross-entropy", "squared_error": "squared-error",
+              "binary_cross_entropy": "binary cross-entropy"}
 
 
 @dataclass
@@ -130,6 +133,8 @@ class LearningCheck(FallTests):
         self._spike_rate: float | None = None  # the learning rate at the spike's step
         self._tail: deque[float] = deque(maxlen=self.patience_windows * self.window)
         self.chance: chance_level.ChanceLevel | None = None  # the loss's chance level, where it can be read
+        self.term: chance_level.TermLevel | None = None  # a sum's one term of known level (``_term_finding``)
+        self._term_at_chance = False  # that term ended at its level: whatever the sum did, it did not learn
         self.makeup: loss_makeup.LossMakeup | None = None  # the terms the backward passes add up (``_begin_segment``)
         self._makeups: frozenset[frozenset[str]] = frozenset()  # the makeups of the loss seen so far
         self._segments: list[tuple[int, str]] = []  # (step, why) where the bound started afresh (``_begin_segment``)
@@ -161,6 +166,7 @@ class LearningCheck(FallTests):
                 settings.update({k: v for k, v in rule.parameters.items() if k in names})
         check = cls(**settings)
         check.chance = chance_level.listen(check)
+        check.term = chance_level.listen_term(check, check.patience_windows)
         check.makeup = loss_makeup.listen(check)
         check.surrogate = surrogate.listen(check)
         return check
@@ -168,7 +174,7 @@ class LearningCheck(FallTests):
     # -- what others read
     @property
     def learned(self) -> bool:
-        return self._learned_at is not None and not self._unjudged and not self._blind
+        return self._learned_at is not None and not self._unjudged and not self._blind and not self._term_at_chance
 
     @property
     def began_here(self) -> bool:
@@ -376,7 +382,8 @@ class LearningCheck(FallTests):
         ended_below = self._window_below(self._last[1], self.learning_start if short else None)
         if self._learned_at is None and (ended_below or self._tail_below_chance()):
             self._learned_at = self._last[0]  # the run ended below its start: no later window can confirm it
-        return self._judge(step, at_end=True)
+        judged = self._judge(step, at_end=True)
+        return judged if judged is not None or not self.learned else self._term_finding(step)
 
     def arbitrate(self, step: int, findings: list[RuleFinding]) -> list[RuleFinding]:
         """VanishingGradient is never the finding while the loss climbs: it becomes Diverging. Nor does
@@ -556,6 +563,32 @@ class LearningCheck(FallTests):
         fall = f": {start:.4g} at the start, {last:.4g} over the steps to {last_step}" if start is not None else ""
         return self._fire(NOT_LEARNING, step, f"the run did not learn {when}{fall}; {why}", last)
 
+    def _term_finding(self, step: int) -> RuleFinding | None:
+        """NotLearning at the end of a run that learned by its loss, a sum of terms, where the sum's one term of
+        known level (stabilizer_sentinel.detection.chance_level, ``TermLevel``) never got below that level: by
+        ``min_decrease`` of it and ``confidence`` standard errors of its mean over the last ``patience_windows``
+        windows of steps, as ``_tail_below_chance`` asks of a loss that is its own. The fall was the other terms'
+        (a penalty on the weights shrinking them): the network learned nothing beyond the labels' prior or the
+        targets' mean. Not for a run shorter than that span."""
+        term = self.term
+        level = None if term is None or term.off or not term.full else term.chance.level()
+        tail = None if term is None or level is None else term.tail()
+        if tail is None or self._last is None or self.learning_start is None:
+            return None
+        passes, mean, error = tail
+        if level - mean > max(self.min_decrease * abs(level), self.confidence * error):
+            return None
+        self._term_at_chance = True
+        start, (last_step, last) = self.learning_start, self._last
+        words = TERM_WORDS.get(term.chance.kind or "", "known")
+        message = (
+            f"the run did not learn by its end: its loss fell ({start:.4g} at the start, {last:.4g} over the steps "
+            f"to {last_step}), but its {words} term ended at {mean:.4g} over its last {passes} passes, not below the "
+            f"loss {level:.4g} of a prediction that ignores the inputs (the labels' prior or the targets' mean) by "
+            f"{self.min_decrease * 100:g}% of it and {self.confidence:g} standard errors: the fall was its other "
+            f"terms', and the network learned nothing beyond that prediction")
+        return self._fire(NOT_LEARNING, step, message, last)
+
     def _judged(self) -> bool:
         """Whether the loss is judged: not once a backward pass was a surrogate's (``unjudged``), read here
         (a synchronisation on an accelerator) at each window's close and at the end."""
@@ -587,6 +620,8 @@ class LearningCheck(FallTests):
             if mean <= self._best[1] - self.plateau_decrease * abs(self._best[1]):
                 self._best = (step, mean)
         self._refresh_bound()
+        if self.term is not None:
+            self.term.close_window()
         if getattr(self.chance, "moved", bool)():  # a squared error's targets moved: another task's
             self._begin_segment(step + 1, "the targets of its squared error moved")
 

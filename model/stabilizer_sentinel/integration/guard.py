@@ -358,7 +358,7 @@ class Guard(OptimizerHooks):
         gradients the script threw away (its own guard, skipping the step and zeroing them) is no part of
         this step; had it kept them, the step's gradients are not finite and the finite check finds them.
 
-        A pass from no cross-entropy or squared error, after a first pass from one (``_term``), is no
+        A pass from no loss node of ``LOSS_NODES``, after a first pass from one (``_term``), is no
         micro-batch: it is another term of the same objective backwarded on its own (a regularizer, an
         auxiliary loss: ``loss.backward(); (1e-5 * l2).backward()``). It is added as written, in the first
         pass's units, not averaged in, nor scaled back by its own weight (read alone, a 1e-5-weighted L2
@@ -389,7 +389,7 @@ class Guard(OptimizerHooks):
 
     def _term(self, read: BackwardLoss | None) -> bool:
         """Whether a pass read so is another term of the step's objective, not a micro-batch (``backward_pass``):
-        read from no cross-entropy or squared error, where the step's first pass was read from one."""
+        read from no loss node of ``LOSS_NODES``, where the step's first pass was read from one."""
         first = self._first_pass
         if read is None or read.written is None or first is None:
             return False

@@ -9,9 +9,10 @@ needs no gradient, or a Python number, which autograd saves as one) and undoes e
 node that computed the loss:
 
 * a cross-entropy (``NllLossBackward0``, which ``F.cross_entropy``, ``nn.CrossEntropyLoss`` and a
-  model's ``outputs.loss`` all end in) or a squared error (``MseLossBackward0``): the loss is that
-  node's mean per element (a sum reduction is divided by the elements it summed: the labels not
-  ignored, or the targets), whatever the script did with it after;
+  model's ``outputs.loss`` all end in), a squared error (``MseLossBackward0``) or a binary
+  cross-entropy (``BCEWithLogitsLoss``, ``BCELoss``): the loss is that node's mean per element (a sum
+  reduction is divided by the elements it summed: the labels not ignored, or the targets), whatever the
+  script did with it after;
 * anything else (a sum of terms, a custom loss): the scalar with the scalings above it undone.
 
 Only a factor's magnitude is undone: its sign is the script's (``-1.0 * log_likelihood`` handed to an
@@ -43,7 +44,8 @@ import torch
 
 CROSS_ENTROPY = ("NllLossBackward0", "NllLoss2DBackward0")
 SQUARED_ERROR = "MseLossBackward0"
-LOSS_NODES = (*CROSS_ENTROPY, SQUARED_ERROR)
+BINARY_CROSS_ENTROPY = ("BinaryCrossEntropyWithLogitsBackward0", "BinaryCrossEntropyBackward0")
+LOSS_NODES = (*CROSS_ENTROPY, SQUARED_ERROR, *BINARY_CROSS_ENTROPY)
 MEAN, SUM = 1, 2  # the reduction codes autograd saves
 MAX_SCALINGS = 8  # more nested scalings than any loop writes: what is left is read as the loss
 REDUCTIONS = ("SumBackward0", "SumBackward1", "MeanBackward0", "MeanBackward1")
@@ -54,7 +56,7 @@ SURROGATE_TERMS = 64  # the terms of a gathered sum whose weights ``signed_weigh
 @dataclass(frozen=True)
 class BackwardLoss:
     value: torch.Tensor  # the loss, detached, on the scalar's device
-    node: Any  # the loss node (cross-entropy or squared error), None for another loss
+    node: Any  # the loss node (a cross-entropy, squared error or binary cross-entropy), None for another loss
     scaled: bool  # the script scaled its loss before the backward pass (undone in ``value``)
     kind: tuple[str, ...] = ()  # how it was read: the names of the nodes walked from the scalar to the loss
     written: torch.Tensor | None = None  # the scalar as the script backwarded it (``value`` times ``divisor``)
@@ -119,7 +121,7 @@ def read(tensors: Sequence[torch.Tensor], gradients: Any = None) -> BackwardLoss
 
 
 def _weighted(tensors: Sequence[torch.Tensor], gradients: Any) -> BackwardLoss | None:
-    """A per-element loss (a cross-entropy or squared error with no reduction) backwarded with weights of its
+    """A per-element loss (one of ``LOSS_NODES`` with no reduction) backwarded with weights of its
     shape: the weighted sum it differentiates (``per_sample.backward(weights)``: with weights of one over the
     count, the mean). None for anything else."""
     weights = gradients[0] if isinstance(gradients, list | tuple) and len(gradients) == 1 else gradients

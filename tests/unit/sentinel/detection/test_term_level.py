@@ -1,0 +1,150 @@
+"""A binary cross-entropy's chance level, and the one term of known level a sum of terms adds up.
+
+A classifier that learns only its labels' prior has not learned, whatever its loss did: its loss falls from
+a badly scaled start to the prior's entropy. Where the loss is a binary cross-entropy that level is now
+known; where it is a sum (a cross-entropy plus a hand-written penalty on the weights) the penalty's fall
+alone read as learning, and stop 64's verdict hunt found such a run, recall 0 on data 90/10, called
+learned. That term is now judged against its own level at the end of the run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional
+
+from stabilizer_sentinel.detection.chance_level import ALIKE, ChanceLevel, TermLevel, known_term, listen, listen_term
+from stabilizer_sentinel.detection.learning_check import LearningCheck
+
+
+def _fed(loss_of, steps: int = 40) -> tuple[ChanceLevel, TermLevel]:
+    """The chance level and the term level fed by ``steps`` backward passes of ``loss_of(model, x)``."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    owner = object.__new__(LearningCheck)
+    chance, term = listen(owner), listen_term(owner, 2)
+    for _ in range(steps):
+        loss_of(model, torch.randn(8, 4)).backward()
+    del owner
+    return chance, term
+
+
+def _binary_entropy(p: torch.Tensor) -> float:
+    p = p.double()
+    return float((-torch.xlogy(p, p) - torch.xlogy(1 - p, 1 - p)).mean())
+
+
+def test_the_chance_level_of_a_binary_cross_entropy_is_the_entropy_of_each_columns_mean_target():
+    targets = torch.tensor([[1, 0, 0.5]] * 2 + [[0, 0, 0.25]] * 6, dtype=torch.float32)  # column means 1/4, 0, 5/16
+    chance, _ = _fed(lambda model, x: functional.binary_cross_entropy_with_logits(model(x), targets))
+    assert math.isclose(chance.level(), _binary_entropy(targets.mean(0)), rel_tol=1e-9)
+    probabilities, _ = _fed(lambda model, x: functional.binary_cross_entropy(torch.sigmoid(model(x)), targets))
+    assert math.isclose(probabilities.level(), chance.level(), rel_tol=1e-9)
+    assert chance.ceiling() == chance.level() and chance.error() > 0
+
+
+def test_a_binary_cross_entropy_weighted_or_a_gans_all_alike_labels_leave_the_level_unknown():
+    targets = torch.tensor([[1.0, 0, 1]] * 8)
+    weighted, _ = _fed(lambda model, x: functional.binary_cross_entropy_with_logits(
+        model(x), targets, pos_weight=torch.full((3,), 2.0)))
+    assert weighted.level() is None and "weighs" in weighted.reason
+    # A GAN's passes: all-real labels, then all-fake, then the generator's all-real: pooled, a prior of 2/3
+    # that no pass's loss is on.
+    labels = iter([torch.ones(8, 3), torch.zeros(8, 3), torch.ones(8, 3)] * 20)
+    gan, _ = _fed(lambda model, x: functional.binary_cross_entropy_with_logits(model(x), next(labels)), steps=60)
+    assert gan.level() is None and gan.reason == ALIKE
+    # A few batches of a 90/10 label all of one class are no GAN: the level stands.
+    torch.manual_seed(1)
+    rare = iter([(torch.rand(8, 3) < 0.1).float() if step % 10 else torch.zeros(8, 3) for step in range(60)])
+    imbalanced, _ = _fed(lambda model, x: functional.binary_cross_entropy_with_logits(model(x), next(rare)), steps=60)
+    assert imbalanced.level() is not None
+
+
+def test_a_sums_one_term_of_known_level_is_found_and_valued_as_its_node_computes_it():
+    labels = torch.tensor([0, 1, 2, -100, 1, 2, 0, -100])
+    seen: list[torch.Tensor] = []
+
+    def with_penalty(model: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        term = functional.cross_entropy(model(x), labels)
+        seen.append(term.detach())
+        return 0.5 * term + 1e-2 * sum((p ** 2).sum() for p in model.parameters())
+
+    chance, term = _fed(with_penalty, steps=20)
+    assert chance.off and chance.level() is None  # the sum has none
+    assert not term.off and term.name == "NllLossBackward0" and not term.full
+    passes, mean, error = term.tail()
+    values = torch.stack(seen).double()
+    assert passes == 20 and math.isclose(mean, float(values.mean()), rel_tol=1e-6)
+    assert math.isclose(error, float(values.std(unbiased=False)) / math.sqrt(20), rel_tol=1e-6)
+    assert math.isclose(term.chance.level(), math.log(3), rel_tol=1e-9)  # the labels not ignored: 2 : 2 : 2
+
+
+@pytest.mark.parametrize("objective", ["two losses", "subtracted", "alone", "no other term"])
+def test_no_term_is_read_where_the_sum_is_not_one_known_loss_and_others(objective):
+    model = nn.Linear(4, 1)
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    mse = functional.mse_loss(model(x), y)
+    penalty = (model.weight ** 2).sum()
+    loss = {"two losses": mse + functional.l1_loss(model(x), y) + functional.mse_loss(model(x), -y),
+            "subtracted": penalty - mse, "alone": mse * 2, "no other term": mse + 1.0}[objective]
+    assert known_term([loss]) is None
+    assert known_term([mse + penalty])[0].name() == "MseLossBackward0"
+
+
+def test_a_term_weighted_by_zero_or_a_negative_number_is_not_counted():
+    targets = torch.randn(8, 3)
+    weights = iter([0.0] * 10 + [-1.0] * 10)
+    _, term = _fed(lambda model, x: next(weights) * functional.mse_loss(model(x), targets)
+                   + (model.weight ** 2).sum(), steps=20)
+    assert not term.off and term.tail() is None  # no pass of the term counted
+
+
+def _classifier_run(penalty: float, steps: int = 400) -> tuple[LearningCheck, object]:
+    """A two-class classifier on data 90/10 whose features tell the classes apart, trained by a
+    cross-entropy plus ``penalty`` times the weights' squared norm, as a check under the launcher reads it."""
+    torch.manual_seed(0)
+    y = (torch.rand(3000) < 0.1).long()
+    x = torch.randn(3000, 20) + 1.5 * y[:, None] * (torch.arange(20) < 4)
+    model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 2))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=penalty)
+    check = LearningCheck.configured([])
+    for step in range(steps):
+        rows = torch.randint(0, 3000, (64,))
+        loss = functional.cross_entropy(model(x[rows]), y[rows])
+        loss = loss + penalty * sum((p ** 2).sum() for name, p in model.named_parameters() if "weight" in name)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        assert check.observe(step, float(loss.detach()), None, 1e-2) is None
+    return check, check.at_end(steps - 1)
+
+
+def test_a_penalty_that_falls_while_the_cross_entropy_learns_only_the_prior_is_no_learning():
+    check, finding = _classifier_run(penalty=1.0)
+    assert finding is not None and finding.rule == "NotLearning" and not check.learned
+    assert "its cross-entropy term ended at" in finding.message and "the fall was its other terms'" in finding.message
+    # The same script with a penalty a thousand times lighter learns: its term ends far below the prior.
+    check, finding = _classifier_run(penalty=1e-3)
+    assert finding is None and check.learned
+
+
+def test_a_binary_classifier_that_learned_only_its_prior_never_learned():
+    torch.manual_seed(0)
+    y = (torch.rand(2000) < 0.1).float()
+    model = nn.Linear(10, 1)
+    model.bias.data.fill_(3.0)  # a badly scaled start: the loss falls from 2.7 to the prior's 0.33
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    check = LearningCheck.configured([])
+    for step in range(300):
+        rows = torch.randint(0, 2000, (64,))
+        loss = functional.binary_cross_entropy_with_logits(model(torch.randn(64, 10)).squeeze(1), y[rows])  # noise
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        assert check.observe(step, float(loss.detach()), None, 0.5) is None
+    finding = check.at_end(299)
+    assert finding is not None and finding.rule == "NotLearning" and not check.learned
+    assert "prediction that ignores the inputs" in finding.message
