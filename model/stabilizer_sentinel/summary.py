@@ -129,6 +129,7 @@ class RunRecord:
     steps_taken: int = 0
     steps_observed: int = 0
     steps_skipped: int = 0
+    steps_idle: int = 0  # steps before any whose loss and gradients were exactly zero: not begun (Sentinel)
     first_step: int | None = None
     last_step: int | None = None
     last_loss: float | None = None
@@ -175,6 +176,7 @@ class RunRecord:
             "steps_taken": self.steps_taken,
             "steps_observed": self.steps_observed,
             "steps_skipped": self.steps_skipped,
+            "steps_idle": self.steps_idle,
             "first_step": self.first_step,
             "last_step": self.last_step,
             "first_loss": jsonable(start),

@@ -104,6 +104,7 @@ class Summary(BaseModel):
     steps_taken: int | None = None
     steps_observed: int | None = None
     steps_skipped: int | None = None
+    steps_idle: int | None = None  # steps before any whose loss and gradients were exactly zero
     first_step: int | None = None
     last_step: int | None = None
     first_loss: Number = None

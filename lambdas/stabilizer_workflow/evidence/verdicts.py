@@ -219,6 +219,16 @@ def judge_completed(obs: Observation, attempt: Attempt) -> Verdict:
         f", {skipped} skipped" if skipped else ""))
 
 
+def _no_loss(summary: Summary, ended: str, steps: str) -> Verdict:
+    """A completed job watched over every step in which no loss was seen: idle at every step (its loss and
+    gradients exactly 0, ``steps_idle``: nothing trained, and no remedy would change that), or unverified."""
+    if summary.steps_idle and summary.steps_idle >= (summary.steps_observed or 0):
+        return Verdict("did_not_learn", f"{ended} but its loss and gradients were exactly 0 at every one of its "
+                                        f"{steps}: nothing trained (a loss multiplied by 0, a mask that left no "
+                                        f"sample)")
+    return Verdict("unverified", f"{ended} but no loss was seen in its {steps}")
+
+
 def _by_the_loss(summary: Summary, ended: str, steps: str) -> Verdict:
     """A completed job that was watched over every step: its losses decide."""
     if nonfinite(summary.last_loss):
@@ -229,7 +239,7 @@ def _by_the_loss(summary: Summary, ended: str, steps: str) -> Verdict:
         return Verdict(None, finding.message, finding)
     last = finite(summary.last_loss)
     if last is None:
-        return Verdict("unverified", f"{ended} but no loss was seen in its {steps}")
+        return _no_loss(summary, ended, steps)
     first = finite(summary.first_loss)
     trend = f"loss {_g(first)} -> {_g(last)}" if first is not None else f"last loss {_g(last)}"
     if summary.learned:

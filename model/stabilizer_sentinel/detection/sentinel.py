@@ -114,6 +114,7 @@ class Sentinel:
         self._findings: list[dict[str, Any]] = []
         self.loss_history: deque[tuple[int, float]] = deque(maxlen=HISTORY)
         self._began = False  # a step had a loss or gradients other than exactly zero (after_backward)
+        self.steps_idle = 0  # steps before that whose loss and gradients were exactly zero
         self.grad_norm_history: deque[tuple[int, float]] = deque(maxlen=HISTORY)
         self.rate_history: deque[tuple[int, float | None]] = deque(maxlen=HISTORY)
         self.first_nonfinite_layer: str | None = None
@@ -171,6 +172,7 @@ class Sentinel:
         # idle: a GAN's discriminator that won).
         idle = loss_value == 0.0 and norm_value == 0.0 and not self._began
         self._began = self._began or (loss_value is not None and not idle)
+        self.steps_idle += idle
         evidence = None if idle else loss_value
         if evidence is not None:
             self.loss_history.append((step, evidence))

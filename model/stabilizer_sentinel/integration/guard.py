@@ -454,6 +454,7 @@ class Guard(OptimizerHooks):
             self._finite_loss_at = step
         self._loss_logged = False
         self.record.observed(step, loss)
+        self.record.steps_idle = self.sentinel.steps_idle
         if self.recovery is not None:
             if self.rewind is not None:
                 self.rewind.measured(step, loss)

@@ -151,6 +151,7 @@ def merged_summary(summaries: list[dict[str, Any]]) -> dict[str, Any]:
         "steps_taken": sum(values("steps_taken")),
         "steps_observed": sum(values("steps_observed")),
         "steps_skipped": sum(values("steps_skipped")),
+        "steps_idle": sum(values("steps_idle")),
         "first_step": min(values("first_step"), default=None),
         "last_step": max(values("last_step"), default=None),
         "last_loss": nonfinite[0] if nonfinite else most.get("last_loss"),

@@ -24,11 +24,11 @@ def test_zero_steps_before_the_run_began_are_not_counted_and_later_ones_are(tmp_
     sentinel = _sentinel(tmp_path)
     for step in range(3):
         _step(sentinel, step, 0.0, 0.0)
-    assert list(sentinel.loss_history) == []
+    assert list(sentinel.loss_history) == [] and sentinel.steps_idle == 3
     _step(sentinel, 3, 0.5, 1.2)
     # Once it began, a zero is the run's: a discriminator saturated to a loss that underflows.
     _step(sentinel, 4, 0.0, 0.0)
-    assert list(sentinel.loss_history) == [(3, 0.5), (4, 0.0)]
+    assert list(sentinel.loss_history) == [(3, 0.5), (4, 0.0)] and sentinel.steps_idle == 3
     sentinel.close()
 
 

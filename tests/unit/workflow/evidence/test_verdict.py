@@ -83,6 +83,21 @@ def test_a_run_watched_too_little_to_judge_is_unverified_and_says_what_is_missin
     assert result.effects.notification.event_type == "unverified"
 
 
+def test_a_run_whose_loss_and_gradients_were_zero_at_every_step_did_not_learn_and_is_not_relaunched(settings):
+    # A leftover ``loss = loss * 0`` (stop 64's verdict hunt): no step had a loss or gradients other than 0, so the
+    # sentinel judged none (steps_idle) and saw no loss. No remedy changes a loss multiplied by 0.
+    state = launched(settings)
+    idle = watched_findings(last_loss=None, first_loss=None, best_loss=None, learned=None, steps_idle=36)
+    result, s = _ended(state, observation(state, "Completed", findings=idle))
+    assert (s.next_action, s.outcome) == ("end", "did_not_learn")
+    assert "its loss and gradients were exactly 0 at every one of its 36 steps checked: nothing trained" in s.reason
+    assert result.effects.notification.event_type == "did_not_learn"
+    # Idle for a part of the run only (a loss weight warmed up from 0), and no loss seen after: no verdict.
+    part = watched_findings(last_loss=None, first_loss=None, best_loss=None, learned=None, steps_idle=20)
+    _, s = _ended(launched(settings), observation(launched(settings), "Completed", findings=part))
+    assert s.outcome == "unverified" and "no loss was seen" in s.reason
+
+
 def test_steps_a_loss_scaler_skipped_count_as_watched(settings):
     state = launched(settings)
     _, s = _ended(state, observation(state, "Completed", findings=watched_findings(steps_observed=30, steps_skipped=6)))
