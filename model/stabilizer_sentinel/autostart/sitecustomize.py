@@ -68,6 +68,9 @@ def _a_worker_of_the_entry_point() -> bool:
 
 def _activate(worker: bool = False) -> None:
     try:
+        from stabilizer_sentinel.integration.import_settings import follow_thread_setting
+
+        follow_thread_setting()  # before torch is loaded: the script's OMP_NUM_THREADS, set before its import
         from stabilizer_sentinel.integration.launcher_hooks import activate
 
         activate(worker=worker)
