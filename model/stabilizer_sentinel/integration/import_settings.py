@@ -8,14 +8,13 @@ before the script's first line), so the script's setting came too late and its o
 a difference in speed and, for a reduction split over threads, in the last bits of its results (found at
 stop 64, not built then).
 
-``follow_thread_setting`` is called before the watcher imports torch. It notes the variable, and watches the
+``follow_thread_setting`` is called before the watcher imports torch. It notes the variables, and watches the
 script's import statements (``builtins.__import__``) until the first that imports torch from code not the
 watcher's or torch's own: that is where torch would have been loaded. If the variables changed since, the
 threads are set there to what torch takes from them at load (``MKL_NUM_THREADS`` where it is a positive
 number, else ``OMP_NUM_THREADS``; ``torch.set_num_threads``), and the import statements are left alone from
-then on. A variable set after that import changes
-nothing, as unwatched. Other variables torch's libraries read at load (``OMP_PROC_BIND``, ``KMP_AFFINITY``)
-are not followed.
+then on. A variable set after that import changes nothing, as unwatched. Other variables torch's libraries
+read at load (``OMP_PROC_BIND``, ``KMP_AFFINITY``) are not followed.
 
 This module imports no torch at its top: ``sitecustomize`` calls it before torch is loaded.
 """
