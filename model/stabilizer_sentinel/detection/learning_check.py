@@ -566,27 +566,27 @@ class LearningCheck(FallTests):
     def _term_finding(self, step: int) -> RuleFinding | None:
         """NotLearning at the end of a run that learned by its loss, a sum of terms, where the sum's one term of
         known level (stabilizer_sentinel.detection.chance_level, ``TermLevel``) never got below that level: by
-        ``min_decrease`` of it and ``confidence`` standard errors of its mean over the last ``patience_windows``
-        windows of steps, as ``_tail_below_chance`` asks of a loss that is its own. The fall was the other terms'
-        (a penalty on the weights shrinking them): the network learned nothing beyond the labels' prior or the
-        targets' mean. Not for a run shorter than that span."""
+        ``min_decrease`` of it and ``confidence`` standard errors of its median over the last
+        ``patience_windows`` windows of steps, as ``_tail_below_chance`` asks of a loss that is its own (of its
+        mean). The fall was the other terms' (a penalty on the weights shrinking them): the network learned
+        nothing beyond the labels' prior or the targets' mean. Not for a run shorter than that span."""
         term = self.term
         level = None if term is None or term.off or not term.full else term.chance.level()
         tail = None if term is None or level is None else term.tail()
         if tail is None or self._last is None or self.learning_start is None:
             return None
-        passes, mean, error = tail
-        if level - mean > max(self.min_decrease * abs(level), self.confidence * error):
+        passes, median, error = tail
+        if level - median > max(self.min_decrease * abs(level), self.confidence * error):
             return None
         self._term_at_chance = True
         start, (last_step, last) = self.learning_start, self._last
         words = TERM_WORDS.get(term.chance.kind or "", "known")
         message = (
             f"the run did not learn by its end: its loss fell ({start:.4g} at the start, {last:.4g} over the steps "
-            f"to {last_step}), but its {words} term ended at {mean:.4g} over its last {passes} passes, not below the "
-            f"loss {level:.4g} of a prediction that ignores the inputs (the labels' prior or the targets' mean) by "
-            f"{self.min_decrease * 100:g}% of it and {self.confidence:g} standard errors: the fall was its other "
-            f"terms', and the network learned nothing beyond that prediction")
+            f"to {last_step}), but its {words} term ended at {median:.4g} (the median of its last {passes} passes), "
+            f"not below the loss {level:.4g} of a prediction that ignores the inputs (the labels' prior or the "
+            f"targets' mean) by {self.min_decrease * 100:g}% of it and {self.confidence:g} standard errors: the fall "
+            f"was its other terms', and the network learned nothing beyond that prediction")
         return self._fire(NOT_LEARNING, step, message, last)
 
     def _judged(self) -> bool:
