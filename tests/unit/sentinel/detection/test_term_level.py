@@ -130,6 +130,9 @@ def test_a_penalty_that_falls_while_the_cross_entropy_learns_only_the_prior_is_n
     # The same script with a penalty a thousand times lighter learns: its term ends far below the prior.
     check, finding = _classifier_run(penalty=1e-3)
     assert finding is None and check.learned
+    # Sixty steps are short of the patience a run is given to learn (100): its sum's fall stands.
+    check, finding = _classifier_run(penalty=1.0, steps=60)
+    assert finding is None and check.learned
 
 
 def test_a_binary_classifier_that_learned_only_its_prior_never_learned():
