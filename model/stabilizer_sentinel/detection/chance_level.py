@@ -15,9 +15,9 @@ below it has not learned, whatever its fall. For a loss whose level is known:
   averaged over the columns;
 * **binary cross-entropy** (``BCEWithLogitsLoss``, ``BCELoss``; no weights): the binary entropy of
   each target column's mean seen in training (targets of 0 and 1, or soft ones: the loss is linear in
-  them), averaged over the columns. Not where most passes' targets are all alike: a GAN's
-  discriminator is given all-real then all-fake labels, and its generator all-real ones, each pass's
-  loss its own (``ALIKE``).
+  them), averaged over the columns, judged at the end of a run given its patience alone (``TermLevel``,
+  ``BINARY``). Not where most passes' targets are all alike: a GAN's discriminator is given all-real
+  then all-fake labels, and its generator all-real ones, each pass's loss its own (``ALIKE``).
 
 The level is read from the loss node of the scalar every backward pass starts from
 (``torch.autograd.backward``, wrapped by stabilizer_sentinel.loops.bare_tensors; the node found through
@@ -29,8 +29,9 @@ a level it is not on, so there the level stays unknown. Anything else, a sum of 
 losses, a regulariser), a sum reduction the script does not divide, leaves the level unknown for
 the rest of the run: the learning check then judges the fall from the start alone, and says so. So
 does one backward pass of another kind. Where every pass is a sum of terms exactly one of which has a
-known level (a cross-entropy plus a penalty on the weights), that term is judged against its own level
-at the end of the run (``TermLevel``): a fall of the sum that is the other terms' alone is no learning.
+known level (a cross-entropy plus a penalty on the weights), or a binary cross-entropy alone, that term
+is judged against its own level at the end of a run given its patience (``TermLevel``): a fall of the
+sum that is the other terms' alone is no learning, nor a binary classifier's fall to its labels' prior.
 
 This module must not change gradients or weights: it reads the saved targets of the loss's node.
 Counts stay on the tensors' device; they are read (one synchronisation) when the check asks.
@@ -64,6 +65,12 @@ MOVED_CHECKS = 2
 # Why a binary cross-entropy's level is unknown when most of its passes' targets were all alike.
 ALIKE = ("its targets were all alike within most passes (a GAN's real and fake labels, each pass's own): the "
          "labels' prior is no level of a loss of such passes")
+# Why a binary cross-entropy's level is not the learning check's all along: a binary classifier's healthy start can
+# spike to thirty times its level, ln 2 at most (full-batch descent at rate 20 on two moons: 25 in its first steps),
+# and a siamese network's 32 steps end at about it (0.63, test accuracy 55 %); its level is judged at the end of a
+# run given its patience (``TermLevel``), measured on the corpora at stop 65.
+BINARY = ("the loss is a binary cross-entropy, whose level (the entropy of its targets' means) is judged at the end "
+          "of a run given its patience alone")
 # Labels per class (or targets) seen before the level is used: the entropy of a prior estimated
 # from n labels is low by about (classes - 1) / (2 n); with ten per class that is under 5 % of ln 2.
 SAMPLES_PER_CLASS = 10
@@ -74,8 +81,10 @@ MAX_TERM_NODES = 64
 class ChanceLevel:
     """The chance level of the loss every backward pass starts from; None while unknown."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, binary: bool = False) -> None:
         self.kind: str | None = None
+        # Whether a binary cross-entropy has a level here: a term's (``TermLevel``), judged at the run's end alone.
+        self.binary = binary
         self.off = False  # a backward pass this module cannot read: unknown for the rest of the run
         self.accept_scaled = False  # the loss judged is the loss node's own, however the script scaled it
         self.reason: str | None = None  # why the level is unknown, once off
@@ -115,6 +124,8 @@ class ChanceLevel:
                 self._cross_entropy(node)
             elif name == SQUARED_ERROR and self.kind in (None, "squared_error"):
                 self._squared_error(node)
+            elif name in BINARY_CROSS_ENTROPY and not self.binary:
+                self._give_up(BINARY)
             elif name in BINARY_CROSS_ENTROPY and self.kind in (None, "binary_cross_entropy"):
                 self._binary(node)
             else:
@@ -274,7 +285,8 @@ class ChanceLevel:
 
 class TermLevel:
     """The one term of known level a sum of terms adds up (``known_term``: a cross-entropy plus a hand-written
-    penalty, a distillation's cross-entropy beside its divergence): that term's chance level, and its values.
+    penalty, a distillation's cross-entropy beside its divergence), or a binary cross-entropy alone: that
+    term's chance level, and its values.
 
     The loss such a script backwards has no chance level, and a fall of it can be the other terms' alone (a
     penalty on the weights shrinking them while the cross-entropy learns only the labels' prior). Each pass's
@@ -288,10 +300,11 @@ class TermLevel:
     which is meant to stay at its level)."""
 
     def __init__(self, windows: int) -> None:
-        self.chance = ChanceLevel()
+        self.chance = ChanceLevel(binary=True)
         self.chance.accept_scaled = True  # the term's value is its node's own mean, however it was weighted
         self.off = False
         self.name: str | None = None  # the term's node
+        self.alone: bool | None = None  # the term is the whole loss (a binary cross-entropy's: ``BINARY``)
         self._window: list[torch.Tensor] = []  # (counted, value) of each pass of the term since the last window
         self._windows: deque[list[torch.Tensor]] = deque(maxlen=windows)
 
@@ -300,10 +313,10 @@ class TermLevel:
         if self.off:
             return
         found = known_term(tensors)
-        if found is None or self.name not in (None, found[0].name()):
+        if found is None or self.name not in (None, found[0].name()) or self.alone not in (None, found[2]):
             self.off = True
             return
-        node, factor = found
+        node, factor, self.alone = found
         self.name = node.name()
         self.chance.take(node)
         try:
@@ -347,11 +360,12 @@ class TermLevel:
         return values.numel(), median, 1.2533 * spread / math.sqrt(values.numel())
 
 
-def known_term(tensors: Sequence[torch.Tensor]) -> tuple[Any, torch.Tensor | None] | None:
-    """(the loss node, the product of the constant factors above it, None for none) where the one scalar a
-    backward pass starts from adds up, through additions and constant scalings, exactly one loss node of
-    ``LOSS_NODES`` and at least one term of another kind; None otherwise (a term below a subtraction or a
-    negation is of another kind)."""
+def known_term(tensors: Sequence[torch.Tensor]) -> tuple[Any, torch.Tensor | None, bool] | None:
+    """(the loss node, the product of the constant factors above it (None for none), whether it is alone) where
+    the one scalar a backward pass starts from adds up, through additions and constant scalings, exactly one
+    loss node of ``LOSS_NODES`` and at least one term of another kind, or is a binary cross-entropy alone
+    (whose level is judged here alone: ``BINARY``); None otherwise (a term below a subtraction or a negation is
+    of another kind)."""
     scalar = backward_loss.scalar_of(tensors)
     if scalar is None or scalar.grad_fn is None:
         return None
@@ -379,7 +393,9 @@ def known_term(tensors: Sequence[torch.Tensor]) -> tuple[Any, torch.Tensor | Non
                 others += 1
     except (AttributeError, RuntimeError, TypeError):  # a node saved differently
         return None
-    return found[0] if len(found) == 1 and others else None
+    if len(found) != 1 or not (others or found[0][0].name() in BINARY_CROSS_ENTROPY):
+        return None
+    return (*found[0], not others)
 
 
 def _term_value(node: Any) -> torch.Tensor:

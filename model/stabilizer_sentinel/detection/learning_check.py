@@ -565,7 +565,8 @@ class LearningCheck(FallTests):
 
     def _term_finding(self, step: int) -> RuleFinding | None:
         """NotLearning at the end of a run that learned by its loss, a sum of terms, where the sum's one term of
-        known level (stabilizer_sentinel.detection.chance_level, ``TermLevel``) never got below that level: by
+        known level (stabilizer_sentinel.detection.chance_level, ``TermLevel``; or a binary cross-entropy
+        alone, whose level is judged here alone: ``chance_level.BINARY``) never got below that level: by
         ``min_decrease`` of it and ``confidence`` standard errors of its median over the last
         ``patience_windows`` windows of steps, as ``_tail_below_chance`` asks of a loss that is its own (of its
         mean). The fall was the other terms' (a penalty on the weights shrinking them): the network learned
@@ -585,12 +586,15 @@ class LearningCheck(FallTests):
         self._term_at_chance = True
         start, (last_step, last) = self.learning_start, self._last
         words = TERM_WORDS.get(term.chance.kind or "", "known")
+        ended = (f"it ended at {median:.4g} (the median of its last {passes} passes)" if term.alone else
+                 f"its {words} term ended at {median:.4g} (the median of its last {passes} passes)")
+        why = ("it learned the labels' prior and nothing beyond it" if term.alone else
+               "the fall was its other terms', and the network learned nothing beyond that prediction")
         message = (
             f"the run did not learn by its end: its loss fell ({start:.4g} at the start, {last:.4g} over the steps "
-            f"to {last_step}), but its {words} term ended at {median:.4g} (the median of its last {passes} passes), "
-            f"not below the loss {level:.4g} of a prediction that ignores the inputs (the labels' prior or the "
-            f"targets' mean) by {self.min_decrease * 100:g}% of it and {self.confidence:g} standard errors: the fall "
-            f"was its other terms', and the network learned nothing beyond that prediction")
+            f"to {last_step}), but {ended}, not below the loss {level:.4g} of a prediction that ignores the inputs "
+            f"(the labels' prior or the targets' mean) by {self.min_decrease * 100:g}% of it and "
+            f"{self.confidence:g} standard errors: {why}")
         return self._fire(NOT_LEARNING, step, message, last)
 
     def _judged(self) -> bool:

@@ -4,7 +4,7 @@ A classifier that learns only its labels' prior has not learned, whatever its lo
 a badly scaled start to the prior's entropy. Where the loss is a binary cross-entropy that level is now
 known; where it is a sum (a cross-entropy plus a hand-written penalty on the weights) the penalty's fall
 alone read as learning, and stop 64's verdict hunt found such a run, recall 0 on data 90/10, called
-learned. That term is now judged against its own level at the end of the run.
+learned. Each is judged against its own level at the end of a run given its patience.
 """
 
 from __future__ import annotations
@@ -16,7 +16,15 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from stabilizer_sentinel.detection.chance_level import ALIKE, ChanceLevel, TermLevel, known_term, listen, listen_term
+from stabilizer_sentinel.detection.chance_level import (
+    ALIKE,
+    BINARY,
+    ChanceLevel,
+    TermLevel,
+    known_term,
+    listen,
+    listen_term,
+)
 from stabilizer_sentinel.detection.learning_check import LearningCheck
 
 
@@ -39,28 +47,30 @@ def _binary_entropy(p: torch.Tensor) -> float:
 
 def test_the_chance_level_of_a_binary_cross_entropy_is_the_entropy_of_each_columns_mean_target():
     targets = torch.tensor([[1, 0, 0.5]] * 2 + [[0, 0, 0.25]] * 6, dtype=torch.float32)  # column means 1/4, 0, 5/16
-    chance, _ = _fed(lambda model, x: functional.binary_cross_entropy_with_logits(model(x), targets))
+    loss, term = _fed(lambda model, x: functional.binary_cross_entropy_with_logits(model(x), targets))
+    chance = term.chance  # judged at the end of a run given its patience, not by the learning check all along
+    assert loss.level() is None and loss.reason == BINARY and term.alone
     assert math.isclose(chance.level(), _binary_entropy(targets.mean(0)), rel_tol=1e-9)
-    probabilities, _ = _fed(lambda model, x: functional.binary_cross_entropy(torch.sigmoid(model(x)), targets))
-    assert math.isclose(probabilities.level(), chance.level(), rel_tol=1e-9)
+    _, probabilities = _fed(lambda model, x: functional.binary_cross_entropy(torch.sigmoid(model(x)), targets))
+    assert math.isclose(probabilities.chance.level(), chance.level(), rel_tol=1e-9)
     assert chance.ceiling() == chance.level() and chance.error() > 0
 
 
 def test_a_binary_cross_entropy_weighted_or_a_gans_all_alike_labels_leave_the_level_unknown():
     targets = torch.tensor([[1.0, 0, 1]] * 8)
-    weighted, _ = _fed(lambda model, x: functional.binary_cross_entropy_with_logits(
+    _, weighted = _fed(lambda model, x: functional.binary_cross_entropy_with_logits(
         model(x), targets, pos_weight=torch.full((3,), 2.0)))
-    assert weighted.level() is None and "weighs" in weighted.reason
+    assert weighted.off and weighted.chance.level() is None and "weighs" in weighted.chance.reason
     # A GAN's passes: all-real labels, then all-fake, then the generator's all-real: pooled, a prior of 2/3
     # that no pass's loss is on.
     labels = iter([torch.ones(8, 3), torch.zeros(8, 3), torch.ones(8, 3)] * 20)
-    gan, _ = _fed(lambda model, x: functional.binary_cross_entropy_with_logits(model(x), next(labels)), steps=60)
-    assert gan.level() is None and gan.reason == ALIKE
+    _, gan = _fed(lambda model, x: functional.binary_cross_entropy_with_logits(model(x), next(labels)), steps=60)
+    assert gan.chance.level() is None and gan.chance.reason == ALIKE
     # A few batches of a 90/10 label all of one class are no GAN: the level stands.
     torch.manual_seed(1)
     rare = iter([(torch.rand(8, 3) < 0.1).float() if step % 10 else torch.zeros(8, 3) for step in range(60)])
-    imbalanced, _ = _fed(lambda model, x: functional.binary_cross_entropy_with_logits(model(x), next(rare)), steps=60)
-    assert imbalanced.level() is not None
+    _, imbalanced = _fed(lambda model, x: functional.binary_cross_entropy_with_logits(model(x), next(rare)), steps=60)
+    assert imbalanced.chance.level() is not None
 
 
 def test_a_sums_one_term_of_known_level_is_found_and_valued_as_its_node_computes_it():
@@ -74,7 +84,7 @@ def test_a_sums_one_term_of_known_level_is_found_and_valued_as_its_node_computes
 
     chance, term = _fed(with_penalty, steps=20)
     assert chance.off and chance.level() is None  # the sum has none
-    assert not term.off and term.name == "NllLossBackward0" and not term.full
+    assert not term.off and term.name == "NllLossBackward0" and not term.full and not term.alone
     passes, median, error = term.tail()
     values = torch.stack(seen).double()
     assert passes == 20 and math.isclose(median, float(values.median()), rel_tol=1e-6)
@@ -92,7 +102,10 @@ def test_no_term_is_read_where_the_sum_is_not_one_known_loss_and_others(objectiv
     loss = {"two losses": mse + functional.l1_loss(model(x), y) + functional.mse_loss(model(x), -y),
             "subtracted": penalty - mse, "alone": mse * 2, "no other term": mse + 1.0}[objective]
     assert known_term([loss]) is None
-    assert known_term([mse + penalty])[0].name() == "MseLossBackward0"
+    node, _, alone = known_term([mse + penalty])
+    assert node.name() == "MseLossBackward0" and not alone
+    node, factor, alone = known_term([0.5 * functional.binary_cross_entropy_with_logits(model(x), (y > 0).float())])
+    assert node.name() == "BinaryCrossEntropyWithLogitsBackward0" and alone and float(factor) == 0.5
 
 
 def test_a_term_weighted_by_zero_or_a_negative_number_is_not_counted():
@@ -151,7 +164,7 @@ def test_a_binary_classifier_that_learned_only_its_prior_never_learned():
         assert check.observe(step, float(loss.detach()), None, 0.5) is None
     finding = check.at_end(299)
     assert finding is not None and finding.rule == "NotLearning" and not check.learned
-    assert "prediction that ignores the inputs" in finding.message
+    assert "it learned the labels' prior and nothing beyond it" in finding.message
 
 
 def test_a_few_passes_far_off_move_no_verdict_on_the_term():
