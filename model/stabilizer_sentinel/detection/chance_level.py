@@ -130,7 +130,7 @@ class ChanceLevel:
                 self._binary(node)
             else:
                 self._give_up("the backward passes start from losses of different kinds")
-        except (AttributeError, IndexError, RuntimeError, ValueError):  # a node saved differently
+        except (AttributeError, IndexError, RuntimeError, TypeError, ValueError):  # a node saved differently
             self._give_up("its loss node could not be read")
 
     def _give_up(self, reason: str) -> None:
@@ -322,7 +322,7 @@ class TermLevel:
         try:
             with torch.no_grad():
                 value = _term_value(node)
-        except (AttributeError, IndexError, RuntimeError, ValueError):  # a node saved differently
+        except (AttributeError, IndexError, RuntimeError, TypeError, ValueError):  # a node saved differently
             self.chance.off = True
         if self.chance.off:
             self.off = True
