@@ -1,7 +1,8 @@
 """Whether a loss fell: the window and line tests of the learning check (``LearningCheck`` mixes this in).
 
 A window mean counts as a fall below the start when it is below by ``min_decrease`` of the start's
-magnitude and by ``confidence`` standard errors of the difference of two window means; so does a
+magnitude (of its height above the loss's floor, where one is known: ``_margin``) and by ``confidence``
+standard errors of the difference of two window means; so does a
 least-squares line through the run's steps that fell by as much and ends below the start, but only
 ``CONFIRM_WINDOWS`` windows in a row confirm that a run learned. The noise every test is measured
 against is the run's own (stabilizer_sentinel.detection.loss_statistics.NoiseEstimate).
@@ -54,6 +55,7 @@ class FallTests:
     _recent: deque[float]
     _tail: deque[float]
     chance: Any
+    term: Any
     _lowest: float | None
     _last: tuple[int, float] | None
     _scale: float
@@ -75,7 +77,7 @@ class FallTests:
         judged only at its end) is judged by ``min_decrease`` alone.
         """
         start = self._reference() if start is None else start
-        floor = self.min_decrease * abs(start)
+        floor = self._margin(start)
         if self._noise.samples < RELIABLE_NOISE:
             return start - mean > floor
         sigma = self.noise or 0.0
@@ -96,7 +98,7 @@ class FallTests:
         sigma = self.noise or 0.0
         fall = self._trend_fall(sigma)
         level = self._trend.level_at_end()
-        floor = self.min_decrease * abs(start)
+        floor = self._margin(start)
         # A line that fell from above the chance level to it is the prior being learned: no evidence.
         line = (fall is not None and level is not None and fall[0] > self.confidence * fall[1]
                 and fall[0] > floor and level < start and (self._exploded is None or start - mean > floor)
@@ -140,13 +142,29 @@ class FallTests:
         if self._lowest is not None and self._window_below(self._lowest):
             return True  # it fell below its start by more than the noise once: it learns, or it went back up
         sigma = self.noise or 0.0
-        floor = self.min_decrease * abs(first)
+        floor = self._margin(first)
         fall = self._trend_fall(sigma)
         if fall is None or self._noise.samples < RELIABLE_NOISE:
             return True
         if fall[0] > self.confidence * fall[1] and SLOW_REACH * fall[0] >= floor > 0:
             return True  # falling beyond the noise, on pace to clear the margin: learning slowly
         return fall[0] + self.confidence * fall[1] >= floor > 0
+
+    def _floor(self) -> float | None:
+        """The least loss any prediction scores, where it is known and not 0: a binary cross-entropy's alone, on
+        soft targets (stabilizer_sentinel.detection.chance_level, ``ChanceLevel.floor``, read by the term's
+        level); else None."""
+        term = self.term
+        if term is None or term.off or not term.alone:
+            return None
+        return term.chance.floor()
+
+    def _margin(self, start: float) -> float:
+        """The least fall below ``start`` that counts: ``min_decrease`` of its height above the loss's floor
+        where one is known (``_floor``), else of its magnitude. A loss on soft targets can fall no further than
+        their entropy, and a student distilled from a teacher's softened probabilities starts 2 % above it."""
+        floor = self._floor()
+        return self.min_decrease * (abs(start) if floor is None else max(start - floor, 0.0))
 
     def _chance(self) -> float | None:
         return self.chance.level() if self.chance is not None else None
@@ -187,6 +205,11 @@ class FallTests:
         level_error = getattr(self.chance, "error", lambda: 0.0)()
         error = math.hypot(spread, level_error)
         return statistics.fmean(last) - chance > max(self.min_decrease * abs(chance), self.confidence * error)
+
+    def _floor_words(self) -> str:
+        """Where the loss has a floor (``_floor``), how the least fall was measured from it."""
+        floor = self._floor()
+        return f"'s height above the loss's floor {floor:.4g} (its soft targets' own entropy)" if floor else ""
 
     def _chance_words(self) -> str:
         chance = self._chance()

@@ -140,7 +140,9 @@ class LearningCheck(FallTests):
         self._segments: list[tuple[int, str]] = []  # (step, why) where the bound started afresh (``_begin_segment``)
         self._lineage_here = False  # this process closed the lineage's first window (``began_here``)
         self.surrogate: surrogate.Surrogate | None = None  # whether the loss is a surrogate's (``unjudged``)
-        self._unjudged = False  # the loss is a surrogate's, as read at a window's close: nothing is judged
+        # Why the loss is not judged, once found (a surrogate's, read at a window's close; a term with no room
+        # between its floor and its level, at the end: ``_term_finding``): nothing is judged after it.
+        self._unjudged: str | None = None
         # Whether the network's output ignored its input, where the watcher reads its forward passes (the guard).
         self.input_blind: input_blind.InputBlind | None = None
         self._blind = False  # it ended input-blind (``at_end``): whatever the loss did, it did not learn
@@ -195,9 +197,9 @@ class LearningCheck(FallTests):
 
     @property
     def unjudged(self) -> str | None:
-        """Why the loss is not judged (a policy gradient's surrogate: stabilizer_sentinel.detection.surrogate),
-        else None."""
-        return surrogate.REASON if self._unjudged else None
+        """Why the loss is not judged (a policy gradient's surrogate: stabilizer_sentinel.detection.surrogate; a
+        binary cross-entropy on targets whose own entropy is about its level: ``_term_finding``), else None."""
+        return self._unjudged
 
     @property
     def start_loss(self) -> float | None:
@@ -567,10 +569,13 @@ class LearningCheck(FallTests):
         """NotLearning at the end of a run that learned by its loss, a sum of terms, where the sum's one term of
         known level (stabilizer_sentinel.detection.chance_level, ``TermLevel``; or a binary cross-entropy
         alone, whose level is judged here alone: ``chance_level.BINARY``) never got below that level: by
-        ``min_decrease`` of it and ``confidence`` standard errors of its median over the last
+        ``min_decrease`` of it (of its height above the term's floor, its soft targets' own entropy:
+        ``ChanceLevel.floor``) and ``confidence`` standard errors of its median over the last
         ``patience_windows`` windows of steps, as ``_tail_below_chance`` asks of a loss that is its own (of its
         mean). The fall was the other terms' (a penalty on the weights shrinking them): the network learned
-        nothing beyond the labels' prior or the targets' mean. Only for a run given its patience
+        nothing beyond the labels' prior or the targets' mean. Where the floor is within those standard errors
+        of the level, no value of the term tells a network that learned from one that did not: the run is not
+        judged (``unjudged``). Only for a run given its patience
         (``patience_steps``, 100 steps at least), as a run is before it is called NotLearning on its way: a
         VAE's reconstruction 32 steps in (the public corpus's, at its default settings) is still above the mean
         image's and falling, and its fall is its own."""
@@ -581,10 +586,18 @@ class LearningCheck(FallTests):
         if tail is None or self._last is None or self.learning_start is None:
             return None
         passes, median, error = tail
-        if level - median > max(self.min_decrease * abs(level), self.confidence * error):
+        floor = term.chance.floor() or 0.0  # soft targets: no prediction scores below their entropy
+        if floor and level - floor <= self.confidence * error:
+            self._unjudged = (
+                f"its binary cross-entropy's soft targets have an entropy of {floor:.4g}, within {self.confidence:g} "
+                f"standard errors of the loss {level:.4g} of a prediction that ignores the inputs: no loss tells a "
+                f"network that learned from one that did not, so whether the run learned is not judged")
+            return None
+        if level - median > max(self.min_decrease * (level - floor), self.confidence * error):
             return None
         self._term_at_chance = True
         start, (last_step, last) = self.learning_start, self._last
+        room = f"its height above the targets' own entropy {floor:.4g}" if floor else "it"
         words = TERM_WORDS.get(term.chance.kind or "", "known")
         ended = (f"it ended at {median:.4g} (the median of its last {passes} passes)" if term.alone else
                  f"its {words} term ended at {median:.4g} (the median of its last {passes} passes)")
@@ -593,15 +606,16 @@ class LearningCheck(FallTests):
         message = (
             f"the run did not learn by its end: its loss fell ({start:.4g} at the start, {last:.4g} over the steps "
             f"to {last_step}), but {ended}, not below the loss {level:.4g} of a prediction that ignores the inputs "
-            f"(the labels' prior or the targets' mean) by {self.min_decrease * 100:g}% of it and "
+            f"(the labels' prior or the targets' mean) by {self.min_decrease * 100:g}% of {room} and "
             f"{self.confidence:g} standard errors: {why}")
         return self._fire(NOT_LEARNING, step, message, last)
 
     def _judged(self) -> bool:
         """Whether the loss is judged: not once a backward pass was a surrogate's (``unjudged``), read here
         (a synchronisation on an accelerator) at each window's close and at the end."""
-        self._unjudged = self._unjudged or (self.surrogate is not None and self.surrogate.found())
-        return not self._unjudged
+        if self._unjudged is None and self.surrogate is not None and self.surrogate.found():
+            self._unjudged = surrogate.REASON
+        return self._unjudged is None
 
     def _close_window(self, step: int, mean: float) -> None:
         self._peak = mean if self._peak is None else max(self._peak, mean)
@@ -770,8 +784,8 @@ class LearningCheck(FallTests):
             message = (
                 f"the loss never learned {when}: {self._start_words(first_step)}, "
                 f"{last:.4g} over the steps to {last_step} ({change:+.4g}; a fall of at least "
-                f"{self.min_decrease * 100:g}% of the start and {self.confidence:g} standard errors of "
-                f"the noise {self.noise or 0.0:.3g} per step was required){self._chance_words()}"
+                f"{self.min_decrease * 100:g}% of the start{self._floor_words()} and {self.confidence:g} "
+                f"standard errors of the noise {self.noise or 0.0:.3g} per step was required){self._chance_words()}"
             )
             return self._fire(NOT_LEARNING, step, message, last)
         best_step, best = self._best

@@ -236,7 +236,12 @@ def _summed(node: Any) -> torch.Tensor:
     """How many elements a sum-reduced loss node added up (kept on the device)."""
     target = node._saved_target
     if node.name() in CROSS_ENTROPY:
-        ignore = int(node._saved_ignore_index)
-        ignore = ignore - 2**64 if ignore >= 2**63 else ignore  # saved as an unsigned integer
-        return (target != ignore).sum().clamp(min=1)
+        return kept_labels(node).sum().clamp(min=1)
     return torch.tensor(max(target.numel(), 1), device=target.device)
+
+
+def kept_labels(node: Any) -> torch.Tensor:
+    """Which of a cross-entropy node's labels its loss counts (those not its ``ignore_index``), on the device."""
+    ignore = int(node._saved_ignore_index)
+    ignore = ignore - 2**64 if ignore >= 2**63 else ignore  # saved as an unsigned integer
+    return node._saved_target.detach() != ignore
