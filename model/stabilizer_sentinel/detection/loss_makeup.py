@@ -30,8 +30,7 @@ import torch
 from stabilizer_sentinel.loops import backward_loss, bare_tensors
 
 # Nodes that add terms up (``a + b``, ``a - b``, ``-a``, ``loss + 1``): walked through, never a term.
-SUMS = ("AddBackward0", "AddBackward1", "SubBackward0", "SubBackward1", "RsubBackward0", "RsubBackward1",
-        "NegBackward0")
+SUMS = backward_loss.SUMS
 # Nodes walked per pass at most: a loss summed over hundreds of time steps is read from its first few.
 MAX_NODES = 64
 
