@@ -181,8 +181,8 @@ class ChanceLevel:
         target = node._saved_target.detach()
         alike = (target == target.reshape(-1)[0]).all().double()  # on the device: read with the level
         self._alike = alike if self._alike is None else self._alike + alike
-        soft = target.double().clamp(0, 1)
-        entropy = (-torch.xlogy(soft, soft) - torch.xlogy(1 - soft, 1 - soft)).sum()
+        soft = target.float().clamp(0, 1)  # in single precision, summed in double: a segmentation map is large
+        entropy = (-torch.xlogy(soft, soft) - torch.xlogy(1 - soft, 1 - soft)).sum(dtype=torch.float64)
         self._entropy = entropy if self._entropy is None else self._entropy + entropy
         self._elements += soft.numel()
         self._passes += 1

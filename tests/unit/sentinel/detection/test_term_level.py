@@ -183,7 +183,7 @@ def test_a_few_passes_far_off_move_no_verdict_on_the_term():
 def test_a_binary_cross_entropys_floor_is_its_soft_targets_own_entropy():
     soft = torch.tensor([[0.9, 0.5, 0.0]] * 4 + [[0.7, 0.2, 1.0]] * 4)
     _, term = _fed(lambda model, x: functional.binary_cross_entropy_with_logits(model(x), soft))
-    assert math.isclose(term.chance.floor(), _binary_entropy(soft), rel_tol=1e-9)
+    assert math.isclose(term.chance.floor(), _binary_entropy(soft), rel_tol=1e-6)  # each in single precision
     assert 0 < term.chance.floor() < term.chance.level()
     _, hard = _fed(lambda model, x: functional.binary_cross_entropy_with_logits(model(x), (soft > 0.6).float()))
     assert hard.chance.floor() == 0.0
