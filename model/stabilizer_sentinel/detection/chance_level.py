@@ -350,7 +350,7 @@ class TermLevel:
             return
         counted = torch.isfinite(value)
         if factor is not None:  # a term weighted by 0 is no part of the loss; by less than 0, of another aim
-            counted = counted & (factor.to(value.device) > 0)
+            counted = counted & (_on(factor, value.device) > 0)
         self._window.append(torch.stack([counted.double(), torch.where(counted, value, 0.0)]))
 
     @property
@@ -405,7 +405,7 @@ def known_term(tensors: Sequence[torch.Tensor]) -> tuple[Any, torch.Tensor | Non
                 below, by, divides = scaling
                 by = by.detach().reshape(()).double()
                 by = 1 / by if divides else by
-                queue.append((below, by if factor is None else factor * by.to(factor.device)))
+                queue.append((below, by if factor is None else _times(factor, by)))
             elif node.name() in ("AddBackward0", "AddBackward1"):
                 queue.extend((below, factor) for below, _ in node.next_functions if below is not None)
             elif node.name() in LOSS_NODES:
@@ -417,6 +417,18 @@ def known_term(tensors: Sequence[torch.Tensor]) -> tuple[Any, torch.Tensor | Non
     if len(found) != 1 or not (others or found[0][0].name() in BINARY_CROSS_ENTROPY):
         return None
     return (*found[0], not others)
+
+
+def _on(factor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``factor`` where it can meet a tensor on ``device``: a number of the host's as it is (a tensor of one
+    element on the host takes part in a device's arithmetic as a number, with no copy that would wait for the
+    device), else moved there."""
+    return factor if factor.device.type == "cpu" and factor.dim() == 0 else factor.to(device)
+
+
+def _times(factor: torch.Tensor, by: torch.Tensor) -> torch.Tensor:
+    """The product of two constant factors of one element each, on the device of either (``_on``)."""
+    return factor * _on(by, factor.device)
 
 
 def _term_value(node: Any) -> torch.Tensor:

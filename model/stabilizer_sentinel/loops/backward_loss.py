@@ -144,10 +144,19 @@ def _weighted(tensors: Sequence[torch.Tensor], gradients: Any) -> BackwardLoss |
 
 def constant_scaling(node: Any) -> tuple[Any, torch.Tensor, bool] | None:
     """(the node below, the constant, whether it divides) when ``node`` scales its one graph input by a
-    constant scalar."""
+    constant scalar: a tensor of one element, or a number (then a tensor of the host's, as a number a script
+    multiplies by is saved)."""
     name = node.name()
+    if name in ("MulBackward1", "DivBackward1"):
+        return _number_scaling(node)
     if name not in ("MulBackward0", "DivBackward0"):
         return None
+    return _tensor_scaling(node)
+
+
+def _tensor_scaling(node: Any) -> tuple[Any, torch.Tensor, bool] | None:
+    """``constant_scaling`` for a product or a quotient of two tensors (``MulBackward0``, ``DivBackward0``)."""
+    name = node.name()
     (left, _), (right, _) = node.next_functions
     if name == "DivBackward0":
         other = node._saved_other
@@ -165,10 +174,23 @@ def constant_scaling(node: Any) -> tuple[Any, torch.Tensor, bool] | None:
     return below, factor, False
 
 
+def _number_scaling(node: Any) -> tuple[Any, torch.Tensor, bool] | None:
+    """``constant_scaling`` for a scaling by a number, as torch's own code records one (``MulBackward1``,
+    ``DivBackward1``: a label-smoothed cross-entropy weighs its two terms so)."""
+    other = node._saved_other
+    if isinstance(other, bool) or not isinstance(other, int | float) or len(node.next_functions) != 1:
+        return None
+    below = node.next_functions[0][0]
+    if below is None:
+        return None
+    return below, torch.tensor(float(other), dtype=torch.float64), node.name() == "DivBackward1"
+
+
 def _undo_scaling(node: Any, value: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor] | None:
     """(the node below, the value before it, what the scaling multiplied it by) when ``node`` scales its one
-    graph input by a constant scalar."""
-    scaling = constant_scaling(node)
+    graph input by a constant scalar. Not by a number: torch's own code scales so (``kl_div``'s ``batchmean``
+    divides its sum by the batch), and what it returns is the loss, not a loss the script scaled."""
+    scaling = constant_scaling(node) if node.name() in ("MulBackward0", "DivBackward0") else None
     if scaling is None:
         return None
     below, factor, divides = scaling

@@ -237,3 +237,40 @@ def test_soft_targets_about_as_uncertain_as_their_prior_leave_the_run_unjudged()
     # The teacher's probabilities all within a hair of 0.5: no student's loss can be told from the prior's.
     check, finding = _student_run(0.001, blind=True, bias=3.0)
     assert finding is None and not check.learned and "not judged" in check.unjudged
+
+
+def test_a_label_smoothed_cross_entropys_own_cross_entropy_is_its_known_term():
+    # torch weighs the two terms of a label-smoothed cross-entropy by numbers (MulBackward1), not by tensors.
+    scores, labels = torch.randn(8, 4, requires_grad=True), torch.randint(0, 4, (8,))
+    node, factor, alone = known_term([functional.cross_entropy(scores, labels, label_smoothing=0.1)])
+    assert node.name() == "NllLossBackward0" and not alone and math.isclose(float(factor), 0.9, rel_tol=1e-12)
+
+
+def _smoothed_run(shuffled: bool, steps: int = 400) -> tuple[LearningCheck, object]:
+    """A classifier on data 75/25 whose features tell the classes apart, by a label-smoothed cross-entropy (0.1),
+    its labels ``shuffled`` apart from its inputs (it can learn their prior alone), as the launcher reads it."""
+    torch.manual_seed(0)
+    y = (torch.rand(3000) < 0.25).long()
+    x = torch.randn(3000, 20) + 1.5 * y[:, None] * (torch.arange(20) < 4)
+    labels = y[torch.randperm(3000)] if shuffled else y
+    model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 2))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    check = LearningCheck.configured([])
+    for step in range(steps):
+        rows = torch.randint(0, 3000, (64,))
+        loss = functional.cross_entropy(model(x[rows]), labels[rows], label_smoothing=0.1)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        assert check.observe(step, float(loss.detach()), None, 1e-2) is None
+    return check, check.at_end(steps - 1)
+
+
+def test_a_label_smoothed_classifier_that_learned_only_its_prior_never_learned():
+    # Stop 66's hunt: its smoothed loss fell from 1.9 to 1.02 while it learned its shuffled labels' prior alone
+    # (1.06 the prior's), called learned.
+    check, finding = _smoothed_run(shuffled=True)
+    assert finding is not None and finding.rule == "NotLearning" and not check.learned
+    assert "its cross-entropy term ended at" in finding.message
+    check, finding = _smoothed_run(shuffled=False)
+    assert finding is None and check.learned
