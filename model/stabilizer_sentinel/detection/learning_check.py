@@ -56,7 +56,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from stabilizer_contract.catalogue import DIVERGING, NOT_LEARNING
-from stabilizer_sentinel.detection import chance_level, input_blind, loss_makeup, surrogate
+from stabilizer_sentinel.detection import chance_level, input_blind, loss_makeup, surrogate, weight_motion
 from stabilizer_sentinel.detection.fall_tests import CENTRE_STEPS, FallTests
 from stabilizer_sentinel.detection.loss_statistics import NoiseEstimate, PhaseTracker, Trend, untrained_level
 from stabilizer_sentinel.rules import RuleFinding
@@ -68,8 +68,8 @@ RELAPSE = 0.1
 VANISHING = "VanishingGradient"
 # What a run judged afresh from a step keeps (``LearningCheck._begin_segment``): the listeners, the phase, whether
 # it learned and whether its loss is judged at all.
-SEGMENT_KEEPS = ("chance", "term", "makeup", "surrogate", "input_blind", "_makeups", "_segments", "_lineage_here",
-                 "_phase", "_learned_at", "_unjudged", "_blind", "_term_at_chance", "_fired")
+SEGMENT_KEEPS = ("chance", "term", "makeup", "surrogate", "input_blind", "motion", "_makeups", "_segments",
+                 "_lineage_here", "_phase", "_learned_at", "_unjudged", "_blind", "_term_at_chance", "_fired")
 # How a finding names the term of known level a sum adds up (``LearningCheck._term_finding``), by its kind.
 TERM_WORDS = {"cross_entropy": "cross-entropy", "squared_error": "squared-error",
               "binary_cross_entropy": "binary cross-entropy"}
@@ -146,6 +146,10 @@ class LearningCheck(FallTests):
         # Whether the network's output ignored its input, where the watcher reads its forward passes (the guard).
         self.input_blind: input_blind.InputBlind | None = None
         self._blind = False  # it ended input-blind (``at_end``): whatever the loss did, it did not learn
+        # Whether the network's weights move, where the watcher reads them (``_moving``), and how far they had
+        # moved where a run not learned by its patience was left to run for it.
+        self.motion: weight_motion.WeightMotion | None = None
+        self._left_moving: float | None = None
         self._around: deque[float] = deque(maxlen=max(CENTRE_STEPS, self.window))
         self._centre: float | None = None
         self._window_noise: float | None = None
@@ -624,6 +628,8 @@ class LearningCheck(FallTests):
         if self._first is None:
             self._first = self._best = (step, mean)
             self._first_here = True
+            if self.motion is not None:
+                self.motion.mark()
             self._lineage_here = self._lineage_here or not self._segments
             self._first_spread = statistics.pstdev(self._recent)
             self._start = untrained_level(list(self._recent), self.spreads, self.jump_spreads)
@@ -763,7 +769,7 @@ class LearningCheck(FallTests):
     def _judge(self, step: int, *, at_end: bool) -> RuleFinding | None:
         if self._first is None or self._last is None or self._best is None or not self._judged():
             return None
-        first_step, first = self._first[0], self.learning_start
+        first = self.learning_start
         assert first is not None
         last_step, last = self._last
         patience = self.patience_steps()
@@ -778,16 +784,7 @@ class LearningCheck(FallTests):
             diverged = self._diverged_words(first, ended, exploded, at_end=at_end)
             if diverged is not None:
                 return self._fire(DIVERGING, step, diverged, last)
-            change = last - first
-            when = ("by the end of the run" if at_end
-                    else f"in {self.main_steps} steps after warm-up (patience {patience})")
-            message = (
-                f"the loss never learned {when}: {self._start_words(first_step)}, "
-                f"{last:.4g} over the steps to {last_step} ({change:+.4g}; a fall of at least "
-                f"{self.min_decrease * 100:g}% of the start{self._floor_words()} and {self.confidence:g} "
-                f"standard errors of the noise {self.noise or 0.0:.3g} per step was required){self._chance_words()}"
-            )
-            return self._fire(NOT_LEARNING, step, message, last)
+            return self._never_learned(step, at_end=at_end)
         best_step, best = self._best
         if (self.plateau_patience is not None and self._learned_at is not None and not at_end
                 and last_step - best_step >= self.plateau_patience):
@@ -797,6 +794,42 @@ class LearningCheck(FallTests):
             )
             return self._fire(PLATEAU, step, message, last)
         return None
+
+    def _never_learned(self, step: int, *, at_end: bool) -> RuleFinding | None:
+        """NotLearning for a run that neither learned nor diverged by its patience (``_judge``); on its way, not
+        while its weights move (``_moving``: a search, which its end judges)."""
+        if not at_end and self._moving():
+            return None
+        assert self._first is not None and self._last is not None and self.learning_start is not None
+        (first_step, _), (last_step, last) = self._first, self._last
+        when = ("by the end of the run" if at_end
+                else f"in {self.main_steps} steps after warm-up (patience {self.patience_steps()})")
+        message = (
+            f"the loss never learned {when}: {self._start_words(first_step)}, "
+            f"{last:.4g} over the steps to {last_step} ({last - self.learning_start:+.4g}; a fall of at least "
+            f"{self.min_decrease * 100:g}% of the start{self._floor_words()} and {self.confidence:g} "
+            f"standard errors of the noise {self.noise or 0.0:.3g} per step was required){self._chance_words()}"
+            f"{self._moving_words() if at_end else ''}"
+        )
+        return self._fire(NOT_LEARNING, step, message, last)
+
+    def _moving(self) -> bool:
+        """Whether the network's sampled weights moved by more than ``weight_motion.MOVING`` of their size since
+        the first window (one synchronisation on an accelerator): a run whose loss did not fall in its patience
+        while they moved is searching (an LSTM that must carry a token across a dozen steps sits at its chance
+        level for 110 steps, then learns), and is left to its end; one whose weights stood still is stalled."""
+        moved = None if self.motion is None else self.motion.moved()
+        if moved is None or moved <= weight_motion.MOVING:
+            return False
+        self._left_moving = moved
+        return True
+
+    def _moving_words(self) -> str:
+        moved = self._left_moving
+        if moved is None:
+            return ""
+        return (f"; it was left to run past its patience, its weights having moved {moved:.2g} of their size "
+                f"(a search, not a stall: stabilizer_sentinel.detection.weight_motion)")
 
     def _diverged_words(self, first: float, ended: float, exploded: bool, *, at_end: bool) -> str | None:
         """Why a run that never learned diverged (a rate too high, not too low), or None when it did not."""

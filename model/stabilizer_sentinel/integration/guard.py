@@ -64,7 +64,7 @@ from stabilizer_contract.catalogue import SENTINEL_CHECKS
 from stabilizer_contract.job import EXIT_RULE_STOP, REWIND_EVERY
 from stabilizer_sentinel import failsafe
 from stabilizer_sentinel.capture import module_hooks
-from stabilizer_sentinel.detection import input_blind, watchdog
+from stabilizer_sentinel.detection import input_blind, watchdog, weight_motion
 from stabilizer_sentinel.detection.sentinel import Verdict, build_monitoring
 from stabilizer_sentinel.failsafe import closing, shielded
 from stabilizer_sentinel.integration import exit_status, log_channel
@@ -190,6 +190,7 @@ class Guard(OptimizerHooks):
     def _hook_forward(self) -> None:
         """Read the network's forward passes: whether its output ignores its input (the learning check's
         ``input_blind``), and the captured inputs and predictions where they are configured."""
+        self.sentinel.learning.motion = weight_motion.WeightMotion(self.model)
         if not isinstance(self.model, BareTensors):  # a network whose forward passes the script calls
             self.sentinel.learning.input_blind, handle = input_blind.listen(self.model)
             self._handles.append(handle)
