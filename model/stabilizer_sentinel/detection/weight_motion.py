@@ -12,9 +12,12 @@ is left to run, and its end judges it.
 
 The weights are sampled, not copied: up to ``SAMPLE`` values spread evenly over each of the first ``TENSORS``
 parameters that train, read at the first window's close (``mark``) and again when the check asks (``moved``:
-one synchronisation, at a window's close past the patience of a run that has not learned). Not for tensor
-subclasses (a ``DTensor``, whose reshaping is a collective) or parameters not yet materialised (a lazy
-module's).
+one synchronisation, at a window's close past the patience of a run that has not learned). The weights
+measured are those that trained at the mark: a trunk frozen then and unfrozen later (a fine-tune's schedule)
+neither dilutes nor changes what is measured, and the unfrozen run's head, moving as before, keeps it a search
+(stop 66's second hunt found such runs stopped four steps after their unfreeze, when the parameters read changed).
+Not for tensor subclasses (a ``DTensor``, whose reshaping is a collective) or parameters not yet materialised (a
+lazy module's).
 
 This module must not change gradients or weights: it reads detached copies under ``no_grad``.
 """
@@ -38,34 +41,44 @@ class WeightMotion:
 
     def __init__(self, module: Any) -> None:
         self._module = weakref.ref(module)
-        self._marked: torch.Tensor | None = None
+        # (the parameter, held weakly; the stride its values were read at; those values) of each parameter that
+        # trained at the mark: those are the weights whose motion is measured.
+        self._marked: list[tuple[weakref.ref[torch.Tensor], int, torch.Tensor]] = []
 
     def mark(self) -> None:
-        """Read the weights from which ``moved`` measures."""
-        self._marked = self._sample()
-
-    def moved(self) -> float | None:
-        """The norm of the sampled weights' change since ``mark``, over their norm then; None without a mark, a
-        network or weights of the same shape as then."""
-        now = self._sample() if self._marked is not None else None
-        if now is None or self._marked is None or now.shape != self._marked.shape:
-            return None
-        size = float(self._marked.norm())  # one synchronisation on an accelerator, with the next
-        return float((now - self._marked).norm()) / size if size > 0 else None
-
-    def _sample(self) -> torch.Tensor | None:
+        """Read the weights from which ``moved`` measures: those that train now."""
         module = self._module()
+        self._marked = []
         if module is None:
-            return None
-        parts = []
+            return
         with torch.no_grad():
             for parameter in module.parameters():
-                if len(parts) == TENSORS:
+                if len(self._marked) == TENSORS:
                     break
-                if (not parameter.requires_grad or type(parameter) not in (torch.nn.Parameter, torch.Tensor)
-                        or parameter.numel() == 0):  # a subclass: a DTensor, a lazy module's placeholder
-                    continue
-                flat = parameter.detach().reshape(-1)
-                stride = max(1, flat.numel() // SAMPLE)
-                parts.append(flat[::stride][:SAMPLE].double().to(parts[0].device if parts else flat.device))
-        return torch.cat(parts) if parts else None
+                if (parameter.requires_grad and type(parameter) in (torch.nn.Parameter, torch.Tensor)
+                        and parameter.numel() > 0):  # not a subclass: a DTensor, a lazy module's placeholder
+                    stride = max(1, parameter.numel() // SAMPLE)
+                    self._marked.append((weakref.ref(parameter), stride, _read(parameter, stride).clone()))
+
+    def moved(self) -> float | None:
+        """The norm of the change since ``mark`` of the weights that trained then (whether they train now or not:
+        a trunk unfrozen later is no part of it, nor one frozen since of what it moved before), over their norm
+        then; None without a mark, or once none of them is left."""
+        then, now = [], []
+        with torch.no_grad():
+            for held, stride, values in self._marked:
+                parameter = held()
+                current = None if parameter is None else _read(parameter, stride)
+                if current is not None and current.shape == values.shape:
+                    then.append(values)
+                    now.append(current.to(values.device))
+        if not then:
+            return None
+        before = torch.cat(then)
+        size = float(before.norm())  # one synchronisation on an accelerator, with the next
+        return float((torch.cat(now) - before).norm()) / size if size > 0 else None
+
+
+def _read(parameter: torch.Tensor, stride: int) -> torch.Tensor:
+    """At most ``SAMPLE`` values of a parameter, every ``stride``-th of it, detached, in double precision."""
+    return parameter.detach().reshape(-1)[::stride][:SAMPLE].double()

@@ -38,7 +38,24 @@ def test_a_large_parameter_is_read_at_most_sample_values_spread_over_it():
     model = nn.Linear(1000, 10)
     motion = WeightMotion(model)
     motion.mark()
-    assert motion._marked is not None and motion._marked.numel() == weight_motion.SAMPLE + 10
+    assert [values.numel() for _, _, values in motion._marked] == [weight_motion.SAMPLE, 10]
+
+
+def test_the_weights_measured_are_those_that_trained_at_the_mark():
+    # A trunk frozen at the mark and unfrozen later (stop 66's second hunt: stopped four steps after its unfreeze,
+    # when the parameters read changed and the move was unknown) is no part of the move; the head's move stands.
+    model = nn.Sequential(nn.Linear(50, 50), nn.Linear(50, 1))
+    model[0].requires_grad_(False)
+    motion = WeightMotion(model)
+    motion.mark()
+    head = torch.cat([model[1].weight.detach().reshape(-1), model[1].bias.detach()]).double()
+    with torch.no_grad():
+        model[1].weight += 0.1
+    model[0].requires_grad_(True)
+    with torch.no_grad():
+        model[0].weight += 1.0  # unfrozen and moved: not measured
+    moved = torch.cat([model[1].weight.detach().reshape(-1), model[1].bias.detach()]).double()
+    assert math.isclose(motion.moved(), float((moved - head).norm() / head.norm()), rel_tol=1e-12)
 
 
 def _flat_run(rate: float, steps: int = 300) -> tuple[LearningCheck, object, int]:
