@@ -427,8 +427,9 @@ def _on(factor: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def _times(factor: torch.Tensor, by: torch.Tensor) -> torch.Tensor:
-    """The product of two constant factors of one element each, on the device of either (``_on``)."""
-    return factor * _on(by, factor.device)
+    """The product of two constant factors of one element each, on the device's side where either is there
+    (``_on``: a number of the host's is never copied, and nothing of the device's is read back to the host)."""
+    return by * factor if factor.device.type == "cpu" and factor.dim() == 0 else factor * _on(by, factor.device)
 
 
 def _term_value(node: Any) -> torch.Tensor:

@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -68,7 +68,7 @@ RELAPSE = 0.1
 VANISHING = "VanishingGradient"
 # What a run judged afresh from a step keeps (``LearningCheck._begin_segment``): the listeners, the phase, whether
 # it learned and whether its loss is judged at all.
-SEGMENT_KEEPS = ("chance", "term", "makeup", "surrogate", "input_blind", "motion", "_makeups", "_segments",
+SEGMENT_KEEPS = ("chance", "term", "makeup", "surrogate", "input_blind", "motion", "killed", "_makeups", "_segments",
                  "_lineage_here", "_phase", "_learned_at", "_unjudged", "_blind", "_term_at_chance", "_fired")
 # How a finding names the term of known level a sum adds up (``LearningCheck._term_finding``), by its kind.
 TERM_WORDS = {"cross_entropy": "cross-entropy", "squared_error": "squared-error",
@@ -150,6 +150,9 @@ class LearningCheck(FallTests):
         # moved where a run not learned by its patience was left to run for it.
         self.motion: weight_motion.WeightMotion | None = None
         self._left_moving: float | None = None
+        # Whether steps too large killed the network, where the watcher can tell (``Sentinel._killed``: in-job
+        # recovery holds the first copy): such a run is judged on its way, moving or not, and rolled back.
+        self.killed: Callable[[], bool] | None = None
         self._around: deque[float] = deque(maxlen=max(CENTRE_STEPS, self.window))
         self._centre: float | None = None
         self._window_noise: float | None = None
@@ -798,7 +801,7 @@ class LearningCheck(FallTests):
     def _never_learned(self, step: int, *, at_end: bool) -> RuleFinding | None:
         """NotLearning for a run that neither learned nor diverged by its patience (``_judge``); on its way, not
         while its weights move (``_moving``: a search, which its end judges)."""
-        if not at_end and self._moving():
+        if not at_end and self._moving() and not (self.killed is not None and self.killed()):
             return None
         assert self._first is not None and self._last is not None and self.learning_start is not None
         (first_step, _), (last_step, last) = self._first, self._last

@@ -65,7 +65,7 @@ SYSTEM_RULES_EVERY = 10
 MOVED = 0.5
 # The learning check's parts that backward and forward passes feed as they run: the objects the listeners hold,
 # never copied into a rollback's state nor put back from one (what they saw of the passes rolled back stays seen).
-LISTENING = ("chance", "term", "makeup", "surrogate", "input_blind", "motion")
+LISTENING = ("chance", "term", "makeup", "surrogate", "input_blind", "motion", "killed")
 
 
 @dataclass
@@ -109,6 +109,7 @@ class Sentinel:
         ]
         # Thresholds from the run, overridden by the list's NotLearning / Diverging entries.
         self.learning = LearningCheck.configured(self.rules)
+        self.learning.killed = self._killed  # a run whose weights went far is judged on its way (``_moved_far``)
         self._last: tuple[int, dict[str, Any]] | None = None  # step and context of the last step seen
         self._fired: set[int] = set()
         self._findings: list[dict[str, Any]] = []
@@ -230,18 +231,28 @@ class Sentinel:
                 f"{finding.message}; a higher rate cannot bring dead or saturated units back, and a rate too "
                 f"high is what most often kills them: diverging, not too low (the job keeps no first copy to "
                 f"measure how far its parameters moved)"))
-        learned_unseen = self.learning.fell_beyond_noise() and not self.learning.blind
-        if finding.rule != NOT_LEARNING or self.rewind is None or self.rewind.first is None \
-                or distributed.rank_and_size()[1] > 1 or learned_unseen:
-            return finding
-        travel = self.rewind.travel()
-        if travel is None or travel < MOVED:
+        travel = self._travel() if finding.rule == NOT_LEARNING else None
+        if travel is None:
             return finding
         self._moved_from = self.rewind.first.next_step + 1
         return replace(finding, rule=DIVERGING, message=(
             f"{finding.message}; but its parameters moved {travel:.3g} times their norm away from where they "
             f"began (steps too small to move the loss move them by a hundredth of that): the rate is too high "
             f"and killed the network, not too low"))
+
+    def _travel(self) -> float | None:
+        """How far the parameters moved from the first copy the rewind holds, in its norm, where that is ``MOVED``
+        or more and ``_moved_far`` reads a run that never learned as killed by steps too large; else None."""
+        learned_unseen = self.learning.fell_beyond_noise() and not self.learning.blind
+        if self.rewind is None or self.rewind.first is None or distributed.rank_and_size()[1] > 1 or learned_unseen:
+            return None
+        travel = self.rewind.travel()
+        return travel if travel is not None and travel >= MOVED else None
+
+    def _killed(self) -> bool:
+        """Whether a run that never learned was killed by steps too large (``_travel``): the learning check then
+        judges it on its way even where its weights move (``LearningCheck._moving``), for the rollback."""
+        return self._travel() is not None
 
     def after_eval(
         self,
