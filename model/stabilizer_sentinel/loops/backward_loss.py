@@ -188,8 +188,9 @@ def _number_scaling(node: Any) -> tuple[Any, torch.Tensor, bool] | None:
 
 def _undo_scaling(node: Any, value: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor] | None:
     """(the node below, the value before it, what the scaling multiplied it by) when ``node`` scales its one
-    graph input by a constant scalar. Not by a number: torch's own code scales so (``kl_div``'s ``batchmean``
-    divides its sum by the batch), and what it returns is the loss, not a loss the script scaled."""
+    graph input by a constant scalar. Not by a number: torch's own code scales so (a label-smoothed
+    cross-entropy weighs its two terms by numbers), and what it returns is the loss, not a loss the script
+    scaled, whose factors are tensors (a number a script multiplies by is saved as one)."""
     scaling = constant_scaling(node) if node.name() in ("MulBackward0", "DivBackward0") else None
     if scaling is None:
         return None
