@@ -116,19 +116,23 @@ def test_a_term_weighted_by_zero_or_a_negative_number_is_not_counted():
     assert not term.off and term.tail() is None  # no pass of the term counted
 
 
-def _classifier_run(penalty: float, steps: int = 400) -> tuple[LearningCheck, object]:
-    """A two-class classifier on data 90/10 whose features tell the classes apart, trained by a
-    cross-entropy plus ``penalty`` times the weights' squared norm, as a check under the launcher reads it."""
+def _classifier_run(penalty: float = 0.0, steps: int = 400, *, rare: float = 0.1, smoothing: float = 0.0,
+                    shuffled: bool = False) -> tuple[LearningCheck, object]:
+    """A two-class classifier on data whose ``rare`` class its features tell apart, trained by a cross-entropy
+    (label-smoothed by ``smoothing``) plus ``penalty`` times the weights' squared norm, its labels ``shuffled``
+    apart from its inputs where asked (it can learn their prior alone), as a check under the launcher reads it."""
     torch.manual_seed(0)
-    y = (torch.rand(3000) < 0.1).long()
+    y = (torch.rand(3000) < rare).long()
     x = torch.randn(3000, 20) + 1.5 * y[:, None] * (torch.arange(20) < 4)
+    labels = y[torch.randperm(3000)] if shuffled else y
     model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 2))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=penalty)
     check = LearningCheck.configured([])
     for step in range(steps):
         rows = torch.randint(0, 3000, (64,))
-        loss = functional.cross_entropy(model(x[rows]), y[rows])
-        loss = loss + penalty * sum((p ** 2).sum() for name, p in model.named_parameters() if "weight" in name)
+        loss = functional.cross_entropy(model(x[rows]), labels[rows], label_smoothing=smoothing)
+        if penalty:
+            loss = loss + penalty * sum((p ** 2).sum() for name, p in model.named_parameters() if "weight" in name)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -246,31 +250,11 @@ def test_a_label_smoothed_cross_entropys_own_cross_entropy_is_its_known_term():
     assert node.name() == "NllLossBackward0" and not alone and math.isclose(float(factor), 0.9, rel_tol=1e-12)
 
 
-def _smoothed_run(shuffled: bool, steps: int = 400) -> tuple[LearningCheck, object]:
-    """A classifier on data 75/25 whose features tell the classes apart, by a label-smoothed cross-entropy (0.1),
-    its labels ``shuffled`` apart from its inputs (it can learn their prior alone), as the launcher reads it."""
-    torch.manual_seed(0)
-    y = (torch.rand(3000) < 0.25).long()
-    x = torch.randn(3000, 20) + 1.5 * y[:, None] * (torch.arange(20) < 4)
-    labels = y[torch.randperm(3000)] if shuffled else y
-    model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 2))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    check = LearningCheck.configured([])
-    for step in range(steps):
-        rows = torch.randint(0, 3000, (64,))
-        loss = functional.cross_entropy(model(x[rows]), labels[rows], label_smoothing=0.1)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        assert check.observe(step, float(loss.detach()), None, 1e-2) is None
-    return check, check.at_end(steps - 1)
-
-
 def test_a_label_smoothed_classifier_that_learned_only_its_prior_never_learned():
     # Stop 66's hunt: its smoothed loss fell from 1.9 to 1.02 while it learned its shuffled labels' prior alone
     # (1.06 the prior's), called learned.
-    check, finding = _smoothed_run(shuffled=True)
+    check, finding = _classifier_run(rare=0.25, smoothing=0.1, shuffled=True)
     assert finding is not None and finding.rule == "NotLearning" and not check.learned
     assert "its cross-entropy term ended at" in finding.message
-    check, finding = _smoothed_run(shuffled=False)
+    check, finding = _classifier_run(rare=0.25, smoothing=0.1)
     assert finding is None and check.learned
