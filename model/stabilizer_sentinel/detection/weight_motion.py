@@ -2,7 +2,7 @@
 
 A loss that has not fallen in the learning check's patience (100 steps at least) is stopped as NotLearning on
 its way, and the remedy raises the rate. That answers a rate far too low: the network's weights barely move
-(Adam at 5e-7 moves each weight at most 5e-5 in 100 steps, a thousandth of its size). It does not answer a
+(Adam at 5e-7 moved a small language model's sampled weights 0.001 % of their size in 100 steps). It does not answer a
 network whose weights move as far as a healthy run's while its loss stays flat: a recurrent network that must
 carry a token across a dozen steps sits at its chance level for 110 steps and then falls to 0.002 (stop 66's
 verdict hunt, an LSTM at Adam's 3e-3 stopped at step 99), as a sparse parity sits at chance for 300. No rule
@@ -31,8 +31,9 @@ import torch
 
 SAMPLE = 256  # values read per parameter, spread evenly over it
 TENSORS = 512  # parameters read at most: the first ones, in the network's order
-# A relative move (the norm of the sampled weights' change over their norm) above which the weights are moving:
-# ten times a rate a hundred times too low moves Adam's weights in 100 steps, a tenth of what a healthy rate does.
+# A relative move (the norm of the sampled weights' change over their norm) above which the weights are moving.
+# Measured in 100 steps of a small language model on labels that carry nothing: Adam at 5e-7 0.001 %, at 5e-5
+# 0.13 %, at 3e-3 9 %; plain SGD at 0.01 0.16 %, at 0.1 1.2 %.
 MOVING = 0.01
 
 
