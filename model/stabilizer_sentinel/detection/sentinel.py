@@ -63,6 +63,15 @@ SYSTEM_RULES_EVERY = 10
 # which never learn, moved them 0.0021 to 0.0086; rates 1e4 to 1e7 times too high, which killed them, 1.0 to 7;
 # healthy rates 0.27 to 1.4.
 MOVED = 0.5
+# ... and further than a search moves them in as many steps: ``SEARCH`` at 100 steps, growing as the square root of
+# the steps since the first copy (a random walk's distance). A rate that kills throws the weights out in its first
+# steps; a network searching a plateau at a healthy rate wanders, and crossed ``MOVED`` late (stop 67, the verdict
+# hunts' networks that sit at their chance level before they learn or never do, under in-job recovery: an LSTM
+# recalling a token across ten steps 0.54 at step 99, a GRU adding two marked numbers 0.85 at step 274, an LSTM
+# asked across a delay too long 0.50 at step 159, an MLP on a parity's random labels 0.50 at step 589, each read as
+# killed and rolled back to its start; the networks killed: the digits' autoencoder at rate 1 44.7 at step 99, a
+# recurrent classifier of the digits at its rate 100 relaunched lower 0.97 at step 31, a small GPT 1.32 at step 60).
+SEARCH = 0.75
 # The learning check's parts that backward and forward passes feed as they run: the objects the listeners hold,
 # never copied into a rollback's state nor put back from one (what they saw of the passes rolled back stays seen).
 LISTENING = ("chance", "term", "makeup", "surrogate", "input_blind", "motion", "killed")
@@ -208,7 +217,8 @@ class Sentinel:
 
     def _moved_far(self, finding: RuleFinding) -> RuleFinding:
         """``finding`` as Diverging where it is NotLearning and the parameters moved ``MOVED`` times their
-        norm from the first copy the rewind holds (``Rewind.travel``; kept for in-job recovery): the loss
+        norm from the first copy the rewind holds, and further than a search wanders (``_travel``;
+        ``Rewind.travel``; the copy is kept for in-job recovery): the loss
         did not move because the steps killed the network (its units dead, its output saturated or
         collapsed to the targets' mean or the labels' prior), not because they were too small. An
         autoencoder at a rate a thousand times its healthy one went from 0.18 to the targets' mean in five
@@ -241,13 +251,16 @@ class Sentinel:
             f"and killed the network, not too low"))
 
     def _travel(self) -> float | None:
-        """How far the parameters moved from the first copy the rewind holds, in its norm, where that is ``MOVED``
-        or more and ``_moved_far`` reads a run that never learned as killed by steps too large; else None."""
+        """How far the parameters moved from the first copy the rewind holds, in its norm, where that is far enough
+        for ``_moved_far`` to read a run that never learned as killed by steps too large (``MOVED``, and further
+        than a search wanders in the steps since: ``SEARCH``); else None. The steps are counted since the copy's,
+        rolled-back ones too: after a rollback the bound is higher than the steps trained make it."""
         learned_unseen = self.learning.fell_beyond_noise() and not self.learning.blind
         if self.rewind is None or self.rewind.first is None or distributed.rank_and_size()[1] > 1 or learned_unseen:
             return None
         travel = self.rewind.travel()
-        return travel if travel is not None and travel >= MOVED else None
+        steps = 1 if self._last is None else max(1, self._last[0] + 1 - self.rewind.first.next_step)
+        return travel if travel is not None and travel >= max(MOVED, SEARCH * math.sqrt(steps / 100)) else None
 
     def _killed(self) -> bool:
         """Whether a run that never learned was killed by steps too large (``_travel``): the learning check then

@@ -607,6 +607,21 @@ def test_a_network_a_rate_too_high_killed_is_rolled_back_to_its_start_at_a_lower
     assert document.get("rollbacks", []) == []
 
 
+@pytest.mark.slow  # trains an LSTM for 300 steps, watched and not
+def test_a_late_learner_whose_weights_wandered_is_not_read_as_killed_and_learns_as_unwatched(tmp_path):
+    # From stop 66's second verdict hunt: at its patience (step 99) the network's weights had moved 0.54 of their
+    # norm, past ``MOVED``, and it was read as killed by steps too large: rolled back to its start at a lower rate
+    # three times, and stopped at step 419 having learned nothing. A search wanders that far; a rate that kills
+    # throws the weights further in as many steps (``Sentinel._travel``: the autoencoder above, 44.7 at step 99).
+    args = [str(FIXTURES / "loops" / "recall.py"), "--steps", "300"]
+    plain = run(args, tmp_path, job_env(tmp_path / "unwatched"))
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], tmp_path, job_env(tmp_path, {"recovery": "in_job"}))
+    assert watched.returncode == 0, watched.stderr[-2000:]
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert (document.get("rollbacks", []), document["findings"], document["summary"]["learned"]) == ([], [], True)
+    assert watched.stdout == plain.stdout and float(plain.stdout.split("heldout=")[1]) > 0.3  # chance 0.125
+
+
 @pytest.mark.slow  # trains a small GPT for 250 steps under the launcher
 def test_a_gpt_at_ten_thousand_times_its_rate_learns_in_its_one_job(tmp_path):
     """Its probes' five steps can call a rate the edge's notch that learns nothing for the rest of the run
