@@ -111,8 +111,17 @@ _is_compiling = module_hooks.is_compiling
 
 # Steps another optimizer takes in a row, the first not stepping, before its training is the run's (``_next_phase``).
 PHASE_STEPS = 50
+# An optimizer that steps a network watched as updated by hand, before that watch counted more steps than this,
+# steps it for the first time: the change seen was within its first step (``LauncherHooks._taken_over``).
+TAKEN_OVER = 2
 PACKAGE = "stabilizer_sentinel"
 HOLDER_LEVELS = 4  # how far above a called module the network holding the optimizer's parameters is looked for
+
+
+def _updates(optimizer: torch.optim.Optimizer, model: nn.Module) -> bool:
+    """Whether ``optimizer`` updates any of ``model``'s parameters (a network, or bare tensors)."""
+    mine = {id(p) for p in model.parameters()}
+    return any(id(p) in mine for group in optimizer.param_groups for p in group["params"])
 
 
 def _holder(module: nn.Module, wanted: set[int]) -> nn.Module | None:
@@ -365,6 +374,9 @@ class LauncherHooks:
             if self.guard.steps_inside(optimizer):  # a wrapper's base (SAM's, Lookahead's) no attribute held
                 self.guard.add_inner(optimizer)
                 return
+            if self.guard.optimizer is None and _updates(optimizer, self.guard.model):
+                self._taken_over(optimizer)
+                return
             if self.guard.replaced_by(optimizer):  # the script's next optimizer over the same parameters
                 self.guard.hand_over(optimizer)
             elif self.guard.world_size == 1 and self.guard.optimizer is not None and _let_go(self.guard.optimizer):
@@ -448,13 +460,31 @@ class LauncherHooks:
         self._new_phase(optimizer)
         return True
 
-    def _new_phase(self, optimizer: torch.optim.Optimizer) -> None:
+    def _taken_over(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer steps the weights of a network watched as updated by hand: its steps are the run's from
+        now on (``_new_phase``). Where it steps before the guard of the hand-written update counted more than
+        ``TAKEN_OVER`` steps, the change that guard was attached for was part of this step, not an update:
+        sharpness-aware minimisation climbs to a nearby point after its first backward pass and takes its
+        second there, before its first optimizer step (and comes back). The passes that guard counted are then
+        this first step's, and their mean its loss, as the passes of a step are (gradient accumulation): the
+        new guard starts from the step's own loss, not from the next one's, after the first update (a rate that
+        explodes at once would otherwise start the learning check from the explosion)."""
+        assert self.guard is not None
+        counted = [value for _, value in self.guard.sentinel.loss_history]
+        if not counted or self.guard.record.steps_taken > TAKEN_OVER:
+            self._new_phase(optimizer)
+            return
+        device = next((p.device for p in self.guard.model.parameters()), None)
+        self._new_phase(optimizer, torch.tensor(sum(counted) / len(counted), device=device))
+
+    def _new_phase(self, optimizer: torch.optim.Optimizer, carried: torch.Tensor | None = None) -> None:
         """Let the guard of the phase before go, without a summary (and with it the network and optimizer it
         held), and attach one to ``optimizer``. Its in-job decisions are the job's: findings.json keeps them,
         before the new phase's (a sweep's first model rolled back lost its record, and the workflow, which had
         read it, would have taken the next phase's first for it)."""
         assert self.guard is not None
-        carried = self.guard.pass_loss()  # this step's backward passes, read by the guard of the phase before
+        passes = self.guard.pass_loss()  # this step's backward passes, read by the guard of the phase before
+        carried = passes if carried is None else carried
         decided = self.guard.in_job_decisions()
         self.guard.discard()
         self.guard, self.batches = None, None
