@@ -374,7 +374,7 @@ class LauncherHooks:
             if self.guard.steps_inside(optimizer):  # a wrapper's base (SAM's, Lookahead's) no attribute held
                 self.guard.add_inner(optimizer)
                 return
-            if self.guard.optimizer is None and _updates(optimizer, self.guard.model):
+            if self.guard.optimizer is None and self.guard.world_size == 1 and _updates(optimizer, self.guard.model):
                 self._taken_over(optimizer)
                 return
             if self.guard.replaced_by(optimizer):  # the script's next optimizer over the same parameters
@@ -468,7 +468,8 @@ class LauncherHooks:
         second there, before its first optimizer step (and comes back). The passes that guard counted are then
         this first step's, and their mean its loss, as the passes of a step are (gradient accumulation): the
         new guard starts from the step's own loss, not from the next one's, after the first update (a rate that
-        explodes at once would otherwise start the learning check from the explosion)."""
+        explodes at once would otherwise start the learning check from the explosion). One process only, as
+        ``_next_phase``: not tried under DDP, where every rank would have to let its guard go at the same step."""
         assert self.guard is not None
         counted = [value for _, value in self.guard.sentinel.loss_history]
         if not counted or self.guard.record.steps_taken > TAKEN_OVER:
