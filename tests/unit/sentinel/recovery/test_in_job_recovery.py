@@ -612,7 +612,8 @@ def test_a_late_learner_whose_weights_wandered_is_not_read_as_killed_and_learns_
     # From stop 66's second verdict hunt: at its patience (step 99) the network's weights had moved 0.54 of their
     # norm, past ``MOVED``, and it was read as killed by steps too large: rolled back to its start at a lower rate
     # three times, and stopped at step 419 having learned nothing. A search wanders that far; a rate that kills
-    # throws the weights further in as many steps (``Sentinel._travel``: the autoencoder above, 44.7 at step 99).
+    # throws the weights further in as many steps (``Sentinel._travel``: this autoencoder at rate 1, run as a script
+    # under the launcher, 44.7 at step 99).
     args = [str(FIXTURES / "loops" / "recall.py"), "--steps", "300"]
     plain = run(args, tmp_path, job_env(tmp_path / "unwatched"))
     watched = run(["-m", "stabilizer_sentinel.launch", *args], tmp_path, job_env(tmp_path, {"recovery": "in_job"}))
