@@ -40,7 +40,8 @@ class LossModuleWatch:
         self._inputs = inputs  # its inputs are wanted (labels, predictions): else only its name
         self._args: tuple[torch.Tensor, torch.Tensor] | None = None
         self._forward_seen = False
-        self._hooks: list[Any] = [register_module_forward_hook(shielded(self._module_called))]
+        hook = register_module_forward_hook(shielded(self._module_called))
+        self._hooks: list[Any] = [module_hooks.process_wide(hook)]
 
     def _module_called(self, module: nn.Module, args: Any, output: Any) -> None:
         self._forward_seen = True

@@ -17,6 +17,14 @@ frame) no hook is called: the hooks keep host-side counts and state, which Dynam
 recompile for at every change, up to its limit (the second recovery hunt, stop 62: 8 graphs where the
 unwatched model has 1, each forward pass 3.5 times slower).
 
+Every process-wide hook of the watcher's is registered through ``process_wide``, and PyTorch's
+``torch.nn.modules.module._has_any_global_hook`` leaves them out: its only reader,
+``torch.compile(module)``'s wrapper, warns at each call site that global hooks will fire for it an extra
+time. Watched, a compiled model's first calls printed that warning where the unwatched script printed
+none, and a script that turns warnings into errors (``warnings.simplefilter("error")``, ``python -W
+error``) raised it at its first forward pass (stop 68's harm hunt). A global hook of the script's own
+still makes it warn, as unwatched.
+
 This module must not read or change tensors: it only routes calls.
 """
 
@@ -38,6 +46,7 @@ Hook = Callable[[nn.Module, Any, Any], None]
 _BY_MODULE: dict[int, tuple[weakref.ref[nn.Module], dict[int, Hook]]] = {}
 _NUMBERS = itertools.count()
 _GLOBAL: list[Any] = []  # the process-wide hook's handle, while any hook is registered
+_OURS: set[int] = set()  # the ids of the watcher's process-wide hooks' handles (torch never reuses one)
 
 
 def _compiling_check() -> Any:
@@ -80,8 +89,36 @@ def forward_hook(module: nn.Module, hook: Hook) -> Handle:
     number = next(_NUMBERS)
     entry[1][number] = hook
     if not _GLOBAL:
-        _GLOBAL.append(register_module_forward_hook(shielded(_dispatch)))
+        _GLOBAL.append(process_wide(register_module_forward_hook(shielded(_dispatch))))
     return Handle(key, number)
+
+
+def process_wide(handle: Any) -> Any:
+    """``handle``, a process-wide module hook's (``register_module_forward_hook``, its pre-hook), known as
+    the watcher's own: ``torch.nn.modules.module._has_any_global_hook`` no longer counts it."""
+    _OURS.add(handle.id)
+    _leave_ours_out()
+    return handle
+
+
+def _leave_ours_out() -> None:
+    """Put in torch's ``_has_any_global_hook`` the same test with the watcher's hooks left out (once)."""
+    module = torch.nn.modules.module
+    original = getattr(module, "_has_any_global_hook", None)
+    if original is None or getattr(original, "leaves_out_the_watcher", False):
+        return
+    # The tables it reads (``_global_forward_hooks``, ...), as this torch names them.
+    tables = tuple(name for name in original.__code__.co_names if name.startswith("_global_"))
+
+    def _has_any_global_hook() -> bool:
+        try:
+            return any(key not in _OURS for name in tables for key in list(getattr(module, name, ())))
+        except Exception:  # never the script's error: torch's own answer instead
+            return bool(original())
+
+    _has_any_global_hook.__doc__ = original.__doc__
+    _has_any_global_hook.leaves_out_the_watcher = True  # type: ignore[attr-defined]
+    module._has_any_global_hook = _has_any_global_hook
 
 
 def _dispatch(module: nn.Module, args: Any, output: Any) -> None:
