@@ -93,6 +93,8 @@ class Guard(OptimizerHooks):
     _first_pass: BackwardLoss | None = None
     _terms: torch.Tensor | None = None
     _latest_mean: torch.Tensor | float | None = None
+    apart = False  # the ranks step unevenly (the script's Join): each decides alone, no agreement at each step
+    joinables: tuple[weakref.ref[Any], ...] = ()  # what the script may hand to torch's Join (its DDP wrapper)
 
     def __init__(
         self,
@@ -109,6 +111,7 @@ class Guard(OptimizerHooks):
         batches: Batches | None = None,
     ) -> None:
         self.model = network_of(model)
+        self.called_through([model] if isinstance(model, nn.Module) and model is not self.model else [])
         optimizers = [] if optimizer is None else [optimizer] if isinstance(optimizer, torch.optim.Optimizer) \
             else list(optimizer)
         self.optimizer = optimizer = optimizers[0] if optimizers else None
@@ -434,6 +437,11 @@ class Guard(OptimizerHooks):
     def check(self) -> Verdict:
         """Check the gradients of the step about to be applied (the hooks call this; so may a framework)."""
         step = self.step_number
+        if (not self.apart and self.world_size > 1
+                and distributed.uneven([ref() for ref in self.joinables] + [self.optimizer])):
+            self._step_apart()
+            if failsafe.failure() is not None:
+                return Verdict()
         if self.batches is not None:
             self.batches.checked(step)
         rewind = self.rewind
@@ -461,11 +469,35 @@ class Guard(OptimizerHooks):
                 self.rewind.measured(step, loss)
             self.recovery.observed(loss)
         stop = verdict.stop or self._deferred_stop
-        if self.world_size > 1 and torch.distributed.is_initialized():
+        together = self.world_size > 1 and torch.distributed.is_initialized() and not self.apart
+        if together:
             stop = distributed.agree(self, verdict, stop)
         if stop:
-            self._stop(f"at step {step}", together=self.world_size > 1 and torch.distributed.is_initialized())
+            self._stop(f"at step {step}", together=together)
         return verdict
+
+    def called_through(self, wrappers: Sequence[nn.Module]) -> None:
+        """The script calls the network through ``wrappers`` (DDP's): one may be handed to torch's ``Join``."""
+        self.joinables = (*self.joinables, *(weakref.ref(wrapper) for wrapper in wrappers))
+
+    def _step_apart(self) -> None:
+        """The script handed its network or optimizer to torch's ``Join`` (uneven inputs): a rank out of batches
+        steps no more and would wait forever in this guard's agreement of each step (stop 68's harm hunt: a
+        watched DDP run under ``Join`` hung where it ran in 40 s unwatched). From this step on each rank decides
+        alone: a stop is its own (torchrun then ends the others), and nothing is rolled back in the job. Every
+        rank comes here at the same step, the first after the script built its ``Join`` (the ranks stepped
+        together until then). Where a rollback's rate is in force or a rollback is under way, which the ranks
+        could no longer carry together, the watcher stands aside on every rank instead, the script's own rates
+        back."""
+        self.apart = True
+        recovery = self.recovery
+        if recovery is None:
+            return
+        if recovery.probing or recovery.factor != 1.0 or recovery.ceiling is not None:
+            failsafe.stand_aside(RuntimeError("the script's Join (uneven inputs) began while an in-job rollback's "
+                                              "rate was in force; the ranks can no longer agree at each step"))
+            return
+        self.recovery = self.sentinel.recovery = None
 
     def step_begins(self) -> None:
         """Before the step's check: where the script gave its optimizer a group since the last step, the copies

@@ -158,6 +158,11 @@ def _parents(child: nn.Module) -> list[nn.Module]:
     return found
 
 
+def _wraps(module: nn.Module | None, network: nn.Module) -> bool:
+    """``module`` is a wrapper of ``network`` (DDP's, a compiled one's) the script calls."""
+    return module is not None and module is not network and unwrap(module) is network
+
+
 def _owner(optimizer: torch.optim.Optimizer) -> nn.Module | None:
     """The module that holds every parameter of ``optimizer``, found from the module whose ``_parameters``
     hold its first (``gc.get_referrers``), and above it (``_holder``); None when none does. For a phase
@@ -418,6 +423,7 @@ class LauncherHooks:
         self.guard = Guard(model, optimizer, config=self.config, paths=self.paths, start_step=start_step,
                            integration="launcher", batches=self.batches)
         self.batches = self.guard.batches  # none where the guard keeps none: what was fetched so far let go
+        self.guard.called_through([root for root in (ref() for ref in self._roots.values()) if _wraps(root, model)])
         atexit.register(exit_status.record_uncaught)  # after the guard's: at exit, it runs before the guard closes
         if not isinstance(model, BareTensors):  # a relaunch loads the newest checkpoint into the network
             self.guard.restores_checkpoints()  # (a loop over bare tensors has no network to load it into)

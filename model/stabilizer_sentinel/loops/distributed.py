@@ -21,6 +21,14 @@ def rank_and_size() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def uneven(held: list[Any]) -> bool:
+    """Whether the ranks may step unevenly: the script handed one of ``held`` (its DDP wrapper, its optimizer) to
+    torch's ``Join`` (``torch.distributed.algorithms.join``, uneven inputs). A rank whose batches ran out steps no
+    more there, and shadows only the collectives ``Join`` knows of: it would never meet the others in ``agree``.
+    ``Join`` enables its joinables' configuration when it is built and leaves it so."""
+    return any(getattr(getattr(obj, "_join_config", None), "enable", False) for obj in held if obj is not None)
+
+
 def agree(guard: Any, verdict: Any, stop: bool) -> bool:
     """Whether any rank must stop; rank 0 adopts the findings of the others (gathered only when one fired).
 

@@ -44,3 +44,22 @@ def test_the_launcher_rolls_an_unchanged_ddp_script_back_on_every_rank_inside_th
     assert weights["0"] == weights["1"] and weights["0"] != "nan", output
     assert sorted(re.findall(r"rank=(\d) done", result.stdout)) == ["0", "1"]
     assert document["summary"]["ended"] == "completed"
+
+
+def test_ranks_that_step_unevenly_under_torchs_join_train_watched_as_unwatched(tmp_path):
+    # From stop 68's harm hunt: under Join a rank out of batches steps no more, and the other waited forever in
+    # the watcher's agreement of each step (the watched run hung; unwatched it ran in 40 s). Each rank decides
+    # alone from the step the script built its Join.
+    args = [str(SCRIPT), "--bad-step", "-1", "--steps", "20", "--uneven", "6"]
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3"]
+    plain = run([*torchrun, *args], SCRIPT.parent, job_env(tmp_path / "unwatched"), timeout=180)
+    watched = run([*torchrun, "-m", "stabilizer_sentinel.launch", *args], SCRIPT.parent,
+                  job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    lines = sorted(line for line in watched.stdout.splitlines() if "rank=" in line)
+    assert lines == sorted(line for line in plain.stdout.splitlines() if "rank=" in line)
+    assert "[default1]:rank=1 step=13" in lines and "[default1]:rank=1 step=14" not in lines
+    assert "[default0]:rank=0 step=19" in lines and "[default0]:rank=0 done" in lines
+    written = summary(tmp_path)
+    assert findings(tmp_path) == [] and (written["ended"], written["steps_taken"]) == ("completed", 20)
