@@ -259,7 +259,7 @@ def _by_the_loss(summary: Summary, ended: str, steps: str) -> Verdict:
             source="summary",
         )
         return Verdict(None, finding.message, finding)
-    why = f"; {summary.unjudged}" if summary.unjudged else ", too few steps to judge whether it learned"
+    why = f"; {summary.unjudged}" if summary.unjudged else ", too few losses seen to judge whether it learned"
     return Verdict("unverified", f"{ended}: {steps}, {trend}{why}")
 
 

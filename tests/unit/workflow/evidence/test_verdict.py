@@ -65,7 +65,7 @@ def test_a_completed_job_that_left_no_summary_ends_unwatched_and_says_how_to_wat
         ({"steps_observed": 0}, "the sentinel checked no step of 36 taken"),
         ({"steps_observed": 20}, "the sentinel checked 20 steps (0 skipped) of 36 taken; the rest ran unchecked"),
         ({"last_loss": None}, "no loss was seen in its 36 steps checked"),
-        ({"learned": None}, "too few steps to judge whether it learned"),
+        ({"learned": None}, "too few losses seen to judge whether it learned"),
         ({"learned": None, "unjudged": "its loss is a policy gradient's surrogate"},
          "loss 2.3 -> 0.41; its loss is a policy gradient's surrogate"),
         ({"ended": "interrupted"}, "its summary says it was interrupted (36 steps checked of 36 taken)"),
