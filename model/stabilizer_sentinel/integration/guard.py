@@ -483,7 +483,7 @@ class Guard(OptimizerHooks):
     def _step_apart(self) -> None:
         """The script handed its network or optimizer to torch's ``Join`` (uneven inputs): a rank out of batches
         steps no more and would wait forever in this guard's agreement of each step (stop 68's harm hunt: a
-        watched DDP run under ``Join`` hung where it ran in 40 s unwatched). From this step on each rank decides
+        watched DDP run under ``Join`` hung where it ran in 26 to 47 s unwatched). From this step on each rank decides
         alone: a stop is its own (torchrun then ends the others), and nothing is rolled back in the job. Every
         rank comes here at the same step, the first after the script built its ``Join`` (the ranks stepped
         together until then). Where a rollback's rate is in force or a rollback is under way, which the ranks

@@ -13,7 +13,8 @@ def test_torch_counts_the_scripts_global_hooks_and_not_the_watchers():
     # the watcher's hooks made it warn (and raise, under warnings.simplefilter("error")) where unwatched it did not.
     assert not torch_module._has_any_global_hook(), "a global hook left behind by another test"
     network = nn.Linear(2, 2)
-    ours = module_hooks.forward_hook(network, lambda module, args, output: None)
+    calls: list[nn.Module] = []
+    ours = module_hooks.forward_hook(network, lambda module, args, output: calls.append(module))
     try:
         assert not torch_module._has_any_global_hook()
         for register in (torch_module.register_module_forward_hook, torch_module.register_module_forward_pre_hook):
@@ -21,7 +22,8 @@ def test_torch_counts_the_scripts_global_hooks_and_not_the_watchers():
             assert torch_module._has_any_global_hook()  # the script's own: torch warns, as unwatched
             theirs.remove()
             assert not torch_module._has_any_global_hook()
-        network(network.weight)  # the watcher's hook still runs
+        network(network.weight)
+        assert calls == [network]  # the watcher's hook still runs
     finally:
         ours.remove()
     assert not torch_module._has_any_global_hook()

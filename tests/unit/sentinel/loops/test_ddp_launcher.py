@@ -48,14 +48,16 @@ def test_the_launcher_rolls_an_unchanged_ddp_script_back_on_every_rank_inside_th
 
 def test_ranks_that_step_unevenly_under_torchs_join_train_watched_as_unwatched(tmp_path):
     # From stop 68's harm hunt: under Join a rank out of batches steps no more, and the other waited forever in
-    # the watcher's agreement of each step (the watched run hung; unwatched it ran in 40 s). Each rank decides
+    # the watcher's agreement of each step (the watched run hung; unwatched it ran in 26 to 47 s). Each rank decides
     # alone from the step the script built its Join.
     args = [str(SCRIPT), "--bad-step", "-1", "--steps", "20", "--uneven", "6"]
     torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3"]
     plain = run([*torchrun, *args], SCRIPT.parent, job_env(tmp_path / "unwatched"), timeout=180)
     watched = run([*torchrun, "-m", "stabilizer_sentinel.launch", *args], SCRIPT.parent,
                   job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
-    assert plain.returncode == 0, plain.stdout + plain.stderr
+    # Unwatched, gloo now and then aborts a rank at its interpreter's exit after its last line (docs/library.md,
+    # "DDP"; the watcher collects garbage before that exit, which avoids it): the lines are what it did.
+    assert "[default1]:rank=1 done" in plain.stdout, plain.stdout + plain.stderr
     assert watched.returncode == 0, watched.stdout + watched.stderr
     lines = sorted(line for line in watched.stdout.splitlines() if "rank=" in line)
     assert lines == sorted(line for line in plain.stdout.splitlines() if "rank=" in line)
