@@ -84,7 +84,7 @@ def _policy() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize("form", ["sum", "mean", "negated_first", "times_minus_one", "gathered", "stacked",
-                                  "actor_critic"])
+                                  "actor_critic", "summed_over_steps", "masked"])
 def test_a_sum_of_terms_weighted_by_constants_of_both_signs_is_a_surrogate(form):
     log_probs, advantages, _ = _policy()
     entropy, error = _losses()
@@ -99,6 +99,10 @@ def test_a_sum_of_terms_weighted_by_constants_of_both_signs_is_a_surrogate(form)
         # An actor-critic's: the surrogate beside a value loss and an entropy bonus (stop 65's hunt: A2C on CartPole,
         # its value loss rising with the returns, stopped as NotLearning while its episodes grew from 24 steps to 127).
         "actor_critic": -(log_probs * advantages).mean() + 0.5 * error - 0.01 * entropy,
+        # Two episodes of four steps: summed over each episode's steps, averaged over episodes; or multiplied by
+        # a mask of the steps each episode lived (stop 69's hunt: a healthy REINFORCE written so was rolled back).
+        "summed_over_steps": -(log_probs.view(2, 4) * advantages.view(2, 4)).sum(1).mean(),
+        "masked": -(log_probs * advantages * (torch.arange(8) < 6).float()).mean(),
     }[form]
     signed = backward_loss.signed_weights([loss])
     assert signed is not None and bool(signed)
@@ -112,3 +116,7 @@ def test_a_loss_weighted_by_constants_of_one_sign_or_inside_another_function_is_
     for loss in (margins, entropy, error, entropy + error):
         assert backward_loss.signed_weights([loss]) is None
     assert not bool(backward_loss.signed_weights([(log_probs * weights).sum() + error]))  # weighted, beside a fit
+    alive = (torch.arange(8) < 6).float()  # a mask over class weights, reduced twice: still of one sign
+    assert not bool(backward_loss.signed_weights([-(log_probs * weights * alive).view(2, 4).sum(1).mean()]))
+    squared = (log_probs - advantages) ** 2  # a squared error weighted by one sign: the walk stops at the square
+    assert not bool(backward_loss.signed_weights([(squared * weights).view(2, 4).sum(1).mean()]))
