@@ -367,7 +367,12 @@ class Guard(OptimizerHooks):
         auxiliary loss: ``loss.backward(); (1e-5 * l2).backward()``). It is added as written, in the first
         pass's units, not averaged in, nor scaled back by its own weight (read alone, a 1e-5-weighted L2
         term rose with the weights as the loss it stood for fell).
+
+        A pass at a point a closure optimizer tries inside its step (``at_trial_point``: L-BFGS's line search)
+        is no part of the step's loss.
         """
+        if self.at_trial_point():
+            return
         if self._loss is None or self._passes == 0:
             self._passes, self._pass_sum, self._first_pass, self._terms = 0, loss, read, None
         elif self._term(read):

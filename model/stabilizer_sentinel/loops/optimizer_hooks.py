@@ -56,6 +56,9 @@ class OptimizerHooks:
     _reported_once: bool
     _warned_late: bool
     warn_when_loss_is_late: bool
+    # Inside the watched optimizer's ``step(closure)``: the version of its first weight at the step's first
+    # backward pass inside it (-1 before that pass), else None (``at_trial_point``).
+    _closure_version: int | None = None
 
     def hook_optimizers(self, optimizers: list[torch.optim.Optimizer], *, in_checkpoints: bool) -> None:
         """Hook the first optimizer (its steps are the run's) and check the others' steps; with
@@ -130,6 +133,7 @@ class OptimizerHooks:
         self._in_step = True
         self.step_begins()
         if _has_closure(args, kwargs):
+            self._closure_version = -1
             if self.recovery is not None:
                 self.recovery.scale(optimizer)
             return  # gradients do not exist yet; checked after the step
@@ -145,12 +149,31 @@ class OptimizerHooks:
         """The watched optimizer's step is about to run, before its check: nothing here (the guard's copies)."""
 
     def _after_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
-        self._in_step = False
+        self._in_step, self._closure_version = False, None
         if _has_closure(args, kwargs):
             self.check()
         if self.recovery is not None:
             self.recovery.unscale(optimizer)
         self.advance()
+
+    def at_trial_point(self) -> bool:
+        """Whether a backward pass now is at a point the optimizer is trying inside its ``step(closure)``: the
+        weights moved since the step's first pass inside it (read from their version counter, no host read of a
+        tensor). L-BFGS calls the closure again at each point of its line search, and a rejected point's loss is
+        no loss of the run's: the step's loss is its first call's (what ``step`` returns), made of that call's
+        passes (micro-batches). Stop 69's hunt: a healthy L-BFGS with a strong-Wolfe line search, its closure
+        evaluated at 0.034, 229.98, 1.665 and 0.032 in one step that returned 0.034, was rolled back as
+        Diverging at the mean, 57.93. A SAM closure climbs before its one call: that pass is the first."""
+        if self._closure_version is None or self.optimizer is None:
+            return False
+        weights = [p for group in self.optimizer.param_groups for p in group["params"]][:1]
+        if not weights:
+            return False
+        version = weights[0]._version
+        if self._closure_version < 0:
+            self._closure_version = version
+            return False
+        return version != self._closure_version
 
     def _save_step(self, optimizer: torch.optim.Optimizer, state_dict: dict) -> dict:
         state_dict[STATE_KEY] = self.step_number

@@ -77,6 +77,24 @@ def test_the_launcher_stops_an_unchanged_loop_of_every_kind_at_its_first_non_fin
 
 
 @pytest.mark.slow
+def test_a_line_searchs_rejected_trial_points_are_no_part_of_the_steps_loss(tmp_path):
+    # Each step evaluates its closure at the weights, at a point 1,000 times the rate away (a loss hundreds of
+    # times the start, rejected) and at the rate. The step's loss is the first evaluation, as step() returns
+    # it: stop 69's hunt saw a healthy L-BFGS rolled back as Diverging at the mean of its line search's points.
+    unwatched = run([str(LOOPS), "--kind", "line_search", "--steps", "30"], LOOPS.parent, job_env(tmp_path / "alone"))
+    watched = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", "line_search", "--steps", "30"],
+                  LOOPS.parent, job_env(tmp_path))
+    assert watched.returncode == 0, watched.stderr
+    assert watched.stdout == unwatched.stdout and "sentinel:" not in watched.stderr
+    assert findings(tmp_path) == []
+    written = summary(tmp_path)
+    assert (written["steps_taken"], written["learned"]) == (30, True)
+    losses = logged_losses(unwatched.stdout)
+    assert written["first_loss"] == pytest.approx(sum(losses[:5]) / 5, rel=1e-4)  # the first window's mean
+    assert written["last_loss"] == pytest.approx(losses[-1], rel=1e-4)
+
+
+@pytest.mark.slow
 def test_the_launcher_follows_the_optimizer_a_second_phase_replaces(tmp_path):
     # A new SGD over the same parameters from step 6: its steps are the run's (a new optimizer was once
     # only checked, its steps uncounted, and a run that learned in them was called never learned).
