@@ -163,13 +163,14 @@ class OptimizerHooks:
         no loss of the run's: the step's loss is its first call's (what ``step`` returns), made of that call's
         passes (micro-batches). Stop 69's hunt: a healthy L-BFGS with a strong-Wolfe line search, its closure
         evaluated at 0.034, 229.98, 1.665 and 0.032 in one step that returned 0.034, was rolled back as
-        Diverging at the mean, 57.93. A SAM closure climbs before its one call: that pass is the first."""
+        Diverging at the mean, 57.93. A SAM step that calls its closure at the weights and again at the point it
+        climbed to has its first call's loss; one whose first pass came before the step has its one call's."""
         if self._closure_version is None or self.optimizer is None:
             return False
-        weights = [p for group in self.optimizer.param_groups for p in group["params"]][:1]
-        if not weights:
+        first = next((p for group in self.optimizer.param_groups for p in group["params"]), None)
+        if first is None:
             return False
-        version = weights[0]._version
+        version = first._version
         if self._closure_version < 0:
             self._closure_version = version
             return False
