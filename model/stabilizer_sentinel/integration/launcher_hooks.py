@@ -36,6 +36,11 @@ stabilizer_sentinel.loops.step_clock, and ``torch.autograd.backward``, stabilize
   changed with no optimizer step are attached the same way, from step 1, and from then on the
   scalar each backward pass starts from is the step's loss. A loop that makes new leaf tensors at
   every step is said to be unwatchable in one line of stderr, and ends unwatched.
+- **Nothing to attach to**: a network trained through weights kept outside it (``torch.func.functional_call``
+  over a dictionary the loop replaces: no optimizer, no backward pass, its own weights unchanged), or bare
+  tensors given gradients by ``torch.autograd.grad`` alone. The hooks never attach; at exit, where a network
+  was called in training mode or the log reported a loss, one line on stderr says the run was not watched
+  (``_say_unwatched``), and no summary is written: the workflow calls the run unwatched.
 - **Training in child processes** (Hogwild!, a loop in a ``multiprocessing.Process``): a spawned or
   forkserver child of the entry point installs these hooks itself (the autostart), a forked one
   inherits them while they stand by (``os.register_at_fork``); a child that steps an optimizer is
@@ -233,6 +238,10 @@ def _watchers(holder: Any, walked: list[Any], depth: int) -> bool:
 class LauncherHooks:
     """Global hooks that find the model, the optimizer and the loss of a script that knows nothing of us."""
 
+    # The first network called to train (its class's name) while the hooks stood by: said at exit where they never
+    # attached (``_say_unwatched``).
+    _trained: str | None = None
+
     def __init__(self, config: StabilizerConfig, paths: JobPaths) -> None:
         self.config = config
         self.paths = paths
@@ -363,6 +372,7 @@ class LauncherHooks:
                   if p.requires_grad and not isinstance(p, nn.parameter.UninitializedParameter)]
         if not params or self.guard is not None or torch.jit.is_tracing():
             return
+        self._trained = self._trained or type(module).__name__
         known = self._fingerprints.get(id(module))
         if known is None:  # the smallest parameter: a cheap copy, compared until the first step
             smallest = min(params, key=lambda p: p.numel())
@@ -576,8 +586,28 @@ class LauncherHooks:
             handle.remove()
         if self.guard is not None:
             self.guard.close()
+        else:
+            self._say_unwatched()
         self._drop_batches()
         self.channel.uninstall()
+
+    def _say_unwatched(self) -> None:
+        """One line on stderr where the script trained, or logged losses, and the hooks never attached: no summary
+        is written, and the workflow calls the run unwatched; the line says why. Not in a worker (a loader's, or
+        a Hogwild! child that never stepped), nor where the workers wrote their findings (a Hogwild! parent, which
+        tests what they trained), nor where the line refusing the loop was said already."""
+        if (self.stood_down or worker_processes.is_worker() or self._hand_updates.refused is not None
+                or (self.paths.checkpoint_dir / worker_processes.PARTS).is_dir()):
+            return
+        if self._trained is not None:
+            seen = f"{self._trained} was called in training mode"
+        elif self._pending_loss is not None:
+            seen = "the log reported a loss"
+        else:
+            return
+        print(f"sentinel: not watched: {seen}, but no optimizer stepped and no weights changed in place (weights "
+              "kept outside the network, as torch.func.functional_call's, cannot be followed): the run was not "
+              "judged", file=sys.stderr, flush=True)
 
 
 def activate(environ: Mapping[str, str] | None = None, *, force: bool = False,

@@ -26,7 +26,8 @@ ends unwatched (no summary):
   the tensors the guard would hook are gone by the next step (the last pass's smallest leaf, held
   weakly, is no longer alive; a pass over other leaves while those of the last are still held is
   another network's loss, backwarded before an optimizer's step);
-- a loop whose gradients come from ``torch.autograd.grad`` (no backward pass; nothing is wrapped there).
+- a loop whose gradients come from ``torch.autograd.grad`` (no backward pass; nothing is wrapped there): said at
+  exit instead, where the log reported a loss (stabilizer_sentinel.integration.launcher_hooks).
 
 This module must not change gradients or weights. Walking the graph costs one visit per graph node,
 at each backward pass until the launcher attaches or stands down (one walk in a script with an optimizer).

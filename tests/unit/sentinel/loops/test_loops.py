@@ -150,6 +150,20 @@ def test_a_loop_that_makes_new_tensors_every_step_is_refused_in_one_line_not_sil
 
 
 @pytest.mark.slow
+def test_a_network_trained_through_weights_kept_outside_it_is_said_to_be_unwatched_at_exit(tmp_path):
+    # torch.func.functional_call over a dictionary of weights the loop replaces: no optimizer, no backward pass,
+    # the module's own weights never change. Nothing can be watched; before stop 70 nothing said so either.
+    command = [str(LOOPS), "--kind", "outside", "--steps", "30"]
+    unwatched = run(command, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    result = run(["-m", "stabilizer_sentinel.launch", *command], LOOPS.parent, job_env(tmp_path))
+    assert result.returncode == unwatched.returncode == 0, result.stderr
+    assert result.stdout == unwatched.stdout and logged_losses(result.stdout)[-1] < logged_losses(result.stdout)[0]
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("sentinel: not watched: Sequential was called in training mode") and "not judged" in line
+    assert not (tmp_path / "checkpoints" / "findings.json").exists()  # no summary: the workflow says unwatched
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("integration", ["library", "launcher"])
 def test_a_nan_loss_under_a_grad_scaler_is_found_though_the_scaler_skips_every_step_after_it(
         tmp_path, monkeypatch, integration):
