@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
 import traceback
 import weakref
 from collections.abc import Callable
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
+
+from stabilizer_sentinel.say import say
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -85,8 +86,8 @@ def stand_aside(error: BaseException) -> None:
     if _failure:
         return
     _failure.append(f"{type(error).__name__}: {error} at {_where(error)}")
-    print(f"sentinel: the watcher's own code failed ({_failure[0]}); it stands aside and the run goes on "
-          f"unwatched", file=sys.stderr, flush=True)
+    say(f"sentinel: the watcher's own code failed ({_failure[0]}); it stands aside and the run goes on "
+        f"unwatched")
     for listener in list(_on_failure):
         with contextlib.suppress(Exception):  # standing aside must not raise in turn
             listener(_failure[0])

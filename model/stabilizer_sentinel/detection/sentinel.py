@@ -49,6 +49,7 @@ from stabilizer_sentinel.detection.health import LearningCheck, default_finite_r
 from stabilizer_sentinel.loops import distributed, gradients, worker_processes
 from stabilizer_sentinel.rules import ExplodingTensor, Rule, RuleConfigError, RuleFinding, parse_rule_list
 from stabilizer_sentinel.rules.base import unmatched_findings
+from stabilizer_sentinel.say import say
 from stabilizer_sentinel.summary import jsonable as _jsonable
 
 FAILURE_PREFIX = RULE_STOP_PREFIX
@@ -333,7 +334,7 @@ class Sentinel:
             try:
                 fired = rule.invoke_at_step(step)
             except Exception as exc:  # a broken custom rule must not kill a healthy job
-                print(f"sentinel: rule {rule.name} failed at step {step}, disabled: {exc!r}", file=sys.stderr)
+                say(f"sentinel: rule {rule.name} failed at step {step}, disabled: {exc!r}")
                 self._fired.add(id(rule))
                 continue
             if fired and rule.finding is not None:
@@ -362,7 +363,7 @@ class Sentinel:
         elif self.rewind is not None:  # before findings.json: whoever reads it finds the checkpoint there
             self.rewind.persist(before_step=min(entry["step"] for entry in entries))
         for entry in entries:
-            print(f"sentinel: {entry['rule']} at step {entry['step']}: {entry['message']}", file=sys.stderr)
+            say(f"sentinel: {entry['rule']} at step {entry['step']}: {entry['message']}")
         self.adopt(entries)
         return Verdict(stop=any(entry["action"] == "stop" for entry in entries), findings=entries)
 
@@ -392,8 +393,7 @@ class Sentinel:
             # raised in the script's step, or printed a traceback at its exit (stop 63's hunt): said once.
             if not self._unwritable:
                 self._unwritable = True
-                print(f"sentinel: findings.json could not be written ({error}); the run goes on unrecorded",
-                      file=sys.stderr, flush=True)
+                say(f"sentinel: findings.json could not be written ({error}); the run goes on unrecorded")
 
     def rolled_back(self, decision: dict[str, Any]) -> None:
         """An in-job rollback (stabilizer_sentinel.recovery.recovery) went on from an earlier state: into
@@ -483,7 +483,7 @@ class Sentinel:
                 partial.write_text(reason + "\n")
                 partial.replace(self.failure_file)
             if echo:
-                print(reason, file=sys.stderr, flush=True)
+                say(reason)
         finally:  # a rank whose writing failed still meets the others, which would wait for it
             if leave is not None:
                 # A rank already gone: gloo raises here (under NCCL its watchdog ends the wait, or torchrun does).

@@ -60,6 +60,7 @@ from typing import Any
 from stabilizer_sentinel.detection.hang_bounds import HangBounds
 from stabilizer_sentinel.failsafe import shielded
 from stabilizer_sentinel.loops import bare_tensors
+from stabilizer_sentinel.say import say
 
 HANG = "Hang"
 STRAGGLER = "Straggler"
@@ -220,7 +221,7 @@ class Watchdog:
             try:
                 self.heartbeats = Heartbeats(self.rank, self.world_size, env)
             except Exception as exc:  # no store to reach: each rank judges itself alone
-                print(f"sentinel: watchdog heartbeats unavailable ({exc!r})", file=sys.stderr, flush=True)
+                say(f"sentinel: watchdog heartbeats unavailable ({exc!r})")
         self._step_handle: Any = None
         # Made in the training thread (the guard's): its work, between steps too, is no hang.
         self.activity = Activity(threading.get_native_id(), _device_of(guard))
@@ -334,7 +335,7 @@ class Watchdog:
         guard = self.guard
         step = guard.step_number
         sentinel = guard.sentinel
-        print(f"sentinel: {HANG} at step {step}: {message}", file=sys.stderr, flush=True)
+        say(f"sentinel: {HANG} at step {step}: {message}")
         if guard.primary:
             from stabilizer_sentinel.rules import RuleFinding
 
@@ -363,7 +364,7 @@ class Watchdog:
                 partial.write_text(f"RuleStop: {reason}\n")
                 partial.replace(sentinel.failure_file)
         finally:
-            print(f"sentinel stopped the job: RuleStop: {reason}", file=sys.stderr, flush=True)
+            say(f"sentinel stopped the job: RuleStop: {reason}")
             sys.stdout.flush()
             self._leave_together(beats)
             os._exit(EXIT_HANG)  # the training thread is stuck: only the process can end
@@ -395,7 +396,7 @@ class Watchdog:
                          "message": f"rank {rank} on {beat.get('host')} is {slow[rank]:.1f}x slower than the "
                                     f"median of the other ranks (busy {float(beat['busy']):.3g} s a step)"}
                 self._reported_stragglers[rank] = entry
-                print(f"sentinel: {STRAGGLER}: {entry['message']}", file=sys.stderr, flush=True)
+                say(f"sentinel: {STRAGGLER}: {entry['message']}")
                 self._write_stragglers()
 
     def _write_stragglers(self) -> None:

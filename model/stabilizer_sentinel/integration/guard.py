@@ -51,7 +51,6 @@ from __future__ import annotations
 import atexit
 import gc
 import math
-import sys
 import threading
 import weakref
 from collections.abc import Sequence
@@ -80,6 +79,7 @@ from stabilizer_sentinel.recovery.ranks import Follower, Ranks
 from stabilizer_sentinel.recovery.recovery import Recovery
 from stabilizer_sentinel.recovery.rewind import Rewind
 from stabilizer_sentinel.rules import RuleFinding
+from stabilizer_sentinel.say import say
 from stabilizer_sentinel.summary import RunRecord, describe, how_it_ended, jsonable, watch_exit
 
 FINITE_CHECK_RULE = "ExplodingTensor"
@@ -712,7 +712,7 @@ class Guard(OptimizerHooks):
         # The finding's own line (``sentinel: <rule> at step N: <why>``) was printed as it was found: this one
         # says what became of it, without the reason a third time (the failure file holds it).
         what = finding["rule"] if finding else "another rank stopped"
-        print(f"sentinel stopped the job {when}: {what} (exit status {EXIT_RULE_STOP})", file=sys.stderr, flush=True)
+        say(f"sentinel stopped the job {when}: {what} (exit status {EXIT_RULE_STOP})")
         self._closed = True
         self._remove_hooks()
         # exit status 86, failure file "RuleStop: ..."

@@ -109,6 +109,7 @@ from stabilizer_sentinel.loops.backward_loss import BackwardLoss
 from stabilizer_sentinel.loops.networks import BareTensors, unwrap
 from stabilizer_sentinel.recovery import resume
 from stabilizer_sentinel.recovery.batches import Batches
+from stabilizer_sentinel.say import say
 from stabilizer_sentinel.summary import watch_exit
 
 _is_compiling = module_hooks.is_compiling
@@ -549,14 +550,14 @@ class LauncherHooks:
             return  # not this module (a loss, an augmentation, another network): the next root may fit
         network.load_state_dict(state["model"])
         self._checkpoint = (source, state, network)
-        print(f"sentinel: the launcher resumed {type(network).__name__} from {source}", file=sys.stderr, flush=True)
+        say(f"sentinel: the launcher resumed {type(network).__name__} from {source}")
 
     def _resume_optimizer(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         if self._checkpoint is None or self.guard is None:
             if self._candidate is not None:
                 # Not "starting fresh": a script that keeps its own checkpoints there may have resumed itself.
-                print(f"sentinel: checkpoint {self._candidate[0]} fits no network of this script, so the launcher "
-                      f"loaded nothing from it", file=sys.stderr, flush=True)
+                say(f"sentinel: checkpoint {self._candidate[0]} fits no network of this script, so the launcher "
+                    f"loaded nothing from it")
             return
         source, state, network = self._checkpoint
         if network is not model:
@@ -605,9 +606,9 @@ class LauncherHooks:
             seen = "the log reported a loss"
         else:
             return
-        print(f"sentinel: not watched: {seen}, but no optimizer stepped and no weights changed in place (weights "
-              "kept outside the network, as torch.func.functional_call's, cannot be followed): the run was not "
-              "judged", file=sys.stderr, flush=True)
+        say(f"sentinel: not watched: {seen}, but no optimizer stepped and no weights changed in place (weights "
+            "kept outside the network, as torch.func.functional_call's, cannot be followed): the run was not "
+            "judged")
 
 
 def activate(environ: Mapping[str, str] | None = None, *, force: bool = False,

@@ -36,7 +36,6 @@ at each backward pass until the launcher attaches or stands down (one walk in a 
 from __future__ import annotations
 
 import functools
-import sys
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -46,6 +45,7 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from stabilizer_sentinel import failsafe
+from stabilizer_sentinel.say import say
 
 # Called with the tensors of every backward pass, before it runs (listen), by handle id; and with its
 # gradients (``grad_tensors``, None where the pass was given none) where the listener asked for them.
@@ -152,7 +152,7 @@ class HandUpdates:
         if known is not None and leaf is None:
             self.refused = ("the loop makes new parameter tensors at every step (no optimizer, no nn.Module): "
                             "the launcher cannot follow them; update them in place (w -= lr * w.grad under no_grad)")
-            print(f"sentinel: not watched: {self.refused}", file=sys.stderr, flush=True)
+            say(f"sentinel: not watched: {self.refused}")
             return None
         smallest = min(found, key=lambda t: t.numel())
         self._watched = (weakref.ref(smallest), smallest.detach().clone())

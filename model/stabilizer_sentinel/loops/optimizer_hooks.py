@@ -29,13 +29,13 @@ This module must not change gradients or weights.
 from __future__ import annotations
 
 import math
-import sys
 from typing import Any
 
 import torch
 
 from stabilizer_sentinel.failsafe import shielded
 from stabilizer_sentinel.loops import gradients
+from stabilizer_sentinel.say import say
 
 STATE_KEY = "stabilizer_step"
 LEARNING_KEY = "stabilizer_learning"  # the learning check's start, so a resumed run is judged from its lineage
@@ -139,8 +139,8 @@ class OptimizerHooks:
             return  # gradients do not exist yet; checked after the step
         if self._loss is None and self._reported_once and self.warn_when_loss_is_late and not self._warned_late:
             self._warned_late = True
-            print("sentinel: guard.step(loss) came after optimizer.step(); each loss is checked with the next "
-                  "step's gradients. Call guard.step(loss) before optimizer.step().", file=sys.stderr)
+            say("sentinel: guard.step(loss) came after optimizer.step(); each loss is checked with the next "
+                "step's gradients. Call guard.step(loss) before optimizer.step().")
         self.check()
         if self.recovery is not None:  # an in-job rollback's rate, for this step alone
             self.recovery.scale(optimizer)

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import sys
 import threading
 import weakref
 from collections.abc import Iterable, Mapping
@@ -67,6 +66,8 @@ from typing import Any
 
 import torch
 from torch.utils.data import dataloader
+
+from stabilizer_sentinel.say import say
 
 KEEP = 3  # the newest steps whose batches are held
 # The most batches one step may take and still be held: a loop that reads the data with gradients on
@@ -152,8 +153,8 @@ class Batches:
                           versions=_versions(batch), source=self._source(iterator))
             if self.skip and fingerprint(batch) in self.skip:
                 self.skipped += 1
-                print(f"sentinel: skipped batch {fetch.index} of pass {fetch.epoch} over the training data: the same "
-                      f"batch was found bad before", file=sys.stderr, flush=True)
+                say(f"sentinel: skipped batch {fetch.index} of pass {fetch.epoch} over the training data: the same "
+                    f"batch was found bad before")
                 continue
             if self.skip_nonfinite and self._passed_over_nonfinite(fetch):
                 continue
@@ -181,13 +182,12 @@ class Batches:
         self._nonfinite_skipped += 1
         if self._nonfinite_skipped > max(NONFINITE_LEAST, NONFINITE_SHARE * self._nonfinite_seen):
             self.skip_nonfinite = False
-            print(f"sentinel: {self._nonfinite_skipped} of the {self._nonfinite_seen} batches since hold non-finite "
-                  f"values: the data carries them, not one corrupt record; no longer passed over",
-                  file=sys.stderr, flush=True)
+            say(f"sentinel: {self._nonfinite_skipped} of the {self._nonfinite_seen} batches since hold non-finite "
+                f"values: the data carries them, not one corrupt record; no longer passed over")
             return False
         self.skipped += 1
-        print(f"sentinel: skipped batch {fetch.index} of pass {fetch.epoch} over the training data: it holds "
-              f"non-finite values, as the bad batch found before did", file=sys.stderr, flush=True)
+        say(f"sentinel: skipped batch {fetch.index} of pass {fetch.epoch} over the training data: it holds "
+            f"non-finite values, as the bad batch found before did")
         return True
 
     def _source(self, iterator: Any) -> int:

@@ -71,7 +71,6 @@ This module decides the in-job remedy; it must not write files other than throug
 from __future__ import annotations
 
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,6 +82,7 @@ from stabilizer_contract.job import IN_JOB_ROLLBACKS, IN_JOB_TRANSIENTS
 from stabilizer_contract.job import PAST_OUTCOMES as PAST  # an explosion the same rate trained past
 from stabilizer_sentinel.recovery import averages
 from stabilizer_sentinel.recovery.batches import corrupt_records, describe
+from stabilizer_sentinel.say import say
 
 EXPLODING = "ExplodingTensor"
 RECOVERABLE = (EXPLODING, DIVERGING)  # a rate too high: the job can lower it itself
@@ -349,9 +349,9 @@ class Recovery(RateFactor):
         if snapshot is None:
             return False
         if not self.guard.rewind.fits(snapshot):
-            print(f"sentinel: {entry['rule']} at step {entry['step']}: no rollback in the job: the network or its "
-                  f"optimizer changed since the copy at step {snapshot.next_step} (pruned, a group added), which no "
-                  f"longer fits them", file=sys.stderr, flush=True)
+            say(f"sentinel: {entry['rule']} at step {entry['step']}: no rollback in the job: the network or its "
+                f"optimizer changed since the copy at step {snapshot.next_step} (pruned, a group added), which no "
+                f"longer fits them")
             return False
         # The factor the failing step runs at, the ceiling folded in: the probes are relative to it, uncapped.
         # Inside the step (a closure's check) its rates are scaled already; before it, they are the script's.
@@ -379,8 +379,8 @@ class Recovery(RateFactor):
         self.guard.rewind.frozen = True  # no copies of probing states
         then = ("replaying the same rate" + (" with the step's own batches" if self._batches_held else "")
                 + ", then lower ones if it fails") if replay else "probing lower rates"
-        print(f"sentinel: {entry['rule']} at step {entry['step']}: rolling back to step {snapshot.next_step} and "
-              f"{then} in the job", file=sys.stderr, flush=True)
+        say(f"sentinel: {entry['rule']} at step {entry['step']}: rolling back to step {snapshot.next_step} and "
+            f"{then} in the job")
         return True
 
     def _sudden(self, entry: dict[str, Any]) -> bool:
@@ -512,9 +512,9 @@ class Recovery(RateFactor):
                                    "factor_before": factor_before}, [], self.factor)
         self.decisions.append(decision)
         self._since = self._watch_since(best)
-        print(f"sentinel: {message}; rolled back {decision['steps_lost']} steps to step {best.next_step}, going on "
-              f"at {decision['learning_rate_after']:.3g} ({self.factor:.3g} x the script's rate)"
-              f"{self._restart_averages(decision)}", file=sys.stderr, flush=True)
+        say(f"sentinel: {message}; rolled back {decision['steps_lost']} steps to step {best.next_step}, going on "
+            f"at {decision['learning_rate_after']:.3g} ({self.factor:.3g} x the script's rate)"
+            f"{self._restart_averages(decision)}")
         guard.sentinel.rolled_back(decision)
 
     def after_step(self) -> None:
@@ -631,8 +631,8 @@ class Recovery(RateFactor):
                    if (rate := _times(before, p.factor / factor_before)) is not None]
         if trained and max(trained) > (finding.get("stable_learning_rate") or 0):
             finding["stable_learning_rate"] = max(trained)
-        print(f"sentinel: the run ended while probing rates after {decision['rule']} at step {decision['step']} "
-              f"({len(probed)} probed): the finding stands", file=sys.stderr, flush=True)
+        say(f"sentinel: the run ended while probing rates after {decision['rule']} at step {decision['step']} "
+            f"({len(probed)} probed): the finding stands")
         self.guard.sentinel.adopt([finding])
 
     # -- steps of a rollback
@@ -665,8 +665,7 @@ class Recovery(RateFactor):
         is reproduced: the next replay trains on other batches), or it did not take them (a loop that
         fetched from other data first: a plain replay)."""
         if not self.batches.replayed():
-            print("sentinel: the loop did not take the failing step's batches again: replaying on its next ones",
-                  file=sys.stderr, flush=True)
+            say("sentinel: the loop did not take the failing step's batches again: replaying on its next ones")
             self._with_batch = None
             if self._replays:
                 self._queue.pop(0)
@@ -712,13 +711,13 @@ class Recovery(RateFactor):
                      if self._bad else "")
             also = ("; it holds non-finite values the batches trained after it do not: any later batch that holds "
                     "them is passed over too" if records else "")
-            print(f"{head} came again with that step's batches{where} and not with the next {probe.steps}: a bad "
-                  f"batch, skipped{also}; going on unchanged{averaged}", file=sys.stderr, flush=True)
+            say(f"{head} came again with that step's batches{where} and not with the next {probe.steps}: a bad "
+                f"batch, skipped{also}; going on unchanged{averaged}")
         else:
             tried = "with that step's batches, then " if self._with_batch is not None else ""
-            print(f"{head}: the same rate trained from there {tried}for {probe.steps} steps: "
-                  f"{'a one-off' if self._with_batch is not None else 'the batch or a one-off'}, going on unchanged"
-                  f"{averaged}", file=sys.stderr, flush=True)
+            say(f"{head}: the same rate trained from there {tried}for {probe.steps} steps: "
+                f"{'a one-off' if self._with_batch is not None else 'the batch or a one-off'}, going on unchanged"
+                f"{averaged}")
         guard.sentinel.rolled_back(decision)
 
     def _corrupt_records(self, trigger: dict[str, Any]) -> bool:
@@ -767,10 +766,9 @@ class Recovery(RateFactor):
         self.ceiling = chosen.top  # no rate higher than the kept probe trained at: a rising schedule is not
         decision = self._decision(trigger, probed, factor)  # multiplied past what was measured
         self.decisions.append(decision)
-        print(f"sentinel: rolled back {decision['steps_lost']} steps to step {decision['restored_step']}; going on "
-              f"at {decision['learning_rate_after']:.3g} ({decision['factor']:.3g} x the script's rate), chosen from "
-              f"{len(probed)} probes in {decision['seconds']:.2f} s{self._restart_averages(decision)}",
-              file=sys.stderr, flush=True)
+        say(f"sentinel: rolled back {decision['steps_lost']} steps to step {decision['restored_step']}; going on "
+            f"at {decision['learning_rate_after']:.3g} ({decision['factor']:.3g} x the script's rate), chosen from "
+            f"{len(probed)} probes in {decision['seconds']:.2f} s{self._restart_averages(decision)}")
         guard.sentinel.rolled_back(decision)
 
     def _restart_averages(self, decision: dict[str, Any]) -> str:

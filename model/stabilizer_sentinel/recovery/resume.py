@@ -12,7 +12,6 @@ This module must not decide when to load: the guard and the launcher do.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from torch import nn
 
 from stabilizer_contract.checkpoints import newest_checkpoint
 from stabilizer_sentinel.job_config import JobPaths
+from stabilizer_sentinel.say import say
 
 
 def read_newest(paths: JobPaths) -> tuple[Path, dict[str, Any]] | None:
@@ -31,8 +31,7 @@ def read_newest(paths: JobPaths) -> tuple[Path, dict[str, Any]] | None:
     try:
         state = torch.load(source, map_location="cpu", weights_only=True)
     except Exception as exc:  # not a checkpoint this library can read: the loop's own business
-        print(f"sentinel: cannot read checkpoint {source} ({exc!r}); starting from step 0", file=sys.stderr,
-              flush=True)
+        say(f"sentinel: cannot read checkpoint {source} ({exc!r}); starting from step 0")
         return None
     return source, state
 
@@ -71,14 +70,13 @@ def restore(paths: JobPaths, model: nn.Module, optimizer: torch.optim.Optimizer 
     source, state = found
     reason = misfit(state, model, optimizer)
     if reason is not None:
-        print(f"sentinel: checkpoint {source} does not fit this model ({reason}); starting from step 0",
-              file=sys.stderr, flush=True)
+        say(f"sentinel: checkpoint {source} does not fit this model ({reason}); starting from step 0")
         return None
     model.load_state_dict(state["model"])
     if optimizer is not None:
         load_optimizer(state, optimizer)
     next_step = int(state["next_step"])
-    print(f"sentinel: resumed from {source} at step {next_step}", file=sys.stderr, flush=True)
+    say(f"sentinel: resumed from {source} at step {next_step}")
     return source, next_step
 
 

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -55,6 +54,7 @@ from torch import nn
 
 from stabilizer_contract.checkpoints import checkpoint_name
 from stabilizer_sentinel.loops.optimizer_hooks import LEARNING_KEY, STATE_KEY
+from stabilizer_sentinel.say import say
 
 GUARD_KEYS = (STATE_KEY, LEARNING_KEY)
 
@@ -327,9 +327,8 @@ class Rewind:
             self.frozen = True
             self.snapshots.clear()
             self.first = self.anchor = None
-            print(f"sentinel: no copies of the training state for a rollback in the job: the optimizer's state "
-                  f"cannot be read ({' '.join(str(error).split())[:200]}); a finding stops the job",
-                  file=sys.stderr, flush=True)
+            say(f"sentinel: no copies of the training state for a rollback in the job: the optimizer's state "
+                f"cannot be read ({' '.join(str(error).split())[:200]}); a finding stops the job")
             return None
 
     def fits(self, snapshot: Snapshot) -> bool:
