@@ -3,7 +3,8 @@
 When the configuration gives a ``loss_regex`` (the job's metric definition for its loss), or when
 the launcher needs the log for its loss, ``install`` wraps ``sys.stdout`` and ``sys.stderr`` once per
 process: everything passes through unchanged, and every complete line the regex matches yields a
-number. The channel keeps the last one, the number of lines, and the step at which the log first
+number (a line rewritten by carriage returns, a progress bar's, is read at its last update that
+has one). The channel keeps the last one, the number of lines, and the step at which the log first
 reported a non-finite loss (``summary.log_loss``); at that line it hands the value to the guard that
 watches the run, which records an ``ExplodingTensor`` finding with source "log", and stops the job at
 its next step when the action is stop (a line may be printed from any thread, where exiting would end
@@ -50,7 +51,7 @@ class _LossFromLog(io.TextIOBase):
         *lines, rest = (self._partial + text).split("\n")
         self._partial = rest[-4096:]  # a line that never ends (progress bars) is not kept whole
         for line in lines:
-            match = self._pattern.search(line)
+            match = _last_match(self._pattern, line)
             if match:
                 with contextlib.suppress(ValueError):
                     failsafe.call_shielded(self._sink, float(match.group(1)))
@@ -66,6 +67,16 @@ class _LossFromLog(io.TextIOBase):
 
     def __getattr__(self, name: str) -> Any:  # buffer, name, mode, line_buffering, reconfigure, ...
         return getattr(self._stream, name)
+
+
+def _last_match(pattern: re.Pattern[str], line: str) -> re.Match[str] | None:
+    """The match in the last of a line's carriage-return updates that has one: a progress bar rewrites its line
+    (``\r``) as it goes, and what it shows at its end is its last update, not its first (stop 69's hunt)."""
+    for update in reversed(line.split("\r")):
+        match = pattern.search(update)
+        if match:
+            return match
+    return None
 
 
 def _delegate(name: str) -> Any:

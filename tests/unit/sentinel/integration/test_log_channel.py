@@ -1,0 +1,38 @@
+"""The log channel (stabilizer_sentinel.integration.log_channel) reads the loss out of the lines a script prints,
+passing every character through unchanged."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from stabilizer_sentinel.integration.log_channel import _LossFromLog
+
+PATTERN = re.compile(r"loss[=:]\s*([-+0-9.eE]+|nan|inf)")
+
+
+def _stream() -> tuple[_LossFromLog, io.StringIO, list[float]]:
+    underneath, read = io.StringIO(), []
+    return _LossFromLog(underneath, PATTERN, read.append), underneath, read
+
+
+def test_a_progress_bars_line_is_read_at_its_last_update_not_its_first():
+    stream, underneath, read = _stream()
+    text = "epoch 1: 10%| loss=2.31\repoch 1: 50%| loss=1.20\repoch 1: 100%| loss=0.412\n"
+    stream.write(text)
+    assert read == [0.412]
+    assert underneath.getvalue() == text
+
+
+def test_a_last_update_with_no_loss_leaves_the_one_before_it():
+    stream, _, read = _stream()
+    stream.write("step 9 loss=0.9\r\n")  # a bar that ends by clearing its line, then a newline
+    stream.write("train loss: 0.75\rdone\n")
+    assert read == [0.9, 0.75]
+
+
+def test_a_line_written_in_pieces_is_read_once_it_ends():
+    stream, _, read = _stream()
+    for piece in ("step 3 ", "loss=", "1.5", "\r", "step 4 loss=1.25", "\n"):
+        stream.write(piece)
+    assert read == [1.25]
