@@ -136,6 +136,7 @@ class RunRecord:
     first_seen: float | None = None  # the first finite loss: the start of a run too short for a window
     started_from: str | None = None
     restores: bool = False
+    trained_before: int = 0  # this network's earlier trainings from its start in this process: told, not acted on
     exception: str | None = None  # set by a framework that catches the exception itself (Lightning)
     evaluations: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=EVALUATIONS_KEPT))
     log: LogLoss | None = None
@@ -189,6 +190,7 @@ class RunRecord:
             "watching_failed": failsafe.failure(),
             "started_from": self.started_from,
             "restores": self.restores,
+            "trained_before": self.trained_before,
             "evaluations": [[step, jsonable(value)] for step, value in self.evaluations],
             "log_loss": self.log.as_json() if self.log is not None else None,
         }

@@ -582,6 +582,12 @@ class Guard(OptimizerHooks):
         if extra is not None and self.rewind is not None:
             self.rewind.extra = extra
 
+    def trained_again(self, before: int) -> None:
+        """This network is one trained ``before`` times already in this process, each from its start (a search's
+        trials, a cross-validation's folds: stabilizer_sentinel.integration.launcher_hooks); the summary's
+        ``trained_before``."""
+        self.record.trained_before = before
+
     def resumed(self, started_from: str | None, next_step: int | None = None) -> None:
         """The run started from ``started_from`` (a checkpoint, named in the summary); with
         ``next_step``, its steps count on from there."""

@@ -23,7 +23,9 @@ stabilizer_sentinel.loops.step_clock, and ``torch.autograd.backward``, stabilize
   so a run is never judged on a phase that ended while the one after it trained unwatched. Where the
   script let go of the first optimizer (nothing but the watcher holds it: ``_let_go``), that is at the
   other's first step: a sweep's next model, bound to the names of the last, is the run's from its first
-  step, and the model before is the script's to free.
+  step, and the model before is the script's to free. A next phase whose network is the last one built
+  again, trained from its start (a search's trial, a fold), has its findings told, never acted on
+  (``_new_phase``).
 - **Updated by hand** (no optimizer, ``p.data -= lr * p.grad``): until they attach, the hooks keep a
   copy of each candidate network's smallest parameter and compare it at its next training forward
   pass (one comparison per forward pass, until attached); a network whose weights changed with no
@@ -93,6 +95,7 @@ import os
 import sys
 import weakref
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -128,6 +131,20 @@ def _updates(optimizer: torch.optim.Optimizer, model: nn.Module) -> bool:
     """Whether ``optimizer`` updates any of ``model``'s parameters (a network, or bare tensors)."""
     mine = {id(p) for p in model.parameters()}
     return any(id(p) in mine for group in optimizer.param_groups for p in group["params"])
+
+
+def _trained_again(before: nn.Module, network: nn.Module) -> bool:
+    """Whether ``network`` is the network of the phase before built again, to train from its start (a search's
+    next trial, a cross-validation's next fold): parameters of the same shapes in the same order, none of them
+    ``before``'s, and not where ``before`` ended (a copy of it, fine-tuned, goes on from there). Read once, at
+    the phase's first step; a comparison on the device stops at the first parameter that differs."""
+    old, new = list(before.parameters()), list(network.parameters())
+    if not new or len(old) != len(new) or any(a.shape != b.shape for a, b in zip(old, new, strict=True)):
+        return False
+    if {id(p) for p in old} & {id(p) for p in new}:
+        return False
+    return not all(a.device == b.device and a.dtype == b.dtype and torch.equal(a.detach(), b.detach())
+                   for a, b in zip(old, new, strict=True))
 
 
 def _holder(module: nn.Module, wanted: set[int]) -> nn.Module | None:
@@ -242,6 +259,8 @@ class LauncherHooks:
     # The first network called to train (its class's name) while the hooks stood by: said at exit where they never
     # attached (``_say_unwatched``).
     _trained: str | None = None
+    # The phases in a row, up to this one, whose network was the one before built again (``_trained_again``).
+    _trained_before = 0
 
     def __init__(self, config: StabilizerConfig, paths: JobPaths) -> None:
         self.config = config
@@ -426,12 +445,13 @@ class LauncherHooks:
         if self.guard is None and not self.stood_down:
             self._attach(self._model_of(optimizer), optimizer)
 
-    def _attach(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, start_step: int = 0) -> None:
+    def _attach(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, start_step: int = 0,
+                config: StabilizerConfig | None = None) -> None:
         exit_status.watch_main_frame()  # called from inside the script: its frame is on the stack
         for handle in self._module_handles:
             handle.remove()
         self._fingerprints.clear()
-        self.guard = Guard(model, optimizer, config=self.config, paths=self.paths, start_step=start_step,
+        self.guard = Guard(model, optimizer, config=config or self.config, paths=self.paths, start_step=start_step,
                            integration="launcher", batches=self.batches)
         self.batches = self.guard.batches  # none where the guard keeps none: what was fetched so far let go
         self.guard.called_through([root for root in (ref() for ref in self._roots.values()) if _wraps(root, model)])
@@ -499,20 +519,35 @@ class LauncherHooks:
         """Let the guard of the phase before go, without a summary (and with it the network and optimizer it
         held), and attach one to ``optimizer``. Its in-job decisions are the job's: findings.json keeps them,
         before the new phase's (a sweep's first model rolled back lost its record, and the workflow, which had
-        read it, would have taken the next phase's first for it)."""
+        read it, would have taken the next phase's first for it).
+
+        A phase whose network is the one before built again, trained from its start (``_trained_again``: a
+        search's trials, a cross-validation's folds, one architecture trained at several seeds) is a run the
+        script compares with the others: its findings are told (action ``notify``), never acted on, no rollback
+        and no stop. A trial at a rate that diverges is the search's to see: rolled back, it ended as well as
+        the best and the script chose its rate (stop 70's hunt); stopped, the search ended there. Its summary
+        says how many such phases came before it (``trained_before``). The first phase is acted on as any run:
+        nothing says yet that another will follow."""
         assert self.guard is not None
         passes = self.guard.pass_loss()  # this step's backward passes, read by the guard of the phase before
         carried = passes if carried is None else carried
         decided = self.guard.in_job_decisions()
+        before = self.guard.model
         self.guard.discard()
         self.guard, self.batches = None, None
         self._others_in_a_row, self._first_steps_then, self._longest_others = 0, -1, 0
         model = self._model_of(optimizer)
         if isinstance(model, BareTensors):  # its network was never called while the module hooks stood
             model = unwrap(_owner(optimizer) or model)
-        self._attach(model, optimizer)
+        again = _trained_again(before, model)
+        del before  # the script's to free
+        self._trained_before = self._trained_before + 1 if again else 0
+        told_only = replace(self.config, action="notify", recovery="relaunch") if again else None
+        self._attach(model, optimizer, config=told_only)
         if self.guard is not None:
             self.guard.carry_decisions(decided)
+            if again:
+                self.guard.trained_again(self._trained_before)
         if carried is not None and self.guard is not None:
             self.guard.backward_pass(carried)
 

@@ -491,6 +491,43 @@ def test_a_sweeps_first_model_rolled_back_in_the_job_keeps_its_record_after_the_
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("recovery", ["in_job", "relaunch"])
+def test_a_searchs_trial_that_diverges_after_the_first_is_told_not_rolled_back_or_stopped(tmp_path, recovery):
+    # From stop 70's hunt: a grid in one process (the same network built again for each rate) whose last rate
+    # diverges by design was rolled back in the job and ended as well as the best, and the script chose its rate;
+    # under the relaunch policy the job stopped there, and the search with it.
+    args = [str(FIXTURES / "loops" / "sweep.py"), "--rates", "0.05,0.05,20", "--steps", "40"]
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": recovery}))
+    assert (watched.returncode, watched.stdout) == (0, plain.stdout), watched.stderr
+    last = [float(line.split("loss=")[1]) for line in plain.stdout.splitlines() if line.startswith("run=2 ")]
+    assert not last[-1] < last[0]  # it diverged, as the script meant it to
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert "rollbacks" not in document
+    # Diverging at step 4, then non-finite at step 31: each told, none acted on
+    assert [(entry["rule"], entry["action"]) for entry in document["findings"]][:1] == [("Diverging", "notify")]
+    assert {entry["action"] for entry in document["findings"]} == {"notify"}
+    assert [line for line in watched.stderr.splitlines() if "rolling back" in line or "stopped" in line] == []
+    assert summary(tmp_path)["trained_before"] == 2
+
+
+def test_a_network_built_again_is_told_from_one_going_on_from_where_the_last_ended():
+    from stabilizer_sentinel.integration.launcher_hooks import _trained_again
+
+    def network(width: int = 16) -> nn.Module:
+        return nn.Sequential(nn.Linear(4, width), nn.ReLU(), nn.Linear(width, 1))
+
+    torch.manual_seed(0)
+    first = network()
+    assert _trained_again(first, network())  # a search's next trial, a fold: fresh weights of the same shapes
+    copy = network()
+    copy.load_state_dict(first.state_dict())
+    assert not _trained_again(first, copy)  # a copy of where it ended, fine-tuned: it goes on from there
+    assert not _trained_again(first, network(width=32))  # another network (a student after its teacher)
+    assert not _trained_again(first, first)  # the same parameters: a new optimizer over them
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["written out", "wrapper"])
 def test_sharpness_aware_minimisation_is_watched_as_its_optimizers_steps_and_recovers_in_the_job(tmp_path, form):
     # From stop 66's first verdict hunt: SAM moves the weights (to w + e(w)) after its first backward pass, before
