@@ -449,13 +449,7 @@ class Guard(OptimizerHooks):
                 return Verdict()
         if self.batches is not None:
             self.batches.checked(step)
-        rewind = self.rewind
-        if self.recovery is not None and rewind is not None and rewind.first is None and not rewind.frozen:
-            # The state the script starts training from (after any checkpoint it loaded): an explosion in
-            # the first steps rolls back to it.
-            first = rewind.try_take(step)
-            if first is not None:
-                rewind.keep(first)
+        self.take_first_copy()
         verdict = self.sentinel.after_backward(
             step, epoch=self.epoch, phase=self.phase, learning_rate=self.learning_rate, loss=self._objective(),
             inputs=self._inputs, labels=self._labels, outputs=self._outputs,
@@ -503,6 +497,18 @@ class Guard(OptimizerHooks):
                                               "rate was in force; the ranks can no longer agree at each step"))
             return
         self.recovery = self.sentinel.recovery = None
+
+    def take_first_copy(self) -> None:
+        """The state the script starts training from (after any checkpoint it loaded), once: an explosion in the
+        first steps rolls back to it. Taken at the first step's check, before its update; a ``step(closure)`` is
+        checked after its update, and its first copy is taken as it begins (stop 70's hunt: a rollback "to step
+        0" of a closure loop, Lightning's automatic optimisation under the launcher, loaded the weights and the
+        Adam state after step 0's update, which a rate 30 times too high had wrecked, three times over)."""
+        rewind = self.rewind
+        if self.recovery is not None and rewind is not None and rewind.first is None and not rewind.frozen:
+            first = rewind.try_take(self.step_number)
+            if first is not None:
+                rewind.keep(first)
 
     def step_begins(self) -> None:
         """Before the step's check: where the script gave its optimizer a group since the last step, the copies

@@ -134,6 +134,7 @@ class OptimizerHooks:
         self.step_begins()
         if _has_closure(args, kwargs):
             self._closure_version = -1
+            self.take_first_copy()  # the check comes after the update: the state before it is now
             if self.recovery is not None:
                 self.recovery.scale(optimizer)
             return  # gradients do not exist yet; checked after the step
@@ -147,6 +148,9 @@ class OptimizerHooks:
 
     def step_begins(self) -> None:
         """The watched optimizer's step is about to run, before its check: nothing here (the guard's copies)."""
+
+    def take_first_copy(self) -> None:
+        """The state training starts from, once, before the first update: nothing here (the guard's copies)."""
 
     def _after_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         self._in_step, self._closure_version = False, None

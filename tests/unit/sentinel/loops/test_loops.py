@@ -95,6 +95,23 @@ def test_a_line_searchs_rejected_trial_points_are_no_part_of_the_steps_loss(tmp_
 
 
 @pytest.mark.slow
+def test_a_closure_loop_rolled_back_to_its_start_gets_the_state_before_its_first_update(tmp_path):
+    # A closure step is checked after its update. Stop 70's hunt: its first copy was taken at that check, and a
+    # rollback "to step 0" of Lightning's automatic optimisation (a closure) loaded the weights and the
+    # optimizer's state that step 0's rate, far too high, had wrecked: every probe failed from there. Rolled
+    # back to the state before the update, it recovers as the same loop written without a closure does.
+    outputs = {}
+    for kind in ("plain", "closure"):
+        result = run(["-m", "stabilizer_sentinel.launch", str(LOOPS), "--kind", kind, "--lr", "1.5", "--steps", "40"],
+                     LOOPS.parent, job_env(tmp_path / kind, {"recovery": "in_job"}))
+        assert result.returncode == 0, result.stderr
+        (rollback,) = json.loads((tmp_path / kind / "checkpoints" / "findings.json").read_text())["rollbacks"]
+        outputs[kind] = (result.stdout, rollback["restored_step"], rollback["factor"])
+    assert outputs["closure"] == outputs["plain"]
+    assert outputs["plain"][1:] == (0, pytest.approx(1 / 30))
+
+
+@pytest.mark.slow
 def test_the_launcher_follows_the_optimizer_a_second_phase_replaces(tmp_path):
     # A new SGD over the same parameters from step 6: its steps are the run's (a new optimizer was once
     # only checked, its steps uncounted, and a run that learned in them was called never learned).
