@@ -548,6 +548,14 @@ class Guard(OptimizerHooks):
         if log is not None and log.nonfinite_step is not None and log.nonfinite_step < step:
             log.nonfinite_step = None
 
+    def phase_ended(self) -> None:
+        """The script's next phase begins (the launcher lets this guard go, stabilizer_sentinel.integration.
+        launcher_hooks): a rollback still probing is recorded as it stands, as at the run's end
+        (``Recovery.close``). Stop 70's hunt: a trial the script abandoned mid-probe left no record of its
+        rollback, its printed result the probe's."""
+        if self.recovery is not None:
+            self.recovery.close("the script's next training began")
+
     def in_job_decisions(self) -> list[dict[str, Any]]:
         """This guard's in-job decisions so far (findings.json's ``rollbacks``), earlier phases' first."""
         return list(self.sentinel.rollbacks)

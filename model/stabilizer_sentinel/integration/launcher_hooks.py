@@ -531,6 +531,7 @@ class LauncherHooks:
         assert self.guard is not None
         passes = self.guard.pass_loss()  # this step's backward passes, read by the guard of the phase before
         carried = passes if carried is None else carried
+        self.guard.phase_ended()
         decided = self.guard.in_job_decisions()
         before = self.guard.model
         self.guard.discard()

@@ -149,5 +149,5 @@ class Follower(RateFactor):
     def after_step(self) -> None:
         self.ranks.follow()
 
-    def close(self) -> None:
-        """Rank 0 records a rollback the run's end interrupted."""
+    def close(self, cause: str = "the run ended") -> None:
+        """Rank 0 records a rollback the run's end (``cause``) interrupted."""

@@ -593,8 +593,9 @@ class Recovery(RateFactor):
         top = edge([p for p in self._probes if id(p) in self._ends])
         return top is not None and any(p.factor < top.factor for p in self._probes)
 
-    def close(self) -> None:
-        """The run ended (the script's loop is done): a rollback still probing is recorded as it stands.
+    def close(self, cause: str = "the run ended") -> None:
+        """The run ended (the script's loop is done), or ``cause``: a rollback still probing is recorded as it
+        stands.
 
         The weights are the probe's under way (the job cannot go back once the script stopped
         stepping), not a recipe the job chose: the finding stands, as if the job had stopped on it, so
@@ -631,7 +632,7 @@ class Recovery(RateFactor):
                    if (rate := _times(before, p.factor / factor_before)) is not None]
         if trained and max(trained) > (finding.get("stable_learning_rate") or 0):
             finding["stable_learning_rate"] = max(trained)
-        say(f"sentinel: the run ended while probing rates after {decision['rule']} at step {decision['step']} "
+        say(f"sentinel: {cause} while probing rates after {decision['rule']} at step {decision['step']} "
             f"({len(probed)} probed): the finding stands")
         self.guard.sentinel.adopt([finding])
 

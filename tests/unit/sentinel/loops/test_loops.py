@@ -508,6 +508,18 @@ def test_a_sweeps_first_model_rolled_back_in_the_job_keeps_its_record_after_the_
 
 
 @pytest.mark.slow
+def test_a_rollback_still_probing_when_the_next_model_begins_is_recorded_as_it_stands(tmp_path):
+    # From stop 70's hunt: a trial the script abandoned while its rollback probed rates left no record of the
+    # rollback (findings.json had neither it nor the finding), though the trial's printed result was the probe's.
+    args = [str(FIXTURES / "loops" / "sweep.py"), "--rates", "20,0.05", "--steps", "8"]
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert watched.returncode == 0, watched.stderr
+    [rollback] = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())["rollbacks"]
+    assert (rollback["rule"], rollback["restored_step"], rollback["outcome"]) == ("Diverging", 0, "ended")
+    assert "the script's next training began while probing rates" in watched.stderr
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("recovery", ["in_job", "relaunch"])
 def test_a_searchs_trial_that_diverges_after_the_first_is_told_not_rolled_back_or_stopped(tmp_path, recovery):
     # From stop 70's hunt: a grid in one process (the same network built again for each rate) whose last rate
