@@ -596,6 +596,15 @@ class Guard(OptimizerHooks):
         if extra is not None and self.rewind is not None:
             self.rewind.extra = extra
 
+    def lineage(self) -> dict[str, Any]:
+        """Where the learning check stands: what a later guard of the same network goes on from (``continues``)."""
+        return self.sentinel.learning.state_dict()
+
+    def continues(self, lineage: dict[str, Any]) -> None:
+        """This network trained before in this process, under another guard whose learning check stood at
+        ``lineage`` (``lineage()``): it is judged against the start of that training, as a resumed run is."""
+        self.sentinel.learning.load_state_dict(lineage)
+
     def trained_again(self, before: int) -> None:
         """This network is one trained ``before`` times already in this process, each from its start (a search's
         trials, a cross-validation's folds: stabilizer_sentinel.integration.launcher_hooks); the summary's

@@ -136,14 +136,14 @@ def _updates(optimizer: torch.optim.Optimizer, model: nn.Module) -> bool:
 def _trained_again(before: nn.Module, network: nn.Module) -> bool:
     """Whether ``network`` is the network of the phase before built again, to train from its start (a search's
     next trial, a cross-validation's next fold): parameters of the same shapes in the same order, none of them
-    ``before``'s, and not where ``before`` ended (a copy of it, fine-tuned, goes on from there). Read once, at
-    the phase's first step; a comparison on the device stops at the first parameter that differs."""
+    ``before``'s, and none holding where ``before``'s ended (a copy of it, or of its trunk under a new head,
+    fine-tuned, goes on from there). Read once, at the phase's first step, on the device."""
     old, new = list(before.parameters()), list(network.parameters())
     if not new or len(old) != len(new) or any(a.shape != b.shape for a, b in zip(old, new, strict=True)):
         return False
     if {id(p) for p in old} & {id(p) for p in new}:
         return False
-    return not all(a.device == b.device and a.dtype == b.dtype and torch.equal(a.detach(), b.detach())
+    return not any(a.device == b.device and a.dtype == b.dtype and torch.equal(a.detach(), b.detach())
                    for a, b in zip(old, new, strict=True))
 
 
@@ -261,6 +261,8 @@ class LauncherHooks:
     _trained: str | None = None
     # The phases in a row, up to this one, whose network was the one before built again (``_trained_again``).
     _trained_before = 0
+    # Each network a phase before watched, and where its learning check stood when that phase ended (``_new_phase``).
+    _lineages: weakref.WeakKeyDictionary[nn.Module, dict[str, Any]] | None = None
 
     def __init__(self, config: StabilizerConfig, paths: JobPaths) -> None:
         self.config = config
@@ -527,20 +529,30 @@ class LauncherHooks:
         and no stop. A trial at a rate that diverges is the search's to see: rolled back, it ended as well as
         the best and the script chose its rate (stop 70's hunt); stopped, the search ended there. Its summary
         says how many such phases came before it (``trained_before``). The first phase is acted on as any run:
-        nothing says yet that another will follow."""
+        nothing says yet that another will follow.
+
+        A network a phase before watched, trained again (two networks trained in turns, a search's best trials
+        trained on), goes on from where its learning check stood then: judged against the start of its own
+        training, as a resumed run is against its lineage's, not from a level it had learned to (stop 70's hunt:
+        two networks trained in alternate epochs, each at 0.96 accuracy, ended NotLearning on the last epoch's
+        19 steps)."""
         assert self.guard is not None
         passes = self.guard.pass_loss()  # this step's backward passes, read by the guard of the phase before
         carried = passes if carried is None else carried
         self.guard.phase_ended()
         decided = self.guard.in_job_decisions()
         before = self.guard.model
+        if self._lineages is None:
+            self._lineages = weakref.WeakKeyDictionary()
+        self._lineages[before] = self.guard.lineage()
         self.guard.discard()
         self.guard, self.batches = None, None
         self._others_in_a_row, self._first_steps_then, self._longest_others = 0, -1, 0
         model = self._model_of(optimizer)
         if isinstance(model, BareTensors):  # its network was never called while the module hooks stood
             model = unwrap(_owner(optimizer) or model)
-        again = _trained_again(before, model)
+        lineage = self._lineages.get(model)
+        again = lineage is None and _trained_again(before, model)
         del before  # the script's to free
         self._trained_before = self._trained_before + 1 if again else 0
         told_only = replace(self.config, action="notify", recovery="relaunch") if again else None
@@ -549,6 +561,8 @@ class LauncherHooks:
             self.guard.carry_decisions(decided)
             if again:
                 self.guard.trained_again(self._trained_before)
+            if lineage is not None:
+                self.guard.continues(lineage)
         if carried is not None and self.guard is not None:
             self.guard.backward_pass(carried)
 

@@ -425,6 +425,22 @@ def test_training_that_goes_on_with_another_optimizer_after_the_first_stopped_is
 
 
 @pytest.mark.slow
+def test_a_network_trained_again_in_its_turn_is_judged_against_the_start_of_its_training(tmp_path):
+    # From stop 70's hunt: two networks trained in turns, a pass of 70 steps each, were each a new phase at
+    # their turn's 51st step, judged afresh from there: the last turn's 19 steps of a network long converged
+    # were called NotLearning. A network a phase before watched goes on from where its check stood then.
+    args = [str(FIXTURES / "loops" / "turns.py")]
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path))
+    assert (watched.returncode, watched.stdout, watched.stderr) == (0, plain.stdout, plain.stderr)
+    written = summary(tmp_path)
+    assert findings(tmp_path) == [] and written["learned"] is True and written["steps_taken"] == 70 - 51
+    first_turn = [float(line.split("loss=")[1]) for line in plain.stdout.splitlines()
+                  if line.startswith("round=0 net=b ")]
+    assert written["first_loss"] == pytest.approx(sum(first_turn[51:56]) / 5, rel=1e-2)  # its first watched window
+
+
+@pytest.mark.slow
 def test_a_term_backwarded_on_its_own_is_added_to_the_loss_as_written_not_read_as_a_micro_batch(tmp_path):
     # From the fifth harm hunt: per-sample losses backwarded with weights were no loss to the hooks, and the
     # 1e-4-weighted L2 term backwarded after them, its weight undone, was read as the loss: it rose with the
@@ -552,6 +568,9 @@ def test_a_network_built_again_is_told_from_one_going_on_from_where_the_last_end
     copy = network()
     copy.load_state_dict(first.state_dict())
     assert not _trained_again(first, copy)  # a copy of where it ended, fine-tuned: it goes on from there
+    trunk = network()
+    trunk[0].load_state_dict(first[0].state_dict())
+    assert not _trained_again(first, trunk)  # its trunk under a new head, fine-tuned: it goes on from there too
     assert not _trained_again(first, network(width=32))  # another network (a student after its teacher)
     assert not _trained_again(first, first)  # the same parameters: a new optimizer over them
 
