@@ -32,6 +32,7 @@ This module must not touch the model, the optimizer or files: it watches numbers
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -132,6 +133,30 @@ def run_up(
             healthy[rate] = healthy.get(rate, 0) + 1
     stable = [rate for rate, count in healthy.items() if count >= STABLE_STEPS]
     return RunUp(onset, max(stable) if stable else None)
+
+
+# A rate range test (an LR finder: Lightning's ``Tuner.lr_find``, fastai's ``lr_find``, torch-lr-finder) raises the
+# rate by one ratio at every step until the loss blows up, by design (``rate_sweep``): at least this ratio a step
+# (an order of magnitude in 116 steps; the finders' defaults sweep several in 100), the same within this share of
+# its logarithm, over this many steps up to the finding. A linear warm-up rises by 2 % a step only in its first 50
+# steps, where its ratio (1 + 1/t) changes by a fifth over 20 steps; a schedule that peaks or decays is no sweep.
+SWEEP_RATIO = 1.02
+SWEEP_SPREAD = 0.02
+SWEEP_STEPS = 20
+
+
+def rate_sweep(rates: Sequence[tuple[int, float | None]], step: int) -> float | None:
+    """The ratio by which the script raised its rate at each of the ``SWEEP_STEPS`` steps up to ``step`` (the
+    rates each step ran at), where it raised it by one ratio (a rate range test: ``SWEEP_RATIO``), else None."""
+    known = [(s, r) for s, r in rates if s <= step and r is not None and r > 0 and math.isfinite(r)]
+    last = known[-(SWEEP_STEPS + 1):]
+    if len(last) < SWEEP_STEPS + 1 or last[-1][0] - last[0][0] != SWEEP_STEPS:
+        return None
+    logs = [math.log(b / a) for (_, a), (_, b) in itertools.pairwise(last)]
+    mean = sum(logs) / len(logs)
+    if mean < math.log(SWEEP_RATIO) or any(abs(value - mean) > SWEEP_SPREAD * mean for value in logs):
+        return None
+    return math.exp(mean)
 
 
 def _rate_changed(rate_at: dict[int, float], rates: Sequence[tuple[int, float | None]], step: int) -> int | None:

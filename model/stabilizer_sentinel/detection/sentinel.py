@@ -45,7 +45,7 @@ from stabilizer_sentinel import failsafe
 from stabilizer_sentinel.capture import profiler as system_profiler
 from stabilizer_sentinel.capture.capture import Capture, parse_capture
 from stabilizer_sentinel.capture.trial import MemoryTrial
-from stabilizer_sentinel.detection.health import LearningCheck, default_finite_rule, run_up
+from stabilizer_sentinel.detection.health import LearningCheck, default_finite_rule, rate_sweep, run_up
 from stabilizer_sentinel.loops import distributed, gradients, worker_processes
 from stabilizer_sentinel.rules import ExplodingTensor, Rule, RuleConfigError, RuleFinding, parse_rule_list
 from stabilizer_sentinel.rules.base import unmatched_findings
@@ -54,6 +54,7 @@ from stabilizer_sentinel.summary import jsonable as _jsonable
 
 FAILURE_PREFIX = RULE_STOP_PREFIX
 FINDINGS_FILE = "findings.json"
+SWEPT = (DIVERGING, "ExplodingTensor")  # what a rate range test ends in by design (``_entry``)
 ACTIONS = ("stop", "notify")
 HISTORY = 50
 # Profiler rules read samples, not saved tensors: evaluated every this many steps.
@@ -440,6 +441,12 @@ class Sentinel:
         # The rate at the explosion: for a run wrecked by a spike it never learned past, the spike's
         # (a schedule may have decayed it a hundredfold by the step the run is judged at).
         rate = self.learning.wrecked_rate if self.learning.wrecked_rate is not None else context["learning_rate"]
+        # A rate range test's blow-up is the test's end, which the script reads: told, never acted on (no rollback,
+        # no stop: stop 70's hunt, an LR finder rolled back, its curve flattened and its pick 130 times too high).
+        sweep = rate_sweep(self.rate_history, finding.step) if finding.rule in SWEPT else None
+        message = finding.message if sweep is None else (
+            f"{finding.message}; the script raises its rate {sweep:.3g} times at each step (a rate range test): "
+            f"told, not acted on")
         return {
             "rule": finding.rule,
             "onset_step": before.onset_step,
@@ -450,8 +457,8 @@ class Sentinel:
             "learning_rate": None if rate is None else _jsonable(float(rate)),
             "tensor": finding.tensor,
             "value": finding.value,
-            "message": finding.message,
-            "action": "stop" if self.action == "stop" and finding.stops else "notify",  # Debugger's actions
+            "message": message,
+            "action": "stop" if self.action == "stop" and finding.stops and sweep is None else "notify",  # Debugger's
             **({"notify": list(finding.notify)} if finding.notify else {}),
             "evidence": {
                 "loss_history": [[s, _jsonable(v)] for s, v in self.loss_history],

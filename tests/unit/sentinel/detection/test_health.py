@@ -9,7 +9,15 @@ import re
 
 import pytest
 
-from stabilizer_sentinel.detection.health import DIVERGING, NOT_LEARNING, PLATEAU, LearningCheck, run_up
+from stabilizer_sentinel.detection.health import (
+    DIVERGING,
+    NOT_LEARNING,
+    PLATEAU,
+    SWEEP_STEPS,
+    LearningCheck,
+    rate_sweep,
+    run_up,
+)
 from stabilizer_sentinel.detection.loss_statistics import NoiseEstimate
 from tests.unit.sentinel.detection.test_sentinel import loop
 
@@ -304,3 +312,20 @@ def test_a_run_whose_loss_the_check_took_at_one_step_in_ten_is_too_short_to_judg
             assert check.observe(step, loss, None) is None
     assert check.at_end(90) is None and not check.judgeable
     assert record.summary(check, ended="completed", exception=None)["learned"] is None
+
+
+def test_a_rate_raised_by_one_ratio_at_every_step_is_a_range_test_and_a_warm_up_is_not():
+    def rates(rate_at) -> list[tuple[int, float | None]]:
+        return [(step, rate_at(step)) for step in range(100)]
+
+    sweep = rates(lambda step: 1e-5 * 1.2**step)  # an LR finder's exponential sweep
+    assert rate_sweep(sweep, 60) == pytest.approx(1.2)
+    assert rate_sweep(sweep, SWEEP_STEPS - 1) is None  # not yet swept for long enough to tell
+    assert rate_sweep(rates(lambda step: 0.1 * (step + 1) / 100), 30) is None  # a linear warm-up: 1 + 1/t
+    assert rate_sweep(rates(lambda step: 0.1), 60) is None  # constant
+    assert rate_sweep(rates(lambda step: 0.1 * 0.98**step), 60) is None  # a decay by one ratio
+    assert rate_sweep(rates(lambda step: 1e-3 * 1.01**step), 60) is None  # too slow for a range test
+    onecycle = rates(lambda step: 0.05 + 0.45 * (1 - math.cos(math.pi * step / 100)) / 2)
+    assert all(rate_sweep(onecycle, step) is None for step in range(100))  # a one-cycle's rising half
+    stopped = [(step, rate) for step, rate in sweep if step != 50]  # a step checked with no rate read
+    assert rate_sweep(stopped, 60) is None

@@ -425,6 +425,23 @@ def test_training_that_goes_on_with_another_optimizer_after_the_first_stopped_is
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("recovery", ["in_job", "relaunch"])
+def test_a_rate_range_tests_blow_up_is_told_not_rolled_back_or_stopped(tmp_path, recovery):
+    # From stop 70's hunt: an LR finder raises its rate by one ratio a step until the loss blows up, by design,
+    # and reads the curve. Rolled back in the job, its curve flattened and the rate it picked was 130 times too
+    # high; under the relaunch policy the job stopped there.
+    args = [str(FIXTURES / "loops" / "range_test.py")]
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": recovery}))
+    assert (watched.returncode, watched.stdout) == (0, plain.stdout), watched.stderr
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert "rollbacks" not in document and document["findings"]
+    for entry in document["findings"]:
+        assert entry["rule"] in ("Diverging", "ExplodingTensor") and entry["action"] == "notify"
+        assert "(a rate range test): told, not acted on" in entry["message"]
+
+
+@pytest.mark.slow
 def test_a_network_trained_again_in_its_turn_is_judged_against_the_start_of_its_training(tmp_path):
     # From stop 70's hunt: two networks trained in turns, a pass of 70 steps each, were each a new phase at
     # their turn's 51st step, judged afresh from there: the last turn's 19 steps of a network long converged
