@@ -503,7 +503,7 @@ class Guard(OptimizerHooks):
         first steps rolls back to it. Taken at the first step's check, before its update; a ``step(closure)`` is
         checked after its update, and its first copy is taken as it begins (stop 70's hunt: a rollback "to step
         0" of a closure loop, Lightning's automatic optimisation under the launcher, loaded the weights and the
-        Adam state after step 0's update, which a rate 30 times too high had wrecked, three times over)."""
+        Adam state after step 0's update, which a rate 1,000 times too high had wrecked, three times over)."""
         rewind = self.rewind
         if self.recovery is not None and rewind is not None and rewind.first is None and not rewind.frozen:
             first = rewind.try_take(self.step_number)
