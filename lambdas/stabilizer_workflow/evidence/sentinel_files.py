@@ -40,6 +40,7 @@ class SentinelFinding(BaseModel):
     evidence: dict[str, Any] = Field(default_factory=dict)
     action: Literal["stop", "notify"] | None = None
     notify: list[str] = Field(default_factory=list)
+    told: str | None = None
 
     def to_finding(self) -> Finding:
         return Finding(
@@ -56,6 +57,7 @@ class SentinelFinding(BaseModel):
             stable_learning_rate=_rate(self.stable_learning_rate),
             action=self.action,
             notify=self.notify[:5],
+            told=self.told,
         )
 
 

@@ -173,10 +173,19 @@ def rediagnose(finding: Finding, seen: Watched | None, history: list | None = No
 
 def told_only(finding: Finding, seen: Watched | None) -> bool:
     """A notice, not a failure: VanishingGradient reported by the sentinel without a stop in a run whose
-    loss learned (a tensor whose gradient vanished while the rest trained: converged or saturated).
-    The sentinel does not stop such a run (docs/rules.md); it ends on the evidence, the notice named."""
-    return (finding.rule == "VanishingGradient" and finding.source == "sentinel" and finding.action == "notify"
-            and seen is not None and seen.learned is True)
+    loss learned (a tensor whose gradient vanished while the rest trained: converged or saturated), or a
+    finding the sentinel told because the script meant it (``told``: a rate range test's blow-up, a
+    search's trial; the run is judged afresh after it). The sentinel does not stop such a run
+    (docs/rules.md); it ends on the evidence, the notice named."""
+    if finding.source != "sentinel" or finding.action != "notify":
+        return False
+    return finding.told is not None or (finding.rule == "VanishingGradient" and seen is not None
+                                        and seen.learned is True)
+
+
+def told_why(finding: Finding) -> str:
+    """The words a notice (``told_only``) is named with in an attempt's ending."""
+    return finding.told or "a tensor's gradient vanished while the loss learned"
 
 
 def has_learned(seen: Watched | None) -> bool:

@@ -176,6 +176,9 @@ class Finding(BaseModel):
     # notify lists their "email:<address>" / "sms:<number>".
     action: Literal["stop", "notify"] | None = None
     notify: list[ExternalName] = Field(default_factory=list, max_length=MAX_NOTIFY)
+    # Why the sentinel told it and did nothing: the script meant it (a rate range test's blow-up, a search's
+    # trial). Not the run's failure: the run is judged on its evidence (stabilizer_workflow.evidence.verdicts).
+    told: ExternalText | None = None
 
 
 class Decision(BaseModel):

@@ -235,8 +235,9 @@ def _completed(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckRes
     reason = judged.reason
     told = [f for f in obs.issues() if verdicts.told_only(f, attempt.watched)]
     if told:
-        reason += "; told: " + ", ".join(f"{f.rule} at step {f.step}" for f in told) + (
-            " (a tensor's gradient vanished while the loss learned)")
+        why = {verdicts.told_why(f): [g for g in told if verdicts.told_why(g) == verdicts.told_why(f)] for f in told}
+        reason += "; told: " + "; ".join(", ".join(f"{f.rule} at step {f.step}" for f in fs) + f" ({words})"
+                                         for words, fs in why.items())
     recovered = in_job.summary_line(attempt)
     if recovered:
         reason += f"; {recovered}"

@@ -159,6 +159,15 @@ def rate_sweep(rates: Sequence[tuple[int, float | None]], step: int) -> float | 
     return math.exp(mean)
 
 
+def sweep_goes_on(ratio: float, rates: Sequence[tuple[int, float | None]]) -> bool:
+    """Whether the last step of ``rates`` raised the rate by the sweep's ``ratio`` again (``rate_sweep``): a rate
+    range test goes on past its blow-up until the script ends it (Lightning's finder to its ``num_training``)."""
+    before, now = (rates[-2][1], rates[-1][1]) if len(rates) >= 2 else (None, None)
+    if before is None or now is None or not before > 0 or not now > 0:
+        return False
+    return abs(math.log(now / before) - math.log(ratio)) <= SWEEP_SPREAD * math.log(ratio)
+
+
 def _rate_changed(rate_at: dict[int, float], rates: Sequence[tuple[int, float | None]], step: int) -> int | None:
     """The first step at the rate of ``step``, when the rate changed before it; else None."""
     if not rate_at or step not in {s for s, _ in rates}:

@@ -162,7 +162,8 @@ class LearningCheck(FallTests):
         self._above = 0
         # The last steps' (step, loss, rate), for ``_held_above``.
         self._held: deque[tuple[int, float, float | None]] = deque(maxlen=self.persistence * self.window)
-        self._fired = False
+        # Whether a finding ended the check; why nothing is judged while a rate range test goes on (``swept``).
+        self._fired, self._sweeping = False, None
         self._refresh_bound()
 
     @classmethod
@@ -205,8 +206,9 @@ class LearningCheck(FallTests):
     @property
     def unjudged(self) -> str | None:
         """Why the loss is not judged (a policy gradient's surrogate: stabilizer_sentinel.detection.surrogate; a
-        binary cross-entropy on targets whose own entropy is about its level: ``_term_finding``), else None."""
-        return self._unjudged
+        binary cross-entropy on targets whose own entropy is about its level: ``_term_finding``; a run that ended
+        inside a rate range test past its blow-up: ``swept``), else None."""
+        return self._unjudged or self._sweeping
 
     @property
     def start_loss(self) -> float | None:
@@ -679,6 +681,18 @@ class LearningCheck(FallTests):
         self.__post_init__()
         vars(self).update(kept)
         self._segments = [*self._segments, (step, why)]
+
+    def swept(self, why: str) -> None:
+        """A rate range test blew up (told, not acted on: stabilizer_sentinel.detection.sentinel): its steps are the
+        script's test of rates, not its training, and what its loss did in them is not the run's. Nothing is judged
+        until it ends (``after_sweep``); a run that ends inside it is not judged at all (``unjudged``: ``why``)."""
+        self._fired, self._learned_at, self._sweeping = True, None, why
+
+    def after_sweep(self, step: int) -> None:
+        """The rate range test ended before ``step`` (the script put its starting weights back, or trains on from
+        where the test left them): the run is judged afresh from ``step``, as one that has learned nothing yet."""
+        self._begin_segment(step, "a rate range test ended")
+        self._fired, self._learned_at = False, None
 
     @property
     def segments(self) -> list[tuple[int, str]]:

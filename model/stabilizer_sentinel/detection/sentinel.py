@@ -45,7 +45,7 @@ from stabilizer_sentinel import failsafe
 from stabilizer_sentinel.capture import profiler as system_profiler
 from stabilizer_sentinel.capture.capture import Capture, parse_capture
 from stabilizer_sentinel.capture.trial import MemoryTrial
-from stabilizer_sentinel.detection.health import LearningCheck, default_finite_rule, rate_sweep, run_up
+from stabilizer_sentinel.detection.health import LearningCheck, default_finite_rule, rate_sweep, run_up, sweep_goes_on
 from stabilizer_sentinel.loops import distributed, gradients, worker_processes
 from stabilizer_sentinel.rules import ExplodingTensor, Rule, RuleConfigError, RuleFinding, parse_rule_list
 from stabilizer_sentinel.rules.base import unmatched_findings
@@ -55,6 +55,10 @@ from stabilizer_sentinel.summary import jsonable as _jsonable
 FAILURE_PREFIX = RULE_STOP_PREFIX
 FINDINGS_FILE = "findings.json"
 SWEPT = (DIVERGING, "ExplodingTensor")  # what a rate range test ends in by design (``_entry``)
+# Why a finding was told and nothing done (findings.json's ``told``): the script meant it, and the workflow judges
+# the run on its evidence, not on the finding (docs/contracts.md).
+RANGE_TEST = "a rate range test: the script raises its rate at every step until the loss blows up, by design"
+TRIAL = "a trial of a search: the network built again from its start, the script compares its trials"
 ACTIONS = ("stop", "notify")
 HISTORY = 50
 # Profiler rules read samples, not saved tensors: evaluated every this many steps.
@@ -131,6 +135,9 @@ class Sentinel:
         self.rate_history: deque[tuple[int, float | None]] = deque(maxlen=HISTORY)
         self.first_nonfinite_layer: str | None = None
         self.stop_finding: dict[str, Any] | None = None
+        # Why every finding of this run is told, never acted on (``told``: a search's trial, set by the launcher).
+        self.told: str | None = None
+        self._sweep: float | None = None  # the ratio of a rate range test that blew up and goes on (``_swept``)
         # System profiling (stabilizer_sentinel/capture/profiler.py): set by build_monitoring when it runs.
         self.profiler: system_profiler.SystemProfiler | None = None
         self._system_rules = [rule for rule in self.rules if rule.reads_system_metrics]
@@ -190,6 +197,8 @@ class Sentinel:
             self.loss_history.append((step, evidence))
         self.grad_norm_history.append((step, norm_value))
         self.rate_history.append((step, None if learning_rate is None else float(learning_rate)))
+        if self._sweep is not None and not sweep_goes_on(self._sweep, self.rate_history):
+            self._after_sweep(step)
         cheap = self._finite_check(step, loss_value, norm_value)
         # A loop that reports no loss (the launcher before it found one) cannot be judged on learning.
         # The learning rate tells warm-up from the main phase when the script does not say.
@@ -357,6 +366,8 @@ class Sentinel:
         if not new:
             return Verdict()
         entries = [{**self._entry(finding, context), **({"source": source} if source else {})} for finding in new]
+        if any(entry.get("told") == RANGE_TEST for entry in entries):
+            self._swept(new[-1].step)
         if self.recovery is not None and self.recovery.intercept(entries):
             entries = [entry for entry in entries if entry["action"] != "stop"]  # notices still go on record
             if not entries:
@@ -447,6 +458,7 @@ class Sentinel:
         message = finding.message if sweep is None else (
             f"{finding.message}; the script raises its rate {sweep:.3g} times at each step (a rate range test): "
             f"told, not acted on")
+        told = RANGE_TEST if sweep is not None else self.told
         return {
             "rule": finding.rule,
             "onset_step": before.onset_step,
@@ -459,6 +471,7 @@ class Sentinel:
             "value": finding.value,
             "message": message,
             "action": "stop" if self.action == "stop" and finding.stops and sweep is None else "notify",  # Debugger's
+            **({"told": told} if told else {}),
             **({"notify": list(finding.notify)} if finding.notify else {}),
             "evidence": {
                 "loss_history": [[s, _jsonable(v)] for s, v in self.loss_history],
@@ -466,6 +479,25 @@ class Sentinel:
                 "first_nonfinite_layer": self.first_nonfinite_layer,
             },
         }
+
+    @property
+    def sweeping(self) -> bool:
+        """Whether a rate range test blew up, told, and goes on (``_swept``)."""
+        return self._sweep is not None
+
+    def _swept(self, step: int) -> None:
+        """A rate range test blew up at ``step``, told (``_entry``): its steps go unjudged until its rate stops
+        rising by its ratio (``after_backward``), and the run is judged afresh from there (``_after_sweep``)."""
+        self._sweep = rate_sweep(self.rate_history, step)
+        self.learning.swept("the run ended inside a rate range test, past its blow-up")
+
+    def _after_sweep(self, step: int) -> None:
+        """The rate range test ended before ``step``: the run is judged afresh from it, its finite check and rules
+        of what a test ends in (``SWEPT``) armed again for the training after it (stop 71: an LR finder's script
+        was relaunched six times for the test's own blow-up)."""
+        self._sweep = None
+        self.learning.after_sweep(step)
+        self._fired -= {id(rule) for rule in [*self._exploding, *self.rules] if rule.name in SWEPT}
 
     # -- ending the job
     def exit_for_rule_stop(self, *, leave: Callable[[], None] | None = None, echo: bool = True) -> NoReturn:

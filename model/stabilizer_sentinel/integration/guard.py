@@ -64,7 +64,7 @@ from stabilizer_contract.job import EXIT_RULE_STOP, REWIND_EVERY
 from stabilizer_sentinel import failsafe
 from stabilizer_sentinel.capture import module_hooks
 from stabilizer_sentinel.detection import input_blind, watchdog, weight_motion
-from stabilizer_sentinel.detection.sentinel import Verdict, build_monitoring
+from stabilizer_sentinel.detection.sentinel import TRIAL, Verdict, build_monitoring
 from stabilizer_sentinel.failsafe import closing, shielded
 from stabilizer_sentinel.integration import exit_status, log_channel
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig
@@ -538,8 +538,9 @@ class Guard(OptimizerHooks):
         return self._finite_loss_at == step
 
     def undone(self, step: int) -> bool:
-        """Whether a rollback undid step ``step`` (in-job recovery)."""
-        return self.recovery is not None and step < self.recovery.live_from
+        """Whether a rollback undid step ``step`` (in-job recovery), or a rate range test that blew up, told, goes
+        on (its non-finite losses are the test's, which the script meant: stabilizer_sentinel.detection.sentinel)."""
+        return (self.recovery is not None and step < self.recovery.live_from) or self.sentinel.sweeping
 
     def undone_before(self, step: int) -> None:
         """A rollback undid the steps before ``step`` (the lineage goes on from a copy): a non-finite loss
@@ -608,8 +609,9 @@ class Guard(OptimizerHooks):
     def trained_again(self, before: int) -> None:
         """This network is one trained ``before`` times already in this process, each from its start (a search's
         trials, a cross-validation's folds: stabilizer_sentinel.integration.launcher_hooks); the summary's
-        ``trained_before``."""
+        ``trained_before``; each finding of it says so (findings.json's ``told``)."""
         self.record.trained_before = before
+        self.sentinel.told = TRIAL
 
     def resumed(self, started_from: str | None, next_step: int | None = None) -> None:
         """The run started from ``started_from`` (a checkpoint, named in the summary); with

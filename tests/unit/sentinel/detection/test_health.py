@@ -17,6 +17,7 @@ from stabilizer_sentinel.detection.health import (
     LearningCheck,
     rate_sweep,
     run_up,
+    sweep_goes_on,
 )
 from stabilizer_sentinel.detection.loss_statistics import NoiseEstimate
 from tests.unit.sentinel.detection.test_sentinel import loop
@@ -329,3 +330,32 @@ def test_a_rate_raised_by_one_ratio_at_every_step_is_a_range_test_and_a_warm_up_
     assert all(rate_sweep(onecycle, step) is None for step in range(100))  # a one-cycle's rising half
     stopped = [(step, rate) for step, rate in sweep if step != 50]  # a step checked with no rate read
     assert rate_sweep(stopped, 60) is None
+
+
+def test_a_range_test_goes_on_while_its_rate_rises_by_its_ratio():
+    sweep = [(step, 1e-5 * 1.2**step) for step in range(60)]
+    assert sweep_goes_on(1.2, sweep)
+    assert not sweep_goes_on(1.2, [*sweep, (60, 1e-3)])  # the script put its rate back: the test ended
+    assert not sweep_goes_on(1.2, [*sweep, (60, sweep[-1][1])])  # held: a rate it trains at
+    assert not sweep_goes_on(1.2, [*sweep, (60, sweep[-1][1] * 1.5)])  # another ratio: no longer the sweep
+    assert not sweep_goes_on(1.2, [*sweep, (60, None)])  # no rate read
+    assert not sweep_goes_on(1.2, sweep[:1])
+
+
+def test_a_range_tests_steps_go_unjudged_and_the_run_is_judged_afresh_after_it():
+    from stabilizer_sentinel.summary import RunRecord
+
+    check, record = LearningCheck(), RunRecord()
+    losses = [2.0 - 0.01 * step for step in range(40)]  # the test's loss falls, then it blows up
+    for step, loss in enumerate(losses):
+        record.observed(step, loss)
+        check.observe(step, loss, None)
+    assert check.learned
+    check.swept("the run ended inside a rate range test, past its blow-up")
+    assert not check.learned and check.observe(40, 1e6, None) is None  # its blow-up is the test's
+    assert record.summary(check, ended="completed", exception=None)["learned"] is None  # ended inside it
+    check.after_sweep(41)  # the script put its starting weights back: the training after is its own run
+    assert check.unjudged is None and check.segments == [(41, "a rate range test ended")]
+    flat = [2.0 + 0.001 * (step % 3) for step in range(41, 400)]
+    found = [check.observe(step, loss, None) for step, loss in zip(range(41, 400), flat, strict=True)]
+    assert not check.learned and [f.rule for f in found if f is not None] == ["NotLearning"]

@@ -439,6 +439,24 @@ def test_a_rate_range_tests_blow_up_is_told_not_rolled_back_or_stopped(tmp_path,
     for entry in document["findings"]:
         assert entry["rule"] in ("Diverging", "ExplodingTensor") and entry["action"] == "notify"
         assert "(a rate range test): told, not acted on" in entry["message"]
+        assert entry["told"].startswith("a rate range test")  # the workflow judges the run on its evidence
+    # Stop 71: the training after the test is the run, judged afresh from its first step (the step after the
+    # test's last), its printed non-finite loss the test's: the workflow had relaunched the script six times.
+    tested = sum(line.startswith("sweep=") for line in plain.stdout.splitlines())
+    written = document["summary"]
+    assert written["judged_afresh"] == [[tested, "a rate range test ended"]]
+    assert written["learned"] is True and written["log_loss"]["nonfinite_step"] is None
+    trained = [float(line.split("loss=")[1]) for line in plain.stdout.splitlines() if line.startswith("step=")]
+    assert written["first_loss"] == pytest.approx(sum(trained[:5]) / 5, rel=1e-3)
+
+
+@pytest.mark.slow
+def test_a_run_that_ends_inside_its_range_test_past_the_blow_up_is_not_judged(tmp_path):
+    args = ["-m", "stabilizer_sentinel.launch", str(FIXTURES / "loops" / "range_test.py"), "--steps", "0"]
+    watched = run(args, LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert watched.returncode == 0, watched.stderr
+    written = summary(tmp_path)
+    assert written["learned"] is None and "inside a rate range test" in written["unjudged"]
 
 
 @pytest.mark.slow
@@ -569,6 +587,7 @@ def test_a_searchs_trial_that_diverges_after_the_first_is_told_not_rolled_back_o
     # Diverging at step 4, then non-finite at step 31: each told, none acted on
     assert [(entry["rule"], entry["action"]) for entry in document["findings"]][:1] == [("Diverging", "notify")]
     assert {entry["action"] for entry in document["findings"]} == {"notify"}
+    assert {entry["told"].split(":")[0] for entry in document["findings"]} == {"a trial of a search"}
     assert [line for line in watched.stderr.splitlines() if "rolling back" in line or "stopped" in line] == []
     assert summary(tmp_path)["trained_before"] == 2
 

@@ -296,6 +296,40 @@ def test_a_vanishing_gradient_told_in_a_run_that_learned_is_no_failure_of_it(set
     assert flat.state.outcome != "succeeded" and flat.state.next_action == "launch_new"
 
 
+def _range_test_notice(**summary_changes) -> FindingsDocument:
+    """The sentinel told Diverging at step 44, a rate range test's blow-up the script meant (its ``told``), and
+    judged the run afresh after the test (``judged_afresh``)."""
+    told = "a rate range test: the script raises its rate at every step until the loss blows up, by design"
+    notice = {"rule": "Diverging", "step": 44, "learning_rate": 3.2, "value": 1.0e4, "action": "notify", "told": told,
+              "message": "the loss 1.009e+04 jumped above 3278; the script raises its rate 1.42 times at each step"}
+    return watched_findings(findings=[notice], judged_afresh=[[48, "a rate range test ended"]], **summary_changes)
+
+
+def test_a_finding_the_script_meant_is_no_failure_of_the_run_its_evidence_decides(settings):
+    # Stop 71: an LR finder's script, healthy, was relaunched six times for its range test's blow-up and ended
+    # `diverged`; the sentinel had told the finding and acted on nothing.
+    state = launched(settings)
+    running = monitor.check(state, observation(state, "InProgress", findings=_range_test_notice()), LATER)
+    assert running.state.next_action == "monitor" and running.effects.stop_job is None
+    done = monitor.check(running.state, observation(running.state, "Completed", findings=_range_test_notice()), LATER)
+    assert (done.state.next_action, done.state.outcome) == ("end", "succeeded")
+    assert "learned; told: Diverging at step 44 (a rate range test: " in done.state.reason
+    assert done.state.attempts[-1].finding is None
+    # The training after the test is judged: one that never learned is acted on, as any run that did not learn.
+    flat = monitor.check(state, observation(state, "Completed", findings=_range_test_notice(learned=False)), LATER)
+    assert flat.state.outcome != "succeeded" and flat.state.next_action == "launch_new"
+    assert flat.state.attempts[-1].finding.rule == "NotLearning"
+    # A run that ended inside the test, past its blow-up, was not judged: never called a success.
+    cut = _range_test_notice(learned=None, unjudged="the run ended inside a rate range test, past its blow-up")
+    ended = monitor.check(state, observation(state, "Completed", findings=cut), LATER)
+    assert ended.state.outcome == "unverified" and "inside a rate range test" in ended.state.reason
+    # The same Diverging without ``told`` is the run's, as every finding of a completed job is.
+    plain = _range_test_notice()
+    plain.findings[0].told = None
+    acted = monitor.check(state, observation(state, "Completed", findings=plain), LATER)
+    assert acted.state.next_action == "launch_new"
+
+
 def test_completed_while_a_rule_is_still_evaluating_waits_for_its_verdict(settings):
     state = launched(settings)
     rules = [("ExplodingTensor", "NoIssuesFound"), ("VanishingGradient", "InProgress")]
