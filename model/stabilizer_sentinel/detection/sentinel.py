@@ -372,8 +372,12 @@ class Sentinel:
             entries = [entry for entry in entries if entry["action"] != "stop"]  # notices still go on record
             if not entries:
                 return Verdict()
-        elif self.rewind is not None:  # before findings.json: whoever reads it finds the checkpoint there
-            self.rewind.persist(before_step=min(entry["step"] for entry in entries))
+        elif self.rewind is not None and (steps := [entry["step"] for finding, entry in zip(new, entries, strict=True)
+                                                    if finding.stops and not entry.get("told")]):
+            # Before findings.json: whoever reads it finds the checkpoint there. Not for a notice nor a finding the
+            # script meant (``told``), which no relaunch follows: the copies would stop there, and an explosion
+            # after an LR finder's test could not be rolled back in the job (stop 71).
+            self.rewind.persist(before_step=min(steps))
         for entry in entries:
             say(f"sentinel: {entry['rule']} at step {entry['step']}: {entry['message']}")
         self.adopt(entries)
@@ -418,7 +422,8 @@ class Sentinel:
         # One copy of them all: a copy per attribute cost three times as much, and parted what two share.
         learning = copy.deepcopy({key: value for key, value in vars(self.learning).items()
                                   if key not in LISTENING})
-        return {"learning": learning, "fired": set(self._fired), "first_nonfinite_layer": self.first_nonfinite_layer}
+        return {"learning": learning, "fired": set(self._fired), "first_nonfinite_layer": self.first_nonfinite_layer,
+                "sweep": self._sweep}
 
     def shared_checks_state(self) -> dict[str, Any]:
         """``checks_state`` for another process (DDP rank 0's, sent to the others after a rollback): the
@@ -441,6 +446,7 @@ class Sentinel:
         vars(self.learning).update(state["learning"])
         self._fired = state["fired"]
         self.first_nonfinite_layer = state["first_nonfinite_layer"]
+        self._sweep = state.get("sweep")
 
     def _entry(self, finding: RuleFinding, context: Mapping[str, Any]) -> dict[str, Any]:
         # The run-up (stabilizer_sentinel.detection.health.run_up): which checkpoints are healthy, which rate was
@@ -498,6 +504,8 @@ class Sentinel:
         self._sweep = None
         self.learning.after_sweep(step)
         self._fired -= {id(rule) for rule in [*self._exploding, *self.rules] if rule.name in SWEPT}
+        if self.rewind is not None:  # a rollback after the test goes back to where the run started over, not into it
+            self.rewind.start_over(step)
 
     # -- ending the job
     def exit_for_rule_stop(self, *, leave: Callable[[], None] | None = None, echo: bool = True) -> NoReturn:

@@ -56,8 +56,9 @@ def agree(guard: Any, verdict: Any, stop: bool) -> bool:
         others = [entry for rank, entries in enumerate(gathered) if rank != guard.rank for entry in entries]
         everyone = [entry for entries in gathered for entry in entries]
         if guard.primary:
-            if guard.rewind is not None and others:  # another rank's finding: keep the state before it
-                guard.rewind.persist(before_step=min(entry["step"] for entry in others))
+            meant = [entry["step"] for entry in others if not entry.get("told")]  # not a finding the script meant
+            if guard.rewind is not None and meant:  # another rank's finding: keep the state before it
+                guard.rewind.persist(before_step=min(meant))
             guard.sentinel.adopt(others)
         elif guard.sentinel.stop_finding is None and everyone and guard.sentinel.action == "stop":
             guard.sentinel.stop_finding = everyone[0]

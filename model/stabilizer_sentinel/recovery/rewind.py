@@ -279,6 +279,17 @@ class Rewind:
         self.inner = []  # the replaced one's
         self._let_go()
 
+    def start_over(self, next_step: int) -> None:
+        """The run starts over from the state now, from which training goes on at ``next_step`` (a rate range
+        test ended: the script put its starting weights back, or trains on from the test's): the copies held
+        are of the test's states, no restore point for the run's, and go; this state is the first copy."""
+        if self.frozen:
+            return
+        self._let_go()
+        snapshot = self.try_take(next_step)
+        if snapshot is not None:
+            self.keep(snapshot)
+
     def _let_go(self) -> None:
         """The copies held no longer load into the optimizer: let them go (the next is the first)."""
         self.loose = loose_of(self.model, self.optimizer)

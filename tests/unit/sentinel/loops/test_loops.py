@@ -451,6 +451,25 @@ def test_a_rate_range_tests_blow_up_is_told_not_rolled_back_or_stopped(tmp_path,
 
 
 @pytest.mark.slow
+def test_an_explosion_after_a_range_test_is_rolled_back_to_where_the_run_started_over(tmp_path):
+    # Stop 71: a script that trained at thirty times the rate its range test picked blew up five steps after the
+    # test; the told finding had stopped the copies, so the job stopped where it would have rolled back.
+    args = [str(FIXTURES / "loops" / "range_test.py"), "--pick", "30", "--steps", "100"]
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert watched.returncode == 0, watched.stderr
+    assert plain.stdout.splitlines()[-1].endswith("loss=nan")  # unwatched, the training after the test blew up
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    tested = sum(line.startswith("sweep=") for line in plain.stdout.splitlines())
+    assert [(entry["step"], entry["restored_step"], entry["outcome"]) for entry in document["rollbacks"]] == [
+        (tested + 4, tested, "recovered")]
+    assert all(entry.get("told") for entry in document["findings"])  # the test's, told
+    written = document["summary"]
+    assert written["learned"] is True and written["judged_afresh"] == [[tested, "a rate range test ended"]]
+    assert written["last_window_loss"] < written["first_loss"] / 100
+
+
+@pytest.mark.slow
 def test_a_run_that_ends_inside_its_range_test_past_the_blow_up_is_not_judged(tmp_path):
     args = ["-m", "stabilizer_sentinel.launch", str(FIXTURES / "loops" / "range_test.py"), "--steps", "0"]
     watched = run(args, LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))

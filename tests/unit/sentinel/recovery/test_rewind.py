@@ -83,6 +83,29 @@ def test_after_a_finding_no_more_copies_are_taken(tmp_path):
     assert [p.name for p in checkpoints_in(tmp_path)] == [checkpoint_name(5), checkpoint_name(10)]
 
 
+def test_a_notice_or_a_finding_the_script_meant_stops_no_copies(tmp_path):
+    # Stop 71: a rate range test's told blow-up froze the copies, and the explosion of the training after the test
+    # could not be rolled back in the job. Only a finding a relaunch may follow writes and freezes them.
+    from stabilizer_sentinel.detection.sentinel import TRIAL
+    from stabilizer_sentinel.rules import RuleFinding
+
+    rewind, _ = train(tmp_path, 12, action="notify")
+    sentinel = build_monitoring(rewind.model, sentinel_rules=[], sentinel_action="notify", capture={},
+                                checkpoint_dir=tmp_path, tensor_dir=None)[1]
+    sentinel.rewind = rewind
+    context = {"epoch": 0, "phase": "main", "learning_rate": 0.1}
+    notice = RuleFinding("VanishingGradient", 11, "gradients/head.weight", 1e-9, "vanished; the loss learned",
+                         stops=False)
+    sentinel.report(notice, context, source="test")
+    assert not rewind.frozen
+    sentinel.told = TRIAL  # every finding of a search's later trial is told
+    sentinel.report(RuleFinding("Diverging", 11, "losses/loss", 1e4, "jumped"), context, source="test")
+    assert not rewind.frozen and sentinel.findings[-1]["told"] == TRIAL
+    sentinel.told = None
+    sentinel.report(RuleFinding("Diverging", 11, "losses/loss", 1e4, "jumped"), context, source="test")
+    assert rewind.frozen and [p.name for p in checkpoints_in(tmp_path)] == [checkpoint_name(5), checkpoint_name(10)]
+
+
 def test_a_copy_of_a_loops_bare_tensors_holds_them_and_puts_them_back_in_place(tmp_path):
     """A loop over bare tensors (no module: a functional model, or one whose forward runs inside a
     closure the guard attached before) is watched as BareTensors: its copies hold those tensors, and a
