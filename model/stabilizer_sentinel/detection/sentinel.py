@@ -486,6 +486,19 @@ class Sentinel:
             },
         }
 
+    def trained_before(self, losses: list[float]) -> None:
+        """The network trained ``len(losses)`` steps before this sentinel watched it, at those losses (the launcher
+        attaches to a network trained after another at its 51st step): it is judged against the start they
+        measured, as a resumed run is against its lineage's (``LearningCheck.load_state_dict``), not from where
+        it stood at its first watched step (stop 71's hunt: a network trained after a helper's one L-BFGS step
+        was judged from its 51st, its loss 0.0016 there, and a curriculum's planned rise called Diverging)."""
+        measured = replace(self.learning)  # the same settings, afresh, with no listeners: these passes are gone
+        for step, loss in enumerate(losses):
+            if math.isfinite(loss):
+                measured.observe(step, loss, None, None)
+        if measured.start_loss is not None:
+            self.learning.load_state_dict(measured.state_dict())
+
     @property
     def sweeping(self) -> bool:
         """Whether a rate range test blew up, told, and goes on (``_swept``)."""

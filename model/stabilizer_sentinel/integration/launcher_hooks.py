@@ -420,6 +420,7 @@ class LauncherHooks:
                 self._new_phase(optimizer)  # the script let go of the last: this one's training is the next
             else:
                 self.guard.add_optimizer(optimizer, self._model_of(optimizer))  # a GAN's second, at its first step
+                self._others_in_a_row, self._first_steps_then = 1, self.guard.record.steps_taken  # its first in a row
             return
         # The guard's pre-hook, registered now, still runs for this step (PyTorch iterates the
         # optimizer's own hooks after the global ones).
@@ -496,7 +497,7 @@ class LauncherHooks:
         self._others_in_a_row += 1
         if self._others_in_a_row <= max(PHASE_STEPS, 4 * self._longest_others) or guard.world_size > 1:
             return False
-        self._new_phase(optimizer)
+        self._new_phase(optimizer, earlier=guard.other_losses(optimizer, self._others_in_a_row - 1))
         return True
 
     def _taken_over(self, optimizer: torch.optim.Optimizer) -> None:
@@ -517,7 +518,8 @@ class LauncherHooks:
         device = next((p.device for p in self.guard.model.parameters()), None)
         self._new_phase(optimizer, torch.tensor(sum(counted) / len(counted), device=device))
 
-    def _new_phase(self, optimizer: torch.optim.Optimizer, carried: torch.Tensor | None = None) -> None:
+    def _new_phase(self, optimizer: torch.optim.Optimizer, carried: torch.Tensor | None = None,
+                   earlier: list[float] | None = None) -> None:
         """Let the guard of the phase before go, without a summary (and with it the network and optimizer it
         held), and attach one to ``optimizer``. Its in-job decisions are the job's: findings.json keeps them,
         before the new phase's (a sweep's first model rolled back lost its record, and the workflow, which had
@@ -535,7 +537,9 @@ class LauncherHooks:
         trained on), goes on from where its learning check stood then: judged against the start of its own
         training, as a resumed run is against its lineage's, not from a level it had learned to (stop 70's hunt:
         two networks trained in alternate epochs, each at 0.96 accuracy, ended NotLearning on the last epoch's
-        19 steps)."""
+        19 steps). A network the guard of the phase before saw train (``earlier``: the losses of its steps before
+        this one, under that guard as another optimizer's) is judged against the start they measured, its steps
+        counted from there."""
         assert self.guard is not None
         passes = self.guard.pass_loss()  # this step's backward passes, read by the guard of the phase before
         carried = passes if carried is None else carried
@@ -556,13 +560,15 @@ class LauncherHooks:
         del before  # the script's to free
         self._trained_before = self._trained_before + 1 if again else 0
         told_only = replace(self.config, action="notify", recovery="relaunch") if again else None
-        self._attach(model, optimizer, config=told_only)
+        self._attach(model, optimizer, config=told_only, start_step=len(earlier or ()))
         if self.guard is not None:
             self.guard.carry_decisions(decided)
             if again:
                 self.guard.trained_again(self._trained_before)
             if lineage is not None:
                 self.guard.continues(lineage)
+            elif earlier:
+                self.guard.trained_before(earlier)
         if carried is not None and self.guard is not None:
             self.guard.backward_pass(carried)
 

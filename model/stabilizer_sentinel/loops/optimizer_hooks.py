@@ -29,6 +29,7 @@ This module must not change gradients or weights.
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Any
 
 import torch
@@ -36,6 +37,9 @@ import torch
 from stabilizer_sentinel.failsafe import shielded
 from stabilizer_sentinel.loops import gradients
 from stabilizer_sentinel.say import say
+
+# The latest steps of each other optimizer whose losses are kept (``OptimizerHooks.other_losses``).
+OTHER_LOSSES = 1000
 
 STATE_KEY = "stabilizer_step"
 LEARNING_KEY = "stabilizer_learning"  # the learning check's start, so a resumed run is judged from its lineage
@@ -59,6 +63,9 @@ class OptimizerHooks:
     # Inside the watched optimizer's ``step(closure)``: the version of its first weight at the step's first
     # backward pass inside it (-1 before that pass), else None (``at_trial_point``).
     _closure_version: int | None = None
+    # The losses of each other optimizer's latest steps (``_check_other``), by its id: a network trained after the
+    # first (the launcher's next phase, attached at its 51st step) is judged from its own first steps' losses.
+    _other_losses: dict[int, deque[float]] | None = None
 
     def hook_optimizers(self, optimizers: list[torch.optim.Optimizer], *, in_checkpoints: bool) -> None:
         """Hook the first optimizer (its steps are the run's) and check the others' steps; with
@@ -218,6 +225,12 @@ class OptimizerHooks:
         if _has_closure(args, kwargs) and not skipped:
             self._check_other(optimizer)
 
+    def other_losses(self, optimizer: torch.optim.Optimizer, count: int) -> list[float]:
+        """The losses of ``optimizer``'s latest ``count`` steps (another optimizer's), oldest first (not-a-number
+        for a step whose loss was not known)."""
+        kept = (self._other_losses or {}).get(id(optimizer), ())
+        return list(kept)[-count:] if count > 0 else []
+
     def _check_other(self, optimizer: torch.optim.Optimizer) -> None:
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         norm = gradients.total_norm(grads).float() if grads else torch.zeros(())
@@ -225,6 +238,9 @@ class OptimizerHooks:
         loss_value, norm_value = torch.stack([torch.as_tensor(float("nan") if loss is None else loss).to(
             norm.device, torch.float32).reshape(()), norm]).tolist()  # one host synchronisation for both
         index = next(i for i, other in enumerate(self.others) if other is optimizer) + 2
+        if self._other_losses is None:
+            self._other_losses = {}
+        self._other_losses.setdefault(id(optimizer), deque(maxlen=OTHER_LOSSES)).append(loss_value)
         step = max(self.step_number - 1, 0)
         if loss is not None and not math.isfinite(loss_value):
             self.external_finding(step, "losses/loss", loss_value, f"loss is non-finite at step {step} "

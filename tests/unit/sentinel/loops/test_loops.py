@@ -409,7 +409,8 @@ def test_a_backward_pass_from_two_scalars_is_read_as_the_loss_of_their_sum(tmp_p
 def test_training_that_goes_on_with_another_optimizer_after_the_first_stopped_is_the_run_watched(tmp_path, nan_from):
     # From the fifth verdict hunt: a student distilled after its teacher was another optimizer to the hooks,
     # which had attached to the teacher's; the summary described the teacher's 100 steps, `learned: true`,
-    # whatever the student did. After PHASE_STEPS of the second optimizer in a row it is the run's.
+    # whatever the student did. After PHASE_STEPS of the second optimizer in a row it is the run's, its steps
+    # counted and judged from its own start (stop 71: from where it was attached, its 52nd step).
     args = [str(LOOPS), "--pretrain", "60", "--steps", "120", "--nan-from", str(nan_from)]
     plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
     result = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path))
@@ -417,11 +418,11 @@ def test_training_that_goes_on_with_another_optimizer_after_the_first_stopped_is
     printed = logged_losses(plain.stdout)
     if nan_from < 0:
         assert (result.returncode, result.stdout, result.stderr) == (0, plain.stdout, plain.stderr)
-        assert written["steps_taken"] == 120 - 51 and written["learned"] is True
-        assert min(printed[51:58]) <= written["first_loss"] <= max(printed[51:58])  # the second network's
+        assert written["steps_taken"] == 120 - 50 and written["learned"] is True and written["first_step"] == 50
+        assert min(printed[:6]) <= written["first_loss"] <= max(printed[:6])  # the second network's first window
     else:
         (finding,) = findings(tmp_path)
-        assert result.returncode == 86 and (finding["rule"], finding["step"]) == ("ExplodingTensor", nan_from - 51)
+        assert result.returncode == 86 and (finding["rule"], finding["step"]) == ("ExplodingTensor", nan_from)
 
 
 @pytest.mark.slow
@@ -479,6 +480,21 @@ def test_a_run_that_ends_inside_its_range_test_past_the_blow_up_is_not_judged(tm
 
 
 @pytest.mark.slow
+def test_a_network_trained_after_a_helper_is_judged_from_its_own_start(tmp_path):
+    # From stop 71's hunt: a network trained after a helper's one L-BFGS step was watched from its 51st step (the
+    # launcher's next phase), judged from its loss there, and its planned rise (noisier targets) called Diverging:
+    # rolled back three times, then stopped, where unwatched it exits 0.
+    args = [str(FIXTURES / "loops" / "helper_first.py")]
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert (watched.returncode, watched.stdout, watched.stderr) == (0, plain.stdout, plain.stderr)
+    written = summary(tmp_path)
+    assert findings(tmp_path) == [] and written["learned"] is True and written["first_step"] == 50
+    losses = [float(line.split("loss=")[1]) for line in plain.stdout.splitlines() if line.startswith("step=")]
+    assert written["first_loss"] == pytest.approx(sum(losses[:5]) / 5, rel=1e-3)  # its own first window
+
+
+@pytest.mark.slow
 def test_a_network_trained_again_in_its_turn_is_judged_against_the_start_of_its_training(tmp_path):
     # From stop 70's hunt: two networks trained in turns, a pass of 70 steps each, were each a new phase at
     # their turn's 51st step, judged afresh from there: the last turn's 19 steps of a network long converged
@@ -488,10 +504,12 @@ def test_a_network_trained_again_in_its_turn_is_judged_against_the_start_of_its_
     watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path))
     assert (watched.returncode, watched.stdout, watched.stderr) == (0, plain.stdout, plain.stderr)
     written = summary(tmp_path)
-    assert findings(tmp_path) == [] and written["learned"] is True and written["steps_taken"] == 70 - 51
+    assert findings(tmp_path) == [] and written["learned"] is True and written["steps_taken"] == 70 - 50
     first_turn = [float(line.split("loss=")[1]) for line in plain.stdout.splitlines()
                   if line.startswith("round=0 net=b ")]
-    assert written["first_loss"] == pytest.approx(sum(first_turn[51:56]) / 5, rel=1e-2)  # its first watched window
+    # Judged from the start of its own training: its first turn's first window, which the guard of the phase before
+    # saw as another optimizer's steps (stop 71; until then from its first watched window, first_turn[51:56]).
+    assert written["first_loss"] == pytest.approx(sum(first_turn[:5]) / 5, rel=1e-2)
 
 
 @pytest.mark.slow
