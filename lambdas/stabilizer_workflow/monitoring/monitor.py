@@ -235,9 +235,10 @@ def _completed(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckRes
     reason = judged.reason
     told = [f for f in obs.issues() if verdicts.told_only(f, attempt.watched)]
     if told:
-        why = {verdicts.told_why(f): [g for g in told if verdicts.told_why(g) == verdicts.told_why(f)] for f in told}
-        reason += "; told: " + "; ".join(", ".join(f"{f.rule} at step {f.step}" for f in fs) + f" ({words})"
-                                         for words, fs in why.items())
+        by_why: dict[str, list[str]] = {}
+        for f in told:
+            by_why.setdefault(verdicts.told_why(f), []).append(f"{f.rule} at step {f.step}")
+        reason += "; told: " + "; ".join(f"{', '.join(named)} ({why})" for why, named in by_why.items())
     recovered = in_job.summary_line(attempt)
     if recovered:
         reason += f"; {recovered}"

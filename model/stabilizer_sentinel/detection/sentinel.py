@@ -486,7 +486,7 @@ class Sentinel:
             },
         }
 
-    def trained_before(self, losses: list[float]) -> None:
+    def trained_unwatched(self, losses: list[float]) -> None:
         """The network trained ``len(losses)`` steps before this sentinel watched it, at those losses (the launcher
         attaches to a network trained after another at its 51st step): it is judged against the start they
         measured, as a resumed run is against its lineage's (``LearningCheck.load_state_dict``), not from where

@@ -606,10 +606,10 @@ class Guard(OptimizerHooks):
         ``lineage`` (``lineage()``): it is judged against the start of that training, as a resumed run is."""
         self.sentinel.learning.load_state_dict(lineage)
 
-    def trained_before(self, losses: list[float]) -> None:
+    def trained_unwatched(self, losses: list[float]) -> None:
         """This network trained ``len(losses)`` steps before this guard attached, at those losses (another
         optimizer's, under the launcher's guard of the phase before): judged against the start they measured."""
-        self.sentinel.trained_before(losses)
+        self.sentinel.trained_unwatched(losses)
 
     def trained_again(self, before: int) -> None:
         """This network is one trained ``before`` times already in this process, each from its start (a search's

@@ -568,7 +568,7 @@ class LauncherHooks:
             if lineage is not None:
                 self.guard.continues(lineage)
             elif earlier:
-                self.guard.trained_before(earlier)
+                self.guard.trained_unwatched(earlier)
         if carried is not None and self.guard is not None:
             self.guard.backward_pass(carried)
 
