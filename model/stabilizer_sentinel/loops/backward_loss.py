@@ -51,6 +51,12 @@ MEAN, SUM = 1, 2  # the reduction codes autograd saves
 MAX_SCALINGS = 8  # more nested scalings than any loop writes: what is left is read as the loss
 REDUCTIONS = ("SumBackward0", "SumBackward1", "MeanBackward0", "MeanBackward1")
 SHAPINGS = ("ViewBackward0", "ReshapeAliasBackward0", "UnsqueezeBackward0", "SqueezeBackward0", "SqueezeBackward1")
+# A vector's norm as autograd names it, and what ``F.normalize`` and ``F.cosine_similarity`` put between it and the
+# division (``_unit_vectors``), walked through at most ``NORM_NODES`` nodes.
+NORMS = ("LinalgVectorNormBackward0", "NormBackward0", "NormBackward1", "SqrtBackward0")
+NORM_WRAPPERS = ("CloneBackward0", "ExpandBackward0", "ClampMinBackward0", "ClampBackward1", "ClampBackward0",
+                 "MaximumBackward0", "AddBackward0", "AddBackward1", "UnsqueezeBackward0", "ViewBackward0")
+NORM_NODES = 8
 SURROGATE_TERMS = 64  # the terms of a gathered sum whose weights ``signed_weights`` reads: enough for both signs
 SURROGATE_NODES = 64  # the nodes ``signed_weights`` walks through a loss's additions, at most
 # Nodes that add terms up (``a + b``, ``a - b``, ``-a``, ``loss + 1``): walked through, never a term.
@@ -263,7 +269,7 @@ def _signed(node: Any) -> torch.Tensor | None:
             if node.name() in ("CatBackward0", "StackBackward0"):
                 return _either(found, _gathered(node))
             weights = _constant_factor(node)
-            if weights is None:
+            if weights is None or _unit_vectors(_graph_input(node)):
                 break
             if weights.numel() >= 2:
                 flat = weights.detach()
@@ -272,6 +278,23 @@ def _signed(node: Any) -> torch.Tensor | None:
         return found
     except (AttributeError, RuntimeError, TypeError):  # a node saved differently: no such sum
         return None
+
+
+def _unit_vectors(node: Any) -> bool:
+    """Whether ``node`` divides vectors by their own norm (``F.normalize``, inside ``F.cosine_similarity``): a
+    product of those by a constant, summed, is a cosine similarity to fixed directions (BYOL's and SimSiam's
+    loss, an embedding regressed by its angle), whose directions' signs weigh no terms (stop 71's hunt: a healthy
+    BYOL and a cosine regression were read as a policy gradient's surrogate and never judged)."""
+    if node is None or node.name() != "DivBackward0":
+        return False
+    queue, walked = deque(below for below, _ in node.next_functions if below is not None), 0
+    while queue and walked < NORM_NODES:
+        below, walked = queue.popleft(), walked + 1
+        if below.name() in NORMS:
+            return True
+        if below.name() in NORM_WRAPPERS:
+            queue.extend(further for further, _ in below.next_functions if further is not None)
+    return False
 
 
 def _either(found: torch.Tensor | None, signed: torch.Tensor | None) -> torch.Tensor | None:

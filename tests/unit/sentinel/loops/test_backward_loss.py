@@ -108,6 +108,24 @@ def test_a_sum_of_terms_weighted_by_constants_of_both_signs_is_a_surrogate(form)
     assert signed is not None and bool(signed)
 
 
+@pytest.mark.parametrize("form", ["cosine_similarity", "normalized", "byol", "norm_by_hand"])
+def test_a_cosine_similarity_to_fixed_directions_is_no_surrogate(form):
+    # From stop 71's hunt: a healthy BYOL and a regression onto fixed directions by their angle, their targets'
+    # entries of both signs, were read as a policy gradient's surrogate and left unjudged.
+    torch.manual_seed(0)
+    prediction = torch.randn(8, 4, requires_grad=True) * 1.0
+    target = torch.randn(8, 4)  # the target branch's output, detached, or plain data
+    loss = {
+        "cosine_similarity": 1 - nn.functional.cosine_similarity(prediction, target, dim=1).mean(),
+        "normalized": -(nn.functional.normalize(prediction, dim=1) * nn.functional.normalize(target, dim=1))
+        .sum(dim=1).mean(),
+        "byol": (2 - 2 * (nn.functional.normalize(prediction, dim=-1) * nn.functional.normalize(target, dim=-1))
+                 .sum(dim=-1)).mean(),
+        "norm_by_hand": -((prediction / prediction.pow(2).sum(1, keepdim=True).sqrt()) * target).sum(1).mean(),
+    }[form]
+    assert not bool(backward_loss.signed_weights([loss]))
+
+
 def test_a_loss_weighted_by_constants_of_one_sign_or_inside_another_function_is_no_surrogate():
     log_probs, advantages, weights = _policy()
     entropy, error = _losses()
