@@ -103,6 +103,7 @@ class ChanceLevel:
         self._needed = 0
         self._classes: int | None = None  # cross-entropy: the width of its scores
         self._read: tuple[int, float | None] | None = None  # (samples, level) of the last read: one per step
+        self._block: torch.Tensor | None = None  # squared error: ``_sums`` of the targets since ``take_block``
 
     def observe(self, tensors: Sequence[torch.Tensor]) -> None:
         """One backward pass is about to run from ``tensors``."""
@@ -169,6 +170,7 @@ class ChanceLevel:
         rows, sums = counted
         count, block = self._since[-1] if self._since else (0, torch.zeros_like(sums))
         self._since[-1:] = [(count + rows, block + sums)]
+        self._block = sums if self._block is None else self._block + sums
         self.kind = "squared_error"
         self._needed = SAMPLES_PER_CLASS * 3  # thirty targets: the variance to within about a quarter
 
@@ -238,6 +240,13 @@ class ChanceLevel:
             return True
         return False
 
+    def take_block(self) -> torch.Tensor | None:
+        """A squared error's targets since the last call (per column, their count, sum and sum of squares, on the
+        device: ``spread`` reads them), and a new block begun; None for another loss, or with no target since. No
+        synchronisation."""
+        block, self._block = self._block, None
+        return block if not self.off and self.kind == "squared_error" else None
+
     def level(self) -> float | None:
         """The loss of the best input-blind prediction of the targets seen so far; None while unknown.
 
@@ -302,6 +311,14 @@ class ChanceLevel:
         if level is not None or self.off or self._classes is None:
             return level
         return math.log(self._classes)
+
+
+def spread(blocks: Sequence[torch.Tensor]) -> float | None:
+    """The variance of the targets of ``blocks`` (``ChanceLevel.take_block``'s, of one loss), averaged over their
+    columns: the squared error of predicting their mean; None when it is not finite. One host synchronisation."""
+    n, total, squares = sum(blocks[1:], blocks[0])
+    value = float((squares / n - (total / n) ** 2).clamp(min=0).mean())
+    return value if math.isfinite(value) else None
 
 
 class TermLevel:

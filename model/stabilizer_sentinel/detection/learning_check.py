@@ -66,6 +66,9 @@ PLATEAU = "LossNotDecreasing"
 # learned (``LearningCheck._relapsing``): nine tenths of it lost.
 RELAPSE = 0.1
 VANISHING = "VanishingGradient"
+# A squared error no worse than this many times its targets' variance is no worse than a guess drawn from their own
+# distribution (the variances of two independent draws add up): ``LearningCheck._spread_grew``.
+GUESS = 2.0
 # What a run judged afresh from a step keeps (``LearningCheck._begin_segment``): the listeners, the phase, whether
 # it learned and whether its loss is judged at all.
 SEGMENT_KEEPS = ("chance", "term", "makeup", "surrogate", "input_blind", "motion", "killed", "_makeups", "_segments",
@@ -106,8 +109,7 @@ class LearningCheck(FallTests):
     plateau_patience: int | None = None
 
     def __post_init__(self) -> None:
-        self._sum = 0.0
-        self._count = 0
+        self._sum, self._count = 0.0, 0
         self._first: tuple[int, float] | None = None  # (last step of the first window, its mean)
         self._first_spread: float | None = None  # the standard deviation of the first window's steps
         self._start: float | None = None  # where learning is measured from (loss_statistics.untrained_level)
@@ -164,6 +166,9 @@ class LearningCheck(FallTests):
         self._held: deque[tuple[int, float, float | None]] = deque(maxlen=self.persistence * self.window)
         # Whether a finding ended the check; why nothing is judged while a rate range test goes on (``swept``).
         self._fired, self._sweeping = False, None
+        # A squared error's targets (``ChanceLevel.take_block``) of each of the last steps, and of the first window's
+        # steps together (``_spread_grew``).
+        self._targets: tuple[deque[Any], Any] = (deque(maxlen=max(self.window, self.persistence)), None)
         self._refresh_bound()
 
     @classmethod
@@ -310,6 +315,7 @@ class LearningCheck(FallTests):
     ) -> RuleFinding | None:
         """Record one training step's loss; a finding when the run is found diverging or not learning."""
         self._phase.observe(phase, learning_rate)
+        self._targets[0].append(self._take_targets())
         if self._fired:
             return None
         self._new_makeup(step)
@@ -359,7 +365,11 @@ class LearningCheck(FallTests):
         if self._above and self._spike is None:
             self._spike, self._spike_rate = (step, loss), learning_rate
         base = self._bound - self.spreads * self._scale
-        if loss > base + self.jump_spreads * self._scale:  # no batch is that far off; an explosion is
+        jumped = loss > base + self.jump_spreads * self._scale
+        if (jumped or self._above >= self.persistence) and self._spread_grew(loss):
+            self._begin_segment(step, "the spread of its squared error's targets grew with the loss")
+            return None
+        if jumped:  # no batch is that far off; an explosion is
             message = (f"the loss {loss:.4g} jumped above {base + self.jump_spreads * self._scale:.4g} "
                        f"({self._bound_reason(self.jump_spreads)})")
             return self._fire(DIVERGING, step, message, loss)
@@ -375,6 +385,33 @@ class LearningCheck(FallTests):
             return self._fire(DIVERGING, step, message, loss)
         held = self._held_above(step, loss, learning_rate)
         return None if held is None else self._fire(DIVERGING, step, held, loss)
+
+    def _take_targets(self) -> Any:
+        """A squared error's targets since the last step (``ChanceLevel.take_block``); None for another loss."""
+        take = getattr(self.chance, "take_block", None)  # a level given by hand reads no targets
+        return take() if take is not None else None
+
+    def _spread_grew(self, loss: float) -> bool:
+        """Whether a squared error above the bound rose with its targets' spread, not against it: the mean of its
+        steps above the bound (the last ``persistence`` at most, ``loss`` the last) is no more than ``GUESS`` times
+        the variance of those steps' targets (what a guess drawn from the targets' own distribution scores: twice
+        their variance), and against that variance no more than ``GUESS`` times what the first window's mean was
+        against its own targets'. A DQN's temporal-difference loss rises so, 0.02 to 5 and more, as the values it
+        bootstraps its targets from grow (their variance with them: a terminal step's target is the reward alone): a
+        healthy run, stopped at step 1465 (stop 71's hunt). A regression that diverges scores far above its targets'
+        spread. Then the run is judged afresh (``_begin_segment``): the bound is measured on the new scale. Two host
+        synchronisations where a step would be found diverging, none otherwise."""
+        steps, first = self._targets
+        above = min(self._above, self.persistence) or 1
+        blocks = [block for block in list(steps)[-above:] if block is not None]
+        if first is None or len(blocks) < above or self._first is None:
+            return False
+        now, then = chance_level.spread(blocks), chance_level.spread([first])
+        if now is None or then is None or not then > 0:
+            return False
+        losses = [*list(self._recent)[len(self._recent) - above + 1:], loss] if above > 1 else [loss]
+        mean = sum(losses) / len(losses)
+        return mean <= GUESS * now and mean * then <= GUESS * self._first[1] * now
 
     def at_end(self, step: int) -> RuleFinding | None:
         """The verdict on a run that completed: it must have learned (needs two windows).
@@ -627,6 +664,9 @@ class LearningCheck(FallTests):
         return self._unjudged is None
 
     def _close_window(self, step: int, mean: float) -> None:
+        if self._first is None:
+            blocks = [block for block in list(self._targets[0])[-self.window:] if block is not None]
+            self._targets = (self._targets[0], sum(blocks[1:], blocks[0]) if blocks else None)
         self._peak = mean if self._peak is None else max(self._peak, mean)
         self._last = (step, mean)
         self._lowest = mean if self._lowest is None else min(self._lowest, mean)

@@ -26,7 +26,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
 
-def _shapes(tensors: Iterable[torch.Tensor]) -> tuple[tuple[int, ...], ...]:
+def shapes(tensors: Iterable[torch.Tensor]) -> tuple[tuple[int, ...], ...]:
     try:
         return tuple(tuple(t.shape) for t in tensors)
     except (RuntimeError, ValueError):  # a lazy module's parameters before their first call have no shape
@@ -42,13 +42,13 @@ def restart(model: nn.Module, optimizer: torch.optim.Optimizer, others: Iterable
     others = list(others)
     networks = [model, *(network for network, _ in others)]
     optimizers = [optimizer, *(other for _, other in others), *inner]
-    known = {_shapes(n.parameters()) for n in networks if isinstance(n, nn.Module)}
-    known |= {_shapes(p for group in o.param_groups for p in group["params"]) for o in optimizers}
+    known = {shapes(n.parameters()) for n in networks if isinstance(n, nn.Module)}
+    known |= {shapes(p for group in o.param_groups for p in group["params"]) for o in optimizers}
     known.discard(())
     restarted = 0
     for candidate in gc.get_objects():
         # By the type itself: isinstance would read ``__class__``, which a dead weak proxy raises on.
-        if issubclass(type(candidate), AveragedModel) and _shapes(candidate.module.parameters()) in known:
+        if issubclass(type(candidate), AveragedModel) and shapes(candidate.module.parameters()) in known:
             with torch.no_grad():
                 candidate.n_averaged.zero_()
             restarted += 1

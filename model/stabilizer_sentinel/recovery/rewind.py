@@ -42,8 +42,10 @@ This module must not decide anything about the run; it keeps and writes state.
 from __future__ import annotations
 
 import copy
+import gc
 import math
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -51,9 +53,11 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.optim.swa_utils import AveragedModel
 
 from stabilizer_contract.checkpoints import checkpoint_name
 from stabilizer_sentinel.loops.optimizer_hooks import LEARNING_KEY, STATE_KEY
+from stabilizer_sentinel.recovery.averages import shapes
 from stabilizer_sentinel.say import say
 
 GUARD_KEYS = (STATE_KEY, LEARNING_KEY)
@@ -142,6 +146,36 @@ def loose_of(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.T
     return loose
 
 
+def shadows_of(model: nn.Module, optimizer: torch.optim.Optimizer,
+               others: list[tuple[nn.Module | None, torch.optim.Optimizer]],
+               inner: list[torch.optim.Optimizer]) -> list[nn.Module]:
+    """The networks the script keeps beside ``model`` (or beside another network held, ``others``) of its very
+    parameter shapes, in order, none of whose parameters ``model`` holds or an optimizer held trains: a DQN's target
+    network (copied from the online one every so many steps, its targets computed from it), a hand-written EMA or
+    momentum encoder. Their weights are part of the training state: a rollback that put the online network back
+    hundreds of steps and left the target network where the run-up took it had every probe chase targets of that
+    state (stop 72, a DQN whose rate the script raised at step 1000: stopped, where a relaunch builds the target
+    network afresh). A frozen teacher of the same shapes is put back as it was: unchanged. ``AveragedModel``s restart
+    instead (stabilizer_sentinel.recovery.averages). Found by a scan of the objects the garbage collector tracks."""
+    networks = [model, *(network for network, _ in others if network is not None)]
+    optimizers = [optimizer, *(other for _, other in others), *inner]
+    held = {id(param) for network in networks for param in network.parameters()}
+    held |= {id(param) for o in optimizers for group in o.param_groups for param in group["params"]}
+    known = {shapes(network.parameters()) for network in networks}
+    known.discard(())
+    found = []
+    for candidate in gc.get_objects():
+        # By the type itself: isinstance would read ``__class__``, which a dead weak proxy raises on.
+        if not issubclass(type(candidate), nn.Module) or issubclass(type(candidate), AveragedModel) \
+                or any(candidate is network for network in networks):
+            continue
+        params = list(candidate.parameters())
+        if params and not any(id(param) in held for param in params) and shapes(params) in known:
+            found.append(candidate)
+    inside = {id(module) for network in found for module in network.modules() if module is not network}
+    return [network for network in found if id(network) not in inside]
+
+
 def load_other(others: list[tuple[nn.Module | None, torch.optim.Optimizer]],
                due: dict[int, tuple[dict[str, Any], dict[str, Any]]], optimizer: torch.optim.Optimizer) -> bool:
     """Put ``due``'s part for ``optimizer`` (by its position in ``others``) back into it and its network,
@@ -184,11 +218,14 @@ class Snapshot:
     # The values of the optimizer's tensors that the model does not hold (``Rewind.loose``), in that order.
     # Not written into checkpoints: a checkpoint is the network's.
     loose: list[torch.Tensor] = field(default_factory=list)
+    # The states of the networks the loop keeps beside the trained one (``Rewind.shadows``), in that order ({} for
+    # one gone). Not written into checkpoints: the script builds them again when it starts.
+    shadows: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def nbytes(self) -> int:
         return (_nbytes(self.model) + _nbytes(self.optimizer) + _nbytes(self.others) + _nbytes(self.inner)
-                + _nbytes(self.loose))
+                + _nbytes(self.loose) + _nbytes(self.shadows))
 
     def settle(self) -> Snapshot:
         """Wait until its copies from CUDA memory are done (at once where none is pending); returns itself."""
@@ -250,6 +287,10 @@ class Rewind:
         # overflows of a run-up (and of a probe thrown up) halve the scale, which would otherwise stay low
         # for the rest of the run (a GradScaler grows it back only after 2,000 steps without one).
         self.scaling: Any = None
+        # In-job recovery: the networks the loop keeps beside the trained one, of its very shapes and trained by no
+        # optimizer held (``shadows_of``: a DQN's target network, a hand-written EMA); searched for at the first copy
+        # of each series (None until then), copied and put back with it.
+        self.shadows: list[weakref.ref[nn.Module]] | None = None
 
     def add_other(self, network: nn.Module | None, optimizer: torch.optim.Optimizer) -> None:
         """Copy and put back ``optimizer`` (and ``network``) too, from now on and in the copies held.
@@ -296,6 +337,7 @@ class Rewind:
         self._groups = len(self.optimizer.param_groups)
         self.snapshots.clear()
         self.first = self.anchor = None
+        self.shadows = None
 
     def before_step(self, step: int) -> None:
         """Call before each optimizer step (before its check): when the optimizer has gained a group since the
@@ -430,6 +472,9 @@ class Rewind:
         back, so a copy read at once and dropped (a probe's end state) is better made the plain way."""
         started = time.perf_counter()
         checks, level = (self.companion.checks_state(), self.companion.loss_level()) if self.companion else (None, None)
+        if self.companion is not None and self.shadows is None:
+            self.shadows = [weakref.ref(network) for network in shadows_of(self.model, self.optimizer, self.others,
+                                                                            self.inner)]
         try:
             devices: set[torch.device] | None = None if waiting else set()
             snapshot = self._copy(next_step, checks, level, devices)
@@ -446,8 +491,10 @@ class Rewind:
                   for index, (network, other) in enumerate(self.others)]
         inner = [state_on_host(inner.state_dict(), devices) for inner in self.inner]
         loose = [state_on_host(tensor, devices) for tensor in self.loose]
+        shadows = [{} if (network := shadow()) is None else state_on_host(network.state_dict(), devices)
+                   for shadow in self.shadows or ()]
         return Snapshot(next_step, model, optimizer, checks, level, others, self._scaler_state(), inner=inner,
-                        copied=copied_on(devices) if devices else (), loose=loose)
+                        copied=copied_on(devices) if devices else (), loose=loose, shadows=shadows)
 
     def load(self, snapshot: Snapshot) -> None:
         """Put ``snapshot`` back into the model, the optimizer's state and the companion; the copy stays intact.
@@ -464,6 +511,9 @@ class Rewind:
                 tensor.copy_(value)
         for inner, state in zip(self.inner, snapshot.inner, strict=False):
             load_optimizer_state(inner, state_on_host(state))
+        for shadow, state in zip(self.shadows or (), snapshot.shadows, strict=False):
+            if state and (network := shadow()) is not None:
+                network.load_state_dict(state)
         self._due = dict(enumerate(snapshot.others))  # put back at each one's next step (load_other)
         if self.companion is not None and snapshot.checks is not None:
             self.companion.load_checks_state(copy.deepcopy(snapshot.checks))

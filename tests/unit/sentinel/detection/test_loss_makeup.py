@@ -139,3 +139,37 @@ def test_a_regression_given_another_task_is_not_called_back_at_its_chance_level(
             assert finding is None and [step for step, _ in check.segments] == [160]
         else:
             assert finding is not None and "went back to the loss" in finding.message
+
+
+def _bootstrapped(losses_over_spread: float, *, grows: bool, steps: int = 300):
+    """A squared error reported at three times its targets' variance at the start and ``losses_over_spread`` times it
+    once trained, that variance growing a hundredfold over the run (a DQN's values, bootstrapped from its own
+    predictions); the targets backwarded have that spread where ``grows``, else their first spread throughout."""
+    generator = torch.Generator().manual_seed(3)
+    check = LearningCheck.configured([])
+    for step in range(steps):
+        spread = 0.3 * 10 ** (step / steps)
+        trained = min(step / 50, 1.0)
+        level = spread ** 2 * (3.0 * (1 - trained) + losses_over_spread * trained)
+        _mse(step / 30 + (spread if grows else 0.3) * torch.randn(64, 1, generator=generator)).backward()
+        finding = check.observe(step, level * (1 + 0.1 * float(torch.randn(1, generator=generator))), None, 1e-3)
+        if finding is not None:
+            return check, finding
+    return check, None
+
+
+def test_a_squared_error_that_rises_with_its_targets_spread_is_judged_afresh_not_diverging():
+    # Stop 71's hunt: a DQN's temporal-difference loss rose 0.02 to 5 as its values grew (the variance of its targets
+    # with them): called Diverging at step 1465 and stopped. Here the loss sits at its targets' variance, which grows
+    # a hundredfold.
+    check, finding = _bootstrapped(1.0, grows=True)
+    assert finding is None
+    why = "the spread of its squared error's targets grew with the loss"
+    assert check.segments and all(reason == why for _, reason in check.segments)
+    assert check.learned
+    # The same losses on targets whose spread stays put: a regression diverging.
+    _, diverging = _bootstrapped(1.0, grows=False)
+    assert diverging is not None and diverging.rule == "Diverging"
+    # Targets that grow, and a loss at ten times their variance (worse than a guess drawn from them): diverging.
+    _, worse = _bootstrapped(10.0, grows=True)
+    assert worse is not None and worse.rule == "Diverging"

@@ -495,6 +495,35 @@ def test_a_network_trained_after_a_helper_is_judged_from_its_own_start(tmp_path)
 
 
 @pytest.mark.slow
+def test_a_dqns_loss_rising_with_its_values_is_no_divergence(tmp_path):
+    # From stop 71's hunt: a DQN's temporal-difference loss rises as its values grow (its targets' variance with them)
+    # and was called Diverging at step 1465 (the loss 7.26 above the bound 6.78 from the first window's 0.378): rolled
+    # back to step 235, every probe failed, and the job stopped (exit 86) where unwatched it exits 0.
+    args = [str(FIXTURES / "loops" / "dqn_target.py")]
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert (watched.returncode, watched.stdout, watched.stderr) == (0, plain.stdout, plain.stderr)
+    written = summary(tmp_path)
+    assert findings(tmp_path) == [] and written["learned"] is True
+    why = "the spread of its squared error's targets grew with the loss"
+    assert why in [reason for _, reason in written["judged_afresh"]]
+
+
+@pytest.mark.slow
+def test_a_rollback_puts_the_target_network_back_with_the_online_one(tmp_path):
+    # The script raises its own rate 300 times at step 1000: the loss jumps to 44 and the job rolls back about 700
+    # steps. With the target network left where the run-up took it, the rate the probes chose was found diverging 18
+    # steps later against its targets and the job stopped (exit 86); put back with the online network, it goes on.
+    args = ["-m", "stabilizer_sentinel.launch", str(FIXTURES / "loops" / "dqn_target.py"), "--raise-at", "1000"]
+    watched = run(args, LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert watched.returncode == 0, watched.stderr
+    (rollback,) = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())["rollbacks"]
+    assert rollback["outcome"] == "recovered" and rollback["rule"] == "Diverging"
+    assert findings(tmp_path) == [] and summary(tmp_path)["learned"] is True
+    assert "greedy [1, 1, 1, 1, 1, 1, 1, 1]" in watched.stdout
+
+
+@pytest.mark.slow
 def test_a_network_trained_again_in_its_turn_is_judged_against_the_start_of_its_training(tmp_path):
     # From stop 70's hunt: two networks trained in turns, a pass of 70 steps each, were each a new phase at
     # their turn's 51st step, judged afresh from there: the last turn's 19 steps of a network long converged

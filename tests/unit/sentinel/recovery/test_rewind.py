@@ -142,6 +142,44 @@ def test_the_optimizers_tensors_beside_the_network_go_back_with_the_copy(tmp_pat
     assert set(copy.model) == {"weight", "bias"}  # the network's own entries: a checkpoint holds the encoder's
 
 
+class Companion:
+    """The sentinel's part of a copy, for a rewind that serves in-job recovery (it searches for shadows)."""
+
+    def checks_state(self):
+        return None
+
+    def loss_level(self):
+        return None
+
+
+def test_a_network_kept_beside_the_trained_one_goes_back_with_the_copy(tmp_path):
+    """A DQN's target network (the online one's shapes, trained by no optimizer) is part of the state a rollback
+    puts back; a wrapper of the trained network, an average, a smaller module and a network gone are not."""
+    online = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    target = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    wrapper = torch.nn.ModuleDict({"online": online})  # holds the online network's own parameters
+    other = torch.nn.Linear(8, 16)  # another network's shapes
+    optimizer = torch.optim.Adam(online.parameters(), lr=1e-3)
+    rewind = Rewind(online, optimizer, checkpoint_dir=tmp_path, every=5, keep=2)
+    assert rewind.take_now(0).shadows == []  # no companion (no in-job recovery): no search
+    rewind.companion = Companion()
+    target.load_state_dict(online.state_dict())
+    copy = rewind.take_now(0)
+    assert [shadow() for shadow in rewind.shadows] == [target]
+    before = {name: value.clone() for name, value in target.state_dict().items()}
+    with torch.no_grad():
+        for param in target.parameters():
+            param.mul_(1e6)  # copied from the run-up's online network
+        kept = other.weight.clone()
+    rewind.load(copy)
+    assert all(torch.equal(target.state_dict()[name], value) for name, value in before.items())
+    assert torch.equal(other.weight, kept) and wrapper["online"] is online
+    del target
+    rewind.load(copy)  # a network gone since: nothing to put back
+    rewind.start_over(5)  # a new series searches again
+    assert rewind.shadows == []
+
+
 def test_a_group_added_to_the_optimizer_lets_the_copies_before_it_go_and_copies_at_once(tmp_path):
     """``add_param_group`` (a head joins at step 3): the copies before it hold one group, the optimizer two,
     and ``load_state_dict`` refuses such a copy. They go; the copy taken at once holds the new group's
