@@ -320,6 +320,7 @@ class LauncherHooks:
         if self.guard is not None:  # a copy of a watched process (a DataLoader worker): it writes nothing
             self.guard.discard()
             self.guard = None
+            self.stood_down = True  # nor says anything: the process it copies is watched
             self.close()
             return
         # Standing by: a child that trains (Hogwild!, a loop in a multiprocessing.Process) is a worker.

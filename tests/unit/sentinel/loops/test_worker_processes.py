@@ -59,6 +59,9 @@ def test_the_dataloader_workers_of_a_watched_loop_write_nothing(tmp_path, start)
     assert document is not None
     assert "processes" not in document and not (tmp_path / "checkpoints" / worker_processes.PARTS).exists()
     assert (document["summary"]["steps_observed"], document["summary"]["learned"]) == (30, True)
+    # Nor do they say anything: the second pass's workers, forked after the hooks attached, each said the run was
+    # not watched as they ended (stop 72's hunt: ten such lines beside a summary that learned).
+    assert "not watched" not in result.stderr
 
 
 def test_the_command_lines_of_multiprocessing_children_are_told_apart():
