@@ -56,6 +56,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
 from stabilizer_contract.checkpoints import checkpoint_name
+from stabilizer_sentinel.loops import distributed
 from stabilizer_sentinel.loops.optimizer_hooks import LEARNING_KEY, STATE_KEY
 from stabilizer_sentinel.recovery.averages import shapes
 from stabilizer_sentinel.say import say
@@ -289,7 +290,7 @@ class Rewind:
         self.scaling: Any = None
         # In-job recovery: the networks the loop keeps beside the trained one, of its very shapes and trained by no
         # optimizer held (``shadows_of``: a DQN's target network, a hand-written EMA); searched for at the first copy
-        # of each series (None until then), copied and put back with it.
+        # of each series (None until then), in one process alone, copied and put back with it.
         self.shadows: list[weakref.ref[nn.Module]] | None = None
 
     def add_other(self, network: nn.Module | None, optimizer: torch.optim.Optimizer) -> None:
@@ -473,8 +474,11 @@ class Rewind:
         started = time.perf_counter()
         checks, level = (self.companion.checks_state(), self.companion.loss_level()) if self.companion else (None, None)
         if self.companion is not None and self.shadows is None:
+            # One process alone: under DDP the other ranks' shadows would stay where the run-up took them, and
+            # the ranks would disagree on them from then on (stabilizer_sentinel.recovery.ranks sends the rest).
+            alone = distributed.rank_and_size()[1] == 1
             self.shadows = [weakref.ref(network) for network in shadows_of(self.model, self.optimizer, self.others,
-                                                                            self.inner)]
+                                                                            self.inner)] if alone else []
         try:
             devices: set[torch.device] | None = None if waiting else set()
             snapshot = self._copy(next_step, checks, level, devices)
