@@ -170,9 +170,12 @@ def shadows_of(model: nn.Module, optimizer: torch.optim.Optimizer,
         if not issubclass(type(candidate), nn.Module) or issubclass(type(candidate), AveragedModel) \
                 or any(candidate is network for network in networks):
             continue
-        params = list(candidate.parameters())
-        if params and not any(id(param) in held for param in params) and shapes(params) in known:
-            found.append(candidate)
+        try:
+            params = list(candidate.parameters())
+            if params and not any(id(param) in held for param in params) and shapes(params) in known:
+                found.append(candidate)
+        except (AttributeError, RuntimeError, TypeError):  # a module half built, or one of odd making: not one
+            continue
     inside = {id(module) for network in found for module in network.modules() if module is not network}
     return [network for network in found if id(network) not in inside]
 
@@ -517,7 +520,10 @@ class Rewind:
             load_optimizer_state(inner, state_on_host(state))
         for shadow, state in zip(self.shadows or (), snapshot.shadows, strict=False):
             if state and (network := shadow()) is not None:
-                network.load_state_dict(state)
+                try:
+                    network.load_state_dict(state)
+                except (KeyError, RuntimeError, TypeError):  # the script changed it since (pruned it): left as it is
+                    continue
         self._due = dict(enumerate(snapshot.others))  # put back at each one's next step (load_other)
         if self.companion is not None and snapshot.checks is not None:
             self.companion.load_checks_state(copy.deepcopy(snapshot.checks))
