@@ -9,11 +9,20 @@ it would unwatched: its output, its exit status and its files are its own. What 
 then is still written at exit, with ``summary.watching_failed`` saying what failed and where
 (docs/contracts.md), so the workflow never calls such a run a success: the rest of it ran unwatched.
 
+In a run of several ranks one rank may not stand aside alone: the others would wait for it in the
+watcher's collectives. The ranks meet in one at each step (the guard's agreement,
+stabilizer_sentinel.loops.distributed), so a rank whose watcher failed still meets them there once, says
+it is leaving, and every rank stands aside at that step (the others raise ``StoodAside`` inside their check,
+which the shield swallows). The hooks that reach the agreement are shielded with a ``meeting``: called in
+place of the hook once the watcher stood aside, and at once where the failure came in that very hook before
+its agreement. Where the failure came while the ranks may wait in another collective (inside the
+agreement, a rollback's exchange at the step's end, a stop's), or no guard meets the ranks, it is raised,
+as before.
+
 Not caught: ``SystemExit`` and ``KeyboardInterrupt`` (a rule stop is a ``SystemExit``, and an interrupt
-is the user's); and any exception in a run of several ranks, where one rank standing aside would leave
-the others waiting in the watcher's collectives: there it is raised, as before. A rate factor an in-job
-rollback put in force (stabilizer_sentinel.recovery.recovery) applies at the watcher's step hooks, and
-stands aside with them: the script's own rate is back from then on.
+is the user's). A rate factor an in-job rollback put in force (stabilizer_sentinel.recovery.recovery)
+applies at the watcher's step hooks, and stands aside with them: the script's own rate is back from then
+on (the guard sets back a rate scaled for the step under way).
 
 This module must not change gradients or weights.
 """
@@ -36,6 +45,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _failure: list[str] = []  # what failed, once: the watcher stands aside from then on
 _on_failure: list[Callable[[str], None]] = []  # told when it does (the guard: its watchdog and hooks)
+_ranks: list[weakref.ref[Any]] = []  # the guard whose agreement the ranks meet at each step (``meets_ranks``)
+
+
+class StoodAside(Exception):  # noqa: N818 (no error: every rank stands aside together)
+    """Raised inside a rank's check when the step's agreement told it another rank's watcher failed: the
+    shielded call returns at once, and the run goes on unwatched on every rank from that step."""
 PACKAGE = Path(__file__).resolve().parent
 
 
@@ -44,14 +59,16 @@ def failure() -> str | None:
     return _failure[0] if _failure else None
 
 
-def shielded(function: F, *, after_failure: bool = False) -> F:
+def shielded(function: F, *, after_failure: bool = False, meeting: Callable[..., Any] | None = None) -> F:
     """``function`` (called from inside the script) with its exceptions caught: the watcher stands aside
     (``stand_aside``) and the call returns None; once it has, the call returns None at once, unless
-    ``after_failure`` (the close at exit, which still writes what was seen)."""
+    ``after_failure`` (the close at exit, which still writes what was seen). ``meeting`` (with the call's
+    arguments): what a hook that reaches the ranks' agreement does once the watcher stood aside, and at once
+    where this very call failed before its agreement (the module's docstring)."""
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
-        return _call(function, after_failure, args, kwargs)
+        return _call(function, after_failure, args, kwargs, meeting)
 
     return call  # type: ignore[return-value]
 
@@ -64,20 +81,29 @@ def closing(method: F) -> F:
 def call_shielded(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``function(*args, **kwargs)`` shielded (a listener of a backward pass, a log line's sink), with no wrapper
     made per call."""
-    return _call(function, False, args, kwargs)
+    return _call(function, False, args, kwargs, None)
 
 
-def _call(function: Callable[..., Any], after_failure: bool, args: tuple, kwargs: dict) -> Any:
+def _call(function: Callable[..., Any], after_failure: bool, args: tuple, kwargs: dict,
+          meeting: Callable[..., Any] | None) -> Any:
     if _failure and not after_failure:
+        if meeting is not None:
+            meeting(*args, **kwargs)
         return None
     if torch.compiler.is_compiling():  # traced into a compiled region: the graph gets the call as it is
         return function(*args, **kwargs)
+    ranks = _ranks[0]() if _ranks else None
+    met = ranks.meetings if ranks is not None else 0
     try:
         return function(*args, **kwargs)
+    except StoodAside:
+        return None
     except Exception as error:
-        if _several_ranks():
+        if _several_ranks() and (ranks is None or not ranks.may_leave()):
             raise
         stand_aside(error)
+        if meeting is not None and (ranks is None or ranks.meetings == met):  # its agreement is still to come
+            meeting(*args, **kwargs)
         return None
 
 
@@ -91,6 +117,25 @@ def stand_aside(error: BaseException) -> None:
     for listener in list(_on_failure):
         with contextlib.suppress(Exception):  # standing aside must not raise in turn
             listener(_failure[0])
+
+
+def told(what: str) -> None:
+    """Another rank's watcher failed (``what``, named with its rank), as the step's agreement said: stand aside
+    on this rank too."""
+    if _failure:
+        return
+    _failure.append(what)
+    say(f"sentinel: the watcher's own code failed ({what}); every rank stands aside and the run goes on unwatched")
+    for listener in list(_on_failure):
+        with contextlib.suppress(Exception):
+            listener(what)
+
+
+def meets_ranks(owner: Any) -> None:
+    """``owner`` (a guard) is where the ranks meet at each step: its ``meetings`` counts the agreements this rank
+    took part in, and its ``may_leave()`` says whether a rank may stand aside now and meet the others at the next
+    (``_call``)."""
+    _ranks[:] = [weakref.ref(owner)]
 
 
 def on_failure(owner: object, listener: Callable[[Any, str], None]) -> None:

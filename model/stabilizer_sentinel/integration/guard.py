@@ -94,6 +94,12 @@ class Guard(OptimizerHooks):
     _terms: torch.Tensor | None = None
     _latest_mean: torch.Tensor | float | None = None
     apart = False  # the ranks step unevenly (the script's Join): each decides alone, no agreement at each step
+    # The ranks' agreements this rank took part in; whether the others may now wait for it in another of the
+    # watcher's collectives (inside an agreement, a rollback's exchange or a stop at the step's end); whether it
+    # owes them the next agreement, its watcher having stood aside, or was told there another rank's had
+    # (``may_leave``, ``meet_ranks``: stabilizer_sentinel.failsafe).
+    meetings = 0
+    _in_collective = _owes_meeting = _told = False
     joinables: tuple[weakref.ref[Any], ...] = ()  # what the script may hand to torch's Join (its DDP wrapper)
 
     def __init__(
@@ -179,16 +185,55 @@ class Guard(OptimizerHooks):
         self.watchdog = watchdog.start(self)  # a thread that notices a loop which stopped taking steps
         self_ref = weakref.ref(self)
         atexit.register(_close_at_exit, self_ref, self.world_size > 1)
-        failsafe.on_failure(self, Guard._stood_aside)
+        self._shielded()
         exit_status.on_hard_exit(lambda: (guard := self_ref()) is not None and guard.close())  # os._exit: no atexit
+
+    def _shielded(self) -> None:
+        """Where the watcher's own code fails, it stands aside (stabilizer_sentinel.failsafe): told here, and with
+        several ranks, they meet in this guard's agreement of each step."""
+        failsafe.on_failure(self, Guard._stood_aside)
+        if self.world_size > 1:
+            failsafe.meets_ranks(self)
 
     def _stood_aside(self, what: str) -> None:
         """The watcher's own code failed (stabilizer_sentinel.failsafe): no more checks, copies or hang watch;
         the loaders as torch has them. What was seen is written at the close, with what failed."""
         if self.watchdog is not None:
             self.watchdog.stop()
+        if self.recovery is not None and self.optimizer is not None:
+            self.recovery.set_back(self.optimizer)  # a rate scaled for the step under way: the script's again
+        self._owes_meeting = not self._told and self._meets_ranks()
+        if self._owes_meeting:
+            return  # the hooks stay until this rank met the others at the step's agreement (``meet_ranks``)
         if threading.current_thread() is threading.main_thread():  # not from the watchdog's thread, mid-step
             self._remove_hooks()  # else left in place, each returning at once
+
+    def _meets_ranks(self) -> bool:
+        """Whether the ranks meet in this guard's agreement at each step (several ranks that step evenly)."""
+        return (self.world_size > 1 and not self.apart and torch.distributed.is_available()
+                and torch.distributed.is_initialized())
+
+    def may_leave(self) -> bool:
+        """Whether this rank's watcher may stand aside now, its failure told to the others at the next step's
+        agreement (stabilizer_sentinel.failsafe): not while they may wait for it in another of the watcher's
+        collectives, nor for a loop updated by hand (its steps end in the backward pass: ``BackwardClock``)."""
+        return not self._meets_ranks() or (not self._in_collective and self.clock is None)
+
+    def told(self, what: str) -> None:
+        """The step's agreement said another rank's watcher failed (``what``): this one stands aside too, owing
+        nothing."""
+        self._told = True
+        failsafe.told(what)
+
+    def meet_ranks(self) -> None:
+        """The watcher stood aside on this rank, at a point where its step would be checked: meet the others in
+        the step's agreement once, telling them (every rank stands aside there), then let go of the hooks."""
+        if not self._owes_meeting:
+            return
+        self._owes_meeting = False
+        distributed.leave(failsafe.failure() or "")
+        if threading.current_thread() is threading.main_thread():
+            self._remove_hooks()
 
     def _hook_forward(self) -> None:
         """Read the network's forward passes: whether its output ignores its input (the learning check's
@@ -470,7 +515,11 @@ class Guard(OptimizerHooks):
         stop = verdict.stop or self._deferred_stop
         together = self.world_size > 1 and torch.distributed.is_initialized() and not self.apart
         if together:
+            self._in_collective = True  # until the step's end, where a rollback's exchange or a stop follows it
             stop = distributed.agree(self, verdict, stop)
+            self.meetings += 1
+            ranks = getattr(self.recovery, "ranks", None)
+            self._in_collective = stop or (ranks is not None and ranks.due)
         if stop:
             self._stop(f"at step {step}", together=together)
         return verdict
@@ -529,6 +578,7 @@ class Guard(OptimizerHooks):
             self.rewind.after_step(self.step_number)
         if self.recovery is not None:
             self.recovery.after_step()
+        self._in_collective = False
         if not self._closed:
             self.capture.begin_step(self.step_number)
 

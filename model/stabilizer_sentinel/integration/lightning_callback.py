@@ -27,6 +27,7 @@ has no length). Needs the ``lightning`` package (extra ``lightning``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -107,10 +108,17 @@ class SentinelCallback(lightning.Callback):
         if self.guard is not None:
             self.guard.step(loss, epoch=trainer.current_epoch)
 
-    @shielded
+    def _checks(self, optimizer: Any) -> bool:
+        return self.guard is not None and optimizer is self.guard.optimizer and not self.scaled
+
+    def _meet_ranks(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule, optimizer: Any) -> None:
+        if self._checks(optimizer):  # where the step is checked, the ranks meet (stabilizer_sentinel.failsafe)
+            self.guard.meet_ranks()
+
+    @functools.partial(shielded, meeting=_meet_ranks)
     def on_before_optimizer_step(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
                                  optimizer: Any) -> None:
-        if self.guard is not None and optimizer is self.guard.optimizer and not self.scaled:
+        if self._checks(optimizer):
             self.guard.check_counted(trainer.global_step)  # Lightning counts its steps itself
 
     @closing

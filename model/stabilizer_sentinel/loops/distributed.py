@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from stabilizer_sentinel import failsafe
+
 
 def rank_and_size() -> tuple[int, int]:
     """(rank, world size): from torch.distributed when initialised, else torchrun's environment."""
@@ -37,15 +39,17 @@ def agree(guard: Any, verdict: Any, stop: bool) -> bool:
     rollback is under way on rank 0 (every rank then exchanges with it at the step's end).
     """
     dist = torch.distributed
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    device = _device()
     recovery = guard.recovery
     ranks = getattr(recovery, "ranks", None)
     pending = getattr(recovery, "pending", [])
     leading = ranks is not None and guard.primary and recovery.probing
-    flags = torch.tensor([int(bool(verdict.findings)), int(stop), int(bool(pending)), int(leading)],
+    flags = torch.tensor([int(bool(verdict.findings)), int(stop), int(bool(pending)), int(leading), 0],
                          dtype=torch.int32, device=device)
     dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-    found, stop_any, pending_any, leading = (bool(v) for v in flags.tolist())
+    found, stop_any, pending_any, leading, aside = (bool(v) for v in flags.tolist())
+    if aside:
+        _told(guard)
     if pending_any:
         leading, stop_any = _answer(guard, pending, leading, stop_any, device)
     if ranks is not None:
@@ -84,3 +88,27 @@ def _answer(guard: Any, pending: list[dict[str, Any]], leading: bool, stop: bool
     dist.broadcast(decision, 0)
     answered_leading, answered_stop = (bool(v) for v in decision.tolist())
     return leading or answered_leading, stop or answered_stop
+
+
+def leave(what: str) -> None:
+    """This rank's watcher failed (``what``): meet the others in the step's agreement, saying so (``agree``)."""
+    dist = torch.distributed
+    flags = torch.tensor([0, 0, 0, 0, 1], dtype=torch.int32, device=_device())
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    dist.all_gather_object([None] * dist.get_world_size(), what)
+
+
+def _told(guard: Any) -> None:
+    """The agreement said another rank's watcher failed: learn what failed, stand aside on this rank at this step
+    too, and leave its check (``StoodAside``, which the shield swallows)."""
+    gathered: list[Any] = [None] * guard.world_size
+    torch.distributed.all_gather_object(gathered, None)
+    what = "; ".join(f"{failed} (on rank {rank})" for rank, failed in enumerate(gathered) if failed)
+    guard.told(what or "another rank's")
+    raise failsafe.StoodAside(what)
+
+
+def _device() -> torch.device:
+    if torch.distributed.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

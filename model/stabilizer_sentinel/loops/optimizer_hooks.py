@@ -79,8 +79,8 @@ class OptimizerHooks:
         moves to another)."""
         self._in_step = False  # between its step's pre- and post-hooks: an optimizer stepped there is nested
         self._first_handles = [
-            first.register_step_pre_hook(shielded(self._before_optimizer_step)),
-            first.register_step_post_hook(shielded(self._after_optimizer_step)),
+            first.register_step_pre_hook(shielded(self._before_optimizer_step, meeting=self._meet_before_step)),
+            first.register_step_post_hook(shielded(self._after_optimizer_step, meeting=self._meet_after_step)),
         ]
         if in_checkpoints:
             self._first_handles += [first.register_state_dict_post_hook(shielded(self._save_step)),
@@ -152,6 +152,18 @@ class OptimizerHooks:
         self.check()
         if self.recovery is not None:  # an in-job rollback's rate, for this step alone
             self.recovery.scale(optimizer)
+
+    def _meet_before_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if not _has_closure(args, kwargs):  # where the step is checked (``_before_optimizer_step``)
+            self.meet_ranks()
+
+    def _meet_after_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if _has_closure(args, kwargs):
+            self.meet_ranks()
+
+    def meet_ranks(self) -> None:
+        """The watcher stood aside: where this rank owes the others the step's agreement, meet them there (the
+        guard's; stabilizer_sentinel.failsafe). Nothing here."""
 
     def step_begins(self) -> None:
         """The watched optimizer's step is about to run, before its check: nothing here (the guard's copies)."""

@@ -226,6 +226,13 @@ class RateFactor:
         _unscaled(optimizer, self._saved)
         self._saved = []
 
+    def set_back(self, optimizer: torch.optim.Optimizer) -> None:
+        """The watcher stands aside (stabilizer_sentinel.failsafe) between ``scale`` and ``unscale``: the script's
+        own rates back now, as its post-hook no longer will."""
+        if self._saved:
+            self.unscale(optimizer)
+        self.unscale_inner()
+
     def scale_inner(self, optimizer: torch.optim.Optimizer, first: torch.optim.Optimizer) -> None:
         """Just before the step of an optimizer the first one steps inside its own (SAM's base, Lookahead's):
         its groups that are not the first one's (those were scaled with it) times the factor in force."""

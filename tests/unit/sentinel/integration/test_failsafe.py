@@ -26,6 +26,7 @@ def watching(monkeypatch):
     """Each test starts with a watcher that has not stood aside, and leaves none behind: its guards are
     collected (their listeners, which hold the raising methods, let go at the next backward pass)."""
     monkeypatch.setattr(failsafe, "_failure", [])
+    monkeypatch.setattr(failsafe, "_ranks", [])
     yield
     gc.collect()
 
@@ -79,6 +80,89 @@ def test_a_part_of_the_watcher_that_raises_leaves_the_run_as_unwatched(tmp_path,
     summary = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())["summary"]
     assert summary["watching_failed"].startswith("RuntimeError: a bug of the watcher's at stabilizer_sentinel/")
     assert summary["ended"] == "completed" and summary["steps_observed"] < 30
+
+
+class Ranks:
+    """Where the ranks meet (a guard's part, stabilizer_sentinel.failsafe.meets_ranks): its agreements counted,
+    whether a rank may stand aside now, and this rank's meetings owed once it did."""
+
+    def __init__(self, may_leave: bool) -> None:
+        self.meetings, self.leave, self.met = 0, may_leave, []
+
+    def may_leave(self) -> bool:
+        return self.leave
+
+    def meet(self, *args) -> None:
+        self.met.append(args)
+
+
+def test_with_several_ranks_a_failure_while_they_may_wait_in_a_collective_is_raised(monkeypatch):
+    monkeypatch.setattr(failsafe, "_several_ranks", lambda: True)
+    ranks = Ranks(may_leave=False)  # inside the agreement, a rollback's exchange or a stop
+    failsafe.meets_ranks(ranks)
+
+    def bug():
+        raise KeyError("a bug of the watcher's")
+
+    with pytest.raises(KeyError):
+        failsafe.shielded(bug, meeting=ranks.meet)()
+    assert failsafe.failure() is None and ranks.met == []
+
+
+def test_with_several_ranks_a_rank_that_stands_aside_meets_the_others_at_its_steps_agreement(monkeypatch):
+    monkeypatch.setattr(failsafe, "_several_ranks", lambda: True)
+    ranks = Ranks(may_leave=True)
+    failsafe.meets_ranks(ranks)
+
+    def fails_before_agreeing(step):
+        raise KeyError("a bug of the watcher's")
+
+    def fails_after_agreeing(step):
+        ranks.meetings += 1  # the step's agreement ran in this call: the next one is owed
+        raise KeyError("a bug of the watcher's")
+
+    assert failsafe.shielded(fails_after_agreeing, meeting=ranks.meet)(4) is None
+    assert failsafe.failure().startswith("KeyError") and ranks.met == []
+    failsafe.shielded(fails_before_agreeing, meeting=ranks.meet)(5)  # stood aside: the meeting in its place
+    assert ranks.met == [(5,)]
+    monkeypatch.setattr(failsafe, "_failure", [])
+    failsafe.shielded(fails_before_agreeing, meeting=ranks.meet)(6)  # failed before agreeing: met at once
+    assert ranks.met == [(5,), (6,)]
+
+
+def test_a_rank_told_that_another_failed_stands_aside_saying_which(capsys):
+    def told():
+        failsafe.told('KeyError: "a bug" at stabilizer_sentinel/x.py:1 (on rank 1)')
+        raise failsafe.StoodAside
+
+    assert failsafe.shielded(told)() is None
+    assert failsafe.failure() == 'KeyError: "a bug" at stabilizer_sentinel/x.py:1 (on rank 1)'
+    assert "every rank stands aside" in capsys.readouterr().err
+
+
+def test_a_rate_a_rollback_scaled_for_the_step_under_way_is_the_scripts_again_when_the_watcher_stands_aside(
+        tmp_path, monkeypatch):
+    # A closure's step: the rate is scaled before the closure's forward pass, where the watcher's forward hook fails;
+    # the step's post-hook then returns at once, and the script's rate was left times the factor for good.
+    monkeypatch.setattr(input_blind.InputBlind, "observe", fails_at(3)(input_blind.InputBlind.observe))
+    torch.manual_seed(0)
+    model = nn.Linear(6, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = watch(model, optimizer, environ=job_env(tmp_path, {"recovery": "in_job"}))
+    guard.recovery.factor = 0.25  # as a rollback leaves it
+    inputs, labels = torch.randn(64, 6), torch.randint(0, 3, (64,))
+
+    def closure():
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(inputs), labels)
+        loss.backward()
+        return loss
+
+    for _ in range(6):
+        optimizer.step(closure)
+    guard.close()
+    assert failsafe.failure() is not None
+    assert optimizer.param_groups[0]["lr"] == 0.1
 
 
 @pytest.mark.parametrize("ending", [SystemExit(86), KeyboardInterrupt()])

@@ -62,6 +62,44 @@ def test_a_healthy_ddp_run_finishes_on_every_rank(tmp_path):
     assert (summary(tmp_path)["ended"], summary(tmp_path)["steps_taken"]) == ("completed", 6)
 
 
+@pytest.fixture(scope="module")
+def healthy_weights(tmp_path_factory) -> str:
+    """The weights a healthy run of 12 steps ends with, every rank alike (watched: the same as unwatched)."""
+    root = tmp_path_factory.mktemp("healthy")
+    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+               str(SCRIPT), "--bad-rank", "-1", "--steps", "12"]
+    result = run_to_the_end(command, job_env(root))
+    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", result.stdout))
+    assert result.returncode == 0 and weights["0"] == weights["1"], result.stdout + result.stderr
+    return weights["0"]
+
+
+@pytest.mark.parametrize("part", [
+    "check",  # inside the step's check, before the ranks agree: rank 1 meets them at once
+    "step-end",  # after they agreed: rank 1 meets them at the next step's agreement
+    pytest.param("forward", marks=pytest.mark.long),  # in the forward pass: at that step's agreement
+])
+def test_a_watcher_that_fails_on_one_rank_stands_aside_on_every_rank_and_the_run_goes_on(tmp_path, part,
+                                                                                        healthy_weights):
+    # A bug of the watcher's on rank 1 alone. Before, it was raised there (one rank standing aside would have
+    # left the others waiting in the watcher's agreement of each step) and torchrun ended the job.
+    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+               str(SCRIPT), "--bad-rank", "-1", "--steps", "12", "--bug-rank", "1", "--bug-step", "5",
+               "--bug-in", part]
+    result = run_to_the_end(command, job_env(tmp_path, {"recovery": "in_job"}))
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", result.stdout))
+    assert weights == {"0": healthy_weights, "1": healthy_weights}, output
+    said = re.findall(r"\[default(\d)\]:sentinel: (.*)", output)
+    assert [rank for rank, _ in sorted(said)] == ["0", "1"], output  # one line each
+    assert all("KeyError" in line and "stands aside" in line for _, line in said), output
+    written = summary(tmp_path)  # rank 0's: what failed, on which rank; never called a success
+    assert written["watching_failed"].startswith('KeyError: "a bug of the watcher\'s" at stabilizer_sentinel/')
+    assert written["watching_failed"].endswith("(on rank 1)") and written["ended"] == "completed"
+    assert written["steps_observed"] < 12
+
+
 def _weights_and_losses(logs: Path) -> tuple[dict[str, str], dict[str, list[float]]]:
     """Each rank's last weights and its losses, from its own log (``--log-dir``): torchrun's ``--tee`` copy
     on its stdout interleaves the ranks' lines, now and then in the middle of one."""

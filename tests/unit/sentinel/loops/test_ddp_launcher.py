@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 
 import pytest
 
@@ -65,3 +66,34 @@ def test_ranks_that_step_unevenly_under_torchs_join_train_watched_as_unwatched(t
     assert "[default0]:rank=0 step=19" in lines and "[default0]:rank=0 done" in lines
     written = summary(tmp_path)
     assert findings(tmp_path) == [] and (written["ended"], written["steps_taken"]) == ("completed", 20)
+
+
+def test_the_launcher_whose_watcher_fails_on_one_rank_stands_aside_on_every_rank_and_the_script_runs_on(tmp_path):
+    # A bug of the watcher's in rank 1's forward hook at its sixth step, put in by a module the script imports first
+    # (unwatched, the same import changes nothing). Before, it was raised on rank 1 and torchrun ended the job.
+    (tmp_path / "inject_bug.py").write_text(textwrap.dedent("""
+        import os
+        from stabilizer_sentinel.detection.input_blind import InputBlind
+        if os.environ.get("RANK") == "1":
+            original, calls = InputBlind.observe, []
+            def observe(self, *args, **kwargs):
+                calls.append(1)
+                if len(calls) > 5:
+                    raise KeyError("a bug of the watcher's")
+                return original(self, *args, **kwargs)
+            InputBlind.observe = observe
+    """))
+    (tmp_path / "train.py").write_text("import inject_bug\n" + SCRIPT.read_text())
+    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+               "-m", "stabilizer_sentinel.launch", "train.py", "--bad-step", "-1", "--steps", "20"]
+    result = run(command, tmp_path, job_env(tmp_path / "job", {"recovery": "in_job"}), timeout=180)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    lines = [line for line in result.stdout.splitlines() if "rank=" in line]
+    assert "[default0]:rank=0 step=19" in lines and "[default1]:rank=1 step=19" in lines, output
+    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", result.stdout))
+    assert weights["0"] == weights["1"] and weights["0"] != "nan", output
+    said = sorted(re.findall(r"\[default(\d)\]:sentinel: (.*)", output))
+    assert [rank for rank, _ in said] == ["0", "1"] and all("stands aside" in line for _, line in said), output
+    written = summary(tmp_path / "job")
+    assert written["watching_failed"].endswith("(on rank 1)") and written["ended"] == "completed"
