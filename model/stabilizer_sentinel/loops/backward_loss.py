@@ -11,8 +11,9 @@ node that computed the loss:
 * a cross-entropy (``NllLossBackward0``, which ``F.cross_entropy``, ``nn.CrossEntropyLoss`` and a
   model's ``outputs.loss`` all end in), a squared error (``MseLossBackward0``) or a binary
   cross-entropy (``BCEWithLogitsLoss``, ``BCELoss``): the loss is that node's mean per element (a sum
-  reduction is divided by the elements it summed: the labels not ignored, or the targets), whatever the
-  script did with it after;
+  reduction is divided by the elements it summed: the labels not ignored, or the targets; so is such a
+  loss with no reduction whose every element the script summed itself), whatever the script did with it
+  after;
 * anything else (a sum of terms, a custom loss): the scalar with the scalings above it undone.
 
 Only a factor's magnitude is undone: its sign is the script's (``-1.0 * log_likelihood`` handed to an
@@ -47,7 +48,7 @@ CROSS_ENTROPY = ("NllLossBackward0", "NllLoss2DBackward0")
 SQUARED_ERROR = "MseLossBackward0"
 BINARY_CROSS_ENTROPY = ("BinaryCrossEntropyWithLogitsBackward0", "BinaryCrossEntropyBackward0")
 LOSS_NODES = (*CROSS_ENTROPY, SQUARED_ERROR, *BINARY_CROSS_ENTROPY)
-MEAN, SUM = 1, 2  # the reduction codes autograd saves
+NONE, MEAN, SUM = 0, 1, 2  # the reduction codes autograd saves
 MAX_SCALINGS = 8  # more nested scalings than any loop writes: what is left is read as the loss
 REDUCTIONS = ("SumBackward0", "SumBackward1", "MeanBackward0", "MeanBackward1")
 SHAPINGS = ("ViewBackward0", "ReshapeAliasBackward0", "UnsqueezeBackward0", "SqueezeBackward0", "SqueezeBackward1")
@@ -120,7 +121,8 @@ def read(tensors: Sequence[torch.Tensor], gradients: Any = None) -> BackwardLoss
             divisor = divisor * by
             kind.append(node.name())
             scaled = True
-        if node.name() in LOSS_NODES and int(node._saved_reduction) == SUM:
+        node = _summed_per_element(node)
+        if node.name() in LOSS_NODES and int(node._saved_reduction) in (SUM, NONE):
             summed = _summed(node)
             value = value / summed
             divisor = divisor * summed
@@ -311,6 +313,20 @@ def _gathered(node: Any) -> torch.Tensor | None:
         return None
     flat = torch.stack([w.detach().reshape(()).to(weights[0].device, torch.float32) for w in weights])
     return (flat.amin() < 0) & (flat.amax() > 0)
+
+
+def _summed_per_element(node: Any) -> Any:
+    """The per-element loss node (no reduction) whose every element ``node`` sums, through reshapings (the script's
+    ``per_row.sum() / len(batch)``, or ``per_row.sum(0, keepdim=True)``: a sum whose result is the pass's one
+    element summed them all); else ``node``. Stop 72's hunt: such a loss was read through the division as its sum,
+    the batch size times the script's."""
+    total = _through_shape(node)
+    if total is None or total.name() not in ("SumBackward0", "SumBackward1"):
+        return node
+    below = _through_shape(total.next_functions[0][0])
+    if below is not None and below.name() in LOSS_NODES and int(below._saved_reduction) == NONE:
+        return below
+    return node
 
 
 def _graph_input(node: Any) -> Any:

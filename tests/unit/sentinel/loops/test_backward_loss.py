@@ -75,6 +75,30 @@ def test_a_reading_says_what_divides_the_scalar_as_written_into_the_loss():
     assert read is not None and read.kind[-1] == "sum" and float(read.divisor) == 6.0
 
 
+@pytest.mark.parametrize("form", ["summed", "summed_kept_dim", "summed_over_accumulation", "squared_error"])
+def test_a_per_element_loss_the_script_sums_is_read_as_its_mean_per_element(form):
+    # Stop 72's hunt: a loss of shape [1], the per-row cross-entropy summed over the rows and divided by the batch,
+    # was read through the division as the sum: the summary's losses were the batch size times the script's.
+    torch.manual_seed(0)
+    outputs, labels, target = nn.Linear(3, 4)(torch.randn(8, 3)), torch.randint(4, (8,)), torch.randn(8, 4)
+    labels[0] = -100  # ignored: no part of the mean
+    per_row = nn.functional.cross_entropy(outputs, labels, reduction="none")
+    scalar, mean = {
+        "summed": (per_row.sum() / 8, nn.functional.cross_entropy(outputs, labels)),
+        "summed_kept_dim": (per_row.sum(0, keepdim=True) / 8, nn.functional.cross_entropy(outputs, labels)),
+        "summed_over_accumulation": (per_row.sum() / 8 / 4, nn.functional.cross_entropy(outputs, labels)),
+        "squared_error": (nn.functional.mse_loss(outputs, target, reduction="none").sum().view(1),
+                          nn.functional.mse_loss(outputs, target)),
+    }[form]
+    read = backward_loss.read([scalar])
+    assert read is not None and read.node is not None and read.kind[-1] == "sum"
+    assert float(read.value) == pytest.approx(float(mean))
+    assert float(read.written / read.divisor) == pytest.approx(float(read.value))
+    # A sum of the per-element losses weighed first (a mask, a policy's advantages) is the scalar as written.
+    weighed = backward_loss.read([(per_row * torch.rand(8)).sum() / 8])
+    assert weighed is not None and weighed.node is None
+
+
 def _policy() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The log-probabilities of eight actions a policy took, and advantages of both signs and of one."""
     torch.manual_seed(0)
