@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from stabilizer_sentinel import failsafe
@@ -125,6 +126,25 @@ def leaves(loss: torch.Tensor) -> list[torch.Tensor]:
     return found
 
 
+def readable(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s values are there to read: FSDP2 frees the storage of a layer's gathered parameters
+    between its passes (resized to nothing, the tensor's shape kept), and reading one then crashed the process
+    (SIGSEGV, stop 73's hunt: a script sharding each layer with ``fully_shard``); a tensor subclass whose values
+    live elsewhere (a ``DTensor``'s shards) has no storage of its own to read."""
+    if type(tensor) not in (torch.Tensor, nn.Parameter):
+        return False
+    if tensor.numel() == 0:
+        return True
+    try:
+        held = tensor.untyped_storage().nbytes()
+    except (NotImplementedError, RuntimeError):
+        return False
+    extent = tensor.storage_offset() + 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape,
+                                                                                            tensor.stride(),
+                                                                                            strict=True))
+    return held >= extent * tensor.element_size()
+
+
 class HandUpdates:
     """Finds, one backward pass at a time, a loop that updates its leaf tensors by hand."""
 
@@ -139,7 +159,7 @@ class HandUpdates:
         loss = scalar_loss(tensors)
         if loss is None or loss.grad_fn is None or self.refused is not None:
             return None
-        found = leaves(loss)
+        found = [leaf for leaf in leaves(loss) if readable(leaf)]
         if not found:
             return None
         known, self._watched = self._watched, None

@@ -97,3 +97,17 @@ def test_the_launcher_whose_watcher_fails_on_one_rank_stands_aside_on_every_rank
     assert [rank for rank, _ in said] == ["0", "1"] and all("stands aside" in line for _, line in said), output
     written = summary(tmp_path / "job")
     assert written["watching_failed"].endswith("(on rank 1)") and written["ended"] == "completed"
+
+
+def test_a_network_sharded_layer_by_layer_with_fsdp2_trains_watched_as_unwatched(tmp_path):
+    # Stop 73's hunt: FSDP2 frees each layer's gathered parameters between its passes, and the launcher's look at
+    # the first backward pass's leaves (whether the loop updates them by hand) read one: SIGSEGV on both ranks.
+    script = FIXTURES / "ddp" / "fully_sharded.py"
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3"]
+    plain = run([*torchrun, str(script)], script.parent, job_env(tmp_path / "unwatched"), timeout=180)
+    watched = run([*torchrun, "-m", "stabilizer_sentinel.launch", str(script)], script.parent, job_env(tmp_path),
+                  timeout=180)
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    lines = sorted(line for line in watched.stdout.splitlines() if "rank=" in line)
+    assert lines == sorted(line for line in plain.stdout.splitlines() if "rank=" in line)
+    assert len(lines) == 2 * 7 and "[default1]:rank=1 done" in lines  # six steps and the end, on each rank
