@@ -344,11 +344,14 @@ class Guard(OptimizerHooks):
         some of the same parameters (a second phase's optimizer, one the script builds again each epoch),
         and it does not step inside that one's step (an optimizer wrapping another, as Lookahead does,
         steps its inner one there). A GAN's second optimizer updates other parameters: it is added
-        (``add_optimizer``). Not under DDP, where every rank would have to agree, nor while a rollback
-        probes rates."""
-        if self.optimizer is None or self._in_step or not self._first_handles or self.world_size > 1:
+        (``add_optimizer``). Not while a rollback probes rates. Under DDP every rank decides alike at the
+        same step (each builds its optimizer alike; the rollback under way is rank 0's, and the others' exchange
+        with it at each step's end, ``ranks.due``): before stop 73 the new one was another optimizer there, the
+        first stepped no more, and a rollback its explosion began never went on (the run trained on, not finite).
+        """
+        if self.optimizer is None or self._in_step or not self._first_handles:
             return False
-        if getattr(self.recovery, "probing", False):
+        if getattr(self.recovery, "probing", False) or getattr(getattr(self.recovery, "ranks", None), "due", False):
             return False
         mine = {id(p) for group in self.optimizer.param_groups for p in group["params"]}
         return any(id(p) in mine for group in optimizer.param_groups for p in group["params"])

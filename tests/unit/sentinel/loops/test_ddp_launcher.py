@@ -111,3 +111,20 @@ def test_a_network_sharded_layer_by_layer_with_fsdp2_trains_watched_as_unwatched
     lines = sorted(line for line in watched.stdout.splitlines() if "rank=" in line)
     assert lines == sorted(line for line in plain.stdout.splitlines() if "rank=" in line)
     assert len(lines) == 2 * 7 and "[default1]:rank=1 done" in lines  # six steps and the end, on each rank
+
+
+def test_an_optimizer_the_ranks_build_again_takes_over_and_its_explosion_is_rolled_back_on_every_rank(tmp_path):
+    # Stop 73's hunt: under DDP a second phase's optimizer was another optimizer, the first stepped no more, and the
+    # rollback its explosion began never went on: the ranks trained on to NaN weights, exit 0.
+    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+               "-m", "stabilizer_sentinel.launch", str(SCRIPT), "--bad-step", "-1", "--steps", "60",
+               "--rebuild-at", "12", "--lr-after", "1"]
+    result = run(command, SCRIPT.parent, job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert document["rollbacks"] and all(r["outcome"] == "recovered" for r in document["rollbacks"]), output
+    assert document["rollbacks"][0]["restored_step"] >= 12, output  # the new optimizer's state, not the first's
+    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", result.stdout))
+    assert weights["0"] == weights["1"] and weights["0"] != "nan", output
+    assert (document["summary"]["ended"], document["summary"]["steps_taken"]) == ("completed", 60)
