@@ -47,11 +47,12 @@ _failure: list[str] = []  # what failed, once: the watcher stands aside from the
 _on_failure: list[Callable[[str], None]] = []  # told when it does (the guard: its watchdog and hooks)
 _ranks: list[weakref.ref[Any]] = []  # the guard whose agreement the ranks meet at each step (``meets_ranks``)
 
+PACKAGE = Path(__file__).resolve().parent
+
 
 class StoodAside(Exception):  # noqa: N818 (no error: every rank stands aside together)
     """Raised inside a rank's check when the step's agreement told it another rank's watcher failed: the
     shielded call returns at once, and the run goes on unwatched on every rank from that step."""
-PACKAGE = Path(__file__).resolve().parent
 
 
 def failure() -> str | None:

@@ -100,6 +100,7 @@ class Guard(OptimizerHooks):
     # (``may_leave``, ``meet_ranks``: stabilizer_sentinel.failsafe).
     meetings = 0
     _in_collective = _owes_meeting = _told = False
+    _met = False  # the ranks decided at this guard's first check whether they step together (``_meet_first``)
     joinables: tuple[weakref.ref[Any], ...] = ()  # what the script may hand to torch's Join (its DDP wrapper)
 
     def __init__(
@@ -517,6 +518,8 @@ class Guard(OptimizerHooks):
             self.recovery.observed(loss)
         stop = verdict.stop or self._deferred_stop
         together = self.world_size > 1 and torch.distributed.is_initialized() and not self.apart
+        if together and not self._met:
+            together = self._meet_first()
         if together:
             self._in_collective = True  # until the step's end, where a rollback's exchange or a stop follows it
             stop = distributed.agree(self, verdict, stop)
@@ -526,6 +529,17 @@ class Guard(OptimizerHooks):
         if stop:
             self._stop(f"at step {step}", together=together)
         return verdict
+
+    def _meet_first(self) -> bool:
+        """At this guard's first check with several ranks: whether they step together (``distributed.step_together``);
+        where they do not, each rank decides alone from here, as under torch's ``Join`` (``_step_apart``)."""
+        self._met = True
+        if distributed.step_together(self.world_size):
+            return True
+        say(f"sentinel: the ranks did not all reach their first step within {distributed.MEET_SECONDS:.0f} s of each "
+            "other: each rank is watched alone (no agreement at each step, nothing rolled back in the job)")
+        self._step_apart()
+        return False
 
     def called_through(self, wrappers: Sequence[nn.Module]) -> None:
         """The script calls the network through ``wrappers`` (DDP's): one may be handed to torch's ``Join``."""

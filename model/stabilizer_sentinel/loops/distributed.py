@@ -9,11 +9,18 @@ anything about a finding.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import torch
 
 from stabilizer_sentinel import failsafe
+
+# How long a rank's first check waits for every other rank's (``step_together``): ranks that step together reach
+# theirs within one step of each other (DDP's backward pass waits for every rank's).
+MEET_SECONDS = 30.0
+POLL_SECONDS = 0.02
+MEETING = "stabilizer/first_check"  # the keys in the process group's store
 
 
 def rank_and_size() -> tuple[int, int]:
@@ -29,6 +36,29 @@ def uneven(held: list[Any]) -> bool:
     more there, and shadows only the collectives ``Join`` knows of: it would never meet the others in ``agree``.
     ``Join`` enables its joinables' configuration when it is built and leaves it so."""
     return any(getattr(getattr(obj, "_join_config", None), "enable", False) for obj in held if obj is not None)
+
+
+def step_together(world_size: int) -> bool:
+    """Whether the ranks step together, decided once for every rank at its first check: True when every rank
+    reached its first check within ``MEET_SECONDS`` of the first; False otherwise (a rank that trains alone while
+    the others wait elsewhere: rank 0 pre-training a network before it builds DDP, the others at a barrier), and
+    for every rank that comes later. Through the process group's store (no collective, which a rank that never
+    steps would leave waiting): the last rank to arrive writes the decision, or the first to tire of waiting does,
+    once (``compare_set``). Stop 73's hunt: rank 0's steps before DDP waited in the per-step agreement for a rank
+    that never stepped, and the job hung (16-26 s unwatched). Where the store cannot be read: True, as before."""
+    try:
+        store = torch.distributed.distributed_c10d._get_default_store()
+        decision = f"{MEETING}/decision"
+        if store.add(f"{MEETING}/arrived", 1) >= world_size:
+            return bytes(store.compare_set(decision, "", "together")) == b"together"
+        deadline = time.monotonic() + MEET_SECONDS
+        while not store.check([decision]):  # polled: a store's wait that times out has torch print two lines
+            if time.monotonic() > deadline:  # no decision in time: this rank decides apart
+                return bytes(store.compare_set(decision, "", "apart")) == b"together"
+            time.sleep(POLL_SECONDS)
+        return bytes(store.get(decision)) == b"together"
+    except (AttributeError, RuntimeError, torch.distributed.DistError):
+        return True
 
 
 def agree(guard: Any, verdict: Any, stop: bool) -> bool:

@@ -128,3 +128,20 @@ def test_an_optimizer_the_ranks_build_again_takes_over_and_its_explosion_is_roll
     weights = dict(re.findall(r"rank=(\d) weights=(\S+)", result.stdout))
     assert weights["0"] == weights["1"] and weights["0"] != "nan", output
     assert (document["summary"]["ended"], document["summary"]["steps_taken"]) == ("completed", 60)
+
+
+def test_a_rank_that_trains_alone_before_the_others_step_is_watched_alone_not_left_waiting(tmp_path):
+    # Stop 73's hunt: rank 0 pre-trained alone while rank 1 waited at a barrier, and rank 0's steps waited in the
+    # watcher's per-step agreement for a rank that never stepped: the job hung (16-26 s unwatched). The ranks now
+    # decide at their first check, through the process group's store, whether they step together (30 s at most).
+    script = FIXTURES / "ddp" / "alone_first.py"
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3"]
+    plain = run([*torchrun, str(script)], script.parent, job_env(tmp_path / "unwatched"), timeout=180)
+    watched = run([*torchrun, "-m", "stabilizer_sentinel.launch", str(script)], script.parent,
+                  job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    lines = sorted(line for line in watched.stdout.splitlines() if "rank=" in line)
+    assert lines == sorted(line for line in plain.stdout.splitlines() if "rank=" in line)
+    assert "[default0]:rank=0 pretrained" in lines and "[default1]:rank=1 done" in lines
+    alone = re.findall(r"\[default(\d)\]:sentinel: the ranks did not all reach", watched.stderr)
+    assert sorted(alone) == ["0", "1"], watched.stderr
