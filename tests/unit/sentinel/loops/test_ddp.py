@@ -6,34 +6,17 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.unit.sentinel.support import FIXTURES, findings, job_env, run, summary
+from tests.unit.sentinel.support import FIXTURES, findings, job_env, run, run_ranks, summary
 
 pytestmark = pytest.mark.slow  # two torchrun workers: about 24 s each on a loaded 2-core machine
 
 SCRIPT = FIXTURES / "ddp" / "train.py"
-# gloo on torch 2.13.0 aborts a rank at its interpreter's exit now and then, after the script's last line
-# and its barrier, with or without the sentinel (docs/library.md, "DDP"): torchrun then fails the run.
-GLOO_EXIT_ABORT = "terminate called without an active exception"
-
-
 def run_to_the_end(command: list[str], env: dict[str, str]):
-    """Run ``command`` under torchrun; again, once, where every rank printed ``done`` and one was aborted at
-    exit by gloo alone (GLOO_EXIT_ABORT): what the run did is all there, torch's exit lost it."""
-    result = run(command, SCRIPT.parent, env, timeout=180)
-    output = result.stdout + result.stderr
-    finished = sorted(re.findall(r"rank=(\d) done", output)) == ["0", "1"]
-    if result.returncode != 0 and GLOO_EXIT_ABORT in output and finished:
-        shutil.rmtree(env["STABILIZER_CHECKPOINT_DIR"], ignore_errors=True)  # the second run starts as the first
-        if "--log-dir" in command:
-            shutil.rmtree(command[command.index("--log-dir") + 1], ignore_errors=True)
-        Path(env["STABILIZER_FAILURE_FILE"]).unlink(missing_ok=True)
-        result = run(command, SCRIPT.parent, env, timeout=180)
-    return result
+    return run_ranks(command, SCRIPT.parent, env)
 
 
 @pytest.mark.long

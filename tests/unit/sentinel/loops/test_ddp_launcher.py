@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from tests.unit.sentinel.support import FIXTURES, findings, job_env, run, summary
+from tests.unit.sentinel.support import FIXTURES, findings, job_env, run, run_ranks, summary
 
 pytestmark = pytest.mark.slow  # two torchrun workers
 
@@ -86,7 +86,7 @@ def test_the_launcher_whose_watcher_fails_on_one_rank_stands_aside_on_every_rank
     (tmp_path / "train.py").write_text("import inject_bug\n" + SCRIPT.read_text())
     command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
                "-m", "stabilizer_sentinel.launch", "train.py", "--bad-step", "-1", "--steps", "20"]
-    result = run(command, tmp_path, job_env(tmp_path / "job", {"recovery": "in_job"}), timeout=180)
+    result = run_ranks(command, tmp_path, job_env(tmp_path / "job", {"recovery": "in_job"}))
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     lines = [line for line in result.stdout.splitlines() if "rank=" in line]
@@ -105,8 +105,7 @@ def test_a_network_sharded_layer_by_layer_with_fsdp2_trains_watched_as_unwatched
     script = FIXTURES / "ddp" / "fully_sharded.py"
     torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3"]
     plain = run([*torchrun, str(script)], script.parent, job_env(tmp_path / "unwatched"), timeout=180)
-    watched = run([*torchrun, "-m", "stabilizer_sentinel.launch", str(script)], script.parent, job_env(tmp_path),
-                  timeout=180)
+    watched = run_ranks([*torchrun, "-m", "stabilizer_sentinel.launch", str(script)], script.parent, job_env(tmp_path))
     assert watched.returncode == 0, watched.stdout + watched.stderr
     lines = sorted(line for line in watched.stdout.splitlines() if "rank=" in line)
     assert lines == sorted(line for line in plain.stdout.splitlines() if "rank=" in line)
@@ -119,7 +118,7 @@ def test_an_optimizer_the_ranks_build_again_takes_over_and_its_explosion_is_roll
     command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
                "-m", "stabilizer_sentinel.launch", str(SCRIPT), "--bad-step", "-1", "--steps", "60",
                "--rebuild-at", "12", "--lr-after", "1"]
-    result = run(command, SCRIPT.parent, job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
+    result = run_ranks(command, SCRIPT.parent, job_env(tmp_path, {"recovery": "in_job"}))
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
@@ -137,8 +136,8 @@ def test_a_rank_that_trains_alone_before_the_others_step_is_watched_alone_not_le
     script = FIXTURES / "ddp" / "alone_first.py"
     torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3"]
     plain = run([*torchrun, str(script)], script.parent, job_env(tmp_path / "unwatched"), timeout=180)
-    watched = run([*torchrun, "-m", "stabilizer_sentinel.launch", str(script)], script.parent,
-                  job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
+    watched = run_ranks([*torchrun, "-m", "stabilizer_sentinel.launch", str(script)], script.parent,
+                        job_env(tmp_path, {"recovery": "in_job"}))
     assert watched.returncode == 0, watched.stdout + watched.stderr
     lines = sorted(line for line in watched.stdout.splitlines() if "rank=" in line)
     assert lines == sorted(line for line in plain.stdout.splitlines() if "rank=" in line)
