@@ -93,19 +93,25 @@ def _call(function: Callable[..., Any], after_failure: bool, args: tuple, kwargs
         return None
     if torch.compiler.is_compiling():  # traced into a compiled region: the graph gets the call as it is
         return function(*args, **kwargs)
-    ranks = _ranks[0]() if _ranks else None
-    met = ranks.meetings if ranks is not None else 0
+    met = _meetings() if meeting is not None else 0  # a step hook's alone: not every module's forward pass
     try:
         return function(*args, **kwargs)
     except StoodAside:
         return None
     except Exception as error:
+        ranks = _ranks[0]() if _ranks else None
         if _several_ranks() and (ranks is None or not ranks.may_leave()):
             raise
         stand_aside(error)
         if meeting is not None and (ranks is None or ranks.meetings == met):  # its agreement is still to come
             meeting(*args, **kwargs)
         return None
+
+
+def _meetings() -> int:
+    """The agreements this rank took part in so far (``meets_ranks``), 0 with none."""
+    ranks = _ranks[0]() if _ranks else None
+    return ranks.meetings if ranks is not None else 0
 
 
 def stand_aside(error: BaseException) -> None:
