@@ -409,22 +409,24 @@ def known_term(tensors: Sequence[torch.Tensor]) -> tuple[Any, torch.Tensor | Non
         return None
     found: list[tuple[Any, torch.Tensor | None]] = []
     others = 0
-    queue: deque[tuple[Any, torch.Tensor | None]] = deque([(scalar.grad_fn, None)])
+    queue: deque[tuple[Any, int, torch.Tensor | None]] = deque([(scalar.grad_fn, scalar.output_nr, None)])
     walked = 0
     try:
         while queue:
-            node, factor = queue.popleft()
+            node, output, factor = queue.popleft()
             walked += 1
             if node is None or walked > MAX_TERM_NODES:
                 return None
+            node, _ = backward_loss.through_passthrough(node, output)  # a loss computed in a DDP forward pass
             scaling = backward_loss.constant_scaling(node)
             if scaling is not None:
                 below, by, divides = scaling
                 by = by.detach().reshape(()).double()
                 by = 1 / by if divides else by
-                queue.append((below, by if factor is None else _times(factor, by)))
+                by = by if factor is None else _times(factor, by)
+                queue.append((below, backward_loss.output_into(node, below), by))
             elif node.name() in ("AddBackward0", "AddBackward1"):
-                queue.extend((below, factor) for below, _ in node.next_functions if below is not None)
+                queue.extend((below, number, factor) for below, number in node.next_functions if below is not None)
             elif node.name() in LOSS_NODES:
                 found.append((node, factor))
             else:

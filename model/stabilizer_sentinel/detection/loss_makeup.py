@@ -38,26 +38,27 @@ MAX_NODES = 64
 def makeup(tensors: Sequence[torch.Tensor]) -> frozenset[str] | None:
     """The names of the terms the scalars of a backward pass add up; None for a pass from no scalar with
     a graph (a pipeline stage's activations)."""
-    roots = [tensor.grad_fn for tensor in tensors
+    roots = [(tensor.grad_fn, tensor.output_nr) for tensor in tensors
              if isinstance(tensor, torch.Tensor) and tensor.numel() == 1 and tensor.grad_fn is not None]
     if not roots or len(roots) != len(tensors):
         return None
     terms: set[str] = set()
-    queue: deque[Any] = deque(roots)
+    queue: deque[tuple[Any, int]] = deque(roots)
     seen: set[int] = set()
     keep: list[Any] = []  # holds the visited nodes, so that no id is reused during the walk
     try:
         while queue and len(seen) < MAX_NODES:
-            node = queue.popleft()
+            node, output = queue.popleft()
+            node, _ = backward_loss.through_passthrough(node, output)  # a loss computed in a DDP forward pass
             if node is None or id(node) in seen:
                 continue
             seen.add(id(node))
             keep.append(node)
             scaling = backward_loss.constant_scaling(node)
             if scaling is not None:
-                queue.append(scaling[0])
+                queue.append((scaling[0], backward_loss.output_into(node, scaling[0])))
             elif node.name() in SUMS:
-                queue.extend(below for below, _ in node.next_functions)
+                queue.extend(node.next_functions)
             else:
                 terms.add(_term(node))
     except (AttributeError, RuntimeError, TypeError):  # a node saved differently: what was read stands

@@ -16,6 +16,13 @@ node that computed the loss:
   after;
 * anything else (a sum of terms, a custom loss): the scalar with the scalings above it undone.
 
+A loss computed in the model's forward pass under DDP (a Hugging Face model's ``outputs.loss``, a
+Lightning module's ``training_step``) passes through DDP's passthrough of the forward's outputs
+(``_DDPSinkBackward``, with ``find_unused_parameters``, or a static graph's first step), which hands each
+output on unchanged: the walk goes through it to the node that computed that output. Before, the walk
+stopped there: a Hugging Face ``Trainer`` under two ranks (which multiplies its loss by the ranks, as it
+divides by the labels of them all) was read at half its loss, and as no cross-entropy.
+
 Only a factor's magnitude is undone: its sign is the script's (``-1.0 * log_likelihood`` handed to an
 optimizer that maximizes is an objective to ascend, and stays one). A factor of exactly 0 (a term
 switched off for a step, a loss weight warmed up from 0) hides what is below it: the scalar, 0, stands.
@@ -61,6 +68,8 @@ NORM_NODES = 8
 SURROGATE_TERMS = 64  # the terms of a gathered sum whose weights ``signed_weights`` reads: enough for both signs
 SURROGATE_NODES = 64  # the nodes ``signed_weights`` walks through a loss's additions, at most
 # Nodes that add terms up (``a + b``, ``a - b``, ``-a``, ``loss + 1``): walked through, never a term.
+# DDP's passthrough of the forward's outputs: its output ``i`` is its input ``i`` (``torch.nn.parallel.distributed``).
+PASSTHROUGHS = ("_DDPSinkBackward",)
 SUMS = ("AddBackward0", "AddBackward1", "SubBackward0", "SubBackward1", "RsubBackward0", "RsubBackward1",
         "NegBackward0")
 
@@ -108,19 +117,23 @@ def read(tensors: Sequence[torch.Tensor], gradients: Any = None) -> BackwardLoss
     if scalar is None or scalar.grad_fn is None:
         return _weighted(tensors, gradients)
     value = written = scalar.detach().reshape(())
-    node = scalar.grad_fn
+    node, output = scalar.grad_fn, scalar.output_nr
     scaled = False
     kind = [node.name()]
     divisor: torch.Tensor | float = 1.0
     try:
         for _ in range(MAX_SCALINGS):
+            node, output = through_passthrough(node, output, kind)
             undone = _undo_scaling(node, value)
             if undone is None:
                 break
+            above = node
             node, value, by = undone
+            output = output_into(above, node)
             divisor = divisor * by
             kind.append(node.name())
             scaled = True
+        node, output = through_passthrough(node, output, kind)
         node = _summed_per_element(node)
         if node.name() in LOSS_NODES and int(node._saved_reduction) in (SUM, NONE):
             summed = _summed(node)
@@ -131,6 +144,24 @@ def read(tensors: Sequence[torch.Tensor], gradients: Any = None) -> BackwardLoss
         pass
     loss_node = node.name() if node.name() in LOSS_NODES else None
     return BackwardLoss(value, node if loss_node else None, scaled, tuple(kind), written, divisor, loss_node)
+
+
+def through_passthrough(node: Any, output: int, kind: list[str] | None = None) -> tuple[Any, int]:
+    """The node that computed output ``output`` of ``node`` and its own output number, through DDP's passthrough
+    (``PASSTHROUGHS``, each node reached named in ``kind``); ``node`` itself for any other."""
+    while node is not None and node.name() in PASSTHROUGHS and output < len(node.next_functions):
+        below, number = node.next_functions[output]
+        if below is None:
+            break
+        node, output = below, number
+        if kind is not None:
+            kind.append(node.name())
+    return node, output
+
+
+def output_into(above: Any, below: Any) -> int:
+    """Which output of ``below`` the scaling ``above`` took as its one graph input."""
+    return next((number for node, number in above.next_functions if node is below), 0)
 
 
 def _weighted(tensors: Sequence[torch.Tensor], gradients: Any) -> BackwardLoss | None:

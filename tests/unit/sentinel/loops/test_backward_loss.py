@@ -162,3 +162,66 @@ def test_a_loss_weighted_by_constants_of_one_sign_or_inside_another_function_is_
     assert not bool(backward_loss.signed_weights([-(log_probs * weights * alive).view(2, 4).sum(1).mean()]))
     squared = (log_probs - advantages) ** 2  # a squared error weighted by one sign: the walk stops at the square
     assert not bool(backward_loss.signed_weights([(squared * weights).view(2, 4).sum(1).mean()]))
+
+
+class _LossInForward(nn.Module):
+    """A model that computes its loss in its forward pass, as a Hugging Face model's ``outputs.loss`` does: summed
+    over the labels and divided by a count handed in (the labels of every rank, as a ``Trainer`` counts them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head, self.unused = nn.Linear(3, 4), nn.Linear(3, 4)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor, count: torch.Tensor) -> dict[str, torch.Tensor]:
+        logits = self.head(x)
+        summed = nn.functional.cross_entropy(logits, labels, ignore_index=-100, reduction="sum")
+        return {"logits": logits, "loss": summed / count}
+
+
+@pytest.fixture
+def one_rank():
+    """A process group of one rank, in this process (DDP's own forward pass needs one)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_loss_computed_in_a_ddp_forward_pass_is_read_through_ddps_passthrough(one_rank, ranks):
+    # Stop 73's hunt: a Hugging Face Trainer under two ranks multiplies its loss by the ranks (its count is every
+    # rank's labels); DDP with find_unused_parameters (the Trainer's default) hands the model's outputs on through
+    # its passthrough, where the walk stopped: the loss was read at half, and as no cross-entropy.
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(_LossInForward(), find_unused_parameters=True)
+    x, labels = torch.randn(8, 3), torch.randint(4, (8,))
+    labels[0] = -100
+    kept = labels.ne(-100).sum()
+    outputs = model(x, labels, kept * ranks)
+    loss = outputs["loss"]
+    loss *= ranks  # the Trainer's own scaling, in place
+    assert loss.grad_fn.name() == "MulBackward0" and "_DDPSinkBackward" in str(loss.grad_fn.next_functions)
+    read = backward_loss.read([loss])
+    assert read is not None and read.node is not None and read.kind[-1] == "sum"
+    assert "_DDPSinkBackward" in read.kind
+    assert float(read.value) == pytest.approx(float(nn.functional.cross_entropy(outputs["logits"], labels)))
+    assert float(read.written / read.divisor) == pytest.approx(float(read.value))
+
+
+def test_a_sum_computed_in_a_ddp_forward_pass_is_walked_through_ddps_passthrough(one_rank):
+    # The walks that name a loss's terms (stabilizer_sentinel.detection.loss_makeup) and find its one term of known
+    # level (chance_level.known_term) go through the passthrough too: before, they saw one term, DDP's.
+    from stabilizer_sentinel.detection import chance_level, loss_makeup
+
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(_LossInForward(), find_unused_parameters=True)
+    x, labels = torch.randn(8, 3), torch.randint(4, (8,))
+    outputs = model(x, labels, labels.ne(-100).sum())
+    loss = outputs["loss"] + 0.01 * outputs["logits"].pow(2).mean()
+    alone = _LossInForward()(x, labels, labels.ne(-100).sum())
+    assert loss_makeup.makeup([loss]) == loss_makeup.makeup([alone["loss"] + 0.01 * alone["logits"].pow(2).mean()])
+    term = chance_level.known_term([loss])
+    assert term is not None and term[0].name() == "NllLossBackward0" and not term[2]
