@@ -534,12 +534,23 @@ class Guard(OptimizerHooks):
         """At this guard's first check with several ranks: whether they step together (``distributed.step_together``);
         where they do not, each rank decides alone from here, as under torch's ``Join`` (``_step_apart``)."""
         self._met = True
-        if distributed.step_together(self.world_size):
+        decision = distributed.step_together(self.world_size, self.rank, self._replica())
+        if decision == distributed.TOGETHER:
             return True
-        say(f"sentinel: the ranks did not all reach their first step within {distributed.MEET_SECONDS:.0f} s of each "
-            "other: each rank is watched alone (no agreement at each step, nothing rolled back in the job)")
+        why = (f"did not all reach their first step within {distributed.MEET_SECONDS:.0f} s of each other"
+               if decision == distributed.APART else
+               "reached their first step with different networks (weights, gradients or optimizer settings)")
+        say(f"sentinel: the ranks {why}: each rank is watched alone (no agreement at each step, nothing rolled back "
+            "in the job)")
         self._step_apart()
         return False
+
+    def _replica(self) -> str:
+        """This rank's network as the ranks compare it at their first check (``distributed.replica``)."""
+        if self.optimizer is not None:
+            groups = self.optimizer.param_groups
+            return distributed.replica((p for group in groups for p in group["params"]), groups)
+        return distributed.replica(self.model.parameters() if self.model is not None else ())
 
     def called_through(self, wrappers: Sequence[nn.Module]) -> None:
         """The script calls the network through ``wrappers`` (DDP's): one may be handed to torch's ``Join``."""

@@ -8,8 +8,10 @@ anything about a finding.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -38,27 +40,64 @@ def uneven(held: list[Any]) -> bool:
     return any(getattr(getattr(obj, "_join_config", None), "enable", False) for obj in held if obj is not None)
 
 
-def step_together(world_size: int) -> bool:
-    """Whether the ranks step together, decided once for every rank at its first check: True when every rank
-    reached its first check within ``MEET_SECONDS`` of the first; False otherwise (a rank that trains alone while
-    the others wait elsewhere: rank 0 pre-training a network before it builds DDP, the others at a barrier), and
-    for every rank that comes later. Through the process group's store (no collective, which a rank that never
-    steps would leave waiting): the last rank to arrive writes the decision, or the first to tire of waiting does,
-    once (``compare_set``). Stop 73's hunt: rank 0's steps before DDP waited in the per-step agreement for a rank
-    that never stepped, and the job hung (16-26 s unwatched). Where the store cannot be read: True, as before."""
+TOGETHER, APART, DIFFERENT = "together", "apart", "different"  # ``step_together``'s decisions
+
+
+def replica(parameters: Iterable[torch.Tensor], groups: Iterable[dict[str, Any]] = ()) -> str:
+    """What ranks that train one network alike share at their first check, before its update: the parameters'
+    shapes, each one's norm and its gradient's (DDP averaged them on every rank; so does a loop that averages them
+    by hand), and the optimizer's settings other than its tensors. Ranks that each train a network of their own (a
+    sweep: another seed, rate or fold on each) differ in one of them. The norms are read in the parameters' own
+    dtype (no copy) and written to nine significant digits; one host read."""
+    tensors = list(parameters)
+    grads = [t.grad for t in tensors]
+    try:
+        with torch.no_grad():
+            norms = [_norm(t) for t in tensors] + [_norm(g) for g in grads if g is not None]
+            read = torch.stack([n.to(norms[0].device) for n in norms]).tolist() if norms else []
+    except (RuntimeError, TypeError, NotImplementedError):  # a tensor no norm reads: no rank is matched with it
+        return f"unreadable on this rank: {os.getpid()}"
+    settings = [(key, value) for group in groups for key, value in sorted(group.items())
+                if key != "params" and isinstance(value, bool | int | float | str)]
+    words = repr(([tuple(t.shape) for t in tensors], [g is None for g in grads], [f"{x:.9g}" for x in read], settings))
+    return hashlib.sha256(words.encode()).hexdigest()
+
+
+def _norm(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor's norm in its own dtype, as one float: a sparse gradient's of its values."""
+    tensor = tensor.detach()
+    if tensor.is_sparse:
+        tensor = tensor.coalesce().values()
+    return torch.linalg.vector_norm(tensor).float()
+
+
+def step_together(world_size: int, rank: int = 0, mine: str = "") -> str:
+    """Whether the ranks step together, decided once for every rank at its first check: ``TOGETHER`` when every
+    rank reached its first check within ``MEET_SECONDS`` of the first with the same ``replica`` (``mine``);
+    ``APART`` when they did not all arrive in time (a rank that trains alone while the others wait elsewhere:
+    rank 0 pre-training a network before it builds DDP, the others at a barrier), for every rank and every one
+    that comes later; ``DIFFERENT`` when they arrived with different replicas (each rank trains a network of its
+    own: a sweep under torchrun, whose ranks stop at steps of their own). Through the process group's store (no
+    collective, which a rank that never steps would leave waiting): each rank writes its replica, the last rank
+    to arrive reads them all and writes the decision, or the first to tire of waiting does, once
+    (``compare_set``). Stop 73's hunt: rank 0's steps before DDP waited in the per-step agreement for a rank that
+    never stepped, and the job hung (16-26 s unwatched); stop 74's: a sweep, one network per rank for steps of its
+    own, hung at the first rank's end (24 s unwatched). Where the store cannot be read: ``TOGETHER``, as before."""
     try:
         store = torch.distributed.distributed_c10d._get_default_store()
         decision = f"{MEETING}/decision"
+        store.set(f"{MEETING}/replica/{rank}", mine)
         if store.add(f"{MEETING}/arrived", 1) >= world_size:
-            return bytes(store.compare_set(decision, "", "together")) == b"together"
+            replicas = {bytes(store.get(f"{MEETING}/replica/{other}")) for other in range(world_size)}
+            return bytes(store.compare_set(decision, "", TOGETHER if len(replicas) == 1 else DIFFERENT)).decode()
         deadline = time.monotonic() + MEET_SECONDS
         while not store.check([decision]):  # polled: a store's wait that times out has torch print two lines
             if time.monotonic() > deadline:  # no decision in time: this rank decides apart
-                return bytes(store.compare_set(decision, "", "apart")) == b"together"
+                return bytes(store.compare_set(decision, "", APART)).decode()
             time.sleep(POLL_SECONDS)
-        return bytes(store.get(decision)) == b"together"
+        return bytes(store.get(decision)).decode()
     except (AttributeError, RuntimeError, torch.distributed.DistError):
-        return True
+        return TOGETHER
 
 
 def agree(guard: Any, verdict: Any, stop: bool) -> bool:

@@ -144,3 +144,24 @@ def test_a_rank_that_trains_alone_before_the_others_step_is_watched_alone_not_le
     assert "[default0]:rank=0 pretrained" in lines and "[default1]:rank=1 done" in lines
     alone = re.findall(r"\[default(\d)\]:sentinel: the ranks did not all reach", watched.stderr)
     assert sorted(alone) == ["0", "1"], watched.stderr
+
+
+@pytest.mark.parametrize("form", ["sweep", "averaged_by_hand"])
+def test_ranks_that_each_train_a_network_of_their_own_are_watched_alone_not_left_waiting(tmp_path, form):
+    # Stop 74: a sweep under torchrun, each rank a network of its own (its seed, its rate) for steps of its own, no
+    # DDP: watched, the ranks agreed at each step, and rank 1's steps past rank 0's last waited in that agreement
+    # for a rank already at its final barrier: the job hung (24 s unwatched). The ranks now compare their networks
+    # at their first check (distributed.replica); ranks that average their gradients by hand train one network.
+    script = FIXTURES / "ddp" / "sweep.py"
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3"]
+    options = ["--average"] if form == "averaged_by_hand" else []
+    plain = run([*torchrun, str(script), *options], script.parent, job_env(tmp_path / "unwatched"), timeout=180)
+    watched = run_ranks([*torchrun, "-m", "stabilizer_sentinel.launch", str(script), *options], script.parent,
+                        job_env(tmp_path, {"recovery": "in_job"}))
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    lines = sorted(line for line in watched.stdout.splitlines() if "rank=" in line)
+    assert lines == sorted(line for line in plain.stdout.splitlines() if "rank=" in line)
+    alone = re.findall(r"\[default(\d)\]:sentinel: the ranks reached their first step with different networks",
+                       watched.stderr)
+    assert sorted(alone) == (["0", "1"] if form == "sweep" else []), watched.stderr
+    assert ("watched alone" in watched.stderr) == (form == "sweep"), watched.stderr
