@@ -165,3 +165,19 @@ def test_ranks_that_each_train_a_network_of_their_own_are_watched_alone_not_left
                        watched.stderr)
     assert sorted(alone) == (["0", "1"] if form == "sweep" else []), watched.stderr
     assert ("watched alone" in watched.stderr) == (form == "sweep"), watched.stderr
+
+
+def test_lightnings_own_ddp_ranks_roll_back_together_inside_the_job(tmp_path):
+    # Lightning's "ddp" strategy starts the second rank itself (the script run again); the launcher watches both
+    # through its callback and they roll back together. Before stop 74 no test ran Lightning under several ranks.
+    pytest.importorskip("lightning")
+    script = FIXTURES / "ddp" / "lightning_ddp.py"
+    result = run_ranks(["-m", "stabilizer_sentinel.launch", str(script), "--nan-step", "10"], script.parent,
+                       job_env(tmp_path, {"recovery": "in_job"}), timeout=240)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", result.stdout))
+    assert weights.keys() == {"0", "1"} and weights["0"] == weights["1"] and weights["0"] != "nan", output
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert [(entry["step"], entry["outcome"]) for entry in document["rollbacks"]] == [(10, "transient")], output
+    assert (document["summary"]["ended"], document["summary"]["steps_taken"]) == ("completed", 16)
