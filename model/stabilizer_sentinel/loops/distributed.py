@@ -41,6 +41,7 @@ def uneven(held: list[Any]) -> bool:
 
 
 TOGETHER, APART, DIFFERENT = "together", "apart", "different"  # ``step_together``'s decisions
+DIGITS = 6  # of each norm a ``replica`` holds: a float32's last bits are the summation order's, not the network's
 
 
 def replica(parameters: Iterable[torch.Tensor], groups: Iterable[dict[str, Any]] = ()) -> str:
@@ -48,7 +49,8 @@ def replica(parameters: Iterable[torch.Tensor], groups: Iterable[dict[str, Any]]
     shapes, each one's norm and its gradient's (DDP averaged them on every rank; so does a loop that averages them
     by hand), and the optimizer's settings other than its tensors. Ranks that each train a network of their own (a
     sweep: another seed, rate or fold on each) differ in one of them. The norms are read in the parameters' own
-    dtype (no copy) and written to nine significant digits; one host read."""
+    dtype (no copy) and written to ``DIGITS`` significant digits, which two devices summing in another order agree
+    to; one host read."""
     tensors = list(parameters)
     grads = [t.grad for t in tensors]
     try:
@@ -59,7 +61,8 @@ def replica(parameters: Iterable[torch.Tensor], groups: Iterable[dict[str, Any]]
         return f"unreadable on this rank: {os.getpid()}"
     settings = [(key, value) for group in groups for key, value in sorted(group.items())
                 if key != "params" and isinstance(value, bool | int | float | str)]
-    words = repr(([tuple(t.shape) for t in tensors], [g is None for g in grads], [f"{x:.9g}" for x in read], settings))
+    rounded = [f"{x:.{DIGITS}g}" for x in read]
+    words = repr(([tuple(t.shape) for t in tensors], [g is None for g in grads], rounded, settings))
     return hashlib.sha256(words.encode()).hexdigest()
 
 

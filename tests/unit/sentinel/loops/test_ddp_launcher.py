@@ -146,7 +146,7 @@ def test_a_rank_that_trains_alone_before_the_others_step_is_watched_alone_not_le
     assert sorted(alone) == ["0", "1"], watched.stderr
 
 
-@pytest.mark.parametrize("form", ["sweep", "averaged_by_hand"])
+@pytest.mark.parametrize("form", ["sweep", pytest.param("averaged_by_hand", marks=pytest.mark.long)])
 def test_ranks_that_each_train_a_network_of_their_own_are_watched_alone_not_left_waiting(tmp_path, form):
     # Stop 74: a sweep under torchrun, each rank a network of its own (its seed, its rate) for steps of its own, no
     # DDP: watched, the ranks agreed at each step, and rank 1's steps past rank 0's last waited in that agreement
