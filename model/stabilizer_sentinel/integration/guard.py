@@ -101,6 +101,7 @@ class Guard(OptimizerHooks):
     meetings = 0
     _in_collective = _owes_meeting = _told = False
     _met = False  # the ranks decided at this guard's first check whether they step together (``_meet_first``)
+    _handovers = 0  # optimizers that took over the run's steps since (``_meet_again``)
     joinables: tuple[weakref.ref[Any], ...] = ()  # what the script may hand to torch's Join (its DDP wrapper)
 
     def __init__(
@@ -371,6 +372,7 @@ class Guard(OptimizerHooks):
         follow_scaler(optimizer, self)
         if self.watchdog is not None:  # its steps are the loop's beat now
             self.watchdog.follow(optimizer, self._handles)
+        self._meet_again()
 
     def _ranks_recover(self) -> bool:
         """Every DDP rank recovers in the job together (stabilizer_sentinel.recovery.ranks): the process group
@@ -534,12 +536,25 @@ class Guard(OptimizerHooks):
         """At this guard's first check with several ranks: whether they step together (``distributed.step_together``);
         where they do not, each rank decides alone from here, as under torch's ``Join`` (``_step_apart``)."""
         self._met = True
-        decision = distributed.step_together(self.world_size, self.rank, self._replica())
+        return self._meet(distributed.MEETING, "their first step")
+
+    def _meet_again(self) -> None:
+        """An optimizer took over the run's steps (``hand_over``) on ranks that stepped together: whether every rank
+        took it over (each builds its next phase's optimizer alike, at the same step), decided as at the first
+        check, or rank 0 alone did (a head it fine-tunes alone once the ranks' training is done, the others at a
+        barrier). Stop 74: rank 0's steps then waited in the agreement for ranks that never stepped, and the job
+        hung (12 s unwatched)."""
+        if self._met and not self.apart and self.world_size > 1 and torch.distributed.is_initialized():
+            self._handovers += 1
+            self._meet(f"{distributed.MEETING}/optimizer/{self._handovers}", "the first step of a new optimizer")
+
+    def _meet(self, meeting: str, where: str) -> bool:
+        decision = distributed.step_together(self.world_size, self.rank, self._replica(), meeting)
         if decision == distributed.TOGETHER:
             return True
-        why = (f"did not all reach their first step within {distributed.MEET_SECONDS:.0f} s of each other"
+        why = (f"did not all reach {where} within {distributed.MEET_SECONDS:.0f} s of each other"
                if decision == distributed.APART else
-               "reached their first step with different networks (weights, gradients or optimizer settings)")
+               f"reached {where} with different networks (weights, gradients or optimizer settings)")
         say(f"sentinel: the ranks {why}: each rank is watched alone (no agreement at each step, nothing rolled back "
             "in the job)")
         self._step_apart()

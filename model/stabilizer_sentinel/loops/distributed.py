@@ -74,7 +74,7 @@ def _norm(tensor: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(tensor).float()
 
 
-def step_together(world_size: int, rank: int = 0, mine: str = "") -> str:
+def step_together(world_size: int, rank: int = 0, mine: str = "", meeting: str = MEETING) -> str:
     """Whether the ranks step together, decided once for every rank at its first check: ``TOGETHER`` when every
     rank reached its first check within ``MEET_SECONDS`` of the first with the same ``replica`` (``mine``);
     ``APART`` when they did not all arrive in time (a rank that trains alone while the others wait elsewhere:
@@ -85,13 +85,15 @@ def step_together(world_size: int, rank: int = 0, mine: str = "") -> str:
     to arrive reads them all and writes the decision, or the first to tire of waiting does, once
     (``compare_set``). Stop 73's hunt: rank 0's steps before DDP waited in the per-step agreement for a rank that
     never stepped, and the job hung (16-26 s unwatched); stop 74's: a sweep, one network per rank for steps of its
-    own, hung at the first rank's end (24 s unwatched). Where the store cannot be read: ``TOGETHER``, as before."""
+    own, hung at the first rank's end (24 s unwatched). ``meeting`` names the keys: the ranks meet again at each
+    optimizer that takes over the run's steps (``Guard._meet_again``). Where the store cannot be read:
+    ``TOGETHER``, as before."""
     try:
         store = torch.distributed.distributed_c10d._get_default_store()
-        decision = f"{MEETING}/decision"
-        store.set(f"{MEETING}/replica/{rank}", mine)
-        if store.add(f"{MEETING}/arrived", 1) >= world_size:
-            replicas = {bytes(store.get(f"{MEETING}/replica/{other}")) for other in range(world_size)}
+        decision = f"{meeting}/decision"
+        store.set(f"{meeting}/replica/{rank}", mine)
+        if store.add(f"{meeting}/arrived", 1) >= world_size:
+            replicas = {bytes(store.get(f"{meeting}/replica/{other}")) for other in range(world_size)}
             return bytes(store.compare_set(decision, "", TOGETHER if len(replicas) == 1 else DIFFERENT)).decode()
         deadline = time.monotonic() + MEET_SECONDS
         while not store.check([decision]):  # polled: a store's wait that times out has torch print two lines

@@ -72,3 +72,11 @@ def test_a_rank_that_waits_in_vain_for_the_others_decides_apart_for_every_rank(s
     monkeypatch.setattr(distributed, "MEET_SECONDS", 0.1)
     assert _meet({0: "a"}, 2) == {0: distributed.APART}  # rank 1 trains elsewhere (stop 73)
     assert distributed.step_together(2, 1, "a") == distributed.APART
+
+
+def test_a_meeting_at_an_optimizer_that_takes_over_is_decided_afresh(store, monkeypatch):
+    # Stop 74: rank 0 alone fine-tuned a head after the ranks trained together; its optimizer took over the run's
+    # steps, and those steps waited in the agreement for a rank at its final barrier.
+    monkeypatch.setattr(distributed, "MEET_SECONDS", 0.1)
+    assert _meet({0: "a", 1: "a"}, 2) == {0: distributed.TOGETHER, 1: distributed.TOGETHER}
+    assert distributed.step_together(2, 0, "b", f"{distributed.MEETING}/optimizer/1") == distributed.APART
