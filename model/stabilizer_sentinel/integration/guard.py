@@ -101,7 +101,6 @@ class Guard(OptimizerHooks):
     meetings = 0
     _in_collective = _owes_meeting = _told = False
     _met = False  # the ranks decided at this guard's first check whether they step together (``_meet_first``)
-    _handovers = 0  # optimizers that took over the run's steps since (``_meet_again``)
     joinables: tuple[weakref.ref[Any], ...] = ()  # what the script may hand to torch's Join (its DDP wrapper)
 
     def __init__(
@@ -545,8 +544,7 @@ class Guard(OptimizerHooks):
         barrier). Stop 74: rank 0's steps then waited in the agreement for ranks that never stepped, and the job
         hung (12 s unwatched)."""
         if self._met and not self.apart and self.world_size > 1 and torch.distributed.is_initialized():
-            self._handovers += 1
-            self._meet(f"{distributed.MEETING}/optimizer/{self._handovers}", "the first step of a new optimizer")
+            self._meet(distributed.next_meeting(), "the first step of a new optimizer")
 
     def _meet(self, meeting: str, where: str) -> bool:
         decision = distributed.step_together(self.world_size, self.rank, self._replica(), meeting)

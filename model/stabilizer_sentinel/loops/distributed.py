@@ -9,6 +9,7 @@ anything about a finding.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import time
 from collections.abc import Iterable
@@ -23,6 +24,7 @@ from stabilizer_sentinel import failsafe
 MEET_SECONDS = 30.0
 POLL_SECONDS = 0.02
 MEETING = "stabilizer/first_check"  # the keys in the process group's store
+_MEETINGS = itertools.count(1)  # this process's meetings after the first (``next_meeting``)
 
 
 def rank_and_size() -> tuple[int, int]:
@@ -64,6 +66,12 @@ def replica(parameters: Iterable[torch.Tensor], groups: Iterable[dict[str, Any]]
     rounded = [f"{x:.{DIGITS}g}" for x in read]
     words = repr(([tuple(t.shape) for t in tensors], [g is None for g in grads], rounded, settings))
     return hashlib.sha256(words.encode()).hexdigest()
+
+
+def next_meeting() -> str:
+    """The keys of this process's next meeting after the first (``step_together``'s ``meeting``), numbered in the
+    process, not the guard: ranks that meet alike count alike, whatever guards they built."""
+    return f"{MEETING}/again/{next(_MEETINGS)}"
 
 
 def _norm(tensor: torch.Tensor) -> torch.Tensor:

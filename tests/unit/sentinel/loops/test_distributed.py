@@ -79,4 +79,4 @@ def test_a_meeting_at_an_optimizer_that_takes_over_is_decided_afresh(store, monk
     # steps, and those steps waited in the agreement for a rank at its final barrier.
     monkeypatch.setattr(distributed, "MEET_SECONDS", 0.1)
     assert _meet({0: "a", 1: "a"}, 2) == {0: distributed.TOGETHER, 1: distributed.TOGETHER}
-    assert distributed.step_together(2, 0, "b", f"{distributed.MEETING}/optimizer/1") == distributed.APART
+    assert distributed.step_together(2, 0, "b", distributed.next_meeting()) == distributed.APART
