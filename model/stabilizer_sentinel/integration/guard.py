@@ -559,11 +559,13 @@ class Guard(OptimizerHooks):
         return False
 
     def _replica(self) -> str:
-        """This rank's network as the ranks compare it at their first check (``distributed.replica``)."""
+        """This rank's network as the ranks compare it at their first check (``distributed.replica``); without its
+        gradients for a loop updated by hand, checked as its backward pass ends, before DDP averaged them."""
+        gradients = self.clock is None
         if self.optimizer is not None:
             groups = self.optimizer.param_groups
-            return distributed.replica((p for group in groups for p in group["params"]), groups)
-        return distributed.replica(self.model.parameters() if self.model is not None else ())
+            return distributed.replica((p for group in groups for p in group["params"]), groups, gradients=gradients)
+        return distributed.replica(self.model.parameters() if self.model is not None else (), gradients=gradients)
 
     def called_through(self, wrappers: Sequence[nn.Module]) -> None:
         """The script calls the network through ``wrappers`` (DDP's): one may be handed to torch's ``Join``."""

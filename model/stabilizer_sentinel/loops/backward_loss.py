@@ -149,7 +149,8 @@ def read(tensors: Sequence[torch.Tensor], gradients: Any = None) -> BackwardLoss
 def through_passthrough(node: Any, output: int, kind: list[str] | None = None) -> tuple[Any, int]:
     """The node that computed output ``output`` of ``node`` and its own output number, through DDP's passthrough
     (``PASSTHROUGHS``, each node reached named in ``kind``); ``node`` itself for any other."""
-    while node is not None and node.name() in PASSTHROUGHS and output < len(node.next_functions):
+    while (node is not None and node.name() in PASSTHROUGHS and _tensors_before(node, output)
+           and output < len(node.next_functions)):
         below, number = node.next_functions[output]
         if below is None:
             break
@@ -157,6 +158,16 @@ def through_passthrough(node: Any, output: int, kind: list[str] | None = None) -
         if kind is not None:
             kind.append(node.name())
     return node, output
+
+
+def _tensors_before(node: Any, output: int) -> bool:
+    """Whether DDP's passthrough's outputs up to ``output`` are all tensors that need gradients. Its outputs are
+    numbered over every value the forward returned (a number, a cache object among them) and its graph inputs over
+    the tensors alone, after its first input (the DDP's reference, neither): only then is output ``i`` graph input
+    ``i``. A Hugging Face model's loss is its outputs' first; a number returned before the loss stops the walk there
+    (the review of stop 74: a dict's ``{"epoch": 1, "loss": ..., "aux": ...}`` read the next output, 1,000 times the
+    loss)."""
+    return all(node.needs_input_grad[1:output + 1])
 
 
 def output_into(above: Any, below: Any) -> int:

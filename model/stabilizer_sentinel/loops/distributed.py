@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import os
 import time
 from collections.abc import Iterable
@@ -43,29 +44,62 @@ def uneven(held: list[Any]) -> bool:
 
 
 TOGETHER, APART, DIFFERENT = "together", "apart", "different"  # ``step_together``'s decisions
-DIGITS = 6  # of each norm a ``replica`` holds: a float32's last bits are the summation order's, not the network's
+# How far two ranks' norms of one parameter may differ, relatively, and still be one network's: the last bits of a
+# float32's norm are the order its elements were summed in (another device, another thread count), not the network.
+CLOSE = 1e-4
 
 
-def replica(parameters: Iterable[torch.Tensor], groups: Iterable[dict[str, Any]] = ()) -> str:
+def replica(parameters: Iterable[torch.Tensor], groups: Iterable[dict[str, Any]] = (), *,
+            gradients: bool = True) -> str:
     """What ranks that train one network alike share at their first check, before its update: the parameters'
-    shapes, each one's norm and its gradient's (DDP averaged them on every rank; so does a loop that averages them
-    by hand), and the optimizer's settings other than its tensors. Ranks that each train a network of their own (a
-    sweep: another seed, rate or fold on each) differ in one of them. The norms are read in the parameters' own
-    dtype (no copy) and written to ``DIGITS`` significant digits, which two devices summing in another order agree
-    to; one host read."""
+    shapes and dtypes, each one's norm and its gradient's (DDP averaged them on every rank; so does a loop that
+    averages them by hand), and the optimizer's settings (numbers, tuples of them, one-element tensors). Ranks that
+    each train a network of their own (a sweep: another seed, rate or fold on each) differ in one of them.
+    Without ``gradients`` (a loop updated by hand, checked as its backward pass ends, before DDP averaged them):
+    the parameters alone. The norms are read in the parameters' own dtype (no copy; a one-byte float's in
+    float32), compared within ``CLOSE`` (``same``); one host read. Written as the hash of what is compared
+    exactly, then the norms."""
     tensors = list(parameters)
-    grads = [t.grad for t in tensors]
+    grads = [t.grad for t in tensors] if gradients else []
     try:
         with torch.no_grad():
-            norms = [_norm(t) for t in tensors] + [_norm(g) for g in grads if g is not None]
+            norms = [n for n in (_norm(t) for t in [*tensors, *(g for g in grads if g is not None)]) if n is not None]
             read = torch.stack([n.to(norms[0].device) for n in norms]).tolist() if norms else []
     except (RuntimeError, TypeError, NotImplementedError):  # a tensor no norm reads: no rank is matched with it
         return f"unreadable on this rank: {os.getpid()}"
-    settings = [(key, value) for group in groups for key, value in sorted(group.items())
-                if key != "params" and isinstance(value, bool | int | float | str)]
-    rounded = [f"{x:.{DIGITS}g}" for x in read]
-    words = repr(([tuple(t.shape) for t in tensors], [g is None for g in grads], rounded, settings))
-    return hashlib.sha256(words.encode()).hexdigest()
+    settings = [(key, _setting(value)) for group in groups for key, value in sorted(group.items()) if key != "params"]
+    exact = repr(([(tuple(t.shape), str(t.dtype)) for t in tensors], [g is None for g in grads],
+                  [(key, value) for key, value in settings if value is not None]))
+    return hashlib.sha256(exact.encode()).hexdigest() + "|" + ",".join(f"{x:.9g}" for x in read)
+
+
+def same(replicas: Iterable[str]) -> bool:
+    """Whether every rank's ``replica`` is one network's: the same hash, and each norm within ``CLOSE`` of the
+    first rank's."""
+    parts = [replica.split("|", 1) for replica in replicas]
+    if any(len(part) != 2 for part in parts) or len({part[0] for part in parts}) != 1:
+        return False
+    columns = [[float(x) for x in part[1].split(",")] if part[1] else [] for part in parts]
+    return all(len(values) == len(columns[0]) and all(_close(x, y) for x, y in zip(values, columns[0], strict=True))
+               for values in columns)
+
+
+def _close(x: float, y: float) -> bool:
+    """Two ranks' norms of one tensor, one network's: within ``CLOSE``, or both infinite alike, or both NaN (a
+    non-finite gradient DDP averaged onto every rank at the first step is still one network's)."""
+    return x == y or (math.isnan(x) and math.isnan(y)) or math.isclose(x, y, rel_tol=CLOSE)
+
+
+def _setting(value: Any) -> Any:
+    """An optimizer setting as the ranks compare it: a number, a string, a tuple of numbers (Adam's betas), a
+    one-element tensor's number; None for anything else."""
+    if isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, tuple) and all(isinstance(v, bool | int | float) for v in value):
+        return value
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.detach().float())
+    return None
 
 
 def next_meeting() -> str:
@@ -74,11 +108,17 @@ def next_meeting() -> str:
     return f"{MEETING}/again/{next(_MEETINGS)}"
 
 
-def _norm(tensor: torch.Tensor) -> torch.Tensor:
-    """A tensor's norm in its own dtype, as one float: a sparse gradient's of its values."""
+def _norm(tensor: torch.Tensor) -> torch.Tensor | None:
+    """A tensor's norm in its own dtype, as one float (a sparse gradient's of its values, a one-byte float's in
+    float32, where no norm is defined); None for a tensor of integers or booleans (its shape and dtype alone are
+    compared)."""
     tensor = tensor.detach()
     if tensor.is_sparse:
         tensor = tensor.coalesce().values()
+    if not (tensor.is_floating_point() or tensor.is_complex()):
+        return None
+    if tensor.element_size() == 1:
+        tensor = tensor.float()
     return torch.linalg.vector_norm(tensor).float()
 
 
@@ -101,8 +141,8 @@ def step_together(world_size: int, rank: int = 0, mine: str = "", meeting: str =
         decision = f"{meeting}/decision"
         store.set(f"{meeting}/replica/{rank}", mine)
         if store.add(f"{meeting}/arrived", 1) >= world_size:
-            replicas = {bytes(store.get(f"{meeting}/replica/{other}")) for other in range(world_size)}
-            return bytes(store.compare_set(decision, "", TOGETHER if len(replicas) == 1 else DIFFERENT)).decode()
+            replicas = [bytes(store.get(f"{meeting}/replica/{other}")).decode() for other in range(world_size)]
+            return bytes(store.compare_set(decision, "", TOGETHER if same(replicas) else DIFFERENT)).decode()
         deadline = time.monotonic() + MEET_SECONDS
         while not store.check([decision]):  # polled: a store's wait that times out has torch print two lines
             if time.monotonic() > deadline:  # no decision in time: this rank decides apart

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
@@ -225,3 +227,29 @@ def test_a_sum_computed_in_a_ddp_forward_pass_is_walked_through_ddps_passthrough
     assert loss_makeup.makeup([loss]) == loss_makeup.makeup([alone["loss"] + 0.01 * alone["logits"].pow(2).mean()])
     term = chance_level.known_term([loss])
     assert term is not None and term[0].name() == "NllLossBackward0" and not term[2]
+
+
+class _WithNumbers(nn.Module):
+    """A forward pass returning a number beside its loss, before it or after it (a Hugging Face model's cache)."""
+
+    def __init__(self, before: bool) -> None:
+        super().__init__()
+        self.head, self.before = nn.Linear(3, 4), before
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, Any]:
+        logits = self.head(x)
+        loss, aux = nn.functional.cross_entropy(logits, labels), logits.pow(2).sum() / 1000
+        return {"epoch": 1, "loss": loss, "aux": aux} if self.before else {"loss": loss, "cache": "kept", "aux": aux}
+
+
+@pytest.mark.parametrize("before", [True, False])
+def test_a_number_a_ddp_forward_pass_returns_before_its_loss_stops_the_walk_at_the_passthrough(one_rank, before):
+    # The review of stop 74: the passthrough numbers its outputs over every value returned and its graph inputs over
+    # the tensors alone; with a number before the loss, the walk read the next output, 1,000 times the loss.
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(_WithNumbers(before), find_unused_parameters=True)
+    x, labels = torch.randn(8, 3), torch.randint(4, (8,))
+    loss = model(x, labels)["loss"]
+    read = backward_loss.read([loss])
+    assert read is not None and float(read.value) == pytest.approx(float(loss))
+    assert read.node is None if before else read.node is not None

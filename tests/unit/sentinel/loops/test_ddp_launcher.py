@@ -175,6 +175,7 @@ def test_ranks_that_each_train_a_network_of_their_own_are_watched_alone_not_left
     assert ("watched alone" in watched.stderr) == (form == "sweep"), watched.stderr
 
 
+@pytest.mark.long  # Lightning's imports on both ranks; the DDP rollback together is in make test (test_ddp.py)
 def test_lightnings_own_ddp_ranks_roll_back_together_inside_the_job(tmp_path):
     # Lightning's "ddp" strategy starts the second rank itself (the script run again); the launcher watches both
     # through its callback and they roll back together. Before stop 74 no test ran Lightning under several ranks.
