@@ -19,7 +19,8 @@ node that computed the loss:
 A loss computed in the model's forward pass under DDP (a Hugging Face model's ``outputs.loss``, a
 Lightning module's ``training_step``) passes through DDP's passthrough of the forward's outputs
 (``_DDPSinkBackward``, with ``find_unused_parameters``, or a static graph's first step), which hands each
-output on unchanged: the walk goes through it to the node that computed that output. Before, the walk
+output on unchanged: the walk goes through it to the node that computed that output, where every output
+before the loss is a tensor (``_tensors_before``; a Hugging Face model's loss is its first). Before, the walk
 stopped there: a Hugging Face ``Trainer`` under two ranks (which multiplies its loss by the ranks, as it
 divides by the labels of them all) was read at half its loss, and as no cross-entropy.
 

@@ -57,8 +57,8 @@ def replica(parameters: Iterable[torch.Tensor], groups: Iterable[dict[str, Any]]
     each train a network of their own (a sweep: another seed, rate or fold on each) differ in one of them.
     Without ``gradients`` (a loop updated by hand, checked as its backward pass ends, before DDP averaged them):
     the parameters alone. The norms are read in the parameters' own dtype (no copy; a one-byte float's in
-    float32), compared within ``CLOSE`` (``same``); one host read. Written as the hash of what is compared
-    exactly, then the norms."""
+    float32), compared within ``CLOSE`` (``same``); one host read for them all, once per meeting. Written as the
+    hash of what is compared exactly, then the norms."""
     tensors = list(parameters)
     grads = [t.grad for t in tensors] if gradients else []
     try:
