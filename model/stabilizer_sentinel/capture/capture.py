@@ -125,6 +125,12 @@ class Capture:
         if self.disk_enabled:
             self._ensure_writer()  # now, so a resumed job clears the previous end marker at once
 
+    def release(self) -> None:
+        """The script let go of the network (the guard's ``release``): let go of it, of its parameters and modules,
+        and of the tensors captured from it."""
+        self.model, self._params, self._modules = nn.Module(), [], {}
+        self._activations, self._activation_inputs = {}, {}
+
     # -- configuration
     def require(self, collections: Iterable[str], memory: MemoryTrial, save_interval: int | None = None) -> None:
         """Make ``collections`` available in memory for rules; ones not configured get a default schedule."""

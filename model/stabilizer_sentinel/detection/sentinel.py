@@ -557,6 +557,12 @@ class Sentinel:
         return bool(needed) and all(
             name in self.capture.collections and not self.memory.tensor_names(collection=name) for name in needed)
 
+    def release(self) -> None:
+        """The script let go of the network (the guard's ``release``): let go of it, its parameters, and the copies
+        and captured tensors of it; what the checks saw stays, for the summary."""
+        self.model, self._params, self.rewind, self.recovery = nn.Module(), [], None, None
+        self.capture.release()
+
     def close(self, status: str = "completed") -> None:
         """End of the job; a completed run that never learned is reported (findings.json) here."""
         # Not where the watcher stood aside (stabilizer_sentinel.failsafe): the rest of the run went unwatched.

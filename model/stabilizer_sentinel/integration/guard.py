@@ -102,6 +102,10 @@ class Guard(OptimizerHooks):
     _in_collective = _owes_meeting = _told = False
     _met = False  # the ranks decided at this guard's first check whether they step together (``_meet_first``)
     joinables: tuple[weakref.ref[Any], ...] = ()  # what the script may hand to torch's Join (its DDP wrapper)
+    # The watched network's forward passes so far, and their count at the end of the last step (``network_idle``);
+    # whether the script let go of the network and the optimizer, and this guard of them (``release``).
+    calls = _calls_then = 0
+    released = False
 
     def __init__(
         self,
@@ -242,7 +246,7 @@ class Guard(OptimizerHooks):
         self.sentinel.learning.motion = weight_motion.WeightMotion(self.model)
         if not isinstance(self.model, BareTensors):  # a network whose forward passes the script calls
             self.sentinel.learning.input_blind, handle = input_blind.listen(self.model)
-            self._handles.append(handle)
+            self._handles += [handle, module_hooks.forward_hook(self.model, self._called)]
         if set(self.capture.collections) & {"inputs", "predictions"}:
             self._handles.append(module_hooks.forward_hook(self.model, self._keep_inputs_and_outputs))
 
@@ -617,6 +621,7 @@ class Guard(OptimizerHooks):
         """The optimizer step just taken ended (``advance`` counted it, or the loop did: ``check_counted``):
         the next one's number, a copy of the state when due, a rollback under way goes on, capture armed."""
         self.step_number += 1
+        self._calls_then = self.calls
         if self.rewind is not None:
             self.rewind.after_step(self.step_number)
         if self.recovery is not None:
@@ -649,6 +654,38 @@ class Guard(OptimizerHooks):
         rollback, its printed result the probe's."""
         if self.recovery is not None:
             self.recovery.close("the script's next training began")
+
+    def network_idle(self) -> bool:
+        """Whether the watched network was called with gradients on (at least once) but not since its optimizer's
+        last step: a backward pass now is another network's (the launcher's ``_phase_over``); a pass under
+        ``no_grad`` (an evaluation, a trial's score) is no part of any. Never where no call is seen (a loop over
+        bare tensors; a compiled network, whose calls run no hook)."""
+        return self.calls > 0 and self.calls == self._calls_then and self.record.steps_taken > 0
+
+    def _called(self, module: nn.Module, inputs: Any, output: Any) -> None:
+        if torch.is_grad_enabled():
+            self.calls += 1
+
+    def release(self) -> None:
+        """The script let go of the network and the optimizer this guard watched (a search's trial function
+        returned, and the next trial trains): let go of them too, and of every copy, batch and tensor of theirs
+        the watcher held, before the next network's first backward pass. Held until the next optimizer's first
+        step, the two networks and their optimizers' state were on the device together, where unwatched the
+        first was freed (stop 75, ``python -m stabilizer.bench.search_memory``: 1.56 times the unwatched peak,
+        1.20 since). What was seen stays: the phase's decisions and checks, its summary written at exit where no
+        next phase follows. A released guard is handed nothing more (the launcher keeps the next network's
+        passes until its guard attaches); its ``model`` is an empty module, its ``optimizer`` None."""
+        self.phase_ended()
+        self._remove_hooks()
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        self.released = True
+        self.model, self.optimizer, self.others, self.inner = nn.Module(), None, [], []
+        self.recovery = self.rewind = self.clock = self.batches = None
+        self._loss = self._pass_sum = self._first_pass = self._terms = self._latest_mean = None
+        self._labels = self._inputs = self._outputs = None
+        self._passes = 0
+        self.sentinel.release()
 
     def in_job_decisions(self) -> list[dict[str, Any]]:
         """This guard's in-job decisions so far (findings.json's ``rollbacks``), earlier phases' first."""

@@ -23,9 +23,11 @@ stabilizer_sentinel.loops.step_clock, and ``torch.autograd.backward``, stabilize
   so a run is never judged on a phase that ended while the one after it trained unwatched. Where the
   script let go of the first optimizer (nothing but the watcher holds it: ``_let_go``), that is at the
   other's first step: a sweep's next model, bound to the names of the last, is the run's from its first
-  step, and the model before is the script's to free. A next phase whose network is the last one built
-  again, trained from its start (a search's trial, a fold), has its findings told, never acted on
-  (``_new_phase``).
+  step, and the model before is the script's to free. Where the script let go of it earlier (a search's trial
+  trained in a function that returned), the guard lets go of it at the next backward pass that is not its
+  network's (``_phase_over``, ``_release``): before that pass allocates the next network's gradients. A next
+  phase whose network is the last one built again, trained from its start (a search's trial, a fold), has its
+  findings told, never acted on (``_new_phase``).
 - **Updated by hand** (no optimizer, ``p.data -= lr * p.grad``): until they attach, the hooks keep a
   copy of each candidate network's smallest parameter and compare it at its next training forward
   pass (one comparison per forward pass, until attached); a network whose weights changed with no
@@ -95,7 +97,7 @@ import os
 import sys
 import weakref
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -125,6 +127,9 @@ PHASE_STEPS = 50
 TAKEN_OVER = 2
 PACKAGE = "stabilizer_sentinel"
 HOLDER_LEVELS = 4  # how far above a called module the network holding the optimizer's parameters is looked for
+# The values of each parameter read where a phase's network ended: a network built again draws every one anew, a
+# copy of where it ended holds them all (``_trained_again``).
+ENDED_VALUES = 64
 
 
 def _updates(optimizer: torch.optim.Optimizer, model: nn.Module) -> bool:
@@ -133,18 +138,48 @@ def _updates(optimizer: torch.optim.Optimizer, model: nn.Module) -> bool:
     return any(id(p) in mine for group in optimizer.param_groups for p in group["params"])
 
 
-def _trained_again(before: nn.Module, network: nn.Module) -> bool:
+def _trained_again(before: list[Ended], network: nn.Module) -> bool:
     """Whether ``network`` is the network of the phase before built again, to train from its start (a search's
     next trial, a cross-validation's next fold): parameters of the same shapes in the same order, none of them
     ``before``'s, and none holding where ``before``'s ended (a copy of it, or of its trunk under a new head,
-    fine-tuned, goes on from there). Read once, at the phase's first step, on the device."""
-    old, new = list(before.parameters()), list(network.parameters())
-    if not new or len(old) != len(new) or any(a.shape != b.shape for a, b in zip(old, new, strict=True)):
+    fine-tuned, goes on from there). ``before``: where the phase before's parameters ended (``ended``), read when
+    it ended, its network perhaps freed since (``LauncherHooks._release``). Read once, at the phase's first step,
+    on the device."""
+    new = list(network.parameters())
+    if not new or len(before) != len(new) or any(old.shape != p.shape for old, p in zip(before, new, strict=True)):
         return False
-    if {id(p) for p in old} & {id(p) for p in new}:
+    if any(old.parameter() is p for old, p in zip(before, new, strict=True)):
         return False
-    return not any(a.device == b.device and a.dtype == b.dtype and torch.equal(a.detach(), b.detach())
-                   for a, b in zip(old, new, strict=True))
+    return not any(old.values is not None and old.device == p.device and old.dtype == p.dtype
+                   and torch.equal(old.values, _first_values(p))
+                   for old, p in zip(before, new, strict=True))
+
+
+@dataclass(frozen=True)
+class Ended:
+    """Where a parameter of a phase's network ended (``_trained_again``): held weakly, with its first values."""
+
+    parameter: weakref.ref[torch.Tensor]
+    shape: torch.Size
+    dtype: torch.dtype
+    device: torch.device
+    values: torch.Tensor | None
+
+
+def ended(network: nn.Module) -> list[Ended]:
+    """Where each of ``network``'s parameters ended: its first ``ENDED_VALUES`` values, copied on its device."""
+    with torch.no_grad():
+        return [Ended(weakref.ref(p), p.shape, p.dtype, p.device, _first_values(p, copy=True))
+                for p in network.parameters()]
+
+
+def _first_values(parameter: torch.Tensor, *, copy: bool = False) -> torch.Tensor | None:
+    """A parameter's first ``ENDED_VALUES`` values, detached; None for a tensor subclass (a ``DTensor``, whose
+    reshaping is a collective) or a sparse one."""
+    if type(parameter) not in (nn.Parameter, torch.Tensor) or parameter.layout != torch.strided:
+        return None
+    values = parameter.detach().reshape(-1)[:ENDED_VALUES]
+    return values.clone() if copy else values
 
 
 def _holder(module: nn.Module, wanted: set[int]) -> nn.Module | None:
@@ -263,6 +298,10 @@ class LauncherHooks:
     _trained_before = 0
     # Each network a phase before watched, and where its learning check stood when that phase ended (``_new_phase``).
     _lineages: weakref.WeakKeyDictionary[nn.Module, dict[str, Any]] | None = None
+    # Where the network of a guard released ended (``_release``), for the next phase; the guard's step at which
+    # ``_phase_over`` may next ask whether the script let go of its optimizer.
+    _ended: list[Ended] | None = None
+    _check_after = 0
 
     def __init__(self, config: StabilizerConfig, paths: JobPaths) -> None:
         self.config = config
@@ -337,7 +376,7 @@ class LauncherHooks:
     @shielded
     def _script_watches(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> Guard | None:
         if self.guard is not None:
-            if optimizer is None or optimizer is self.guard.optimizer:
+            if not self.guard.released and (optimizer is None or optimizer is self.guard.optimizer):
                 return self.guard  # the script watches, after its first step, what the hooks attached to
             # It watches another optimizer (a pre-training ran first, then the fine-tuning it means to
             # watch): its own watch() decides, and the launcher's guard is dropped without a summary, which
@@ -404,6 +443,9 @@ class LauncherHooks:
             self._attach(module, None, start_step=1)  # its first update went unseen: steps count from 1
 
     def _optimizer_stepping(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if self.guard is not None and self.guard.released:
+            self._new_phase(optimizer)  # the script let go of the last network (``_release``): this one's is the next
+            return
         if self.guard is not None:
             if any(optimizer is other for other in self.guard.others) and self._next_phase(optimizer):
                 return
@@ -429,6 +471,8 @@ class LauncherHooks:
 
     def _backward(self, tensors: Any, gradients: Any = None) -> None:
         """A backward pass is about to run: its scalar is the step's loss; a loop over bare tensors is found here."""
+        if self.guard is not None and not self.guard.released and self._phase_over():
+            self._release()
         if self.guard is None and not self.stood_down:
             found = self._hand_updates.backward(tensors)
             if found is not None:  # updated by hand since the last pass: its first update went unseen
@@ -439,14 +483,16 @@ class LauncherHooks:
         if read is None:
             return
         self._backward_seen = True
-        if self.guard is None:
+        if self.guard is None or self.guard.released:
             self._pending_passes.append(read.kept())
         else:
             self.guard.backward_pass(read.value, read.kept())  # checked with this pass's gradients, at the step
 
     def _scaler_stepping(self, optimizer: torch.optim.Optimizer) -> None:
         """A GradScaler steps ``optimizer``: attach now, the step may be skipped and call no optimizer hook."""
-        if self.guard is None and not self.stood_down:
+        if self.guard is not None and self.guard.released:
+            self._new_phase(optimizer)
+        elif self.guard is None and not self.stood_down:
             self._attach(self._model_of(optimizer), optimizer)
 
     def _attach(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, start_step: int = 0,
@@ -455,6 +501,7 @@ class LauncherHooks:
         for handle in self._module_handles:
             handle.remove()
         self._fingerprints.clear()
+        self._check_after = 0
         self.guard = Guard(model, optimizer, config=config or self.config, paths=self.paths, start_step=start_step,
                            integration="launcher", batches=self.batches)
         self.batches = self.guard.batches  # none where the guard keeps none: what was fetched so far let go
@@ -483,6 +530,39 @@ class LauncherHooks:
             self.guard.step(self._pending_loss, logged=True)  # the log's: a backward pass's would be a pass
         self._pending_loss = None
         self._pending_passes.clear()
+
+    def _phase_over(self) -> bool:
+        """Whether the script let go of the network and optimizer the guard watches, now that a backward pass is
+        about to run that is no pass of theirs (the network was not called since its optimizer's last step:
+        ``Guard.network_idle``): a search's trial function returned, and the next trial trains. Read by
+        ``_let_go`` (a walk of the process's objects): where it says no (a network trained in turns with another,
+        a critic whose actor steps first), not again before the guard's step count has doubled. One process
+        only, as ``_next_phase``."""
+        guard = self.guard
+        assert guard is not None
+        if guard.world_size > 1 or guard.optimizer is None or not guard.network_idle():
+            return False
+        taken = guard.record.steps_taken
+        if taken < self._check_after:
+            return False
+        if _let_go(guard.optimizer):
+            return True
+        self._check_after = 2 * taken + 1
+        return False
+
+    def _release(self) -> None:
+        """The guard lets go of the network and optimizer the script let go of (``_phase_over``, ``Guard.release``),
+        before the next network's first backward pass allocates its gradients; where they ended and where the
+        learning check stood are kept for the next phase (``_new_phase``), which begins at the next optimizer's
+        first step."""
+        guard = self.guard
+        assert guard is not None
+        if self._lineages is None:
+            self._lineages = weakref.WeakKeyDictionary()
+        self._lineages[guard.model] = guard.lineage()
+        self._ended = ended(guard.model)
+        guard.release()
+        self.batches = None  # the guard's, deactivated with it
 
     def _next_phase(self, optimizer: torch.optim.Optimizer) -> bool:
         """Whether ``optimizer`` (another optimizer, stepping now) has gone on stepping after the first one
@@ -542,14 +622,18 @@ class LauncherHooks:
         this one, under that guard as another optimizer's) is judged against the start they measured, its steps
         counted from there."""
         assert self.guard is not None
-        passes = self.guard.pass_loss()  # this step's backward passes, read by the guard of the phase before
-        carried = passes if carried is None else carried
-        self.guard.phase_ended()
+        if self.guard.released:  # its network let go of (``_release``): this step's passes are the launcher's
+            before = self._ended or []
+        else:
+            passes = self.guard.pass_loss()  # this step's backward passes, read by the guard of the phase before
+            carried = passes if carried is None else carried
+            self.guard.phase_ended()
+            if self._lineages is None:
+                self._lineages = weakref.WeakKeyDictionary()
+            self._lineages[self.guard.model] = self.guard.lineage()
+            before = ended(self.guard.model)
+        self._ended = None
         decided = self.guard.in_job_decisions()
-        before = self.guard.model
-        if self._lineages is None:
-            self._lineages = weakref.WeakKeyDictionary()
-        self._lineages[before] = self.guard.lineage()
         self.guard.discard()
         self.guard, self.batches = None, None
         self._others_in_a_row, self._first_steps_then, self._longest_others = 0, -1, 0
@@ -558,7 +642,6 @@ class LauncherHooks:
             model = unwrap(_owner(optimizer) or model)
         lineage = self._lineages.get(model)
         again = lineage is None and _trained_again(before, model)
-        del before  # the script's to free
         self._trained_before = self._trained_before + 1 if again else 0
         told_only = replace(self.config, action="notify", recovery="relaunch") if again else None
         self._attach(model, optimizer, config=told_only, start_step=len(earlier or ()))

@@ -611,6 +611,26 @@ def test_a_sweeps_next_model_is_watched_from_its_first_step_once_the_script_let_
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("recovery", ["in_job", "relaunch"])
+def test_a_trial_trained_in_a_function_is_freed_when_it_returns_before_the_next_trains(tmp_path, recovery):
+    # Stop 75: a search whose trials train inside a function (an Optuna objective) had each trial's network and
+    # optimizer held by the watcher until the next trial's first optimizer step, after its first forward and
+    # backward passes: on a device, both trials' weights, gradients and optimizer state at once, where unwatched
+    # the first was freed as the function returned. The script reads it through a weak reference: unwatched and
+    # watched, gone at the next trial's first backward pass, and the last one at the script's end.
+    args = [str(FIXTURES / "loops" / "search_trials.py"), "--trials", "3", "--steps", "30"]
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    assert "trial=1 before_alive=False" in plain.stdout and "last_alive=False" in plain.stdout
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": recovery}))
+    assert (watched.returncode, watched.stdout, watched.stderr) == (0, plain.stdout, plain.stderr), watched.stderr
+    last = [float(line.split("loss=")[1]) for line in plain.stdout.splitlines() if line.startswith("trial=2 step=")]
+    written = summary(tmp_path)  # the last trial's, released at the probe's backward pass and written at exit
+    assert findings(tmp_path) == [] and written["learned"] is True and written["watching_failed"] is None
+    assert (written["steps_taken"], written["trained_before"]) == (30, 2)
+    assert written["last_loss"] == pytest.approx(last[-1], abs=1e-4)
+
+
+@pytest.mark.slow
 def test_a_sweeps_first_model_rolled_back_in_the_job_keeps_its_record_after_the_next_model_begins(tmp_path):
     # From stop 62's second recovery hunt: the guard of the phase before was let go with its decisions, and
     # findings.json (what the workflow reads) no longer held the first model's rollback.
@@ -659,22 +679,22 @@ def test_a_searchs_trial_that_diverges_after_the_first_is_told_not_rolled_back_o
 
 
 def test_a_network_built_again_is_told_from_one_going_on_from_where_the_last_ended():
-    from stabilizer_sentinel.integration.launcher_hooks import _trained_again
+    from stabilizer_sentinel.integration.launcher_hooks import _trained_again, ended
 
     def network(width: int = 16) -> nn.Module:
         return nn.Sequential(nn.Linear(4, width), nn.ReLU(), nn.Linear(width, 1))
 
     torch.manual_seed(0)
     first = network()
-    assert _trained_again(first, network())  # a search's next trial, a fold: fresh weights of the same shapes
+    assert _trained_again(ended(first), network())  # a search's next trial, a fold: fresh weights of the same shapes
     copy = network()
     copy.load_state_dict(first.state_dict())
-    assert not _trained_again(first, copy)  # a copy of where it ended, fine-tuned: it goes on from there
+    assert not _trained_again(ended(first), copy)  # a copy of where it ended, fine-tuned: it goes on from there
     trunk = network()
     trunk[0].load_state_dict(first[0].state_dict())
-    assert not _trained_again(first, trunk)  # its trunk under a new head, fine-tuned: it goes on from there too
-    assert not _trained_again(first, network(width=32))  # another network (a student after its teacher)
-    assert not _trained_again(first, first)  # the same parameters: a new optimizer over them
+    assert not _trained_again(ended(first), trunk)  # its trunk under a new head, fine-tuned: it goes on from there too
+    assert not _trained_again(ended(first), network(width=32))  # another network (a student after its teacher)
+    assert not _trained_again(ended(first), first)  # the same parameters: a new optimizer over them
 
 
 @pytest.mark.slow
