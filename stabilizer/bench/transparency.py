@@ -265,12 +265,24 @@ def _file_differences(first: dict[str, str], second: dict[str, str], watched: di
 
 
 def transparency(script: Script, root: Path) -> Transparency:
-    """Two unwatched runs and one watched run of the healthy setting, compared."""
+    """Two unwatched runs and one watched run of the healthy setting, compared.
+
+    Where the watched run differs and the two unwatched runs differ too (a script that is not deterministic:
+    a line they agree on may have agreed by chance), a third unwatched run is drawn, and the difference stands
+    only where the watched run differs from every pair of the three: pytorch/examples' forward-forward network
+    ends at a train error of 0.36 or 0.40 run to run, and two unwatched runs that both ended at 0.46 made a
+    watched 0.31 a difference (stop 75)."""
     root.mkdir(parents=True, exist_ok=True)
     first = observe(script, False, root, "unwatched-1")
     second = observe(script, False, root, "unwatched-2")
     watched = observe(script, True, root, "watched")
-    found = differences(first, second, watched, ordered=not script.interleaved_output)
+    ordered = not script.interleaved_output
+    found = differences(first, second, watched, ordered=ordered)
+    if found and (first.stdout, first.stderr, first.files) != (second.stdout, second.stderr, second.files):
+        third = observe(script, False, root, "unwatched-3")
+        if not (differences(first, third, watched, ordered=ordered) and differences(second, third, watched,
+                                                                                    ordered=ordered)):
+            found = []
     edited = edited_files(script)
     if edited:  # not the upstream script any more: say so before anything else
         found.insert(0, f"vendored files edited: {', '.join(edited)}")
