@@ -96,6 +96,7 @@ import multiprocessing.util
 import os
 import sys
 import weakref
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -127,9 +128,12 @@ PHASE_STEPS = 50
 TAKEN_OVER = 2
 PACKAGE = "stabilizer_sentinel"
 HOLDER_LEVELS = 4  # how far above a called module the network holding the optimizer's parameters is looked for
-# The values of each parameter read where a phase's network ended: a network built again draws every one anew, a
-# copy of where it ended holds them all (``_trained_again``).
-ENDED_VALUES = 64
+# The values of each parameter read where a phase's network ended, spread evenly over it: a network built again
+# draws them anew, a copy of where it ended holds them all (``_trained_again``). Spread, not its first values: those
+# of an embedding's padding row are zeros in every trial (stop 75's review).
+ENDED_VALUES = 1024
+# The backward passes the launcher keeps for a guard not yet attached (a first step's micro-batches).
+PENDING_PASSES = 256
 
 
 def _updates(optimizer: torch.optim.Optimizer, model: nn.Module) -> bool:
@@ -150,8 +154,8 @@ def _trained_again(before: list[Ended], network: nn.Module) -> bool:
         return False
     if any(old.parameter() is p for old, p in zip(before, new, strict=True)):
         return False
-    return not any(old.values is not None and old.device == p.device and old.dtype == p.dtype
-                   and torch.equal(old.values, _first_values(p))
+    return not any(old.values is not None and (values := _spread_values(p)) is not None
+                   and old.device == p.device and old.dtype == p.dtype and torch.equal(old.values, values)
                    for old, p in zip(before, new, strict=True))
 
 
@@ -167,18 +171,19 @@ class Ended:
 
 
 def ended(network: nn.Module) -> list[Ended]:
-    """Where each of ``network``'s parameters ended: its first ``ENDED_VALUES`` values, copied on its device."""
+    """Where each of ``network``'s parameters ended: ``ENDED_VALUES`` of its values, copied on its device."""
     with torch.no_grad():
-        return [Ended(weakref.ref(p), p.shape, p.dtype, p.device, _first_values(p, copy=True))
+        return [Ended(weakref.ref(p), p.shape, p.dtype, p.device, _spread_values(p, copy=True))
                 for p in network.parameters()]
 
 
-def _first_values(parameter: torch.Tensor, *, copy: bool = False) -> torch.Tensor | None:
-    """A parameter's first ``ENDED_VALUES`` values, detached; None for a tensor subclass (a ``DTensor``, whose
-    reshaping is a collective) or a sparse one."""
+def _spread_values(parameter: torch.Tensor, *, copy: bool = False) -> torch.Tensor | None:
+    """At most ``ENDED_VALUES`` of a parameter's values, spread evenly over it, detached; None for a tensor
+    subclass (a ``DTensor``, whose reshaping is a collective) or a sparse one."""
     if type(parameter) not in (nn.Parameter, torch.Tensor) or parameter.layout != torch.strided:
         return None
-    values = parameter.detach().reshape(-1)[:ENDED_VALUES]
+    flat = parameter.detach().reshape(-1)
+    values = flat[::max(1, flat.numel() // ENDED_VALUES)][:ENDED_VALUES]
     return values.clone() if copy else values
 
 
@@ -243,21 +248,22 @@ def _owner(optimizer: torch.optim.Optimizer) -> nn.Module | None:
     return None
 
 
-def _let_go(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether nothing but the watcher holds ``optimizer``: the script let go of it (a sweep's next model and
-    optimizer bound to the names of the last). Every object that refers to it (``gc.get_referrers``: a walk
-    of the process's objects, done at another optimizer's first step only) must be the watcher's (of this
-    package), or a dict or sequence only the watcher's objects hold (a guard's attributes), and they must
-    account for every reference it has: a running function's local (a GAN's two optimizers in the script's
-    ``main()``) is a reference no object shows, and so is one C holds."""
-    found = gc.get_referrers(optimizer)
+def _let_go(held: torch.optim.Optimizer | nn.Module) -> bool:
+    """Whether nothing but the watcher holds ``held`` (an optimizer, a network): the script let go of it (a
+    sweep's next model and optimizer bound to the names of the last, a search's trial function returned).
+    Every object that refers to it (``gc.get_referrers``: a walk of the process's objects, done at another
+    optimizer's first step, or at a backward pass not its network's: ``LauncherHooks._phase_over``) must be the
+    watcher's (of this package), or a dict or sequence only the watcher's objects hold (a guard's attributes),
+    and they must account for every reference it has: a running function's local (a GAN's two optimizers in
+    the script's ``main()``) is a reference no object shows, and so is one C holds."""
+    found = gc.get_referrers(held)
     shown = 0
     for holder in found:
         if not _watchers(holder, found, depth=1):
             return False
-        shown += _references(holder, optimizer)
+        shown += _references(holder, held)
     # Beside those: this function's argument and getrefcount's own.
-    return sys.getrefcount(optimizer) - 2 <= shown
+    return sys.getrefcount(held) - 2 <= shown
 
 
 def _references(holder: Any, target: object) -> int:
@@ -316,7 +322,9 @@ class LauncherHooks:
         self._loss_modules: dict[int, weakref.ref[nn.Module]] = {}
         self._fingerprints: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._pending_loss: torch.Tensor | float | None = None  # the log's, before the hooks attach
-        self._pending_passes: list[BackwardLoss] = []  # the backward passes' losses before the hooks attach
+        # The backward passes' losses before the hooks attach (the latest ``PENDING_PASSES``: a script that takes
+        # backward passes and no step, an input's saliency after a search's last trial, kept them all).
+        self._pending_passes: deque[BackwardLoss] = deque(maxlen=PENDING_PASSES)
         self._backward_seen = False  # a backward pass gave the loss: the log is the second channel only
         self._loss_args: tuple[torch.Tensor, torch.Tensor] | None = None  # the first loss module's last inputs
         self._checkpoint: tuple[Any, dict[str, Any], nn.Module] | None = None  # read, loaded into that model
@@ -534,7 +542,9 @@ class LauncherHooks:
     def _phase_over(self) -> bool:
         """Whether the script let go of the network and optimizer the guard watches, now that a backward pass is
         about to run that is no pass of theirs (the network was not called since its optimizer's last step:
-        ``Guard.network_idle``): a search's trial function returned, and the next trial trains. Read by
+        ``Guard.network_idle``): a search's trial function returned, and the next trial trains. Both: a network
+        the script still holds may train again under a new optimizer, which takes over its guard's steps
+        (``Guard.hand_over``: stop 75's review, a head trained after its pretraining's function returned). Read by
         ``_let_go`` (a walk of the process's objects): where it says no (a network trained in turns with another,
         a critic whose actor steps first), not again before the guard's step count has doubled. One process
         only, as ``_next_phase``."""
@@ -545,7 +555,7 @@ class LauncherHooks:
         taken = guard.record.steps_taken
         if taken < self._check_after:
             return False
-        if _let_go(guard.optimizer):
+        if _let_go(guard.optimizer) and _let_go(guard.model):
             return True
         self._check_after = 2 * taken + 1
         return False
@@ -710,7 +720,7 @@ class LauncherHooks:
     def _logged_loss(self, value: float) -> None:
         if self._backward_seen:
             return  # the backwarded scalar is exact and per step; log lines are neither
-        if self.guard is None:
+        if self.guard is None or self.guard.released:
             self._pending_loss = value
         else:
             self.guard.step(value, logged=True)

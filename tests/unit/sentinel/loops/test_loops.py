@@ -611,7 +611,7 @@ def test_a_sweeps_next_model_is_watched_from_its_first_step_once_the_script_let_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recovery", ["in_job", "relaunch"])
+@pytest.mark.parametrize("recovery", ["in_job", *in_make_test_all("relaunch")])
 def test_a_trial_trained_in_a_function_is_freed_when_it_returns_before_the_next_trains(tmp_path, recovery):
     # Stop 75: a search whose trials train inside a function (an Optuna objective) had each trial's network and
     # optimizer held by the watcher until the next trial's first optimizer step, after its first forward and
@@ -628,6 +628,20 @@ def test_a_trial_trained_in_a_function_is_freed_when_it_returns_before_the_next_
     assert findings(tmp_path) == [] and written["learned"] is True and written["watching_failed"] is None
     assert (written["steps_taken"], written["trained_before"]) == (30, 2)
     assert written["last_loss"] == pytest.approx(last[-1], abs=1e-4)
+
+
+@pytest.mark.slow
+def test_a_network_still_held_after_its_pretraining_function_returned_is_not_let_go_of(tmp_path):
+    # Stop 75's review: the pretraining's optimizer, a local of its function, was let go of at the probe's first
+    # backward pass (the network not called since: its features computed under no_grad), and the guard with it;
+    # the probe's optimizer over the same network's head then began a new phase, its summary 40 steps judged from
+    # the pretraining's first loss. The network is the script's still: the probe takes over its guard's steps.
+    args = [str(FIXTURES / "loops" / "probe_after_pretraining.py"), "--steps", "40"]
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert (watched.returncode, watched.stdout, watched.stderr) == (0, plain.stdout, plain.stderr), watched.stderr
+    written = summary(tmp_path)
+    assert (written["steps_taken"], written["last_step"], written["trained_before"]) == (80, 79, 0)
 
 
 @pytest.mark.slow
@@ -695,6 +709,10 @@ def test_a_network_built_again_is_told_from_one_going_on_from_where_the_last_end
     assert not _trained_again(ended(first), trunk)  # its trunk under a new head, fine-tuned: it goes on from there too
     assert not _trained_again(ended(first), network(width=32))  # another network (a student after its teacher)
     assert not _trained_again(ended(first), first)  # the same parameters: a new optimizer over them
+    # An embedding's padding row, zeros in every trial and never trained, is its first values (stop 75's review).
+    torch.manual_seed(0)
+    table = nn.Embedding(200, 64, padding_idx=0)
+    assert _trained_again(ended(table), nn.Embedding(200, 64, padding_idx=0))
 
 
 @pytest.mark.slow
