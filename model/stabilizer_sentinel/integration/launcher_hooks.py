@@ -161,7 +161,7 @@ def _trained_again(before: list[Ended], network: nn.Module) -> bool:
 
 @dataclass(frozen=True)
 class Ended:
-    """Where a parameter of a phase's network ended (``_trained_again``): held weakly, with its first values."""
+    """Where a parameter of a phase's network ended (``_trained_again``): held weakly, with values spread over it."""
 
     parameter: weakref.ref[torch.Tensor]
     shape: torch.Size
