@@ -7,7 +7,8 @@ Watching must not show: the same stdout and stderr (a line that differs between 
 a timing or a process id for instance, is volatile and not compared), exit status, files (names and
 content hashes under the job's directory; the sentinel's checkpoint directory lies outside it; a file
 whose content differs between the unwatched runs is compared by name) and losses (the manifest's loss
-metric over stdout). `stabilizer.bench.public_scripts` runs it for every script and prints the rows.
+metric over stdout). Where the unwatched runs differ and the watched one differs, a third unwatched run
+decides (``transparency``). `stabilizer.bench.public_scripts` runs it for every script and prints the rows.
 It compares and reports; it works around nothing that watching does to a script.
 """
 
