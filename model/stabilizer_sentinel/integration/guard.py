@@ -672,8 +672,8 @@ class Guard(OptimizerHooks):
         the watcher held, before the next network's first backward pass. Held until the next optimizer's first
         step, the two networks and their optimizers' state were on the device together, where unwatched the
         first was freed (stop 75, ``python -m stabilizer.bench.search_memory``: 1.56-1.59 times the unwatched
-        peak, 1.08-1.23 since). What was seen stays: the phase's decisions and checks, its summary written at exit where no
-        next phase follows. A released guard is handed nothing more (the launcher keeps the next network's
+        peak, 1.08-1.23 since). What was seen stays: the phase's decisions and checks, its summary written at
+        exit where no next phase follows. A released guard is handed nothing more (the launcher keeps the next network's
         passes until its guard attaches); its ``model`` is an empty module, its ``optimizer`` None."""
         self.phase_ended()
         self._remove_hooks()
