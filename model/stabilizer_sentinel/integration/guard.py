@@ -106,6 +106,9 @@ class Guard(OptimizerHooks):
     # whether the script let go of the network and the optimizer, and this guard of them (``release``).
     calls = _calls_then = 0
     released = False
+    # The forward passes with gradients through the network's DDP wrapper so far, and their count at the end of
+    # the last step (``_stepped_alone``).
+    ddp_calls = _ddp_calls_then = 0
 
     def __init__(
         self,
@@ -122,6 +125,7 @@ class Guard(OptimizerHooks):
         batches: Batches | None = None,
     ) -> None:
         self.model = network_of(model)
+        self._handles: list[Any] = []
         self.called_through([model] if isinstance(model, nn.Module) and model is not self.model else [])
         optimizers = [] if optimizer is None else [optimizer] if isinstance(optimizer, torch.optim.Optimizer) \
             else list(optimizer)
@@ -181,7 +185,6 @@ class Guard(OptimizerHooks):
         if self.rewind is not None:
             self.rewind.scaling = self.scaler_watch  # the loss scaler's state goes with each copy
         self.clock: BackwardClock | None = None
-        self._handles: list[Any] = []
         self._hook_steps(optimizers, install_hooks, integration)
         if config.loss_regex is not None or log_channel.current() is not None:
             log_channel.install(config.effective_loss_regex).attach(self)
@@ -525,6 +528,12 @@ class Guard(OptimizerHooks):
         together = self.world_size > 1 and torch.distributed.is_initialized() and not self.apart
         if together and not self._met:
             together = self._meet_first()
+        elif together and self._stepped_alone():
+            say(f"sentinel: rank {self.rank} stepped its network through the module inside its DDP wrapper, not "
+                "the wrapper: its gradients are its own; each rank is watched alone (no agreement at each step, "
+                "nothing rolled back in the job)")
+            self._step_apart("this rank stepped its network without DDP")
+            together = False
         if together:
             self._in_collective = True  # until the step's end, where a rollback's exchange or a stop follows it
             stop = distributed.agree(self, verdict, stop)
@@ -572,10 +581,27 @@ class Guard(OptimizerHooks):
         return distributed.replica(self.model.parameters() if self.model is not None else (), gradients=gradients)
 
     def called_through(self, wrappers: Sequence[nn.Module]) -> None:
-        """The script calls the network through ``wrappers`` (DDP's): one may be handed to torch's ``Join``."""
+        """The script calls the network through ``wrappers`` (DDP's): one may be handed to torch's ``Join``, and
+        a DDP wrapper's forward passes are counted (``_stepped_alone``)."""
         self.joinables = (*self.joinables, *(weakref.ref(wrapper) for wrapper in wrappers))
+        for wrapper in wrappers:
+            if isinstance(wrapper, nn.parallel.DistributedDataParallel):
+                self._handles.append(module_hooks.forward_hook(wrapper, self._called_through_ddp))
 
-    def _step_apart(self) -> None:
+    def _called_through_ddp(self, module: nn.Module, inputs: Any, output: Any) -> None:
+        if torch.is_grad_enabled():
+            self.ddp_calls += 1
+
+    def _stepped_alone(self) -> bool:
+        """Whether this rank's step was its own, on ranks that stepped together through DDP until now: the network
+        called with gradients since the last step, its DDP wrapper not (``model.module(x)``: no gradient was
+        averaged). Rank 0 going on alone after the ranks' training, the others at a barrier, with the same
+        optimizer (stop 74's hunt: its steps waited in the agreement of each step and the job hung, 17 s
+        unwatched). Never where no call is seen (a compiled network's calls run no hook)."""
+        return (self.ddp_calls > 0 and self.ddp_calls == self._ddp_calls_then
+                and self.calls != self._calls_then)
+
+    def _step_apart(self, why: str = "the script's Join (uneven inputs) began") -> None:
         """The script handed its network or optimizer to torch's ``Join`` (uneven inputs): a rank out of batches
         steps no more and would wait forever in this guard's agreement of each step (stop 68's harm hunt: a
         watched DDP run under ``Join`` hung where it ran in 26 to 47 s unwatched). From this step on each rank decides
@@ -583,14 +609,15 @@ class Guard(OptimizerHooks):
         rank comes here at the same step, the first after the script built its ``Join`` (the ranks stepped
         together until then). Where a rollback's rate is in force or a rollback is under way, which the ranks
         could no longer carry together, the watcher stands aside on every rank instead, the script's own rates
-        back."""
+        back. Also where one rank stepped alone (``_stepped_alone``, ``why`` says so): that rank comes here, at
+        its first step alone."""
         self.apart = True
         recovery = self.recovery
         if recovery is None:
             return
         if recovery.probing or recovery.factor != 1.0 or recovery.ceiling is not None:
-            failsafe.stand_aside(RuntimeError("the script's Join (uneven inputs) began while an in-job rollback's "
-                                              "rate was in force; the ranks can no longer agree at each step"))
+            failsafe.stand_aside(RuntimeError(f"{why} while an in-job rollback's rate was in force; the ranks can "
+                                              "no longer agree at each step"))
             return
         self.recovery = self.sentinel.recovery = None
 
@@ -621,7 +648,7 @@ class Guard(OptimizerHooks):
         """The optimizer step just taken ended (``advance`` counted it, or the loop did: ``check_counted``):
         the next one's number, a copy of the state when due, a rollback under way goes on, capture armed."""
         self.step_number += 1
-        self._calls_then = self.calls
+        self._calls_then, self._ddp_calls_then = self.calls, self.ddp_calls
         if self.rewind is not None:
             self.rewind.after_step(self.step_number)
         if self.recovery is not None:

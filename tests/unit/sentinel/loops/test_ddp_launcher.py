@@ -129,29 +129,40 @@ def test_an_optimizer_the_ranks_build_again_takes_over_and_its_explosion_is_roll
     assert (document["summary"]["ended"], document["summary"]["steps_taken"]) == ("completed", 60)
 
 
-@pytest.mark.parametrize("script", ["alone_first.py", "alone_after.py"])
+@pytest.mark.parametrize("script", ["alone_first.py", "alone_after.py", "alone_after.py --same-optimizer"])
 def test_a_rank_that_trains_alone_before_or_after_the_others_step_is_watched_alone_not_left_waiting(tmp_path, script):
     # Stop 73's hunt: rank 0 pre-trained alone while rank 1 waited at a barrier, and rank 0's steps waited in the
     # watcher's per-step agreement for a rank that never stepped: the job hung (16-26 s unwatched). The ranks now
     # decide at their first check, through the process group's store, whether they step together (30 s at most).
     # Stop 74: rank 0 fine-tuned the head alone after the ranks' training, with an optimizer of its own, which took
     # over the run's steps as a next phase's does on every rank: rank 0's steps waited in the agreement and the job
-    # hung (12 s unwatched). The ranks now meet again, the same way, when an optimizer takes over.
+    # hung (12 s unwatched). The ranks now meet again, the same way, when an optimizer takes over. Stop 76: rank 0
+    # went on alone with the same optimizer through ``model.module`` and hung the same way (17 s unwatched); a step
+    # whose network was called but not its DDP wrapper is now that rank's alone.
+    script, *options = script.split()
     script = FIXTURES / "ddp" / script
     torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3"]
-    plain = run([*torchrun, str(script)], script.parent, job_env(tmp_path / "unwatched"), timeout=180)
-    watched = run_ranks([*torchrun, "-m", "stabilizer_sentinel.launch", str(script)], script.parent,
+    plain = run([*torchrun, str(script), *options], script.parent, job_env(tmp_path / "unwatched"), timeout=180)
+    watched = run_ranks([*torchrun, "-m", "stabilizer_sentinel.launch", str(script), *options], script.parent,
                         job_env(tmp_path, {"recovery": "in_job"}))
     assert watched.returncode == 0, watched.stdout + watched.stderr
     lines = sorted(line for line in watched.stdout.splitlines() if "rank=" in line)
     assert lines == sorted(line for line in plain.stdout.splitlines() if "rank=" in line)
     alone = re.findall(r"\[default(\d)\]:sentinel: the ranks did not all reach", watched.stderr)
+    through_module = re.findall(r"\[default(\d)\]:sentinel: rank \d stepped its network through the module",
+                                watched.stderr)
     if script.name == "alone_first.py":
         assert "[default0]:rank=0 pretrained" in lines and "[default1]:rank=1 done" in lines
         assert sorted(alone) == ["0", "1"], watched.stderr
+    elif options:  # the ranks met at their first check; rank 0 alone stepped through the module, no new optimizer
+        assert "[default1]:rank=1 done" in lines
+        assert any(line.startswith("[default0]:rank=0 alone=9 ") for line in lines)
+        assert (alone, through_module) == ([], ["0"]), watched.stderr
+        assert summary(tmp_path)["steps_taken"] == 20
     else:  # the ranks met at their first check; rank 0 alone met none at its optimizer's
         assert any(line.startswith("[default0]:rank=0 head=9 ") for line in lines) and "[default1]:rank=1 done" in lines
         assert alone == ["0"] and "the first step of a new optimizer" in watched.stderr, watched.stderr
+        assert through_module == [], watched.stderr
 
 
 @pytest.mark.parametrize("form", ["sweep", pytest.param("averaged_by_hand", marks=pytest.mark.long)])
