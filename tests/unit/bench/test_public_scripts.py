@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -310,3 +313,25 @@ def test_a_final_regex_reads_the_final_evaluation_the_script_prints():
 def test_healthy_seeds_must_be_a_whole_number_of_at_least_one(capsys: pytest.CaptureFixture[str]):
     assert public_scripts.main(["--healthy-seeds", "0", "--no-transparency"]) == 64
     assert "--healthy-seeds: expected a whole number >= 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # a Python process with the stand-in on its path
+def test_the_stand_in_torchvision_answers_the_names_torchmetrics_imports_and_refuses_their_use():
+    # torchmetrics imports these at its own import wherever a torchvision imports (lightning__kfold_cv imports it):
+    # the stand-in has them, and a script that called one would be told, not given a wrong answer.
+    code = ("from torchvision.models import VGG16_Weights, resnet50, vgg16\n"
+            "from torchvision.ops import box_area, box_convert, box_iou, complete_box_iou, distance_box_iou, "
+            "generalized_box_iou\n"
+            "for f in (resnet50, box_iou, VGG16_Weights):\n"
+            "    try:\n"
+            "        f()\n"
+            "    except NotImplementedError as error:\n"
+            "        print(error)\n")
+    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(PUBLIC_SCRIPTS_DIR / "_standins")})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "the torchvision stand-in has no torchvision.models.resnet50: no vendored script calls it",
+        "the torchvision stand-in has no torchvision.ops.box_iou: no vendored script calls it",
+        "the torchvision stand-in has no VGG16_Weights: no vendored script uses them",
+    ]
