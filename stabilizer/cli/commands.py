@@ -75,8 +75,9 @@ local defaults (when not given): wait_seconds=2, limits.max_monitor_transitions=
 
 keys: the fields of the execution input (lambdas/stabilizer_workflow/execution/state.py,
   schemas/execution-input.schema.json):
-  policy, wait_seconds, run_spec.<field> (or just <field>), limits.<field>.
-  Values are JSON when they parse (1, 0.05, true, [..]), text otherwise (elu).
+  policy, wait_seconds, run_spec.<field> (or just <field>), limits.<field>; with a job (--input),
+  job.<field> (job.recovery=relaunch, job.hyperparameters.<name>) and, for one of its hyperparameters,
+  just <name> (lr=0.4). Values are JSON when they parse (1, 0.05, true, [..]), text otherwise (elu).
 
 exit status: 0 succeeded or stopped early, 3 unwatched or unverified, 2 diverged / did not learn /
 gave up, 1 failed, 130 interrupted, 64 bad input (nothing launched).
