@@ -13,7 +13,9 @@ optimizer step (the guard calls ``beat`` after each):
   the script the guard does not count (a sweep's next model) compute; a thread blocked in a
   collective, a deadlocked loader or a lock waits. On a tick where that thread's CPU time grew by at
   least ``ACTIVE_SHARE`` of the tick (Linux's per-thread counters), or the device the model is on
-  allocated memory, the clock restarts. A thread that busy-waits (a spinning CUDA synchronisation)
+  allocated memory, the clock restarts; so it does where another rank's step moved (its heartbeat, read once
+  this rank has been idle for half its bound): a rank waiting at the script's barrier while another trains on
+  alone is no hang of the job. A thread that busy-waits (a spinning CUDA synchronisation)
   reads as working: PyTorch's own collective timeout ends that one;
 - the bounds (stabilizer_sentinel.detection.hang_bounds) come from ``STABILIZER_HANG_FLOOR_SECONDS``
   (default 600: above NCCL's and gloo's own collective timeouts would be too late, below a long
@@ -35,7 +37,10 @@ optimizer step (the guard calls ``beat`` after each):
   forward pass: data loading and forward compute, no collective) exceeds ``STABILIZER_STRAGGLER_FACTOR``
   (default 2; 0 turns it off) times the median of the other ranks', on three ticks in a row, is
   reported once by rank 0 with its rank and host: a line on stderr and ``stragglers.json`` beside
-  findings.json. A straggler slows the job; it does not stop it;
+  findings.json. A straggler slows the job; it does not stop it. Not once rank 0 steps apart from the
+  others (``Guard.apart``: uneven inputs, a network of each rank's own, rank 0 training alone): their
+  steps are no longer one step's, and rank 0 alone read as 770 times slower than the rank waiting for it
+  at the script's barrier (stop 76);
 - **progress** for the monitor: rank 0 writes ``progress.json`` (the step reached, the time) beside
   findings.json whenever the step moved, at most every 30 s (half the floor when that is shorter).
 
@@ -226,6 +231,9 @@ class Watchdog:
         # Made in the training thread (the guard's): its work, between steps too, is no hang.
         self.activity = Activity(threading.get_native_id(), _device_of(guard))
         self.last_active = self.last_beat
+        # The other ranks' steps at the last look, and when one last moved (``_peers_moved``).
+        self._peer_steps: dict[int, int] | None = None
+        self.peers_active = self.last_beat
         self.thread = threading.Thread(target=shielded(self._run), name="stabilizer-watchdog", daemon=True)
 
     def follow(self, optimizer: Any, handles: list[Any]) -> None:
@@ -284,7 +292,7 @@ class Watchdog:
             if self.heartbeats is not None:
                 try:
                     self.heartbeats.publish(self._beat_record())
-                    if self.rank == 0 and self.bounds.straggler_factor > 0:
+                    if self.rank == 0 and self.bounds.straggler_factor > 0 and not self.guard.apart:
                         self._check_stragglers(self.heartbeats.read())
                 except Exception:  # the store went away (the job is ending): judge alone from now on
                     self.heartbeats = None
@@ -294,9 +302,28 @@ class Watchdog:
                 self.last_active = self.clock()
             now = self.clock()
             limit = self.bounds.limit(self.median_step)
-            if now - max(self.last_beat, self.last_active) > limit and not self.fired:
+            idle = now - max(self.last_beat, self.last_active, self.peers_active)
+            if idle > limit / 2 and self._peers_moved():
+                self.peers_active = now
+            elif idle > limit and not self.fired:
                 self.fired = True
                 self._hang(now - self.last_beat, limit)
+
+    def _peers_moved(self) -> bool:
+        """Whether another rank's step moved since the last look (read only once this rank has been idle for half
+        its bound, so a healthy job reads nothing more). A rank that waits while another trains on (rank 0 alone
+        after the ranks' DDP training, the others at the script's barrier) is no hang of the job: before stop 76,
+        the waiting rank's watchdog called one once the phase alone outlasted its bound, and the job was ended. In
+        lockstep no rank moves while another is stuck; ranks that step apart (a sweep) are judged when none moves."""
+        if self.heartbeats is None:
+            return False
+        try:
+            beats = self.heartbeats.read()
+        except Exception:
+            return False
+        steps = {rank: int(beat["step"]) for rank, beat in beats.items() if rank != self.rank}
+        seen, self._peer_steps = self._peer_steps, steps
+        return seen is not None and any(seen.get(rank, step) != step for rank, step in steps.items())
 
     def _write_progress(self) -> None:
         step, written = self._progress

@@ -93,7 +93,7 @@ class Guard(OptimizerHooks):
     _first_pass: BackwardLoss | None = None
     _terms: torch.Tensor | None = None
     _latest_mean: torch.Tensor | float | None = None
-    apart = False  # the ranks step unevenly (the script's Join): each decides alone, no agreement at each step
+    apart = False  # the ranks step apart (Join, a network each, a rank alone): each decides alone, no agreement
     # The ranks' agreements this rank took part in; whether the others may now wait for it in another of the
     # watcher's collectives (inside an agreement, a rollback's exchange or a stop at the step's end); whether it
     # owes them the next agreement, its watcher having stood aside, or was told there another rank's had
