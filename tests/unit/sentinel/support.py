@@ -54,6 +54,23 @@ def logged(stdout: str, key: str = "grad_norm") -> list[tuple[int, float]]:
     return rows
 
 
+def torchrun(logs: Path, ranks: int = 2) -> list[str]:
+    """torchrun's arguments for ``ranks`` local workers: each rank's stdout and stderr copied to the console and
+    kept whole in its own files under ``logs`` (read them with ``rank_output``)."""
+    return ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), "--tee", "3",
+            "--log-dir", str(logs)]
+
+
+def rank_output(logs: Path, stream: str = "stdout") -> str:
+    """What every rank wrote to ``stream``, from its own file under ``logs``, each line prefixed as torchrun's
+    console copy prefixes it (``[default<rank>]:``). The console copy tails those files while they are written and
+    now and then splits a line in two, another line between the halves: tests read the files."""
+    lines = []
+    for log in sorted(logs.glob(f"*/attempt_*/*/{stream}.log"), key=lambda path: int(path.parent.name)):
+        lines += [f"[default{log.parent.name}]:{line}" for line in log.read_text(errors="replace").splitlines()]
+    return "".join(line + "\n" for line in lines)
+
+
 # gloo on torch 2.13.0 aborts a rank at its interpreter's exit now and then, after the script's last line
 # and its barrier, with or without the sentinel (docs/library.md, "DDP"): torchrun then fails the run.
 GLOO_EXIT_ABORT = "terminate called without an active exception"

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.helpers import in_make_test_all
-from tests.unit.sentinel.support import FIXTURES, findings, job_env, run
+from tests.unit.sentinel.support import FIXTURES, findings, job_env, rank_output, run, torchrun
 
 pytestmark = pytest.mark.slow  # every test runs a looping script as its own process
 
@@ -25,8 +25,7 @@ def slept_at(output: str) -> float:
 
 
 def test_a_rank_asleep_in_its_loop_is_a_hang_and_every_rank_is_stopped(tmp_path):
-    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
-               str(SCRIPT), "--sleep-rank", "1", "--sleep-step", "8"]
+    command = [*torchrun(tmp_path / "logs"), str(SCRIPT), "--sleep-rank", "1", "--sleep-step", "8"]
     result = run(command, SCRIPT.parent, job_env(tmp_path, **BOUNDS), timeout=120)  # not the sleep's 120 s
     ended = time.time()
     output = result.stdout + result.stderr
@@ -38,8 +37,10 @@ def test_a_rank_asleep_in_its_loop_is_a_hang_and_every_rank_is_stopped(tmp_path)
     assert finding["value"] >= FLOOR
     assert (tmp_path / "failure").read_text().startswith("RuleStop: Hang at step 8: no optimizer step for")
     # Both ranks were ended by their own watchdog, not by the other's crash.
-    assert sorted(re.findall(r"\[default(\d)\]:sentinel stopped the job: RuleStop: Hang", output)) == ["0", "1"]
-    assert ended - slept_at(output) < FLOOR + 15  # detected at the floor, ended within seconds of it
+    said = rank_output(tmp_path / "logs", "stderr")
+    assert sorted(re.findall(r"\[default(\d)\]:sentinel stopped the job: RuleStop: Hang", said)) == ["0", "1"], output
+    slept = slept_at(rank_output(tmp_path / "logs"))
+    assert ended - slept < FLOOR + 15  # detected at the floor, ended within seconds of it
 
 
 def test_a_single_process_loop_that_stops_stepping_is_stopped_with_a_hang_finding(tmp_path):
@@ -88,8 +89,8 @@ def test_a_bad_bound_is_refused_naming_the_variable(tmp_path, value):
 
 @pytest.mark.long
 def test_a_rank_persistently_slower_than_the_others_is_reported_with_its_rank_and_host(tmp_path):
-    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
-               str(SCRIPT), "--sleep-rank", "-1", "--slow-rank", "1", "--slow-seconds", "0.15", "--steps", "40"]
+    command = [*torchrun(tmp_path / "logs"), str(SCRIPT), "--sleep-rank", "-1", "--slow-rank", "1",
+               "--slow-seconds", "0.15", "--steps", "40"]
     env = job_env(tmp_path, STABILIZER_HANG_FLOOR_SECONDS="3", STABILIZER_STRAGGLER_FACTOR="2",
                   SM_CURRENT_HOST="algo-2")
     result = run(command, SCRIPT.parent, env, timeout=120)

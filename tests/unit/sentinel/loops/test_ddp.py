@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.sentinel.support import FIXTURES, findings, job_env, run, run_ranks, summary
+from tests.unit.sentinel.support import FIXTURES, findings, job_env, rank_output, run, run_ranks, summary, torchrun
 
 pytestmark = pytest.mark.slow  # two torchrun workers: about 24 s each on a loaded 2-core machine
 
@@ -21,12 +21,12 @@ def run_to_the_end(command: list[str], env: dict[str, str]):
 
 @pytest.mark.long
 def test_a_non_finite_loss_on_one_rank_stops_every_rank_at_that_step(tmp_path):
-    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
-               str(SCRIPT), "--bad-rank", "1", "--bad-step", "5", "--steps", "20"]
+    command = [*torchrun(tmp_path / "logs"), str(SCRIPT), "--bad-rank", "1", "--bad-step", "5", "--steps", "20"]
     result = run(command, SCRIPT.parent, job_env(tmp_path), timeout=180)  # a rank left in a collective hangs here
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
-    stopped = re.findall(r"\[default(\d)\]:sentinel stopped the job at step (\d+)", output)
+    stopped = re.findall(r"\[default(\d)\]:sentinel stopped the job at step (\d+)",
+                         rank_output(tmp_path / "logs", "stderr"))
     assert sorted(stopped) == [("0", "5"), ("1", "5")], output
     assert not re.search(r"rank=\d step=([5-9]|\d\d)\b", output), "no rank took the stopped step or any later"
     assert "done" not in output
@@ -36,11 +36,10 @@ def test_a_non_finite_loss_on_one_rank_stops_every_rank_at_that_step(tmp_path):
 
 
 def test_a_healthy_ddp_run_finishes_on_every_rank(tmp_path):
-    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
-               str(SCRIPT), "--bad-rank", "-1", "--steps", "6"]
+    command = [*torchrun(tmp_path / "logs"), str(SCRIPT), "--bad-rank", "-1", "--steps", "6"]
     result = run_to_the_end(command, job_env(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert sorted(re.findall(r"rank=(\d) done", result.stdout)) == ["0", "1"]
+    assert sorted(re.findall(r"rank=(\d) done", rank_output(tmp_path / "logs"))) == ["0", "1"]
     assert findings(tmp_path) == []  # rank 0's file, with the summary of the run
     assert (summary(tmp_path)["ended"], summary(tmp_path)["steps_taken"]) == ("completed", 6)
 
@@ -49,10 +48,9 @@ def test_a_healthy_ddp_run_finishes_on_every_rank(tmp_path):
 def healthy_weights(tmp_path_factory) -> str:
     """The weights a healthy run of 12 steps ends with, every rank alike (watched: the same as unwatched)."""
     root = tmp_path_factory.mktemp("healthy")
-    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
-               str(SCRIPT), "--bad-rank", "-1", "--steps", "12"]
+    command = [*torchrun(root / "logs"), str(SCRIPT), "--bad-rank", "-1", "--steps", "12"]
     result = run_to_the_end(command, job_env(root))
-    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", result.stdout))
+    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", rank_output(root / "logs")))
     assert result.returncode == 0 and weights["0"] == weights["1"], result.stdout + result.stderr
     return weights["0"]
 
@@ -66,15 +64,14 @@ def test_a_watcher_that_fails_on_one_rank_stands_aside_on_every_rank_and_the_run
                                                                                         healthy_weights):
     # A bug of the watcher's on rank 1 alone. Before, it was raised there (one rank standing aside would have
     # left the others waiting in the watcher's agreement of each step) and torchrun ended the job.
-    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
-               str(SCRIPT), "--bad-rank", "-1", "--steps", "12", "--bug-rank", "1", "--bug-step", "5",
-               "--bug-in", part]
+    command = [*torchrun(tmp_path / "logs"), str(SCRIPT), "--bad-rank", "-1", "--steps", "12",
+               "--bug-rank", "1", "--bug-step", "5", "--bug-in", part]
     result = run_to_the_end(command, job_env(tmp_path, {"recovery": "in_job"}))
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
-    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", result.stdout))
+    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", rank_output(tmp_path / "logs")))
     assert weights == {"0": healthy_weights, "1": healthy_weights}, output
-    said = re.findall(r"\[default(\d)\]:sentinel: (.*)", output)
+    said = re.findall(r"\[default(\d)\]:sentinel: (.*)", rank_output(tmp_path / "logs", "stderr"))
     assert [rank for rank, _ in sorted(said)] == ["0", "1"], output  # one line each
     assert all("KeyError" in line and "stands aside" in line for _, line in said), output
     written = summary(tmp_path)  # rank 0's: what failed, on which rank; never called a success
@@ -97,8 +94,7 @@ def _weights_and_losses(logs: Path) -> tuple[dict[str, str], dict[str, list[floa
 
 
 def test_every_rank_rolls_back_inside_the_job_to_rank_0s_state_and_goes_on_at_its_rate(tmp_path):
-    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
-               "--log-dir", str(tmp_path / "logs"),
+    command = [*torchrun(tmp_path / "logs"),
                str(SCRIPT), "--bad-rank", "-1", "--lr", "0.8", "--steps", "60"]
     result = run_to_the_end(command, job_env(tmp_path, {"recovery": "in_job"}))
     output = result.stdout + result.stderr
@@ -118,8 +114,7 @@ def test_a_rise_after_a_rollback_takes_every_rank_back_to_rank_0s_best_copy_at_a
     # (recovery.py, RISE_WINDOWS) and rank 0 goes back to its best copy since; every rank loads that state.
     # Wrapped: the momentum is kept by an optimizer the watched one steps inside its step (SAM's shape),
     # whose state rank 0 sends with the rest.
-    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
-               "--log-dir", str(tmp_path / "logs"), str(SCRIPT), "--task", "regression", "--momentum", "0.9",
+    command = [*torchrun(tmp_path / "logs"), str(SCRIPT), "--task", "regression", "--momentum", "0.9",
                "--wrapped", wrapped, "--bad-rank", "-1", "--lr", "0.5", "--steps", "300"]
     result = run_to_the_end(command, job_env(tmp_path, {"recovery": "in_job"}))
     output = result.stdout + result.stderr
@@ -136,8 +131,7 @@ def test_a_rise_after_a_rollback_takes_every_rank_back_to_rank_0s_best_copy_at_a
 
 @pytest.mark.long
 def test_a_non_finite_loss_on_another_rank_alone_is_answered_by_rank_0_and_every_rank_goes_on(tmp_path):
-    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
-               "--log-dir", str(tmp_path / "logs"),
+    command = [*torchrun(tmp_path / "logs"),
                str(SCRIPT), "--bad-rank", "1", "--bad-step", "12", "--lr", "0.05", "--steps", "30"]
     result = run(command, SCRIPT.parent, job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
     output = result.stdout + result.stderr
@@ -154,13 +148,13 @@ def test_a_non_finite_loss_on_another_rank_alone_is_answered_by_rank_0_and_every
 @pytest.mark.long
 def test_when_no_rate_trains_every_rank_stops_with_rank_0_at_one_step(tmp_path):
     # Rank 1's loss stays NaN from step 12 on: no probed rate trains, so the finding stands on every rank.
-    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
-               str(SCRIPT), "--bad-rank", "1", "--bad-step", "12", "--bad-after", "1", "--lr", "0.05",
-               "--steps", "60"]
+    command = [*torchrun(tmp_path / "logs"), str(SCRIPT), "--bad-rank", "1", "--bad-step", "12", "--bad-after", "1",
+               "--lr", "0.05", "--steps", "60"]
     result = run(command, SCRIPT.parent, job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
-    stopped = re.findall(r"\[default(\d)\]:sentinel stopped the job at step (\d+)", output)
+    stopped = re.findall(r"\[default(\d)\]:sentinel stopped the job at step (\d+)",
+                         rank_output(tmp_path / "logs", "stderr"))
     assert [rank for rank, _ in sorted(stopped)] == ["0", "1"] and len({step for _, step in stopped}) == 1, output
     document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
     assert document["rollbacks"][-1]["outcome"] == "stopped", output
@@ -173,8 +167,7 @@ def test_a_ddp_gan_rolls_both_networks_back_on_every_rank_inside_the_job(tmp_pat
     # Two optimizers on every rank: rank 0 sends the generator's part of the state it loaded with the
     # rest, and every rank puts it back at the generator's own next step.
     script = FIXTURES / "ddp" / "gan.py"
-    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
-               "--log-dir", str(tmp_path / "logs"),
+    command = [*torchrun(tmp_path / "logs"),
                str(script), "--lr", "3", "--steps", "100"]
     result = run(command, script.parent, job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
     output = result.stdout + result.stderr

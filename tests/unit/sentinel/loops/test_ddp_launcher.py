@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from tests.unit.sentinel.support import FIXTURES, findings, job_env, run, run_ranks, summary
+from tests.unit.sentinel.support import FIXTURES, findings, job_env, rank_output, run, run_ranks, summary, torchrun
 
 pytestmark = pytest.mark.slow  # two torchrun workers
 
@@ -17,12 +17,13 @@ SCRIPT = FIXTURES / "ddp" / "unchanged.py"
 
 
 def test_the_launcher_stops_an_unchanged_ddp_script_on_every_rank_before_the_bad_step(tmp_path):
-    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+    command = [*torchrun(tmp_path / "logs"),
                "-m", "stabilizer_sentinel.launch", str(SCRIPT), "--bad-rank", "1", "--bad-step", "5", "--steps", "20"]
     result = run(command, SCRIPT.parent, job_env(tmp_path), timeout=180)
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
-    stopped = re.findall(r"\[default(\d)\]:sentinel stopped the job at step (\d+)", output)
+    said = rank_output(tmp_path / "logs", "stderr")
+    stopped = re.findall(r"\[default(\d)\]:sentinel stopped the job at step (\d+)", said)
     assert sorted(stopped) == [("0", "5"), ("1", "5")], output
     assert not re.search(r"rank=\d step=([5-9]|\d\d)\b", output), "no rank applied the bad step or any later"
     assert {(f["rule"], f["step"]) for f in findings(tmp_path)} == {("ExplodingTensor", 5)}
@@ -32,7 +33,7 @@ def test_the_launcher_stops_an_unchanged_ddp_script_on_every_rank_before_the_bad
 
 @pytest.mark.long  # the library's DDP rollback is in make test (test_ddp.py)
 def test_the_launcher_rolls_an_unchanged_ddp_script_back_on_every_rank_inside_the_job(tmp_path):
-    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+    command = [*torchrun(tmp_path / "logs"),
                "-m", "stabilizer_sentinel.launch", str(SCRIPT), "--bad-rank", "1", "--bad-step", "12", "--steps", "30"]
     result = run(command, SCRIPT.parent, job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
     output = result.stdout + result.stderr
@@ -41,9 +42,10 @@ def test_the_launcher_rolls_an_unchanged_ddp_script_back_on_every_rank_inside_th
     (rollback,) = document["rollbacks"]
     # A corrupt batch on rank 1, its NaN gradients all-reduced to both: replayed at the same rate, it trained.
     assert (rollback["rule"], rollback["step"], rollback["outcome"]) == ("ExplodingTensor", 12, "transient"), output
-    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", result.stdout))
+    printed = rank_output(tmp_path / "logs")
+    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", printed))
     assert weights["0"] == weights["1"] and weights["0"] != "nan", output
-    assert sorted(re.findall(r"rank=(\d) done", result.stdout)) == ["0", "1"]
+    assert sorted(re.findall(r"rank=(\d) done", printed)) == ["0", "1"]
     assert document["summary"]["ended"] == "completed"
 
 
@@ -52,16 +54,16 @@ def test_ranks_that_step_unevenly_under_torchs_join_train_watched_as_unwatched(t
     # the watcher's agreement of each step (the watched run hung; unwatched it ran in 26 to 47 s). Each rank decides
     # alone from the step the script built its Join.
     args = [str(SCRIPT), "--bad-step", "-1", "--steps", "20", "--uneven", "6"]
-    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3"]
-    plain = run([*torchrun, *args], SCRIPT.parent, job_env(tmp_path / "unwatched"), timeout=180)
-    watched = run([*torchrun, "-m", "stabilizer_sentinel.launch", *args], SCRIPT.parent,
+    plain = run([*torchrun(tmp_path / "plain"), *args], SCRIPT.parent, job_env(tmp_path / "unwatched"), timeout=180)
+    watched = run([*torchrun(tmp_path / "logs"), "-m", "stabilizer_sentinel.launch", *args], SCRIPT.parent,
                   job_env(tmp_path, {"recovery": "in_job"}), timeout=180)
     # Unwatched, gloo now and then aborts a rank at its interpreter's exit after its last line (docs/library.md,
     # "DDP"; the watcher collects garbage before that exit, which avoids it): the lines are what it did.
-    assert "[default1]:rank=1 done" in plain.stdout, plain.stdout + plain.stderr
+    assert "[default1]:rank=1 done" in rank_output(tmp_path / "plain"), plain.stdout + plain.stderr
     assert watched.returncode == 0, watched.stdout + watched.stderr
-    lines = sorted(line for line in watched.stdout.splitlines() if "rank=" in line)
-    assert lines == sorted(line for line in plain.stdout.splitlines() if "rank=" in line)
+    lines = sorted(line for line in rank_output(tmp_path / "logs").splitlines() if "rank=" in line)
+    unwatched = sorted(line for line in rank_output(tmp_path / "plain").splitlines() if "rank=" in line)
+    assert lines == unwatched, plain.stdout + plain.stderr
     assert "[default1]:rank=1 step=13" in lines and "[default1]:rank=1 step=14" not in lines
     assert "[default0]:rank=0 step=19" in lines and "[default0]:rank=0 done" in lines
     written = summary(tmp_path)
@@ -84,16 +86,17 @@ def test_the_launcher_whose_watcher_fails_on_one_rank_stands_aside_on_every_rank
             InputBlind.observe = observe
     """))
     (tmp_path / "train.py").write_text("import inject_bug\n" + SCRIPT.read_text())
-    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+    command = [*torchrun(tmp_path / "logs"),
                "-m", "stabilizer_sentinel.launch", "train.py", "--bad-step", "-1", "--steps", "20"]
     result = run_ranks(command, tmp_path, job_env(tmp_path / "job", {"recovery": "in_job"}))
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
-    lines = [line for line in result.stdout.splitlines() if "rank=" in line]
+    printed = rank_output(tmp_path / "logs")
+    lines = [line for line in printed.splitlines() if "rank=" in line]
     assert "[default0]:rank=0 step=19" in lines and "[default1]:rank=1 step=19" in lines, output
-    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", result.stdout))
+    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", printed))
     assert weights["0"] == weights["1"] and weights["0"] != "nan", output
-    said = sorted(re.findall(r"\[default(\d)\]:sentinel: (.*)", output))
+    said = sorted(re.findall(r"\[default(\d)\]:sentinel: (.*)", rank_output(tmp_path / "logs", "stderr")))
     assert [rank for rank, _ in said] == ["0", "1"] and all("stands aside" in line for _, line in said), output
     written = summary(tmp_path / "job")
     assert written["watching_failed"].endswith("(on rank 1)") and written["ended"] == "completed"
@@ -103,19 +106,21 @@ def test_a_network_sharded_layer_by_layer_with_fsdp2_trains_watched_as_unwatched
     # Stop 73's hunt: FSDP2 frees each layer's gathered parameters between its passes, and the launcher's look at
     # the first backward pass's leaves (whether the loop updates them by hand) read one: SIGSEGV on both ranks.
     script = FIXTURES / "ddp" / "fully_sharded.py"
-    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3"]
-    plain = run([*torchrun, str(script)], script.parent, job_env(tmp_path / "unwatched"), timeout=180)
-    watched = run_ranks([*torchrun, "-m", "stabilizer_sentinel.launch", str(script)], script.parent, job_env(tmp_path))
+    plain = run([*torchrun(tmp_path / "plain"), str(script)], script.parent, job_env(tmp_path / "unwatched"),
+                timeout=180)
+    watched = run_ranks([*torchrun(tmp_path / "logs"), "-m", "stabilizer_sentinel.launch", str(script)],
+                        script.parent, job_env(tmp_path))
     assert watched.returncode == 0, watched.stdout + watched.stderr
-    lines = sorted(line for line in watched.stdout.splitlines() if "rank=" in line)
-    assert lines == sorted(line for line in plain.stdout.splitlines() if "rank=" in line)
+    lines = sorted(line for line in rank_output(tmp_path / "logs").splitlines() if "rank=" in line)
+    unwatched = sorted(line for line in rank_output(tmp_path / "plain").splitlines() if "rank=" in line)
+    assert lines == unwatched, plain.stdout + plain.stderr
     assert len(lines) == 2 * 7 and "[default1]:rank=1 done" in lines  # six steps and the end, on each rank
 
 
 def test_an_optimizer_the_ranks_build_again_takes_over_and_its_explosion_is_rolled_back_on_every_rank(tmp_path):
     # Stop 73's hunt: under DDP a second phase's optimizer was another optimizer, the first stepped no more, and the
     # rollback its explosion began never went on: the ranks trained on to NaN weights, exit 0.
-    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3",
+    command = [*torchrun(tmp_path / "logs"),
                "-m", "stabilizer_sentinel.launch", str(SCRIPT), "--bad-step", "-1", "--steps", "60",
                "--rebuild-at", "12", "--lr-after", "1"]
     result = run_ranks(command, SCRIPT.parent, job_env(tmp_path, {"recovery": "in_job"}))
@@ -124,7 +129,7 @@ def test_an_optimizer_the_ranks_build_again_takes_over_and_its_explosion_is_roll
     document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
     assert document["rollbacks"] and all(r["outcome"] == "recovered" for r in document["rollbacks"]), output
     assert document["rollbacks"][0]["restored_step"] >= 12, output  # the new optimizer's state, not the first's
-    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", result.stdout))
+    weights = dict(re.findall(r"rank=(\d) weights=(\S+)", rank_output(tmp_path / "logs")))
     assert weights["0"] == weights["1"] and weights["0"] != "nan", output
     assert (document["summary"]["ended"], document["summary"]["steps_taken"]) == ("completed", 60)
 
@@ -146,17 +151,18 @@ def test_a_rank_that_trains_alone_before_or_after_the_others_step_is_watched_alo
     # test fails without either fix.
     script, *options = script.split()
     script = FIXTURES / "ddp" / script
-    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3"]
-    plain = run([*torchrun, str(script), *options], script.parent, job_env(tmp_path / "unwatched"), timeout=180)
+    plain = run([*torchrun(tmp_path / "plain"), str(script), *options], script.parent,
+                job_env(tmp_path / "unwatched"), timeout=180)
     bound = {"STABILIZER_HANG_FLOOR_SECONDS": "3"} if options else {}
-    watched = run_ranks([*torchrun, "-m", "stabilizer_sentinel.launch", str(script), *options], script.parent,
-                        job_env(tmp_path, {"recovery": "in_job"}, **bound))
+    watched = run_ranks([*torchrun(tmp_path / "logs"), "-m", "stabilizer_sentinel.launch", str(script), *options],
+                        script.parent, job_env(tmp_path, {"recovery": "in_job"}, **bound))
     assert watched.returncode == 0, watched.stdout + watched.stderr
-    lines = sorted(line for line in watched.stdout.splitlines() if "rank=" in line)
-    assert lines == sorted(line for line in plain.stdout.splitlines() if "rank=" in line)
-    alone = re.findall(r"\[default(\d)\]:sentinel: the ranks did not all reach", watched.stderr)
-    through_module = re.findall(r"\[default(\d)\]:sentinel: rank \d stepped its network through the module",
-                                watched.stderr)
+    lines = sorted(line for line in rank_output(tmp_path / "logs").splitlines() if "rank=" in line)
+    unwatched = sorted(line for line in rank_output(tmp_path / "plain").splitlines() if "rank=" in line)
+    assert lines == unwatched, plain.stdout + plain.stderr
+    said = rank_output(tmp_path / "logs", "stderr")
+    alone = re.findall(r"\[default(\d)\]:sentinel: the ranks did not all reach", said)
+    through_module = re.findall(r"\[default(\d)\]:sentinel: rank \d stepped its network through the module", said)
     if script.name == "alone_first.py":
         assert "[default0]:rank=0 pretrained" in lines and "[default1]:rank=1 done" in lines
         assert sorted(alone) == ["0", "1"], watched.stderr
@@ -179,16 +185,17 @@ def test_ranks_that_each_train_a_network_of_their_own_are_watched_alone_not_left
     # for a rank already at its final barrier: the job hung (24 s unwatched). The ranks now compare their networks
     # at their first check (distributed.replica); ranks that average their gradients by hand train one network.
     script = FIXTURES / "ddp" / "sweep.py"
-    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--tee", "3"]
     options = ["--average"] if form == "averaged_by_hand" else []
-    plain = run([*torchrun, str(script), *options], script.parent, job_env(tmp_path / "unwatched"), timeout=180)
-    watched = run_ranks([*torchrun, "-m", "stabilizer_sentinel.launch", str(script), *options], script.parent,
-                        job_env(tmp_path, {"recovery": "in_job"}))
+    plain = run([*torchrun(tmp_path / "plain"), str(script), *options], script.parent,
+                job_env(tmp_path / "unwatched"), timeout=180)
+    watched = run_ranks([*torchrun(tmp_path / "logs"), "-m", "stabilizer_sentinel.launch", str(script), *options],
+                        script.parent, job_env(tmp_path, {"recovery": "in_job"}))
     assert watched.returncode == 0, watched.stdout + watched.stderr
-    lines = sorted(line for line in watched.stdout.splitlines() if "rank=" in line)
-    assert lines == sorted(line for line in plain.stdout.splitlines() if "rank=" in line)
+    lines = sorted(line for line in rank_output(tmp_path / "logs").splitlines() if "rank=" in line)
+    unwatched = sorted(line for line in rank_output(tmp_path / "plain").splitlines() if "rank=" in line)
+    assert lines == unwatched, plain.stdout + plain.stderr
     alone = re.findall(r"\[default(\d)\]:sentinel: the ranks reached their first step with different networks",
-                       watched.stderr)
+                       rank_output(tmp_path / "logs", "stderr"))
     assert sorted(alone) == (["0", "1"] if form == "sweep" else []), watched.stderr
     assert ("watched alone" in watched.stderr) == (form == "sweep"), watched.stderr
 
