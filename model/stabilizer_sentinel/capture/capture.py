@@ -12,6 +12,7 @@ This module must not evaluate rules or decide about stopping: that is the sentin
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 from collections.abc import Iterable, Mapping
@@ -76,6 +77,7 @@ class _Writer(threading.Thread):
 
 # Floating types NumPy holds as they are; others (bfloat16, the float8 types) are stored as float32.
 NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -308,7 +310,9 @@ class Capture:
                 values[f"gradients/{name}"] = _numpy(param.grad)
         if "losses/loss" in wanted and loss is not None:
             loss_value = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
-            values["losses/loss"] = np.asarray(loss_value, dtype=np.float32)
+            # float32 as before, but a finite loss beyond its range (a float64 run's) as float64: not read as inf.
+            wide = math.isfinite(loss_value) and abs(loss_value) > FLOAT32_MAX
+            values["losses/loss"] = np.asarray(loss_value, dtype=np.float64 if wide else np.float32)
         if "inputs/inputs" in wanted and inputs is not None:
             values["inputs/inputs"] = _numpy(inputs)
         if "labels/labels" in wanted and labels is not None:

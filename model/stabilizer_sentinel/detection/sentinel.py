@@ -306,8 +306,10 @@ class Sentinel:
         if isinstance(loss, torch.Tensor) and isinstance(grad_norm, torch.Tensor):
             if loss.device != grad_norm.device:
                 loss = loss.detach().to(grad_norm.device)
-            # One host synchronisation for both scalars.
-            pair = torch.stack([loss.detach().float().reshape(()), grad_norm.detach().float().reshape(())])
+            # One host synchronisation for both scalars; in float32 at least, in float64 where either is (a float64
+            # loss above float32's range read as inf, a finite explosion called non-finite: stop 77's harm hunt).
+            wide = torch.promote_types(torch.promote_types(loss.dtype, grad_norm.dtype), torch.float32)
+            pair = torch.stack([loss.detach().to(wide).reshape(()), grad_norm.detach().to(wide).reshape(())])
             loss_value, norm_value = pair.tolist()
             return loss_value, norm_value
         return float(loss), float(grad_norm)

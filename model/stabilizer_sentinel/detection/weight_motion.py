@@ -81,5 +81,10 @@ class WeightMotion:
 
 
 def _read(parameter: torch.Tensor, stride: int) -> torch.Tensor:
-    """At most ``SAMPLE`` values of a parameter, every ``stride``-th of it, detached, in double precision."""
-    return parameter.detach().reshape(-1)[::stride][:SAMPLE].double()
+    """At most ``SAMPLE`` values of a parameter, every ``stride``-th of it, detached, in double precision; a
+    complex one's real and imaginary parts side by side (cast to a real type, its imaginary part was dropped,
+    with a warning that a script turning warnings into errors raised: stop 77's harm hunt)."""
+    values = parameter.detach().reshape(-1)[::stride][:SAMPLE]
+    if values.is_complex():
+        values = torch.view_as_real(values.resolve_conj()).reshape(-1)
+    return values.double()

@@ -110,9 +110,12 @@ def read(tensors: Sequence[torch.Tensor], gradients: Any = None) -> BackwardLoss
     if len(tensors) > 1:
         if not all(scalar_of([tensor]) is not None and tensor.grad_fn is not None for tensor in tensors):
             return None
-        total = tensors[0].detach().reshape(()).float()
+        wide = torch.float32  # float64 where any of them is (its values above float32's range stay finite)
+        for tensor in tensors:
+            wide = torch.promote_types(wide, tensor.dtype)
+        total = tensors[0].detach().reshape(()).to(wide)
         for tensor in tensors[1:]:
-            total = total + tensor.detach().reshape(()).to(total.device, torch.float32)
+            total = total + tensor.detach().reshape(()).to(total.device, wide)
         return BackwardLoss(total, None, False, ("several",) * len(tensors), total)
     scalar = scalar_of(tensors)
     if scalar is None or scalar.grad_fn is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -95,6 +96,22 @@ def test_a_non_finite_loss_is_reported_as_the_loss(tmp_path):
                                       grad_norm=torch.tensor(1.0))
     assert verdict.stop and verdict.findings[0]["tensor"] == "losses/loss" and verdict.findings[0]["value"] == "inf"
 
+
+
+@pytest.mark.parametrize("tensor_dir", [None, "tensors"])
+def test_a_float64_loss_beyond_float32s_range_is_finite_not_an_explosion(tmp_path, tensor_dir):
+    # Stop 77's harm hunt: a float64 run's loss of 4.2e39 was read through float32 (the sentinel's read of the loss
+    # and the gradient norm together, the captured loss) as inf: "non-finite", where it was finite.
+    model = tiny_net().double()
+    _, sentinel = build_monitoring(model, sentinel_rules=EXPLODING, sentinel_action="stop",
+                                   capture={"losses": {"save_interval": 1}} if tensor_dir else {},
+                                   checkpoint_dir=tmp_path, tensor_dir=tmp_path / tensor_dir if tensor_dir else None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow in a cast either
+        verdict = sentinel.after_backward(0, epoch=0, phase="warmup", learning_rate=0.1,
+                                          loss=torch.tensor(4.2e39, dtype=torch.float64),
+                                          grad_norm=torch.tensor(1.0, dtype=torch.float64))
+    assert not verdict.stop and verdict.findings == []
 
 def test_notify_keeps_training_and_reports_each_rule_once(tmp_path):
     def poison(step, model):

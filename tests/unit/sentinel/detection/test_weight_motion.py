@@ -7,6 +7,7 @@ steps at Adam's 3e-3, then fell to 0.002 (test accuracy 1.000), and was stopped 
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 from torch import nn
@@ -33,6 +34,26 @@ def test_the_move_is_the_sampled_weights_change_over_their_size():
     del model
     assert motion.moved() is None  # the network is gone
 
+
+
+def test_a_complex_weight_moves_by_its_real_and_imaginary_parts_and_warns_of_nothing():
+    # Stop 77's harm hunt: cast to double, a complex weight lost its imaginary part with a UserWarning, which a
+    # script turning warnings into errors raised inside the watcher (it stood aside, 4 steps watched of 50).
+    model = nn.Module()  # complex parameters made as the helper's script made them (``Module.to`` warns)
+    model.weight = nn.Parameter(torch.randn(2, 3, dtype=torch.cfloat))
+    model.bias = nn.Parameter(torch.randn(2, dtype=torch.cfloat))
+    motion = WeightMotion(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        motion.mark()
+        before = torch.view_as_real(model.weight.detach()).reshape(-1).double()
+        with torch.no_grad():
+            model.weight.imag += 1.0  # the imaginary part alone moves
+        bias = torch.view_as_real(model.bias.detach()).reshape(-1).double()
+        after = torch.view_as_real(model.weight.detach()).reshape(-1).double()
+        moved = motion.moved()
+    expected = float((after - before).norm() / torch.cat([before, bias]).norm())
+    assert moved is not None and math.isclose(moved, expected, rel_tol=1e-6)
 
 def test_a_large_parameter_is_read_at_most_sample_values_spread_over_it():
     model = nn.Linear(1000, 10)
