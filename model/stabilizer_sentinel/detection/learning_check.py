@@ -431,7 +431,42 @@ class LearningCheck(FallTests):
         if self._learned_at is None and (ended_below or self._tail_below_chance()):
             self._learned_at = self._last[0]  # the run ended below its start: no later window can confirm it
         judged = self._judge(step, at_end=True)
+        if judged is not None and judged.rule == NOT_LEARNING and (why := self._fell_past_its_windows()):
+            self._unjudged = why  # neither learned nor not: unverified (``learned`` None), nothing to remedy
+            return None
         return judged if judged is not None or not self.learned else self._term_finding(step)
+
+    def _fell_past_its_windows(self) -> str | None:
+        """Why a completed run found never to have learned cannot be told from one that learned, or None when it can.
+
+        Its last ``window`` steps' mean is below its first window's (or the chance level, where that is lower:
+        ``_reference``) by ``min_decrease`` of it and by ``confidence`` standard errors of the difference, each
+        window's error from its own steps' spread; only the per-step noise of the whole run hides the fall. A
+        short run whose batches come in a fixed order, each with a level of its own, has that noise (the second
+        differences read the batches' steady differences as noise): stop 77's harm hunt's regression of four
+        batches fell from 5.3 to 1.5 in 26 steps, each batch's loss by half, and was found never to have learned
+        (and then, its weights having moved, killed by a rate too high: relaunched at a lower one) at 26 to 34
+        steps, where at 25 and at 40 it learned. Not where the first window exploded (its spread is the
+        explosion's) or the last steps ended above the chance level (no fall shows learning beyond a guess
+        there); a flat run of independent noise passes this test at its end about once in 115 (a simulation of
+        two windows of five)."""
+        spread, last, n = self._first_spread, list(self._recent), self.window
+        if (self.learning_start is None or spread is None or self._exploded is not None or len(last) < n or n < 2
+                or self._ended_above_chance()):
+            return None
+        # From the start, or from the chance level where that is lower (a fall to it is the prior learned), which
+        # is known: then the last steps' spread alone.
+        start = self._reference()
+        first = spread ** 2 / (n - 1) if start == self.learning_start else 0.0  # a sample deviation's square / n
+        mean = statistics.fmean(last)
+        error = math.sqrt(first + statistics.variance(last) / len(last))
+        if not start - mean > max(self._margin(start), self.confidence * error):
+            return None
+        whence = "first window's" if start == self.learning_start else "chance level"
+        return (f"its last {len(last)} steps' mean {mean:.4g} is below its {whence} {start:.4g} by more than "
+                f"{self.confidence:g} standard errors of their own spread, but not beyond the per-step noise "
+                f"{self.noise or 0.0:.3g} of the whole run (a loss whose batches come in a fixed order, each at a "
+                f"level of its own, reads so): too few steps to tell whether it learned")
 
     def arbitrate(self, step: int, findings: list[RuleFinding]) -> list[RuleFinding]:
         """VanishingGradient is never the finding while the loss climbs: it becomes Diverging. Nor does

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from stabilizer_contract.catalogue import RuleConfigError, check_rule_list
+from stabilizer_sentinel.detection.learning_check import LearningCheck
 from stabilizer_sentinel.detection.sentinel import build_monitoring
-from stabilizer_sentinel.rules import parse_rule_list
+from stabilizer_sentinel.rules import RuleFinding, parse_rule_list
 from tests.detection import trajectories as t
 from tests.unit.sentinel.detection.test_chance_level import Known
 from tests.unit.sentinel.tinynet import tiny_net
@@ -208,6 +209,31 @@ def test_a_noisy_small_batch_run_is_judged_on_its_noise(tmp_path):
     flat = t.make_flat_noisy(0)
     assert watched(tmp_path / "flat", flat)["rule"] == "NotLearning"
 
+
+# Stop 77's harm hunt: a regression (y = sum(x), Adam) on four batches taken in a fixed order, 26 steps: each batch's
+# loss halves, the batches' levels differ by more than the whole fall, and the run's per-step noise is read from them.
+FIXED_ORDER = [
+    5.2901, 4.8023, 8.3814, 3.5843, 4.5581, 4.0497, 6.9840, 3.0173, 3.7916, 3.2076, 5.5018, 2.4653, 3.1698,
+    2.6374, 4.7248, 2.1180, 2.7347, 2.1620, 3.9310, 1.7599, 2.2919, 1.7494, 3.3360, 1.5366, 2.0733, 1.5218,
+]
+
+
+def ended(losses: list[float]) -> tuple[LearningCheck, RuleFinding | None]:
+    """The learning check after a completed run of ``losses`` at one rate, and its verdict at the end."""
+    check = LearningCheck(run_steps=len(losses))
+    for step, loss in enumerate(losses):
+        assert check.observe(step, loss, None, 0.01) is None
+    return check, check.at_end(len(losses) - 1)
+
+
+def test_a_short_run_of_batches_in_a_fixed_order_is_left_unjudged_not_found_never_learned():
+    # It was NotLearning at its end (and, its weights having moved, Diverging: relaunched at a lower rate).
+    check, verdict = ended(FIXED_ORDER)
+    assert verdict is None and not check.learned
+    assert check.unjudged is not None and check.unjudged.endswith("too few steps to tell whether it learned")
+    # The same four levels with no fall never learned, as before.
+    check, verdict = ended([FIXED_ORDER[step % 4] for step in range(26)])
+    assert verdict is not None and verdict.rule == "NotLearning" and check.unjudged is None
 
 def test_the_divergence_bound_is_set_in_the_rule_list(tmp_path):
     # Rising 1 % a step: past ten times its start at about step 232; with half the spread, far sooner.
