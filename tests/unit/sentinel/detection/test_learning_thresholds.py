@@ -235,6 +235,7 @@ def test_a_short_run_of_batches_in_a_fixed_order_is_left_unjudged_not_found_neve
     check, verdict = ended([FIXED_ORDER[step % 4] for step in range(26)])
     assert verdict is not None and verdict.rule == "NotLearning" and check.unjudged is None
 
+
 def test_the_divergence_bound_is_set_in_the_rule_list(tmp_path):
     # Rising 1 % a step: past ten times its start at about step 232; with half the spread, far sooner.
     run = t.make_slowly_rising(0)
