@@ -441,15 +441,15 @@ class LearningCheck(FallTests):
 
         Its last ``window`` steps' mean is below its first window's (or the chance level, where that is lower:
         ``_reference``) by ``min_decrease`` of it and by ``confidence`` standard errors of the difference, each
-        window's error from its own steps' spread; only the per-step noise of the whole run hides the fall. A
-        short run whose batches come in a fixed order, each with a level of its own, has that noise (the second
-        differences read the batches' steady differences as noise): stop 77's harm hunt's regression of four
-        batches fell from 5.3 to 1.5 in 26 steps, each batch's loss by half, and was found never to have learned
-        (and then, its weights having moved, killed by a rate too high: relaunched at a lower one) at 26 to 34
-        steps, where at 25 and at 40 it learned. Not where the first window exploded (its spread is the
-        explosion's) or the last steps ended above the chance level (no fall shows learning beyond a guess
-        there); a flat run of independent noise passes this test at its end about once in 115 (a simulation of
-        two windows of five)."""
+        window's error from its own steps' spread; only the per-step noise of the whole run hides the fall. A short
+        run whose batches come in a fixed order, each with a level of its own, has that noise (the second
+        differences read the batches' steady differences as noise): stop 77's harm hunt's regression of four batches
+        fell from 5.3 to 1.5 in 26 steps, each batch's loss by half, and was found never to have learned (and then,
+        its weights having moved, killed by a rate too high: relaunched at a lower one) at 26 and 28 steps as the
+        launcher watched it (26 to 34 with no chance level known), where at 24 and at 40 it learned. Not where the
+        first window exploded (its spread is the explosion's) or the last steps ended above the chance level (no
+        fall shows learning beyond a guess there); a flat run of independent noise passes this test at its end about
+        once in 115 (a simulation of two windows of five)."""
         spread, last, n = self._first_spread, list(self._recent), self.window
         if (self.learning_start is None or spread is None or self._exploded is not None or len(last) < n or n < 2
                 or self._ended_above_chance()):

@@ -35,6 +35,13 @@ def test_several_scalars_are_read_as_their_sum_as_written():
     assert float(read.value) == pytest.approx(float(entropy) / 2 + float(error))
 
 
+
+def test_several_float64_scalars_beyond_float32s_range_are_read_as_a_finite_sum():
+    # Stop 77's harm hunt: a float64 run's losses read through float32 overflowed to inf ("non-finite").
+    weight = torch.ones(2, dtype=torch.float64, requires_grad=True)
+    read = backward_loss.read([weight.sum() * 1e39, weight.sum() * 2e39])
+    assert read is not None and read.value.dtype == torch.float64 and float(read.value) == pytest.approx(6e39)
+
 def test_a_pass_from_a_tensor_that_is_no_scalar_has_no_loss():
     entropy, _ = _losses()
     outputs = nn.Linear(3, 2)(torch.randn(4, 3))

@@ -81,15 +81,12 @@ def test_a_watcher_that_fails_on_one_rank_stands_aside_on_every_rank_and_the_run
 
 
 def _weights_and_losses(logs: Path) -> tuple[dict[str, str], dict[str, list[float]]]:
-    """Each rank's last weights and its losses, from its own log (``--log-dir``): torchrun's ``--tee`` copy
-    on its stdout interleaves the ranks' lines, now and then in the middle of one."""
-    weights: dict[str, str] = {}
+    """Each rank's last weights and its losses, from its own log (``rank_output``)."""
+    output = rank_output(logs)
+    weights = dict(re.findall(r"^\[default\d\]:rank=(\d) weights=(\S+)$", output, re.MULTILINE))
     losses: dict[str, list[float]] = {}
-    for log in sorted(logs.glob("*/attempt_*/*/stdout.log")):
-        output = log.read_text()
-        weights.update(re.findall(r"^rank=(\d) weights=(\S+)$", output, re.MULTILINE))
-        for rank, loss in re.findall(r"^rank=(\d) step=\d+ loss=(\S+)$", output, re.MULTILINE):
-            losses.setdefault(rank, []).append(float(loss))
+    for rank, loss in re.findall(r"^\[default\d\]:rank=(\d) step=\d+ loss=(\S+)$", output, re.MULTILINE):
+        losses.setdefault(rank, []).append(float(loss))
     return weights, losses
 
 
