@@ -186,6 +186,7 @@ class RunRecord:
             "last_window_loss": jsonable(getattr(learning, "last_window_loss", None)),
             "learned": learned,
             "unjudged": unjudged,
+            "learned_by": getattr(learning, "learned_by_cycles", None),
             "judged_afresh": [[step, why] for step, why in getattr(learning, "segments", [])],
             "watching_failed": failsafe.failure(),
             "started_from": self.started_from,

@@ -56,7 +56,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from stabilizer_contract.catalogue import DIVERGING, NOT_LEARNING
-from stabilizer_sentinel.detection import chance_level, input_blind, loss_makeup, surrogate, weight_motion
+from stabilizer_sentinel.detection import batch_cycle, chance_level, input_blind, loss_makeup, surrogate, weight_motion
 from stabilizer_sentinel.detection.fall_tests import CENTRE_STEPS, FallTests
 from stabilizer_sentinel.detection.loss_statistics import NoiseEstimate, PhaseTracker, Trend, untrained_level
 from stabilizer_sentinel.rules import RuleFinding
@@ -134,6 +134,9 @@ class LearningCheck(FallTests):
         self._recent_rates: deque[float | None] = deque(maxlen=self.window)  # the rates of ``_recent``'s steps
         self._spike_rate: float | None = None  # the learning rate at the spike's step
         self._tail: deque[float] = deque(maxlen=self.patience_windows * self.window)
+        # This process's losses from its first step: a run whose batches come in a fixed order is judged cycle for
+        # cycle at its end (``_fell_by_cycles``).
+        self._cycles = batch_cycle.Kept()
         self.chance: chance_level.ChanceLevel | None = None  # the loss's chance level, where it can be read
         self.term: chance_level.TermLevel | None = None  # a sum's one term of known level (``_term_finding``)
         self._term_at_chance = False  # that term ended at its level: whatever the sum did, it did not learn
@@ -159,9 +162,8 @@ class LearningCheck(FallTests):
         self._centre: float | None = None
         self._window_noise: float | None = None
         self._bound: float | None = None
-        self._scale = 0.0
         self._level_read: float | None = None  # ``_ceiling()`` as the bound was last refreshed (``_chance_cap``)
-        self._above = 0
+        self._scale, self._above = 0.0, 0
         # The last steps' (step, loss, rate), for ``_held_above``.
         self._held: deque[tuple[int, float, float | None]] = deque(maxlen=self.persistence * self.window)
         # Whether a finding ended the check; why nothing is judged while a rate range test goes on (``swept``).
@@ -345,6 +347,7 @@ class LearningCheck(FallTests):
         self._recent.append(loss)
         self._recent_rates.append(learning_rate)
         self._tail.append(loss)
+        self._cycles.add(loss)
         self._sum += loss
         self._count += 1
         if self._count < self.window:
@@ -431,10 +434,45 @@ class LearningCheck(FallTests):
         if self._learned_at is None and (ended_below or self._tail_below_chance()):
             self._learned_at = self._last[0]  # the run ended below its start: no later window can confirm it
         judged = self._judge(step, at_end=True)
+        if judged is not None and judged.rule == NOT_LEARNING and (cycles := self._fell_by_cycles()) is not None:
+            self._fired, self._learned_at, self._cycles.found = False, self._last[0], cycles  # learned, by its cycles
+            return self._term_finding(step)
         if judged is not None and judged.rule == NOT_LEARNING and (why := self._fell_past_its_windows()):
             self._unjudged = why  # neither learned nor not: unverified (``learned`` None), nothing to remedy
             return None
         return judged if judged is not None or not self.learned else self._term_finding(step)
+
+    def _fell_by_cycles(self) -> tuple[batch_cycle.CycleFall, float] | None:
+        """How a completed run found never to have learned fell, cycle for cycle, where its losses repeat batch for
+        batch (a loop that takes the same batches in the same order: stabilizer_sentinel.detection.batch_cycle), and
+        from where; None unless its last cycle's mean is below its first's (or the chance level, where that is
+        lower: a fall to it is the prior learned) by ``min_decrease`` of it and by ``confidence`` standard errors of
+        the difference, the noise read one period apart. Only for a run that started here (not a resumed one: its
+        first cycle is no start of its lineage's), whose first window did not explode and whose every loss was kept
+        (``batch_cycle.KEPT``)."""
+        if not self._first_here or self._exploded is not None or self.learning_start is None:
+            return None
+        fall = self._cycles.fall()
+        if fall is None:
+            return None
+        chance = self._chance()
+        start, error = fall.first, fall.error() * math.sqrt(2.0)
+        if chance is not None and chance < start:  # known: the last cycle's error alone, and the level's own
+            start, error = chance, math.hypot(fall.error(), getattr(self.chance, "error", lambda: 0.0)())
+        return (fall, start) if start - fall.last > max(self._margin(start), self.confidence * error) else None
+
+    @property
+    def learned_by_cycles(self) -> str | None:
+        """How a completed run learned where only its cycles showed it (``_fell_by_cycles``), else None."""
+        if self._cycles.found is None or not self.learned:
+            return None
+        fall, start = self._cycles.found
+        whence = (f"its first {fall.period}'s {start:.4g}" if start == fall.first
+                  else f"the loss {start:.4g} of a prediction that ignores the inputs")
+        return (f"its losses repeat every {fall.period} steps (batches in a fixed order, each at a level of its "
+                f"own): its last {fall.period} steps' mean {fall.last:.4g} is below {whence} by more than "
+                f"{self.confidence:g} standard errors of the noise {fall.noise:.3g} per step one cycle apart (the "
+                f"per-step noise {fall.per_step:.3g} reads the batches' levels as noise)")
 
     def _fell_past_its_windows(self) -> str | None:
         """Why a completed run found never to have learned cannot be told from one that learned, or None when it can.
