@@ -114,6 +114,7 @@ class Summary(BaseModel):
     best_loss: Number = None
     learned: bool | None = None
     unjudged: str | None = None  # why the learning check judged no loss (a policy gradient's surrogate)
+    learned_by: str | None = None  # how a run learned where only its cycles showed it (batches in a fixed order)
     watching_failed: str | None = None  # what failed in the watcher's own code, which then stood aside
     started_from: str | None = None
     restores: bool | None = None

@@ -252,7 +252,8 @@ def _by_the_loss(summary: Summary, ended: str, steps: str) -> Verdict:
     first = finite(summary.first_loss)
     trend = f"loss {_g(first)} -> {_g(last)}" if first is not None else f"last loss {_g(last)}"
     if summary.learned:
-        return Verdict("succeeded", f"{ended}: {steps}, {trend}, learned")
+        how = f" ({summary.learned_by})" if summary.learned_by else ""
+        return Verdict("succeeded", f"{ended}: {steps}, {trend}, learned{how}")
     if summary.started_from and first is not None:
         # Started from a trained state, a loss near where it started is no failure to learn.
         kept = last <= first * (1 + MARGIN)

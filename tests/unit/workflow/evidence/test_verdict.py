@@ -59,6 +59,16 @@ def test_a_completed_job_that_left_no_summary_ends_unwatched_and_says_how_to_wat
     assert result.effects.notification.event_type == "unwatched"
 
 
+def test_a_run_that_learned_by_its_cycles_succeeds_saying_so(settings):
+    # Batches in a fixed order: the first window and the last loss are those of different batches.
+    cycles = "its losses repeat every 10 steps (batches in a fixed order, each at a level of its own): ..."
+    state = launched(settings)
+    findings = watched_findings(first_loss=0.4836, last_loss=0.4775, learned_by=cycles)
+    _, s = _ended(state, observation(state, "Completed", findings=findings))
+    assert (s.next_action, s.outcome) == ("end", "succeeded")
+    assert s.reason.endswith(f"36 steps checked, loss 0.4836 -> 0.4775, learned ({cycles})")
+
+
 @pytest.mark.parametrize(
     ("changes", "said"),
     [
