@@ -12,11 +12,13 @@ optimizer step (the guard calls ``beat`` after each):
   working counts as no hang (``Activity``): an evaluation, an export after the last step, a phase of
   the script the guard does not count (a sweep's next model) compute; a thread blocked in a
   collective, a deadlocked loader or a lock waits. On a tick where that thread's CPU time grew by at
-  least ``ACTIVE_SHARE`` of the tick (Linux's per-thread counters), or the device the model is on
-  allocated memory, the clock restarts; so it does where another rank's step moved (its heartbeat, read once
-  this rank has been idle for half its bound): a rank waiting at the script's barrier while another trains on
-  alone is no hang of the job. A thread that busy-waits (a spinning CUDA synchronisation)
-  reads as working: PyTorch's own collective timeout ends that one;
+  least ``ACTIVE_SHARE`` of the tick (Linux's per-thread counters), or the CPU time of the process's
+  children did (data loader workers or an evaluator process the thread waits for: stop 78's hunt), or
+  the device the model is on allocated memory, the clock restarts; so it does where another rank's step
+  moved (its heartbeat, read once this rank has been idle for half its bound): a rank waiting at the
+  script's barrier while another trains on alone is no hang of the job. A thread that busy-waits (a
+  spinning CUDA synchronisation), or a child that spins, reads as working: PyTorch's own collective
+  timeout ends the first;
 - the bounds (stabilizer_sentinel.detection.hang_bounds) come from ``STABILIZER_HANG_FLOOR_SECONDS``
   (default 600: above NCCL's and gloo's own collective timeouts would be too late, below a long
   evaluation between two steps too early), ``STABILIZER_HANG_FACTOR`` (default 10) and
@@ -90,29 +92,29 @@ ACTIVE_SHARE = 0.25
 
 class Activity:
     """Whether the training thread worked since the last look: its CPU time (``/proc/self/task/<id>/stat``,
-    Linux) grew by ``ACTIVE_SHARE`` of the wall time, or the device its model is on made allocations
-    (``torch.cuda.memory_stats``, read only where CUDA is initialised: no context is made here). Where
-    neither can be read, nothing counts as work and the watchdog judges by steps alone."""
+    Linux) grew by ``ACTIVE_SHARE`` of the wall time, or so did the CPU time of the process's children together
+    (``children_cpu``: data loader workers, an evaluator the script runs with ``subprocess.run``, while the training
+    thread waits for them), or the device its model is on made allocations (``torch.cuda.memory_stats``, read
+    only where CUDA is initialised: no context is made here). Where none can be read, nothing counts as work and
+    the watchdog judges by steps alone."""
 
     def __init__(self, thread_id: int, device: Any = None) -> None:
         self._stat = f"/proc/self/task/{thread_id}/stat"
         self._ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._device = device if getattr(device, "type", None) == "cuda" else None
-        self._last = (self._cpu(), self._allocations(), time.monotonic())
+        self._last = (self._cpu(), children_cpu(self._ticks), self._allocations(), time.monotonic())
 
     def worked(self) -> bool:
-        cpu, allocations, now = self._cpu(), self._allocations(), time.monotonic()
-        (cpu_before, allocations_before, before), self._last = self._last, (cpu, allocations, now)
-        busy = cpu is not None and cpu_before is not None and cpu - cpu_before >= ACTIVE_SHARE * (now - before)
-        return busy or (allocations is not None and allocations != allocations_before)
+        cpu, children, allocations, now = self._cpu(), children_cpu(self._ticks), self._allocations(), time.monotonic()
+        (cpu_before, children_before, allocations_before, before), self._last = self._last, (
+            cpu, children, allocations, now)
+        least = ACTIVE_SHARE * (now - before)
+        busy = cpu is not None and cpu_before is not None and cpu - cpu_before >= least
+        helped = children is not None and children_before is not None and children - children_before >= least
+        return busy or helped or (allocations is not None and allocations != allocations_before)
 
     def _cpu(self) -> float | None:
-        try:
-            with open(self._stat) as stat:
-                fields = stat.read().rpartition(")")[2].split()
-            return (int(fields[11]) + int(fields[12])) / self._ticks  # utime and stime, after the name
-        except (OSError, ValueError, IndexError):
-            return None
+        return _stat_seconds(self._stat, self._ticks, waited=False)
 
     def _allocations(self) -> int | None:
         if self._device is None:
@@ -125,6 +127,46 @@ class Activity:
             return int(torch.cuda.memory_stats(self._device).get("allocation.all.allocated", 0))
         except Exception:  # a device that cannot say: steps alone judge
             return None
+
+
+def _stat_seconds(path: str, ticks: int, *, waited: bool) -> float | None:
+    """The CPU seconds a ``/proc/.../stat`` file counts: user and system time, and with ``waited`` those of the
+    children its process waited for (``cutime``, ``cstime``); None where it cannot be read (a process gone)."""
+    try:
+        with open(path) as stat:
+            fields = stat.read().rpartition(")")[2].split()  # after the name, which may hold spaces
+        return sum(int(value) for value in fields[11:15 if waited else 13]) / ticks
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _children(pid: str) -> list[str]:
+    """The process ids of ``pid``'s children, from each of its threads' ``children`` file (Linux)."""
+    found: list[str] = []
+    with contextlib.suppress(OSError):
+        for thread in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{thread}/children") as listed:
+                found.extend(listed.read().split())
+    return found
+
+
+def children_cpu(ticks: int) -> float | None:
+    """The CPU seconds of this process's children and theirs, those running and those waited for; None where
+    Linux's ``children`` files cannot be read. A child that ends between two looks moves from the first count to
+    the second (its parent waits for it); one never waited for drops out, which reads as no work."""
+    own = _stat_seconds("/proc/self/stat", ticks, waited=True)
+    if own is None or not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children"):
+        return None
+    total = own - (_stat_seconds("/proc/self/stat", ticks, waited=False) or 0.0)  # the waited-for children's
+    pending, seen = _children("self"), set()
+    while pending:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        total += _stat_seconds(f"/proc/{pid}/stat", ticks, waited=True) or 0.0
+        pending.extend(_children(pid))
+    return total
 
 
 class Heartbeats:

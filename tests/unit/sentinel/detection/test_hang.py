@@ -72,6 +72,21 @@ def test_an_evaluation_longer_than_the_bound_after_the_last_step_is_work_not_a_h
     assert "Hang" not in [finding["rule"] for finding in findings(tmp_path)]
 
 
+def test_an_evaluation_in_a_child_process_the_loop_waits_for_is_work_and_a_child_that_sleeps_is_a_hang(tmp_path):
+    # Stop 78's harm hunt: an evaluator run with subprocess.run (or data loader workers) past the bound, the
+    # training thread waiting for it, was a Hang (exit 86, the rest of the run and its saved model lost).
+    result = run([str(SCRIPT), "--sleep-rank", "-1", "--steps", "10", "--work-elsewhere", str(3 * FLOOR)],
+                 SCRIPT.parent, job_env(tmp_path / "busy", **BOUNDS), timeout=60)
+    assert result.returncode == 0 and "rank=0 scored" in result.stdout, result.stdout + result.stderr
+    assert "Hang" not in [finding["rule"] for finding in findings(tmp_path / "busy")]
+    # A child that does nothing is waited for as a hung loader or collective is.
+    result = run([str(SCRIPT), "--sleep-rank", "-1", "--steps", "10", "--wait-elsewhere", "60"],
+                 SCRIPT.parent, job_env(tmp_path / "idle", **BOUNDS), timeout=60)
+    assert result.returncode == 86, result.stdout + result.stderr
+    (finding,) = findings(tmp_path / "idle")
+    assert (finding["rule"], finding["step"]) == ("Hang", 10)
+
+
 @pytest.mark.long  # a setting read where the bound's is: make test refuses a bad one (below)
 def test_the_watchdog_can_be_turned_off(tmp_path):
     off = run([str(SCRIPT), "--sleep-rank", "0", "--sleep-step", "2", "--sleep-seconds", "3", "--steps", "4"],
