@@ -404,7 +404,8 @@ class Watchdog:
         guard = self.guard
         step = guard.step_number
         sentinel = guard.sentinel
-        say(f"sentinel: {HANG} at step {step}: {message}")
+        if not guard.primary:  # rank 0's is said where the sentinel records it (``Sentinel.report``): once
+            say(f"sentinel: {HANG} at step {step}: {message}")
         if guard.primary:
             from stabilizer_sentinel.rules import RuleFinding
 

@@ -51,6 +51,7 @@ def test_a_single_process_loop_that_stops_stepping_is_stopped_with_a_hang_findin
     assert (finding["rule"], finding["step"], finding["tensor"]) == ("Hang", 5, "steps/rank0")
     assert finding["message"].startswith("no optimizer step for ")
     assert "bound 2.0 s = max(floor 2 s, 10 x median step" in finding["message"]
+    assert result.stderr.count("sentinel: Hang at step 5:") == 1, result.stderr  # said twice before stop 78
 
 
 def test_the_watchdog_stays_quiet_on_a_healthy_loop(tmp_path):
