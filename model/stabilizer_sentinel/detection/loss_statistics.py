@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
+from collections.abc import Sequence
 from statistics import NormalDist
 
 # Second differences kept for the noise estimate: enough for a stable median, few enough that
@@ -37,6 +38,20 @@ def trimmed_mean_abs(kept: float) -> float:
     edge = NormalDist().inv_cdf((1.0 + kept) / 2.0)
     unit = NormalDist()
     return math.sqrt(6.0) * 2.0 * (unit.pdf(0.0) - unit.pdf(edge)) / kept
+
+
+def trimmed_deviation(differences: Sequence[float]) -> float:
+    """The noise's standard deviation read from absolute second differences (at least one): the mean of them
+    without the largest ``TRIM`` (and without ``SPIKE_DIFFERENCES`` at least, once there are ``SPIKE_SAMPLES``),
+    in units of what that mean is for independent normal noise (``trimmed_mean_abs``)."""
+    ordered = sorted(differences)
+    dropped = int(len(ordered) * TRIM)
+    if len(ordered) >= SPIKE_SAMPLES and dropped < SPIKE_DIFFERENCES:
+        dropped = SPIKE_DIFFERENCES
+    kept = ordered[: len(ordered) - dropped]
+    unit = _TRIMMED_MEAN_ABS_SECOND_DIFFERENCE if dropped == int(len(ordered) * TRIM) \
+        else trimmed_mean_abs(len(kept) / len(ordered))
+    return sum(kept) / len(kept) / unit
 
 
 class NoiseEstimate:
@@ -74,15 +89,7 @@ class NoiseEstimate:
         """The estimate, widened while it rests on few samples (by ``1 + 8 / samples``: 1.3 times at
         27, 1.125 at 64), so that a handful of steps that happen to agree is not taken for a quiet run."""
         if self._stale:  # recomputed only when asked (about once a window), over at most NOISE_SAMPLES
-            ordered = sorted(self._diffs)
-            dropped = int(len(ordered) * TRIM)
-            if len(ordered) >= SPIKE_SAMPLES and dropped < SPIKE_DIFFERENCES:
-                dropped = SPIKE_DIFFERENCES
-            kept = ordered[: len(ordered) - dropped]
-            unit = _TRIMMED_MEAN_ABS_SECOND_DIFFERENCE if dropped == int(len(ordered) * TRIM) \
-                else trimmed_mean_abs(len(kept) / len(ordered))
-            mean = sum(kept) / len(kept) / unit
-            self._sigma = mean * (1.0 + 8.0 / len(ordered))
+            self._sigma = trimmed_deviation(self._diffs) * (1.0 + 8.0 / len(self._diffs))
             self._stale = False
         return self._sigma
 

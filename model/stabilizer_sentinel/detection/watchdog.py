@@ -114,7 +114,8 @@ class Activity:
         return busy or helped or (allocations is not None and allocations != allocations_before)
 
     def _cpu(self) -> float | None:
-        return _stat_seconds(self._stat, self._ticks, waited=False)
+        seconds = _stat_seconds(self._stat, self._ticks)
+        return None if seconds is None else seconds[0]
 
     def _allocations(self) -> int | None:
         if self._device is None:
@@ -129,15 +130,16 @@ class Activity:
             return None
 
 
-def _stat_seconds(path: str, ticks: int, *, waited: bool) -> float | None:
-    """The CPU seconds a ``/proc/.../stat`` file counts: user and system time, and with ``waited`` those of the
-    children its process waited for (``cutime``, ``cstime``); None where it cannot be read (a process gone)."""
+def _stat_seconds(path: str, ticks: int) -> tuple[float, float] | None:
+    """The CPU seconds a ``/proc/.../stat`` file counts: its own (user and system time) and those of the children
+    its process waited for (``cutime``, ``cstime``); None where it cannot be read (a process gone)."""
     try:
         with open(path) as stat:
             fields = stat.read().rpartition(")")[2].split()  # after the name, which may hold spaces
-        return sum(int(value) for value in fields[11:15 if waited else 13]) / ticks
+        own, waited = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
     except (OSError, ValueError, IndexError):
         return None
+    return own / ticks, waited / ticks
 
 
 def _children(pid: str) -> list[str]:
@@ -154,17 +156,17 @@ def children_cpu(ticks: int) -> float | None:
     """The CPU seconds of this process's children and theirs, those running and those waited for; None where
     Linux's ``children`` files cannot be read. A child that ends between two looks moves from the first count to
     the second (its parent waits for it); one never waited for drops out, which reads as no work."""
-    own = _stat_seconds("/proc/self/stat", ticks, waited=True)
+    own = _stat_seconds("/proc/self/stat", ticks)
     if own is None or not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children"):
         return None
-    total = own - (_stat_seconds("/proc/self/stat", ticks, waited=False) or 0.0)  # the waited-for children's
+    total = own[1]  # the children waited for
     pending, seen = _children("self"), set()
     while pending:
         pid = pending.pop()
         if pid in seen:
             continue
         seen.add(pid)
-        total += _stat_seconds(f"/proc/{pid}/stat", ticks, waited=True) or 0.0
+        total += sum(_stat_seconds(f"/proc/{pid}/stat", ticks) or ())
         pending.extend(_children(pid))
     return total
 

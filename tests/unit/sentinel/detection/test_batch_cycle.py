@@ -8,6 +8,7 @@ import random
 from stabilizer_sentinel.detection import batch_cycle
 from stabilizer_sentinel.detection.learning_check import LearningCheck
 from stabilizer_sentinel.summary import RunRecord
+from tests.unit.sentinel.detection.test_chance_level import Known
 
 # Stop 78: a Huber regression (the diabetes data, 5 % of its targets thrown off as outliers, a 32-unit MLP, Adam at
 # 0.01) over ten slices of 40 taken in order, 80 steps: its test loss 0.235 where a guess scores 0.452, and it was
@@ -25,9 +26,11 @@ IN_ORDER = [
 ]
 
 
-def summary_of(losses: list[float]) -> tuple[str | None, dict]:
-    """The rule found at the end of a completed run of ``losses`` (None for none), and findings.json's summary."""
+def summary_of(losses: list[float], chance: float | None = None) -> tuple[str | None, dict]:
+    """The rule found at the end of a completed run of ``losses`` (None for none), and findings.json's summary;
+    ``chance`` the loss's chance level, as real backward passes would have measured it."""
     check, record = LearningCheck(run_steps=len(losses)), RunRecord()
+    check.chance = Known(chance) if chance is not None else None
     for step, loss in enumerate(losses):
         record.observed(step, loss)
         assert check.observe(step, loss, None, 0.01) is None
@@ -43,8 +46,8 @@ def test_losses_that_repeat_batch_for_batch_are_read_cycle_for_cycle():
 
 
 def test_independent_noise_and_a_noisy_fall_have_no_period():
-    # Measured at stop 78: 1 of 5,000 runs of 30 and of 40 steps of independent noise read a period, none of 60 or
-    # more steps, nor any of 2,000 falling ones.
+    # Measured at stop 78: 1 and 4 of 5,000 runs of 30 and of 40 steps of independent noise read a period, none of
+    # 60 or more steps, nor any of 2,000 falling ones.
     for seed in range(300):
         rng = random.Random(seed)
         assert batch_cycle.period([1.0 + 0.1 * rng.gauss(0.0, 1.0) for _ in range(80)]) is None
@@ -69,3 +72,14 @@ def test_a_run_that_learned_on_its_way_says_nothing_of_cycles():
     rng = random.Random(0)
     finding, summary = summary_of([1.0 + math.exp(-t / 20) + 0.05 * rng.gauss(0.0, 1.0) for t in range(80)])
     assert finding is None and summary["learned"] is True and summary["learned_by"] is None
+
+
+def test_a_fall_cycle_for_cycle_to_the_chance_level_is_no_learning():
+    # Its first cycle (0.4685) above the level of a prediction that ignores the inputs: the fall counts from that
+    # level, to the last cycle's 0.3754. Below 0.45 by 17 %: learned, from the level.
+    finding, summary = summary_of(IN_ORDER, chance=0.45)
+    assert finding is None and summary["learned"] is True
+    assert "is below the loss 0.45 of a prediction that ignores the inputs" in summary["learned_by"]
+    # Below 0.39 by under 4 %, less than the least fall (5 %): not learned.
+    finding, summary = summary_of(IN_ORDER, chance=0.39)
+    assert finding == "NotLearning" and summary["learned_by"] is None
