@@ -29,9 +29,11 @@ a level it is not on, so there the level stays unknown. Anything else, a sum of 
 losses, a regulariser), a sum reduction the script does not divide, leaves the level unknown for
 the rest of the run: the learning check then judges the fall from the start alone, and says so. So
 does one backward pass of another kind. Where every pass is a sum of terms exactly one of which has a
-known level (a cross-entropy plus a penalty on the weights), or a binary cross-entropy alone, that term
-is judged against its own level at the end of a run given its patience (``TermLevel``): a fall of the
-sum that is the other terms' alone is no learning, nor a binary classifier's fall to its labels' prior.
+known level (a cross-entropy plus a penalty on the weights), or several multi-class cross-entropies (a
+contrastive loss's two, of a score matrix and of its transpose; a network's auxiliary heads), or a binary
+cross-entropy alone, those terms are judged against their own level at the end of a run given its patience
+(``TermLevel``): a fall of the sum that is the other terms' alone is no learning, nor a classifier's fall to
+its labels' prior.
 
 This module must not change gradients or weights: it reads the saved targets of the loss's node.
 Counts stay on the tensors' device; they are read (one synchronisation) when the check asks.
@@ -322,28 +324,32 @@ def spread(blocks: Sequence[torch.Tensor]) -> float | None:
 
 
 class TermLevel:
-    """The one term of known level a sum of terms adds up (``known_term``: a cross-entropy plus a hand-written
-    penalty, a distillation's cross-entropy beside its divergence), or a binary cross-entropy alone: that
-    term's chance level, and its values.
+    """The terms of known level a sum of terms adds up (``known_term``: a cross-entropy plus a hand-written
+    penalty, a distillation's cross-entropy beside its divergence, a contrastive loss's two cross-entropies of
+    one score matrix and of its transpose), or a binary cross-entropy alone: their chance level, and their
+    values.
 
     The loss such a script backwards has no chance level, and a fall of it can be the other terms' alone (a
     penalty on the weights shrinking them while the cross-entropy learns only the labels' prior). Each pass's
-    term is recomputed from its node's saved tensors (the log-probabilities and labels of a cross-entropy,
+    terms are recomputed from their nodes' saved tensors (the log-probabilities and labels of a cross-entropy,
     the predictions and targets of the others: a few small kernels on the device, no synchronisation) and
     kept per window (``close_window``, the learning check's); ``tail`` reads the last windows' median (one
     synchronisation, at the end of the run): a pass far off (an L-BFGS closure evaluated at a trial point a
-    line search rejects, 1e31 where the fit is at 0.01: the corpus's ridge regression) moves no median. Off
-    for the rest of the run at a pass of another form: a loss that is no sum, a sum of two losses of known
-    level (a GAN's discriminator), a term subtracted or weighted by a negative number (an adversarial term,
-    which is meant to stay at its level)."""
+    line search rejects, 1e31 where the fit is at 0.01: the corpus's ridge regression) moves no median. Several
+    terms are judged together, their values and their levels each weighted as the sum weighs them: only
+    multi-class cross-entropies, none of whose labels are all of one class (a discriminator's real or fake).
+    Off for the rest of the run at a pass of another form: a loss that is no sum, a sum of two binary
+    cross-entropies (a GAN's discriminator, whose two sit at their levels by design) or of losses of two kinds,
+    a term subtracted or weighted by a negative number (an adversarial term, which is meant to stay at its
+    level)."""
 
     def __init__(self, windows: int) -> None:
-        self.chance = ChanceLevel(binary=True)
-        self.chance.accept_scaled = True  # the term's value is its node's own mean, however it was weighted
+        self.levels: list[ChanceLevel] = []  # each term's, in the order ``known_term`` finds them
         self.off = False
-        self.name: str | None = None  # the term's node
-        self.alone: bool | None = None  # the term is the whole loss (a binary cross-entropy's: ``BINARY``)
-        self._window: list[torch.Tensor] = []  # (counted, value) of each pass of the term since the last window
+        self.names: tuple[str, ...] | None = None  # the terms' nodes
+        self.alone: bool | None = None  # the terms are the whole loss (a binary cross-entropy's: ``BINARY``)
+        # Per pass since the last window, on the device: whether counted, then each term's value, then its weight.
+        self._window: list[torch.Tensor] = []
         self._windows: deque[list[torch.Tensor]] = deque(maxlen=windows)
 
     def observe(self, tensors: Sequence[torch.Tensor]) -> None:
@@ -351,59 +357,87 @@ class TermLevel:
         if self.off:
             return
         found = known_term(tensors)
-        if found is None or self.name not in (None, found[0].name()) or self.alone not in (None, found[2]):
+        names = None if found is None else tuple(node.name() for node, _ in found[0])
+        if found is None or self.names not in (None, names) or self.alone not in (None, found[1]):
             self.off = True
             return
-        node, factor, self.alone = found
-        self.name = node.name()
-        self.chance.take(node)
-        try:
-            with torch.no_grad():
-                value = _term_value(node)
-        except (AttributeError, IndexError, RuntimeError, TypeError, ValueError):  # a node saved differently
-            self.chance.off = True
-        if self.chance.off:
-            self.off = True
-            return
-        counted = torch.isfinite(value)
-        if factor is not None:  # a term weighted by 0 is no part of the loss; by less than 0, of another aim
-            counted = counted & (_on(factor, value.device) > 0)
-        self._window.append(torch.stack([counted.double(), torch.where(counted, value, 0.0)]))
+        terms, self.alone = found
+        self.names = names
+        if not self.levels:
+            self.levels = [ChanceLevel(binary=True) for _ in terms]
+            for level in self.levels:
+                level.accept_scaled = True  # the term's value is its node's own mean, however it was weighted
+        values, weights = [], []
+        for level, (node, factor) in zip(self.levels, terms, strict=True):
+            level.take(node)
+            try:
+                with torch.no_grad():
+                    values.append(_term_value(node))
+            except (AttributeError, IndexError, RuntimeError, TypeError, ValueError):  # a node saved differently
+                level.off = True
+            if level.off:
+                self.off = True
+                return
+            one = torch.ones((), dtype=torch.float64, device=values[-1].device)
+            weights.append(one if factor is None else _times(factor, one))
+        value, weight = torch.stack(values), torch.stack(weights)
+        # A term weighted by 0 is no part of the loss (a pass of none is not counted); by less than 0, of another aim
+        # (the pass is not counted).
+        counted = torch.isfinite(value).all() & (weight >= 0).all() & (weight > 0).any()
+        self._window.append(torch.cat([counted.double().reshape(1), torch.where(counted, value, 0.0), weight]))
 
     @property
     def full(self) -> bool:
-        """Whether the term's values span the last ``windows`` windows of steps."""
+        """Whether the terms' values span the last ``windows`` windows of steps."""
         return len(self._windows) == self._windows.maxlen
 
+    @property
+    def kind(self) -> str | None:
+        """The terms' kind of loss (``ChanceLevel.kind``: all alike); None before any pass."""
+        return self.levels[0].kind if self.levels else None
+
+    def floor(self) -> float | None:
+        """The least loss any prediction scores on one term's targets (``ChanceLevel.floor``); None for several."""
+        return self.levels[0].floor() if len(self.levels) == 1 else None
+
     def close_window(self) -> None:
-        """The learning check closed a window of steps: the term's values since are one window of the tail."""
+        """The learning check closed a window of steps: the terms' values since are one window of the tail."""
         if self._window:
             self._windows.append(self._window)
             self._window = []
 
-    def tail(self) -> tuple[int, float, float] | None:
-        """(passes, median, standard error of the median) of the term over the last windows of steps, the error
-        from the median absolute deviation (1.4826 of it a standard deviation, 1.2533 of that over sqrt(n) the
-        median's error, for values about normal); None while off or with fewer than two passes counted. One
-        host synchronisation on an accelerator."""
+    def tail(self) -> tuple[int, float, float, float] | None:
+        """(passes, median, standard error of the median, level) of the terms over the last windows of steps: each
+        pass's value and level the mean of its terms' and of their levels, each weighted as the pass weighs it (one
+        term: its own value and level); the level the passes' median, the value that level plus the median of each
+        pass's excess over its own, the error from the median absolute deviation of the excess (1.4826 of it a
+        standard deviation, 1.2533 of that over sqrt(n) the median's error, for values about normal). None while
+        off, while a term's level is unknown or, among several, 0 (a term's labels all of one class), or with fewer
+        than two passes counted. One host synchronisation on an accelerator."""
         passes = [sample for window in (*self._windows, self._window) for sample in window]
-        if self.off or len(passes) < 2:
+        known = [level.level() for level in self.levels]
+        if self.off or len(passes) < 2 or None in known or (len(known) > 1 and min(known) <= 0):
             return None
         samples = torch.stack([sample.to(passes[0].device) for sample in passes]).cpu()
-        values = samples[samples[:, 0] > 0, 1]
-        if values.numel() < 2:
+        samples = samples[samples[:, 0] > 0]
+        if samples.shape[0] < 2:
             return None
-        median = float(values.median())
-        spread = 1.4826 * float((values - median).abs().median())
-        return values.numel(), median, 1.2533 * spread / math.sqrt(values.numel())
+        terms = len(known)
+        values, weights = samples[:, 1:1 + terms], samples[:, 1 + terms:]
+        share = weights / weights.sum(1, keepdim=True)
+        levels = share @ torch.tensor(known, dtype=torch.float64)
+        excess = (share * values).sum(1) - levels
+        level, median = float(levels.median()), float(excess.median())
+        spread = 1.4826 * float((excess - median).abs().median())
+        return samples.shape[0], level + median, 1.2533 * spread / math.sqrt(samples.shape[0]), level
 
 
-def known_term(tensors: Sequence[torch.Tensor]) -> tuple[Any, torch.Tensor | None, bool] | None:
-    """(the loss node, the product of the constant factors above it (None for none), whether it is alone) where
-    the one scalar a backward pass starts from adds up, through additions and constant scalings, exactly one
-    loss node of ``LOSS_NODES`` and at least one term of another kind, or is a binary cross-entropy alone
-    (whose level is judged here alone: ``BINARY``); None otherwise (a term below a subtraction or a negation is
-    of another kind)."""
+def known_term(tensors: Sequence[torch.Tensor]) -> tuple[tuple[tuple[Any, torch.Tensor | None], ...], bool] | None:
+    """((each loss node, the product of the constant factors above it (None for none)), whether they are the whole
+    loss) where the one scalar a backward pass starts from adds up, through additions and constant scalings,
+    exactly one loss node of ``LOSS_NODES`` and at least one term of another kind, or several multi-class
+    cross-entropies and any other terms, or is a binary cross-entropy alone (whose level is judged here alone:
+    ``BINARY``); None otherwise (a term below a subtraction or a negation is of another kind)."""
     scalar = backward_loss.scalar_of(tensors)
     if scalar is None or scalar.grad_fn is None:
         return None
@@ -433,9 +467,12 @@ def known_term(tensors: Sequence[torch.Tensor]) -> tuple[Any, torch.Tensor | Non
                 others += 1
     except (AttributeError, RuntimeError, TypeError):  # a node saved differently
         return None
+    if len(found) > 1:
+        several = all(node.name() in CROSS_ENTROPY for node, _ in found)
+        return (tuple(found), not others) if several else None
     if len(found) != 1 or not (others or found[0][0].name() in BINARY_CROSS_ENTROPY):
         return None
-    return (*found[0], not others)
+    return tuple(found), not others
 
 
 def _on(factor: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -157,7 +157,7 @@ class FallTests:
         term = self.term
         if term is None or term.off or not term.alone:
             return None
-        return term.chance.floor()
+        return term.floor()
 
     def _margin(self, start: float) -> float:
         """The least fall below ``start`` that counts: ``min_decrease`` of its height above the loss's floor

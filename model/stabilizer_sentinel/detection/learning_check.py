@@ -686,8 +686,9 @@ class LearningCheck(FallTests):
 
     def _term_finding(self, step: int) -> RuleFinding | None:
         """NotLearning at the end of a run that learned by its loss, a sum of terms, where the sum's one term of
-        known level (stabilizer_sentinel.detection.chance_level, ``TermLevel``; or a binary cross-entropy
-        alone, whose level is judged here alone: ``chance_level.BINARY``) never got below that level: by
+        known level (stabilizer_sentinel.detection.chance_level, ``TermLevel``; its several multi-class
+        cross-entropies, judged together; or a binary cross-entropy alone, whose level is judged here alone:
+        ``chance_level.BINARY``) never got below that level: by
         ``min_decrease`` of it (of its height above the term's floor, its soft targets' own entropy:
         ``ChanceLevel.floor``) and ``confidence`` standard errors of its median over the last
         ``patience_windows`` windows of steps, as ``_tail_below_chance`` asks of a loss that is its own (of its
@@ -700,12 +701,11 @@ class LearningCheck(FallTests):
         image's and falling, and its fall is its own."""
         term = self.term
         given = self.main_steps >= self.patience_steps()
-        level = None if term is None or term.off or not term.full or not given else term.chance.level()
-        tail = None if term is None or level is None else term.tail()
+        tail = None if term is None or term.off or not term.full or not given else term.tail()
         if tail is None or self._last is None or self.learning_start is None:
             return None
-        passes, median, error = tail
-        floor = term.chance.floor() or 0.0  # soft targets: no prediction scores below their entropy
+        passes, median, error, level = tail
+        floor = term.floor() or 0.0  # soft targets: no prediction scores below their entropy
         if floor and level - floor <= self.confidence * error:
             self._unjudged = (
                 f"its binary cross-entropy's soft targets have an entropy of {floor:.4g}, within {self.confidence:g} "
@@ -717,10 +717,13 @@ class LearningCheck(FallTests):
         self._term_at_chance = True
         start, (last_step, last) = self.learning_start, self._last
         room = f"its height above the targets' own entropy {floor:.4g}" if floor else "it"
-        words = TERM_WORDS.get(term.chance.kind or "", "known")
-        ended = (f"it ended at {median:.4g} (the median of its last {passes} passes)" if term.alone else
-                 f"its {words} term ended at {median:.4g} (the median of its last {passes} passes)")
-        why = ("it learned the labels' prior and nothing beyond it" if term.alone else
+        words = TERM_WORDS.get(term.kind or "", "known")
+        several = len(term.levels) > 1
+        subject = (f"its {len(term.levels)} {words} terms, weighted as the loss weighs them," if several else
+                   "it" if term.alone else f"its {words} term")
+        ended = f"{subject} ended at {median:.4g} (the median of its last {passes} passes)"
+        why = ("the network learned nothing beyond that prediction" if several and term.alone else
+               "it learned the labels' prior and nothing beyond it" if term.alone else
                "the fall was its other terms', and the network learned nothing beyond that prediction")
         message = (
             f"the run did not learn by its end: its loss fell ({start:.4g} at the start, {last:.4g} over the steps "
