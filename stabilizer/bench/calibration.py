@@ -126,6 +126,8 @@ class Result:
     final_eval: float | None = None  # the loss of its final model on a fixed set, as the script printed it
     reason: str = ""  # the execution's reason, as the workflow gave it
     setting: str = ""  # its hyperparameters but those its knobs set (``setting``): the script's configuration
+    # A failing run whose fault a lower rate fixes (``lower_rate_fixes``): issue 26's target for recovered quality.
+    lower_rate_fixes: bool = True
 
 
 # ---------------------------------------------------------------------------- reading one execution
@@ -196,8 +198,8 @@ def judge(run: Run, result: Result) -> Result:
     wrong = []
     if not result.false_negative and result.first_call not in expect.first_attempt:
         wrong.append(f"first attempt called {result.first_call}, expected {'/'.join(expect.first_attempt)}")
-    knobs = run.job.get("knobs") or {}
-    rates = {knob.get("hyperparameter") for role, knob in knobs.items() if role.endswith("learning_rate")}
+    rates = _rates(run)
+    result.lower_rate_fixes = lower_rate_fixes(run)
     for name in sorted(rates):  # a rollback that did not trust its own rate lowered it
         if result.rate_rollbacks and expect.remedy.get(name) in ("up", "keep"):
             wrong.append(f"rolled back {result.rate_rollbacks} time(s) to lower rates in the job, "
@@ -214,6 +216,18 @@ def judge(run: Run, result: Result) -> Result:
     met = result.outcome in outcomes(expect, result)
     result.outcome_met = met and not (result.false_negative or result.misdiagnosis)
     return result
+
+
+def _rates(run: Run) -> set[str]:
+    """The hyperparameters the run's learning-rate knobs set."""
+    knobs = run.job.get("knobs") or {}
+    return {knob.get("hyperparameter") for role, knob in knobs.items() if role.endswith("learning_rate")}
+
+
+def lower_rate_fixes(run: Run) -> bool:
+    """Whether a failing run's fault is one a lower rate fixes: its manifest's remedy neither raises its rate (a
+    rate too low) nor keeps it (a corrupt batch). A twin declaring no knob (``-noknobs``) shares its base's fault."""
+    return not any(run.expect.remedy.get(name) in ("up", "keep") for name in _rates(run))
 
 
 def outcomes(expect: Expect, result: Result) -> tuple[str, ...]:
@@ -304,12 +318,15 @@ def quality_lines(results: list[Result]) -> list[str]:
     (``--failing-seeds``) is one line each, and the count by the median of each run's seeds follows. A run
     no healthy run shares a setting with is measured against its kind's (said on its line); so is every run
     of results kept before the setting was (all read as one). The count against the best healthy run of any
-    setting of the kind follows, for comparison with those."""
+    setting of the kind follows, for comparison with those. Where some of them are runs no lower rate fixes (a
+    rate too low, a corrupt batch: ``lower_rate_fixes``), the count of the others, issue 26's target, follows each
+    measure's."""
     lines: list[str] = []
     ratios: dict[str, dict[str, list[float]]] = {}
     spread: dict[str, dict[str, list[bool]]] = {}
     of_kind: dict[str, dict[str, list[float]]] = {}
     seeds: dict[str, dict[str, dict[str, list[float]]]] = {}  # policy, measure, failing run: its seeds' ratios
+    target: dict[str, dict[str, list[float]]] = {}  # the ratios of the runs a lower rate fixes (issue 26's target)
     for r in results:
         if r.healthy or r.outcome != "succeeded" or r.final_loss is None:
             continue
@@ -327,6 +344,8 @@ def quality_lines(results: list[Result]) -> list[str]:
                 continue
             ratio = mine / reference
             ratios.setdefault(r.policy, {}).setdefault(label, []).append(ratio)
+            if r.lower_rate_fixes:
+                target.setdefault(r.policy, {}).setdefault(label, []).append(ratio)
             seeds.setdefault(r.policy, {}).setdefault(label, {}).setdefault(r.run.partition(SEEDED)[0], []).append(
                 ratio)
             drawn = ""
@@ -347,22 +366,33 @@ def quality_lines(results: list[Result]) -> list[str]:
     order = [label for label, _ in MEASURES]
     for policy, by in ratios.items():
         for label, mine in sorted(by.items(), key=lambda item: order.index(item[0])):
-            within = spread.get(policy, {}).get(label, [])
-            drawn = f"; {sum(within)} of {len(within)} within the range of the healthy seeds" if within else ""
-            head.append(f"  {policy} by {label}: {sum(x <= QUALITY_WITHIN for x in mine)} of {len(mine)} within "
-                        f"{QUALITY_WITHIN - 1:.0%}, median ratio {statistics.median(mine):.2f}{drawn}")
-            runs = seeds[policy][label]
-            if any(len(draws) > 1 for draws in runs.values()):  # failing runs at several seeds (--failing-seeds)
-                medians = [statistics.median(draws) for draws in runs.values()]
-                head.append(f"  {policy} by {label}, each failing run the median of its seeds (1-"
-                            f"{max(map(len, runs.values()))} that ended succeeded): "
-                            f"{sum(x <= QUALITY_WITHIN for x in medians)} of {len(medians)} within "
-                            f"{QUALITY_WITHIN - 1:.0%}, median ratio {statistics.median(medians):.2f}")
+            head += _quality_counts(f"  {policy} by {label}", mine, spread.get(policy, {}).get(label, []),
+                                    target.get(policy, {}).get(label, []), seeds[policy][label])
     head += [f"  {policy} by {label} against the lowest healthy run of any setting of the kind: "
              f"{sum(x <= QUALITY_WITHIN for x in mine)} of {len(mine)} within {QUALITY_WITHIN - 1:.0%}, "
              f"median ratio {statistics.median(mine):.2f}"
              for policy, by in of_kind.items() for label, mine in sorted(by.items(), key=lambda i: order.index(i[0]))]
     return [*head, *lines]
+
+
+def _quality_counts(named: str, mine: list[float], within: list[bool], fixed: list[float],
+            runs: dict[str, list[float]]) -> list[str]:
+    """``quality_lines``' counts of one policy by one measure (``named``): the failing runs' ratios ``mine``, whether
+    each is ``within`` the range of the healthy seeds, the ratios of those a lower rate fixes (``fixed``), and each
+    failing run's ratios at its seeds (``runs``)."""
+    drawn = f"; {sum(within)} of {len(within)} within the range of the healthy seeds" if within else ""
+    lines = [f"{named}: {sum(x <= QUALITY_WITHIN for x in mine)} of {len(mine)} within {QUALITY_WITHIN - 1:.0%}, "
+             f"median ratio {statistics.median(mine):.2f}{drawn}"]
+    if fixed and len(fixed) < len(mine):
+        lines.append(f"{named}, the runs a lower rate fixes (not those whose remedy raises the rate or keeps it): "
+                     f"{sum(x <= QUALITY_WITHIN for x in fixed)} of {len(fixed)} within {QUALITY_WITHIN - 1:.0%}, "
+                     f"median ratio {statistics.median(fixed):.2f}")
+    if any(len(draws) > 1 for draws in runs.values()):  # failing runs at several seeds (--failing-seeds)
+        medians = [statistics.median(draws) for draws in runs.values()]
+        lines.append(f"{named}, each failing run the median of its seeds (1-{max(map(len, runs.values()))} that "
+                     f"ended succeeded): {sum(x <= QUALITY_WITHIN for x in medians)} of {len(medians)} within "
+                     f"{QUALITY_WITHIN - 1:.0%}, median ratio {statistics.median(medians):.2f}")
+    return lines
 
 
 def _window_loss(findings: Path) -> float | None:

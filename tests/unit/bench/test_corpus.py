@@ -252,6 +252,30 @@ def test_the_recovered_quality_is_measured_against_a_healthy_run_of_the_same_set
     assert "last window 0.3335 / healthy 0.282 = 1.18" in lines[4] and "no healthy run of its setting" in lines[4]
 
 
+def test_issue_26s_target_counts_the_failing_runs_a_lower_rate_fixes_apart():
+    # A rate too low (plateau-lr1e-4: its remedy raises it) and a corrupt record (its remedy keeps the rate) are no
+    # fault a lower rate fixes; a twin declaring no knob shares its base's fault (a rate too high).
+    assert [bench_corpus.lower_rate_fixes(_run(name)) for name in (
+        "plateau-lr1e-4", "noisy-corrupt-record", "noisy-lr2", "finetune-lr5-noknobs", "rnn-lr3.5-clip-knob-only")] == [
+        False, False, True, True, True]
+
+    def ended(name: str, window: float) -> bench_corpus.Result:
+        result = bench_corpus.measure(_run(name), "default", {"outcome": "succeeded", "attempts": [
+            {**_attempt(1, 0.05), "watched": {"last_loss": window}}]}, "SUCCEEDED", [_log(0, 239)], 1.0)
+        result.final_window = window
+        return result
+
+    healthy_plateau, healthy_noisy = ended("plateau-lr3e-3", 0.6), ended("noisy-lr0.05", 0.4)
+    lines = bench_corpus.quality_lines([healthy_plateau, healthy_noisy, ended("plateau-lr1e-4", 5.0),
+                                        ended("noisy-lr2", 0.42)])
+    assert lines[1] == "  default by last window: 1 of 2 within 10%, median ratio 4.69"
+    assert lines[2] == ("  default by last window, the runs a lower rate fixes (not those whose remedy raises the rate "
+                        "or keeps it): 1 of 1 within 10%, median ratio 1.05")
+    # Where every run is one a lower rate fixes, the count is the whole one: no second line.
+    lines = bench_corpus.quality_lines([healthy_noisy, ended("noisy-lr2", 0.42)])
+    assert "lower rate fixes" not in "\n".join(lines)
+
+
 def test_the_last_window_loss_is_read_from_the_last_jobs_findings(tmp_path):
     findings = tmp_path / "findings.json"
     findings.write_text(json.dumps({"summary": {"last_loss": 0.6, "last_window_loss": 0.55}}))
