@@ -406,30 +406,43 @@ class TermLevel:
             self._windows.append(self._window)
             self._window = []
 
-    def tail(self) -> tuple[int, float, float, float] | None:
-        """(passes, median, standard error of the median, level) of the terms over the last windows of steps: each
-        pass's value and level the mean of its terms' and of their levels, each weighted as the pass weighs it (one
-        term: its own value and level); the level the passes' median, the value that level plus the median of each
-        pass's excess over its own, the error from the median absolute deviation of the excess (1.4826 of it a
-        standard deviation, 1.2533 of that over sqrt(n) the median's error, for values about normal). None while
-        off, while a term's level is unknown or, among several, 0 (a term's labels all of one class), or with fewer
-        than two passes counted. One host synchronisation on an accelerator."""
+    def tails(self) -> list[tuple[int, float, float, float]]:
+        """(passes, median, standard error of the median, level) of the terms over the last windows of steps: first
+        of them together, each pass's value and level the mean of its terms' and of their levels, each weighted as
+        the pass weighs it (one term: its own value and level); then, of several, each term's own, over the passes
+        that weigh it (a network's heads: one that learned beside one whose task is hopeless, a masked language
+        model's tokens beside a sentence task at chance). Each median is the level (the passes' median) plus the
+        median of each pass's excess over its own, the error from the median absolute deviation of the excess
+        (1.4826 of it a standard deviation, 1.2533 of that over sqrt(n) the median's error, for values about
+        normal). [] while off, while a term's level is unknown or, among several, 0 (a term's labels all of one
+        class), or with fewer than two passes counted. One host synchronisation on an accelerator."""
         passes = [sample for window in (*self._windows, self._window) for sample in window]
         known = [level.level() for level in self.levels]
         if self.off or len(passes) < 2 or None in known or (len(known) > 1 and min(known) <= 0):
-            return None
+            return []
         samples = torch.stack([sample.to(passes[0].device) for sample in passes]).cpu()
         samples = samples[samples[:, 0] > 0]
         if samples.shape[0] < 2:
-            return None
+            return []
         terms = len(known)
         values, weights = samples[:, 1:1 + terms], samples[:, 1 + terms:]
         share = weights / weights.sum(1, keepdim=True)
         levels = share @ torch.tensor(known, dtype=torch.float64)
-        excess = (share * values).sum(1) - levels
-        level, median = float(levels.median()), float(excess.median())
-        spread = 1.4826 * float((excess - median).abs().median())
-        return samples.shape[0], level + median, 1.2533 * spread / math.sqrt(samples.shape[0]), level
+        found = [_median_tail((share * values).sum(1) - levels, levels)]
+        for index in range(terms if terms > 1 else 0):
+            weighed = weights[:, index] > 0
+            if int(weighed.sum()) >= 2:
+                own = values[weighed, index]
+                found.append(_median_tail(own - known[index], torch.full_like(own, known[index])))
+        return found
+
+
+def _median_tail(excess: torch.Tensor, levels: torch.Tensor) -> tuple[int, float, float, float]:
+    """``TermLevel.tails``' (passes, median, standard error of the median, level) of passes' excesses over their
+    levels."""
+    level, median = float(levels.median()), float(excess.median())
+    spread = 1.4826 * float((excess - median).abs().median())
+    return excess.numel(), level + median, 1.2533 * spread / math.sqrt(excess.numel()), level
 
 
 def known_term(tensors: Sequence[torch.Tensor]) -> tuple[tuple[tuple[Any, torch.Tensor | None], ...], bool] | None:

@@ -687,8 +687,8 @@ class LearningCheck(FallTests):
     def _term_finding(self, step: int) -> RuleFinding | None:
         """NotLearning at the end of a run that learned by its loss, a sum of terms, where the sum's one term of
         known level (stabilizer_sentinel.detection.chance_level, ``TermLevel``; its several multi-class
-        cross-entropies, judged together; or a binary cross-entropy alone, whose level is judged here alone:
-        ``chance_level.BINARY``) never got below that level: by
+        cross-entropies, judged together and each alone; or a binary cross-entropy alone, whose level is judged
+        here alone: ``chance_level.BINARY``) never got below that level: by
         ``min_decrease`` of it (of its height above the term's floor, its soft targets' own entropy:
         ``ChanceLevel.floor``) and ``confidence`` standard errors of its median over the last
         ``patience_windows`` windows of steps, as ``_tail_below_chance`` asks of a loss that is its own (of its
@@ -701,10 +701,10 @@ class LearningCheck(FallTests):
         image's and falling, and its fall is its own."""
         term = self.term
         given = self.main_steps >= self.patience_steps()
-        tail = None if term is None or term.off or not term.full or not given else term.tail()
-        if tail is None or self._last is None or self.learning_start is None:
+        tails = [] if term is None or term.off or not term.full or not given else term.tails()
+        if not tails or self._last is None or self.learning_start is None:
             return None
-        passes, median, error, level = tail
+        passes, median, error, level = tails[0]
         floor = term.floor() or 0.0  # soft targets: no prediction scores below their entropy
         if floor and level - floor <= self.confidence * error:
             self._unjudged = (
@@ -712,7 +712,8 @@ class LearningCheck(FallTests):
                 f"standard errors of the loss {level:.4g} of a prediction that ignores the inputs: no loss tells a "
                 f"network that learned from one that did not, so whether the run learned is not judged")
             return None
-        if level - median > max(self.min_decrease * (level - floor), self.confidence * error):
+        if any(at - below > max(self.min_decrease * (at - floor), self.confidence * spread)
+               for _, below, spread, at in tails):  # together, or one of several alone
             return None
         self._term_at_chance = True
         start, (last_step, last) = self.learning_start, self._last
@@ -721,7 +722,8 @@ class LearningCheck(FallTests):
         several = len(term.levels) > 1
         subject = (f"its {len(term.levels)} {words} terms, weighted as the loss weighs them," if several else
                    "it" if term.alone else f"its {words} term")
-        ended = f"{subject} ended at {median:.4g} (the median of its last {passes} passes)"
+        each = ", none alone below its own level" if several else ""
+        ended = f"{subject} ended at {median:.4g} (the median of its last {passes} passes{each})"
         why = ("the network learned nothing beyond that prediction" if several and term.alone else
                "it learned the labels' prior and nothing beyond it" if term.alone else
                "the fall was its other terms', and the network learned nothing beyond that prediction")
