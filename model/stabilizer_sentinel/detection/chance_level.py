@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -348,7 +348,8 @@ class TermLevel:
         self.off = False
         self.names: tuple[str, ...] | None = None  # the terms' nodes
         self.alone: bool | None = None  # the terms are the whole loss (a binary cross-entropy's: ``BINARY``)
-        # Per pass since the last window, on the device: whether counted, then each term's value, then its weight.
+        # Per pass since the last window, on the device: whether counted, then each term's value, then its weight, then
+        # whether the terms' labels were of several tasks (``_tasks``).
         self._window: list[torch.Tensor] = []
         self._windows: deque[list[torch.Tensor]] = deque(maxlen=windows)
 
@@ -384,7 +385,8 @@ class TermLevel:
         # A term weighted by 0 is no part of the loss (a pass of none is not counted); by less than 0, of another aim
         # (the pass is not counted).
         counted = torch.isfinite(value).all() & (weight >= 0).all() & (weight > 0).any()
-        self._window.append(torch.cat([counted.double().reshape(1), torch.where(counted, value, 0.0), weight]))
+        tasks = _tasks(node for node, _ in terms).double().reshape(1)
+        self._window.append(torch.cat([counted.double().reshape(1), torch.where(counted, value, 0.0), weight, tasks]))
 
     @property
     def full(self) -> bool:
@@ -409,9 +411,11 @@ class TermLevel:
     def tails(self) -> list[tuple[int, float, float, float]]:
         """(passes, median, standard error of the median, level) of the terms over the last windows of steps: first
         of them together, each pass's value and level the mean of its terms' and of their levels, each weighted as
-        the pass weighs it (one term: its own value and level); then, of several, each term's own, over the passes
-        that weigh it (a network's heads: one that learned beside one whose task is hopeless, a masked language
-        model's tokens beside a sentence task at chance). Each median is the level (the passes' median) plus the
+        the pass weighs it (one term: its own value and level); then, of several whose labels are of several tasks
+        in any pass (``_tasks``), each term's own, over the passes that weigh it (a network's heads: one that
+        learned beside one whose task is hopeless, a masked language model's tokens beside a sentence task at
+        chance). Terms of one task's labels are judged together alone: each of a batch's augmentations judged apart
+        would be one more chance to read a fall as learning. Each median is the level (the passes' median) plus the
         median of each pass's excess over its own, the error from the median absolute deviation of the excess
         (1.4826 of it a standard deviation, 1.2533 of that over sqrt(n) the median's error, for values about
         normal). [] while off, while a term's level is unknown or, among several, 0 (a term's labels all of one
@@ -425,16 +429,32 @@ class TermLevel:
         if samples.shape[0] < 2:
             return []
         terms = len(known)
-        values, weights = samples[:, 1:1 + terms], samples[:, 1 + terms:]
+        values, weights, tasks = samples[:, 1:1 + terms], samples[:, 1 + terms:1 + 2 * terms], samples[:, -1]
         share = weights / weights.sum(1, keepdim=True)
         levels = share @ torch.tensor(known, dtype=torch.float64)
         found = [_median_tail((share * values).sum(1) - levels, levels)]
-        for index in range(terms if terms > 1 else 0):
+        for index in range(terms if bool((tasks > 0).any()) else 0):
             weighed = weights[:, index] > 0
             if int(weighed.sum()) >= 2:
                 own = values[weighed, index]
                 found.append(_median_tail(own - known[index], torch.full_like(own, known[index])))
         return found
+
+
+def _tasks(nodes: Iterable[Any]) -> torch.Tensor:
+    """Whether loss nodes' labels are of several tasks (a network's heads, a masked language model's tokens beside
+    a sentence task): a tensor of one truth value, on the device (no synchronisation). False where every node's
+    labels are the first's, in any order (one task's labels seen several ways: a contrastive loss's two of one
+    score matrix and of its transpose, mixup's two of one batch, a batch's augmentations, an auxiliary head's),
+    and for one node."""
+    first, *others = (node._saved_target.detach().reshape(-1) for node in nodes)
+    several = torch.zeros((), dtype=torch.bool, device=first.device)
+    ordered = first.sort().values if others else first
+    for labels in others:
+        if labels.shape != first.shape:
+            return torch.ones((), dtype=torch.bool, device=first.device)
+        several = several | (labels.sort().values != ordered).any()
+    return several
 
 
 def _median_tail(excess: torch.Tensor, levels: torch.Tensor) -> tuple[int, float, float, float]:

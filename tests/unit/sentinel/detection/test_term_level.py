@@ -405,3 +405,17 @@ def test_a_network_with_one_head_that_learned_beside_one_whose_task_is_hopeless_
     (_, together, _, level), (_, _, _, _), (_, learner, _, learner_level) = check.term.tails()
     assert level - together < 0.05 * level and learner < 0.95 * learner_level
     assert check.at_end(299) is None and check.learned
+
+
+@pytest.mark.parametrize(("second", "alone"), [("the same", False), ("permuted", False), ("another task's", True),
+                                               ("more of them", True)])
+def test_cross_entropies_of_one_tasks_labels_are_judged_together_alone(second, alone):
+    # A batch's augmentations, a contrastive loss's transpose, mixup's permuted batch: one task seen several ways,
+    # whose terms judged apart would each be one more chance to read a fall as learning. Other tasks' labels (another
+    # head's, a masked language model's tokens beside a sentence label): each term is judged alone too.
+    labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    other = {"the same": labels, "permuted": labels.flip(0), "another task's": torch.tensor([2, 2, 2, 0, 1, 0, 1, 2]),
+             "more of them": torch.cat([labels, labels])}[second]
+    _, term = _fed(lambda model, x: functional.cross_entropy(model(x), labels) + functional.cross_entropy(
+        model(torch.cat([x, x])[:len(other)]), other), steps=30)
+    assert len(term.tails()) == (3 if alone else 1)
