@@ -385,7 +385,12 @@ class TermLevel:
         # A term weighted by 0 is no part of the loss (a pass of none is not counted); by less than 0, of another aim
         # (the pass is not counted).
         counted = torch.isfinite(value).all() & (weight >= 0).all() & (weight > 0).any()
-        tasks = _tasks(node for node, _ in terms).double().reshape(1)
+        try:
+            with torch.no_grad():
+                tasks = _tasks(node for node, _ in terms).double().reshape(1)
+        except (AttributeError, RuntimeError, TypeError):  # a node saved differently
+            self.off = True
+            return
         self._window.append(torch.cat([counted.double().reshape(1), torch.where(counted, value, 0.0), weight, tasks]))
 
     @property
