@@ -449,16 +449,16 @@ class TermLevel:
 def _tasks(nodes: Iterable[Any]) -> torch.Tensor:
     """Whether loss nodes' labels are of several tasks (a network's heads, a masked language model's tokens beside
     a sentence task): a tensor of one truth value, on the device (no synchronisation). False where every node's
-    labels are the first's, in any order (one task's labels seen several ways: a contrastive loss's two of one
-    score matrix and of its transpose, mixup's two of one batch, a batch's augmentations, an auxiliary head's),
+    labels are the first's in any order, by their count, sum and sum of squares (one task's labels seen several
+    ways: a contrastive loss's two of one score matrix and of its transpose, mixup's two of one batch, a batch's
+    augmentations, an auxiliary head's; two reductions each, where sorting a segmentation's maps would cost more),
     and for one node."""
     first, *others = (node._saved_target.detach().reshape(-1) for node in nodes)
     several = torch.zeros((), dtype=torch.bool, device=first.device)
-    ordered = first.sort().values if others else first
     for labels in others:
         if labels.shape != first.shape:
             return torch.ones((), dtype=torch.bool, device=first.device)
-        several = several | (labels.sort().values != ordered).any()
+        several = several | (labels.sum() != first.sum()) | ((labels * labels).sum() != (first * first).sum())
     return several
 
 
