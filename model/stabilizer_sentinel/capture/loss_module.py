@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook
 
+from stabilizer_sentinel import handle_ids
 from stabilizer_sentinel.capture import module_hooks
 from stabilizer_sentinel.failsafe import shielded
 
@@ -40,7 +41,8 @@ class LossModuleWatch:
         self._inputs = inputs  # its inputs are wanted (labels, predictions): else only its name
         self._args: tuple[torch.Tensor, torch.Tensor] | None = None
         self._forward_seen = False
-        hook = register_module_forward_hook(shielded(self._module_called))
+        with handle_ids.apart():
+            hook = register_module_forward_hook(shielded(self._module_called))
         self._hooks: list[Any] = [module_hooks.process_wide(hook)]
 
     def _module_called(self, module: nn.Module, args: Any, output: Any) -> None:

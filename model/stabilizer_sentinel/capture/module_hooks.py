@@ -39,6 +39,7 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook
 
+from stabilizer_sentinel import handle_ids
 from stabilizer_sentinel.failsafe import shielded
 
 Hook = Callable[[nn.Module, Any, Any], None]
@@ -89,7 +90,8 @@ def forward_hook(module: nn.Module, hook: Hook) -> Handle:
     number = next(_NUMBERS)
     entry[1][number] = hook
     if not _GLOBAL:
-        _GLOBAL.append(process_wide(register_module_forward_hook(shielded(_dispatch))))
+        with handle_ids.apart():
+            _GLOBAL.append(process_wide(register_module_forward_hook(shielded(_dispatch))))
     return Handle(key, number)
 
 

@@ -64,6 +64,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
+from stabilizer_sentinel import handle_ids
 from stabilizer_sentinel.detection.hang_bounds import HangBounds
 from stabilizer_sentinel.failsafe import shielded
 from stabilizer_sentinel.loops import bare_tensors
@@ -287,7 +288,8 @@ class Watchdog:
             self._step_handle.remove()
             with contextlib.suppress(ValueError):
                 handles.remove(self._step_handle)
-        self._step_handle = optimizer.register_step_post_hook(self.after_step)
+        with handle_ids.apart():
+            self._step_handle = optimizer.register_step_post_hook(self.after_step)
         handles.append(self._step_handle)
 
     # -- what the training thread calls, through hooks (cheap: a clock read and an append)

@@ -105,6 +105,7 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from stabilizer_sentinel import handle_ids
 from stabilizer_sentinel.capture import module_hooks
 from stabilizer_sentinel.failsafe import closing, shielded
 from stabilizer_sentinel.integration import exit_status, log_channel, script_watch
@@ -330,11 +331,12 @@ class LauncherHooks:
         self._checkpoint: tuple[Any, dict[str, Any], nn.Module] | None = None  # read, loaded into that model
         self._candidate: tuple[Any, dict[str, Any]] | None = None  # the newest checkpoint, read
         self._looked_for_checkpoint = False
-        self._module_handles = [module_hooks.process_wide(handle) for handle in (
-            nn.modules.module.register_module_forward_pre_hook(shielded(self._module_called)),
-            nn.modules.module.register_module_forward_hook(shielded(self._module_returned), always_call=True),
-        )]
-        self._optimizer_handle = register_optimizer_step_pre_hook(shielded(self._optimizer_stepping))
+        with handle_ids.apart():
+            self._module_handles = [module_hooks.process_wide(handle) for handle in (
+                nn.modules.module.register_module_forward_pre_hook(shielded(self._module_called)),
+                nn.modules.module.register_module_forward_hook(shielded(self._module_returned), always_call=True),
+            )]
+            self._optimizer_handle = register_optimizer_step_pre_hook(shielded(self._optimizer_stepping))
         self._scaler_handle = step_clock.stand_by(shielded(self._scaler_stepping))
         self._hand_updates = bare_tensors.HandUpdates()
         self._backward_handle = bare_tensors.listen(self._backward, gradients=True)

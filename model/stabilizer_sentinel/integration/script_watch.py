@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from stabilizer_contract.job import REWIND_EVERY
+from stabilizer_sentinel import handle_ids
 from stabilizer_sentinel.integration.guard import Guard
 from stabilizer_sentinel.job_config import JobPaths, load_config
 
@@ -30,7 +31,8 @@ _PRELOADED: dict[str, str] = {}  # "checkpoint": the one the launcher loaded bef
 def offer(standby: Callable[[nn.Module, torch.optim.Optimizer | None], Guard | None]) -> RemovableHandle:
     """Ask ``standby`` first, at each ``watch(model, optimizer)``, until the handle's ``remove()``: it
     answers with the guard it already attached to that optimizer, or stands down and answers None."""
-    handle = RemovableHandle(_OFFERED)
+    with handle_ids.apart():
+        handle = RemovableHandle(_OFFERED)
     _OFFERED[handle.id] = standby
     return handle
 

@@ -45,7 +45,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from stabilizer_sentinel import failsafe
+from stabilizer_sentinel import failsafe, handle_ids
 from stabilizer_sentinel.say import say
 
 # Called with the tensors of every backward pass, before it runs (listen), by handle id; and with its
@@ -68,7 +68,8 @@ def listen(listener: Callable[..., None], *, gradients: bool = False) -> Removab
     """Call ``listener`` with the tensors of every backward pass, before it runs (and with the gradients it
     was given, ``gradients``), until the handle's ``remove()`` (idempotent, as torch's hook handles are)."""
     _wrap_backward()
-    handle = RemovableHandle(_LISTENERS)
+    with handle_ids.apart():
+        handle = RemovableHandle(_LISTENERS)
     _LISTENERS[handle.id] = (listener, gradients)
     return handle
 

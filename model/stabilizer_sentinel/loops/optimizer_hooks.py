@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from stabilizer_sentinel import handle_ids
 from stabilizer_sentinel.failsafe import shielded
 from stabilizer_sentinel.loops import gradients
 from stabilizer_sentinel.say import say
@@ -78,13 +79,14 @@ class OptimizerHooks:
         """The hooks of the optimizer whose steps are the run's (``_first_handles``, which ``Guard.hand_over``
         moves to another)."""
         self._in_step = False  # between its step's pre- and post-hooks: an optimizer stepped there is nested
-        self._first_handles = [
-            first.register_step_pre_hook(shielded(self._before_optimizer_step, meeting=self._meet_before_step)),
-            first.register_step_post_hook(shielded(self._after_optimizer_step, meeting=self._meet_after_step)),
-        ]
-        if in_checkpoints:
-            self._first_handles += [first.register_state_dict_post_hook(shielded(self._save_step)),
-                                    first.register_load_state_dict_pre_hook(shielded(self._load_step))]
+        with handle_ids.apart():
+            self._first_handles = [
+                first.register_step_pre_hook(shielded(self._before_optimizer_step, meeting=self._meet_before_step)),
+                first.register_step_post_hook(shielded(self._after_optimizer_step, meeting=self._meet_after_step)),
+            ]
+            if in_checkpoints:
+                self._first_handles += [first.register_state_dict_post_hook(shielded(self._save_step)),
+                                        first.register_load_state_dict_pre_hook(shielded(self._load_step))]
         self._handles += self._first_handles
         self.inner = []
         for inner in nested_optimizers(first):
@@ -101,8 +103,9 @@ class OptimizerHooks:
         if any(optimizer is known for known in (self.optimizer, *self.inner, *self.others)):
             return False
         self.inner.append(optimizer)
-        handles = [optimizer.register_step_pre_hook(shielded(self._before_inner_step)),
-                   optimizer.register_step_post_hook(shielded(self._after_inner_step))]
+        with handle_ids.apart():
+            handles = [optimizer.register_step_pre_hook(shielded(self._before_inner_step)),
+                       optimizer.register_step_post_hook(shielded(self._after_inner_step))]
         self._first_handles += handles
         self._handles += handles
         return True
@@ -126,8 +129,9 @@ class OptimizerHooks:
         and recovers in the job: around the update a rollback's rate, after it the step's end (copies,
         probes); nothing is checked here. Lightning calls ``optimizer.step(closure)``: this pre-hook runs
         before the closure's forward and backward, the callback's check after them, the update after that."""
-        self._handles += [optimizer.register_step_pre_hook(shielded(self._scale_for_step)),
-                          optimizer.register_step_post_hook(shielded(self._after_counted_step))]
+        with handle_ids.apart():
+            self._handles += [optimizer.register_step_pre_hook(shielded(self._scale_for_step)),
+                              optimizer.register_step_post_hook(shielded(self._after_counted_step))]
 
     def _scale_for_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         self.recovery.scale(optimizer)
@@ -221,8 +225,9 @@ class OptimizerHooks:
         if optimizer is self.optimizer or any(optimizer is other for other in self.others):
             return False
         self.others.append(optimizer)
-        self._handles += [optimizer.register_step_pre_hook(shielded(self._before_other_step)),
-                          optimizer.register_step_post_hook(shielded(self._after_other_step))]
+        with handle_ids.apart():
+            self._handles += [optimizer.register_step_pre_hook(shielded(self._before_other_step)),
+                              optimizer.register_step_post_hook(shielded(self._after_other_step))]
         return True
 
     def _before_other_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:

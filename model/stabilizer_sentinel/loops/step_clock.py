@@ -49,6 +49,7 @@ from typing import Any
 import torch
 from torch.utils.hooks import RemovableHandle
 
+from stabilizer_sentinel import handle_ids
 from stabilizer_sentinel.failsafe import shielded
 
 NONFINITE_LOSS_STEPS = 3
@@ -171,7 +172,8 @@ def stand_by(standby: Callable[[torch.optim.Optimizer], None]) -> RemovableHandl
     until the handle's ``remove()``: the launcher attaches there, since a skipped first step calls no
     optimizer hook."""
     _wrap_scaler()
-    handle = RemovableHandle(_STANDBY)
+    with handle_ids.apart():
+        handle = RemovableHandle(_STANDBY)
     _STANDBY[handle.id] = standby
     return handle
 
@@ -220,7 +222,8 @@ class BackwardClock:
         self.guard = guard
         self.wait_for_loss = wait_for_loss
         self.ready = False  # a backward pass ended and waits for guard.step(loss)
-        self._handle = torch.autograd.graph.register_multi_grad_hook(params, shielded(self._started), mode="any")
+        with handle_ids.apart():
+            self._handle = torch.autograd.graph.register_multi_grad_hook(params, shielded(self._started), mode="any")
 
     def _started(self, grad: Any) -> None:
         if self.ready:  # the last backward pass got no guard.step(loss): the loop reports none, count without
