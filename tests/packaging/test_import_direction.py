@@ -13,7 +13,7 @@ documented doors (``launch``, ``evaluator``, the autostart ``sitecustomize``, th
 ``lightning_callback`` and ``smdebug_compat``), then ``integration`` (how a script gets watched, the
 guard), then ``detection`` and ``recovery``, then ``rules`` and ``loops``, then ``capture`` (capture,
 the store, the Trial API), and at the bottom what all of them share (``job_config``, ``summary``, ``failsafe``,
-``say``). The checks run without the guard, the rules without the checks, the store without the rules.
+``say``, ``handle_ids``). The checks run without the guard, the rules without the checks, the store without the rules.
 
 Every ``import`` and ``from ... import`` counts, at the top of a module or inside a function, and
 under ``if TYPE_CHECKING:`` too (a type from a floor above still points up); relative imports are
@@ -52,7 +52,7 @@ SENTINEL_FLOORS = (
     ("stabilizer_sentinel.rules", "stabilizer_sentinel.loops"),
     ("stabilizer_sentinel.capture",),
     ("stabilizer_sentinel", "stabilizer_sentinel.job_config", "stabilizer_sentinel.summary",
-     "stabilizer_sentinel.failsafe", "stabilizer_sentinel.say"),
+     "stabilizer_sentinel.failsafe", "stabilizer_sentinel.say", "stabilizer_sentinel.handle_ids"),
 )
 
 
