@@ -632,14 +632,19 @@ class LauncherHooks:
         two networks trained in alternate epochs, each at 0.96 accuracy, ended NotLearning on the last epoch's
         19 steps). A network the guard of the phase before saw train (``earlier``: the losses of its steps before
         this one, under that guard as another optimizer's) is judged against the start they measured, its steps
-        counted from there."""
+        counted from there. A finding a rollback under way left standing as the phase before ended (``Guard.
+        phase_ended``) stands for the run where the new phase's network is that one going on (a network pruned
+        and its optimizer built again), as at the run's end; a trial's is its own."""
         assert self.guard is not None
+        standing: list[dict[str, Any]] = []  # findings a rollback under way left standing as the phase ended
         if self.guard.released:  # its network let go of (``_release``): this step's passes are the launcher's
             before = self._ended or []
         else:
             passes = self.guard.pass_loss()  # this step's backward passes, read by the guard of the phase before
             carried = passes if carried is None else carried
+            found = len(self.guard.sentinel.findings)
             self.guard.phase_ended()
+            standing = self.guard.sentinel.findings[found:]
             if self._lineages is None:
                 self._lineages = weakref.WeakKeyDictionary()
             self._lineages[self.guard.model] = self.guard.lineage()
@@ -663,6 +668,10 @@ class LauncherHooks:
                 self.guard.trained_again(self._trained_before)
             if lineage is not None:
                 self.guard.continues(lineage)
+                # The network a rollback under way had not recovered trains on: its finding stands for the run, as
+                # at the run's end (stop 79's harm hunt: a network pruned mid-probe, its optimizer built again,
+                # was judged on its second phase alone, learned at a held-out accuracy of 0.56).
+                self.guard.sentinel.adopt(standing)
             elif earlier:
                 self.guard.trained_unwatched(earlier)
         if carried is not None and self.guard is not None:

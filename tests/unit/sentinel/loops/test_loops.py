@@ -671,6 +671,27 @@ def test_a_rollback_still_probing_when_the_next_model_begins_is_recorded_as_it_s
 
 
 @pytest.mark.slow
+def test_a_finding_left_standing_as_the_same_network_trains_on_in_a_next_phase_stands_for_the_run(tmp_path):
+    # From stop 79's harm hunt: a network pruned while a rollback probed rates (its optimizer built again over the
+    # pruned parameters: a next phase of the same network) had the finding stand at that phase's end, said on
+    # stderr, and was judged on its second phase alone: findings.json had no finding, learned true.
+    args = [str(FIXTURES / "loops" / "pruned_midway.py"), "--lr", "10", "--prune-at", "8", "--steps", "60"]
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert watched.returncode == 0, watched.stderr
+    assert "the script's next training began while probing rates after Diverging at step 4" in watched.stderr
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    assert [(entry["rule"], entry["step"]) for entry in document["findings"]] == [("Diverging", 4)]
+    assert [entry["outcome"] for entry in document["rollbacks"]][0] == "ended"
+    # At a healthy rate nothing is found, and the run prints as it does unwatched.
+    healthy = [str(FIXTURES / "loops" / "pruned_midway.py"), "--prune-at", "8", "--steps", "30"]
+    plain = run(healthy, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    watched = run(["-m", "stabilizer_sentinel.launch", *healthy], LOOPS.parent,
+                  job_env(tmp_path / "healthy", {"recovery": "in_job"}))
+    assert (watched.returncode, watched.stdout) == (0, plain.stdout), watched.stderr
+    assert json.loads((tmp_path / "healthy" / "checkpoints" / "findings.json").read_text())["findings"] == []
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("recovery", ["in_job", "relaunch"])
 def test_a_searchs_trial_that_diverges_after_the_first_is_told_not_rolled_back_or_stopped(tmp_path, recovery):
     # From stop 70's hunt: a grid in one process (the same network built again for each rate) whose last rate
