@@ -681,7 +681,7 @@ def test_a_finding_left_standing_as_the_same_network_trains_on_in_a_next_phase_s
     assert "the script's next training began while probing rates after Diverging at step 4" in watched.stderr
     document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
     assert [(entry["rule"], entry["step"]) for entry in document["findings"]] == [("Diverging", 4)]
-    assert [entry["outcome"] for entry in document["rollbacks"]][0] == "ended"
+    assert document["rollbacks"][0]["outcome"] == "ended"
     # At a healthy rate nothing is found, and the run prints as it does unwatched.
     healthy = [str(FIXTURES / "loops" / "pruned_midway.py"), "--prune-at", "8", "--steps", "30"]
     plain = run(healthy, LOOPS.parent, job_env(tmp_path / "unwatched"))
