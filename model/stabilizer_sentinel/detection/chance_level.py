@@ -333,7 +333,7 @@ class TermLevel:
     penalty on the weights shrinking them while the cross-entropy learns only the labels' prior). Each pass's
     terms are recomputed from their nodes' saved tensors (the log-probabilities and labels of a cross-entropy,
     the predictions and targets of the others: a few small kernels on the device, no synchronisation) and
-    kept per window (``close_window``, the learning check's); ``tail`` reads the last windows' median (one
+    kept per window (``close_window``, the learning check's); ``tails`` reads the last windows' medians (one
     synchronisation, at the end of the run): a pass far off (an L-BFGS closure evaluated at a trial point a
     line search rejects, 1e31 where the fit is at 0.01: the corpus's ridge regression) moves no median. Several
     terms are judged together, their values and their levels each weighted as the sum weighs them: only

@@ -687,8 +687,9 @@ class LearningCheck(FallTests):
     def _term_finding(self, step: int) -> RuleFinding | None:
         """NotLearning at the end of a run that learned by its loss, a sum of terms, where the sum's one term of
         known level (stabilizer_sentinel.detection.chance_level, ``TermLevel``; its several multi-class
-        cross-entropies, judged together and each alone; or a binary cross-entropy alone, whose level is judged
-        here alone: ``chance_level.BINARY``) never got below that level: by
+        cross-entropies, judged together and, where their labels are of several tasks, each alone; or a binary
+        cross-entropy alone, whose level is judged here alone: ``chance_level.BINARY``) never got below that
+        level: by
         ``min_decrease`` of it (of its height above the term's floor, its soft targets' own entropy:
         ``ChanceLevel.floor``) and ``confidence`` standard errors of its median over the last
         ``patience_windows`` windows of steps, as ``_tail_below_chance`` asks of a loss that is its own (of its
