@@ -349,7 +349,7 @@ class TermLevel:
         self.names: tuple[str, ...] | None = None  # the terms' nodes
         self.alone: bool | None = None  # the terms are the whole loss (a binary cross-entropy's: ``BINARY``)
         # Per pass since the last window, on the device: whether counted, then each term's value, then its weight, then
-        # whether the terms' labels were of several tasks (``_tasks``).
+        # (of several terms) whether their labels were of several tasks (``_tasks``).
         self._window: list[torch.Tensor] = []
         self._windows: deque[list[torch.Tensor]] = deque(maxlen=windows)
 
@@ -385,13 +385,15 @@ class TermLevel:
         # A term weighted by 0 is no part of the loss (a pass of none is not counted); by less than 0, of another aim
         # (the pass is not counted).
         counted = torch.isfinite(value).all() & (weight >= 0).all() & (weight > 0).any()
-        try:
-            with torch.no_grad():
-                tasks = _tasks(node for node, _ in terms).double().reshape(1)
-        except (AttributeError, RuntimeError, TypeError):  # a node saved differently
-            self.off = True
-            return
-        self._window.append(torch.cat([counted.double().reshape(1), torch.where(counted, value, 0.0), weight, tasks]))
+        tasks: list[torch.Tensor] = []  # of several terms alone: nothing more per pass for one
+        if len(terms) > 1:
+            try:
+                with torch.no_grad():
+                    tasks.append(_tasks(node for node, _ in terms).double().reshape(1))
+            except (AttributeError, RuntimeError, TypeError):  # a node saved differently
+                self.off = True
+                return
+        self._window.append(torch.cat([counted.double().reshape(1), torch.where(counted, value, 0.0), weight, *tasks]))
 
     @property
     def full(self) -> bool:
@@ -434,11 +436,11 @@ class TermLevel:
         if samples.shape[0] < 2:
             return []
         terms = len(known)
-        values, weights, tasks = samples[:, 1:1 + terms], samples[:, 1 + terms:1 + 2 * terms], samples[:, -1]
+        values, weights = samples[:, 1:1 + terms], samples[:, 1 + terms:1 + 2 * terms]
         share = weights / weights.sum(1, keepdim=True)
         levels = share @ torch.tensor(known, dtype=torch.float64)
         found = [_median_tail((share * values).sum(1) - levels, levels)]
-        for index in range(terms if bool((tasks > 0).any()) else 0):
+        for index in range(terms if terms > 1 and bool((samples[:, -1] > 0).any()) else 0):
             weighed = weights[:, index] > 0
             if int(weighed.sum()) >= 2:
                 own = values[weighed, index]
@@ -451,8 +453,7 @@ def _tasks(nodes: Iterable[Any]) -> torch.Tensor:
     a sentence task): a tensor of one truth value, on the device (no synchronisation). False where every node's
     labels are the first's in any order, by their count, sum and sum of squares (one task's labels seen several
     ways: a contrastive loss's two of one score matrix and of its transpose, mixup's two of one batch, a batch's
-    augmentations, an auxiliary head's; two reductions each, where sorting a segmentation's maps would cost more),
-    and for one node."""
+    augmentations, an auxiliary head's; two reductions each, where sorting a segmentation's maps would cost more)."""
     first, *others = (node._saved_target.detach().reshape(-1) for node in nodes)
     several = torch.zeros((), dtype=torch.bool, device=first.device)
     for labels in others:
