@@ -206,6 +206,7 @@ def _unique(root: Path, runs: list[Run]) -> None:
 SCRIPT_FOLDER = re.compile(r"^[a-z0-9_]+__[a-z0-9_]+$")  # <project>__<script>
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 ARGUMENT_STYLES = ("space", "equals")
+ENVIRONMENT_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 STANDINS = "_standins"  # the stand-in packages, beside the script folders
 
 
@@ -244,6 +245,9 @@ class Script:
     runs: tuple[Run, ...]
     no_failing_run: str = ""
     interleaved_output: str = ""  # why its processes' lines interleave in any order ("": they do not)
+    # Variables a user sets to run it (Lightning's PL_TRAINER_* defaults, torch's TORCH_FORCE_*), in every run's
+    # environment: the transparency runs' and the local workflow's jobs'
+    environment: dict[str, str] = field(default_factory=dict)
 
     @property
     def present(self) -> bool:
@@ -349,11 +353,15 @@ def load_script(directory: Path) -> Script:  # noqa: PLR0912 - one check per man
         raise ManifestError(f"{source}: interleaved_output: expected why the script's lines interleave (a string)")
     if any(run.watch != "none" for run in runs):
         raise ManifestError(f"{source}: watch: expected none (a public script does not call watch())")
+    variables = data.get("environment", {})
+    if not isinstance(variables, dict) or any(
+            not ENVIRONMENT_NAME.match(str(name)) or not isinstance(value, str) for name, value in variables.items()):
+        raise ManifestError(f"{source}: environment: expected an object NAME -> string value, got {variables!r}")
     return Script(
         name=directory.name, directory=directory.resolve(), description=_field(source, "", data, "description", str),
         upstream=upstream, script=str(script), arguments=arguments,
         data_maker=(maker["maker"], *maker_args) if maker else (), standins=tuple(standins), runs=tuple(runs),
-        no_failing_run=no_failing_run, interleaved_output=interleaved,
+        no_failing_run=no_failing_run, interleaved_output=interleaved, environment=dict(variables),
     )
 
 

@@ -43,7 +43,7 @@ def verdict(script: Script, run: Run, policy: str, data_dir: Path, root: Path) -
     source = root / f"{run.name}-{policy}-source"
     prepare(script, source, environment(script, root / "unused"))
     moved = dataclasses.replace(run, job={**run.job, "source": str(source)})
-    job_environment = {"PYTHONPATH": standin_path(script)} if script.standins else {}
+    job_environment = {**script.environment, **({"PYTHONPATH": standin_path(script)} if script.standins else {})}
     return calibration.execute(moved, policy, data_dir, root, job_environment)
 
 

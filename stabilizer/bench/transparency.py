@@ -79,8 +79,9 @@ def standin_path(script: Script) -> str:
 
 def environment(script: Script, sentinel_dir: Path) -> dict[str, str]:
     """The environment of every run of the script, watched or not: one thread, a fixed hash seed, no
-    bytecode files, the stand-ins on PYTHONPATH, the sentinel's files in `sentinel_dir`; the watched run
-    configured as the workflow's jobs are by default (`recovery` in_job: copies of the state kept)."""
+    bytecode files, the manifest's `environment`, the stand-ins on PYTHONPATH, the sentinel's files in
+    `sentinel_dir`; the watched run configured as the workflow's jobs are by default (`recovery` in_job:
+    copies of the state kept)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SM_", "STABILIZER_")) and k not in ("PYTHONPATH", "TRAINING_JOB_NAME")}
     env.update({"OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
@@ -88,6 +89,7 @@ def environment(script: Script, sentinel_dir: Path) -> dict[str, str]:
                 "STABILIZER_FAILURE_FILE": str(sentinel_dir / "failure"),
                 "STABILIZER_TENSOR_DIR": str(sentinel_dir / "checkpoints" / "tensors"),
                 "STABILIZER_CONFIG": json.dumps({"recovery": "in_job"})})
+    env.update(script.environment)  # what the manifest says a user sets to run it
     if script.standins:
         env["PYTHONPATH"] = standin_path(script)
     return env

@@ -100,6 +100,8 @@ def test_a_well_formed_folder_loads(tmp_path: Path):
     ({"data": {"maker": "make_data.py"}}, r"data\.maker: 'make_data\.py' is not a file"),
     ({"standins": ["tensorflow"]}, r"standins: expected a list of torchvision packages, got \['tensorflow'\]"),
     ({"watch": "library"}, r"watch: expected none"),
+    ({"environment": {"pl_trainer": "4"}}, r"environment: expected an object NAME -> string value"),
+    ({"environment": {"PL_TRAINER_LIMIT_TRAIN_BATCHES": 4}}, r"environment: expected an object NAME -> string value"),
     ({"runs": [{"name": "fit-healthy", "healthy": True, "expect": {"outcome": "succeeded"}}]},
      r"no_failing_run: required when runs has no failing run"),
     ({"runs": [{"name": "fit-lr100", "healthy": False, "expect": {"first_attempt": "diverged",
@@ -109,6 +111,23 @@ def test_a_well_formed_folder_loads(tmp_path: Path):
 def test_a_malformed_manifest_is_refused_naming_the_field(tmp_path: Path, changes: dict, message: str):
     with pytest.raises(ManifestError, match=message):
         load_script(_folder(tmp_path, **changes))
+
+
+def test_the_manifests_environment_is_in_every_run_watched_unwatched_and_through_the_workflow(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # Lightning's PL_TRAINER_* defaults size lightning__transformer; torch's TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD lets
+    # time_sequence_prediction read the numpy array upstream's generator saves (its requirements pin torch<2.6).
+    script = load_script(_folder(tmp_path, environment={"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}))
+    assert script.environment == {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+    assert bench.environment(script, tmp_path / "sentinel")["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] == "1"
+    seen = {}
+    monkeypatch.setattr(public_scripts, "prepare", lambda script, source, env: source)
+    monkeypatch.setattr(public_scripts.calibration, "execute",
+                        lambda run, policy, data_dir, root, job_environment: seen.update(job_environment))
+    public_scripts.verdict(script, script.healthy, "default", tmp_path, tmp_path / "verdicts")
+    assert seen == {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+    (tmp_path / "plain").mkdir()
+    assert load_script(_folder(tmp_path / "plain")).environment == {}
 
 
 def test_upstream_files_in_place_without_their_licence_are_refused(tmp_path: Path):
