@@ -775,6 +775,12 @@ class Guard(OptimizerHooks):
         self.record.trained_before = before
         self.sentinel.told = TRIAL
 
+    def driven_by(self, driver: str) -> None:
+        """This network's training is called by ``driver``, a package that trains several runs to compare them (a
+        search, a cross-validation: stabilizer_sentinel.integration.launcher_hooks, ``search_driver``): each
+        finding of it says so (findings.json's ``told``), as a search's later trials' do."""
+        self.sentinel.told = f"a trial of a search: {driver} calls its training and compares its trials"
+
     def resumed(self, started_from: str | None, next_step: int | None = None) -> None:
         """The run started from ``started_from`` (a checkpoint, named in the summary); with
         ``next_step``, its steps count on from there."""

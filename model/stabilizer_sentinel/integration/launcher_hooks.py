@@ -135,6 +135,22 @@ HOLDER_LEVELS = 4  # how far above a called module the network holding the optim
 ENDED_VALUES = 1024
 # The backward passes the launcher keeps for a guard not yet attached (a first step's micro-batches).
 PENDING_PASSES = 256
+# The modules of the packages that train a network several times to compare the runs (a hyperparameter search, a
+# cross-validation): where one of them calls the training, its first run is a trial too (``search_driver``).
+SEARCH_DRIVERS = ("sklearn.model_selection.", "optuna.", "ray.tune.", "hyperopt.", "skopt.")
+
+
+def search_driver() -> str | None:
+    """The package that calls the training under way to compare it with others (scikit-learn's ``GridSearchCV`` or
+    ``cross_val_score`` fitting a skorch net, an Optuna study's objective), read from the call stack; None for a
+    script's own loop. One walk of the stack, where a phase's guard attaches."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_globals.get("__name__")
+        if isinstance(name, str) and name.startswith(SEARCH_DRIVERS):
+            return next(package.rstrip(".") for package in SEARCH_DRIVERS if name.startswith(package))
+        frame = frame.f_back
+    return None
 
 
 def _updates(optimizer: torch.optim.Optimizer, model: nn.Module) -> bool:
@@ -512,8 +528,13 @@ class LauncherHooks:
             handle.remove()
         self._fingerprints.clear()
         self._check_after = 0
+        driver = search_driver() if config is None else None
+        if driver is not None:  # a search's first trial: told, never acted on, as its next trials are (``_new_phase``)
+            config = replace(self.config, action="notify", recovery="relaunch")
         self.guard = Guard(model, optimizer, config=config or self.config, paths=self.paths, start_step=start_step,
                            integration="launcher", batches=self.batches)
+        if driver is not None:
+            self.guard.driven_by(driver)
         self.batches = self.guard.batches  # none where the guard keeps none: what was fetched so far let go
         self.guard.called_through([root for root in (ref() for ref in self._roots.values()) if _wraps(root, model)])
         atexit.register(exit_status.record_uncaught)  # after the guard's: at exit, it runs before the guard closes
@@ -623,8 +644,11 @@ class LauncherHooks:
         script compares with the others: its findings are told (action ``notify``), never acted on, no rollback
         and no stop. A trial at a rate that diverges is the search's to see: rolled back, it ended as well as
         the best and the script chose its rate (stop 70's hunt); stopped, the search ended there. Its summary
-        says how many such phases came before it (``trained_before``). The first phase is acted on as any run:
-        nothing says yet that another will follow.
+        says how many such phases came before it (``trained_before``). The first phase is acted on as any run
+        (nothing says yet that another will follow) but where a search's package calls it (``search_driver``):
+        scikit-learn's ``GridSearchCV`` fitting a skorch net at a rate that learns nothing was stopped at its
+        first trial's patience, the whole search with it, and one at a rate that diverges rolled back, its
+        cross-validated score another (stop 80's hunt).
 
         A network a phase before watched, trained again (two networks trained in turns, a search's best trials
         trained on), goes on from where its learning check stood then: judged against the start of its own

@@ -782,3 +782,18 @@ def test_a_network_a_rate_killed_whose_loss_still_fell_is_rolled_back_and_learns
     assert watched.returncode == 86 and summary(stopped)["learned"] is False
     (finding,) = findings(stopped)
     assert finding["rule"] == "Diverging" and "the same for every input" in finding["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rates", ["1e-5,0.05", "50,0.05"])
+def test_the_first_trial_of_a_search_a_package_drives_is_told_not_stopped_or_rolled_back(tmp_path, rates):
+    # Stop 80's hunt: skorch nets fitted by scikit-learn's GridSearchCV. A first trial at a rate that learns
+    # nothing was stopped at its patience, and the whole search with it (exit 86, no result); one at a rate that
+    # diverges was rolled back, its cross-validated score another. The search's later trials were told only.
+    args = [str(FIXTURES / "loops" / "grid_search.py"), "--rates", rates, "--steps", "120"]
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert (watched.returncode, watched.stdout) == (0, plain.stdout), watched.stderr
+    told = [line for line in watched.stderr.splitlines() if line.startswith("sentinel")]
+    assert len(told) == 2 and all(" at step " in line and "rolling back" not in line for line in told), told
+    assert "best=0.05" in plain.stdout
