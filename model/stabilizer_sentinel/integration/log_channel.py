@@ -15,7 +15,8 @@ Nor where the guard checked the step the line follows with a finite loss of the 
 (its backward pass's scalar, or ``step(loss)``; ``Guard.read_finite_loss``): a non-finite loss that
 step applied would be in its gradients, which the finite check reads, so the line's number is one the
 training never applied (a script's own guard printing ``loss: nan, skipping the batch`` before it
-skips it) and neither counts nor becomes the channel's last. The log decides where the hooks read no
+skips it) and neither counts nor becomes the channel's last. Nor a line of the watcher's own (``say``): a finding's
+message quotes losses. The log decides where the hooks read no
 loss of their own (a backward pass from several tensors, or none the launcher saw).
 
 Cost: one regex search per complete line printed, nothing per training step.
@@ -34,6 +35,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from stabilizer_sentinel import failsafe
+from stabilizer_sentinel.say import saying
 from stabilizer_sentinel.summary import LogLoss
 
 
@@ -48,6 +50,8 @@ class _LossFromLog(io.TextIOBase):
 
     def write(self, text: str) -> int:
         written = self._stream.write(text)
+        if saying():  # the watcher's own line: passed through, never read for a loss
+            return written
         *lines, rest = (self._partial + text).split("\n")
         self._partial = rest[-4096:]  # a line that never ends (progress bars) is not kept whole
         for line in lines:

@@ -7,6 +7,7 @@ import io
 import re
 
 from stabilizer_sentinel.integration.log_channel import _LossFromLog
+from stabilizer_sentinel.say import say
 
 PATTERN = re.compile(r"loss[=:]\s*([-+0-9.eE]+|nan|inf)")
 
@@ -36,3 +37,13 @@ def test_a_line_written_in_pieces_is_read_once_it_ends():
     for piece in ("step 3 ", "loss=", "1.5", "\r", "step 4 loss=1.25", "\n"):
         stream.write(piece)
     assert read == [1.25]
+
+
+def test_the_watchers_own_lines_pass_through_unread(monkeypatch):
+    # Stop 80's hunt: a script that printed no loss had the log's last loss 1.739e+08, read from a finding's line.
+    stream, underneath, read = _stream()
+    monkeypatch.setattr("sys.stderr", stream)
+    say("sentinel: Diverging at step 3: the loss=1.739e+08 has been above 23.5 for 3 steps")
+    stream.write("step 4 loss=0.5\n")
+    assert read == [0.5]
+    assert underneath.getvalue().startswith("sentinel: Diverging at step 3: the loss=1.739e+08")
