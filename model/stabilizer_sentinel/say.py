@@ -20,9 +20,13 @@ def say(text: str) -> None:
     stream = sys.stderr
     if stream is None:  # an interpreter with no stderr (pythonw, a daemon that closed it): print writes nothing too
         return
+    # After a line the script left unended (a progress bar's, redrawn with carriage returns), on a line of its own:
+    # written on, it read "... loss=1.66e+3sentinel: Diverging at step 3: ..." (stop 80's hunt).
+    midline = getattr(stream, "midline", None)
+    start = "\n" if callable(midline) and midline() is True else ""
     _SAYING.on = True
     try:
-        stream.write(f"{text}\n")
+        stream.write(f"{start}{text}\n")
         stream.flush()
     finally:
         _SAYING.on = False

@@ -50,7 +50,8 @@ class _LossFromLog(io.TextIOBase):
 
     def write(self, text: str) -> int:
         written = self._stream.write(text)
-        if saying():  # the watcher's own line: passed through, never read for a loss
+        if saying():  # the watcher's own line: passed through, never read for a loss; the script's line it ended
+            self._partial = ""
             return written
         *lines, rest = (self._partial + text).split("\n")
         self._partial = rest[-4096:]  # a line that never ends (progress bars) is not kept whole
@@ -60,6 +61,11 @@ class _LossFromLog(io.TextIOBase):
                 with contextlib.suppress(ValueError):
                     failsafe.call_shielded(self._sink, float(match.group(1)))
         return written
+
+    def midline(self) -> bool:
+        """Whether the script's last line is not ended yet (a progress bar redrawn with carriage returns): the
+        watcher's line (``say``) starts on a line of its own."""
+        return bool(self._partial)
 
     def flush(self) -> None:
         self._stream.flush()

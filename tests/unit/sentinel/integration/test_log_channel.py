@@ -47,3 +47,15 @@ def test_the_watchers_own_lines_pass_through_unread(monkeypatch):
     stream.write("step 4 loss=0.5\n")
     assert read == [0.5]
     assert underneath.getvalue().startswith("sentinel: Diverging at step 3: the loss=1.739e+08")
+
+
+def test_the_watchers_line_after_a_progress_bars_unended_line_starts_a_line_of_its_own(monkeypatch):
+    stream, underneath, read = _stream()
+    monkeypatch.setattr("sys.stderr", stream)
+    stream.write("epoch 1: 10%| loss=2.31\repoch 1: 20%| loss=1.66e+3")
+    say("sentinel: Diverging at step 3")
+    stream.write("\repoch 1: 30%| loss=0.9\n")
+    say("sentinel: rolled back")
+    assert underneath.getvalue() == ("epoch 1: 10%| loss=2.31\repoch 1: 20%| loss=1.66e+3\n"
+                                     "sentinel: Diverging at step 3\n\repoch 1: 30%| loss=0.9\nsentinel: rolled back\n")
+    assert read == [0.9]
