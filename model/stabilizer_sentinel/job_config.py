@@ -42,7 +42,8 @@ DEFAULT_LOSS_REGEX = r"(?:^|[\s,;|(\[{])loss\s*[=:]?\s*([-+]?(?:\d+\.?\d*(?:[eE]
 DEFAULT_RULES: tuple[dict[str, Any], ...] = ({"name": "ExplodingTensor"},)
 RECOVERIES = ("in_job", "relaunch")
 _KEYS = {"rules", "capture", "action", "integration", "loss_regex", "knobs", "recovery", "skip_batches",
-         "skip_nonfinite_batches"}
+         "skip_nonfinite_batches", "objective"}
+OBJECTIVE_TYPES = ("Maximize", "Minimize")
 FINGERPRINT = re.compile(FINGERPRINT_PATTERN)
 
 
@@ -68,6 +69,9 @@ class StabilizerConfig:
     # An earlier attempt's bad batch held corrupt records (non-finite values the batches after it lacked):
     # every batch with non-finite values is passed over (stabilizer_sentinel.recovery.batches.nonfinite).
     skip_nonfinite_batches: bool = False
+    # The job's objective metric: {"name", "regex" (one capture group), "type": Maximize or Minimize}; its log
+    # lines' readings say whether the run learned where the loss does not (stabilizer_sentinel.summary.Objective).
+    objective: dict[str, str] | None = None
 
     def with_defaults(self, **defaults: Any) -> StabilizerConfig:
         """Fill the fields the job left unset from ``defaults`` (the script's own arguments)."""
@@ -155,6 +159,7 @@ def _validated(value: Mapping[str, Any]) -> StabilizerConfig:
             f"{HYPERPARAMETER}.skip_nonfinite_batches: expected true or false, got {skip_nonfinite!r}")
     knobs = value.get("knobs") or {}
     return StabilizerConfig(
+        objective=_objective(value.get("objective")),
         skip_batches=tuple(skip),
         skip_nonfinite_batches=skip_nonfinite,
         recovery=recovery,
@@ -165,6 +170,25 @@ def _validated(value: Mapping[str, Any]) -> StabilizerConfig:
         loss_regex=loss_regex,
         knobs=dict(knobs) if isinstance(knobs, Mapping) else {},
     )
+
+
+def _objective(value: Any) -> dict[str, str] | None:
+    if value is None:
+        return None
+    where = f"{HYPERPARAMETER}.objective"
+    if not isinstance(value, Mapping) or set(value) != {"name", "regex", "type"}:
+        raise StabilizerConfigError(f"{where}: expected an object of name, regex and type, got {value!r}")
+    if not isinstance(value["name"], str) or not value["name"]:
+        raise StabilizerConfigError(f"{where}.name: expected the metric's name, got {value['name']!r}")
+    if value["type"] not in OBJECTIVE_TYPES:
+        raise StabilizerConfigError(f"{where}.type: expected one of {list(OBJECTIVE_TYPES)}, got {value['type']!r}")
+    try:
+        compiled = re.compile(value["regex"])
+    except (re.error, TypeError) as exc:
+        raise StabilizerConfigError(f"{where}.regex: not a regular expression ({exc})") from None
+    if compiled.groups < 1:
+        raise StabilizerConfigError(f"{where}.regex: needs one capture group around the number, got {value['regex']!r}")
+    return {"name": value["name"], "regex": value["regex"], "type": value["type"]}
 
 
 def hyperparameters_file(environ: Mapping[str, str] | None = None) -> Path:

@@ -17,6 +17,7 @@ This module must not touch the model, the optimizer or the training loop's contr
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import types
@@ -109,13 +110,80 @@ def how_it_ended() -> Ending:
     return Ending(_EXIT.ended, _EXIT.exception)
 
 
+# The job's objective metric (its ``objective``: a metric its log prints that rises, ``Maximize``, or falls,
+# ``Minimize``, as the run learns: a reward, an accuracy). Readings kept: the first and the newest this many.
+OBJECTIVE_KEPT = 1024
+OBJECTIVE_FEWEST = 4  # fewer readings than this judge nothing
+OBJECTIVE_MARGIN = 0.05  # the least move, of the first window's magnitude, that is learning (the loss's least fall)
+OBJECTIVE_ERRORS = 2.0  # ... and more than this many standard errors of the two windows' difference
+
+
+@dataclass
+class Objective:
+    """The job's objective metric as its log lines print it, judged where the loss is not (``judged``).
+
+    A policy gradient's loss is a surrogate whose value measures no fit (stabilizer_sentinel.detection.surrogate),
+    and a script may print no loss at all; what it prints as it learns (an episode's reward, an accuracy) can
+    say whether it learned, where the job names that metric and which way is better (SageMaker's
+    ``HyperParameterTuningJobObjective``: ``MetricName``, ``Type``)."""
+
+    name: str
+    type: str = "Maximize"
+    readings: int = 0
+    first: list[float] = field(default_factory=list)  # the first OBJECTIVE_KEPT readings
+    newest: deque[float] = field(default_factory=lambda: deque(maxlen=OBJECTIVE_KEPT))
+
+    def add(self, value: float) -> None:
+        self.readings += 1
+        if len(self.first) < OBJECTIVE_KEPT:
+            self.first.append(value)
+        self.newest.append(value)
+
+    def judged(self) -> tuple[bool | None, str]:
+        """Whether the metric moved the better way from its first readings to its last, with the words that say
+        so: True where its last window's mean passed the best of its first window (a running average's climb
+        from its initial value to the untrained level, or one lucky early reading, is not learning) beyond the
+        margin and the noise; False where that mean is not beyond its first window's mean; None between, or
+        where too few readings were finite to judge."""
+        if self.readings and not math.isfinite(self.newest[-1]):
+            return False, f"its objective {self.name}'s last reading is {self.newest[-1]}"
+        first = [v for v in self.first if math.isfinite(v)]
+        newest = [v for v in self.newest if math.isfinite(v)]
+        held = len(first) if self.readings <= OBJECTIVE_KEPT else len(first) + len(newest)
+        if held < OBJECTIVE_FEWEST:
+            return None, f"{held} finite readings of its objective {self.name}, too few to judge"
+        k = max(1, min(held // 4, OBJECTIVE_KEPT))
+        sign = 1.0 if self.type == "Maximize" else -1.0
+        start, end = sum(first[:k]) / k, sum(newest[-k:]) / k
+        best = sign * max(sign * v for v in first[:k])
+        # The readings' noise from successive differences (a trend adds to it: the judgement errs toward no).
+        steps = [b - a for run in (first, newest) for a, b in itertools.pairwise(run)]
+        noise = math.sqrt(sum(d * d for d in steps) / (2 * len(steps))) if steps else 0.0
+        way = "rose" if sign > 0 else "fell"
+        of = f"the means of its first and last {k} of {self.readings} readings" if k > 1 else (
+            f"its first and last readings, of {self.readings}")
+        moved = f"{start:.4g} -> {end:.4g} ({of})"
+        if sign * (end - best) > max(OBJECTIVE_MARGIN * abs(best), OBJECTIVE_ERRORS * noise / math.sqrt(k)):
+            return True, f"its objective {self.name} {way} {moved}"
+        if sign * (end - start) <= max(OBJECTIVE_MARGIN * abs(start), OBJECTIVE_ERRORS * noise * math.sqrt(2 / k)):
+            return False, f"its objective {self.name} never {way} beyond its noise: {moved}"
+        return None, (f"its objective {self.name} {way} {moved} but not past its first readings' best, "
+                      f"{best:.4g}: too little to judge")
+
+    def as_json(self, decided: bool) -> dict[str, Any]:
+        improved, says = self.judged()
+        return {"name": self.name, "type": self.type, "readings": self.readings, "improved": improved,
+                "says": says, "decided": decided}
+
+
 @dataclass
 class LogLoss:
-    """The second, independent channel: the loss as the job's own log lines report it."""
+    """The second, independent channel: the loss as the job's own log lines report it (and the objective)."""
 
     last: float | None = None
     nonfinite_step: int | None = None
     lines: int = 0
+    objective: Objective | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {"last": jsonable(self.last), "nonfinite_step": self.nonfinite_step, "lines": self.lines}
@@ -169,6 +237,13 @@ class RunRecord:
         else:  # judged only once a second window closed after the first
             few = self.steps_observed < 2 * window or getattr(learning, "judgeable", True) is False
             learned = None if start is None or few or unjudged else False
+        learned_by = getattr(learning, "learned_by_cycles", None)
+        objective = self.log.objective if self.log is not None else None
+        decided = False
+        if learned is None and objective is not None:  # the loss left it open: the job's objective decides
+            improved, says = objective.judged()
+            if improved is not None:
+                learned, learned_by, decided = improved, says, True
         best = getattr(learning, "best_loss", None)
         document: dict[str, Any] = {
             "integration": self.integration,
@@ -186,7 +261,7 @@ class RunRecord:
             "last_window_loss": jsonable(getattr(learning, "last_window_loss", None)),
             "learned": learned,
             "unjudged": unjudged,
-            "learned_by": getattr(learning, "learned_by_cycles", None),
+            "learned_by": learned_by,
             "judged_afresh": [[step, why] for step, why in getattr(learning, "segments", [])],
             "watching_failed": failsafe.failure(),
             "started_from": self.started_from,
@@ -194,6 +269,7 @@ class RunRecord:
             "trained_before": self.trained_before,
             "evaluations": [[step, jsonable(value)] for step, value in self.evaluations],
             "log_loss": self.log.as_json() if self.log is not None else None,
+            "objective": objective.as_json(decided) if objective is not None else None,
         }
         if self.scale_last is not None:
             document["loss_scale"] = {"last": jsonable(self.scale_last), "min": jsonable(self.scale_min)}

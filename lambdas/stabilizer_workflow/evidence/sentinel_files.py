@@ -92,6 +92,18 @@ class LogLoss(BaseModel):
         return self.nonfinite_step is not None or nonfinite(self.last)
 
 
+class SummaryObjective(BaseModel):
+    """The summary's `objective`: the job's objective metric as its log printed it, and whether it decided."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str | None = None
+    readings: int = 0
+    improved: bool | None = None
+    says: str = ""
+    decided: bool = False  # the loss left open whether the run learned, and this decided it (`learned`)
+
+
 class Summary(BaseModel):
     """findings.json's `summary` (docs/contracts.md, section 2): what the watching saw, start to end.
 
@@ -120,6 +132,7 @@ class Summary(BaseModel):
     restores: bool | None = None
     evaluations: list[tuple[int, Number]] = Field(default_factory=list)
     log_loss: LogLoss | None = None
+    objective: SummaryObjective | None = None
 
     def best_evaluation(self) -> tuple[int, float] | None:
         """The step and value of the lowest finite validation value (a loss: lower is better)."""

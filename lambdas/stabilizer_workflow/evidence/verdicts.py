@@ -228,14 +228,32 @@ def judge_completed(obs: Observation, attempt: Attempt) -> Verdict:
         f", {skipped} skipped" if skipped else ""))
 
 
-def _no_loss(summary: Summary, ended: str, steps: str) -> Verdict:
-    """A completed job watched over every step in which no loss was seen: idle at every step (its loss and
-    gradients exactly 0, ``steps_idle``: nothing trained, and no remedy would change that), or unverified."""
+def _objective_decided(summary: Summary) -> bool:
+    """The loss left open whether the run learned, and the job's objective metric decided it."""
+    return summary.objective is not None and summary.objective.decided and summary.learned is not None
+
+
+def _without_the_loss(summary: Summary, ended: str, steps: str) -> Verdict:
+    """A completed job watched over every step whose loss does not decide: its objective metric where that did
+    (``_by_the_objective``); else where no loss was seen, idle at every step (its loss and gradients exactly 0,
+    ``steps_idle``: nothing trained, and no remedy would change that), or unverified."""
+    if _objective_decided(summary):
+        return _by_the_objective(summary, ended, steps)
     if summary.steps_idle and summary.steps_idle >= (summary.steps_observed or 0):
         return Verdict("did_not_learn", f"{ended} but its loss and gradients were exactly 0 at every one of its "
                                         f"{steps}: nothing trained (a loss multiplied by 0, a mask that left no "
                                         f"sample)")
     return Verdict("unverified", f"{ended} but no loss was seen in its {steps}")
+
+
+def _by_the_objective(summary: Summary, ended: str, steps: str) -> Verdict:
+    """A completed job whose loss could not say whether it learned, and whose objective metric did."""
+    says = summary.objective.says if summary.objective is not None else ""
+    if summary.learned:
+        return Verdict("succeeded", f"{ended}: {steps}, {says}: learned")
+    finding = Finding(rule="NotLearning", step=summary.last_step, message=f"the summary says {says}",
+                      source="summary")
+    return Verdict(None, finding.message, finding)
 
 
 def _by_the_loss(summary: Summary, ended: str, steps: str) -> Verdict:
@@ -247,8 +265,8 @@ def _by_the_loss(summary: Summary, ended: str, steps: str) -> Verdict:
         )
         return Verdict(None, finding.message, finding)
     last = finite(summary.last_loss)
-    if last is None:
-        return _no_loss(summary, ended, steps)
+    if last is None or _objective_decided(summary):
+        return _without_the_loss(summary, ended, steps)
     first = finite(summary.first_loss)
     trend = f"loss {_g(first)} -> {_g(last)}" if first is not None else f"last loss {_g(last)}"
     if summary.learned:

@@ -197,6 +197,16 @@ class MetricDefinition(Strict):
         return value
 
 
+class Objective(Strict):
+    """The metric that says the run learned where its loss cannot (a policy gradient's surrogate loss, or no loss
+    printed): SageMaker's HyperParameterTuningJobObjective, whose shape it keeps."""
+
+    MetricName: str = Field(min_length=1, max_length=255, description="the Name of a metric_definitions entry")
+    Type: Literal["Maximize", "Minimize"] = Field(
+        description="Maximize: it rises as the run learns (a reward, an accuracy); Minimize: it falls (an error)"
+    )
+
+
 class Job(Strict):
     """The training job an execution protects. The reference job is `stabilizer_workflow.execution.reference`."""
 
@@ -241,6 +251,12 @@ class Job(Strict):
     )
     metric_definitions: list[MetricDefinition] = Field(default_factory=list, max_length=40)
     loss_metric: str | None = Field(None, description="the Name of the metric definition that reads the loss")
+    objective: Objective | None = Field(
+        None,
+        description="where the loss cannot say whether the run learned (a policy gradient's surrogate, a script "
+        "that prints none), the metric that can, and which way is better: its readings in the job's log decide "
+        "(docs/rules.md, the objective)",
+    )
     max_runtime_seconds: Annotated[int, Field(ge=60, le=2_419_200)] = 3600
     use_spot_instances: bool = Field(
         False, description="SageMaker managed spot training (the SDK's use_spot_instances): cheaper, and "
@@ -329,6 +345,11 @@ class Job(Strict):
                 f"loss_metric: {self.loss_metric!r} is not the Name of any metric_definitions entry "
                 f"({', '.join(names) or 'none given'})"
             )
+        if self.objective is not None and self.objective.MetricName not in names:
+            raise ValueError(
+                f"objective.MetricName: {self.objective.MetricName!r} is not the Name of any metric_definitions "
+                f"entry ({', '.join(names) or 'none given'})"
+            )
         return self
 
     def _spot_limits(self) -> None:
@@ -343,6 +364,13 @@ class Job(Strict):
                              f"{self.max_runtime_seconds} s; SageMaker needs the wait to be at least the runtime")
         if self.checkpoint_s3_uri is not None and not self.checkpoint_s3_uri.startswith("s3://"):
             raise ValueError(f"checkpoint_s3_uri: expected an s3:// URI, got {self.checkpoint_s3_uri!r}")
+
+    def objective_config(self) -> dict[str, str] | None:
+        """The objective as the in-job library reads it: its name, its metric definition's regex, its type."""
+        if self.objective is None:
+            return None
+        regex = next(d.Regex for d in self.metric_definitions if d.Name == self.objective.MetricName)
+        return {"name": self.objective.MetricName, "regex": regex, "type": self.objective.Type}
 
     def loss_regex(self) -> str | None:
         for definition in self.metric_definitions:

@@ -98,7 +98,9 @@ def sentinel_configuration(job: Job, monitoring: Monitoring, recovery: str = "re
     stabilizer_workflow.remedies.in_job.recovery_for); skip_batches (only when an earlier attempt found a
     bad batch: their fingerprints, stabilizer_workflow.remedies.in_job.batches_to_skip);
     skip_nonfinite_batches (true only when an earlier attempt's bad batch held corrupt records:
-    stabilizer_workflow.remedies.in_job.corrupt_records_found). The library rejects other keys.
+    stabilizer_workflow.remedies.in_job.corrupt_records_found); objective (only when the job names one: its
+    name, regex and type, read from the log where the loss cannot say whether the run learned). The library
+    rejects other keys.
     """
     config = {
         "rules": _rules_json(_engine_rules(monitoring)),
@@ -109,6 +111,8 @@ def sentinel_configuration(job: Job, monitoring: Monitoring, recovery: str = "re
         "knobs": {role: knob.hyperparameter for role, knob in job.knobs.declared().items()},
         "recovery": recovery,
     }
+    if job.objective is not None:
+        config["objective"] = job.objective_config()
     if skip_batches:
         config["skip_batches"] = skip_batches
     if skip_nonfinite:

@@ -186,8 +186,8 @@ class Guard(OptimizerHooks):
             self.rewind.scaling = self.scaler_watch  # the loss scaler's state goes with each copy
         self.clock: BackwardClock | None = None
         self._hook_steps(optimizers, install_hooks, integration)
-        if config.loss_regex is not None or log_channel.current() is not None:
-            log_channel.install(config.effective_loss_regex).attach(self)
+        if config.loss_regex is not None or config.objective is not None or log_channel.current() is not None:
+            log_channel.install(config.effective_loss_regex, config.objective).attach(self)
         self._hook_forward()
         self.capture.begin_step(self.step_number)
         self.watchdog = watchdog.start(self)  # a thread that notices a loop which stopped taking steps

@@ -356,7 +356,7 @@ class LauncherHooks:
         self._scaler_handle = step_clock.stand_by(shielded(self._scaler_stepping))
         self._hand_updates = bare_tensors.HandUpdates()
         self._backward_handle = bare_tensors.listen(self._backward, gradients=True)
-        self.channel = log_channel.install(config.effective_loss_regex)
+        self.channel = log_channel.install(config.effective_loss_regex, config.objective)
         self.channel.listeners.append(self._logged_loss)  # shielded where the log channel calls it
         self._watch_handle = script_watch.offer(self._script_watches)
         # The loaders' batches from the script's start: the guard attaches at the first optimizer step,

@@ -19,7 +19,11 @@ skips it) and neither counts nor becomes the channel's last. Nor a line of the w
 message quotes losses. The log decides where the hooks read no
 loss of their own (a backward pass from several tensors, or none the launcher saw).
 
-Cost: one regex search per complete line printed, nothing per training step.
+Where the job names an objective metric (the configuration's ``objective``: a reward, an accuracy, and which
+way is better), the lines its regex matches are its readings (``summary.Objective``), kept beside the loss's:
+whether the run learned, where the loss cannot say (a policy gradient's surrogate, or no loss seen).
+
+Cost: one regex search per complete line printed (two with an objective), nothing per training step.
 
 This module must not read tensors or decide anything: it reads lines.
 """
@@ -36,16 +40,15 @@ from typing import Any, TextIO
 
 from stabilizer_sentinel import failsafe
 from stabilizer_sentinel.say import saying
-from stabilizer_sentinel.summary import LogLoss
+from stabilizer_sentinel.summary import LogLoss, Objective
 
 
 class _LossFromLog(io.TextIOBase):
     """A stream that passes everything through and reads the loss out of complete lines."""
 
-    def __init__(self, stream: TextIO, pattern: re.Pattern[str], sink: Callable[[float], None]) -> None:
+    def __init__(self, stream: TextIO, readers: list[tuple[re.Pattern[str], Callable[[float], None]]]) -> None:
         self._stream = stream
-        self._pattern = pattern
-        self._sink = sink
+        self._readers = readers  # (pattern, sink): each complete line's number its pattern matches goes to its sink
         self._partial = ""
 
     def write(self, text: str) -> int:
@@ -56,10 +59,11 @@ class _LossFromLog(io.TextIOBase):
         *lines, rest = (self._partial + text).split("\n")
         self._partial = rest[-4096:]  # a line that never ends (progress bars) is not kept whole
         for line in lines:
-            match = _last_match(self._pattern, line)
-            if match:
-                with contextlib.suppress(ValueError):
-                    failsafe.call_shielded(self._sink, float(match.group(1)))
+            for pattern, sink in self._readers:
+                match = _last_match(pattern, line)
+                if match:
+                    with contextlib.suppress(ValueError):
+                        failsafe.call_shielded(sink, float(match.group(1)))
         return written
 
     def midline(self) -> bool:
@@ -114,8 +118,16 @@ class LogChannel:
         # the stabilizer_sentinel.integration.guard.Guard that numbers steps and records findings
         self.guard: Any = None
         self._busy = False
-        sys.stdout = _LossFromLog(sys.stdout, self.pattern, self._value)  # type: ignore[assignment]
-        sys.stderr = _LossFromLog(sys.stderr, self.pattern, self._value)  # type: ignore[assignment]
+        self._readers = [(self.pattern, self._value)]
+        sys.stdout = _LossFromLog(sys.stdout, self._readers)  # type: ignore[assignment]
+        sys.stderr = _LossFromLog(sys.stderr, self._readers)  # type: ignore[assignment]
+
+    def read_objective(self, objective: dict[str, str] | None) -> None:
+        """Read the job's objective metric (``StabilizerConfig.objective``) from the lines too, once."""
+        if objective is None or self.record.objective is not None:
+            return
+        self.record.objective = Objective(objective["name"], objective["type"])
+        self._readers.append((re.compile(objective["regex"]), self.record.objective.add))
 
     def attach(self, guard: Any) -> None:
         """``guard`` watches the run from now on (what the log reported before its first step is no
@@ -162,8 +174,9 @@ def current() -> LogChannel | None:
     return _INSTALLED.get("channel")
 
 
-def install(pattern: str) -> LogChannel:
-    """The process's log channel, installed with ``pattern`` the first time."""
+def install(pattern: str, objective: dict[str, str] | None = None) -> LogChannel:
+    """The process's log channel, installed with ``pattern`` the first time; reading ``objective`` too."""
     if "channel" not in _INSTALLED:
         _INSTALLED["channel"] = LogChannel(pattern)
+    _INSTALLED["channel"].read_objective(objective)
     return _INSTALLED["channel"]

@@ -60,6 +60,13 @@ def test_the_default_loss_regex_reads_loss_but_not_validation_losses():
     ('{"skip_batches": ["ae34d7886d4ea499\\n"]}', "sagemaker_stabilizer.skip_batches"),
     ('{"skip_nonfinite_batches": "yes"}', "sagemaker_stabilizer.skip_nonfinite_batches"),
     ('{"skip_nonfinite_batches": 1}', "sagemaker_stabilizer.skip_nonfinite_batches"),
+    ('{"objective": {"name": "reward", "regex": "reward (\\\\S+)"}}', "sagemaker_stabilizer.objective"),
+    ('{"objective": {"name": "reward", "regex": "reward (\\\\S+)", "type": "Max"}}',
+     "sagemaker_stabilizer.objective.type"),
+    ('{"objective": {"name": "reward", "regex": "reward \\\\S+", "type": "Maximize"}}',
+     "sagemaker_stabilizer.objective.regex"),
+    ('{"objective": {"name": "", "regex": "reward (\\\\S+)", "type": "Maximize"}}',
+     "sagemaker_stabilizer.objective.name"),
     ('{"rule": []}', "unknown keys ['rule']"),
     ("[1, 2]", "expected a JSON object"),
 ])

@@ -14,7 +14,7 @@ PATTERN = re.compile(r"loss[=:]\s*([-+0-9.eE]+|nan|inf)")
 
 def _stream() -> tuple[_LossFromLog, io.StringIO, list[float]]:
     underneath, read = io.StringIO(), []
-    return _LossFromLog(underneath, PATTERN, read.append), underneath, read
+    return _LossFromLog(underneath, [(PATTERN, read.append)]), underneath, read
 
 
 def test_a_progress_bars_line_is_read_at_its_last_update_not_its_first():
@@ -59,3 +59,16 @@ def test_the_watchers_line_after_a_progress_bars_unended_line_starts_a_line_of_i
     assert underneath.getvalue() == ("epoch 1: 10%| loss=2.31\repoch 1: 20%| loss=1.66e+3\n"
                                      "sentinel: Diverging at step 3\n\repoch 1: 30%| loss=0.9\nsentinel: rolled back\n")
     assert read == [0.9]
+
+
+def test_the_jobs_objective_is_read_from_the_same_lines_as_the_loss_and_the_watchers_lines_are_not(monkeypatch):
+    underneath, losses, rewards = io.StringIO(), [], []
+    stream = _LossFromLog(underneath, [(PATTERN, losses.append),
+                                       (re.compile(r"Average reward: (\S+)"), rewards.append)])
+    monkeypatch.setattr("sys.stderr", stream)
+    text = "Episode 10\tLast reward: 18.00\tAverage reward: 11.57\nEpisode 20\tloss=0.5\tAverage reward: 13.10\n"
+    stream.write(text)
+    say("sentinel: NotLearning at step 30: Average reward: 99.0")
+    assert rewards == [11.57, 13.10]
+    assert losses == [0.5]
+    assert underneath.getvalue().startswith(text)

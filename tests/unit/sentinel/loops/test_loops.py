@@ -596,6 +596,26 @@ def test_a_policy_gradient_whose_loss_rises_as_it_learns_is_not_judged_by_its_lo
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("lr", "learned", "said"), [
+    ("0.01", True, "its objective return rose 0.3359 -> 0.93 "),
+    *in_make_test_all(("0", False, "its objective return never rose beyond its noise: 0.1391 -> 0.2138 ")),
+])
+def test_a_policy_gradient_is_judged_by_the_objective_its_job_names_where_its_loss_cannot_be(tmp_path, lr, learned,
+                                                                                             said):
+    # The job names the mean return the script prints as its objective (SageMaker's Maximize): at a rate that
+    # learns it climbs to the best return, at a rate of 0 it stays where a random walk leaves it.
+    objective = {"name": "return", "regex": r"^step=\d+ return=(\S+)", "type": "Maximize"}
+    args = [str(FIXTURES / "loops" / "policy_gradient.py"), "--steps", "60", "--lr", lr]
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent,
+                  job_env(tmp_path, {"recovery": "in_job", "objective": objective}))
+    assert watched.returncode == 0, watched.stderr
+    written = summary(tmp_path)
+    assert findings(tmp_path) == [] and "surrogate" in written["unjudged"]
+    assert written["learned"] is learned and written["learned_by"].startswith(said)
+    assert written["objective"]["readings"] == 60 and written["objective"]["decided"] is True
+
+
+@pytest.mark.slow
 def test_a_sweeps_next_model_is_watched_from_its_first_step_once_the_script_let_go_of_the_last(tmp_path):
     # From the seventh harm hunt: each model after a sweep's first was watched from its optimizer's 51st step
     # in a row (the rule for a phase the script may still go back to), and the model before stayed in memory

@@ -93,6 +93,46 @@ def test_a_run_watched_too_little_to_judge_is_unverified_and_says_what_is_missin
     assert result.effects.notification.event_type == "unverified"
 
 
+def test_a_policy_whose_objective_rose_succeeds_by_it_where_its_surrogate_loss_could_not_say(settings):
+    # A REINFORCE run: its loss a surrogate the sentinel does not judge, its reward the job's objective.
+    rose = "its objective train:average_reward rose 23.07 -> 449.6 (the means of its first and last 6 of 24 readings)"
+    state = launched(settings)
+    findings = watched_findings(learned=True, learned_by=rose, unjudged="its loss is a policy gradient's surrogate",
+                                objective={"name": "train:average_reward", "readings": 24, "improved": True,
+                                           "says": rose, "decided": True})
+    _, s = _ended(state, observation(state, "Completed", findings=findings))
+    assert (s.next_action, s.outcome) == ("end", "succeeded")
+    assert s.reason == f"attempt 1 completed (watched by the library): 36 steps checked, {rose}: learned"
+    # With no loss seen at all, the objective still decides.
+    state = launched(settings)
+    findings = watched_findings(learned=True, last_loss=None, first_loss=None, best_loss=None,
+                                objective={"name": "train:average_reward", "readings": 24, "improved": True,
+                                           "says": rose, "decided": True})
+    _, s = _ended(state, observation(state, "Completed", findings=findings))
+    assert s.outcome == "succeeded"
+
+
+def test_a_policy_whose_objective_never_rose_is_not_learning_in_its_words(settings):
+    flat = "its objective train:average_reward never rose beyond its noise: 20.1 -> 19.7 (...)"
+    state = launched(settings)
+    findings = watched_findings(learned=False, learned_by=flat, unjudged="its loss is a policy gradient's surrogate",
+                                objective={"name": "train:average_reward", "readings": 40, "improved": False,
+                                           "says": flat, "decided": True})
+    _, s = _ended(state, observation(state, "Completed", findings=findings))
+    assert s.attempts[-1].finding.rule == "NotLearning"
+    assert s.attempts[-1].finding.message == f"the summary says {flat}"
+
+
+def test_an_objective_that_did_not_decide_leaves_the_verdict_to_the_loss(settings):
+    state = launched(settings)
+    findings = watched_findings(learned=None, unjudged="its loss is a policy gradient's surrogate",
+                                objective={"name": "train:average_reward", "readings": 3, "improved": None,
+                                           "says": "3 finite readings of its objective ..., too few to judge",
+                                           "decided": False})
+    _, s = _ended(state, observation(state, "Completed", findings=findings))
+    assert s.outcome == "unverified"
+
+
 def test_a_run_whose_loss_and_gradients_were_zero_at_every_step_did_not_learn_and_is_not_relaunched(settings):
     # A leftover ``loss = loss * 0`` (stop 64's verdict hunt): no step had a loss or gradients other than 0, so the
     # sentinel judged none (steps_idle) and saw no loss. No remedy changes a loss multiplied by 0.

@@ -161,6 +161,12 @@ def test_image_and_instance_default_to_the_deployment(job_settings):
             "job.loss_metric: 'loss' is not the Name of any metric_definitions entry (train:loss)",
         ),
         (
+            {"job": job(objective={"MetricName": "reward", "Type": "Maximize"})},
+            "job.objective.MetricName: 'reward' is not the Name of any metric_definitions entry (train:loss)",
+        ),
+        ({"job": job(objective={"MetricName": "train:loss", "Type": "Max"})}, "job.objective.Type"),
+        ({"job": job(objective={"MetricName": "train:loss"})}, "job.objective.Type"),
+        (
             {"job": job(metric_definitions=[{"Name": "train:loss", "Regex": "mse=\\S+"}])},
             "job.metric_definitions.0.Regex: needs one capture group",
         ),
@@ -330,6 +336,25 @@ def test_the_request_launches_the_users_job_with_the_library(job_settings):
     assert request["AlgorithmSpecification"]["MetricDefinitions"] == [{"Name": "train:loss", "Regex": r"mse=(\S+)"}]
     assert request["ResourceConfig"]["InstanceType"] == "ml.g5.xlarge"
     assert request["ResourceConfig"]["InstanceCount"] == 2
+
+
+def test_a_jobs_objective_reaches_the_library_with_its_metric_definitions_regex(job_settings):
+    reward = {"Name": "train:reward", "Regex": r"Average reward: (\S+)"}
+    given = job(metric_definitions=[{"Name": "train:loss", "Regex": r"mse=(\S+)"}, reward],
+                objective={"MetricName": "train:reward", "Type": "Maximize"})
+    state = launching.launch(prepared(job_settings, given), job_settings, T0).state
+    request = requests.build_create_training_job(state, job_settings, 1)
+    assert_valid(request)
+    config = json.loads(request["HyperParameters"]["sagemaker_stabilizer"])
+    assert config["objective"] == {"name": "train:reward", "regex": r"Average reward: (\S+)", "type": "Maximize"}
+    # and the library reads it as it was sent
+    from stabilizer_sentinel.job_config import parse_config
+
+    assert parse_config(request["HyperParameters"]["sagemaker_stabilizer"]).objective == config["objective"]
+    # A job that names none sends none (the library rejects keys it does not know).
+    plain = launching.launch(prepared(job_settings, job()), job_settings, T0).state
+    assert "objective" not in json.loads(requests.build_create_training_job(plain, job_settings, 1)[
+        "HyperParameters"]["sagemaker_stabilizer"])
 
 
 def test_the_reference_request_also_carries_the_configuration(job_settings):
