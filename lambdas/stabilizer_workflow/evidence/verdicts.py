@@ -288,6 +288,9 @@ def _by_the_loss(summary: Summary, ended: str, steps: str) -> Verdict:
         )
         return Verdict(None, finding.message, finding)
     why = f"; {summary.unjudged}" if summary.unjudged else ", too few losses seen to judge whether it learned"
+    if summary.unjudged:
+        why += f"; {summary.objective.says}" if summary.objective is not None else (
+            "; job.objective can name a metric the script prints that says whether it learned")
     return Verdict("unverified", f"{ended}: {steps}, {trend}{why}")
 
 

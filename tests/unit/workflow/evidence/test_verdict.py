@@ -131,6 +131,13 @@ def test_an_objective_that_did_not_decide_leaves_the_verdict_to_the_loss(setting
                                            "decided": False})
     _, s = _ended(state, observation(state, "Completed", findings=findings))
     assert s.outcome == "unverified"
+    assert s.reason.endswith("its loss is a policy gradient's surrogate; 3 finite readings of its objective ..., "
+                             "too few to judge")
+    # With no objective named, the reason says how to name one.
+    state = launched(settings)
+    findings = watched_findings(learned=None, unjudged="its loss is a policy gradient's surrogate")
+    _, s = _ended(state, observation(state, "Completed", findings=findings))
+    assert s.reason.endswith("; job.objective can name a metric the script prints that says whether it learned")
 
 
 def test_a_run_whose_loss_and_gradients_were_zero_at_every_step_did_not_learn_and_is_not_relaunched(settings):
