@@ -120,7 +120,8 @@ OBJECTIVE_ERRORS = 2.0  # ... and more than this many standard errors of the two
 
 @dataclass
 class Objective:
-    """The job's objective metric as its log lines print it, judged where the loss is not (``judged``).
+    """The job's objective metric as its log lines print it (``judged``): it decides ``learned`` where the loss
+    did not, and says no where the loss learned and it never moved the better way (``RunRecord.summary``).
 
     A policy gradient's loss is a surrogate whose value measures no fit (stabilizer_sentinel.detection.surrogate),
     and a script may print no loss at all; what it prints as it learns (an episode's reward, an accuracy) can
@@ -141,10 +142,11 @@ class Objective:
 
     def judged(self) -> tuple[bool | None, str]:
         """Whether the metric moved the better way from its first readings to its last, with the words that say
-        so: True where its last window's mean passed the best of its first window (a running average's climb
-        from its initial value to the untrained level, or one lucky early reading, is not learning) beyond the
-        margin and the noise; False where that mean is not beyond its first window's mean; None between, or
-        where too few readings were finite to judge."""
+        so: True where its last quarter's mean passed where its first quarter settled (the mean of that
+        quarter's later half, where better than the whole quarter's: a running average's climb from its
+        initial value to the untrained level is no learning) beyond the margin and two standard errors;
+        False where that mean is not beyond its first quarter's mean so; None between, or where too few
+        readings were finite."""
         if self.readings and not math.isfinite(self.newest[-1]):
             return False, f"its objective {self.name}'s last reading is {self.newest[-1]}"
         first = [v for v in self.first if math.isfinite(v)]
@@ -153,9 +155,10 @@ class Objective:
         if held < OBJECTIVE_FEWEST:
             return None, f"{held} finite readings of its objective {self.name}, too few to judge"
         k = max(1, min(held // 4, OBJECTIVE_KEPT))
+        half = max(1, k // 2)
         sign = 1.0 if self.type == "Maximize" else -1.0
         start, end = sum(first[:k]) / k, sum(newest[-k:]) / k
-        best = sign * max(sign * v for v in first[:k])
+        settled = sign * max(sign * start, sign * sum(first[k - half:k]) / half)
         # The readings' noise from successive differences (a trend adds to it: the judgement errs toward no).
         steps = [b - a for run in (first, newest) for a, b in itertools.pairwise(run)]
         noise = math.sqrt(sum(d * d for d in steps) / (2 * len(steps))) if steps else 0.0
@@ -163,12 +166,17 @@ class Objective:
         of = f"the means of its first and last {k} of {self.readings} readings" if k > 1 else (
             f"its first and last readings, of {self.readings}")
         moved = f"{start:.4g} -> {end:.4g} ({of})"
-        if sign * (end - best) > max(OBJECTIVE_MARGIN * abs(best), OBJECTIVE_ERRORS * noise / math.sqrt(k)):
+        # Past where it settled by the larger of that noise and the first quarter's own spread: a running average
+        # wanders slowly (its successive readings close, the level they drift about not), and its climb from its
+        # initial value is within that spread.
+        spread = math.sqrt(sum((v - start) ** 2 for v in first[:k]) / (k - 1)) if k > 1 else 0.0
+        if sign * (end - settled) > max(OBJECTIVE_MARGIN * abs(settled),
+                                        OBJECTIVE_ERRORS * max(noise, spread) * math.sqrt(1 / k + 1 / half)):
             return True, f"its objective {self.name} {way} {moved}"
         if sign * (end - start) <= max(OBJECTIVE_MARGIN * abs(start), OBJECTIVE_ERRORS * noise * math.sqrt(2 / k)):
             return False, f"its objective {self.name} never {way} beyond its noise: {moved}"
-        return None, (f"its objective {self.name} {way} {moved} but not past its first readings' best, "
-                      f"{best:.4g}: too little to judge")
+        return None, (f"its objective {self.name} {way} {moved} but not past where its first readings settled, "
+                      f"{settled:.4g}: too little to judge")
 
     def as_json(self, decided: bool) -> dict[str, Any]:
         improved, says = self.judged()
@@ -240,9 +248,14 @@ class RunRecord:
         learned_by = getattr(learning, "learned_by_cycles", None)
         objective = self.log.objective if self.log is not None else None
         decided = False
-        if learned is None and objective is not None:  # the loss left it open: the job's objective decides
+        if objective is not None:
+            # Where the loss left it open, the job's objective decides; where the loss learned and the objective
+            # never moved the better way, the job's own measure of learning says no (a TD error fitted while the
+            # reward stayed flat): not for a run started from a trained state, whose objective may begin where it
+            # stays.
             improved, says = objective.judged()
-            if improved is not None:
+            if (learned is None and improved is not None) or (
+                    learned is True and improved is False and self.started_from is None):
                 learned, learned_by, decided = improved, says, True
         best = getattr(learning, "best_loss", None)
         document: dict[str, Any] = {

@@ -198,8 +198,8 @@ class MetricDefinition(Strict):
 
 
 class Objective(Strict):
-    """The metric that says the run learned where its loss cannot (a policy gradient's surrogate loss, or no loss
-    printed): SageMaker's HyperParameterTuningJobObjective, whose shape it keeps."""
+    """The metric that says whether the run learned (a reward, an accuracy), and which way is better: SageMaker's
+    HyperParameterTuningJobObjective, whose shape it keeps."""
 
     MetricName: str = Field(min_length=1, max_length=255, description="the Name of a metric_definitions entry")
     Type: Literal["Maximize", "Minimize"] = Field(
@@ -253,9 +253,9 @@ class Job(Strict):
     loss_metric: str | None = Field(None, description="the Name of the metric definition that reads the loss")
     objective: Objective | None = Field(
         None,
-        description="where the loss cannot say whether the run learned (a policy gradient's surrogate, a script "
-        "that prints none), the metric that can, and which way is better: its readings in the job's log decide "
-        "(docs/rules.md, the objective)",
+        description="the metric that says whether the run learned, and which way is better: its readings in the "
+        "job's log decide where the loss cannot (a policy gradient's surrogate, a script that prints none), and a "
+        "run whose loss fell while they never improved did not learn (docs/rules.md, the objective)",
     )
     max_runtime_seconds: Annotated[int, Field(ge=60, le=2_419_200)] = 3600
     use_spot_instances: bool = Field(

@@ -21,7 +21,8 @@ loss of their own (a backward pass from several tensors, or none the launcher sa
 
 Where the job names an objective metric (the configuration's ``objective``: a reward, an accuracy, and which
 way is better), the lines its regex matches are its readings (``summary.Objective``), kept beside the loss's:
-whether the run learned, where the loss cannot say (a policy gradient's surrogate, or no loss seen).
+whether the run learned, where the loss cannot say (a policy gradient's surrogate, or no loss seen), and
+against a loss that fell while it never improved (``summary.RunRecord.summary``).
 
 Cost: one regex search per complete line printed (two with an objective), nothing per training step.
 

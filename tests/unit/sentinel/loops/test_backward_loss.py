@@ -117,7 +117,7 @@ def _policy() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize("form", ["sum", "mean", "negated_first", "times_minus_one", "gathered", "stacked",
-                                  "actor_critic", "summed_over_steps", "masked"])
+                                  "actor_critic", "summed_over_steps", "masked", "ppo_clipped", "ppo_min"])
 def test_a_sum_of_terms_weighted_by_constants_of_both_signs_is_a_surrogate(form):
     log_probs, advantages, _ = _policy()
     entropy, error = _losses()
@@ -136,6 +136,12 @@ def test_a_sum_of_terms_weighted_by_constants_of_both_signs_is_a_surrogate(form)
         # a mask of the steps each episode lived (stop 69's hunt: a healthy REINFORCE written so was rolled back).
         "summed_over_steps": -(log_probs.view(2, 4) * advantages.view(2, 4)).sum(1).mean(),
         "masked": -(log_probs * advantages * (torch.arange(8) < 6).float()).mean(),
+        # PPO's clipped surrogate beside its value loss and entropy bonus, as CleanRL writes it (stop 81's RL hunt:
+        # a healthy run rolled back three times as Diverging, its value loss rising with the returns), and as
+        # Stable-Baselines3 does.
+        "ppo_clipped": torch.max(-advantages * log_probs.exp(), -advantages * log_probs.exp().clamp(0.8, 1.2)).mean()
+        - 0.01 * entropy + 0.5 * error,
+        "ppo_min": -torch.min(advantages * log_probs.exp(), advantages * log_probs.exp().clamp(0.8, 1.2)).mean(),
     }[form]
     signed = backward_loss.signed_weights([loss])
     assert signed is not None and bool(signed)
@@ -164,7 +170,8 @@ def test_a_loss_weighted_by_constants_of_one_sign_or_inside_another_function_is_
     entropy, error = _losses()
     assert not bool(backward_loss.signed_weights([-(log_probs * weights).mean()]))  # class weights, a mask
     margins = (1 - advantages.sign() * log_probs).clamp(min=0).mean()  # a hinge: the product is inside
-    for loss in (margins, entropy, error, entropy + error):
+    written = torch.max(torch.zeros(8), 1 - advantages.sign() * log_probs).mean()  # the same hinge, as a choice
+    for loss in (margins, written, entropy, error, entropy + error):
         assert backward_loss.signed_weights([loss]) is None
     assert not bool(backward_loss.signed_weights([(log_probs * weights).sum() + error]))  # weighted, beside a fit
     alive = (torch.arange(8) < 6).float()  # a mask over class weights, reduced twice: still of one sign
