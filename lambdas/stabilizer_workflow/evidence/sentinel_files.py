@@ -101,7 +101,8 @@ class SummaryObjective(BaseModel):
     readings: int = 0
     improved: bool | None = None
     says: str = ""
-    decided: bool = False  # the loss left open whether the run learned, and this decided it (`learned`)
+    # this set `learned`: where the loss left it open, or against a loss that learned while this never improved
+    decided: bool = False
 
 
 class Summary(BaseModel):

@@ -229,7 +229,8 @@ def judge_completed(obs: Observation, attempt: Attempt) -> Verdict:
 
 
 def _objective_decided(summary: Summary) -> bool:
-    """The loss left open whether the run learned, and the job's objective metric decided it."""
+    """The job's objective metric set the summary's ``learned``: where the loss left it open, or against a loss that
+    learned while the objective never improved (stabilizer_sentinel.summary.RunRecord.summary)."""
     return summary.objective is not None and summary.objective.decided and summary.learned is not None
 
 
@@ -247,7 +248,7 @@ def _without_the_loss(summary: Summary, ended: str, steps: str) -> Verdict:
 
 
 def _by_the_objective(summary: Summary, ended: str, steps: str) -> Verdict:
-    """A completed job whose loss could not say whether it learned, and whose objective metric did."""
+    """A completed job whose objective metric said whether it learned (``_objective_decided``)."""
     says = summary.objective.says if summary.objective is not None else ""
     if summary.learned:
         return Verdict("succeeded", f"{ended}: {steps}, {says}: learned")
