@@ -616,6 +616,24 @@ def test_a_policy_gradient_is_judged_by_the_objective_its_job_names_where_its_lo
 
 
 @pytest.mark.slow
+def test_ppos_clipped_surrogate_is_left_unjudged_and_the_run_judged_by_its_return(tmp_path):
+    # From stop 81's RL hunt: CleanRL's PPO, its surrogate an elementwise max of two products by the advantages
+    # beside a value loss rising with the returns, was rolled back three times as Diverging on a healthy run.
+    # Eight updates: its return climbs over the whole run (over 30 it reaches 0.93 by the sixth and stays, and a
+    # rise within the first quarter of the readings is left open: docs/rules.md, "An objective the job names").
+    args = [str(FIXTURES / "loops" / "ppo.py"), "--updates", "8"]
+    objective = {"name": "return", "regex": r"^update=\d+ return=(\S+)", "type": "Maximize"}
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent,
+                  job_env(tmp_path, {"recovery": "in_job", "objective": objective}))
+    assert (watched.returncode, watched.stdout, watched.stderr) == (0, plain.stdout, plain.stderr), watched.stderr
+    assert "update=7 return=0.930" in plain.stdout  # it learned to walk right
+    written = summary(tmp_path)
+    assert findings(tmp_path) == [] and "surrogate" in written["unjudged"]
+    assert written["learned"] is True and written["learned_by"].startswith("its objective return rose ")
+
+
+@pytest.mark.slow
 def test_a_sweeps_next_model_is_watched_from_its_first_step_once_the_script_let_go_of_the_last(tmp_path):
     # From the seventh harm hunt: each model after a sweep's first was watched from its optimizer's 51st step
     # in a row (the rule for a phase the script may still go back to), and the model before stayed in memory
