@@ -170,13 +170,14 @@ class Objective:
         # wanders slowly (its successive readings close, the level they drift about not), and its climb from its
         # initial value is within that spread.
         spread = math.sqrt(sum((v - start) ** 2 for v in first[:k]) / (k - 1)) if k > 1 else 0.0
-        if sign * (end - settled) > max(OBJECTIVE_MARGIN * abs(settled),
-                                        OBJECTIVE_ERRORS * max(noise, spread) * math.sqrt(1 / k + 1 / half)):
+        bar = max(OBJECTIVE_MARGIN * abs(settled), OBJECTIVE_ERRORS * max(noise, spread) * math.sqrt(1 / k + 1 / half))
+        if sign * (end - settled) > bar:
             return True, f"its objective {self.name} {way} {moved}"
         if sign * (end - start) <= max(OBJECTIVE_MARGIN * abs(start), OBJECTIVE_ERRORS * noise * math.sqrt(2 / k)):
             return False, f"its objective {self.name} never {way} beyond its noise: {moved}"
-        return None, (f"its objective {self.name} {way} {moved} but not past where its first readings settled, "
-                      f"{settled:.4g}: too little to judge")
+        return None, (f"its objective {self.name} {way} {moved} but not beyond where its first readings settled, "
+                      f"{settled:.4g}, by more than {bar:.3g} (5 % of that, or two standard errors of their noise and "
+                      f"spread): too little to judge")
 
     def as_json(self, decided: bool) -> dict[str, Any]:
         improved, says = self.judged()

@@ -58,7 +58,7 @@ def test_a_running_average_climbing_from_its_initial_value_to_a_random_policys_l
     for seed in range(5):
         summary = _summary(_rewards(400, rising=False, seed=seed))
         assert summary["learned"] is None, summary["objective"]
-        assert "not past where its first readings settled" in summary["objective"]["says"]
+        assert "not beyond where its first readings settled" in summary["objective"]["says"]
 
 
 def test_an_error_rate_to_minimize_that_fell_learned_and_one_that_rose_did_not():
