@@ -114,8 +114,8 @@ def how_it_ended() -> Ending:
 # ``Minimize``, as the run learns: a reward, an accuracy). Readings kept: the first and the newest this many.
 OBJECTIVE_KEPT = 1024
 OBJECTIVE_FEWEST = 4  # fewer readings than this judge nothing
-OBJECTIVE_MARGIN = 0.05  # the least move, of the first window's magnitude, that is learning (the loss's least fall)
-OBJECTIVE_ERRORS = 2.0  # ... and more than this many standard errors of the two windows' difference
+OBJECTIVE_MARGIN = 0.05  # the least move, of the baseline's magnitude, that is learning (the loss's least fall)
+OBJECTIVE_ERRORS = 2.0  # ... and more than this many standard errors of the difference from the baseline
 
 
 @dataclass
