@@ -138,14 +138,7 @@ def _validated(value: Mapping[str, Any]) -> StabilizerConfig:
         )
     loss_regex = value.get("loss_regex")
     if loss_regex is not None:
-        try:
-            compiled = re.compile(loss_regex)
-        except (re.error, TypeError) as exc:
-            raise StabilizerConfigError(f"{HYPERPARAMETER}.loss_regex: not a regular expression ({exc})") from None
-        if compiled.groups < 1:
-            raise StabilizerConfigError(
-                f"{HYPERPARAMETER}.loss_regex: needs one capture group around the number, got {loss_regex!r}"
-            )
+        _one_group(loss_regex, f"{HYPERPARAMETER}.loss_regex")
     recovery = value.get("recovery")
     if recovery is not None and recovery not in RECOVERIES:
         raise StabilizerConfigError(f"{HYPERPARAMETER}.recovery: expected one of {list(RECOVERIES)}, got {recovery!r}")
@@ -182,13 +175,18 @@ def _objective(value: Any) -> dict[str, str] | None:
         raise StabilizerConfigError(f"{where}.name: expected the metric's name, got {value['name']!r}")
     if value["type"] not in OBJECTIVE_TYPES:
         raise StabilizerConfigError(f"{where}.type: expected one of {list(OBJECTIVE_TYPES)}, got {value['type']!r}")
-    try:
-        compiled = re.compile(value["regex"])
-    except (re.error, TypeError) as exc:
-        raise StabilizerConfigError(f"{where}.regex: not a regular expression ({exc})") from None
-    if compiled.groups < 1:
-        raise StabilizerConfigError(f"{where}.regex: needs one capture group around the number, got {value['regex']!r}")
+    _one_group(value["regex"], f"{where}.regex")
     return {"name": value["name"], "regex": value["regex"], "type": value["type"]}
+
+
+def _one_group(regex: Any, where: str) -> None:
+    """A metric's regex: it compiles, with a capture group around the number."""
+    try:
+        compiled = re.compile(regex)
+    except (re.error, TypeError) as exc:
+        raise StabilizerConfigError(f"{where}: not a regular expression ({exc})") from None
+    if compiled.groups < 1:
+        raise StabilizerConfigError(f"{where}: needs one capture group around the number, got {regex!r}")
 
 
 def hyperparameters_file(environ: Mapping[str, str] | None = None) -> Path:

@@ -179,8 +179,8 @@ class Objective:
                       f"{settled:.4g}, by more than {bar:.3g} (5 % of that, or two standard errors of their noise and "
                       f"spread): too little to judge")
 
-    def as_json(self, decided: bool) -> dict[str, Any]:
-        improved, says = self.judged()
+    def as_json(self, improved: bool | None, says: str, decided: bool) -> dict[str, Any]:
+        """The summary's ``objective``: ``improved`` and ``says`` as ``judged`` gave them."""
         return {"name": self.name, "type": self.type, "readings": self.readings, "improved": improved,
                 "says": says, "decided": decided}
 
@@ -248,13 +248,13 @@ class RunRecord:
             learned = None if start is None or few or unjudged else False
         learned_by = getattr(learning, "learned_by_cycles", None)
         objective = self.log.objective if self.log is not None else None
-        decided = False
+        decided, said = False, None
         if objective is not None:
             # Where the loss left it open, the job's objective decides; where the loss learned and the objective
             # never moved the better way, the job's own measure of learning says no (a TD error fitted while the
             # reward stayed flat): not for a run started from a trained state, whose objective may begin where it
             # stays.
-            improved, says = objective.judged()
+            improved, says = said = objective.judged()
             if (learned is None and improved is not None) or (
                     learned is True and improved is False and self.started_from is None):
                 learned, learned_by, decided = improved, says, True
@@ -283,7 +283,7 @@ class RunRecord:
             "trained_before": self.trained_before,
             "evaluations": [[step, jsonable(value)] for step, value in self.evaluations],
             "log_loss": self.log.as_json() if self.log is not None else None,
-            "objective": objective.as_json(decided) if objective is not None else None,
+            "objective": objective.as_json(*said, decided) if said is not None else None,
         }
         if self.scale_last is not None:
             document["loss_scale"] = {"last": jsonable(self.scale_last), "min": jsonable(self.scale_min)}

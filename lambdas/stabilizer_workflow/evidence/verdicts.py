@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from stabilizer_workflow.evidence.observation import Observation
-from stabilizer_workflow.evidence.sentinel_files import Summary, finite, nonfinite
+from stabilizer_workflow.evidence.sentinel_files import Summary, SummaryObjective, finite, nonfinite
 from stabilizer_workflow.execution.state import Attempt, Finding, Watched
 
 # The sentinel's Diverging check: a loss ten times where the run started (docs/contracts.md, 3).
@@ -228,18 +228,20 @@ def judge_completed(obs: Observation, attempt: Attempt) -> Verdict:
         f", {skipped} skipped" if skipped else ""))
 
 
-def _objective_decided(summary: Summary) -> bool:
-    """The job's objective metric set the summary's ``learned``: where the loss left it open, or against a loss that
-    learned while the objective never improved (stabilizer_sentinel.summary.RunRecord.summary)."""
-    return summary.objective is not None and summary.objective.decided and summary.learned is not None
+def _deciding_objective(summary: Summary) -> SummaryObjective | None:
+    """The job's objective metric where it set the summary's ``learned``: where the loss left it open, or against a
+    loss that learned while the objective never improved (stabilizer_sentinel.summary.RunRecord.summary)."""
+    objective = summary.objective
+    return objective if objective is not None and objective.decided and summary.learned is not None else None
 
 
 def _without_the_loss(summary: Summary, ended: str, steps: str) -> Verdict:
     """A completed job watched over every step whose loss does not decide: its objective metric where that did
     (``_by_the_objective``); else where no loss was seen, idle at every step (its loss and gradients exactly 0,
     ``steps_idle``: nothing trained, and no remedy would change that), or unverified."""
-    if _objective_decided(summary):
-        return _by_the_objective(summary, ended, steps)
+    objective = _deciding_objective(summary)
+    if objective is not None:
+        return _by_the_objective(summary, objective.says, ended, steps)
     if summary.steps_idle and summary.steps_idle >= (summary.steps_observed or 0):
         return Verdict("did_not_learn", f"{ended} but its loss and gradients were exactly 0 at every one of its "
                                         f"{steps}: nothing trained (a loss multiplied by 0, a mask that left no "
@@ -247,9 +249,8 @@ def _without_the_loss(summary: Summary, ended: str, steps: str) -> Verdict:
     return Verdict("unverified", f"{ended} but no loss was seen in its {steps}")
 
 
-def _by_the_objective(summary: Summary, ended: str, steps: str) -> Verdict:
-    """A completed job whose objective metric said whether it learned (``_objective_decided``)."""
-    says = summary.objective.says if summary.objective is not None else ""
+def _by_the_objective(summary: Summary, says: str, ended: str, steps: str) -> Verdict:
+    """A completed job whose objective metric said whether it learned (``_deciding_objective``), in ``says``."""
     if summary.learned:
         return Verdict("succeeded", f"{ended}: {steps}, {says}: learned")
     finding = Finding(rule="NotLearning", step=summary.last_step, message=f"the summary says {says}",
@@ -266,7 +267,7 @@ def _by_the_loss(summary: Summary, ended: str, steps: str) -> Verdict:
         )
         return Verdict(None, finding.message, finding)
     last = finite(summary.last_loss)
-    if last is None or _objective_decided(summary):
+    if last is None or _deciding_objective(summary) is not None:
         return _without_the_loss(summary, ended, steps)
     first = finite(summary.first_loss)
     trend = f"loss {_g(first)} -> {_g(last)}" if first is not None else f"last loss {_g(last)}"

@@ -369,11 +369,12 @@ class Job(Strict):
         """The objective as the in-job library reads it: its name, its metric definition's regex, its type."""
         if self.objective is None:
             return None
-        regex = next(d.Regex for d in self.metric_definitions if d.Name == self.objective.MetricName)
+        regex = self._regex(self.objective.MetricName)
         return {"name": self.objective.MetricName, "regex": regex, "type": self.objective.Type}
 
     def loss_regex(self) -> str | None:
-        for definition in self.metric_definitions:
-            if definition.Name == self.loss_metric:
-                return definition.Regex
-        return None
+        return self._regex(self.loss_metric)
+
+    def _regex(self, name: str | None) -> str | None:
+        """The Regex of the metric definition called ``name``; None when none is."""
+        return next((d.Regex for d in self.metric_definitions if d.Name == name), None)

@@ -93,31 +93,29 @@ def test_a_run_watched_too_little_to_judge_is_unverified_and_says_what_is_missin
     assert result.effects.notification.event_type == "unverified"
 
 
+def _judged_by_objective(says: str, improved: bool | None, readings: int, decided: bool = True, **changes: Any):
+    """A summary whose objective (train:average_reward) said ``says`` of ``readings`` readings."""
+    return watched_findings(objective={"name": "train:average_reward", "readings": readings, "improved": improved,
+                                       "says": says, "decided": decided}, **changes)
+
+
 def test_a_policy_whose_objective_rose_succeeds_by_it_where_its_surrogate_loss_could_not_say(settings):
     # A REINFORCE run: its loss a surrogate the sentinel does not judge, its reward the job's objective.
     rose = "its objective train:average_reward rose 23.07 -> 449.6 (the means of its first and last 6 of 24 readings)"
-    state = launched(settings)
-    findings = watched_findings(learned=True, learned_by=rose, unjudged="its loss is a policy gradient's surrogate",
-                                objective={"name": "train:average_reward", "readings": 24, "improved": True,
-                                           "says": rose, "decided": True})
-    _, s = _ended(state, observation(state, "Completed", findings=findings))
-    assert (s.next_action, s.outcome) == ("end", "succeeded")
-    assert s.reason == f"attempt 1 completed (watched by the library): 36 steps checked, {rose}: learned"
-    # With no loss seen at all, the objective still decides.
-    state = launched(settings)
-    findings = watched_findings(learned=True, last_loss=None, first_loss=None, best_loss=None,
-                                objective={"name": "train:average_reward", "readings": 24, "improved": True,
-                                           "says": rose, "decided": True})
-    _, s = _ended(state, observation(state, "Completed", findings=findings))
-    assert s.outcome == "succeeded"
+    for no_loss in ({}, {"last_loss": None, "first_loss": None, "best_loss": None}):  # with none seen, it decides
+        state = launched(settings)
+        findings = _judged_by_objective(rose, True, 24, learned=True, learned_by=rose,
+                                        unjudged="its loss is a policy gradient's surrogate", **no_loss)
+        _, s = _ended(state, observation(state, "Completed", findings=findings))
+        assert (s.next_action, s.outcome) == ("end", "succeeded")
+        assert s.reason == f"attempt 1 completed (watched by the library): 36 steps checked, {rose}: learned"
 
 
 def test_a_policy_whose_objective_never_rose_is_not_learning_in_its_words(settings):
     flat = "its objective train:average_reward never rose beyond its noise: 20.1 -> 19.7 (...)"
     state = launched(settings)
-    findings = watched_findings(learned=False, learned_by=flat, unjudged="its loss is a policy gradient's surrogate",
-                                objective={"name": "train:average_reward", "readings": 40, "improved": False,
-                                           "says": flat, "decided": True})
+    findings = _judged_by_objective(flat, False, 40, learned=False, learned_by=flat,
+                                    unjudged="its loss is a policy gradient's surrogate")
     _, s = _ended(state, observation(state, "Completed", findings=findings))
     assert s.attempts[-1].finding.rule == "NotLearning"
     assert s.attempts[-1].finding.message == f"the summary says {flat}"
@@ -125,10 +123,8 @@ def test_a_policy_whose_objective_never_rose_is_not_learning_in_its_words(settin
 
 def test_an_objective_that_did_not_decide_leaves_the_verdict_to_the_loss(settings):
     state = launched(settings)
-    findings = watched_findings(learned=None, unjudged="its loss is a policy gradient's surrogate",
-                                objective={"name": "train:average_reward", "readings": 3, "improved": None,
-                                           "says": "3 finite readings of its objective ..., too few to judge",
-                                           "decided": False})
+    findings = _judged_by_objective("3 finite readings of its objective ..., too few to judge", None, 3,
+                                    decided=False, learned=None, unjudged="its loss is a policy gradient's surrogate")
     _, s = _ended(state, observation(state, "Completed", findings=findings))
     assert s.outcome == "unverified"
     assert s.reason.endswith("its loss is a policy gradient's surrogate; 3 finite readings of its objective ..., "
