@@ -10,7 +10,9 @@ the run learned, so the learning check judges neither (``LearningCheck``, ``unju
 The finite check and the configured rules still watch it.
 
 One backward pass of that form makes the run's loss a surrogate (an actor-critic's policy term
-backwarded on its own beside its value loss, or added to it: ``policy + 0.5 * value - 0.01 * entropy``).
+backwarded on its own beside its value loss, or added to it: ``policy + 0.5 * value - 0.01 * entropy``),
+another optimizer's pass too (SAC's entropy coefficient, beside a critic stepped first): a critic's error rises
+with the returns in a healthy run, and is no measure of learning either (docs/rules.md).
 The flag is kept on the tensors' device; it is read (one synchronisation) when the check asks, once a
 window.
 
