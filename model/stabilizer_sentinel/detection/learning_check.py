@@ -56,7 +56,15 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from stabilizer_contract.catalogue import DIVERGING, NOT_LEARNING
-from stabilizer_sentinel.detection import batch_cycle, chance_level, input_blind, loss_makeup, surrogate, weight_motion
+from stabilizer_sentinel.detection import (
+    batch_cycle,
+    batch_rows,
+    chance_level,
+    input_blind,
+    loss_makeup,
+    surrogate,
+    weight_motion,
+)
 from stabilizer_sentinel.detection.fall_tests import CENTRE_STEPS, FallTests
 from stabilizer_sentinel.detection.loss_statistics import NoiseEstimate, PhaseTracker, Trend, untrained_level
 from stabilizer_sentinel.rules import RuleFinding
@@ -135,8 +143,8 @@ class LearningCheck(FallTests):
         self._spike_rate: float | None = None  # the learning rate at the spike's step
         self._tail: deque[float] = deque(maxlen=self.patience_windows * self.window)
         # This process's losses from its first step: a run whose batches come in a fixed order is judged cycle for
-        # cycle at its end (``_fell_by_cycles``).
-        self._cycles = batch_cycle.Kept()
+        # cycle at its end (``_fell_by_cycles``). The rows of the latest steps' batches: a short one's loss is left out.
+        self._cycles, self._rows = batch_cycle.Kept(), batch_rows.BatchRows()
         self.chance: chance_level.ChanceLevel | None = None  # the loss's chance level, where it can be read
         self.term: chance_level.TermLevel | None = None  # a sum's one term of known level (``_term_finding``)
         self._term_at_chance = False  # that term ended at its level: whatever the sum did, it did not learn
@@ -313,16 +321,18 @@ class LearningCheck(FallTests):
 
     # -- per step
     def observe(
-        self, step: int, loss: float, phase: str | None, learning_rate: float | None = None
+        self, step: int, loss: float, phase: str | None, learning_rate: float | None = None, rows: int | None = None
     ) -> RuleFinding | None:
-        """Record one training step's loss; a finding when the run is found diverging or not learning."""
+        """Record one training step's loss; a finding when the run is found diverging or not learning. ``rows``: the
+        rows of the step's batch, where the watcher saw them; a short batch's loss is left out
+        (stabilizer_sentinel.detection.batch_rows: a loss summed over its rows is smaller there)."""
         self._phase.observe(phase, learning_rate)
         self._targets[0].append(self._take_targets())
         if self._fired:
             return None
         self._new_makeup(step)
-        if not math.isfinite(loss):
-            return None  # a non-finite loss is the finite check's business
+        if not math.isfinite(loss) or self._rows.short(rows):
+            return None  # a non-finite loss is the finite check's business; a short batch's loss is no window's
         if self._first_step is None:
             self._first_step = loss
         elif self._first_up is None and loss - self._first_step > abs(self._first_step):

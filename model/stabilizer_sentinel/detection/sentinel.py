@@ -175,11 +175,13 @@ class Sentinel:
         inputs: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         outputs: torch.Tensor | None = None,
+        rows: int | None = None,
     ) -> Verdict:
         """Check the step whose gradients were just computed; call before ``optimizer.step()``.
 
         ``loss`` may be None when the loop's loss is not known at this step (the launcher level
-        reads it from log lines): the gradient norm is then checked alone.
+        reads it from log lines): the gradient norm is then checked alone. ``rows``: the rows of the step's batch,
+        where the watcher saw them (the learning check leaves a loader's short last batch out).
         """
         context = {"epoch": epoch, "phase": phase, "learning_rate": learning_rate}
         # The finite check runs every step, whatever the rule list (stabilizer_sentinel.detection.health).
@@ -202,7 +204,7 @@ class Sentinel:
         cheap = self._finite_check(step, loss_value, norm_value)
         # A loop that reports no loss (the launcher before it found one) cannot be judged on learning.
         # The learning rate tells warm-up from the main phase when the script does not say.
-        stalled = (self.learning.observe(step, evidence, phase, learning_rate)
+        stalled = (self.learning.observe(step, evidence, phase, learning_rate, rows)
                    if evidence is not None else None)
         self._last = (step, context)
         force = ("gradients", "losses") if cheap is not None else ()

@@ -109,6 +109,7 @@ class Guard(OptimizerHooks):
     # The forward passes with gradients through the network's DDP wrapper so far, and their count at the end of
     # the last step (``_stepped_alone``).
     ddp_calls = _ddp_calls_then = 0
+    _rows: int | None = None  # the rows of the step's batch: its network's first call's first input (``_called``)
 
     def __init__(
         self,
@@ -465,8 +466,8 @@ class Guard(OptimizerHooks):
 
     def take_loss(self) -> torch.Tensor | float | None:
         """The loss reported for the step about to be counted without a check (a skipped step), as the
-        checks read it (``_objective``), cleared."""
-        loss, self._loss, self._passes = self._objective(), None, 0
+        checks read it (``_objective``), cleared, with its batch's rows."""
+        loss, self._loss, self._passes, self._rows = self._objective(), None, 0, None
         return loss
 
     def pass_loss(self) -> torch.Tensor | float | None:
@@ -509,9 +510,9 @@ class Guard(OptimizerHooks):
         self.take_first_copy()
         verdict = self.sentinel.after_backward(
             step, epoch=self.epoch, phase=self.phase, learning_rate=self.learning_rate, loss=self._objective(),
-            inputs=self._inputs, labels=self._labels, outputs=self._outputs,
+            inputs=self._inputs, labels=self._labels, outputs=self._outputs, rows=self._rows,
         )
-        self._loss = self._labels = self._inputs = self._outputs = None
+        self._loss = self._labels = self._inputs = self._outputs = self._rows = None
         self._passes = 0
         history = self.sentinel.loss_history
         loss = history[-1][1] if history and history[-1][0] == step else None
@@ -692,6 +693,9 @@ class Guard(OptimizerHooks):
     def _called(self, module: nn.Module, inputs: Any, output: Any) -> None:
         if torch.is_grad_enabled():
             self.calls += 1
+            first = inputs[0] if isinstance(inputs, tuple) and inputs else None
+            if self._rows is None and isinstance(first, torch.Tensor) and first.dim() >= 1:
+                self._rows = int(first.shape[0])
 
     def release(self) -> None:
         """The script let go of the network and the optimizer this guard watched (a search's trial function

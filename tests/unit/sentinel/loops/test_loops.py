@@ -579,6 +579,23 @@ def test_a_healthy_loop_shaped_as_scripts_write_it_runs_watched_as_unwatched(tmp
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("lr", "learned"), [("0.01", True), ("0", False)])
+def test_a_loss_summed_over_its_rows_is_judged_without_the_loaders_short_last_batch(tmp_path, lr, learned):
+    # From stop 82's hunt: Pyro's VAE tutorial at rate 0, its ELBO summed over its rows, was called learned: its
+    # last window held the epoch's short last batch, a quarter of a full one's loss. Unchanged at a rate that
+    # learns; at rate 0 stopped as not learning (before: no finding, and learned).
+    args = [str(FIXTURES / "loops" / "summed_loss.py"), "--lr", lr]
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert summary(tmp_path)["learned"] is learned
+    if learned:
+        plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+        assert (watched.returncode, watched.stdout, watched.stderr) == (0, plain.stdout, plain.stderr), watched.stderr
+        assert findings(tmp_path) == [] and "final=0.43" in plain.stdout
+    else:
+        assert watched.returncode == 86 and [finding["rule"] for finding in findings(tmp_path)] == ["NotLearning"]
+
+
+@pytest.mark.slow
 def test_a_policy_gradient_whose_loss_rises_as_it_learns_is_not_judged_by_its_loss(tmp_path):
     # From the verdict hunt: REINFORCE reached the best return while its surrogate rose from -0.6 to -0.01,
     # and the learning check called the healthy run Diverging at its end.

@@ -1,0 +1,44 @@
+"""Whether a step's batch is a short one: fewer rows than the run's usual batch, as a loader's last batch of an
+epoch is where it keeps the remainder (``DataLoader(..., drop_last=False)``, its default).
+
+A loss summed over its rows (an ELBO as Pyro's ``Trace_ELBO`` returns it, a VAE's ``reduction="sum"``
+reconstruction plus its KL term) is smaller on that batch by the rows it lacks. Beside full batches in a window,
+it read as a fall: stop 82's hunt, Pyro's VAE tutorial at rate 0 (1,500 images in batches of 64: 23 of them and
+one of 28), its loss 3,034 on a full batch and 1,323 on the last, was called learned, its windows holding the
+last batch 12 % below its first window; the same script dropping its last batch was ``NotLearning``. A loss
+averaged over its rows is only noisier on it. The learning check leaves such a step out of its windows
+(``LearningCheck.observe``); every other check reads it as any step.
+
+The rows are the leading dimension of the first tensor the watched network's first forward call of the step was
+given (the guard's forward hook; none for a call with keyword arguments alone, nor a loop over bare tensors). A
+step is short where, among the last ``RECENT`` steps, one number of rows is the usual (at least half of them) and
+the step's is smaller and comes at most half as often as the usual (a last batch, once an epoch of three batches
+or more). A batch size that shrinks for good is the usual again within about a third of ``RECENT`` steps; batches
+whose rows vary from step to step have no usual, and no step of theirs is short.
+
+This module must not read tensors: it counts shapes the guard hands it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+
+RECENT = 64  # the steps whose rows say what the usual batch is
+
+
+class BatchRows:
+    """The rows of the latest steps' batches (``short``)."""
+
+    def __init__(self) -> None:
+        self._recent: deque[int] = deque(maxlen=RECENT)
+
+    def short(self, rows: int | None) -> bool:
+        """Record a step's rows (None: not known); whether its batch is a short one."""
+        if rows is None:
+            return False
+        counts = Counter(self._recent)
+        self._recent.append(rows)
+        if not counts:
+            return False
+        usual, seen = counts.most_common(1)[0]
+        return rows < usual and seen >= 2 and 2 * seen >= sum(counts.values()) and 2 * (counts[rows] + 1) <= seen
