@@ -443,6 +443,9 @@ class LearningCheck(FallTests):
         ended_below = self._window_below(self._last[1], self.learning_start if short else None)
         if self._learned_at is None and (ended_below or self._tail_below_chance()):
             self._learned_at = self._last[0]  # the run ended below its start: no later window can confirm it
+        if self._learned_at is not None and (same := self._same_by_cycles()) is not None:
+            self._learned_at = None
+            return self._fire(NOT_LEARNING, step, same, self._last[1])
         judged = self._judge(step, at_end=True)
         if judged is not None and judged.rule == NOT_LEARNING and (cycles := self._fell_by_cycles()) is not None:
             self._fired, self._learned_at, self._cycles.found = False, self._last[0], cycles  # learned, by its cycles
@@ -470,6 +473,28 @@ class LearningCheck(FallTests):
         if chance is not None and chance < start:  # known: the last cycle's error alone, and the level's own
             start, error = chance, math.hypot(fall.error(), getattr(self.chance, "error", lambda: 0.0)())
         return (fall, start) if start - fall.last > max(self._margin(start), self.confidence * error) else None
+
+    def _same_by_cycles(self) -> str | None:
+        """Why a completed run whose windows fell did not learn, where its losses repeat batch for batch
+        (stabilizer_sentinel.detection.batch_cycle) and its last cycle's mean is not below its first's by
+        ``confidence`` standard errors of the difference, the noise read one period apart: the same batches scored
+        at its end as at its start, and its windows' fall was the batches' levels (their first window's batches
+        scoring above their last window's). Stop 82's hunt: a plain loop's token-level loss over batches bucketed
+        by length and taken longest first, at rate 0, fell from 6.35 to 4.94 window for window, every epoch's losses
+        the same to the last digit, and was called learned; so was TRL's SFT at rate 0 with ``group_by_length``.
+        None where they do not repeat, or fell; only for a run that started here whose first window did not
+        explode, as ``_fell_by_cycles``."""
+        if not self._first_here or self._exploded is not None or self.learning_start is None:
+            return None
+        fall = self._cycles.fall()
+        if fall is None or fall.first - fall.last > self.confidence * fall.error() * math.sqrt(2.0):
+            return None
+        return (f"the run did not learn by its end: its losses repeat every {fall.period} steps (batches in a fixed "
+                f"order, each at a level of its own), and its last {fall.period} steps' mean {fall.last:.4g} is not "
+                f"below its first {fall.period}'s {fall.first:.4g} by {self.confidence:g} standard errors of the "
+                f"noise {fall.noise:.3g} per step one cycle apart: the same batches scored the same at its end as at "
+                f"its start, and the fall of its windows ({self.learning_start:.4g} at the start, "
+                f"{self._last[1] if self._last else float('nan'):.4g} over the last) was their batches' levels")
 
     @property
     def learned_by_cycles(self) -> str | None:

@@ -14,7 +14,12 @@ node that computed the loss:
   reduction is divided by the elements it summed: the labels not ignored, or the targets; so is such a
   loss with no reduction whose every element the script summed itself), whatever the script did with it
   after;
-* anything else (a sum of terms, a custom loss): the scalar with the scalings above it undone.
+* anything else (a sum of terms, a custom loss): the scalar with the scalings above it undone, but for a division
+  of a sum by a count, which is a mean written by hand, not a scaling: a token-level loss averaged over the
+  tokens the mask keeps, ``-(log_probs * mask).sum() / mask.sum()`` (TRL's SFT loss is one), is read as written.
+  Undone, the reading was the batch's sum over its tokens, which follows how many there are: stop 82's hunt's
+  runs at rate 0 whose batches went longest first were called learned, their sums falling as the batches
+  shortened, and a 36-fold spike went unseen in the noise the sums' swings made.
 
 A loss computed in the model's forward pass under DDP (a Hugging Face model's ``outputs.loss``, a
 Lightning module's ``training_step``) passes through DDP's passthrough of the forward's outputs
@@ -74,6 +79,10 @@ SURROGATE_NODES = 64  # the nodes ``signed_weights`` walks through a loss's addi
 # Nodes that add terms up (``a + b``, ``a - b``, ``-a``, ``loss + 1``): walked through, never a term.
 # DDP's passthrough of the forward's outputs: its output ``i`` is its input ``i`` (``torch.nn.parallel.distributed``).
 PASSTHROUGHS = ("_DDPSinkBackward",)
+# A division of a full sum (``DIVISIONS`` above ``FULL_SUMS``) over no loss node of ``LOSS_NODES`` is a mean the
+# script wrote by hand, read as written (``read``).
+DIVISIONS = ("DivBackward0", "DivBackward1")
+FULL_SUMS = ("SumBackward0", "SumBackward1")
 SUMS = ("AddBackward0", "AddBackward1", "SubBackward0", "SubBackward1", "RsubBackward0", "RsubBackward1",
         "NegBackward0")
 
@@ -128,6 +137,7 @@ def read(tensors: Sequence[torch.Tensor], gradients: Any = None) -> BackwardLoss
     scaled = False
     kind = [node.name()]
     divisor: torch.Tensor | float = 1.0
+    mean = None  # the reading as a division of a sum by a count left it: a mean written by hand (``FULL_SUMS``)
     try:
         for _ in range(MAX_SCALINGS):
             node, output = through_passthrough(node, output, kind)
@@ -135,6 +145,8 @@ def read(tensors: Sequence[torch.Tensor], gradients: Any = None) -> BackwardLoss
             if undone is None:
                 break
             above = node
+            if above.name() in DIVISIONS and _a_full_sum(undone[0]):
+                mean = (value, divisor, scaled, (*kind, "mean"))
             node, value, by = undone
             output = output_into(above, node)
             divisor = divisor * by
@@ -150,7 +162,16 @@ def read(tensors: Sequence[torch.Tensor], gradients: Any = None) -> BackwardLoss
     except (AttributeError, RuntimeError, TypeError):  # a node saved differently: what was undone stands
         pass
     loss_node = node.name() if node.name() in LOSS_NODES else None
+    if loss_node is None and mean is not None:
+        value, divisor, scaled, kind = mean
     return BackwardLoss(value, node if loss_node else None, scaled, tuple(kind), written, divisor, loss_node)
+
+
+def _a_full_sum(node: Any) -> bool:
+    """Whether ``node`` sums a tensor whole (``FULL_SUMS``), negated or not (``-(log_probs * mask).sum()``)."""
+    while node is not None and node.name() == "NegBackward0" and len(node.next_functions) == 1:
+        node = node.next_functions[0][0]
+    return node is not None and node.name() in FULL_SUMS
 
 
 def through_passthrough(node: Any, output: int, kind: list[str] | None = None) -> tuple[Any, int]:

@@ -83,3 +83,17 @@ def test_a_fall_cycle_for_cycle_to_the_chance_level_is_no_learning():
     # Below 0.39 by under 4 %, less than the least fall (5 %): not learned.
     finding, summary = summary_of(IN_ORDER, chance=0.39)
     assert finding == "NotLearning" and summary["learned_by"] is None
+
+
+def test_a_fall_that_is_only_the_batches_levels_in_a_fixed_order_is_no_learning():
+    # Stop 82's hunt: a token-level loss over batches bucketed by length, longest first, at rate 0: each epoch's 30
+    # losses the same as the last's, falling through the epoch (6.35 to 4.94) as the batches shorten. Its windows
+    # fell from the first to the last, and it was called learned.
+    draws = random.Random(0)
+    epoch = sorted((draws.uniform(4.5, 6.4) for _ in range(30)), reverse=True)
+    rule, written = summary_of(epoch * 3)
+    assert rule == "NotLearning" and written["learned"] is False
+    # The same batches at a rate that learns: every loss a little lower each epoch, as stop 78's regression.
+    learning = [loss * (0.9 ** (step / 30)) for step, loss in enumerate(epoch * 3)]
+    rule, written = summary_of(learning)
+    assert rule is None and written["learned"] is True

@@ -108,6 +108,31 @@ def test_a_per_element_loss_the_script_sums_is_read_as_its_mean_per_element(form
     assert weighed is not None and weighed.node is None
 
 
+@pytest.mark.parametrize("form", ["by_the_mask", "by_its_integer_count", "negated_inside", "by_a_number",
+                                  "then_accumulated", "then_scaled"])
+def test_a_sum_divided_by_its_count_is_a_mean_written_by_hand_and_read_as_written(form):
+    # Stop 82's hunt: a token-level loss averaged over the tokens its mask keeps (TRL's SFT loss, a plain loop's)
+    # was read through the division as the batch's sum over its tokens, which follows how many there are: a run at
+    # rate 0 whose batches went longest first was called learned.
+    torch.manual_seed(0)
+    logits, targets = nn.Linear(3, 5)(torch.randn(4, 6, 3)), torch.randint(5, (4, 6))
+    mask = (torch.rand(4, 6) > 0.3).float()
+    log_probs = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    mean = -(log_probs * mask).sum() / mask.sum()
+    scalar, undone = {
+        "by_the_mask": (mean, 1.0),
+        "by_its_integer_count": (-(log_probs * mask).sum() / mask.long().sum(), 1.0),
+        "negated_inside": ((-log_probs * mask).sum() / mask.sum(), 1.0),
+        "by_a_number": (-(log_probs * mask).sum() / int(mask.sum()), 1.0),
+        "then_accumulated": (mean / 4, 0.25),  # an accumulation's division above it is still undone
+        "then_scaled": (mean * 1024.0, 1024.0),  # and so is a loss scaler's factor
+    }[form]
+    read = backward_loss.read([scalar])
+    assert read is not None and read.node is None and read.kind[-1] == "mean"
+    assert float(read.value) == pytest.approx(float(mean))
+    assert float(read.divisor) == pytest.approx(undone)
+
+
 def _policy() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The log-probabilities of eight actions a policy took, and advantages of both signs and of one."""
     torch.manual_seed(0)

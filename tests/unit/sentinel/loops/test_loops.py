@@ -596,6 +596,24 @@ def test_a_loss_summed_over_its_rows_is_judged_without_the_loaders_short_last_ba
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("lr", "learned"), [("0.05", True), ("0", False)])
+def test_a_token_mean_written_by_hand_is_judged_per_token_whatever_the_batches_lengths(tmp_path, lr, learned):
+    # From stop 82's hunt: a loss averaged over the tokens its mask keeps, -(log_probs * mask).sum() / mask.sum()
+    # (TRL's SFT loss; a plain loop's), was read as each batch's sum over its tokens; with the batches longest
+    # first, a run at rate 0 "fell" from 1,042 to 40 and was called learned.
+    args = [str(FIXTURES / "loops" / "token_mean.py"), "--lr", lr]
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    written = summary(tmp_path)
+    assert written["learned"] is learned and written["first_loss"] < 3  # per token: ln 11 is a guess's 2.40
+    if learned:
+        plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+        assert (watched.returncode, watched.stdout, watched.stderr) == (0, plain.stdout, plain.stderr), watched.stderr
+        assert findings(tmp_path) == []
+    else:
+        assert [finding["rule"] for finding in findings(tmp_path)] == ["NotLearning"]
+
+
+@pytest.mark.slow
 def test_a_policy_gradient_whose_loss_rises_as_it_learns_is_not_judged_by_its_loss(tmp_path):
     # From the verdict hunt: REINFORCE reached the best return while its surrogate rose from -0.6 to -0.01,
     # and the learning check called the healthy run Diverging at its end.
