@@ -19,7 +19,7 @@ node that computed the loss:
   tokens the mask keeps, ``-(log_probs * mask).sum() / mask.sum()`` (TRL's SFT loss is one), is read as written.
   Undone, the reading was the batch's sum over its tokens, which follows how many there are: stop 82's hunt's
   runs at rate 0 whose batches went longest first were called learned, their sums falling as the batches
-  shortened, and a 36-fold spike went unseen in the noise the sums' swings made.
+  shortened.
 
 A loss computed in the model's forward pass under DDP (a Hugging Face model's ``outputs.loss``, a
 Lightning module's ``training_step``) passes through DDP's passthrough of the forward's outputs
