@@ -9,19 +9,23 @@ last batch 12 % below its first window; the same script dropping its last batch 
 averaged over its rows is only noisier on it. The learning check leaves such a step out of its windows
 (``LearningCheck.observe``); every other check reads it as any step.
 
-The rows are the leading dimension of the first tensor the watched network's first forward call of the step was
-given (the guard's forward hook; none for a call with keyword arguments alone, nor a loop over bare tensors). A
-step is short where, among the last ``RECENT`` steps, one number of rows is the usual (at least half of them) and
-the step's is smaller and comes at most half as often as the usual (a last batch, once an epoch of three batches
-or more). A batch size that shrinks for good is the usual again within about a third of ``RECENT`` steps; batches
-whose rows vary from step to step have no usual, and no step of theirs is short.
+The rows are the leading dimension of the first tensor the watched network's first forward call with one, in the
+step, was given (the guard's forward hook; none for calls with keyword arguments alone, nor a loop over bare
+tensors). A step is short where its rows are fewer than the widest batch's among the last ``RECENT`` steps, this one
+included, and that widest batch's rows are at least half of them: a last batch, once an epoch of two batches or
+more, is short from the first epoch on, at every epoch alike. The rule must not change as the run goes on: a first
+version, short only where the step's rows came at most half as often as the usual's, stopped leaving out the last
+of three batches once the steps it counted reached ``RECENT`` (the review of stop 82), and a summed loss at rate 0
+then read as a fall from windows without that batch to windows with it. A batch size that shrinks for good is no
+longer short once the wider batches are under half of the last ``RECENT`` steps; batches whose rows vary from step
+to step have no widest batch that common, and no step of theirs is short.
 
 This module must not read tensors: it counts shapes the guard hands it.
 """
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 
 RECENT = 64  # the steps whose rows say what the usual batch is
 
@@ -36,9 +40,6 @@ class BatchRows:
         """Record a step's rows (None: not known); whether its batch is a short one."""
         if rows is None:
             return False
-        counts = Counter(self._recent)
         self._recent.append(rows)
-        if not counts:
-            return False
-        usual, seen = counts.most_common(1)[0]
-        return rows < usual and seen >= 2 and 2 * seen >= sum(counts.values()) and 2 * (counts[rows] + 1) <= seen
+        widest = max(self._recent)
+        return rows < widest and 2 * self._recent.count(widest) >= len(self._recent)

@@ -483,8 +483,9 @@ class LearningCheck(FallTests):
         by length and taken longest first, at rate 0, fell from 6.35 to 4.94 window for window, every epoch's losses
         the same to the last digit, and was called learned; so was TRL's SFT at rate 0 with ``group_by_length``.
         None where they do not repeat, or fell; only for a run that started here whose first window did not
-        explode, as ``_fell_by_cycles``."""
-        if not self._first_here or self._exploded is not None or self.learning_start is None:
+        explode, as ``_fell_by_cycles``, and never judged afresh (``_begin_segment``): a run that learned one loss
+        and then repeats another's batches, converged, has learned."""
+        if not self._first_here or self._exploded is not None or self.learning_start is None or self._segments:
             return None
         fall = self._cycles.fall()
         if fall is None or fall.first - fall.last > self.confidence * fall.error() * math.sqrt(2.0):

@@ -81,7 +81,7 @@ SURROGATE_NODES = 64  # the nodes ``signed_weights`` walks through a loss's addi
 PASSTHROUGHS = ("_DDPSinkBackward",)
 # A division of a full sum (``DIVISIONS`` above ``FULL_SUMS``) over no loss node of ``LOSS_NODES`` is a mean the
 # script wrote by hand, read as written (``read``).
-DIVISIONS = ("DivBackward0", "DivBackward1")
+DIVISIONS = ("DivBackward0",)  # a number's division too (a script's number is saved as a tensor): ``_undo_scaling``
 FULL_SUMS = ("SumBackward0", "SumBackward1")
 SUMS = ("AddBackward0", "AddBackward1", "SubBackward0", "SubBackward1", "RsubBackward0", "RsubBackward1",
         "NegBackward0")
