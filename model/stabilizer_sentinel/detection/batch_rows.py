@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import deque
 
-RECENT = 64  # the steps whose rows say what the usual batch is
+RECENT = 64  # the steps whose rows say which batch is the widest, and how common it is
 
 
 class BatchRows:
