@@ -781,9 +781,14 @@ class LauncherHooks:
         """One line on stderr where the script trained, or logged losses, and the hooks never attached: no summary
         is written, and the workflow calls the run unwatched; the line says why. Not in a worker (a loader's, or
         a Hogwild! child that never stepped), nor where the workers wrote their findings (a Hogwild! parent, which
-        tests what they trained), nor where the line refusing the loop was said already."""
-        if (self.stood_down or worker_processes.is_worker() or self._hand_updates.refused is not None
+        tests what they trained). A loop refused as making new tensors at every step (bare_tensors.HandUpdates) is
+        said so here, not when refused: an optimizer that stepped after it attached the hooks, and then it was no
+        such loop."""
+        if (self.stood_down or worker_processes.is_worker()
                 or (self.paths.checkpoint_dir / worker_processes.PARTS).is_dir()):
+            return
+        if self._hand_updates.refused is not None:
+            say(f"sentinel: not watched: {self._hand_updates.refused}")
             return
         if self._trained is not None:
             seen = f"{self._trained} was called in training mode"

@@ -19,15 +19,19 @@ the original.
   step 1, since the first update came before anything could tell. From then on the scalar each
   backward pass starts from is that step's loss.
 
-What cannot be watched this way is said in one line on stderr when it is seen, and the job then
-ends unwatched (no summary):
+What cannot be watched this way is said in one line on stderr at exit, where nothing else attached the launcher
+(an optimizer's step does: stabilizer_sentinel.integration.launcher_hooks), and the job then ends unwatched (no
+summary):
 
 - a loop that makes new leaf tensors at every step (``w = (w - lr * w.grad).detach().requires_grad_()``):
   the tensors the guard would hook are gone by the next step (the last pass's smallest leaf, held
   weakly, is no longer alive; a pass over other leaves while those of the last are still held is
-  another network's loss, backwarded before an optimizer's step);
-- a loop whose gradients come from ``torch.autograd.grad`` (no backward pass; nothing is wrapped there): said at
-  exit instead, where the log reported a loss (stabilizer_sentinel.integration.launcher_hooks).
+  another network's loss, backwarded before an optimizer's step). Only said at exit: a pass over leaves made for
+  it is no such loop where an optimizer steps after it (sentence-transformers' cached in-batch negatives backward
+  a loss of detached embeddings first, made afresh for each loss, then the network through them: stop 83's hunt
+  found the line said of a run that was watched);
+- a loop whose gradients come from ``torch.autograd.grad`` (no backward pass; nothing is wrapped there), where
+  the log reported a loss.
 
 This module must not change gradients or weights. Walking the graph costs one visit per graph node,
 at each backward pass until the launcher attaches or stands down (one walk in a script with an optimizer).
@@ -46,7 +50,6 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from stabilizer_sentinel import failsafe, handle_ids
-from stabilizer_sentinel.say import say
 
 # Called with the tensors of every backward pass, before it runs (listen), by handle id; and with its
 # gradients (``grad_tensors``, None where the pass was given none) where the listener asked for them.
@@ -173,8 +176,7 @@ class HandUpdates:
         if known is not None and leaf is None:
             self.refused = ("the loop makes new parameter tensors at every step (no optimizer, no nn.Module): "
                             "the launcher cannot follow them; update them in place (w -= lr * w.grad under no_grad)")
-            say(f"sentinel: not watched: {self.refused}")
-            return None
+            return None  # said at exit, where no optimizer attached the launcher since (launcher_hooks)
         smallest = min(found, key=lambda t: t.numel())
         self._watched = (weakref.ref(smallest), smallest.detach().clone())
         self.previous_loss = loss.detach()  # the loss before the update the next pass may reveal

@@ -560,9 +560,10 @@ def test_a_term_backwarded_on_its_own_is_added_to_the_loss_as_written_not_read_a
 @pytest.mark.slow
 @pytest.mark.parametrize("options", [["--zero-weight-at", "0"], ["--zero-weight-at", "6"], ["--unlabelled-first", "3"],
                                      ["--maximize", "1"], ["--two-networks", "1"], ["--kind", "compiled_step"],
-                                     ["--kind", "compiled"], ["--kind", "sam"], ["--kind", "weighted_term"]],
+                                     ["--kind", "compiled"], ["--kind", "sam"], ["--kind", "weighted_term"],
+                                     ["--kind", "cached"]],
                          ids=["zero-weight-first", "zero-weight-later", "unlabelled-first", "maximize", "two-networks",
-                              "compiled-step", "compiled", "sam", "weighted-term"])
+                              "compiled-step", "compiled", "sam", "weighted-term", "cached"])
 def test_a_healthy_loop_shaped_as_scripts_write_it_runs_watched_as_unwatched(tmp_path, options):
     # From the third harm hunt: a loss weighted by 0.0 read as 0/0 (NaN: rolled back, its rate cut); a
     # first window of exactly 0 (nothing labelled) made every later loss a divergence; an ascended
@@ -570,7 +571,9 @@ def test_a_healthy_loop_shaped_as_scripts_write_it_runs_watched_as_unwatched(tmp
     # step was refused as a loop making new tensors, in a line on stderr. From the fourth: a function compiled
     # with fullgraph=True that calls the model failed (the launcher's forward hook, traced, reads files); a
     # SAM optimizer's base, stepped inside its step, was taken for a second optimizer and took the loss.
-    # From stop 68's: torch.compile(model)'s first calls warned of the watcher's global hooks on stderr.
+    # From stop 68's: torch.compile(model)'s first calls warned of the watcher's global hooks on stderr. From stop
+    # 83's: gradient caching (sentence-transformers' Matryoshka over cached negatives) was said to be a loop making
+    # new tensors at every step, "not watched", on stderr, of a run that an optimizer's step then watched.
     args = [str(LOOPS), "--steps", "30", "--lr", "0.01", *options]
     plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
     watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
