@@ -164,6 +164,12 @@ class Probe:
         residuals = [x - mean - slope * (i - middle) for i, x in enumerate(later)]
         return math.sqrt(sum(r * r for r in residuals) / (n - 2) / n)
 
+    @property
+    def spread(self) -> float:
+        """The per-step deviation of its later losses about their trend (``error`` times the root of their count):
+        the noise of a probe from a state with none measured yet, its first loss left out."""
+        return self.error * math.sqrt(max(len(self.losses) - 1, 1))
+
     def above(self, other: Probe) -> bool:
         """Whether every later loss of this probe is above every one of ``other``'s, with ``SEPARATE``
         losses each at least: however their spread reads, no noise makes the two the same (were they,
@@ -184,7 +190,10 @@ class Probe:
 
     def climbing(self, noise: float | None) -> bool:
         """Whether the loss rose over the probe's steps by more than ``CLIMB`` of its first and than the
-        noise of two single steps (``noise``: the run's per-step deviation, None while unknown)."""
+        noise of two single steps (``noise``: the run's per-step deviation in the state restored, or where none
+        was measured there the probe's own later losses' ``spread``; never the run's as read after the probe's
+        steps, which a probe thrown from its first loss to a saturated one widens past its own jump: stop 83's
+        graph auto-encoder, four probes at exactly -log(1e-15), none failed)."""
         if len(self.losses) < 2:
             return False
         first, last = self.losses[0], self.losses[-1]
@@ -541,7 +550,7 @@ class Recovery(RateFactor):
             if probe is self._with_batch and probe.steps == 1 + self.batches.lead:
                 self._first_replayed(probe)
         if probe is not None and not self._restore_due and probe.applied >= self.probe_steps:
-            if probe.climbing(self.guard.sentinel.learning.noise):
+            if probe.climbing(self._restored_noise if self._restored_noise is not None else probe.spread):
                 probe.failed = "its loss climbed"
             elif probe is self._replay:
                 self._go_on_unchanged()

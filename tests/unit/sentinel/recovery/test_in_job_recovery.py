@@ -358,6 +358,28 @@ def test_a_probe_climbs_only_by_more_than_its_runs_per_step_noise():
     assert probe.climbing(noise=None)  # no noise known yet: half the first loss is the bound
     assert not probe.climbing(noise=0.4)  # 0.45 above: within 3 deviations of a difference of two steps
     assert Probe(1.0, losses=[0.5, 0.9, 2.0, 3.0, 4.0]).climbing(noise=0.4)
+    # From a state with no noise measured, a probe's own later losses give it: thrown up and flat there is a climb.
+    thrown = Probe(1.0, losses=[1.4, 34.5, 34.5, 34.5, 34.5, 34.5])
+    assert thrown.spread == 0.0 and thrown.climbing(noise=thrown.spread)
+    assert not probe.climbing(noise=probe.spread)  # the noisy one: its later losses' spread about their trend
+
+
+@pytest.mark.slow  # trains a link predictor, in the launcher
+def test_probes_a_rate_threw_to_a_saturated_loss_failed_by_the_noise_before_them_not_their_own_jump(tmp_path):
+    """From stop 83's hunt (a graph auto-encoder at a thousand times its rate): every probe of the first round
+    saturated at exactly -log(1e-15), none failed, as the run's noise, read after the probes' own jumps from the
+    restored state's loss, was wider than the jump; the job went on at the highest but one, a hundred times its
+    rate, diverged again and was rolled back a second time. A probe now climbs by the noise of the state restored
+    (here none: its own later losses')."""
+    script = FIXTURES / "recovery" / "saturating.py"
+    result = run(["-m", "stabilizer_sentinel.launch", str(script), "--lr", "30"], script.parent,
+                 job_env(tmp_path, {"recovery": "in_job"}))
+    assert result.returncode == 0, result.stderr
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    (rollback,) = document["rollbacks"]
+    saturated = [p for p in rollback["probed"] if p["score"] > 30]
+    assert len(saturated) >= 4 and all(p["failed"] == "its loss climbed" for p in saturated)
+    assert rollback["factor"] < min(p["factor"] for p in saturated) and document["summary"]["learned"] is True
 
 
 def test_the_job_goes_on_a_notch_below_the_highest_rate_as_good_as_the_best():
