@@ -476,7 +476,10 @@ def known_term(tensors: Sequence[torch.Tensor]) -> tuple[tuple[tuple[Any, torch.
     loss) where the one scalar a backward pass starts from adds up, through additions and constant scalings,
     exactly one loss node of ``LOSS_NODES`` and at least one term of another kind, or several multi-class
     cross-entropies and any other terms, or is a binary cross-entropy alone (whose level is judged here alone:
-    ``BINARY``); None otherwise (a term below a subtraction or a negation is of another kind)."""
+    ``BINARY``); None otherwise. What a subtraction subtracts, or a negation negates, is a term of another kind;
+    what it subtracts from is walked as an addition's terms (stop 83's hunt: TabNet's ``mse - lambda * M_loss``,
+    a regression at a hundred times its rate flat at its targets' variance, was called learned, its squared
+    error never found)."""
     scalar = backward_loss.scalar_of(tensors)
     if scalar is None or scalar.grad_fn is None:
         return None
@@ -500,6 +503,11 @@ def known_term(tensors: Sequence[torch.Tensor]) -> tuple[tuple[tuple[Any, torch.
                 queue.append((below, backward_loss.output_into(node, below), by))
             elif node.name() in ("AddBackward0", "AddBackward1"):
                 queue.extend((below, number, factor) for below, number in node.next_functions if below is not None)
+            elif node.name() == "SubBackward0":  # a penalty subtracted (TabNet's ``mse - lambda * sparsity``)
+                (minuend, number), _ = node.next_functions
+                if minuend is not None:
+                    queue.append((minuend, number, factor))
+                others += 1  # what it subtracts: a term of another kind, whatever it is
             elif node.name() in LOSS_NODES:
                 found.append((node, factor))
             else:

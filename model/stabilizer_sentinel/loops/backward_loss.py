@@ -79,6 +79,9 @@ SURROGATE_NODES = 64  # the nodes ``signed_weights`` walks through a loss's addi
 # Nodes that add terms up (``a + b``, ``a - b``, ``-a``, ``loss + 1``): walked through, never a term.
 # DDP's passthrough of the forward's outputs: its output ``i`` is its input ``i`` (``torch.nn.parallel.distributed``).
 PASSTHROUGHS = ("_DDPSinkBackward",)
+# The identity autograd records where a tensor subclass returns its result as a view of itself (MONAI's
+# ``MetaTensor``: every operation's result, its losses' too, is an alias): walked through as DDP's passthrough.
+ALIASES = ("AliasBackward0",)
 # A division of a full sum (``DIVISIONS`` above ``FULL_SUMS``) over no loss node of ``LOSS_NODES`` is a mean the
 # script wrote by hand, read as written (``read``).
 DIVISIONS = ("DivBackward0",)  # a number's division too (a script's number is saved as a tensor): ``_undo_scaling``
@@ -176,10 +179,15 @@ def _a_full_sum(node: Any) -> bool:
 
 def through_passthrough(node: Any, output: int, kind: list[str] | None = None) -> tuple[Any, int]:
     """The node that computed output ``output`` of ``node`` and its own output number, through DDP's passthrough
-    (``PASSTHROUGHS``, each node reached named in ``kind``); ``node`` itself for any other."""
-    while (node is not None and node.name() in PASSTHROUGHS and _tensors_before(node, output)
-           and output < len(node.next_functions)):
-        below, number = node.next_functions[output]
+    (``PASSTHROUGHS``) and aliases (``ALIASES``), each node reached named in ``kind``; ``node`` itself for any
+    other."""
+    while node is not None:
+        if node.name() in ALIASES and len(node.next_functions) == 1:
+            below, number = node.next_functions[0]
+        elif node.name() in PASSTHROUGHS and _tensors_before(node, output) and output < len(node.next_functions):
+            below, number = node.next_functions[output]
+        else:
+            break
         if below is None:
             break
         node, output = below, number

@@ -105,6 +105,8 @@ def test_no_term_is_read_where_the_sum_is_not_one_known_loss_and_others(objectiv
     assert known_term([loss]) is None
     ((node, _),), alone = known_term([mse + penalty])
     assert node.name() == "MseLossBackward0" and not alone
+    ((node, factor),), alone = known_term([2 * mse - penalty])  # what a subtraction subtracts from is walked
+    assert node.name() == "MseLossBackward0" and not alone and float(factor) == 2
     ((node, factor),), alone = known_term([0.5 * functional.binary_cross_entropy_with_logits(model(x),
                                                                                           (y > 0).float())])
     assert node.name() == "BinaryCrossEntropyWithLogitsBackward0" and alone and float(factor) == 0.5
@@ -119,10 +121,11 @@ def test_a_term_weighted_by_zero_or_a_negative_number_is_not_counted():
 
 
 def _classifier_run(penalty: float = 0.0, steps: int = 400, *, rare: float = 0.1, smoothing: float = 0.0,
-                    shuffled: bool = False) -> tuple[LearningCheck, object]:
+                    shuffled: bool = False, subtracted: bool = False) -> tuple[LearningCheck, object]:
     """A two-class classifier on data whose ``rare`` class its features tell apart, trained by a cross-entropy
-    (label-smoothed by ``smoothing``) plus ``penalty`` times the weights' squared norm, its labels ``shuffled``
-    apart from its inputs where asked (it can learn their prior alone), as a check under the launcher reads it."""
+    (label-smoothed by ``smoothing``) plus ``penalty`` times the weights' squared norm (written as the negated
+    norm subtracted where ``subtracted``, as TabNet subtracts its sparsity term), its labels ``shuffled`` apart
+    from its inputs where asked (it can learn their prior alone), as a check under the launcher reads it."""
     torch.manual_seed(0)
     y = (torch.rand(3000) < rare).long()
     x = torch.randn(3000, 20) + 1.5 * y[:, None] * (torch.arange(20) < 4)
@@ -134,7 +137,8 @@ def _classifier_run(penalty: float = 0.0, steps: int = 400, *, rare: float = 0.1
         rows = torch.randint(0, 3000, (64,))
         loss = functional.cross_entropy(model(x[rows]), labels[rows], label_smoothing=smoothing)
         if penalty:
-            loss = loss + penalty * sum((p ** 2).sum() for name, p in model.named_parameters() if "weight" in name)
+            norm = sum((p ** 2).sum() for name, p in model.named_parameters() if "weight" in name)
+            loss = loss - penalty * -norm if subtracted else loss + penalty * norm
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -151,6 +155,11 @@ def test_a_penalty_that_falls_while_the_cross_entropy_learns_only_the_prior_is_n
     assert finding is None and check.learned
     # Sixty steps are short of the patience a run is given to learn (100): its sum's fall stands.
     check, finding = _classifier_run(penalty=1.0, steps=60)
+    assert finding is None and check.learned
+    # A term subtracted from the cross-entropy (stop 83's hunt: TabNet's ``loss - lambda * M_loss``) hid it before.
+    check, finding = _classifier_run(penalty=1.0, subtracted=True)
+    assert finding is not None and "its cross-entropy term ended at" in finding.message and not check.learned
+    check, finding = _classifier_run(penalty=1e-3, subtracted=True)
     assert finding is None and check.learned
 
 
@@ -419,3 +428,28 @@ def test_cross_entropies_of_one_tasks_labels_are_judged_together_alone(second, a
     _, term = _fed(lambda model, x: functional.cross_entropy(model(x), labels) + functional.cross_entropy(
         model(torch.cat([x, x])[:len(other)]), other), steps=30)
     assert len(term.tails()) == (3 if alone else 1)
+
+
+class _Tagged(torch.Tensor):
+    """A tensor subclass that keeps its class through every operation, as MONAI's ``MetaTensor`` does: autograd
+    records each result as an alias (``AliasBackward0``) of the operation's own."""
+
+
+def test_a_tensor_subclasss_losses_are_read_through_the_aliases_autograd_records_for_it():
+    # From stop 83's hunt: MONAI's DiceCE loss on its MetaTensors, a segmenter at a thousand times its rate that
+    # predicted background everywhere, was called learned: its cross-entropy term, under an alias, was never found.
+    labels = torch.tensor([0, 1, 2, 1, 0, 2, 1, 0])
+
+    def tagged(model: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        return functional.cross_entropy(model(x.as_subclass(_Tagged)), labels)
+
+    chance, _ = _fed(tagged)
+    prior = torch.tensor([3, 3, 2], dtype=torch.float64) / 8  # the labels' counts
+    assert chance.kind == "cross_entropy" and math.isclose(chance.level(), float(-(prior * prior.log()).sum()),
+                                                           rel_tol=1e-9)
+    model = nn.Linear(4, 3)
+    scores = model(torch.randn(8, 4).as_subclass(_Tagged))
+    loss = functional.cross_entropy(scores, labels) + scores.abs().mean()
+    assert loss.grad_fn.name() == "AliasBackward0"
+    ((node, _),), alone = known_term([loss])
+    assert node.name() == "NllLossBackward0" and not alone
