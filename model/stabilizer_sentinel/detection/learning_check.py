@@ -109,6 +109,8 @@ class LearningCheck(FallTests):
     noise_spreads: float = 3.0  # the scale is at least this many per-step noise deviations
     persistence: int = 3  # steps in a row above the bound: one or two are hard batches, three a trend
     jump_spreads: float = 90.0  # one step this many scales above the baseline is diverging at once
+    # a first window whose weights moved more than their size (weight_motion.THROWN) exploded at this many
+    thrown_spreads: float = 3.0
     rising: float = 0.5  # a loss this fraction of the scale above its best is climbing, not flat
     baseline: float | None = None  # the bound's reference; None: the mean of the first window
     scale: float | None = None  # the bound's scale; None: derived from the run
@@ -333,6 +335,8 @@ class LearningCheck(FallTests):
         self._new_makeup(step)
         if not math.isfinite(loss) or self._rows.short(rows):
             return None  # a non-finite loss is the finite check's business; a short batch's loss is no window's
+        if self._first is None and not self._recent and self.motion is not None:
+            self.motion.mark()  # the weights the first window starts from (``_thrown``)
         if self._first_step is None:
             self._first_step = loss
         elif self._first_up is None and loss - self._first_step > abs(self._first_step):
@@ -616,7 +620,8 @@ class LearningCheck(FallTests):
 
         Where no chance level is known (a log-likelihood, a custom loss, a sum of terms), it applies where the
         loss exploded within that window (``untrained_level``: the median of its other steps more than
-        ``spreads`` times the first step's magnitude above it, or one of them ``jump_spreads`` times), its scale
+        ``spreads`` times the first step's magnitude above it, or ``thrown_spreads`` times where the weights moved more
+        than their size, or one of them ``jump_spreads`` times), its scale
         that step's magnitude (and the noise): since stop 55.
         The window's mean was then the explosion's, and a loss that stayed at tens of times its first step
         (a label-smoothed cross-entropy, a focal loss, a ranking margin, a CTC, a mixture density's NLL at a
@@ -788,13 +793,14 @@ class LearningCheck(FallTests):
         if self._first is None:
             self._first = self._best = (step, mean)
             self._first_here = True
+            thrown = self._thrown()
             if self.motion is not None:
                 self.motion.mark()
             self._lineage_here = self._lineage_here or not self._segments
             self._first_spread = statistics.pstdev(self._recent)
-            self._start = untrained_level(list(self._recent), self.spreads, self.jump_spreads)
-            if self._start != mean:  # exploded within the first window: a spike, and no part of the trend
-                self._exploded = self._start + self.spreads * abs(self._start)
+            self._start, self._exploded = untrained_level(list(self._recent), self.spreads, self.jump_spreads,
+                                                          self.thrown_spreads if thrown else None)
+            if self._exploded is not None:  # exploded within the first window: a spike, and no part of the trend
                 recent = list(self._recent)
                 first_up = next((i for i, loss in enumerate(recent) if loss > self._exploded), 0)
                 self._spike = (step - (len(recent) - 1 - first_up), recent[first_up])  # its first step up
@@ -984,6 +990,13 @@ class LearningCheck(FallTests):
             f"{self._moving_words() if at_end else ''}"
         )
         return self._fire(NOT_LEARNING, step, message, last)
+
+    def _thrown(self) -> bool:
+        """Whether the network's sampled weights moved by more than ``weight_motion.THROWN`` of their size over the
+        first window, read as it closes (one synchronisation on an accelerator, once): a rate that did that threw
+        the network from its start, and its losses there are no start (``untrained_level``)."""
+        moved = None if self.motion is None else self.motion.moved()
+        return moved is not None and moved > weight_motion.THROWN
 
     def _moving(self) -> bool:
         """Whether the network's sampled weights moved by more than ``weight_motion.MOVING`` of their size since

@@ -139,9 +139,10 @@ class Trend:
         return self._mean_loss + slope * (self.last_step - self._mean_step)
 
 
-def untrained_level(first_window: list[float], spreads: float, jump_spreads: float | None = None) -> float:
-    """Where a run's loss started: the mean of its first window, or its first step's loss when the
-    loss exploded within that window.
+def untrained_level(first_window: list[float], spreads: float, jump_spreads: float | None = None,
+                    thrown_spreads: float | None = None) -> tuple[float, float | None]:
+    """Where a run's loss started, and the level of an explosion within its first window (None where there was
+    none): the mean of the first window, or its first step's loss when the loss exploded within that window.
 
     The mean of the first steps is the start a learning check compares against; but a rate too high
     for the network can throw the loss thousands of times above its start within those steps (a
@@ -154,14 +155,26 @@ def untrained_level(first_window: list[float], spreads: float, jump_spreads: flo
     and five hundred times its start is. One step ``jump_spreads`` magnitudes above the first is an
     explosion too, as it is after the first window (the divergence check's jump): thrown to
     thousands for a step or two and back, the loss has no start in the window's mean.
+
+    ``thrown_spreads`` is given where the network's weights moved by more than their own size within the
+    window (``weight_motion.THROWN``): a rate that did that threw the network from where it started, and a
+    median of the other steps that many magnitudes above the first is an explosion too (an LM written by
+    hand at a thousand times its rate went 5.8, 10.7, 82, 33, 50: seven times its first step, thrown
+    17 times its weights' size). Without that motion an easy first batch is no explosion: a regression's
+    batch of one can score a fifth of the rest. The level returned is the first step + the multiple
+    that found the explosion times its magnitude.
     """
     first = first_window[0]
     rest = first_window[1:]
-    if rest and statistics.median(rest) > first + spreads * abs(first):
-        return first
-    if rest and jump_spreads is not None and max(rest) > first + jump_spreads * abs(first):
-        return first
-    return sum(first_window) / len(first_window)
+    if not rest:
+        return first, None
+    middle = statistics.median(rest)
+    for multiple in (spreads, thrown_spreads):
+        if multiple is not None and middle > first + multiple * abs(first):
+            return first, first + multiple * abs(first)
+    if jump_spreads is not None and max(rest) > first + jump_spreads * abs(first):
+        return first, first + spreads * abs(first)
+    return sum(first_window) / len(first_window), None
 
 
 WARMUP = "warmup"

@@ -35,6 +35,10 @@ TENSORS = 512  # parameters read at most: the first ones, in the network's order
 # Measured in 100 steps of a small language model on labels that carry nothing: Adam at 5e-7 0.001 %, at 5e-5
 # 0.13 %, at 3e-3 9 %; plain SGD at 0.01 0.16 %, at 0.1 1.2 %.
 MOVING = 0.01
+# A relative move within the learning check's first window (five steps) above which a rate threw the network from its
+# start: weights replaced by more than themselves. A small language model's in four steps of Adam: at its own rate
+# 1e-3 2 %, at 1e-2 15 %, at 0.1 150 % (its loss still fell), at 1 1,570 % (its loss seven times its first step).
+THROWN = 1.0
 
 
 class WeightMotion:

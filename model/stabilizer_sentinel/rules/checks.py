@@ -69,12 +69,13 @@ class Diverging(_SentinelCheck):
         noise_spreads: float = 3.0,
         persistence: int = 3,
         jump_spreads: float = 90.0,
+        thrown_spreads: float = 3.0,
         rising: float = 0.5,
         baseline: float | None = None,
         scale: float | None = None,
     ) -> None:
         super().__init__(
             base_trial, spreads=spreads, noise_spreads=noise_spreads, persistence=persistence,
-            jump_spreads=jump_spreads, rising=rising,
+            jump_spreads=jump_spreads, thrown_spreads=thrown_spreads, rising=rising,
             baseline=baseline, scale=scale,
         )

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from stabilizer_contract.catalogue import RuleConfigError, check_rule_list
+from stabilizer_sentinel.detection import weight_motion
 from stabilizer_sentinel.detection.learning_check import LearningCheck
 from stabilizer_sentinel.detection.sentinel import build_monitoring
 from stabilizer_sentinel.rules import RuleFinding, parse_rule_list
@@ -22,11 +23,13 @@ from tests.unit.sentinel.detection.test_chance_level import Known
 from tests.unit.sentinel.tinynet import tiny_net
 
 
-def watched(tmp_path, run: t.Run, rules=(), *, capture=None, grads=None, chance=None):
+def watched(tmp_path, run: t.Run, rules=(), *, capture=None, grads=None, chance=None, growth=None):
     """The finding the sentinel reports for ``run`` (None for none), as findings.json has it.
 
     ``grads(step)`` gives the value every gradient holds at that step (for the gradient rules);
-    ``chance`` the loss's chance level, as real backward passes would have measured it.
+    ``chance`` the loss's chance level, as real backward passes would have measured it; ``growth``, where
+    given, the factor every weight is multiplied by after each step (an update), the network's motion
+    read as the watcher reads it (stabilizer_sentinel.detection.weight_motion).
     """
     model = tiny_net()
     cap, sentinel = build_monitoring(model, sentinel_rules=list(rules), sentinel_action="stop",
@@ -34,8 +37,14 @@ def watched(tmp_path, run: t.Run, rules=(), *, capture=None, grads=None, chance=
                                      tensor_dir=tmp_path / "checkpoints" / "tensors")
     if chance is not None:
         sentinel.learning.chance = Known(chance)
+    if growth is not None:
+        sentinel.learning.motion = weight_motion.WeightMotion(model)
     for step, (loss, rate) in enumerate(zip(run.losses, run.rates, strict=True)):
         cap.begin_step(step)
+        if step and growth is not None:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.mul_(growth)
         if grads is not None:
             for p in model.parameters():
                 p.grad = torch.full_like(p, grads(step))
@@ -155,6 +164,31 @@ def test_one_step_thrown_to_thousands_in_the_first_window_is_an_explosion_too(tm
     # One hard batch of a fine-tune (forty times the rest) is no explosion: the window's mean is its start.
     spiky = [0.3, 0.31, 12.0, 0.29, 0.3, *t.multiplicative([0.3 - 0.002 * k for k in range(95)], 0.05, 0)]
     assert watched(tmp_path / "spiky", t.Run(spiky, [1e-4] * 100)) is None
+
+
+def test_a_network_its_rate_threw_within_the_first_window_starts_at_its_first_step(tmp_path):
+    # A language model with its cross-entropy written by hand (no chance level) at a thousand times its rate:
+    # 5.8 at its first step, 10.7, 82, 33, 50 in its first window (the median of those four seven times the
+    # first step, short of the ten times that alone is an explosion), then between 20 and 80, ending near 9,
+    # far above a healthy run and above its first step. Its weights doubled at each step (Adam at a rate of 1
+    # moved a small transformer's 16 times their size in four steps): thrown from its start, the window's mean
+    # (36) is no start, and the fall from there no learning.
+    generator = torch.Generator().manual_seed(0)
+    later = [45.0 * (1 - 0.8 * step / 95) * (1 + 0.3 * float(n))
+             for step, n in enumerate(torch.randn(95, generator=generator))]
+    losses = [5.8, 10.7, 81.8, 32.8, 49.7, *[max(loss, 5.0) for loss in later]]
+    run = t.Run(losses, [1.0] * 100)
+    finding = watched(tmp_path / "thrown", run, growth=2.0)
+    assert finding is not None and finding["rule"] == "Diverging", finding
+    assert "5.8 at its first step" in finding["message"] or "its first step 5.8" in finding["message"], finding
+    # Its weights at a healthy rate's pace (a thousandth of their size a step): an easy first batch, not a throw;
+    # the window's mean is the start, as before.
+    assert watched(tmp_path / "still", run, growth=1.001) is None
+    # A regression's batches of one at its own rate: an easy first batch, a fifth of the rest, then learning. Its
+    # weights moved as a healthy run's do: no explosion, learned.
+    easy = t.Run([0.3, *t.multiplicative([1.6 * math.exp(-step / 40) + 0.2 for step in range(99)], 0.3, 1)],
+                 [0.01] * 100)
+    assert watched(tmp_path / "easy", easy, growth=1.001) is None
 
 
 def test_a_noisy_loss_thrown_far_above_a_quiet_start_is_diverging_within_a_few_windows(tmp_path):
