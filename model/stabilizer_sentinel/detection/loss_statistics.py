@@ -159,8 +159,8 @@ def untrained_level(first_window: list[float], spreads: float, jump_spreads: flo
     ``thrown_spreads`` is given where the network's weights moved by more than their own size within the
     window (``weight_motion.THROWN``): a rate that did that threw the network from where it started, and a
     median of the other steps that many magnitudes above the first is an explosion too (an LM written by
-    hand at a thousand times its rate went 5.8, 10.7, 82, 33, 50: seven times its first step, thrown
-    17 times its weights' size). Without that motion an easy first batch is no explosion: a regression's
+    hand at a thousand times its rate went 5.8, 10.7, 82, 33, 50: seven times its first step, its weights
+    moved 16 times their size). Without that motion an easy first batch is no explosion: a regression's
     batch of one can score a fifth of the rest. The level returned is the first step + the multiple
     that found the explosion times its magnitude.
     """
