@@ -66,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=PUBLIC_SCRIPTS_DIR, help="the public scripts' folder")
     args = parser.parse_args(argv)
     clones = dict(args.clones)
-    scripts = [s for s in load_scripts(args.root) if s.upstream.repo in clones]
-    unknown = sorted(set(clones) - {s.upstream.repo for s in load_scripts(args.root)})
+    every = load_scripts(args.root)
+    scripts = [s for s in every if s.upstream.repo in clones]
+    unknown = sorted(set(clones) - {s.upstream.repo for s in every})
     if unknown:
         print(f"no manifest names {', '.join(unknown)}", file=sys.stderr)
     failed = 0
