@@ -17,6 +17,7 @@ def test_the_watched_gpt_logs_the_losses_it_logs_plain(tmp_path, capsys):
     assert all(row.endswith("x  same") for row in table), table
 
 
+@pytest.mark.long  # the same GPT's rollback in the job: test_in_job_recovery.py, in `make test`
 def test_the_gpt_at_a_rate_ten_thousand_times_its_own_is_rolled_back_and_goes_on(tmp_path, capsys):
     assert device.main(["--quick", "--steps", "150", "--only", "rollback", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

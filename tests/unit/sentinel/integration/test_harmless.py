@@ -90,7 +90,7 @@ def test_the_same_script_that_does_learn_is_called_learned_from_its_first_step(t
     assert math.isclose(seen["first_loss"], sum(printed[:5]) / 5, rel_tol=1e-4)  # the first window, from step 0
 
 
-@pytest.mark.parametrize("end", ["raise", "hard3", *in_make_test_all("exit3", "return")])
+@pytest.mark.parametrize("end", ["raise", *in_make_test_all("hard3", "exit3", "return")])
 def test_what_the_watcher_still_replaces_looks_and_ends_as_before(tmp_path, end):
     script = FIXTURES / "loops" / "looks_around.py"
     free = run([str(script), "--end", end], script.parent, job_env(tmp_path / "free"))

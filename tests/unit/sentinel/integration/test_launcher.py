@@ -215,7 +215,7 @@ print("to the stream underneath", file=sys.__stderr__, flush=True)
 '''
 
 
-@pytest.mark.parametrize("how", ["rewrap", "stderr to stdout"])
+@pytest.mark.parametrize("how", ["stderr to stdout", *in_make_test_all("rewrap")])
 def test_a_script_that_replaces_its_streams_before_anything_holds_them_prints_as_unwatched(tmp_path, how):
     # From the fifth harm hunt: the stream the watcher put in place, let go by the script, was finalized, and
     # io's finalizer closed the process's stdout (or stderr) under it: the next print failed, exit 1.
@@ -254,7 +254,7 @@ if sys.argv[1] == "own hook":
 '''
 
 
-@pytest.mark.parametrize("end", ["own hook", "completed"])
+@pytest.mark.parametrize("end", ["completed", *in_make_test_all("own hook")])
 def test_a_script_leaving_by_its_own_ways_ends_as_unwatched_and_its_summary_says_how(tmp_path, end):
     # _thread.exit() raises SystemExit from C, and a script's own sys.excepthook replaces the chained one:
     # the script's `except SystemExit` still catches the first, and the summary still names the exception.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import in_make_test_all
 from tests.unit.sentinel.support import FIXTURES, findings, job_env, rank_output, run, run_ranks, summary, torchrun
 
 pytestmark = pytest.mark.slow  # two torchrun workers: about 24 s each on a loaded 2-core machine
@@ -56,8 +57,8 @@ def healthy_weights(tmp_path_factory) -> str:
 
 
 @pytest.mark.parametrize("part", [
-    "check",  # inside the step's check, before the ranks agree: rank 1 meets them at once
     "step-end",  # after they agreed: rank 1 meets them at the next step's agreement
+    pytest.param("check", marks=pytest.mark.long),  # in the step's check, before they agree: rank 1 meets them at once
     pytest.param("forward", marks=pytest.mark.long),  # in the forward pass: at that step's agreement
 ])
 def test_a_watcher_that_fails_on_one_rank_stands_aside_on_every_rank_and_the_run_goes_on(tmp_path, part,
@@ -105,7 +106,7 @@ def test_every_rank_rolls_back_inside_the_job_to_rank_0s_state_and_goes_on_at_it
     assert document["summary"]["ended"] == "completed"
 
 
-@pytest.mark.parametrize("wrapped", ["0", "1"])
+@pytest.mark.parametrize("wrapped", ["0", *in_make_test_all("1")])
 def test_a_rise_after_a_rollback_takes_every_rank_back_to_rank_0s_best_copy_at_a_notch_lower(tmp_path, wrapped):
     # The rate the probes kept after the first rollback is too high for the rest of this run: its loss rises
     # (recovery.py, RISE_WINDOWS) and rank 0 goes back to its best copy since; every rank loads that state.

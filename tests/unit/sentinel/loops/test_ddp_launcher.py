@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 
+from tests.helpers import in_make_test_all
 from tests.unit.sentinel.support import FIXTURES, findings, job_env, rank_output, run, run_ranks, summary, torchrun
 
 pytestmark = pytest.mark.slow  # two torchrun workers
@@ -135,7 +136,7 @@ def test_an_optimizer_the_ranks_build_again_takes_over_and_its_explosion_is_roll
 
 
 @pytest.mark.parametrize("script", ["alone_first.py", "alone_after.py",
-                                    "alone_after.py --same-optimizer --alone-seconds 1"])
+                                    *in_make_test_all("alone_after.py --same-optimizer --alone-seconds 1")])
 def test_a_rank_that_trains_alone_before_or_after_the_others_step_is_watched_alone_not_left_waiting(tmp_path, script):
     # Stop 73's hunt: rank 0 pre-trained alone while rank 1 waited at a barrier, and rank 0's steps waited in the
     # watcher's per-step agreement for a rank that never stepped: the job hung (16-26 s unwatched). The ranks now

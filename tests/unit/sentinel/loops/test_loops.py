@@ -405,7 +405,7 @@ def test_a_backward_pass_from_two_scalars_is_read_as_the_loss_of_their_sum(tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nan_from", [-1, 90])
+@pytest.mark.parametrize("nan_from", [-1, *in_make_test_all(90)])
 def test_training_that_goes_on_with_another_optimizer_after_the_first_stopped_is_the_run_watched(tmp_path, nan_from):
     # From the fifth verdict hunt: a student distilled after its teacher was another optimizer to the hooks,
     # which had attached to the teacher's; the summary described the teacher's 100 steps, `learned: true`,
@@ -426,7 +426,7 @@ def test_training_that_goes_on_with_another_optimizer_after_the_first_stopped_is
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recovery", ["in_job", "relaunch"])
+@pytest.mark.parametrize("recovery", ["in_job", *in_make_test_all("relaunch")])
 def test_a_rate_range_tests_blow_up_is_told_not_rolled_back_or_stopped(tmp_path, recovery):
     # From stop 70's hunt: an LR finder raises its rate by one ratio a step until the loss blows up, by design,
     # and reads the curve. Rolled back in the job, its curve flattened and the rate it picked was 130 times too
@@ -768,7 +768,7 @@ def test_a_finding_left_standing_as_the_same_network_trains_on_in_a_next_phase_s
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recovery", ["in_job", "relaunch"])
+@pytest.mark.parametrize("recovery", ["in_job", *in_make_test_all("relaunch")])
 def test_a_searchs_trial_that_diverges_after_the_first_is_told_not_rolled_back_or_stopped(tmp_path, recovery):
     # From stop 70's hunt: a grid in one process (the same network built again for each rate) whose last rate
     # diverges by design was rolled back in the job and ended as well as the best, and the script chose its rate;
@@ -813,7 +813,7 @@ def test_a_network_built_again_is_told_from_one_going_on_from_where_the_last_end
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("form", ["written out", "wrapper"])
+@pytest.mark.parametrize("form", ["written out", *in_make_test_all("wrapper")])
 def test_sharpness_aware_minimisation_is_watched_as_its_optimizers_steps_and_recovers_in_the_job(tmp_path, form):
     # From stop 66's first verdict hunt: SAM moves the weights (to w + e(w)) after its first backward pass, before
     # any optimizer step, and was watched as a loop that updates by hand: each backward pass a step (299 for 150),
@@ -861,7 +861,7 @@ def test_a_network_a_rate_killed_whose_loss_still_fell_is_rolled_back_and_learns
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rates", ["1e-5,0.05", "50,0.05"])
+@pytest.mark.parametrize("rates", ["1e-5,0.05", *in_make_test_all("50,0.05")])
 def test_the_first_trial_of_a_search_a_package_drives_is_told_not_stopped_or_rolled_back(tmp_path, rates):
     # Stop 80's hunt: skorch nets fitted by scikit-learn's GridSearchCV. A first trial at a rate that learns
     # nothing was stopped at its patience, and the whole search with it (exit 86, no result); one at a rate that

@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset, dataloader
 
 from stabilizer_sentinel.recovery.batches import Batches, Fetch, corrupt_records, fingerprint, nonfinite
+from tests.helpers import in_make_test_all
 from tests.unit.sentinel.support import FIXTURES, job_env, run
 
 SCRIPT = FIXTURES / "recovery" / "too_fast.py"
@@ -204,7 +205,7 @@ def test_a_loop_that_fetches_ahead_replays_the_last_batch_of_a_pass_at_the_next_
 
 
 @pytest.mark.slow  # two Lightning processes
-@pytest.mark.parametrize(("watch", "iterable"), [("callback", "1"), ("launcher", "0")])
+@pytest.mark.parametrize(("watch", "iterable"), [("callback", "1"), *in_make_test_all(("launcher", "0"))])
 def test_lightning_s_bad_batch_is_found_and_skipped_at_every_later_pass(tmp_path, watch, iterable):
     """Lightning fetches a batch ahead where its data has no length (``--iterable 1``), before the callback's
     guard is made as training starts: the callback watches the loaders from ``setup``."""
