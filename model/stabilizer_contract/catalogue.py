@@ -195,6 +195,7 @@ _ENTRIES = (
         Param("persistence", "int", 3, low=1),
         Param("jump_spreads", "float", 90.0, low=0, low_open=True),
         Param("thrown_spreads", "float", 3.0, low=0, low_open=True),
+        Param("relapse_spreads", "float", 1.0, low=0, low_open=True),
         Param("rising", "float", 0.5, low=0, low_open=True),
         Param("baseline", "float", None, optional=True),
         Param("scale", "float", None, optional=True, low=0, low_open=True),

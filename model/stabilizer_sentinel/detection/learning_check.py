@@ -79,7 +79,8 @@ VANISHING = "VanishingGradient"
 GUESS = 2.0
 # What a run judged afresh from a step keeps (``LearningCheck._begin_segment``): the listeners, the phase, whether
 # it learned and whether its loss is judged at all.
-SEGMENT_KEEPS = ("chance", "term", "makeup", "surrogate", "input_blind", "motion", "killed", "_makeups", "_segments",
+SEGMENT_KEEPS = ("chance", "term", "makeup", "surrogate", "input_blind", "motion", "killed", "rivals", "_makeups",
+                 "_segments",
                  "_lineage_here", "_phase", "_learned_at", "_unjudged", "_blind", "_term_at_chance", "_fired")
 # How a finding names the term of known level a sum adds up (``LearningCheck._term_finding``), by its kind.
 TERM_WORDS = {"cross_entropy": "cross-entropy", "squared_error": "squared-error",
@@ -111,6 +112,9 @@ class LearningCheck(FallTests):
     jump_spreads: float = 90.0  # one step this many scales above the baseline is diverging at once
     # a first window whose weights moved more than their size (weight_motion.THROWN) exploded at this many
     thrown_spreads: float = 3.0
+    # a run that learned and whose windows then stayed this many scales above the start for its patience lost it
+    # (``_relapsing``, where no chance level is known)
+    relapse_spreads: float = 1.0
     rising: float = 0.5  # a loss this fraction of the scale above its best is climbing, not flat
     baseline: float | None = None  # the bound's reference; None: the mean of the first window
     scale: float | None = None  # the bound's scale; None: derived from the run
@@ -168,9 +172,12 @@ class LearningCheck(FallTests):
         # Whether steps too large killed the network, where the watcher can tell (``Sentinel._killed``: in-job
         # recovery holds the first copy): such a run is judged on its way, moving or not, and rolled back.
         self.killed: Callable[[], bool] | None = None
+        # Whether another optimizer steps in the run (a GAN's second player, an actor's critic: ``Guard``): a loss
+        # played against another's is not judged by how far it climbed back above its start (``_relapsing``).
+        self.rivals: Callable[[], bool] | None = None
         self._around: deque[float] = deque(maxlen=max(CENTRE_STEPS, self.window))
-        self._centre: float | None = None
-        self._window_noise: float | None = None
+        # The median of the latest steps, and the noise, as the last window closed (floats, None before).
+        self._centre = self._window_noise = None
         self._bound: float | None = None
         self._level_read: float | None = None  # ``_ceiling()`` as the bound was last refreshed (``_chance_cap``)
         self._scale, self._above = 0.0, 0
@@ -861,22 +868,45 @@ class LearningCheck(FallTests):
         return list(self._segments)
 
     def _relapsing(self, mean: float) -> bool:
-        """Whether a window of a run that learned is back at the chance level: the run learned from its inputs
-        (``learned``, and its lowest window below the chance level by more than the noise), and this window
-        lost at least ``1 - RELAPSE`` of how far below that level the run had got. Only where the chance
-        level is known (a cross-entropy, a squared error): no input-blind prediction scores below it, so a
-        run back there knows nothing of its inputs any more, whatever its loss once was. A GAN's, a
-        log-likelihood's or a sum of terms' loss has no known level and is never judged so."""
-        chance = self._chance() if self.learned and self._lowest is not None else None
-        if chance is None or not self._window_below(self._lowest, chance):
+        """Whether a window of a run that learned lost it. Where the chance level is known (a cross-entropy, a
+        squared error), a window back at that level: the run learned from its inputs (``learned``, and its lowest
+        window below the level by more than the noise), and this window lost at least ``1 - RELAPSE`` of how far
+        below that level the run had got. No input-blind prediction scores below the level, so a run back there
+        knows nothing of its inputs any more, whatever its loss once was.
+
+        Where no level is known (a CTC, a log-likelihood, a loss computed by hand; ``_climbed_back``), a window
+        ``relapse_spreads`` scales above where the run started, after this run's windows had got below it."""
+        if not self.learned or self._lowest is None:
             return False
-        return chance - mean <= RELAPSE * (chance - self._lowest)
+        chance = self._chance()
+        if chance is not None and self._window_below(self._lowest, chance):
+            return chance - mean <= RELAPSE * (chance - self._lowest)
+        return self._climbed_back(mean)
+
+    def _climbed_back(self, mean: float) -> bool:
+        """Whether ``mean`` is ``relapse_spreads`` scales (the divergence bound's, ``_refresh_bound``: at least the
+        start's magnitude and the run's fall) above the bound's base, in a run whose windows since its start (this
+        segment's) got below it by ``min_decrease`` of it (``learned`` tested that fall against the noise). Never
+        where another optimizer steps (``rivals``): a GAN's discriminator loses ground as its generator learns,
+        by design. Stop 84's hunt: a CTC model at 1,000 times its rate fell from 3.7 to about 2, then swung
+        between 10 and 38 for 150 steps (greedy accuracy 0.42 against 0.92), below the divergence bound (ten
+        times its start), and was called learned."""
+        base = self.baseline if self.baseline is not None else self.start_loss
+        if base is None or self._scale <= 0 or self._lowest is None:
+            return False
+        # Below the start by the least fall that counts, not by today's noise: the loss thrown up swings as it climbs.
+        if self._reference() - self._lowest <= self._margin(self._reference()):
+            return False
+        if self.rivals is not None and self.rivals():
+            return False
+        return mean > base + self.relapse_spreads * self._scale
 
     def _relapse(self, step: int) -> RuleFinding | None:
         """Diverging, where the windows of the run's patience (``patience_steps``) in a row were back at the
-        chance level after the run learned (``_relapsing``): a rate that knocked a trained network back to a
-        guess, and left it there. A hunt's classifier under ASGD at ten times its rate learned to a window mean
-        of 0.54, was thrown to 7.9 at step 45 and was back at chance, 2.3, from step 55 to its end.
+        chance level after the run learned, or far above its start where no level is known (``_relapsing``): a
+        rate that knocked a trained network back to a guess, and left it there. A hunt's classifier under ASGD at
+        ten times its rate learned to a window mean of 0.54, was thrown to 7.9 at step 45 and was back at chance,
+        2.3, from step 55 to its end.
 
         The span is the patience a run that never learned is given, not fewer windows (stop 63 had six): a
         healthy run can pass through its chance level for tens of steps after a change of its objective the loss
@@ -886,13 +916,20 @@ class LearningCheck(FallTests):
         if len(self._relapsed) * self.window < self.patience_steps():
             return None
         chance, lowest = self._chance(), self._lowest
-        assert chance is not None and lowest is not None
+        assert lowest is not None
         means = [mean for _, mean in self._relapsed]
-        message = (f"the loss went back to the loss {chance:.4g} of a prediction that ignores the inputs after it "
-                   f"had learned to a window mean of {lowest:.4g}: {len(means)} windows of {self.window} steps in a "
-                   f"row (the run's patience) lost at least {1 - RELAPSE:.0%} of what it had learned below that "
-                   f"level (means {means[0]:.4g} first, {min(means):.4g} to {max(means):.4g}, the last to step "
-                   f"{step})")
+        row = (f"{len(means)} windows of {self.window} steps in a row (the run's patience)", f"(means {means[0]:.4g} "
+               f"first, {min(means):.4g} to {max(means):.4g}, the last to step {step})")
+        if chance is not None and self._window_below(lowest, chance):
+            message = (f"the loss went back to the loss {chance:.4g} of a prediction that ignores the inputs after "
+                       f"it had learned to a window mean of {lowest:.4g}: {row[0]} lost at least {1 - RELAPSE:.0%} "
+                       f"of what it had learned below that level {row[1]}")
+        else:
+            base = self.baseline if self.baseline is not None else self.start_loss
+            assert base is not None
+            message = (f"the loss climbed back above {base + self.relapse_spreads * self._scale:.4g} ({base:.4g} "
+                       f"where it started, and {self.relapse_spreads:g} x the loss's scale {self._scale:.4g} above "
+                       f"it) after it had learned to a window mean of {lowest:.4g}: {row[0]} above that {row[1]}")
         return self._fire(DIVERGING, step, message, self._relapsed[-1][1])
 
     def _start_words(self, first_step: int) -> str:

@@ -261,6 +261,7 @@ class Guard(OptimizerHooks):
         self._first_handles: list[Any] = []
         self._in_step = False
         self.inner: list[torch.optim.Optimizer] = []  # stepped inside the first one's step (add_inner)
+        self.sentinel.learning.rivals = lambda: bool(self.others)  # another optimizer steps: a GAN's, a critic's
         if install_hooks and optimizer is not None:
             self.hook_optimizers(optimizers, in_checkpoints=integration != "launcher")
             follow_scaler(optimizer, self)

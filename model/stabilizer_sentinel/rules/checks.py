@@ -70,12 +70,14 @@ class Diverging(_SentinelCheck):
         persistence: int = 3,
         jump_spreads: float = 90.0,
         thrown_spreads: float = 3.0,
+        relapse_spreads: float = 1.0,
         rising: float = 0.5,
         baseline: float | None = None,
         scale: float | None = None,
     ) -> None:
         super().__init__(
             base_trial, spreads=spreads, noise_spreads=noise_spreads, persistence=persistence,
-            jump_spreads=jump_spreads, thrown_spreads=thrown_spreads, rising=rising,
+            jump_spreads=jump_spreads, thrown_spreads=thrown_spreads,
+            relapse_spreads=relapse_spreads, rising=rising,
             baseline=baseline, scale=scale,
         )

@@ -23,13 +23,14 @@ from tests.unit.sentinel.detection.test_chance_level import Known
 from tests.unit.sentinel.tinynet import tiny_net
 
 
-def watched(tmp_path, run: t.Run, rules=(), *, capture=None, grads=None, chance=None, growth=None):
+def watched(tmp_path, run: t.Run, rules=(), *, capture=None, grads=None, chance=None, growth=None, rivals=False):
     """The finding the sentinel reports for ``run`` (None for none), as findings.json has it.
 
     ``grads(step)`` gives the value every gradient holds at that step (for the gradient rules);
     ``chance`` the loss's chance level, as real backward passes would have measured it; ``growth``, where
     given, the factor every weight is multiplied by after each step (an update), the network's motion
-    read as the watcher reads it (stabilizer_sentinel.detection.weight_motion).
+    read as the watcher reads it (stabilizer_sentinel.detection.weight_motion); ``rivals``, whether another
+    optimizer steps in the run, as the watcher's guard tells it (a GAN's second player).
     """
     model = tiny_net()
     cap, sentinel = build_monitoring(model, sentinel_rules=list(rules), sentinel_action="stop",
@@ -39,6 +40,7 @@ def watched(tmp_path, run: t.Run, rules=(), *, capture=None, grads=None, chance=
         sentinel.learning.chance = Known(chance)
     if growth is not None:
         sentinel.learning.motion = weight_motion.WeightMotion(model)
+    sentinel.learning.rivals = lambda: rivals
     for step, (loss, rate) in enumerate(zip(run.losses, run.rates, strict=True)):
         cap.begin_step(step)
         if step and growth is not None:
@@ -222,6 +224,44 @@ def test_a_run_that_learned_and_then_climbed_above_its_start_is_diverging_not_ne
     # no remedy; a loss that ends above its start is a rate too high.
     finding = watched(tmp_path, t.make_learns_then_unstable(0))
     assert finding["rule"] == "Diverging" and finding["step"] == 199
+
+
+def learned_then_thrown(seed: int, thrown: float, steps: int = 300) -> t.Run:
+    """A loss of no known chance level (a CTC's) that learns from 3.7 to about 2 in 60 steps, then from step 80
+    swings about ``thrown`` times its start, by a third of that a step, to the end."""
+    generator = torch.Generator().manual_seed(seed)
+    noise = torch.randn(steps, generator=generator).tolist()
+    levels = [2.0 + 1.7 * math.exp(-step / 20) if step < 80 else thrown * 3.7 for step in range(steps)]
+    spread = [0.05 if step < 80 else 0.33 * thrown * 3.7 for step in range(steps)]
+    return t.Run([max(0.1, level + s * n) for level, s, n in zip(levels, spread, noise, strict=True)], [1e-3] * steps)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_run_that_learned_then_swung_far_above_its_start_for_its_patience_is_diverging(tmp_path, seed):
+    # Stop 84's hunt: a CTC model at 1,000 times its rate fell from 3.7 to about 2, then swung between 10 and 38
+    # for 150 steps, under the divergence bound (ten times its start), and was called learned. No chance level
+    # of a CTC is known to say it went back to a guess; twice its start, for the patience a run is given to
+    # learn, is no learning kept.
+    finding = watched(tmp_path / "thrown", learned_then_thrown(seed, 5.0))
+    assert finding is not None and finding["rule"] == "Diverging", finding
+    assert "climbed back above" in finding["message"] and "after it had learned to a window" in finding["message"]
+    assert 175 <= finding["step"] <= 200  # the patience (100 steps) from step 80
+    # Another optimizer stepping (a GAN's discriminator loses ground as its generator learns): not judged so.
+    assert watched(tmp_path / "rival", learned_then_thrown(seed, 5.0), rivals=True) is None
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_run_whose_loss_rose_above_its_start_for_less_than_its_patience_or_by_less_is_left_alone(tmp_path, seed):
+    # An objective made harder (adversarial examples from step 150, as stop 64's hunt, here with no chance level
+    # known): thrown to 2.4 times the start, back below it within 40 steps, learning on. And a loss that stayed
+    # above its start, but by less than its start's size: a loss whose measure moved (a queue of harder negatives).
+    generator = torch.Generator().manual_seed(seed)
+    noise = torch.randn(400, generator=generator).tolist()
+    harder = [2.3 * math.exp(-step / 25) + 0.1 if step < 150 else max(5.5 * math.exp(-(step - 150) / 40),
+              2.0 - 0.5 * (step - 150) / 250) for step in range(400)]
+    assert watched(tmp_path / "harder", t.Run([x + 0.05 * n for x, n in zip(harder, noise, strict=True)],
+                                              [1e-3] * 400)) is None
+    assert watched(tmp_path / "below", learned_then_thrown(seed, 1.6)) is None
 
 
 def test_vanishing_gradients_after_a_spike_the_run_never_learned_past_are_diverging(tmp_path):
