@@ -80,8 +80,8 @@ GUESS = 2.0
 # What a run judged afresh from a step keeps (``LearningCheck._begin_segment``): the listeners, the phase, whether
 # it learned and whether its loss is judged at all.
 SEGMENT_KEEPS = ("chance", "term", "makeup", "surrogate", "input_blind", "motion", "killed", "rivals", "_makeups",
-                 "_segments",
-                 "_lineage_here", "_phase", "_learned_at", "_unjudged", "_blind", "_term_at_chance", "_fired")
+                 "_segments", "_lineage_here", "_phase", "_learned_at", "_unjudged", "_blind", "_term_at_chance",
+                 "_fired")
 # How a finding names the term of known level a sum adds up (``LearningCheck._term_finding``), by its kind.
 TERM_WORDS = {"cross_entropy": "cross-entropy", "squared_error": "squared-error",
               "binary_cross_entropy": "binary cross-entropy"}
