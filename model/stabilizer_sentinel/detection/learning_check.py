@@ -891,11 +891,11 @@ class LearningCheck(FallTests):
         by design. Stop 84's hunt: a CTC model at 1,000 times its rate fell from 3.7 to about 2, then swung
         between 10 and 38 for 150 steps (greedy accuracy 0.42 against 0.92), below the divergence bound (ten
         times its start), and was called learned."""
-        base = self.baseline if self.baseline is not None else self.start_loss
+        base, reference = self._bound_base, self._reference()
         if base is None or self._scale <= 0 or self._lowest is None:
             return False
         # Below the start by the least fall that counts, not by today's noise: the loss thrown up swings as it climbs.
-        if self._reference() - self._lowest <= self._margin(self._reference()):
+        if reference - self._lowest <= self._margin(reference):
             return False
         if self.rivals is not None and self.rivals():
             return False
@@ -925,11 +925,11 @@ class LearningCheck(FallTests):
                        f"it had learned to a window mean of {lowest:.4g}: {row[0]} lost at least {1 - RELAPSE:.0%} "
                        f"of what it had learned below that level {row[1]}")
         else:
-            base = self.baseline if self.baseline is not None else self.start_loss
+            base = self._bound_base
             assert base is not None
-            message = (f"the loss climbed back above {base + self.relapse_spreads * self._scale:.4g} ({base:.4g} "
-                       f"where it started, and {self.relapse_spreads:g} x the loss's scale {self._scale:.4g} above "
-                       f"it) after it had learned to a window mean of {lowest:.4g}: {row[0]} above that {row[1]}")
+            message = (f"the loss climbed back above {base + self.relapse_spreads * self._scale:.4g} "
+                       f"({self._bound_reason(self.relapse_spreads)}) after it had learned to a window mean of "
+                       f"{lowest:.4g}: {row[0]} above that {row[1]}")
         return self._fire(DIVERGING, step, message, self._relapsed[-1][1])
 
     def _start_words(self, first_step: int) -> str:
@@ -947,8 +947,13 @@ class LearningCheck(FallTests):
                     f"above twice its first step from step {wreck[0]})")
         return f" (it spiked to {wreck[1]:.4g} at step {wreck[0]})"
 
+    @property
+    def _bound_base(self) -> float | None:
+        """What the divergence bound is measured from: the configured baseline, else the first window's mean."""
+        return self.baseline if self.baseline is not None else self.start_loss
+
     def _refresh_bound(self) -> None:
-        base = self.baseline if self.baseline is not None else self.start_loss
+        base = self._bound_base
         if base is None:
             self._bound, self._scale = None, 0.0
             return
@@ -977,7 +982,7 @@ class LearningCheck(FallTests):
 
     def _bound_reason(self, spreads: float | None = None) -> str:
         """How a bound was reached: the start + ``spreads`` (the divergence bound's by default) x the scale."""
-        base = self.baseline if self.baseline is not None else self.start_loss
+        base = self._bound_base
         where = "the configured baseline" if self.baseline is not None else "the mean of the first window"
         return f"{where} {base:.4g} + {spreads or self.spreads:g} x the loss's scale {self._scale:.4g}"
 
