@@ -204,7 +204,7 @@ class Interrupts:
 
 
 def run_local(args: argparse.Namespace, out: TextIO) -> int:
-    from stabilizer.client.inputs import build_input, execution_input_module
+    from stabilizer.client.inputs import build_input, check_execution_name, execution_input_module
     from stabilizer.local.engine.deployment import LocalSettings, Project, strict_from_environment
     from stabilizer.local.engine.engine import LocalEngine
     from stabilizer.local.engine.staging import source_summary
@@ -220,6 +220,8 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
         defaults=LOCAL_DEFAULTS,
         leave_out=[args.run_dir],
     )
+    if args.name is not None:
+        check_execution_name(args.name, "--name")
     project = Project.discover()
     data_dir = prepare_data(args, project.model, out)
     name = args.name or f"local-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
@@ -365,6 +367,10 @@ def finish(record: Any, run_dir: Path, out: TextIO) -> int:
                         else f"no checkpoint was written (checkpoint directory: {attempt.checkpoint_dir})\n"
                     )
                 )
+    for attempt in record.attempts:  # a script that failed on its own: its output says why
+        log = run_dir / "jobs" / attempt.job_name / "logs" / "training.log"
+        if attempt.status == "Failed" and "ExecuteUserScriptError" in (attempt.failure_reason or "") and log.is_file():
+            out.write(f"the script's output (attempt {attempt.number}): {log}\n")
     out.write(f"report: {paths['markdown']}  data: {paths['json']}  plots: {run_dir / 'plots'}\n")
     return exit_code(record)
 

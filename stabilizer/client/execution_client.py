@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from stabilizer.client.inputs import check_execution_name
 from stabilizer.reports.records import Notification
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
@@ -130,7 +131,9 @@ class ExecutionClient:
         """Start an execution. `job` may be a SageMaker Python SDK estimator or ModelTrainer (with
         the `inputs` you would give ``fit()``/``train()``) or a `job` dict; see stabilizer.client.sdk."""
         execution_input = self.with_job(execution_input, job, inputs, knobs, job_options)
-        name = name or f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        if name is None:
+            name = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        check_execution_name(name)  # Step Functions' InvalidName, or a tag SageMaker refuses: before anything starts
         started = self.sfn.start_execution(
             stateMachineArn=self.state_machine_arn, name=name, input=json.dumps(execution_input or {})
         )

@@ -40,6 +40,17 @@ def execution_input_module() -> ModuleType:
     return execution_input
 
 
+def check_execution_name(name: str, where: str = "name") -> str:
+    """``name`` when Step Functions and SageMaker's tags take it for an execution; InputProblemError naming
+    ``where`` (``--name``, the client's ``name``) otherwise, before anything starts."""
+    from stabilizer_workflow.execution.service_limits import execution_name_problem
+
+    problem = execution_name_problem(name)
+    if problem:
+        raise InputProblemError(f"{where}: {problem}")
+    return name
+
+
 def read_input_file(path: Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from stabilizer.client.execution_client import ExecutionClient, ExecutionView
+from stabilizer.client.inputs import check_execution_name
 from stabilizer.reports.records import Notification, RunRecord
 
 
@@ -41,7 +42,7 @@ class LocalClient(ExecutionClient):
         inputs: Any = None, knobs: dict[str, Any] | None = None, **job_options: Any,
     ) -> str:
         execution_input = self.with_job(execution_input, job, inputs, knobs, job_options)
-        arn = self.engine.start_execution(execution_input, name)
+        arn = self.engine.start_execution(execution_input, check_execution_name(name) if name is not None else None)
         record = RunRecord(execution_arn=arn, name=arn.rsplit(":", 1)[1], input=execution_input)
 
         def follow() -> None:

@@ -6,7 +6,7 @@ curvature is about 2, so gradient descent diverges for `lr` above 1 (1.6 overflo
 dozen steps) and converges below it.
 
     python prepare_data.py
-    SM_CHANNEL_POINTS=data/points python src/fit.py --lr 0.4
+    SM_CHANNEL_POINTS=data/points SM_MODEL_DIR=/tmp/quickstart-model python src/fit.py --lr 0.4
 """
 
 import argparse

@@ -12,6 +12,8 @@ This module is pure data: no AWS calls, no clock, no environment.
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -290,8 +292,49 @@ def _describe(error: dict[str, Any]) -> str:
     return f"{where}: {message}"
 
 
+# The members of a hyperparameter value's union (job.HyperparameterValue), as pydantic tags each one's error.
+_UNION_MEMBERS = {"bool": "a boolean", "int": "an integer", "float": "a number", "str": "a string",
+                  "list[any]": "a list", "dict[str,any]": "an object"}
+
+
 def format_validation_error(error: ValidationError) -> str:
-    return "; ".join(_describe(item) for item in error.errors(include_url=False))
+    """One clause per field: a value none of a union's members took is one clause (what each would take), not
+    one per member."""
+    items = error.errors(include_url=False)
+    clauses: list[str] = []
+    said: set[tuple[Any, ...]] = set()
+    for item in items:
+        loc = tuple(item["loc"])
+        members = [i for i in items if loc and loc[-1] in _UNION_MEMBERS and tuple(i["loc"])[:-1] == loc[:-1]
+                   and i["loc"][-1] in _UNION_MEMBERS]
+        if len(members) < 2:
+            clauses.append(_describe(item))
+        elif loc[:-1] not in said:
+            said.add(loc[:-1])
+            words = [_UNION_MEMBERS[i["loc"][-1]] for i in members]
+            clauses.append(f"{'.'.join(str(part) for part in loc[:-1])}: expected {', '.join(words[:-1])} or "
+                           f"{words[-1]}, got {_as_json(item.get('input'))}")
+    return "; ".join(clauses)
+
+
+def _as_json(value: Any) -> str:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _non_finite(value: Any, where: str = "") -> str | None:
+    """The field of the first number that is not finite (NaN, Infinity: Python's json reads and writes them, no
+    JSON number is one, and Step Functions refuses such an input), or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "(input)"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _non_finite(item, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def parse_execution_input(raw: Any, *, debugger_rules_enabled: bool | None = None) -> ExecutionInput:
@@ -305,6 +348,9 @@ def parse_execution_input(raw: Any, *, debugger_rules_enabled: bool | None = Non
     if not isinstance(raw, dict):
         raise InvalidInput(f"input: expected a JSON object, got {type(raw).__name__}")
     raw = from_sample_input(raw, default_collections=list(_default_capture()))  # the original sample's flat input
+    where = _non_finite(raw)
+    if where is not None:
+        raise InvalidInput(f"{where}: expected a finite number; NaN and Infinity are not JSON numbers")
     try:
         # strict: "0.1" is not a learning rate and true is not an epoch count.
         return ExecutionInput.model_validate(

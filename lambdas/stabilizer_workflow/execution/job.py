@@ -139,6 +139,12 @@ class Knob(Strict):
         return min(max(value, self.min), self.max)
 
 
+# The least value a remedy could give a role: no rate, length or clipping threshold is negative (0 turns clipping
+# off), and a batch holds one example at least.
+LEAST_VALUES = {"learning_rate": 0.0, "warmup_learning_rate": 0.0, "warmup_length": 0.0, "grad_clip": 0.0,
+                "batch_size": 1.0}
+
+
 class Knobs(Strict):
     """The remedy vocabulary: one optional knob per role (docs/contracts.md, section 8)."""
 
@@ -160,6 +166,10 @@ class Knobs(Strict):
                 raise ValueError(f"{role}: a {role} knob is of type {allowed}, not {knob.type}")
             if role == "normalization" and knob.type == "int" and (knob.min, knob.max) != (0, 1):
                 raise ValueError("normalization: an int switch has min 0 and max 1")
+            least = LEAST_VALUES.get(role)
+            if least is not None and knob.min is not None and knob.min < least:
+                raise ValueError(f"{role}: min {knob.min:g} is below {least:g}, the least a {role.replace('_', ' ')} "
+                                 f"can be")
         names = [knob.hyperparameter for knob in self.declared().values()]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:

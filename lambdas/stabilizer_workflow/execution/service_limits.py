@@ -78,6 +78,28 @@ def _tag_value_ok(value: str) -> bool:
     )
 
 
+# StartExecution's name: 1 to 80 characters (botocore's states model, Name), none of white space, brackets,
+# wildcards, " # % \\ ^ | ~ ` $ & , ; : / or control characters (its documentation, "A name must not contain").
+EXECUTION_NAME_MAX = 80
+_NAME_REFUSED = re.compile(r'[\s<>{}\[\]?*"#%\\^|~`$&,;:/\x00-\x1f\x7f-\x9f]')
+
+
+def execution_name_problem(name: str) -> str | None:
+    """Why Step Functions would refuse ``name`` for an execution, or SageMaker the tag each job carries with
+    it (``stabilizer:execution``); None when both take it."""
+    if not 1 <= len(name) <= EXECUTION_NAME_MAX:
+        return f"{name!r}: an execution's name is 1 to {EXECUTION_NAME_MAX} characters, got {len(name)}"
+    refused = _NAME_REFUSED.search(name)
+    if refused:
+        return (f"{name!r}: Step Functions refuses {refused.group()!r} in an execution's name (white space, "
+                f"brackets, ? * \" # % \\ ^ | ~ ` $ & , ; : / and control characters); letters, digits, - and _ "
+                f"are safe")
+    if not _tag_value_ok(name):
+        return (f"{name!r}: each job is tagged with its execution's name, and a SageMaker tag value holds letters, "
+                f"digits, spaces and _ . : / = + - @ only; letters, digits, - and _ are safe")
+    return None
+
+
 # Which input field a tag value comes from (requests.py writes these tags).
 _TAG_SOURCES = {
     "stabilizer:execution": "execution name (the name given when the execution was started)",

@@ -257,7 +257,8 @@ def _failed(s: WorkflowState, attempt: Attempt, obs: Observation) -> CheckResult
         return _remediate(s, attempt, obs, diverged)
     summary = obs.summary
     said = f"; the script ended with {summary.exception}" if summary is not None and summary.exception else ""
-    given = obs.failure_reason or "no FailureReason given"
+    # One line: the toolkit's reason for a failed script spans several (ExitCode, ErrorMessage, Command).
+    given = " ".join((obs.failure_reason or "no FailureReason given").split())
     return end(s, attempt, obs, "failed", f"training job failed: {given}{said}")
 
 

@@ -16,7 +16,8 @@ world before it starts and collects what it leaves behind. Locally:
   own directory, ``resourceconfig.json`` and ``SM_CURRENT_HOST``; how the entry point starts on a
   host (torchrun or the script itself) is ``stabilizer.local.emulator.runners``'s;
 - after the script: ``model.tar.gz`` and ``output.tar.gz`` uploaded under the output path, and the
-  failure reason read from the failure file.
+  failure reason read from the failure file, or, where the script left none, the toolkit's for a script
+  that failed (its exit code, its output from the first line naming an error, its command).
 
 This module knows the container, not the service: when each step happens and the statuses a caller
 sees belong to ``stabilizer.local.emulator.training_job``, the API to ``stabilizer.local.emulator.sagemaker``.
@@ -24,6 +25,7 @@ sees belong to ``stabilizer.local.emulator.training_job``, the API to ``stabiliz
 
 from __future__ import annotations
 
+import builtins
 import io
 import json
 import os
@@ -125,6 +127,7 @@ class Container:
     hosts: tuple[str, ...] = (HOST,)
     num_gpus: int = 0  # local mode trains on this machine's CPU
     master_port: int = runners.MASTER_PORT_ON_SAGEMAKER
+    command: tuple[str, ...] = ()  # the entry point's command line, once started
 
     # Paths inside the job directory, each standing for its /opt/ml counterpart.
     def opt_ml(self, path: str) -> Path:
@@ -240,6 +243,7 @@ class Container:
         command = runners.command(python, str(self.program), to_cmd_args(user_hyperparameters(hyperparameters)),
                                   hyperparameters, hosts=list(self.hosts), host=self.host,
                                   num_gpus=self.num_gpus, master_port=self.master_port)
+        self.command = tuple(command)
         with self.log_path.open("wb") as log:
             return subprocess.Popen(
                 command,
@@ -344,13 +348,39 @@ class Container:
         return model_uri
 
     def failure_reason(self, exit_code: int | None) -> str:
-        """What the script wrote to the failure file, else its exit code, as SageMaker words it."""
+        """What the script wrote to the failure file, else what the toolkit writes there for a script that
+        failed, as SageMaker words it (the service keeps its first 1,024 characters)."""
         text = ""
         if self.failure_file.is_file():
             text = self.failure_file.read_text(errors="replace").strip()
         if not text:
-            text = f"ExecuteUserScriptError: ExitCode {exit_code}"
+            text = user_script_error(exit_code, self.log_lines(), self.command)
         return f"AlgorithmError: {text}"
+
+    def log_lines(self) -> list[str]:
+        try:
+            return self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+
+
+# The toolkit's names of errors (sagemaker_training's _PYTHON_ERRORS_, Python's built-in ones, and _MPI_ERRORS_):
+# the first line of the script's output that holds one starts the ErrorMessage of its ExecuteUserScriptError.
+TOOLKIT_ERROR_NAMES = tuple(sorted({name for name in dir(builtins) if name.endswith("Error")}
+                                   | {"Exception", "mpirun.real", "ORTE"}))
+
+
+def user_script_error(exit_code: int | None, lines: list[str], command: tuple[str, ...]) -> str:
+    """What sagemaker-training-toolkit writes to the failure file when the entry point exits non-zero
+    (``errors.ExecuteUserScriptError``, from ``process.check_error``): the exit code, the script's output
+    from its first line naming an error on (each line once, in order), and the command it ran."""
+    message: list[str] = []
+    for line in lines:
+        if message or any(name in line for name in TOOLKIT_ERROR_NAMES):
+            message.append(line.strip(" :\n"))
+    message = list(dict.fromkeys(message))
+    return (f'ExecuteUserScriptError:\nExitCode {exit_code}\nErrorMessage "{chr(10).join(message)}"\n'
+            f'Command "{" ".join(command)}"')
 
 
 # The entries of SM_TRAINING_ENV that the toolkit also exports one by one as SM_<NAME>.

@@ -1,7 +1,8 @@
 """Validate an API request against botocore's service model, the way the service would.
 
 botocore's own ParamValidator checks structure, types, required members and minimums; the
-service additionally enforces each shape's ``max`` and ``pattern``. Local mode checks both, so a
+service additionally enforces each shape's ``max``, ``pattern`` and ``enum`` (an instance type SageMaker does
+not offer is a ValidationException, not a job). Local mode checks both, so a
 request that the cloud would reject is rejected here too, with the cloud's style of message.
 It must not know anything about a particular operation.
 """
@@ -58,6 +59,12 @@ def _constraint_errors(value: Any, shape: Shape, path: str) -> list[str]:  # noq
             errors.append(
                 f"Value '{value[:40]}' at '{path}' failed to satisfy constraint: "
                 f"Member must have length less than or equal to {meta['max']}"
+            )
+        enum = getattr(shape, "enum", None)
+        if enum and value not in enum:
+            errors.append(
+                f"Value '{value[:80]}' at '{path}' failed to satisfy constraint: "
+                f"Member must satisfy enum value set: [{', '.join(enum)}]"
             )
         pattern = meta.get("pattern")
         if pattern:

@@ -60,6 +60,7 @@ from stabilizer.mailbox import Mailbox
 from stabilizer.reports.records import RunRecord
 from stabilizer.source.sourcedir import mark_run_directory, source_archive
 from stabilizer_workflow.aws.cloudwatch import NAMESPACE as JOB_METRICS_NAMESPACE
+from stabilizer_workflow.execution.service_limits import execution_name_problem
 
 # Held while a handler runs with sys.stdout and sys.stderr pointed at its engine's lambdas.log.
 _HANDLER_STDOUT = threading.RLock()
@@ -294,6 +295,9 @@ class LocalEngine:
     # ---------------------------------------------------------------- executions
     def start_execution(self, execution_input: dict[str, Any], name: str | None = None) -> str:
         name = name or f"local-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        refused = execution_name_problem(name)  # Step Functions' InvalidName (moto's double does not check it)
+        if refused:
+            raise EngineError(f"execution name {refused}")
         # A job of your own: its local directory and data go to the local S3 first, as on AWS.
         try:
             # Under source/, where the stack's train role reads source archives (ValidateInput), as

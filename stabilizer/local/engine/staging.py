@@ -3,7 +3,8 @@
 On AWS a job's `source` is an S3 URI of `sourcedir.tar.gz` and its channels are S3 prefixes. In
 local mode they may be paths on this machine: `localize()` makes them absolute (relative paths
 are relative to the input file) and checks them before anything starts (the source exists, the
-entry point is in it, every channel exists, the source packs to an archive within the limit);
+entry point is in it, every channel exists, the source packs to an archive within the limit, the
+instance type is one SageMaker trains on);
 `stage()` then uploads the packed source and the channels to the local S3, so the state machine,
 the Lambdas and the training-job emulator see exactly what they would see on AWS. What a source
 directory packs to is `stabilizer.source.sourcedir`'s to say (the SageMaker SDK's whole `source_dir`,
@@ -15,12 +16,16 @@ It knows paths and S3 keys, nothing about the workflow's decisions.
 from __future__ import annotations
 
 import copy
+import difflib
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import botocore
+
 from stabilizer.local.emulator.runners import local_distribution_problem
+from stabilizer.local.emulator.validation import operation_model
 from stabilizer.source import sourcedir
 from stabilizer.source.job_library import library_files
 from stabilizer.source.sourcedir import Packed, SourceError, pack, plan_source, size_text
@@ -104,10 +109,26 @@ def localize(execution_input: dict[str, Any], base: Path, leave_out: Sequence[Pa
                 channels[name] = _absolute(location, base)
                 if not Path(channels[name]).exists():
                     raise StagingError(f"job.channels.{name}: no such file or directory: {channels[name]}")
-    problem = local_distribution_problem(job)
+    problem = local_distribution_problem(job) or instance_type_problem(job)
     if problem:
         raise StagingError(problem)
     return result
+
+
+def instance_type_problem(job: dict[str, Any]) -> str | None:
+    """Why SageMaker would refuse the job's ``instance_type`` (a ValidationException at CreateTrainingJob, as
+    local mode's emulator answers too), or None. Local mode only: botocore's list of training instance types is
+    this machine's, and a deployed workflow leaves the judgement to SageMaker."""
+    value = job.get("instance_type")
+    if not isinstance(value, str):
+        return None  # left out (the deployment's), or not text: ValidateInput names the field
+    offered = operation_model("sagemaker", "CreateTrainingJob").input_shape.members["ResourceConfig"] \
+        .members["InstanceType"].enum
+    if not offered or value in offered:
+        return None
+    close = difflib.get_close_matches(value, offered, n=3)
+    return (f"job.instance_type: SageMaker trains on no {value!r} (CreateTrainingJob's ResourceConfig.InstanceType, "
+            f"botocore {botocore.__version__}){'; did you mean ' + ', '.join(close) if close else ''}")
 
 
 def _upload_tree(s3: Any, directory: Path, bucket: str, prefix: str) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from stabilizer.local.emulator.container import Container, decode_hyperparameters, to_cmd_args
+from stabilizer.local.emulator.container import Container, decode_hyperparameters, to_cmd_args, user_script_error
 
 
 def test_hyperparameters_are_decoded_and_passed_as_the_toolkit_does():
@@ -62,3 +62,20 @@ def test_packages_this_machine_adds_as_the_images_come_after_the_jobs_own_path(t
     env = container.environment(container.hyperparameters, job_name="job", job_arn="arn:job",
                                 extra_env={"PYTHONPATH": "/standins"})
     assert env["PYTHONPATH"] == "/standins"
+
+
+def test_a_script_that_failed_gets_the_toolkits_reason_its_error_and_command():
+    # sagemaker-training-toolkit (process.check_error, errors._CalledProcessError): the output from the first
+    # line naming an error on, each line once, then the command.
+    log = ["step=0 loss=2.3", "Traceback (most recent call last):", '  File "fit.py", line 9, in <module>',
+           "    raise ValueError('the data is bad')", "ValueError: the data is bad", "ValueError: the data is bad"]
+    command = ("/usr/bin/python3", "fit.py", "--lr", "1.6")
+    assert user_script_error(1, log, command) == (
+        'ExecuteUserScriptError:\nExitCode 1\nErrorMessage "raise ValueError(\'the data is bad\')\n'
+        'ValueError: the data is bad"\nCommand "/usr/bin/python3 fit.py --lr 1.6"'
+    )
+    # argparse names no error class: the message is empty, the command still says what was passed.
+    refused = ["usage: fit.py [-h] [--steps STEPS]", "fit.py: error: argument --steps: invalid int value: '60.0'"]
+    assert user_script_error(2, refused, ("python", "fit.py", "--steps", "60.0")) == (
+        'ExecuteUserScriptError:\nExitCode 2\nErrorMessage ""\nCommand "python fit.py --steps 60.0"'
+    )

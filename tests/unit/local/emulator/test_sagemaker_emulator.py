@@ -306,6 +306,16 @@ def test_invalid_requests_are_rejected_before_anything_runs(sagemaker: Any, stag
     assert "trainingJobName" in error.value.response["Error"]["Message"]
     assert emulator.jobs == {}
 
+    # An instance type outside CreateTrainingJob's enum: the service's ValidationException, no job.
+    fake = request(staged, "job-fake-instance")
+    fake["ResourceConfig"]["InstanceType"] = "ml.fake.xlarge"
+    with pytest.raises(ClientError) as error:
+        client.create_training_job(**fake)
+    assert error.value.response["Error"]["Code"] == "ValidationException"
+    assert "'resourceConfig.instanceType' failed to satisfy constraint: Member must satisfy enum value set: [" in \
+        error.value.response["Error"]["Message"]
+    assert emulator.jobs == {}
+
     # A request that botocore's client-side validation would not catch (the interpreter's
     # clients turn it off): the emulator still checks it against the service model.
     problem = emulator.create_training_job.__func__  # type: ignore[attr-defined]

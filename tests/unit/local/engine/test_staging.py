@@ -74,6 +74,8 @@ def test_local_paths_are_relative_to_the_input_file(project: Path, state_module)
         ({"channels": {"points": "data/missing"}}, "job.channels.points: no such file or directory: "),
         ({"instance_count": 2, "distribution": {"pytorchddp": {"enabled": True}}},
          "job.distribution.pytorchddp: local mode runs torch_distributed (torchrun over gloo)"),
+        # Not in CreateTrainingJob's enum of training instance types: SageMaker's ValidationException.
+        ({"instance_type": "ml.m5.xlargee"}, "job.instance_type: SageMaker trains on no 'ml.m5.xlargee'"),
     ],
 )
 def test_bad_local_paths_are_named_before_anything_starts(project: Path, state_module, changes, expected):
@@ -92,6 +94,51 @@ def test_the_cli_rejects_a_missing_entry_point_in_one_line_and_launches_nothing(
     assert code == EXIT_USAGE
     assert not runs.exists()
     assert err == [f"stabilizer: job.entry_point: 'train.py' is not in {project / 'src'} (its scripts: fit.py)"]
+
+
+def test_an_instance_type_sagemaker_offers_passes_and_a_near_miss_names_it(project: Path, state_module):
+    built = build_input(state_module=state_module, input_file=write(project, job_input(instance_type="ml.g5.xlarge")))
+    assert built["job"]["instance_type"] == "ml.g5.xlarge"
+    with pytest.raises(InputProblemError, match=r"did you mean ml\.m5\.xlarge"):
+        build_input(state_module=state_module, input_file=write(project, job_input(instance_type="ml.m5.xlargee")))
+
+
+@pytest.mark.parametrize(
+    ("text", "pairs", "expected"),
+    [
+        # Python's json reads NaN and Infinity; no JSON number is one, and Step Functions refuses the input.
+        ('{"job": {"source": "src", "entry_point": "fit.py", "hyperparameters": {"lr": 0.5, "epochs": NaN}}}', [],
+         "stabilizer: job.hyperparameters.epochs: expected a finite number; NaN and Infinity are not JSON numbers"),
+        (None, ["lr=Infinity"],
+         "stabilizer: job.hyperparameters.lr: expected a finite number; NaN and Infinity are not JSON numbers"),
+        (None, ["job.hyperparameters.note=null"],
+         "stabilizer: job.hyperparameters.note: expected a boolean, an integer, a number, a string, a list or an "
+         "object, got null"),
+    ],
+)
+def test_a_value_no_json_number_or_hyperparameter_takes_is_named_and_nothing_launches(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], text, pairs, expected
+):
+    given = write(project, job_input())
+    if text is not None:
+        given.write_text(text)
+    runs = tmp_path / "runs"
+    code = main(["run", "--local", "--run-dir", str(runs), "--input", str(given), *pairs])
+    assert code == EXIT_USAGE
+    assert not runs.exists()
+    assert capsys.readouterr().err.strip().splitlines() == [expected]
+
+
+@pytest.mark.parametrize("name", ["my run", "n" * 81, "run[1]"])
+def test_an_execution_name_aws_would_refuse_is_named_and_nothing_launches(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], name
+):
+    runs = tmp_path / "runs"
+    code = main(["run", "--local", "--run-dir", str(runs), "--input", str(write(project, job_input())), "--name", name])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == EXIT_USAGE
+    assert not runs.exists()
+    assert len(err) == 1 and err[0].startswith(f"stabilizer: --name: {name!r}: "), err
 
 
 def test_a_knob_on_a_missing_hyperparameter_is_rejected_by_the_cli_too(project: Path, state_module):

@@ -116,6 +116,14 @@ def test_image_and_instance_default_to_the_deployment(job_settings):
             "job.knobs.learning_rate: min 2 is above max 1",
         ),
         (
+            {"job": job(knobs={"learning_rate": {"hyperparameter": "lr", "type": "float", "min": -1.0, "max": 10.0}})},
+            "job.knobs.learning_rate: min -1 is below 0, the least a learning rate can be",
+        ),
+        (
+            {"job": job(knobs={"batch_size": {"hyperparameter": "seed", "type": "int", "min": 0, "max": 64}})},
+            "job.knobs.batch_size: min 0 is below 1, the least a batch size can be",
+        ),
+        (
             {"job": job(knobs={"learning_rate": {"hyperparameter": "lr", "type": "float"}})},
             "job.knobs.learning_rate: a float knob needs both min and max",
         ),

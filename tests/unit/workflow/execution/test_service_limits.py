@@ -57,6 +57,29 @@ def test_an_execution_name_sagemaker_cannot_tag_is_refused_before_launch(setting
     prepare({}, {**EXECUTION, "name": "run_2026-11-23.a+b=c@d"}, settings)
 
 
+@pytest.mark.parametrize(
+    ("name", "refused"),
+    [
+        ("my run", "Step Functions refuses ' '"),  # StartExecution's documentation: "A name must not contain"
+        ("run[1]", "Step Functions refuses '['"),
+        ("a/b", "Step Functions refuses '/'"),
+        ("n" * 81, "1 to 80 characters, got 81"),  # botocore's states model: Name, max 80
+        ("", "1 to 80 characters, got 0"),
+        ("retry(2)", "a SageMaker tag value holds letters"),  # Step Functions takes it; the job's tag does not
+    ],
+)
+def test_an_execution_name_step_functions_or_a_tag_would_refuse_is_named(name, refused):
+    assert refused in service_limits.execution_name_problem(name)
+
+
+def test_execution_names_both_take_pass():
+    for name in ("live2", "run_2026-11-23.a+b=c@d", "local-20261207-231500-ab12", "ünïcode-1"):
+        assert service_limits.execution_name_problem(name) is None
+    model = botocore.session.get_session().get_service_model("stepfunctions")
+    assert model.operation_model("StartExecution").input_shape.members["name"].metadata["max"] == \
+        service_limits.EXECUTION_NAME_MAX
+
+
 def test_a_hyperparameter_over_2500_characters_is_refused_naming_its_field(settings):
     # Valid rules (each passes the catalogue) and collections that together outgrow one value.
     from stabilizer_contract.catalogue import CATALOGUE

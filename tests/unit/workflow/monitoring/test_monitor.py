@@ -187,6 +187,17 @@ def test_failed_by_the_training_code_is_a_failure(settings):
     assert result.effects.notification.event_type == "failed"
 
 
+def test_the_toolkits_reason_for_a_failed_script_is_told_on_one_line(settings):
+    state = launched(settings)
+    toolkit = ('AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "ValueError: the data is bad"\n'
+               'Command "/opt/conda/bin/python3.11 fit.py --lr 1.6"')
+    result = monitor.check(state, observation(state, "Failed", failure_reason=toolkit), LATER)
+    assert result.state.reason == (
+        'training job failed: AlgorithmError: ExecuteUserScriptError: ExitCode 1 ErrorMessage "ValueError: the data '
+        'is bad" Command "/opt/conda/bin/python3.11 fit.py --lr 1.6"'
+    )
+
+
 def test_failed_by_sagemaker_retries_the_same_recipe_from_the_newest_checkpoint(settings):
     state = launched(settings)
     obs = observation(
