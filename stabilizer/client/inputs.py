@@ -101,11 +101,19 @@ def resolve_key(key: str, state_module: ModuleType, data: dict[str, Any] | None 
                 return [section, key]
     elif len(parts) == 2 and parts[0] in nested and parts[1] in nested[parts[0]]:
         return parts
-    known = (
-        sorted(k for k in top if k not in nested)
-        + sorted(nested["run_spec"])
-        + sorted(f"limits.{k}" for k in nested["limits"])
-    )
+    if isinstance(job, dict):  # a job's own input: its fields and hyperparameters, not the reference job's run_spec
+        known = (
+            sorted(k for k in top if k not in nested)
+            + sorted(job.get("hyperparameters") or {})
+            + sorted(f"job.{k}" for k in _fields(state_module.Job))
+            + sorted(f"limits.{k}" for k in nested["limits"])
+        )
+    else:
+        known = (
+            sorted(k for k in top if k not in nested)
+            + sorted(nested["run_spec"])
+            + sorted(f"limits.{k}" for k in nested["limits"])
+        )
     raise InputProblemError(f"unknown key {key!r}; known keys: {', '.join(known)}")
 
 

@@ -287,8 +287,11 @@ def _describe(error: dict[str, Any]) -> str:
         where = f"{where}.{named.group(1)}" if where != "(input)" else named.group(1)
         message = named.group(2)
     received = error.get("input")
-    if error["type"] != "missing" and not isinstance(received, dict | list):
-        message += f" (got {received!r} of type {type(received).__name__})"
+    shown = repr(received)
+    if len(shown) > 80:  # a long value is its start and its length
+        shown = f"{shown[:60]}... ({len(shown):,} characters)"
+    if error["type"] != "missing" and not isinstance(received, dict | list) and repr(received) not in message:
+        message += f" (got {shown} of type {type(received).__name__})"
     return f"{where}: {message}"
 
 

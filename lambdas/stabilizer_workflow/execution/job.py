@@ -319,7 +319,7 @@ class Job(Strict):
             raise ValueError(f"{len(value)} channels; at most {MAX_CHANNELS}")
         for name, uri in value.items():
             if not _CHANNEL_NAME.match(name):
-                raise ValueError(f"{name!r}: channel names are 1 to 64 of [A-Za-z0-9.-_]")
+                raise ValueError(f"{name!r}: a channel's name is 1 to 64 letters, digits, '.', '-' and '_'")
             if name in RESERVED_CHANNELS:
                 raise ValueError(f"{name}: the workflow adds this channel itself; choose another name")
             if not uri:
