@@ -57,6 +57,7 @@ from stabilizer_sentinel.loops.backward_loss import (
     MEAN,
     SQUARED_ERROR,
     SUM,
+    saved,
 )
 
 # A squared error's targets have moved (another task's, a regression's next stage) when the best input-blind
@@ -145,17 +146,17 @@ class ChanceLevel:
         self.reason = self.reason or reason
 
     def _cross_entropy(self, node: Any) -> None:
-        if node._saved_weight is not None:
+        if saved(node, "weight") is not None:
             self._give_up("the cross-entropy weighs its classes")
             return
-        scores = node._saved_self
+        scores = saved(node, "self")
         classes = scores.shape[1] if scores.dim() > 1 else scores.shape[0]
         if self._classes is not None and classes != self._classes:
             # Another classifier (a sweep's next task, a head with more classes): its labels would index past
             # the counts (an IndexError raised in the script's backward pass, stop 63), and no one prior is both's.
             self._give_up("the cross-entropy's classes change between steps")
             return
-        labels = node._saved_target.detach().reshape(-1)
+        labels = saved(node, "target").detach().reshape(-1)
         kept = backward_loss.kept_labels(node).reshape(-1)  # counted by weight, not selected: a selection waits
         if self._counts is None:
             self._counts = torch.zeros(classes, dtype=torch.float64, device=labels.device)
@@ -177,12 +178,12 @@ class ChanceLevel:
         self._needed = SAMPLES_PER_CLASS * 3  # thirty targets: the variance to within about a quarter
 
     def _binary(self, node: Any) -> None:
-        if node._saved_weight is not None or getattr(node, "_saved_pos_weight", None) is not None:
+        if saved(node, "weight") is not None or _optional(node, "pos_weight") is not None:
             self._give_up("the binary cross-entropy weighs its targets")
             return
         if self._count_rows(node) is None:
             return
-        target = node._saved_target.detach()
+        target = saved(node, "target").detach()
         alike = (target == target.reshape(-1)[0]).all().double()  # on the device: read with the level
         self._alike = alike if self._alike is None else self._alike + alike
         soft = target.float().clamp(0, 1)  # in single precision, summed in double: a segmentation map is large
@@ -198,8 +199,8 @@ class ChanceLevel:
         """(rows, their per-column count, sum and sum of squares) of a pass's targets, a row per sample, added to
         ``_sums``; None (and the level given up) for targets of another shape than the predictions, or than
         before."""
-        target = node._saved_target.detach()
-        if target.shape != node._saved_self.shape or target.dim() == 0:
+        target = saved(node, "target").detach()
+        if target.shape != saved(node, "self").shape or target.dim() == 0:
             self._give_up("the loss broadcasts its targets")
             return None
         rows = target.reshape(target.shape[0], -1).double()
@@ -454,7 +455,7 @@ def _tasks(nodes: Iterable[Any]) -> torch.Tensor:
     labels are the first's in any order, by their count, sum and sum of squares (one task's labels seen several
     ways: a contrastive loss's two of one score matrix and of its transpose, mixup's two of one batch, a batch's
     augmentations, an auxiliary head's; two reductions each, where sorting a segmentation's maps would cost more)."""
-    first, *others = (node._saved_target.detach().reshape(-1) for node in nodes)
+    first, *others = (saved(node, "target").detach().reshape(-1) for node in nodes)
     several = torch.zeros((), dtype=torch.bool, device=first.device)
     for labels in others:
         if labels.shape != first.shape:
@@ -538,7 +539,7 @@ def _times(factor: torch.Tensor, by: torch.Tensor) -> torch.Tensor:
 def _term_value(node: Any) -> torch.Tensor:
     """The mean per element of a loss node's loss, from its saved tensors (a cross-entropy's labels not ignored)."""
     name = node.name()
-    inputs, target = node._saved_self.detach(), node._saved_target.detach()
+    inputs, target = saved(node, "self").detach(), saved(node, "target").detach()
     if name in CROSS_ENTROPY:
         kept = backward_loss.kept_labels(node)
         picked = inputs.gather(1, torch.where(kept, target, 0).unsqueeze(1)).squeeze(1)
@@ -548,6 +549,12 @@ def _term_value(node: Any) -> torch.Tensor:
     if name == "BinaryCrossEntropyWithLogitsBackward0":
         return functional.binary_cross_entropy_with_logits(inputs.float(), target.float()).double()
     return functional.binary_cross_entropy(inputs.float(), target.float()).double()
+
+
+def _optional(node: Any, name: str) -> Any:
+    """``saved`` for what only some nodes of a kind save (a binary cross-entropy's ``pos_weight``); its raw form is
+    read to ask, as reading the tensor itself would run the script's unpack hook."""
+    return saved(node, name) if hasattr(node, f"_raw_saved_{name}") else None
 
 
 def listen_term(owner: object, windows: int) -> TermLevel:

@@ -45,7 +45,8 @@ one read otherwise is another term of the same objective (stabilizer_sentinel.in
 The value stays on the tensors' device: no host synchronisation. Reading the graph costs one
 attribute read per node walked, a few at most.
 
-This module must not change gradients or weights: it reads the nodes' saved tensors.
+This module must not change gradients or weights: it reads the nodes' saved tensors, never one the script's
+saved-tensor hooks hold (``saved``).
 """
 
 from __future__ import annotations
@@ -104,6 +105,33 @@ class BackwardLoss:
         """This reading without its node: one kept past its pass must not hold the pass's graph (its
         activations, its leaves) alive."""
         return replace(self, node=None)
+
+
+class ScriptHeld(RuntimeError):  # noqa: N818 - the name says what it is: a tensor the script holds
+    """A node's saved tensor that the script's saved-tensor hooks packed (``saved``): not read."""
+
+
+def saved(node: Any, name: str) -> Any:
+    """What ``node`` saved as ``name`` for its backward pass (``node._saved_<name>``), read only where no hooks of
+    the script's packed it (``torch.autograd.graph.saved_tensors_hooks``): reading it calls the script's unpack
+    hook, which may consume what it packed (pop it from a store, delete the file it wrote) before the backward
+    pass needs it. Stop 86's harm hunt: the pattern of PyTorch's tutorial on saved-tensor hooks (pack to a file,
+    unpack and delete it) failed in its backward pass, watched. Raises ``ScriptHeld`` (a ``RuntimeError``, as a
+    node saved differently: each reader leaves what it cannot read) for such a tensor."""
+    raw = getattr(node, f"_raw_saved_{name}", None)  # None for what no SavedVariable holds (a number, an int)
+    if raw is not None and _hooked(raw):
+        raise ScriptHeld(name)
+    return getattr(node, f"_saved_{name}")
+
+
+def _hooked(raw: Any) -> bool:
+    """Whether the script's hooks packed ``raw`` (a ``SavedTensor``): it names its unpack hook, where the torch
+    has that; else a pack hook that made something other than a tensor of it says so."""
+    try:
+        return raw.unpack_hook is not None
+    except AttributeError:
+        data = getattr(raw, "data", None)
+        return data is not None and not isinstance(data, torch.Tensor)
 
 
 def scalar_of(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
@@ -245,14 +273,14 @@ def _tensor_scaling(node: Any) -> tuple[Any, torch.Tensor, bool] | None:
     name = node.name()
     (left, _), (right, _) = node.next_functions
     if name == "DivBackward0":
-        other = node._saved_other
+        other = saved(node, "other")
         if left is None or right is not None or other is None or other.numel() != 1:
             return None
         return left, other, True
     if left is not None and right is None:
-        below, factor = left, node._saved_other
+        below, factor = left, saved(node, "other")
     elif right is not None and left is None:
-        below, factor = right, node._saved_self
+        below, factor = right, saved(node, "self")
     else:
         return None
     if factor is None or factor.numel() != 1:
@@ -263,7 +291,7 @@ def _tensor_scaling(node: Any) -> tuple[Any, torch.Tensor, bool] | None:
 def _number_scaling(node: Any) -> tuple[Any, torch.Tensor, bool] | None:
     """``constant_scaling`` for a scaling by a number, as torch's own code records one (``MulBackward1``,
     ``DivBackward1``: a label-smoothed cross-entropy weighs its two terms so)."""
-    other = node._saved_other
+    other = saved(node, "other")
     if isinstance(other, bool) or not isinstance(other, int | float) or len(node.next_functions) != 1:
         return None
     below = node.next_functions[0][0]
@@ -447,12 +475,12 @@ def _constant_factor(node: Any) -> torch.Tensor | None:
     (left, _), (right, _) = node.next_functions
     if (left is None) == (right is None):
         return None
-    return node._saved_other if right is None else node._saved_self
+    return saved(node, "other") if right is None else saved(node, "self")
 
 
 def _summed(node: Any) -> torch.Tensor:
     """How many elements a sum-reduced loss node added up (kept on the device)."""
-    target = node._saved_target
+    target = saved(node, "target")
     if node.name() in CROSS_ENTROPY:
         return kept_labels(node).sum().clamp(min=1)
     return torch.tensor(max(target.numel(), 1), device=target.device)
@@ -462,4 +490,4 @@ def kept_labels(node: Any) -> torch.Tensor:
     """Which of a cross-entropy node's labels its loss counts (those not its ``ignore_index``), on the device."""
     ignore = int(node._saved_ignore_index)
     ignore = ignore - 2**64 if ignore >= 2**63 else ignore  # saved as an unsigned integer
-    return node._saved_target.detach() != ignore
+    return saved(node, "target").detach() != ignore

@@ -292,3 +292,25 @@ def test_a_number_a_ddp_forward_pass_returns_before_its_loss_stops_the_walk_at_t
     read = backward_loss.read([loss])
     assert read is not None and float(read.value) == pytest.approx(float(loss))
     assert read.node is None if before else read.node is not None
+
+
+def test_a_tensor_the_scripts_saved_tensor_hooks_packed_is_not_read():
+    # Reading it would run the script's unpack hook, which may consume it before the backward pass needs it.
+    store: dict[int, torch.Tensor] = {}
+
+    def pack(tensor: torch.Tensor) -> int:
+        store[len(store)] = tensor
+        return len(store) - 1
+
+    model = nn.Linear(3, 2)
+    x, labels = torch.randn(8, 3), torch.randint(2, (8,))
+    with torch.autograd.graph.saved_tensors_hooks(pack, store.pop):
+        loss = nn.functional.cross_entropy(model(x), labels, reduction="sum") / 4
+    held = len(store)
+    with pytest.raises(backward_loss.ScriptHeld):
+        backward_loss.saved(loss.grad_fn.next_functions[0][0], "target")
+    read = backward_loss.read([loss])  # what needs no saved tensor is read: the scalar, its scaling undone
+    assert read is not None and float(read.value) == pytest.approx(float(loss) * 4) and len(store) == held
+    assert backward_loss.signed_weights([loss]) is None and len(store) == held
+    loss.backward()  # every tensor the script packed is still there for it
+    assert store == {} and model.weight.grad is not None

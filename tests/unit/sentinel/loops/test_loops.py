@@ -495,6 +495,19 @@ def test_a_network_trained_after_a_helper_is_judged_from_its_own_start(tmp_path)
 
 
 @pytest.mark.slow
+def test_tensors_the_scripts_saved_tensor_hooks_hold_are_never_unpacked_by_the_watcher(tmp_path):
+    # Stop 86's harm hunt: reading the loss node's saved labels ran the script's unpack hook, which pops what it
+    # packed, and the backward pass then failed on it (KeyError, exit 1) where unwatched the script exits 0.
+    args = [str(FIXTURES / "loops" / "saved_tensor_hooks.py")]
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert (watched.returncode, watched.stdout, watched.stderr) == (0, plain.stdout, plain.stderr)
+    assert "hooks {'pack': 240, 'unpack': 240}" in plain.stdout  # eight saved tensors a step, each unpacked once
+    written = summary(tmp_path)
+    assert findings(tmp_path) == [] and written["learned"] is True and written["watching_failed"] is None
+
+
+@pytest.mark.slow
 def test_a_dqns_loss_rising_with_its_values_is_no_divergence(tmp_path):
     # From stop 71's hunt: a DQN's temporal-difference loss rises as its values grow (its targets' variance with them)
     # and was called Diverging at step 1465 (the loss 7.26 above the bound 6.78 from the first window's 0.378): rolled
