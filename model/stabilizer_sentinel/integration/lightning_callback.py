@@ -40,6 +40,8 @@ from stabilizer_sentinel.job_config import JobPaths, load_config
 from stabilizer_sentinel.loops import distributed
 from stabilizer_sentinel.recovery.batches import Batches
 
+LINEAGE = "stabilizer_lineage"  # the checkpoint's key for where the learning check stood (``on_save_checkpoint``)
+
 
 class SentinelCallback(lightning.Callback):
     def __init__(
@@ -59,6 +61,7 @@ class SentinelCallback(lightning.Callback):
         self.guard: Guard | None = None
         self.scaled = False
         self.batches: Batches | None = None
+        self._lineage: dict[str, Any] | None = None  # where the learning check stood in the checkpoint resumed from
 
     def setup(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule, stage: str) -> None:
         # The loaders' batches from before the first fetch (the guard is made as training starts, after
@@ -95,6 +98,29 @@ class SentinelCallback(lightning.Callback):
                            batches=self.batches)
         for other in trainer.optimizers[1:]:
             self.guard.add_optimizer(other)
+        if self._lineage is not None:  # a fit resumed from a checkpoint a watched fit saved (``on_load_checkpoint``)
+            self.guard.continues(self._lineage)
+            self.guard.resumed(str(trainer.ckpt_path) if trainer.ckpt_path else None)
+            self._lineage = None
+
+    @shielded
+    def on_save_checkpoint(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        """The checkpoint keeps where the learning check stands (``LINEAGE``, the guard's lineage), beside
+        Lightning's own keys: a fit resumed from it (``ckpt_path``) is judged against the start of the training
+        it continues, as a relaunch resumed from the sentinel's copies is. Judged from its own first steps, a fit
+        resumed at its floor has nothing left to fall by (stop 86's harm hunt: a second fit resumed from
+        ``last.ckpt`` was found NotLearning, its loss 0.076 to 0.028 over 45 noisy steps). A key of its own, not
+        the callback's ``state_dict``: a Trainer without this callback that resumes from the checkpoint warns of
+        callbacks' states it lacks, and of none of the checkpoint's other keys."""
+        if self.guard is not None:
+            checkpoint[LINEAGE] = self.guard.lineage()
+
+    @shielded
+    def on_load_checkpoint(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        lineage = checkpoint.get(LINEAGE)
+        self._lineage = dict(lineage) if isinstance(lineage, Mapping) else None
 
     @shielded
     def on_train_batch_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule,

@@ -78,6 +78,40 @@ def test_a_healthy_module_trains_to_the_end_and_the_callback_writes_its_summary(
 
 
 @pytest.mark.slow  # trains a Lightning module twice
+def test_a_fit_resumed_from_a_watched_fits_checkpoint_is_judged_from_the_start_of_the_training_it_continues(
+        tmp_path):
+    # Stop 86's harm hunt: a second fit resumed with ckpt_path from a checkpoint at its floor was judged from its own
+    # first steps and found NotLearning (a stop and a remedy for a healthy run).
+    torch.manual_seed(0)
+    x = torch.randn(256, 8)
+    y = x @ torch.randn(8, 1) + 0.5 * torch.randn(256, 1)  # a floor of 0.25, reached within the first fit
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8, shuffle=True)
+    environ = {"STABILIZER_CONFIG": "{}", "STABILIZER_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+               "STABILIZER_FAILURE_FILE": str(tmp_path / "failure")}
+
+    def trainer(steps: int) -> lightning.Trainer:
+        saved = lightning.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "saved", save_last=True)
+        return lightning.Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_progress_bar=False,
+                                 enable_model_summary=False, callbacks=[saved, SentinelCallback(environ=environ)],
+                                 default_root_dir=tmp_path)
+
+    first = Regression(0.05)
+    trainer(96).fit(first, data)
+    started = document(tmp_path)["summary"]
+    assert started["learned"] is True
+    last = tmp_path / "saved" / "last.ckpt"
+    assert "stabilizer_lineage" in torch.load(last, weights_only=False)
+    second = Regression(0.05)
+    trainer(192).fit(second, data, ckpt_path=last)
+    written = document(tmp_path)
+    summary = written["summary"]
+    assert written["findings"] == [] and summary["learned"] is True
+    assert (summary["first_step"], summary["started_from"]) == (96, str(last))
+    assert summary["first_loss"] == started["first_loss"]  # the lineage's start, not the resumed fit's first steps
+    assert sum(second.losses[:8]) / 8 < started["first_loss"] / 4  # resumed near its floor
+
+
+@pytest.mark.slow  # trains a Lightning module twice
 def test_with_in_job_recovery_the_callback_holds_the_batches_and_changes_no_loss(tmp_path):
     """In-job recovery holds each step's batches for a replay (stabilizer_sentinel.recovery.batches, the loader
     iterator's stand-in from ``setup``): on data without a length, which Lightning fetches a batch ahead, a
