@@ -112,9 +112,21 @@ def _leave_ours_out() -> None:
     # The tables it reads (``_global_forward_hooks``, ...), as this torch names them.
     tables = tuple(name for name in original.__code__.co_names if name.startswith("_global_"))
 
-    def _has_any_global_hook() -> bool:
+    def _has_any_global_hook() -> Any:
+        # torch's answer is ``table or table or ...``: the first table that holds a hook, else the last, empty one;
+        # here the first that holds one of the script's, as the script's hooks alone would make it (a table that
+        # holds the watcher's too, copied without them), else an empty table (stop 86's harm hunt: a bool, printed).
         try:
-            return any(key not in _OURS for name in tables for key in list(getattr(module, name, ())))
+            answer: Any = False
+            for name in tables:
+                table = getattr(module, name, None)
+                if not isinstance(table, dict):
+                    continue
+                theirs = [(key, hook) for key, hook in list(table.items()) if key not in _OURS]
+                if theirs:
+                    return table if len(theirs) == len(table) else type(table)(theirs)
+                answer = table if not table else type(table)()
+            return answer
         except Exception:  # never the script's error: torch's own answer instead
             return bool(original())
 

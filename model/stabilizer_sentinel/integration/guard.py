@@ -110,6 +110,7 @@ class Guard(OptimizerHooks):
     # the last step (``_stepped_alone``).
     ddp_calls = _ddp_calls_then = 0
     _rows: int | None = None  # the rows of the step's batch: its network's first call's first input (``_called``)
+    _superseded = False  # a newer guard writes findings.json (``superseded``)
 
     def __init__(
         self,
@@ -848,6 +849,9 @@ class Guard(OptimizerHooks):
         """
         if self._closed:
             return
+        if self._superseded:  # the newer guard's findings.json is the job's
+            self.discard()
+            return
         status = status or how_it_ended().status or "completed"
         self._closed = True
         self._remove_hooks()
@@ -857,6 +861,12 @@ class Guard(OptimizerHooks):
         if self.scaler_watch.scaler is not None:
             self.scaler_watch.read_scale(judge=False)
         self.sentinel.close(status=status)
+
+    def superseded(self) -> None:
+        """A newer guard watches the script's next training into the same findings.json
+        (stabilizer_sentinel.integration.script_watch, ``supersede``): this one goes on checking its own steps, and
+        writes nothing at its close."""
+        self._superseded = True
 
     def discard(self) -> None:
         """Remove the hooks and write nothing, now or at exit: another guard watches this run."""

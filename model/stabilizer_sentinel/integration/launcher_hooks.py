@@ -117,7 +117,7 @@ from stabilizer_sentinel.loops.networks import BareTensors, unwrap
 from stabilizer_sentinel.recovery import resume
 from stabilizer_sentinel.recovery.batches import Batches
 from stabilizer_sentinel.say import say
-from stabilizer_sentinel.summary import watch_exit
+from stabilizer_sentinel.summary import how_it_ended, watch_exit
 
 _is_compiling = module_hooks.is_compiling
 
@@ -795,6 +795,11 @@ class LauncherHooks:
         elif self._pending_loss is not None:
             seen = "the log reported a loss"
         else:
+            return
+        ended = how_it_ended()
+        if ended.status in ("exception", "interrupted"):  # stop 86's harm hunt: it blamed weights kept outside
+            say(f"sentinel: not watched: {seen}, and the script ended ({ended.status}) before any optimizer stepped "
+                "or any weight changed: the run was not judged")
             return
         say(f"sentinel: not watched: {seen}, but no optimizer stepped and no weights changed in place (weights "
             "kept outside the network, as torch.func.functional_call's, cannot be followed): the run was not "

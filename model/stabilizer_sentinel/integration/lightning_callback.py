@@ -35,7 +35,7 @@ import lightning
 
 from stabilizer_sentinel.failsafe import closing, shielded
 from stabilizer_sentinel.integration.guard import Guard
-from stabilizer_sentinel.integration.script_watch import claim
+from stabilizer_sentinel.integration.script_watch import claim, supersede
 from stabilizer_sentinel.job_config import JobPaths, load_config
 from stabilizer_sentinel.loops import distributed
 from stabilizer_sentinel.recovery.batches import Batches
@@ -98,6 +98,7 @@ class SentinelCallback(lightning.Callback):
                            batches=self.batches)
         for other in trainer.optimizers[1:]:
             self.guard.add_optimizer(other)
+        supersede(self.guard)  # a second Trainer's fit: the earlier fits' in-job decisions stay in findings.json
         if self._lineage is not None:  # a fit resumed from a checkpoint a watched fit saved (``on_load_checkpoint``)
             self.guard.continues(self._lineage)
             self.guard.resumed(str(trainer.ckpt_path) if trainer.ckpt_path else None)

@@ -10,6 +10,7 @@ guard then does in the loop is stabilizer_sentinel.integration.guard's; this mod
 from __future__ import annotations
 
 import json
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -26,6 +27,7 @@ from stabilizer_sentinel.job_config import JobPaths, load_config
 # Called by watch() before it builds a guard (offer), by handle id.
 _OFFERED: OrderedDict[int, Callable[[nn.Module, torch.optim.Optimizer | None], Guard | None]] = OrderedDict()
 _PRELOADED: dict[str, str] = {}  # "checkpoint": the one the launcher loaded before the script called watch()
+_NEWEST: dict[str, weakref.ref[Guard]] = {}  # the newest guard watch() or the Lightning callback built, by directory
 
 
 def offer(standby: Callable[[nn.Module, torch.optim.Optimizer | None], Guard | None]) -> RemovableHandle:
@@ -41,6 +43,21 @@ def preloaded(source: str) -> None:
     """The launcher loaded the checkpoint ``source`` before the script called watch(): the guard watch()
     builds restores checkpoints and says it started from there."""
     _PRELOADED["checkpoint"] = source
+
+
+def supersede(guard: Guard) -> None:
+    """``guard`` watches the script's next training (its own ``watch()`` called again, a second Trainer's
+    callback), writing to the directory a guard built before it wrote to: the newer guard's findings.json is
+    the job's, as the launcher's next phase's is. The earlier one's in-job decisions go into it, before the
+    newer one's own, and the earlier one, if still open, writes nothing at its close (at the interpreter's exit
+    the newer one closes first, and the earlier one's summary overwrote it: stop 86's harm hunt, a second
+    network's rollback lost from findings.json)."""
+    directory = str(guard.paths.checkpoint_dir)
+    earlier = _NEWEST[directory]() if directory in _NEWEST else None
+    if earlier is not None and earlier is not guard:
+        guard.carry_decisions(earlier.in_job_decisions())
+        earlier.superseded()
+    _NEWEST[directory] = weakref.ref(guard)
 
 
 def claim(model: nn.Module, optimizer: Any) -> Guard | None:
@@ -105,5 +122,6 @@ def watch(
         guard.restores_checkpoints()
         guard.resumed(_PRELOADED["checkpoint"])
     guard.resumed(started_from)
+    supersede(guard)
     return guard
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from torch import nn
 from torch.nn.modules import module as torch_module
 
@@ -27,3 +29,19 @@ def test_torch_counts_the_scripts_global_hooks_and_not_the_watchers():
     finally:
         ours.remove()
     assert not torch_module._has_any_global_hook()
+
+
+def test_torchs_answer_keeps_its_shape_a_table_of_the_scripts_hooks_or_an_empty_one():
+    # Stop 86's harm hunt: a script that printed the answer read False and True, watched, where torch's own is
+    # ``table or table or ...``: an empty OrderedDict, or the table that holds the script's hook.
+    ours = module_hooks.forward_hook(nn.Linear(2, 2), lambda module, args, output: None)
+    try:
+        assert torch_module._has_any_global_hook() == OrderedDict()
+        script = lambda *args: None  # noqa: E731 - a hook as a script writes one
+        theirs = torch_module.register_module_forward_hook(script)
+        try:
+            assert torch_module._has_any_global_hook() == OrderedDict([(theirs.id, script)])
+        finally:
+            theirs.remove()
+    finally:
+        ours.remove()

@@ -181,6 +181,19 @@ def test_a_network_trained_through_weights_kept_outside_it_is_said_to_be_unwatch
 
 
 @pytest.mark.slow
+def test_a_script_that_fails_before_its_first_step_is_said_to_have_ended_so_not_to_keep_weights_outside(tmp_path):
+    # Stop 86's harm hunt: the line blamed weights kept outside the network for a script that raised at step 0.
+    script = tmp_path / "fails_first.py"
+    script.write_text("import torch\nnet = torch.nn.Linear(2, 1)\nloss = net(torch.ones(1, 2)).sum()\n"
+                      "raise ValueError('the data is bad')\n")
+    result = run(["-m", "stabilizer_sentinel.launch", str(script)], tmp_path, job_env(tmp_path))
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        "sentinel: not watched: Linear was called in training mode, and the script ended (exception) before any "
+        "optimizer stepped or any weight changed: the run was not judged")
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("integration", ["library", "launcher"])
 def test_a_nan_loss_under_a_grad_scaler_is_found_though_the_scaler_skips_every_step_after_it(
         tmp_path, monkeypatch, integration):
@@ -505,6 +518,19 @@ def test_tensors_the_scripts_saved_tensor_hooks_hold_are_never_unpacked_by_the_w
     assert "hooks {'pack': 240, 'unpack': 240}" in plain.stdout  # eight saved tensors a step, each unpacked once
     written = summary(tmp_path)
     assert findings(tmp_path) == [] and written["learned"] is True and written["watching_failed"] is None
+
+
+@pytest.mark.slow
+def test_a_second_watch_for_the_scripts_next_network_writes_the_jobs_findings_with_every_rollback(tmp_path):
+    # Stop 86's harm hunt: at the interpreter's exit the newer guard closed first and the earlier one's summary
+    # overwrote its findings.json, the second network's rollback lost (and the workflow told nothing of it).
+    result = run([str(FIXTURES / "loops" / "two_watches.py")], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert result.returncode == 0, result.stderr
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    (rollback,) = document["rollbacks"]
+    assert (rollback["rule"], rollback["outcome"]) == ("Diverging", "recovered")
+    last = float(result.stdout.splitlines()[-1].split("last loss ")[1])
+    assert document["summary"]["last_loss"] == pytest.approx(last, rel=1e-5)  # the second network's summary
 
 
 @pytest.mark.slow
