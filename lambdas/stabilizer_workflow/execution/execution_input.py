@@ -287,10 +287,9 @@ def _describe(error: dict[str, Any]) -> str:
         where = f"{where}.{named.group(1)}" if where != "(input)" else named.group(1)
         message = named.group(2)
     received = error.get("input")
-    shown = repr(received)
-    if len(shown) > 80:  # a long value is its start and its length
-        shown = f"{shown[:60]}... ({len(shown):,} characters)"
-    if error["type"] != "missing" and not isinstance(received, dict | list) and repr(received) not in message:
+    text = repr(received)
+    if error["type"] != "missing" and not isinstance(received, dict | list) and text not in message:
+        shown = text if len(text) <= 80 else f"{text[:60]}... ({len(text):,} characters)"  # a long value: its start
         message += f" (got {shown} of type {type(received).__name__})"
     return f"{where}: {message}"
 
