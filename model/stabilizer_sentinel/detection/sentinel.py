@@ -92,6 +92,10 @@ class Verdict:
 
 
 class Sentinel:
+    # A divergence the learning check found in the losses of steps trained before this sentinel watched them
+    # (``trained_unwatched``), reported at its first watched step.
+    _unwatched_divergence: RuleFinding | None = None
+
     def __init__(
         self,
         model: nn.Module,
@@ -206,6 +210,8 @@ class Sentinel:
         # The learning rate tells warm-up from the main phase when the script does not say.
         stalled = (self.learning.observe(step, evidence, phase, learning_rate, rows)
                    if evidence is not None else None)
+        if self._unwatched_divergence is not None:
+            stalled, self._unwatched_divergence = stalled or self._unwatched(step), None
         self._last = (step, context)
         force = ("gradients", "losses") if cheap is not None else ()
         if self.profiler is not None:
@@ -492,16 +498,32 @@ class Sentinel:
 
     def trained_unwatched(self, losses: list[float]) -> None:
         """The network trained ``len(losses)`` steps before this sentinel watched it, at those losses (the launcher
-        attaches to a network trained after another at its 51st step): it is judged against the start they
-        measured, as a resumed run is against its lineage's (``LearningCheck.load_state_dict``), not from where
+        attaches to a network trained after another at its 11th or 51st step): the learning check goes on from
+        where it would stand had it watched them (its listeners, which read the passes, saw none), not from where
         it stood at its first watched step (stop 71's hunt: a network trained after a helper's one L-BFGS step
-        was judged from its 51st, its loss 0.0016 there, and a curriculum's planned rise called Diverging)."""
+        was judged from its 51st, its loss 0.0016 there, and a curriculum's planned rise called Diverging). Their
+        losses join the loss history; a divergence the check finds in them is reported at the first watched step
+        (``_unwatched``). Until stop 87 the check took their start alone (the lineage a resumed run takes): an
+        explosion in those steps went unjudged, and its run was called learned."""
         measured = replace(self.learning)  # the same settings, afresh, with no listeners: these passes are gone
         for step, loss in enumerate(losses):
             if math.isfinite(loss):
-                measured.observe(step, loss, None, None)
-        if measured.start_loss is not None:
-            self.learning.load_state_dict(measured.state_dict())
+                found = measured.observe(step, loss, None, None)
+                if found is not None and found.rule == DIVERGING:
+                    self._unwatched_divergence = found
+                self.loss_history.append((step, loss))
+        if measured.start_loss is not None:  # where the check stands after them, as if it had watched them
+            vars(self.learning).update({key: value for key, value in vars(measured).items() if key not in LISTENING})
+
+    def _unwatched(self, step: int) -> RuleFinding:
+        """The divergence found in the steps trained before this sentinel watched them (``trained_unwatched``: an
+        explosion in a network's first steps, trained while the launcher still took its optimizer for another's),
+        as the finding of ``step``, the first watched: a rollback counts the steps lost from here, and the run-up
+        is read from those steps' losses, kept in the loss history."""
+        found = self._unwatched_divergence
+        assert found is not None
+        return replace(found, step=step, message=f"{found.message}; found in the losses of the {step} steps it "
+                                                 f"trained before the watcher took it for the run's network")
 
     @property
     def sweeping(self) -> bool:

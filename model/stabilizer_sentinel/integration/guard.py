@@ -769,10 +769,19 @@ class Guard(OptimizerHooks):
         ``lineage`` (``lineage()``): it is judged against the start of that training, as a resumed run is."""
         self.sentinel.learning.load_state_dict(lineage)
 
-    def trained_unwatched(self, losses: list[float]) -> None:
+    def trained_unwatched(self, losses: list[float],
+                          began: tuple[dict[str, Any], dict[str, Any]] | None = None) -> None:
         """This network trained ``len(losses)`` steps before this guard attached, at those losses (another
-        optimizer's, under the launcher's guard of the phase before): judged against the start they measured."""
+        optimizer's, under the launcher's guard of the phase before): judged against the start they measured.
+        ``began``: the state it began those steps from (``held_other`` of that guard), where known: with in-job
+        recovery, the first copy, to which a divergence found in those steps rolls back."""
+        if began is not None and self.recovery is not None and self.rewind is not None:
+            self.rewind.begin_from(began, self.step_number - len(losses), losses[0] if losses else None)
         self.sentinel.trained_unwatched(losses)
+
+    def held_other(self, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The state of another optimizer (and its network) this guard's copies hold (``Rewind.held_other``)."""
+        return self.rewind.held_other(optimizer) if self.rewind is not None else None
 
     def trained_again(self, before: int) -> None:
         """This network is one trained ``before`` times already in this process, each from its start (a search's

@@ -116,6 +116,7 @@ from stabilizer_sentinel.loops.backward_loss import BackwardLoss
 from stabilizer_sentinel.loops.networks import BareTensors, unwrap
 from stabilizer_sentinel.recovery import resume
 from stabilizer_sentinel.recovery.batches import Batches
+from stabilizer_sentinel.recovery.rewind import state_on_host
 from stabilizer_sentinel.say import say
 from stabilizer_sentinel.summary import how_it_ended, watch_exit
 
@@ -124,6 +125,11 @@ _is_compiling = module_hooks.is_compiling
 
 # Steps another optimizer takes in a row, the first not stepping, before its training is the run's (``_next_phase``).
 PHASE_STEPS = 50
+# The same where the first one's network was not called with gradients since its last step (``Guard.network_idle``):
+# a network trained after another, not a critic trained several times to its generator's once (which calls the
+# generator with gradients, or its discriminator under it), nor a student (whose teacher's calls are under no_grad
+# once trained: its training is the run's, the sooner the better).
+IDLE_PHASE_STEPS = 10
 # An optimizer that steps a network watched as updated by hand, before that watch counted more steps than this,
 # steps it for the first time: the change seen was within its first step (``LauncherHooks._taken_over``).
 TAKEN_OVER = 2
@@ -263,6 +269,37 @@ def _owner(optimizer: torch.optim.Optimizer) -> nn.Module | None:
                     return module
                 return _holder(module, wanted)
     return None
+
+
+def _began_as(began: tuple[dict[str, Any], dict[str, Any]] | None, model: nn.Module,
+              optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """``began`` (another optimizer's state where its training began, as the guard of the phase before copied it:
+    ``Guard.held_other``) as a state of ``model``, the network the next phase's guard watches. A copy of its
+    parameters alone (bare tensors, in the optimizer's order: the network was never called while the module hooks
+    stood, they stop at the first attach) is named by the model's names, and the model's other entries (its
+    buffers, weights no optimizer updates) are as they are now, where every one is finite. None where it cannot
+    be: a parameter of the optimizer the model does not hold, a buffer the steps since made non-finite."""
+    if began is None or isinstance(model, BareTensors):
+        return None
+    network, state = began
+    live = model.state_dict(keep_vars=True)
+    if list(network) == list(live):
+        return began
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if list(network) != [f"tensor{index}" for index in range(len(params))]:
+        return None
+    index = {id(param): position for position, param in enumerate(params)}
+    named: dict[str, Any] = {}
+    for key, value in live.items():
+        position = index.get(id(value))
+        if position is not None:
+            named[key] = network[f"tensor{position}"]
+        elif isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            return None
+        else:
+            named[key] = state_on_host(value)
+    held = {id(value) for value in live.values()}
+    return (named, state) if set(index) <= held else None
 
 
 def _let_go(held: torch.optim.Optimizer | nn.Module) -> bool:
@@ -609,9 +646,13 @@ class LauncherHooks:
             self._longest_others = max(self._longest_others, self._others_in_a_row)
             self._others_in_a_row, self._first_steps_then = 0, taken
         self._others_in_a_row += 1
-        if self._others_in_a_row <= max(PHASE_STEPS, 4 * self._longest_others) or guard.world_size > 1:
+        wait = IDLE_PHASE_STEPS if guard.network_idle() else PHASE_STEPS
+        if self._others_in_a_row <= max(wait, 4 * self._longest_others) or guard.world_size > 1:
             return False
-        self._new_phase(optimizer, earlier=guard.other_losses(optimizer, self._others_in_a_row - 1))
+        # Where the first one never stepped since this one's first step, the copies held have this one's state
+        # then: where its training began.
+        began = guard.held_other(optimizer) if self._longest_others == 0 else None
+        self._new_phase(optimizer, earlier=guard.other_losses(optimizer, self._others_in_a_row - 1), began=began)
         return True
 
     def _taken_over(self, optimizer: torch.optim.Optimizer) -> None:
@@ -633,7 +674,8 @@ class LauncherHooks:
         self._new_phase(optimizer, torch.tensor(sum(counted) / len(counted), device=device))
 
     def _new_phase(self, optimizer: torch.optim.Optimizer, carried: torch.Tensor | None = None,
-                   earlier: list[float] | None = None) -> None:
+                   earlier: list[float] | None = None,
+                   began: tuple[dict[str, Any], dict[str, Any]] | None = None) -> None:
         """Let the guard of the phase before go, without a summary (and with it the network and optimizer it
         held), and attach one to ``optimizer``. Its in-job decisions are the job's: findings.json keeps them,
         before the new phase's (a sweep's first model rolled back lost its record, and the workflow, which had
@@ -685,6 +727,7 @@ class LauncherHooks:
         again = lineage is None and _trained_again(before, model)
         self._trained_before = self._trained_before + 1 if again else 0
         told_only = replace(self.config, action="notify", recovery="relaunch") if again else None
+        began = _began_as(began, model, optimizer)  # before the attach: the buffers as they are now
         self._attach(model, optimizer, config=told_only, start_step=len(earlier or ()))
         if self.guard is not None:
             self.guard.carry_decisions(decided)
@@ -697,7 +740,7 @@ class LauncherHooks:
                 # was judged on its second phase alone, learned at a held-out accuracy of 0.56).
                 self.guard.sentinel.adopt(standing)
             elif earlier:
-                self.guard.trained_unwatched(earlier)
+                self.guard.trained_unwatched(earlier, began)
         if carried is not None and self.guard is not None:
             self.guard.backward_pass(carried)
 

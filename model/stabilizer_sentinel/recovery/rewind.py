@@ -308,6 +308,34 @@ class Rewind:
             if len(snapshot.others) < len(self.others):
                 snapshot.others.append(now)
 
+    def held_other(self, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The state of another optimizer (and of its network) in the newest copy held: where no copy was taken
+        since its first step, the state it began training from (``add_other``). None where none is held, or
+        where a rollback's part for it is still to be put back."""
+        index = next((i for i, (_, other) in enumerate(self.others) if other is optimizer), None)
+        newest = self.snapshots[-1] if self.snapshots else None
+        if index is None or newest is None or index >= len(newest.others) or index in self._due:
+            return None
+        return newest.others[index]
+
+    def begin_from(self, state: tuple[dict[str, Any], dict[str, Any]], next_step: int, loss: float | None) -> bool:
+        """Keep ``state`` (a network's and its optimizer's, ``held_other``) as the first copy, from which training
+        went on at ``next_step`` to the loss ``loss``: the state a network trained before this rewind's guard
+        attached began from (stabilizer_sentinel.integration.launcher_hooks, ``_new_phase``). The checks' state
+        with it is theirs now, before they are told of the steps trained since. Not where it would not load into
+        the network and the optimizer (its network's entries are not the model's, or the optimizer holds tensors
+        the model does not) or a first copy is held already."""
+        network, optimizer = state
+        if self.frozen or self.first is not None or not network or self.loose:
+            return False
+        checks = self.companion.checks_state() if self.companion is not None else None
+        measured = loss if loss is not None and math.isfinite(loss) else None
+        snapshot = Snapshot(next_step, network, optimizer, checks, measured, own=measured)
+        if not self.fits(snapshot):
+            return False
+        self.keep(snapshot)
+        return True
+
     def add_inner(self, optimizer: torch.optim.Optimizer) -> None:
         """Copy and put back ``optimizer``, stepped inside the first one's step, with the first one's state;
         the copies held get its state now (its first step is under way: nothing has changed it yet)."""

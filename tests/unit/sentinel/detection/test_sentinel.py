@@ -181,3 +181,38 @@ def test_a_findings_folder_that_cannot_be_made_is_said_once_and_the_run_goes_on(
     sentinel.write(ended=None)
     sentinel.write(ended="completed")
     assert capsys.readouterr().err.count("findings.json could not be written") == 1
+
+
+# A network's first losses at a rate 1,000 times too high, trained before the sentinel watched it (the launcher's next
+# phase: a network trained after another whose optimizer the script still holds; stop 86's hunt).
+UNWATCHED = [19.3, 18382.0, 1261.9, 4299.3, 9436.5, 7984.7, 3375.9, 1023.4, 1915.4, 4571.2, 4256.4, 2857.8]
+
+
+@pytest.mark.parametrize("trained", [10, 12])
+def test_losses_trained_before_the_sentinel_watched_are_judged_as_if_it_had(tmp_path, trained):
+    # Until stop 87 the learning check took those steps' start alone: the explosion went unjudged, and the run,
+    # back down 300 steps later, was called learned. Now it goes on from where it would stand had it watched them:
+    # found at the first watched step, whether the losses before it had already made the finding (12) or it is
+    # made with that step's (10); the steps lost are counted from there.
+    model = tiny_net()
+    _, sentinel = build_monitoring(model, sentinel_rules=None, sentinel_action="stop", capture={},
+                                   checkpoint_dir=tmp_path / "checkpoints", tensor_dir=None)
+    sentinel.trained_unwatched(UNWATCHED[:trained])
+    assert [loss for _, loss in sentinel.loss_history] == UNWATCHED[:trained]
+    verdict = sentinel.after_backward(trained, epoch=None, phase=None, learning_rate=30.0,
+                                      loss=torch.tensor(4256.0 if trained == 10 else 1685.9),
+                                      grad_norm=torch.tensor(1.0))
+    (finding,) = verdict.findings
+    assert verdict.stop and (finding["rule"], finding["step"]) == ("Diverging", trained)
+    assert ("found in the losses of the 12 steps it trained before" in finding["message"]) == (trained == 12)
+    assert [loss for _, loss in finding["evidence"]["loss_history"]][:trained] == UNWATCHED[:trained]
+
+
+def test_healthy_losses_trained_before_the_sentinel_watched_leave_nothing_to_report(tmp_path):
+    model = tiny_net()
+    _, sentinel = build_monitoring(model, sentinel_rules=None, sentinel_action="stop", capture={},
+                                   checkpoint_dir=tmp_path / "checkpoints", tensor_dir=None)
+    sentinel.trained_unwatched([2.3 - 0.01 * step for step in range(50)])
+    verdict = sentinel.after_backward(50, epoch=None, phase=None, learning_rate=0.1, loss=torch.tensor(1.8),
+                                      grad_norm=torch.tensor(1.0))
+    assert not verdict.stop and verdict.findings == [] and sentinel.learning.start_loss == pytest.approx(2.28)

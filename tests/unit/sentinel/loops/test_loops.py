@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from stabilizer_sentinel import watch
+from stabilizer_sentinel.integration.launcher_hooks import IDLE_PHASE_STEPS, PHASE_STEPS
 from tests.helpers import in_make_test_all
 from tests.unit.sentinel.support import FIXTURES, findings, job_env, run, summary
 
@@ -423,7 +424,8 @@ def test_training_that_goes_on_with_another_optimizer_after_the_first_stopped_is
     # From the fifth verdict hunt: a student distilled after its teacher was another optimizer to the hooks,
     # which had attached to the teacher's; the summary described the teacher's 100 steps, `learned: true`,
     # whatever the student did. After PHASE_STEPS of the second optimizer in a row it is the run's, its steps
-    # counted and judged from its own start (stop 71: from where it was attached, its 52nd step).
+    # counted and judged from its own start (stop 71: from where it was attached, its 52nd step); since stop 87
+    # after IDLE_PHASE_STEPS, where the first network is not called again.
     args = [str(LOOPS), "--pretrain", "60", "--steps", "120", "--nan-from", str(nan_from)]
     plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
     result = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path))
@@ -431,7 +433,8 @@ def test_training_that_goes_on_with_another_optimizer_after_the_first_stopped_is
     printed = logged_losses(plain.stdout)
     if nan_from < 0:
         assert (result.returncode, result.stdout, result.stderr) == (0, plain.stdout, plain.stderr)
-        assert written["steps_taken"] == 120 - 50 and written["learned"] is True and written["first_step"] == 50
+        assert written["steps_taken"] == 120 - IDLE_PHASE_STEPS and written["first_step"] == IDLE_PHASE_STEPS
+        assert written["learned"] is True
         assert min(printed[:6]) <= written["first_loss"] <= max(printed[:6])  # the second network's first window
     else:
         (finding,) = findings(tmp_path)
@@ -502,9 +505,41 @@ def test_a_network_trained_after_a_helper_is_judged_from_its_own_start(tmp_path)
     watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
     assert (watched.returncode, watched.stdout, watched.stderr) == (0, plain.stdout, plain.stderr)
     written = summary(tmp_path)
-    assert findings(tmp_path) == [] and written["learned"] is True and written["first_step"] == 50
+    assert findings(tmp_path) == [] and written["learned"] is True and written["first_step"] == PHASE_STEPS
     losses = [float(line.split("loss=")[1]) for line in plain.stdout.splitlines() if line.startswith("step=")]
     assert written["first_loss"] == pytest.approx(sum(losses[:5]) / 5, rel=1e-3)  # its own first window
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("helper_steps", "recovery"), [(30, "in_job"), (30, "relaunch"),
+                                                              *in_make_test_all((0, "in_job"))])
+def test_an_explosion_of_a_network_trained_after_another_is_found_in_the_steps_before_it_was_the_runs(
+        tmp_path, helper_steps, recovery):
+    # Stop 86's hunt: a network trained after another, whose optimizer the script still held, was watched as another
+    # optimizer's (its non-finite values alone) for PHASE_STEPS steps; at a rate 1,000 times too high it exploded
+    # in its first steps and was judged from there: found at its last step, or called learned. Now the learning
+    # check goes on from those steps' losses, and a rollback goes back to where that network began: the helper
+    # fitted by SGD is not called again (the next phase after IDLE_PHASE_STEPS), by L-BFGS it is (PHASE_STEPS).
+    args = [str(FIXTURES / "loops" / "helper_first.py"), "--lr", "30", "--steps", "120",
+            "--helper-steps", str(helper_steps)]
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": recovery}))
+    document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
+    attached = IDLE_PHASE_STEPS if helper_steps else PHASE_STEPS
+    if recovery == "relaunch":
+        (finding,) = document["findings"]
+        assert watched.returncode == 86 and (finding["rule"], finding["step"]) == ("Diverging", attached)
+        assert finding["onset_step"] <= 1  # its spike at step 1, read from the losses before it was watched
+        return
+    assert watched.returncode == 0, watched.stderr
+    (rollback,) = document["rollbacks"]
+    assert (rollback["step"], rollback["restored_step"]) == (attached, 0)  # where that network began
+    assert document["summary"]["learned"] is True and document["findings"] == []
+
+    def error(stdout: str) -> float:
+        return float(stdout.rsplit("weight error ", 1)[1])
+
+    assert error(watched.stdout) < error(plain.stdout) / 3
 
 
 @pytest.mark.slow

@@ -339,3 +339,40 @@ def test_a_copy_from_cuda_memory_is_queued_without_waiting_and_holds_the_state_o
     saved = torch.load(rewind.persisted, weights_only=True)
     assert all(torch.equal(saved["model"][name], expected[name]) for name in expected)
     assert not torch.equal(model.state_dict()["0.weight"].cpu(), expected["0.weight"])  # the model went on
+
+
+def test_a_network_trained_before_its_guard_attached_is_rolled_back_to_where_it_began(tmp_path):
+    # Stop 87: the guard of a first network copies a second one's state at that one's first step (as another
+    # optimizer's); where the second's training becomes the run's, its guard's first copy is that state, from
+    # which a divergence in its first steps rolls back, not the state it was attached at.
+    from stabilizer_sentinel.integration.launcher_hooks import _began_as
+    from stabilizer_sentinel.loops.networks import BareTensors
+
+    first = tiny_net()
+    first_optimizer = torch.optim.SGD(first.parameters(), lr=0.1)
+    held = Rewind(first, first_optimizer, checkpoint_dir=tmp_path, every=5, keep=2)
+    held.keep(held.take_now(0))
+    second = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.Adam(second.parameters(), lr=30.0)
+    began = {key: value.clone() for key, value in second.state_dict().items()}
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    held.add_other(BareTensors(params), optimizer)  # the network was never seen called: its tensors alone
+    for _ in range(3):
+        optimizer.zero_grad()
+        second(torch.randn(16, 4)).pow(2).mean().backward()
+        optimizer.step()
+    state = _began_as(held.held_other(optimizer), second, optimizer)
+    assert state is not None and list(state[0]) == list(second.state_dict())
+    rewind = Rewind(second, optimizer, checkpoint_dir=tmp_path, every=5, keep=2)
+    _, rewind.companion = build_monitoring(second, sentinel_rules=[], sentinel_action="stop", capture={},
+                                           checkpoint_dir=tmp_path, tensor_dir=None)  # in-job recovery's
+    assert rewind.begin_from(state, 0, 0.5) and rewind.first.next_step == 0 and rewind.first.own == 0.5
+    assert not rewind.begin_from(state, 0, 0.5)  # a first copy is held already
+    rewind.load(rewind.first)
+    for key in ("0.weight", "0.bias", "2.weight"):
+        assert torch.equal(second.state_dict()[key], began[key])
+    assert optimizer.state_dict()["state"] == {}  # Adam's moments as they were before its first step
+    # A buffer the steps since made non-finite cannot be put back as it began: no such copy.
+    second[1].running_var.fill_(float("nan"))
+    assert _began_as(held.held_other(optimizer), second, optimizer) is None
+    assert _began_as(held.held_other(first_optimizer), second, optimizer) is None  # not another optimizer's
