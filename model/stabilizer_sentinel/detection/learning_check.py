@@ -121,6 +121,10 @@ class LearningCheck(FallTests):
     # -- plateau after learning (Debugger's LossNotDecreasing name); off unless plateau_patience is set
     plateau_decrease: float = 0.01
     plateau_patience: int | None = None
+    # Whether the script's scheduler holds the rate at a warm-up's fraction now and raises it later (``Guard``:
+    # stabilizer_sentinel.loops.schedules): a constant warm-up, not yet the main phase, whatever the rate says. A
+    # listener, as ``rivals``; not a setting (no annotation: no field of the dataclass).
+    held_low = None
 
     def __post_init__(self) -> None:
         self._sum, self._count = 0.0, 0
@@ -721,7 +725,7 @@ class LearningCheck(FallTests):
         """NotLearning where the network is input-blind (stabilizer_sentinel.detection.input_blind): a fall to a
         constant prediction's loss is no learning, whatever the loss's chance level. At the end; before it, at a
         window's close once the patience is spent."""
-        if not at_end and (self.main_steps < self.patience_steps() or not self._judged()):
+        if not at_end and (self.main_steps < self.patience_steps() or not self._judged() or self._warming_up()):
             return None
         why = None if self.input_blind is None else self.input_blind.blind()
         if why is None or self._last is None:
@@ -1020,6 +1024,8 @@ class LearningCheck(FallTests):
         while its weights move (``_moving``: a search, which its end judges)."""
         if not at_end and self._moving() and not (self.killed is not None and self.killed()):
             return None
+        if not at_end and self._warming_up():
+            return None
         assert self._first is not None and self._last is not None and self.learning_start is not None
         (first_step, _), (last_step, last) = self._first, self._last
         when = ("by the end of the run" if at_end
@@ -1032,6 +1038,13 @@ class LearningCheck(FallTests):
             f"{self._moving_words() if at_end else ''}"
         )
         return self._fire(NOT_LEARNING, step, message, last)
+
+    def _warming_up(self) -> bool:
+        """Whether the script's scheduler holds the rate at a constant warm-up's fraction still (``held_low``): its
+        steps are not yet the main phase; once the rate jumps, the rise reclassifies them (``PhaseTracker``) and
+        the patience counts from there (stop 87's verdict hunt: a run under ``ConstantLR(factor=0.01,
+        total_iters=150)`` stopped as not learning at step 99, unwatched 0.954 accurate)."""
+        return self.held_low is not None and self.held_low()
 
     def _thrown(self) -> bool:
         """Whether the network's sampled weights moved by more than ``weight_motion.THROWN`` of their size over the

@@ -80,7 +80,7 @@ MOVED = 0.5
 SEARCH = 0.75
 # The learning check's parts that backward and forward passes feed as they run: the objects the listeners hold,
 # never copied into a rollback's state nor put back from one (what they saw of the passes rolled back stays seen).
-LISTENING = ("chance", "term", "makeup", "surrogate", "input_blind", "motion", "killed", "rivals")
+LISTENING = ("chance", "term", "makeup", "surrogate", "input_blind", "motion", "killed", "rivals", "held_low")
 
 
 @dataclass

@@ -68,7 +68,7 @@ from stabilizer_sentinel.detection.sentinel import TRIAL, Verdict, build_monitor
 from stabilizer_sentinel.failsafe import closing, shielded
 from stabilizer_sentinel.integration import exit_status, log_channel
 from stabilizer_sentinel.job_config import JobPaths, StabilizerConfig
-from stabilizer_sentinel.loops import distributed, worker_processes
+from stabilizer_sentinel.loops import distributed, schedules, worker_processes
 from stabilizer_sentinel.loops.backward_loss import BackwardLoss
 from stabilizer_sentinel.loops.networks import BareTensors, network_of
 from stabilizer_sentinel.loops.optimizer_hooks import OptimizerHooks
@@ -105,6 +105,7 @@ class Guard(OptimizerHooks):
     # The watched network's forward passes so far, and their count at the end of the last step (``network_idle``);
     # whether the script let go of the network and the optimizer, and this guard of them (``release``).
     calls = _calls_then = 0
+    _schedules: schedules.Schedules | None = None  # the optimizer's schedulers, found when first asked (_held_low)
     released = False
     # The forward passes with gradients through the network's DDP wrapper so far, and their count at the end of
     # the last step (``_stepped_alone``).
@@ -263,6 +264,7 @@ class Guard(OptimizerHooks):
         self._in_step = False
         self.inner: list[torch.optim.Optimizer] = []  # stepped inside the first one's step (add_inner)
         self.sentinel.learning.rivals = lambda: bool(self.others)  # another optimizer steps: a GAN's, a critic's
+        self.sentinel.learning.held_low = self._held_low  # a constant warm-up's scheduler, read where a finding waits
         if install_hooks and optimizer is not None:
             self.hook_optimizers(optimizers, in_checkpoints=integration != "launcher")
             follow_scaler(optimizer, self)
@@ -684,6 +686,15 @@ class Guard(OptimizerHooks):
         rollback, its printed result the probe's."""
         if self.recovery is not None:
             self.recovery.close("the script's next training began")
+
+    def _held_low(self) -> bool:
+        """Whether a scheduler of the optimizer holds its rate at a constant warm-up's fraction now and raises it
+        later (stabilizer_sentinel.loops.schedules); found again for an optimizer that replaced the first."""
+        if self.optimizer is None:
+            return False
+        if self._schedules is None or not self._schedules.of(self.optimizer):
+            self._schedules = schedules.Schedules(self.optimizer)
+        return self._schedules.held_low()
 
     def network_idle(self) -> bool:
         """Whether the watched network was called with gradients on (at least once) but not since its optimizer's

@@ -17,8 +17,10 @@ stabilizer_sentinel.loops.step_clock, and ``torch.autograd.backward``, stabilize
   that steps later (a GAN's second) is added to it (``Guard.add_optimizer``); one that updates the same
   parameters (a second phase's, one built again each epoch) replaces it (``Guard.hand_over``). One over
   other parameters that goes on stepping after the first stopped (a student distilled after its teacher,
-  the next model of a sweep: more than ``PHASE_STEPS`` of its steps in a row, and four times the longest
-  such run while the first still stepped) is the next phase of training, and the run's from then on: the
+  the next model of a sweep: more than ``PHASE_STEPS`` of its steps in a row, ``IDLE_PHASE_STEPS`` where the
+  first one's network is not called with gradients meanwhile, and four times the longest such run while the
+  first still stepped) is the next phase of training, and the run's from then on, judged as if watched from its
+  first step (``Sentinel.trained_unwatched``) and rolled back to where it began (``Guard.held_other``): the
   guard of the phase before is let go without a summary and a new one attached to it (``_next_phase``),
   so a run is never judged on a phase that ended while the one after it trained unwatched. Where the
   script let go of the first optimizer (nothing but the watcher holds it: ``_let_go``), that is at the

@@ -543,6 +543,19 @@ def test_an_explosion_of_a_network_trained_after_another_is_found_in_the_steps_b
 
 
 @pytest.mark.slow
+def test_a_constant_warm_up_longer_than_the_patience_is_waited_for(tmp_path):
+    # Stop 87's verdict hunt: a digits network under ConstantLR(factor=0.01, total_iters=150) hardly moved its loss
+    # at that rate and was stopped as not learning at step 99 (exit 86), where unwatched it reached 0.954. The
+    # learning check now reads the optimizer's scheduler before it calls a run not learning.
+    args = [str(FIXTURES / "loops" / "constant_warmup.py"), "--steps", "260", "--warmup", "110"]
+    plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
+    watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": "in_job"}))
+    assert (watched.returncode, watched.stdout, watched.stderr) == (0, plain.stdout, plain.stderr)
+    assert float(plain.stdout.rsplit("test accuracy ", 1)[1]) > 0.9
+    assert findings(tmp_path) == [] and summary(tmp_path)["learned"] is True
+
+
+@pytest.mark.slow
 def test_tensors_the_scripts_saved_tensor_hooks_hold_are_never_unpacked_by_the_watcher(tmp_path):
     # Stop 86's harm hunt: reading the loss node's saved labels ran the script's unpack hook, which pops what it
     # packed, and the backward pass then failed on it (KeyError, exit 1) where unwatched the script exits 0.
@@ -601,13 +614,14 @@ def test_a_rollback_puts_the_target_network_back_with_the_online_one(tmp_path):
 def test_a_network_trained_again_in_its_turn_is_judged_against_the_start_of_its_training(tmp_path):
     # From stop 70's hunt: two networks trained in turns, a pass of 70 steps each, were each a new phase at
     # their turn's 51st step, judged afresh from there: the last turn's 19 steps of a network long converged
-    # were called NotLearning. A network a phase before watched goes on from where its check stood then.
+    # were called NotLearning. A network a phase before watched goes on from where its check stood then. (Since
+    # stop 87 at the turn's 11th step: the other network is not called in this one's turn.)
     args = [str(FIXTURES / "loops" / "turns.py")]
     plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
     watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path))
     assert (watched.returncode, watched.stdout, watched.stderr) == (0, plain.stdout, plain.stderr)
     written = summary(tmp_path)
-    assert findings(tmp_path) == [] and written["learned"] is True and written["steps_taken"] == 70 - 50
+    assert findings(tmp_path) == [] and written["learned"] is True and written["steps_taken"] == 70 - IDLE_PHASE_STEPS
     first_turn = [float(line.split("loss=")[1]) for line in plain.stdout.splitlines()
                   if line.startswith("round=0 net=b ")]
     # Judged from the start of its own training: its first turn's first window, which the guard of the phase before
