@@ -51,7 +51,7 @@ def schedulers_of(optimizer: torch.optim.Optimizer) -> list[LRScheduler]:
             found += [owner for owner in gc.get_referrers(holder)
                       if isinstance(owner, LRScheduler) and _attributes(owner) is holder]
     inside = {id(child) for scheduler in found for child in _children(scheduler)}
-    unique = {id(scheduler): scheduler for scheduler in found if scheduler.optimizer is optimizer}
+    unique = {id(scheduler): scheduler for scheduler in found if getattr(scheduler, "optimizer", None) is optimizer}
     return [scheduler for key, scheduler in unique.items() if key not in inside]
 
 
@@ -69,13 +69,15 @@ def _children(scheduler: LRScheduler) -> list[LRScheduler]:
 
 
 def _held_low(scheduler: LRScheduler) -> bool:
+    """Read from the attributes PyTorch's schedulers keep (a version without one reads as nothing held low)."""
+    step, last = getattr(scheduler, "last_epoch", 0), getattr(scheduler, "total_iters", 0)
     if isinstance(scheduler, ConstantLR):
-        return scheduler.factor < 1.0 and scheduler.last_epoch < scheduler.total_iters
+        return getattr(scheduler, "factor", 1.0) < 1.0 and step < last
     if isinstance(scheduler, LinearLR):
-        return scheduler.start_factor < scheduler.end_factor and scheduler.last_epoch < scheduler.total_iters
+        return getattr(scheduler, "start_factor", 1.0) < getattr(scheduler, "end_factor", 1.0) and step < last
     if isinstance(scheduler, SequentialLR):
         children = list(getattr(scheduler, "_schedulers", ()))
-        current = bisect.bisect_right(list(getattr(scheduler, "_milestones", ())), scheduler.last_epoch)
+        current = bisect.bisect_right(list(getattr(scheduler, "_milestones", ())), step)
         return current < len(children) and _held_low(children[current])
     if isinstance(scheduler, ChainedScheduler):
         return any(_held_low(child) for child in getattr(scheduler, "_schedulers", ()))
