@@ -37,8 +37,9 @@ from stabilizer_contract.job import (
 HYPERPARAMETER = CONFIG_HYPERPARAMETER
 ACTIONS = ("stop", "notify")
 INTEGRATIONS = ("auto", "library", "launcher")
-# Matches "loss=0.93", "loss: 0.93", "Loss 0.93" but not "test_loss=..." or "val_loss=...".
-DEFAULT_LOSS_REGEX = r"(?:^|[\s,;|(\[{])loss\s*[=:]?\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf|NaN|Inf))"
+# Matches "loss=0.93", "loss: 0.93", "loss 0.93" but not "test_loss=...", "val_loss=..." or a term's own name: until
+# stop 87 "loss1 2.31 loss2 0.81" read as 1 (the name's digit), and a multi-task run's loss as a constant.
+DEFAULT_LOSS_REGEX = r"(?:^|[\s,;|(\[{])loss(?:\s*[=:]\s*|\s+)([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf|NaN|Inf))"
 DEFAULT_RULES: tuple[dict[str, Any], ...] = ({"name": "ExplodingTensor"},)
 RECOVERIES = ("in_job", "relaunch")
 _KEYS = {"rules", "capture", "action", "integration", "loss_regex", "knobs", "recovery", "skip_batches",

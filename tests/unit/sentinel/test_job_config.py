@@ -48,6 +48,11 @@ def test_the_default_loss_regex_reads_loss_but_not_validation_losses():
     assert pattern.search("step=3 epoch=0 loss=2.31 lr=0.1").group(1) == "2.31"
     assert pattern.search("Epoch 1 | loss: nan").group(1) == "nan"
     assert pattern.search("eval epoch=1 test_loss=0.61 val_loss=0.7") is None
+    assert pattern.search("epoch 2 loss 0.93").group(1) == "0.93"
+    assert pattern.search("step 3 loss = 1.5e-3").group(1) == "1.5e-3"
+    # A term named by a number is not the loss: stop 87's harm hunt, a multi-task script printing "loss1 2.31 loss2
+    # 0.81" read as a loss of 1 at every step, and its run, whose weights moved, called Diverging.
+    assert pattern.search("step 0 loss1 2.314777 loss2 0.805836") is None
 
 
 @pytest.mark.parametrize("raw,field", [
