@@ -17,10 +17,10 @@ stabilizer_sentinel.loops.step_clock, and ``torch.autograd.backward``, stabilize
   that steps later (a GAN's second) is added to it (``Guard.add_optimizer``); one that updates the same
   parameters (a second phase's, one built again each epoch) replaces it (``Guard.hand_over``). One over
   other parameters that goes on stepping after the first stopped (a student distilled after its teacher,
-  the next model of a sweep: more than ``PHASE_STEPS`` of its steps in a row, ``IDLE_PHASE_STEPS`` where the
-  first one's network is not called with gradients meanwhile, and four times the longest such run while the
-  first still stepped) is the next phase of training, and the run's from then on, judged as if watched from its
-  first step (``Sentinel.trained_unwatched``) and rolled back to where it began (``Guard.held_other``): the
+  the next model of a sweep: more than ``PHASE_STEPS`` of its steps in a row, and four times the longest such
+  run while the first still stepped) is the next phase of training, and the run's from then on, judged as if
+  watched from its first step (``Sentinel.trained_unwatched``) and rolled back to where it began
+  (``Guard.held_other``): the
   guard of the phase before is let go without a summary and a new one attached to it (``_next_phase``),
   so a run is never judged on a phase that ended while the one after it trained unwatched. Where the
   script let go of the first optimizer (nothing but the watcher holds it: ``_let_go``), that is at the
@@ -127,11 +127,6 @@ _is_compiling = module_hooks.is_compiling
 
 # Steps another optimizer takes in a row, the first not stepping, before its training is the run's (``_next_phase``).
 PHASE_STEPS = 50
-# The same where the first one's network was not called with gradients since its last step (``Guard.network_idle``):
-# a network trained after another, not a critic trained several times to its generator's once (which calls the
-# generator with gradients, or its discriminator under it), nor a student (whose teacher's calls are under no_grad
-# once trained: its training is the run's, the sooner the better).
-IDLE_PHASE_STEPS = 10
 # An optimizer that steps a network watched as updated by hand, before that watch counted more steps than this,
 # steps it for the first time: the change seen was within its first step (``LauncherHooks._taken_over``).
 TAKEN_OVER = 2
@@ -648,8 +643,9 @@ class LauncherHooks:
             self._longest_others = max(self._longest_others, self._others_in_a_row)
             self._others_in_a_row, self._first_steps_then = 0, taken
         self._others_in_a_row += 1
-        wait = IDLE_PHASE_STEPS if guard.network_idle() else PHASE_STEPS
-        if self._others_in_a_row <= max(wait, 4 * self._longest_others) or guard.world_size > 1:
+        # Not sooner where the first network is idle: networks trained in turns (Lightning's k-fold example, a fold's
+        # 25 steps each) would then change phase at every turn, each judged from its turn's first steps (stop 87).
+        if self._others_in_a_row <= max(PHASE_STEPS, 4 * self._longest_others) or guard.world_size > 1:
             return False
         # Where the first one never stepped since this one's first step, the copies held have this one's state
         # then: where its training began.

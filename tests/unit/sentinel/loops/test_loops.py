@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from stabilizer_sentinel import watch
-from stabilizer_sentinel.integration.launcher_hooks import IDLE_PHASE_STEPS, PHASE_STEPS
+from stabilizer_sentinel.integration.launcher_hooks import PHASE_STEPS
 from tests.helpers import in_make_test_all
 from tests.unit.sentinel.support import FIXTURES, findings, job_env, run, summary
 
@@ -424,8 +424,7 @@ def test_training_that_goes_on_with_another_optimizer_after_the_first_stopped_is
     # From the fifth verdict hunt: a student distilled after its teacher was another optimizer to the hooks,
     # which had attached to the teacher's; the summary described the teacher's 100 steps, `learned: true`,
     # whatever the student did. After PHASE_STEPS of the second optimizer in a row it is the run's, its steps
-    # counted and judged from its own start (stop 71: from where it was attached, its 52nd step); since stop 87
-    # after IDLE_PHASE_STEPS, where the first network is not called again.
+    # counted and judged from its own start (stop 71: from where it was attached, its 52nd step).
     args = [str(LOOPS), "--pretrain", "60", "--steps", "120", "--nan-from", str(nan_from)]
     plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
     result = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path))
@@ -433,7 +432,7 @@ def test_training_that_goes_on_with_another_optimizer_after_the_first_stopped_is
     printed = logged_losses(plain.stdout)
     if nan_from < 0:
         assert (result.returncode, result.stdout, result.stderr) == (0, plain.stdout, plain.stderr)
-        assert written["steps_taken"] == 120 - IDLE_PHASE_STEPS and written["first_step"] == IDLE_PHASE_STEPS
+        assert written["steps_taken"] == 120 - PHASE_STEPS and written["first_step"] == PHASE_STEPS
         assert written["learned"] is True
         assert min(printed[:6]) <= written["first_loss"] <= max(printed[:6])  # the second network's first window
     else:
@@ -518,14 +517,14 @@ def test_an_explosion_of_a_network_trained_after_another_is_found_in_the_steps_b
     # Stop 86's hunt: a network trained after another, whose optimizer the script still held, was watched as another
     # optimizer's (its non-finite values alone) for PHASE_STEPS steps; at a rate 1,000 times too high it exploded
     # in its first steps and was judged from there: found at its last step, or called learned. Now the learning
-    # check goes on from those steps' losses, and a rollback goes back to where that network began: the helper
-    # fitted by SGD is not called again (the next phase after IDLE_PHASE_STEPS), by L-BFGS it is (PHASE_STEPS).
+    # check goes on from those steps' losses, and a rollback goes back to where that network began (the helper
+    # fitted by SGD steps, or by one L-BFGS step whose closure calls it).
     args = [str(FIXTURES / "loops" / "helper_first.py"), "--lr", "30", "--steps", "120",
             "--helper-steps", str(helper_steps)]
     plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
     watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path, {"recovery": recovery}))
     document = json.loads((tmp_path / "checkpoints" / "findings.json").read_text())
-    attached = IDLE_PHASE_STEPS if helper_steps else PHASE_STEPS
+    attached = PHASE_STEPS
     if recovery == "relaunch":
         (finding,) = document["findings"]
         assert watched.returncode == 86 and (finding["rule"], finding["step"]) == ("Diverging", attached)
@@ -614,14 +613,13 @@ def test_a_rollback_puts_the_target_network_back_with_the_online_one(tmp_path):
 def test_a_network_trained_again_in_its_turn_is_judged_against_the_start_of_its_training(tmp_path):
     # From stop 70's hunt: two networks trained in turns, a pass of 70 steps each, were each a new phase at
     # their turn's 51st step, judged afresh from there: the last turn's 19 steps of a network long converged
-    # were called NotLearning. A network a phase before watched goes on from where its check stood then. (Since
-    # stop 87 at the turn's 11th step: the other network is not called in this one's turn.)
+    # were called NotLearning. A network a phase before watched goes on from where its check stood then.
     args = [str(FIXTURES / "loops" / "turns.py")]
     plain = run(args, LOOPS.parent, job_env(tmp_path / "unwatched"))
     watched = run(["-m", "stabilizer_sentinel.launch", *args], LOOPS.parent, job_env(tmp_path))
     assert (watched.returncode, watched.stdout, watched.stderr) == (0, plain.stdout, plain.stderr)
     written = summary(tmp_path)
-    assert findings(tmp_path) == [] and written["learned"] is True and written["steps_taken"] == 70 - IDLE_PHASE_STEPS
+    assert findings(tmp_path) == [] and written["learned"] is True and written["steps_taken"] == 70 - 50
     first_turn = [float(line.split("loss=")[1]) for line in plain.stdout.splitlines()
                   if line.startswith("round=0 net=b ")]
     # Judged from the start of its own training: its first turn's first window, which the guard of the phase before
