@@ -498,7 +498,7 @@ class Sentinel:
 
     def trained_unwatched(self, losses: list[float]) -> None:
         """The network trained ``len(losses)`` steps before this sentinel watched it, at those losses (the launcher
-        attaches to a network trained after another at its 11th or 51st step): the learning check goes on from
+        attaches to a network trained after another at its 51st step): the learning check goes on from
         where it would stand had it watched them (its listeners, which read the passes, saw none), not from where
         it stood at its first watched step (stop 71's hunt: a network trained after a helper's one L-BFGS step
         was judged from its 51st, its loss 0.0016 there, and a curriculum's planned rise called Diverging). Their
