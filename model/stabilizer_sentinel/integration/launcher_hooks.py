@@ -20,8 +20,8 @@ stabilizer_sentinel.loops.step_clock, and ``torch.autograd.backward``, stabilize
   the next model of a sweep: more than ``PHASE_STEPS`` of its steps in a row, and four times the longest such
   run while the first still stepped) is the next phase of training, and the run's from then on, judged as if
   watched from its first step (``Sentinel.trained_unwatched``) and rolled back to where it began
-  (``Guard.held_other``): the
-  guard of the phase before is let go without a summary and a new one attached to it (``_next_phase``),
+  (``Guard.held_other``): the guard of the phase before is let go without a summary and a new one attached to it
+  (``_next_phase``),
   so a run is never judged on a phase that ended while the one after it trained unwatched. Where the
   script let go of the first optimizer (nothing but the watcher holds it: ``_let_go``), that is at the
   other's first step: a sweep's next model, bound to the names of the last, is the run's from its first
