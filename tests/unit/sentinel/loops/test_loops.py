@@ -510,8 +510,8 @@ def test_a_network_trained_after_a_helper_is_judged_from_its_own_start(tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("helper_steps", "recovery"), [(30, "in_job"), (30, "relaunch"),
-                                                              *in_make_test_all((0, "in_job"))])
+@pytest.mark.parametrize(("helper_steps", "recovery"), [(30, "in_job"), *in_make_test_all(
+    (30, "relaunch"), (0, "in_job"))])
 def test_an_explosion_of_a_network_trained_after_another_is_found_in_the_steps_before_it_was_the_runs(
         tmp_path, helper_steps, recovery):
     # Stop 86's hunt: a network trained after another, whose optimizer the script still held, was watched as another
